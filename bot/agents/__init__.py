@@ -1,0 +1,16 @@
+"""Agents: the brain behind the conversation, built from `agent:` in the config."""
+
+from __future__ import annotations
+
+from bot.agents.base import Agent, Turn, TurnMessage
+from bot.agents.rules import RulesAgent
+from bot.config import AgentConfig, RulesAgentConfig
+
+
+def build_agent(config: AgentConfig) -> Agent:
+    if isinstance(config, RulesAgentConfig):
+        return RulesAgent(name=config.name)
+    raise ValueError(f"unsupported agent kind {config.kind!r}")  # pragma: no cover - config validation prevents it
+
+
+__all__ = ["Agent", "Turn", "TurnMessage", "build_agent"]

@@ -1,0 +1,115 @@
+"""The built-in rules agent: the offline default, and an honest stand-in for an LLM.
+
+It answers politely, escalates with `handoff_request` when the subscriber asks for a
+person (with a real summary of what they said), tells the truth when the escalation
+fails, and after a handoff reads the `[Bot resumed — …]` message and passes the returned
+data on. No network, no model: `handoff demo` and the default config run anywhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bot.agents.base import Agent, Turn, TurnMessage
+
+_WANTS_PERSON = re.compile(
+    r"\b(human|person|someone|somebody|agent|operator|representative|staff|manager)\b"
+    r"|\b(talk|speak|chat)\s+(to|with)\b",
+    re.IGNORECASE,
+)
+_GREETING = re.compile(r"^\s*(hi|hello|hey|good (morning|afternoon|evening)|hallo|hola)\b", re.IGNORECASE)
+_THANKS = re.compile(r"\b(thanks|thank you|cheers)\b", re.IGNORECASE)
+
+
+class RulesAgent(Agent):
+    def __init__(self, name: str = "Assistant") -> None:
+        self.name = name
+
+    async def respond(self, turn: Turn) -> list[str]:
+        if turn.trigger == "resumed":
+            return [self._welcome_back(turn)]
+        last = next((m for m in reversed(turn.history) if m.role == "subscriber"), None)
+        if last is None:
+            return []
+        if _WANTS_PERSON.search(last.text):
+            return [await self._escalate(turn)]
+        who = turn.subscriber_name or "there"
+        if _GREETING.match(last.text):
+            return [f"Hi {who}! I'm {self.name}. Ask me anything, or say \"talk to a person\" and I'll bring in our team."]
+        if _THANKS.search(last.text):
+            return ["You're welcome! Anything else I can do?"]
+        return [
+            "Thanks, I've noted that. I'm a simple assistant, so for anything beyond the basics just say "
+            "\"talk to a person\" and I'll hand you to our team."
+        ]
+
+    async def _escalate(self, turn: Turn) -> str:
+        tool = turn.tool("handoff_request")
+        if tool is None:
+            return "I'm sorry, there is no one I can bring in right now. Please try again later."
+        channel_id = tool.input_schema["properties"]["channel_id"]["enum"][0]
+        result = await turn.call_tool("handoff_request", {
+            "channel_id": channel_id,
+            "summary": _summary(turn),
+            "expected_action": "Reply to the subscriber in this conversation, help with their request, "
+                               "then release the conversation.",
+            "urgency": "normal",
+            "include_transcript": True,
+            "expected_return": [
+                {"name": "resolution", "type": "multiline", "label": "What was done", "required": True,
+                 "description": "A sentence or two the assistant can pass on."},
+                {"name": "follow_up_needed", "type": "boolean", "label": "Follow-up needed?"},
+            ],
+        })
+        if result.get("ok"):
+            return (f"I've asked {result['channel_label']} to join, usually {result['estimated_response']}. "
+                    "Your messages now go straight to them.")
+        return ("I'm sorry, I couldn't reach a person just now. "
+                "I'm still here, and you can ask me to try again in a little while.")
+
+    def _welcome_back(self, turn: Turn) -> str:
+        resumed = next((m for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[Bot resumed")), None)
+        if resumed is None:
+            return "I'm back. How can I help?"
+        returned = _returned_data(resumed.text)
+        reply = "Thanks for waiting, I'm back."
+        if "resolution" in returned:
+            resolution = returned.pop("resolution").rstrip()
+            reply += f" Our team noted: {resolution}" + ("" if resolution.endswith((".", "!", "?")) else ".")
+        readable = {"true": "yes", "false": "no"}
+        extras = ", ".join(f"{k.replace('_', ' ')}: {readable.get(v, v)}" for k, v in returned.items())
+        if extras:
+            reply += f" ({extras})"
+        if "Outcome: resolved" not in resumed.text:
+            reply += " It looks like this isn't fully settled yet; say \"talk to a person\" to reach the team again."
+        return reply + " Anything else I can help with?"
+
+
+def _summary(turn: Turn) -> str:
+    said = [m.text.strip() for m in turn.history if m.role == "subscriber"][-3:]
+    who = turn.subscriber_name or "A subscriber"
+    if turn.subscriber_email:
+        who += f" ({turn.subscriber_email})"
+    quoted = " / ".join(f'"{" ".join(text.split())[:400]}"' for text in said)
+    return f"{who} asked to talk to a person. Their recent messages: {quoted}"[:2000]
+
+
+def _returned_data(text: str) -> dict[str, str]:
+    """Parse the `Returned data:` block of a resume message (the same text an LLM reads)."""
+    values: dict[str, str] = {}
+    in_block = False
+    for line in text.splitlines():
+        if line.startswith("Returned data:"):
+            in_block = True
+        elif in_block and line.startswith("  • ") and ": " in line:
+            key, value = line[4:].split(": ", 1)
+            values[key] = value
+        elif in_block and line.startswith("    ") and values:
+            last = next(reversed(values))
+            values[last] += " " + line.strip()
+        else:
+            in_block = False
+    return values
+
+
+__all__ = ["RulesAgent", "TurnMessage"]

@@ -1,0 +1,215 @@
+"""The JSON HTTP API (DESIGN.md §4).
+
+Errors are always `{"error": code, "details": {"hint": …}}` with a fitting status; request
+bodies are validated by pydantic models that forbid unknown keys, so a misspelt field is
+an error naming it, not a silently ignored value.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, EmailStr, Field
+
+from bot.conversations import message_view
+from bot.desk import Desk
+from bot.handoffs import Outcome
+from bot.metrics import CONTENT_TYPE
+from channels.base import WebhookRequest
+
+MAX_WAIT_SECONDS = 30.0
+
+
+def get_desk(request: Request) -> Desk:
+    return request.app.state.desk
+
+
+def require_api_key(request: Request) -> None:
+    key = get_desk(request).config.api.key
+    if key is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.get_secret_value().encode()):
+        raise ApiError(401, "unauthorized", "send the header Authorization: Bearer <api.key>")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, hint: str, **details: Any) -> None:
+        super().__init__(hint)
+        self.status, self.code, self.hint, self.details = status, code, hint, details
+
+    def response(self) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        return JSONResponse({"error": self.code, "details": {"hint": self.hint, **self.details}}, self.status, headers=headers)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class Subscriber(_Body):
+    name: str | None = Field(default=None, max_length=200)
+    email: EmailStr | None = None
+    external_id: str | None = Field(default=None, max_length=200)
+
+
+class CreateConversation(_Body):
+    subscriber: Subscriber | None = None
+    # A sibling agent (run outside this server) serving a handoff gets a conversation
+    # bound to it; there it may call handoff_release for exactly that session.
+    serves_handoff_session_id: str | None = Field(default=None, max_length=40)
+
+
+class PostMessage(_Body):
+    text: str = Field(min_length=1, max_length=10_000)
+
+
+class ReleaseBody(_Body):
+    outcome: Outcome | None = None
+    note: str | None = Field(default=None, max_length=2000)
+    return_values: dict[str, Any] | None = None
+
+
+api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)])
+
+
+@api.post("/conversations", status_code=201)
+async def create_conversation(body: CreateConversation | None = None, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    body = body or CreateConversation()
+    if body.serves_handoff_session_id:
+        await desk.handoffs.get(body.serves_handoff_session_id)  # 404 when unknown
+    subscriber = body.subscriber or Subscriber()
+    cid = await desk.create_conversation(
+        name=subscriber.name, email=str(subscriber.email) if subscriber.email else None,
+        external_id=subscriber.external_id, serves_handoff_session_id=body.serves_handoff_session_id,
+    )
+    return {"conversation_id": cid}
+
+
+@api.post("/conversations/{cid}/messages")
+async def post_message(cid: str, body: PostMessage, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    result = await desk.router.subscriber_message(cid, body.text)
+    return {
+        "message_id": result.message_id,
+        "routed_to": result.routed_to,
+        "handoff_session_id": result.handoff_session_id,
+        "replies": [{"id": m.id, "role": m.role, "text": m.text} for m in result.replies],
+    }
+
+
+@api.get("/conversations/{cid}/messages")
+async def list_messages(
+    cid: str,
+    after: int = Query(default=0, ge=0, description="Only messages with a larger id."),
+    limit: int = Query(default=200, ge=1, le=500),
+    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds for a new message."),
+    desk: Desk = Depends(get_desk),
+) -> dict[str, Any]:
+    messages = await desk.messages(cid, after, limit)
+    remaining = wait
+    while not messages and remaining > 0:
+        # Woken at once by this process; re-checked every 2 s for messages other instances wrote.
+        step = min(2.0, remaining)
+        await desk.bus.wait(cid, timeout=step)
+        remaining -= step
+        messages = await desk.messages(cid, after, limit)
+    return {"messages": [message_view(m) for m in messages]}
+
+
+@api.get("/conversations/{cid}/tools")
+async def list_tools(
+    cid: str, format: Literal["plain", "openai", "anthropic"] = "plain", desk: Desk = Depends(get_desk)
+) -> dict[str, Any]:
+    return {"tools": [spec.render(format) for spec in await desk.tool_specs(cid)]}
+
+
+@api.post("/conversations/{cid}/tools/{name}")
+async def call_tool(cid: str, name: str, request: Request, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        args = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        raise ApiError(400, "invalid_json", "the body must be a JSON object with the tool input") from None
+    return await desk.call_tool(cid, name, args)
+
+
+@api.get("/handoffs")
+async def list_handoffs(
+    state: Literal["open", "active", "dispatching", "released", "failed"] = "open",
+    limit: int = Query(default=100, ge=1, le=500),
+    desk: Desk = Depends(get_desk),
+) -> dict[str, Any]:
+    states = ("dispatching", "active") if state == "open" else (state,)
+    return {"handoffs": [desk.handoff_view(h) for h in await desk.handoff_list(states=states, limit=limit)]}
+
+
+@api.get("/handoffs/{sid}")
+async def get_handoff(sid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    return desk.handoff_view(await desk.handoffs.get(sid))
+
+
+@api.get("/handoffs/{sid}/events")
+async def handoff_events(sid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    return {"events": [desk.event_view(e) for e in await desk.events(sid)]}
+
+
+@api.post("/handoffs/{sid}/release")
+async def release_handoff(sid: str, body: ReleaseBody | None = None, desk: Desk = Depends(get_desk)) -> Any:
+    body = body or ReleaseBody()
+    result = await desk.handoffs.release(
+        sid, reason="owner", actor="owner (API)", outcome=body.outcome, note=body.note, return_values=body.return_values
+    )
+    view = desk.handoff_view(result.session)
+    if not result.released:
+        hint = f"the handoff is {result.session.state}" + (
+            f" (released by {result.session.release_reason})" if result.session.release_reason else ""
+        )
+        raise ApiError(409, "handoff_not_active", hint, state=result.session.state, handoff=view)
+    return {"released": True, "resume_message_id": result.resume_message_id, "handoff": view}
+
+
+# --------------------------------------------------------------------------- outside /api
+
+public = APIRouter()
+
+
+@public.post("/webhooks/{channel_id}")
+async def webhook(channel_id: int, request: Request, desk: Desk = Depends(get_desk)) -> Response:
+    """Provider callbacks: the adapter verifies the signature on the raw body; messages are
+    stored (deduplicated) before the answer, relayed after it."""
+    adapter = desk.channels.get(channel_id)
+    if adapter is None or not adapter.capabilities.webhook or not desk.channels.is_available(channel_id):
+        raise ApiError(404, "not_found", f"channel {channel_id} takes no webhooks")
+    reply = await adapter.handle_webhook(WebhookRequest(
+        body=await request.body(),
+        headers={k.lower(): v for k, v in request.headers.items()},
+        query=dict(request.query_params),
+        url=desk.config.public_url + request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+    ))
+    for message in reply.messages:
+        await desk.inbound.submit(channel_id, message)
+    return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
+
+
+@public.get("/healthz")
+async def healthz(desk: Desk = Depends(get_desk)) -> JSONResponse:
+    from sqlalchemy import text
+
+    try:
+        async with desk.db.transaction() as session:
+            await session.execute(text("SELECT 1"))
+        database = "ok"
+    except Exception as exc:  # report, don't raise: this is the page that says what is wrong
+        database = f"error: {type(exc).__name__}"
+    body = {"status": "ok" if database == "ok" else "degraded", "database": database, "channels": desk.channels.health()}
+    return JSONResponse(body, status_code=200 if database == "ok" else 503)
+
+
+@public.get("/metrics")
+async def metrics(desk: Desk = Depends(get_desk)) -> Response:
+    return Response(desk.metrics.exposition(), media_type=CONTENT_TYPE)

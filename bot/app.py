@@ -1,0 +1,67 @@
+"""The ASGI application: the API, the owner inbox, webhooks, health and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bot.api import ApiError, api, public
+from bot.desk import Desk
+from bot.errors import DeskError
+from bot.inbox import inbox, install_inbox_errors
+from bot.tools import errors_result
+
+
+def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
+    """Build the app around a desk. With `manage_desk` the app starts and stops it."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if manage_desk:
+            await desk.start()
+        try:
+            yield
+        finally:
+            if manage_desk:
+                await desk.stop()
+
+    app = FastAPI(
+        title="Handoff Desk",
+        version="0.1.0",
+        description="Hand a conversation from an AI agent to a person and back.",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        openapi_url="/api/openapi.json",
+        redoc_url=None,
+    )
+    app.state.desk = desk
+    app.include_router(api)
+    app.include_router(public)
+
+    app.include_router(inbox)
+    install_inbox_errors(app)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(DeskError)
+    async def _desk_error(_request: Request, exc: DeskError) -> JSONResponse:
+        return JSONResponse(exc.to_json(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI prefixes locations with body/query/path; people want the field name.
+        errors = [{**e, "loc": tuple(e["loc"][1:]) or tuple(e["loc"])} for e in exc.errors()]
+        return JSONResponse(errors_result(errors, code="invalid_request"), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse({"error": code, "details": {"hint": str(exc.detail)}}, status_code=exc.status_code)
+
+    return app

@@ -1,0 +1,49 @@
+"""The audit trail: every attempt, transition, relay, failure and no-op gets a row.
+
+Events are written in the same transaction as the change they describe, so the trail can
+never claim something happened that was rolled back (or miss something that happened).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot.models import HandoffEvent
+
+
+async def record(
+    session: AsyncSession,
+    kind: str,
+    *,
+    at: datetime,
+    actor: str,
+    handoff_session_id: str | None = None,
+    conversation_id: str | None = None,
+    **detail: Any,
+) -> HandoffEvent:
+    event = HandoffEvent(
+        handoff_session_id=handoff_session_id,
+        conversation_id=conversation_id,
+        kind=kind,
+        actor=actor,
+        detail={k: v for k, v in detail.items() if v is not None},
+        created_at=at,
+    )
+    session.add(event)
+    await session.flush()  # assigns the id callers hand back (handoff_event_id)
+    return event
+
+
+def event_view(event: HandoffEvent) -> dict[str, Any]:
+    return {
+        "id": str(event.id),
+        "kind": event.kind,
+        "actor": event.actor,
+        "handoff_session_id": event.handoff_session_id,
+        "conversation_id": event.conversation_id,
+        "detail": event.detail,
+        "created_at": event.created_at.isoformat(),
+    }

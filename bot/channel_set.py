@@ -1,0 +1,79 @@
+"""The running channel adapters, by id, and which of them the agent may use right now.
+
+A channel that fails to start is kept out of `handoff_request`'s enum (with the reason
+logged and shown in /healthz) instead of taking the whole server down or letting the model
+pick a channel that cannot deliver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from channels import adapter_class
+from channels.base import ChannelAdapter, ChannelConfig, ChannelContext, ChannelError
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class ChannelState:
+    adapter: ChannelAdapter
+    available: bool = False
+    problem: str | None = None
+
+
+class ChannelSet:
+    def __init__(self, configs: list[ChannelConfig], overrides: dict[int, ChannelAdapter] | None = None) -> None:
+        """`overrides` replaces the adapter built from config for a channel id; the demo and
+        tests use it to run a channel against a local server."""
+        overrides = overrides or {}
+        self._states: dict[int, ChannelState] = {}
+        for config in configs:
+            adapter = overrides.get(config.id) or adapter_class(config.kind)(config)
+            self._states[config.id] = ChannelState(adapter, problem=None if config.enabled else "disabled in config")
+
+    async def start(self, ctx_for: Callable[[int], ChannelContext]) -> None:
+        for cid, state in self._states.items():
+            if not state.adapter.config.enabled:
+                continue
+            try:
+                await state.adapter.start(ctx_for(cid))
+            except ChannelError as exc:
+                state.problem = exc.hint
+                log.error("channel_unavailable", channel_id=cid, kind=state.adapter.kind, problem=exc.hint)
+                continue
+            except Exception as exc:  # a broken adapter must not stop the others
+                state.problem = f"failed to start: {type(exc).__name__}"
+                log.exception("channel_start_crashed", channel_id=cid, kind=state.adapter.kind)
+                continue
+            state.available, state.problem = True, None
+
+    async def stop(self) -> None:
+        for cid, state in self._states.items():
+            if state.available:
+                try:
+                    await state.adapter.stop()
+                except Exception:
+                    log.exception("channel_stop_failed", channel_id=cid)
+                state.available = False
+
+    def get(self, channel_id: int) -> ChannelAdapter | None:
+        state = self._states.get(channel_id)
+        return state.adapter if state else None
+
+    def is_available(self, channel_id: int) -> bool:
+        state = self._states.get(channel_id)
+        return bool(state and state.available)
+
+    def available(self) -> list[ChannelAdapter]:
+        """Channels a handoff can go to now, in config order."""
+        return [s.adapter for s in self._states.values() if s.available]
+
+    def health(self) -> list[dict[str, object]]:
+        return [
+            {"id": cid, "kind": s.adapter.kind, "label": s.adapter.label, "available": s.available, "problem": s.problem}
+            for cid, s in self._states.items()
+        ]

@@ -1,0 +1,430 @@
+"""Configuration: YAML with `${VAR}` / `${VAR:-default}`, validated into pydantic models.
+
+Every problem is reported with its key path (`channels[1].kind: …`) and all problems are
+reported at once, so an owner fixes a config in one pass instead of one error per restart.
+Secrets are `SecretStr` and error messages never include the offending input, so a
+misplaced token is not echoed to a terminal or a log.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlparse
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from channels import UnknownChannelKind, adapter_class, known_kinds
+from channels.base import ChannelConfig
+
+DEV_SECRET_KEY = "dev-only-change-me"
+
+# --------------------------------------------------------------------------- durations
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Parse `30m`, `90s`, `24h`, `1h30m`, `250ms` or a number of seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30m, 90s or 24h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        else:
+            pos, seconds = 0, 0.0
+            for match in _DURATION_PART.finditer(text):
+                if match.start() != pos:
+                    break
+                seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+                pos = match.end()
+            if pos != len(text) or not text:
+                raise ValueError(f"expected a duration such as 30m, 90s or 24h, got {value!r}")
+    if seconds <= 0:
+        raise ValueError("must be a positive duration")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    """`timedelta(minutes=30)` -> `30 minutes`, for messages people read."""
+    seconds = delta.total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} minutes"
+    return f"{seconds:g} seconds"
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _empty_to_none(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+OptionalSecret = Annotated[SecretStr | None, BeforeValidator(_empty_to_none)]
+
+
+# --------------------------------------------------------------------------- models
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    public_url: str | None = Field(
+        default=None, description="Base URL people and providers use to reach this server (links, webhooks)."
+    )
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        value = _empty_to_none(value)
+        if value is None:
+            return None
+        parsed = urlparse(value)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError("must be an http(s) URL such as https://desk.example.com")
+        return value.rstrip("/")
+
+    @property
+    def base_url(self) -> str:
+        return self.public_url or f"http://{self.host}:{self.port}"
+
+
+class ApiConfig(_Section):
+    key: OptionalSecret = Field(default=None, description="Bearer token for /api; empty disables the check.")
+
+
+class OwnerConfig(_Section):
+    token: OptionalSecret = Field(default=None, description="Password of the owner inbox; empty leaves it open.")
+
+
+class HandoffSettings(_Section):
+    idle_timeout: Duration = timedelta(minutes=30)
+    form_link_ttl: Duration = timedelta(hours=24)
+    user_action_timeout: Duration = timedelta(minutes=5)
+    dispatch_timeout: Duration = Field(
+        default=timedelta(seconds=20),
+        description="How long handoff_request may spend delivering (retries included) before it fails.",
+    )
+    sweep_interval: Duration = Field(
+        default=timedelta(seconds=30),
+        description="How often overdue idle deadlines are swept (catches restarts and other instances).",
+    )
+    transcript_messages: int = Field(default=20, ge=0, le=200, description="Recent messages attached to a dispatch.")
+
+
+class RulesAgentConfig(_Section):
+    """The built-in offline agent: polite answers, escalates when asked for a person."""
+
+    kind: Literal["rules"] = "rules"
+    name: str = Field(default="Assistant", min_length=1, max_length=60)
+
+
+AgentConfig = Annotated[RulesAgentConfig, Field(discriminator="kind")]
+
+
+class LoggingConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Config(_Section):
+    """The whole configuration. `channels` holds each adapter's own config model."""
+
+    server: ServerConfig = ServerConfig()
+    secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
+    database_url: str = "sqlite:///./handoff.db"
+    api: ApiConfig = ApiConfig()
+    owner: OwnerConfig = OwnerConfig()
+    handoff: HandoffSettings = HandoffSettings()
+    agent: AgentConfig = RulesAgentConfig()
+    logging: LoggingConfig = LoggingConfig()
+    # Validated per kind against the adapter's own model by `Config.from_mapping`.
+    channels: list[Any] = Field(default_factory=list)
+
+    @field_validator("secret_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (it signs links and cookies)")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str) -> str:
+        scheme = value.split(":", 1)[0]
+        if scheme not in ("sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg"):
+            raise ValueError("must start with sqlite:/// or postgresql+asyncpg://")
+        if scheme.startswith("sqlite") and ":memory:" in value:
+            raise ValueError("an in-memory SQLite database is not supported; use a file path")
+        return value
+
+    @property
+    def public_url(self) -> str:
+        return self.server.base_url
+
+    def channel(self, channel_id: int) -> ChannelConfig | None:
+        return next((c for c in self.channels if c.id == channel_id), None)
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> Config:
+        """Validate a parsed mapping (after `${VAR}` expansion); raise ConfigError listing
+        every problem with its key path."""
+        if not isinstance(data, dict):
+            raise ConfigError([ConfigProblem("", "the config must be a mapping of keys to values")])
+        problems: list[ConfigProblem] = []
+        raw_channels = data.get("channels", [])
+        top = {k: v for k, v in data.items() if k != "channels"}
+        config: Config | None = None
+        try:
+            config = cls.model_validate(top)
+        except ValidationError as exc:
+            problems.extend(problems_from(exc, cls))
+        channels: list[ChannelConfig] = []
+        if not isinstance(raw_channels, list):
+            problems.append(ConfigProblem("channels", "must be a list of channel entries"))
+        else:
+            for index, entry in enumerate(raw_channels):
+                channel, found = _validate_channel(index, entry)
+                problems.extend(found)
+                if channel is not None:
+                    channels.append(channel)
+        problems.extend(_cross_checks(top, raw_channels if isinstance(raw_channels, list) else [], channels))
+        if problems or config is None:
+            raise ConfigError(problems)
+        return config.model_copy(update={"channels": channels})
+
+
+def _validate_channel(index: int, entry: Any) -> tuple[ChannelConfig | None, list[ConfigProblem]]:
+    where = f"channels[{index}]"
+    if not isinstance(entry, dict):
+        return None, [ConfigProblem(where, "must be a mapping such as {id: 1, kind: owner_inbox, label: …}")]
+    kind = entry.get("kind")
+    if kind is None:
+        return None, [ConfigProblem(f"{where}.kind", f"required (one of: {', '.join(known_kinds())})")]
+    try:
+        model = adapter_class(str(kind)).config_model
+    except UnknownChannelKind:
+        close = difflib.get_close_matches(str(kind), known_kinds(), n=1)
+        guess = f"; did you mean '{close[0]}'?" if close else ""
+        return None, [
+            ConfigProblem(f"{where}.kind", f"unknown channel kind '{kind}' (expected one of: {', '.join(known_kinds())}){guess}")
+        ]
+    try:
+        return model.model_validate(entry), []
+    except ValidationError as exc:
+        return None, problems_from(exc, model, prefix=where)
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cross_checks(top: dict[str, Any], raw_channels: list[Any], channels: list[ChannelConfig]) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    seen: dict[int, int] = {}
+    for index, entry in enumerate(raw_channels):
+        cid = entry.get("id") if isinstance(entry, dict) else None
+        if isinstance(cid, int):
+            if cid in seen:
+                problems.append(ConfigProblem(f"channels[{index}].id", f"duplicate id {cid} (also used by channels[{seen[cid]}])"))
+            seen.setdefault(cid, index)
+    server = top.get("server") if isinstance(top.get("server"), dict) else {}
+    host = str(server.get("host", "127.0.0.1"))
+    if not _is_loopback(host):
+        for section, key in (("owner", "token"), ("api", "key")):
+            value = top.get(section, {}).get(key) if isinstance(top.get(section), dict) else None
+            if not (isinstance(value, str) and value.strip()):
+                problems.append(ConfigProblem(
+                    f"{section}.{key}",
+                    f"required when server.host ({host}) is reachable from other machines; set it or bind to 127.0.0.1",
+                ))
+    return problems
+
+
+# --------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ConfigError(Exception):
+    """The config has problems; `problems` lists each with its key path."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems) or "invalid config")
+
+
+def format_path(loc: tuple[Any, ...], prefix: str = "") -> str:
+    path = prefix
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model accepts at `loc` (for 'unknown key' messages)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            break
+        annotation = field.annotation
+        current = annotation if isinstance(annotation, type) else getattr(annotation, "__args__", [None])[0]
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+# Discriminated unions put the tag into an error's location (`agent.rules.name`); people
+# think of the key path without it (`agent.name`).
+_UNION_TAGGED_KEYS = {"agent": {"rules"}}
+
+
+def _without_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    kept: list[Any] = []
+    for part in loc:
+        if kept and part in _UNION_TAGGED_KEYS.get(str(kept[-1]), ()):
+            continue
+        kept.append(part)
+    return tuple(kept)
+
+
+def problems_from(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[ConfigProblem]:
+    """Turn pydantic errors into key-path problems without echoing the input (it may be a secret)."""
+    problems = []
+    for error in exc.errors(include_input=False, include_url=False):
+        loc = _without_union_tags(error["loc"])
+        kind = error["type"]
+        if kind == "union_tag_invalid":
+            loc = (*loc, "kind")
+            message = f"unknown kind '{error['ctx']['tag']}' (expected one of: {error['ctx']['expected_tags']})"
+        elif kind == "union_tag_not_found":
+            loc = (*loc, "kind")
+            message = "required"
+        elif kind == "extra_forbidden":
+            allowed = _allowed_keys(model, loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            message = "unknown key" + (f"; did you mean '{close[0]}'?" if close else "")
+            if allowed:
+                message += f" (allowed: {', '.join(allowed)})"
+        elif kind == "missing":
+            message = "required"
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+        problems.append(ConfigProblem(format_path(loc, prefix), message))
+    return problems
+
+
+# --------------------------------------------------------------------------- loading
+
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+def expand_env(data: Any, env: dict[str, str] | os._Environ[str] | None = None, path: str = "") -> tuple[Any, list[ConfigProblem]]:
+    """Replace `${VAR}` and `${VAR:-default}` in every string value; `$$` is a literal `$`.
+
+    Expansion happens on parsed values, never on the YAML text, so a variable's content
+    cannot change the structure of the file.
+    """
+    env = os.environ if env is None else env
+    problems: list[ConfigProblem] = []
+
+    def walk(node: Any, where: str) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v, format_path((k,), where)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if not isinstance(node, str) or "$" not in node:
+            return node
+
+        def substitute(match: re.Match[str]) -> str:
+            if match.group(0) == "$$":
+                return "$"
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            problems.append(ConfigProblem(where, f"environment variable {name} is not set (use ${{{name}:-default}} for a default)"))
+            return ""
+
+        return _VAR.sub(substitute, node)
+
+    return walk(data, path), problems
+
+
+def load_config(path: str | Path, env: dict[str, str] | None = None) -> Config:
+    """Read, expand and validate a YAML config file; raise ConfigError on any problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([ConfigProblem("", f"cannot read {path}: {exc.strerror or exc}")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError([ConfigProblem("", f"{path} is not valid YAML: {where}{getattr(exc, 'problem', exc)}")]) from None
+    if data is None:
+        data = {}
+    expanded, problems = expand_env(data, env)
+    try:
+        config = Config.from_mapping(expanded)
+    except ConfigError as exc:
+        raise ConfigError(problems + exc.problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def config_warnings(config: Config) -> list[str]:
+    """Things that work but an owner should know about before going live."""
+    warnings = []
+    if config.secret_key.get_secret_value() == DEV_SECRET_KEY:
+        warnings.append("secret_key: using the development default; set HANDOFF_SECRET_KEY before going live")
+    if config.owner.token is None:
+        warnings.append("owner.token: empty, so the owner inbox is open to anyone who can reach this server")
+    if config.api.key is None:
+        warnings.append("api.key: empty, so the HTTP API accepts unauthenticated calls")
+    if not any(c.enabled for c in config.channels):
+        warnings.append("channels: no enabled channel, so the agent cannot hand off to anyone")
+    return warnings

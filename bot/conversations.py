@@ -1,0 +1,115 @@
+"""Conversations and their messages: the record every other part reads from."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot.errors import NotFound
+from bot.models import Conversation, Message, new_id
+from channels.base import TranscriptLine
+
+ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
+
+
+async def create(
+    session: AsyncSession,
+    *,
+    now: datetime,
+    name: str | None = None,
+    email: str | None = None,
+    external_id: str | None = None,
+    serves_handoff_session_id: str | None = None,
+) -> Conversation:
+    conversation = Conversation(
+        id=new_id("c"),
+        subscriber_name=name,
+        subscriber_email=email,
+        subscriber_external_id=external_id,
+        serves_handoff_session_id=serves_handoff_session_id,
+        created_at=now,
+        last_message_at=now,
+    )
+    session.add(conversation)
+    await session.flush()
+    return conversation
+
+
+async def get(session: AsyncSession, conversation_id: str) -> Conversation:
+    conversation = await session.get(Conversation, conversation_id)
+    if conversation is None:
+        raise NotFound("conversation", conversation_id)
+    return conversation
+
+
+async def add_message(
+    session: AsyncSession,
+    conversation_id: str,
+    *,
+    role: str,
+    text: str,
+    now: datetime,
+    author: str | None = None,
+    handoff_session_id: str | None = None,
+) -> Message:
+    message = Message(
+        conversation_id=conversation_id,
+        role=role,
+        text=text,
+        author=author,
+        handoff_session_id=handoff_session_id,
+        created_at=now,
+    )
+    session.add(message)
+    await session.execute(update(Conversation).where(Conversation.id == conversation_id).values(last_message_at=now))
+    await session.flush()
+    return message
+
+
+async def messages_after(session: AsyncSession, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
+    query = (
+        select(Message)
+        .where(Message.conversation_id == conversation_id, Message.id > after)
+        .order_by(Message.id)
+        .limit(limit)
+    )
+    return list((await session.scalars(query)).all())
+
+
+async def recent_messages(session: AsyncSession, conversation_id: str, limit: int) -> list[Message]:
+    """The last `limit` messages, oldest first."""
+    if limit <= 0:
+        return []
+    query = select(Message).where(Message.conversation_id == conversation_id).order_by(Message.id.desc()).limit(limit)
+    return list(reversed((await session.scalars(query)).all()))
+
+
+def speaker(message: Message, conversation: Conversation) -> str:
+    if message.role == "subscriber":
+        return conversation.subscriber_name or "Subscriber"
+    if message.role == "human":
+        return message.author or "Human"
+    return ROLE_LABELS.get(message.role, message.role)
+
+
+def transcript(messages: list[Message], conversation: Conversation) -> list[TranscriptLine]:
+    """Transcript lines for a dispatch; system messages are for the agent, not people."""
+    return [
+        TranscriptLine(role=m.role, author=speaker(m, conversation), text=m.text, at=m.created_at.isoformat())
+        for m in messages
+        if m.role != "system"
+    ]
+
+
+def message_view(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "role": message.role,
+        "text": message.text,
+        "author": message.author,
+        "handoff_session_id": message.handoff_session_id,
+        "created_at": message.created_at.isoformat(),
+    }

@@ -1,0 +1,95 @@
+"""The database: one async engine, short transactions, and schema upgrades through alembic.
+
+SQLite is the default and PostgreSQL the multi-instance option; the same code runs on both.
+On SQLite every transaction starts with BEGIN IMMEDIATE: a deferred transaction that reads
+and then writes can fail with "database is locked" without waiting, while an immediate one
+queues politely behind `busy_timeout`. WAL keeps readers from blocking the writer.
+
+Transactions are kept short and never span a network call: the pool can not deadlock when
+a request waits on a provider while holding a connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from bot.paths import MIGRATIONS_DIR
+
+# Any constant works; it only has to be the same for every instance sharing a database.
+_MIGRATION_LOCK_ID = 0x48414E44  # "HAND"
+
+
+def async_url(url: str) -> str:
+    """Map the URLs owners write to the async drivers we ship."""
+    if url.startswith("sqlite:"):
+        return "sqlite+aiosqlite:" + url[len("sqlite:"):]
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix):]
+    return url
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000", "foreign_keys=ON"):
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def alembic_config(url: str | None = None) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url:
+        cfg.set_main_option("sqlalchemy.url", async_url(url).replace("%", "%%"))
+    return cfg
+
+
+class Database:
+    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+        self.url = async_url(url)
+        self.is_sqlite = self.url.startswith("sqlite")
+        options: dict[str, Any] = {}
+        if not self.is_sqlite:
+            options.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+        self.engine = create_async_engine(self.url, **options)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine)
+        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction: committed on success, rolled back on error."""
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    async def upgrade(self) -> None:
+        """Bring the schema to the newest migration. Safe with several instances starting at
+        once: on PostgreSQL they queue on an advisory lock."""
+        async with self.engine.begin() as conn:
+            if not self.is_sqlite:
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
+            await conn.run_sync(_upgrade_on)
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _upgrade_on(connection: Connection) -> None:
+    cfg = alembic_config()
+    cfg.attributes["connection"] = connection
+    command.upgrade(cfg, "head")

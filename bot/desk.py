@@ -1,0 +1,187 @@
+"""The desk: builds every part from the config, wires them together, starts and stops them.
+
+One `Desk` is one server instance. Several instances may share one PostgreSQL database:
+everything that must happen once (a release, an outbox send, an inbound event) is decided
+by a conditional update in the database, not by anything held in this object.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import structlog
+
+from bot import audit, conversations
+from bot.agents import Agent, build_agent
+from bot.background import Background
+from bot.bus import ConversationBus
+from bot.channel_set import ChannelSet
+from bot.clock import Clock
+from bot.config import Config
+from bot.db import Database
+from bot.handoffs import Handoffs
+from bot.inbound import Inbound
+from bot.metrics import Metrics
+from bot.models import HandoffEvent, HandoffSession
+from bot.outbox import Outbox
+from bot.rendering import Renderer
+from bot.router import Router
+from bot.timers import IdleTimers
+from bot.tools import ToolRegistry
+from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
+from channels.base import ChannelAdapter, ChannelContext
+from sqlalchemy import select
+
+log = structlog.get_logger(__name__)
+
+
+class Desk:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Clock | None = None,
+        agent: Agent | None = None,
+        channel_overrides: dict[int, ChannelAdapter] | None = None,
+        run_timers: bool = True,
+    ) -> None:
+        self.config = config
+        self.clock = clock or Clock()
+        self.run_timers = run_timers
+        self.db = Database(config.database_url)
+        self.metrics = Metrics()
+        self.bus = ConversationBus()
+        self.background = Background()
+        self.renderer = Renderer()
+        self.channels = ChannelSet(config.channels, channel_overrides)
+        self.outbox = Outbox(self.db, self.channels, self.clock, self.metrics)
+        self.handoffs = Handoffs(
+            db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
+            renderer=self.renderer, metrics=self.metrics, bus=self.bus,
+        )
+        self.tools = ToolRegistry([HandoffRequestTool(), HandoffReleaseTool()])
+        self.agent = agent or build_agent(config.agent)
+        self.router = Router(
+            db=self.db, clock=self.clock, handoffs=self.handoffs, channels=self.channels, outbox=self.outbox,
+            tools=self.tools, agent=self.agent, bus=self.bus, background=self.background, metrics=self.metrics,
+        )
+        self.inbound = Inbound(
+            db=self.db, clock=self.clock, handoffs=self.handoffs, metrics=self.metrics, background=self.background,
+            kind_of=lambda cid: getattr(self.channels.get(cid), "kind", "unknown"),
+        )
+        self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
+        self.handoffs.on_activated.append(self.timers.on_activated)
+        self.handoffs.on_released.append(self.timers.on_released)
+        self.handoffs.on_released.append(self.router.after_release)
+        self.started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, upgrade: bool = True) -> None:
+        if upgrade:
+            await self.db.upgrade()
+        await self.channels.start(self._channel_context)
+        for state in self.channels.health():
+            self.metrics.channel_up.labels(str(state["id"]), str(state["kind"])).set(1 if state["available"] else 0)
+        self.outbox.start()
+        if self.run_timers:
+            self.timers.start()
+        self.started = True
+        self.background.spawn(self.inbound.process_pending(), name="inbound-recovery")
+        log.info("desk_started", channels=[s for s in self.channels.health()], public_url=self.config.public_url)
+
+    def _channel_context(self, channel_id: int) -> ChannelContext:
+        return ChannelContext(public_url=self.config.public_url, deliver_inbound=partial(self.inbound.submit, channel_id))
+
+    async def settle(self) -> None:
+        """Wait for follow-up work (relays, resume turns) to finish: for tests and the demo."""
+        for _ in range(10):
+            await self.background.settle()
+            await self.outbox.drain()
+            if not self.background._tasks:
+                return
+
+    async def stop(self) -> None:
+        self.timers.stop()
+        await self.outbox.stop()
+        await self.background.close()
+        await self.channels.stop()
+        await self.db.dispose()
+        self.started = False
+
+    # ------------------------------------------------------------------ operations the API and pages share
+
+    async def create_conversation(self, **subscriber: Any) -> str:
+        async with self.db.transaction() as session:
+            conversation = await conversations.create(session, now=self.clock.now(), **subscriber)
+        return conversation.id
+
+    async def conversation(self, conversation_id: str) -> Any:
+        async with self.db.transaction() as session:
+            return await conversations.get(session, conversation_id)
+
+    async def messages(self, conversation_id: str, after: int = 0, limit: int = 200) -> list[Any]:
+        async with self.db.transaction() as session:
+            await conversations.get(session, conversation_id)
+            return await conversations.messages_after(session, conversation_id, after, limit)
+
+    async def tool_specs(self, conversation_id: str) -> list[Any]:
+        return self.tools.specs(self.router.tool_context(await self.conversation(conversation_id)))
+
+    async def call_tool(self, conversation_id: str, name: str, args: Any, actor: str = "agent") -> dict[str, Any]:
+        ctx = self.router.tool_context(await self.conversation(conversation_id), actor=actor)
+        return await self.tools.call(ctx, name, args)
+
+    async def events(self, handoff_session_id: str) -> list[HandoffEvent]:
+        await self.handoffs.get(handoff_session_id)
+        async with self.db.transaction() as session:
+            query = select(HandoffEvent).where(HandoffEvent.handoff_session_id == handoff_session_id).order_by(HandoffEvent.id)
+            return list((await session.scalars(query)).all())
+
+    async def handoff_list(self, *, states: tuple[str, ...], limit: int = 100) -> list[HandoffSession]:
+        async with self.db.transaction() as session:
+            query = (
+                select(HandoffSession).where(HandoffSession.state.in_(states))
+                .order_by(HandoffSession.created_at.desc()).limit(limit)
+            )
+            return list((await session.scalars(query)).all())
+
+    def handoff_view(self, handoff: HandoffSession) -> dict[str, Any]:
+        def iso(value: Any) -> str | None:
+            return value.isoformat() if value else None
+
+        return {
+            "handoff_session_id": handoff.id,
+            "short_code": handoff.short_code,
+            "conversation_id": handoff.conversation_id,
+            "state": handoff.state,
+            "channel_id": handoff.channel_id,
+            "channel_kind": handoff.channel_kind,
+            "channel_label": handoff.channel_label,
+            "channel_message_id": handoff.channel_message_id,
+            "urgency": handoff.urgency,
+            "summary": handoff.summary,
+            "expected_action": handoff.expected_action,
+            "contact_back_email": handoff.contact_back_email,
+            "extra_context": handoff.extra_context,
+            "expected_return": handoff.expected_return,
+            "estimated_response": handoff.estimated_response,
+            "release_reason": handoff.release_reason,
+            "released_by": handoff.released_by,
+            "outcome": handoff.outcome,
+            "note": handoff.note,
+            "returned": handoff.returned,
+            "missing_required": handoff.missing_required,
+            "failure": handoff.failure,
+            "form_url": self.handoffs.form_url_for(handoff) if handoff.state == "active" else None,
+            "created_at": iso(handoff.created_at),
+            "activated_at": iso(handoff.activated_at),
+            "last_activity_at": iso(handoff.last_activity_at),
+            "idle_deadline": iso(handoff.idle_deadline) if handoff.state == "active" else None,
+            "released_at": iso(handoff.released_at),
+        }
+
+    @staticmethod
+    def event_view(event: HandoffEvent) -> dict[str, Any]:
+        return audit.event_view(event)

@@ -1,0 +1,596 @@
+"""The handoff lifecycle: request → dispatch → active (bypass) → released, or → failed.
+
+Every transition is one conditional UPDATE on the session row (compare-and-set on its
+state), committed together with its audit event and, for a release, the resume message.
+When two release paths race — a form submission and the idle timer, say — exactly one
+UPDATE matches, exactly one resume message is written, and each loser is recorded as a
+`release_noop`. Nothing here holds a transaction open across a network call: the dispatch
+is stored, committed, delivered, and only then is the bypass activated.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import structlog
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationInfo, field_validator
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot import audit, conversations
+from bot.bus import ConversationBus
+from bot.channel_set import ChannelSet
+from bot.clock import Clock
+from bot.config import HandoffSettings, format_duration
+from bot.db import Database
+from bot.errors import Conflict, NotFound, ToolFailure
+from bot.metrics import Metrics
+from bot.models import ACTIVE, DISPATCHING, FAILED, OPEN_STATES, RELEASED, Conversation, HandoffSession, Message, OutboxItem, new_id
+from bot.outbox import DeliveryFailed, Outbox
+from bot.rendering import Renderer
+from bot.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
+from channels.base import HandoffBrief, Outbound, Receipt
+from forms.fields import MAX_RETURN_FIELDS, ReturnField, check_unique_names, coerce_returned, preview_line
+
+log = structlog.get_logger(__name__)
+
+Outcome = Literal["resolved", "unresolved", "needs_followup"]
+EXTRA_CONTEXT_MAX_BYTES = 4096
+
+
+# --------------------------------------------------------------------------- tool inputs
+
+
+class HandoffRequestInput(BaseModel):
+    """Input of `handoff_request` (DESIGN.md §2). `channel_id` is checked against the
+    channels available at call time, which a static model cannot know."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    channel_id: int = Field(description="The handoff channel to use; one of the ids listed in the description.")
+    summary: str = Field(
+        min_length=20, max_length=2000, description="What is happening, who the user is, what they need (20-2000 chars)."
+    )
+    expected_action: str = Field(
+        min_length=10, max_length=1000, description="The concrete next step for the recipient (10-1000 chars)."
+    )
+    urgency: Literal["low", "normal", "high"] = Field(default="normal", description="How soon someone should look.")
+    contact_back_email: EmailStr | None = Field(
+        default=None, description="Where to reach the user; defaults to the subscriber's email when known."
+    )
+    include_transcript: bool = Field(default=True, description="Attach the recent conversation transcript.")
+    extra_context: dict[str, str] | None = Field(
+        default=None, description="Structured key/value context for the recipient, up to about 4 KB."
+    )
+    expected_return: list[ReturnField] | None = Field(
+        default=None,
+        max_length=MAX_RETURN_FIELDS,
+        description="Up to 20 fields the recipient fills when handing back; they come back in the resume message.",
+    )
+
+    @field_validator("channel_id")
+    @classmethod
+    def _available_channel(cls, value: int, info: ValidationInfo) -> int:
+        allowed = (info.context or {}).get("channel_ids")
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"must be one of the available handoff channels {allowed}")
+        return value
+
+    @field_validator("extra_context")
+    @classmethod
+    def _small_context(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        size = len(json.dumps(value, ensure_ascii=False).encode())
+        if size > EXTRA_CONTEXT_MAX_BYTES:
+            raise ValueError(f"is {size} bytes when serialized; the limit is {EXTRA_CONTEXT_MAX_BYTES}")
+        if any(not key.strip() or len(key) > 100 for key in value):
+            raise ValueError("keys must be 1-100 characters")
+        return value
+
+    @field_validator("expected_return")
+    @classmethod
+    def _unique_names(cls, value: list[ReturnField] | None) -> list[ReturnField] | None:
+        return None if value is None else check_unique_names(value)
+
+
+class HandoffReleaseInput(BaseModel):
+    """Input of `handoff_release` (sibling agents)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    handoff_session_id: str = Field(min_length=1, max_length=40, description="The handoff you are serving.")
+    outcome: Outcome = Field(description="resolved, unresolved or needs_followup.")
+    note: str | None = Field(default=None, max_length=2000, description="One or two sentences for the original agent.")
+    return_values: dict[str, Any] | None = Field(
+        default=None, description="Values for the expected return fields, keyed by field name."
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    released: bool
+    session: HandoffSession
+    resume_message_id: int | None = None
+
+
+class NotActive(Conflict):
+    code = "handoff_not_active"
+
+
+Listener = Callable[[HandoffSession], Awaitable[None] | None]
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class Handoffs:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        clock: Clock,
+        settings: HandoffSettings,
+        channels: ChannelSet,
+        outbox: Outbox,
+        renderer: Renderer,
+        metrics: Metrics,
+        bus: ConversationBus,
+    ) -> None:
+        self.db, self.clock, self.settings = db, clock, settings
+        self.channels, self.outbox, self.renderer = channels, outbox, renderer
+        self.metrics, self.bus = metrics, bus
+        # Called after commit; the desk wires timers and the agent's resume turn here.
+        self.on_activated: list[Callable[[HandoffSession], Any]] = []
+        self.on_released: list[Callable[[HandoffSession], Any]] = []
+        # Returns the return-form link for a session, when the forms feature is wired in.
+        self.form_url_for: Callable[[HandoffSession], str | None] = lambda _session: None
+
+    @property
+    def idle_timeout(self) -> timedelta:
+        return self.settings.idle_timeout
+
+    # ------------------------------------------------------------------ queries
+
+    async def get(self, session_id: str) -> HandoffSession:
+        async with self.db.transaction() as session:
+            return await self._get(session, session_id)
+
+    @staticmethod
+    async def _get(session: AsyncSession, session_id: str) -> HandoffSession:
+        found = await session.get(HandoffSession, session_id)
+        if found is None:
+            raise NotFound("handoff session", session_id)
+        return found
+
+    @staticmethod
+    async def open_session(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
+        query = select(HandoffSession).where(
+            HandoffSession.conversation_id == conversation_id, HandoffSession.state.in_(OPEN_STATES)
+        )
+        return (await session.scalars(query)).first()
+
+    async def by_thread(self, channel_id: int, thread_key: str) -> HandoffSession | None:
+        """The active session a recipient's reply in this thread belongs to."""
+        async with self.db.transaction() as session:
+            query = select(HandoffSession).where(
+                HandoffSession.channel_id == channel_id,
+                HandoffSession.thread_key == thread_key,
+                HandoffSession.state == ACTIVE,
+            )
+            return (await session.scalars(query)).first()
+
+    # ------------------------------------------------------------------ request
+
+    async def record_rejection(self, conversation_id: str, *, actor: str, error: str, hint: str, **detail: Any) -> int:
+        """Audit a handoff_request that started nothing; returns the event id."""
+        async with self.db.transaction() as session:
+            event = await audit.record(
+                session, "handoff_request_rejected", at=self.clock.now(), actor=actor,
+                conversation_id=conversation_id, error=error, hint=hint, **detail,
+            )
+        self.metrics.handoff_requests.labels("none", "rejected").inc()
+        return int(event.id or 0)
+
+    async def request(self, conversation_id: str, req: HandoffRequestInput, *, actor: str = "agent") -> dict[str, Any]:
+        """Start a handoff. Returns the tool result; raises ToolFailure with the error result."""
+        adapter = self.channels.get(req.channel_id)
+        if adapter is None or not self.channels.is_available(req.channel_id):
+            ids = [a.id for a in self.channels.available()]
+            hint = f"channel_id {req.channel_id} is not an available handoff channel; use one of {ids}"
+            event_id = await self.record_rejection(conversation_id, actor=actor, error="invalid_input", hint=hint)
+            raise ToolFailure("invalid_input", hint, handoff_event_id=str(event_id), field="channel_id")
+
+        now = self.clock.now()
+        sid = new_id("hs")
+        try:
+            async with self.db.transaction() as session:
+                conversation = await conversations.get(session, conversation_id)
+                existing = await self.open_session(session, conversation_id)
+                if existing is not None:
+                    raise _AlreadyOpen(existing.id)
+                history = await conversations.recent_messages(session, conversation_id, self.settings.transcript_messages)
+                handoff = HandoffSession(
+                    id=sid,
+                    conversation_id=conversation_id,
+                    channel_id=adapter.id,
+                    channel_kind=adapter.kind,
+                    channel_label=adapter.label,
+                    state=DISPATCHING,
+                    urgency=req.urgency,
+                    summary=req.summary,
+                    expected_action=req.expected_action,
+                    contact_back_email=str(req.contact_back_email or conversation.subscriber_email or "") or None,
+                    include_transcript=req.include_transcript,
+                    extra_context=req.extra_context or {},
+                    expected_return=[f.model_dump(exclude_none=True) for f in req.expected_return or []],
+                    estimated_response=adapter.config.estimated_response,
+                    created_at=now,
+                )
+                session.add(handoff)
+                await session.flush()
+                requested = await audit.record(
+                    session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
+                    conversation_id=conversation_id, channel_id=adapter.id, channel_kind=adapter.kind,
+                    request=req.model_dump(mode="json", exclude_none=True),
+                )
+                outbound = self._dispatch_outbound(handoff, conversation, history)
+                item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now)
+                await session.flush()
+                item_id = int(item.id or 0)
+        except (_AlreadyOpen, IntegrityError) as exc:
+            active_id = exc.session_id if isinstance(exc, _AlreadyOpen) else await self._open_id(conversation_id)
+            hint = (
+                f"this conversation already has an open handoff ({active_id}); the subscriber's messages "
+                "already go to a person until it is released"
+            )
+            event_id = await self.record_rejection(
+                conversation_id, actor=actor, error="handoff_already_active", hint=hint, active_handoff_session_id=active_id
+            )
+            raise ToolFailure(
+                "handoff_already_active", hint, handoff_event_id=str(event_id), active_handoff_session_id=active_id
+            ) from None
+
+        started = time.perf_counter()
+        try:
+            receipt = await self.outbox.deliver_now(item_id, budget=self.settings.dispatch_timeout)
+        except DeliveryFailed as exc:
+            await self._fail(sid, error=str(exc.error), hint=exc.error.hint, attempts=exc.attempts)
+            self.metrics.handoff_requests.labels(adapter.kind, "dispatch_failed").inc()
+            raise ToolFailure(
+                "dispatch_failed",
+                f"could not notify {adapter.label}: {exc.error.hint}",
+                handoff_event_id=str(requested.id),
+                handoff_session_id=sid,
+                channel_id=adapter.id,
+                attempts=exc.attempts,
+                human_notified=False,
+            ) from None
+        finally:
+            self.metrics.dispatch_seconds.labels(adapter.kind).observe(time.perf_counter() - started)
+
+        activated = await self._activate(sid, receipt)
+        if activated is None:
+            self.metrics.handoff_requests.labels(adapter.kind, "dispatch_failed").inc()
+            raise ToolFailure(
+                "dispatch_failed", "the handoff was cancelled while it was being dispatched",
+                handoff_event_id=str(requested.id), handoff_session_id=sid, human_notified=False,
+            )
+        self.metrics.handoff_requests.labels(adapter.kind, "ok").inc()
+        return {
+            "ok": True,
+            "action": "handoff_session_started",
+            "channel_kind": adapter.kind,
+            "channel_id": adapter.id,
+            "channel_label": adapter.label,
+            "channel_message_id": receipt.message_id,
+            "estimated_response": adapter.config.estimated_response,
+            "handoff_event_id": str(requested.id),
+            "handoff_session_id": sid,
+            "human_notified": True,
+        }
+
+    async def _open_id(self, conversation_id: str) -> str | None:
+        async with self.db.transaction() as session:
+            found = await self.open_session(session, conversation_id)
+            return found.id if found else None
+
+    def _dispatch_outbound(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> Outbound:
+        brief = self.brief(handoff, conversation, history if handoff.include_transcript else [])
+        fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+        text = self.renderer.render(
+            "messages/dispatch.txt",
+            brief=brief,
+            field_lines=[preview_line(f) for f in fields],
+            channel_label=handoff.channel_label,
+            idle_timeout=format_duration(self.idle_timeout),
+        )
+        subject = f"[Handoff {handoff.short_code}] {one_line(handoff.summary, 80)}"
+        return Outbound(purpose="dispatch", handoff_session_id=handoff.id, text=text, subject=subject, brief=brief)
+
+    def brief(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> HandoffBrief:
+        return HandoffBrief(
+            handoff_session_id=handoff.id,
+            short_code=handoff.short_code,
+            conversation_id=conversation.id,
+            subscriber_name=conversation.subscriber_name,
+            subscriber_email=conversation.subscriber_email,
+            summary=handoff.summary,
+            expected_action=handoff.expected_action,
+            urgency=handoff.urgency,  # type: ignore[arg-type]
+            contact_back_email=handoff.contact_back_email,
+            extra_context=handoff.extra_context,
+            expected_return=[ReturnField.model_validate(f) for f in handoff.expected_return],
+            transcript=conversations.transcript(history, conversation),
+            form_url=self.form_url_for(handoff),
+            idle_timeout_seconds=self.idle_timeout.total_seconds(),
+        )
+
+    async def _fail(self, sid: str, *, error: str, hint: str, attempts: int | None = None, actor: str = "dispatcher") -> bool:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            changed = await session.execute(
+                update(HandoffSession)
+                .where(HandoffSession.id == sid, HandoffSession.state == DISPATCHING)
+                .values(state=FAILED, failure=hint)
+            )
+            if changed.rowcount != 1:
+                return False
+            handoff = await self._get(session, sid)
+            await session.execute(
+                update(OutboxItem)
+                .where(OutboxItem.handoff_session_id == sid, OutboxItem.purpose == "dispatch", OutboxItem.state != "sent")
+                .values(state="failed", lease_until=None)
+            )
+            await audit.record(
+                session, "dispatch_failed", at=now, actor=actor, handoff_session_id=sid,
+                conversation_id=handoff.conversation_id, error=error, hint=hint, attempts=attempts,
+            )
+        log.warning("handoff_dispatch_failed", handoff_session_id=sid, hint=hint)
+        return True
+
+    async def _activate(self, sid: str, receipt: Receipt) -> HandoffSession | None:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            changed = await session.execute(
+                update(HandoffSession)
+                .where(HandoffSession.id == sid, HandoffSession.state == DISPATCHING)
+                .values(
+                    state=ACTIVE,
+                    channel_message_id=receipt.message_id,
+                    thread_key=receipt.thread_key,
+                    thread=receipt.thread,
+                    activated_at=now,
+                    last_activity_at=now,
+                    idle_deadline=now + self.idle_timeout,
+                )
+            )
+            if changed.rowcount != 1:
+                return None
+            handoff = await self._get(session, sid)
+            await audit.record(
+                session, "handoff_activated", at=now, actor="dispatcher", handoff_session_id=sid,
+                conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
+                idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
+            )
+        self.bus.notify(handoff.conversation_id)
+        await _notify(self.on_activated, handoff)
+        return handoff
+
+    # ------------------------------------------------------------------ relaying
+
+    async def bump(self, session: AsyncSession, sid: str, now: datetime) -> bool:
+        """Push the idle deadline out; False when the session is not active (any more).
+
+        This UPDATE doubles as the activity check, so a message racing a release is either
+        part of the session or refused — never relayed into a released one."""
+        changed = await session.execute(
+            update(HandoffSession)
+            .where(HandoffSession.id == sid, HandoffSession.state == ACTIVE)
+            .values(last_activity_at=now, idle_deadline=now + self.idle_timeout)
+        )
+        return changed.rowcount == 1
+
+    async def relay_subscriber_message(
+        self, session: AsyncSession, conversation: Conversation, handoff: HandoffSession, text: str, now: datetime
+    ) -> Message | None:
+        """Store a subscriber message for the recipient, in the caller's transaction.
+        Returns None when the handoff is no longer active (the caller routes to the agent)."""
+        if not await self.bump(session, handoff.id, now):
+            return None
+        message = await conversations.add_message(
+            session, conversation.id, role="subscriber", text=text, now=now, handoff_session_id=handoff.id
+        )
+        author = conversation.subscriber_name or "Subscriber"
+        outbound = Outbound(
+            purpose="relay",
+            handoff_session_id=handoff.id,
+            text=self.renderer.render("messages/relay.txt", author=author, text=text, short_code=handoff.short_code),
+            author=author,
+            thread=handoff.thread,
+        )
+        self.outbox.enqueue(session, channel_id=handoff.channel_id, outbound=outbound, now=now, message_id=message.id)
+        return message
+
+    async def recipient_message(self, sid: str, text: str, *, author: str, via: str) -> Message | ReleaseResult:
+        """A recipient wrote into the handoff: relay it to the subscriber, or release on `/release`."""
+        command = parse_release_command(text)
+        if command is not None:
+            outcome, note = command
+            return await self.release(sid, reason="release_token", actor=author, outcome=outcome, note=note)
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            if not await self.bump(session, sid, now):
+                handoff = await session.get(HandoffSession, sid)
+                if handoff is None:
+                    raise NotFound("handoff session", sid)
+                raise NotActive(f"handoff {sid} is {handoff.state}; the message was not relayed", state=handoff.state)
+            handoff = await self._get(session, sid)
+            message = await conversations.add_message(
+                session, handoff.conversation_id, role="human", text=text, now=now, author=author, handoff_session_id=sid
+            )
+            await audit.record(
+                session, "relayed_to_subscriber", at=now, actor=author, handoff_session_id=sid,
+                conversation_id=handoff.conversation_id, message_id=message.id, via=via,
+            )
+        self.metrics.relayed.labels("to_subscriber").inc()
+        self.bus.notify(handoff.conversation_id)
+        return message
+
+    # ------------------------------------------------------------------ release
+
+    async def release(
+        self,
+        sid: str,
+        *,
+        reason: str,
+        actor: str,
+        outcome: str | None = None,
+        note: str | None = None,
+        return_values: dict[str, Any] | None = None,
+        idle_cutoff: datetime | None = None,
+    ) -> ReleaseResult:
+        """End the bypass. Exactly one caller wins; the rest are recorded as no-ops.
+
+        `idle_cutoff` makes it an idle release: it only applies while the deadline is at or
+        before the cutoff, so a message that pushed the deadline out wins over a late timer.
+        """
+        now = self.clock.now()
+        outcome = outcome or DEFAULT_OUTCOME[reason]
+        note = note.strip() if note and note.strip() else None
+        async with self.db.transaction() as session:
+            handoff = await self._get(session, sid)
+            fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+            coerced = coerce_returned(fields, return_values)
+            conditions = [HandoffSession.id == sid, HandoffSession.state == ACTIVE]
+            if idle_cutoff is not None:
+                conditions.append(HandoffSession.idle_deadline <= idle_cutoff)
+            changed = await session.execute(
+                update(HandoffSession)
+                .where(*conditions)
+                .values(
+                    state=RELEASED, released_at=now, release_reason=reason, released_by=actor, outcome=outcome,
+                    note=note, returned=coerced.values, missing_required=coerced.missing_required,
+                )
+            )
+            won = changed.rowcount == 1
+            if won:
+                text = resume_message(
+                    reason=reason, outcome=outcome, note=note, returned=coerced.values,
+                    missing_required=coerced.missing_required, idle_timeout=self.idle_timeout,
+                )
+                resume = await conversations.add_message(
+                    session, handoff.conversation_id, role="system", text=text, now=now, handoff_session_id=sid
+                )
+                await audit.record(
+                    session, "handoff_released", at=now, actor=actor, handoff_session_id=sid,
+                    conversation_id=handoff.conversation_id, reason=reason, outcome=outcome, note=note,
+                    returned=coerced.values, missing_required=coerced.missing_required or None,
+                    invalid=coerced.invalid or None, resume_message_id=resume.id,
+                )
+                notice = self.renderer.render(
+                    "messages/released.txt", reason=reason, outcome=outcome, actor=actor,
+                    short_code=handoff.short_code, idle_timeout=format_duration(self.idle_timeout),
+                )
+                self.outbox.enqueue(
+                    session, channel_id=handoff.channel_id, now=now,
+                    outbound=Outbound(purpose="notice", handoff_session_id=sid, text=notice, thread=handoff.thread),
+                )
+        if not won:
+            async with self.db.transaction() as session:
+                current = await self._get(session, sid)
+                await audit.record(
+                    session, "release_noop", at=now, actor=actor, handoff_session_id=sid,
+                    conversation_id=current.conversation_id, reason=reason, state=current.state,
+                    released_by_reason=current.release_reason,
+                )
+            self.metrics.release_noops.labels(reason).inc()
+            return ReleaseResult(released=False, session=current)
+
+        async with self.db.transaction() as session:
+            handoff = await self._get(session, sid)
+        self.metrics.releases.labels(reason).inc()
+        log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
+        self.outbox.kick()
+        self.bus.notify(handoff.conversation_id)
+        await _notify(self.on_released, handoff)
+        return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
+
+    async def release_if_idle(self, sid: str) -> ReleaseResult:
+        return await self.release(sid, reason="idle_timeout", actor="idle timer", idle_cutoff=self.clock.now())
+
+    async def overdue(self, limit: int = 500) -> list[str]:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            query = (
+                select(HandoffSession.id)
+                .where(HandoffSession.state == ACTIVE, HandoffSession.idle_deadline <= now)
+                .order_by(HandoffSession.idle_deadline)
+                .limit(limit)
+            )
+            return list((await session.scalars(query)).all())
+
+    async def due_before(self, horizon: datetime, limit: int = 5000) -> list[tuple[str, datetime]]:
+        """Active sessions whose idle deadline falls before `horizon`, soonest first."""
+        async with self.db.transaction() as session:
+            query = (
+                select(HandoffSession.id, HandoffSession.idle_deadline)
+                .where(HandoffSession.state == ACTIVE, HandoffSession.idle_deadline <= horizon)
+                .order_by(HandoffSession.idle_deadline)
+                .limit(limit)
+            )
+            return [(sid, deadline) for sid, deadline in (await session.execute(query)).all()]
+
+    async def fail_stale_dispatches(self) -> int:
+        """Sessions stuck in `dispatching` (the server stopped mid-dispatch) become `failed`,
+        so the conversation is not blocked from a new handoff forever."""
+        cutoff = self.clock.now() - (self.settings.dispatch_timeout * 2 + timedelta(seconds=30))
+        async with self.db.transaction() as session:
+            query = select(HandoffSession.id).where(HandoffSession.state == DISPATCHING, HandoffSession.created_at < cutoff)
+            stale = list((await session.scalars(query)).all())
+        failed = 0
+        for sid in stale:
+            hint = "the server stopped while this handoff was being dispatched"
+            failed += await self._fail(sid, error="interrupted", hint=hint, actor="sweeper")
+        return failed
+
+
+class _AlreadyOpen(Exception):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+
+
+async def _notify(listeners: list[Callable[[HandoffSession], Any]], handoff: HandoffSession) -> None:
+    for listener in listeners:
+        try:
+            result = listener(handoff)
+            if hasattr(result, "__await__"):
+                await result
+        except Exception:
+            log.exception("handoff_listener_failed", handoff_session_id=handoff.id)
+
+
+def parse_release_command(text: str) -> tuple[str | None, str | None] | None:
+    """`/release`, `/release resolved`, `/release needs_followup call back Monday`.
+
+    Returns (outcome, note) or None when the text is not a release command. An unknown
+    first word is part of the note, so `/release done, refunded` still releases.
+    """
+    stripped = text.strip()
+    head, _, rest = stripped.partition(" ")
+    if head.split("@", 1)[0].lower() != "/release":  # Telegram appends @botname
+        return None
+    rest = rest.strip()
+    first, _, remainder = rest.partition(" ")
+    if first.lower() in ("resolved", "unresolved", "needs_followup"):
+        return first.lower(), remainder.strip()[:MAX_NOTE] or None
+    return None, rest[:MAX_NOTE] or None

@@ -1,0 +1,131 @@
+"""The inbox of recipient events: store first (deduplicated), work after.
+
+Providers redeliver: Slack retries an event it thinks was not acked, Telegram resends an
+update after a restart. Each inbound message is inserted under a unique
+(channel_id, dedupe_key), so a redelivery is a constraint violation and is dropped; the
+webhook can answer the provider at once and the relaying happens after. Pending events
+left by a crash are processed on the next start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from bot import audit
+from bot.background import Background
+from bot.clock import Clock
+from bot.db import Database
+from bot.errors import DeskError
+from bot.handoffs import Handoffs, ReleaseResult
+from bot.metrics import Metrics
+from bot.models import InboundEvent
+from channels.base import InboundMessage
+
+log = structlog.get_logger(__name__)
+
+
+class Inbound:
+    def __init__(
+        self, *, db: Database, clock: Clock, handoffs: Handoffs, metrics: Metrics, background: Background,
+        kind_of: Any,
+    ) -> None:
+        self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
+        self._kind_of = kind_of  # channel id -> kind, for metric labels
+
+    async def store(self, channel_id: int, message: InboundMessage) -> int | None:
+        """Store one event; None when it is a redelivery of one already stored."""
+        key = message.dedupe_key or _unique_key()
+        try:
+            async with self.db.transaction() as session:
+                event = InboundEvent(
+                    channel_id=channel_id, dedupe_key=key, payload=message.model_dump(mode="json"),
+                    received_at=self.clock.now(),
+                )
+                session.add(event)
+                await session.flush()
+                event_id = int(event.id or 0)
+        except IntegrityError:
+            self.metrics.inbound.labels(self._kind_of(channel_id), "duplicate").inc()
+            log.info("inbound_duplicate_dropped", channel_id=channel_id, dedupe_key=key)
+            return None
+        self.metrics.inbound.labels(self._kind_of(channel_id), "stored").inc()
+        return event_id
+
+    async def submit(self, channel_id: int, message: InboundMessage) -> None:
+        """Store and process in the background (webhooks, pollers)."""
+        event_id = await self.store(channel_id, message)
+        if event_id is not None:
+            self.background.spawn(self.process(event_id), name=f"inbound:{event_id}")
+
+    async def submit_and_wait(self, channel_id: int, message: InboundMessage) -> str:
+        """Store and process now (the owner inbox, which shows the result right away)."""
+        event_id = await self.store(channel_id, message)
+        if event_id is None:
+            return "duplicate"
+        return await self.process(event_id)
+
+    async def process(self, event_id: int) -> str:
+        """Relay or act on one stored event, once: the claim is a conditional update."""
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            claimed = await session.execute(
+                update(InboundEvent).where(InboundEvent.id == event_id, InboundEvent.state == "pending")
+                .values(state="processing", processed_at=now)
+            )
+            if claimed.rowcount != 1:
+                return "already processed"
+            event = await session.get(InboundEvent, event_id)
+        assert event is not None
+        message = InboundMessage.model_validate(event.payload)
+        handoff = await self.handoffs.by_thread(event.channel_id, message.thread_key)
+        if handoff is None:
+            return await self._finish(event, "ignored", "no active handoff in this thread")
+        author = message.author or "recipient"
+        try:
+            result = await self.handoffs.recipient_message(handoff.id, message.text, author=author, via=f"channel:{event.channel_id}")
+        except DeskError as exc:
+            return await self._finish(event, "ignored", exc.message, handoff_session_id=handoff.id)
+        if isinstance(result, ReleaseResult):
+            outcome = "released" if result.released else "release was a no-op"
+            return await self._finish(event, "done", outcome, handoff_session_id=handoff.id)
+        return await self._finish(event, "done", "relayed", handoff_session_id=handoff.id)
+
+    async def _finish(self, event: InboundEvent, state: str, result: str, handoff_session_id: str | None = None) -> str:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(InboundEvent).where(InboundEvent.id == event.id).values(state=state, result=result))
+            if state == "ignored":
+                await audit.record(
+                    session, "inbound_ignored", at=now, actor=event.payload.get("author") or "recipient",
+                    handoff_session_id=handoff_session_id, channel_id=event.channel_id, inbound_event_id=event.id,
+                    reason=result,
+                )
+        return result
+
+    async def process_pending(self) -> int:
+        """Finish events a previous run stored but did not get to (crash, restart)."""
+        async with self.db.transaction() as session:
+            # An event stuck in "processing" for a while belongs to a run that died.
+            stale = self.clock.now() - timedelta(minutes=5)
+            await session.execute(
+                update(InboundEvent)
+                .where(InboundEvent.state == "processing", InboundEvent.processed_at < stale)
+                .values(state="pending")
+            )
+            ids = list((await session.scalars(
+                select(InboundEvent.id).where(InboundEvent.state == "pending").order_by(InboundEvent.id)
+            )).all())
+        for event_id in ids:
+            await self.process(event_id)
+        return len(ids)
+
+
+def _unique_key() -> str:
+    """Providers without event ids are not deduplicated: a person may well send "ok" twice."""
+    return f"local:{uuid.uuid4().hex}"

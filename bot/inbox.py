@@ -1,0 +1,328 @@
+"""The owner inbox (`/inbox`): active handoffs, a live transcript, reply and release.
+
+Threat model, briefly. The inbox can end handoffs and speak to subscribers, so:
+- it sits behind `owner.token`; a login sets a signed, expiring, HttpOnly, SameSite=Strict
+  cookie scoped to /inbox (an inbox without a token — loopback only, see config — still
+  gets the cookie, because CSRF protection hangs off it);
+- every POST carries a CSRF token bound to that cookie, and a cross-site `Origin` or
+  `Sec-Fetch-Site` is refused, so another site cannot make the owner's browser release a
+  handoff;
+- GET never changes state; pages are autoescaped and sent with a strict CSP (one nonce per
+  response for the small live-update script), no-referrer and no-store.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlparse
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+from bot.conversations import message_view, speaker
+from bot.desk import Desk
+from bot.errors import DeskError
+from bot.models import ACTIVE, HandoffSession
+from bot.paths import TEMPLATES_DIR
+from channels.base import InboundMessage
+from forms.fields import ReturnField, preview_line
+
+COOKIE = "handoff_owner"
+SESSION_MAX_AGE = 12 * 3600
+
+inbox = APIRouter()
+
+
+class NeedsLogin(Exception):
+    pass
+
+
+def _desk(request: Request) -> Desk:
+    return request.app.state.desk
+
+
+def _serializer(desk: Desk, purpose: str) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(desk.config.secret_key.get_secret_value(), salt=f"inbox-{purpose}")
+
+
+class Owner:
+    """The signed-in owner's browser session."""
+
+    def __init__(self, desk: Desk, session_id: str, new_cookie: str | None = None) -> None:
+        self.desk, self.session_id, self.new_cookie = desk, session_id, new_cookie
+
+    @property
+    def csrf(self) -> str:
+        return _serializer(self.desk, "csrf").dumps(self.session_id)
+
+    def check_csrf(self, token: str) -> bool:
+        try:
+            value = _serializer(self.desk, "csrf").loads(token, max_age=SESSION_MAX_AGE)
+        except BadSignature:
+            return False
+        return hmac.compare_digest(str(value), self.session_id)
+
+
+def _issue_cookie(desk: Desk) -> tuple[str, str]:
+    session_id = secrets.token_urlsafe(16)
+    return session_id, _serializer(desk, "session").dumps(session_id)
+
+
+def current_owner(request: Request) -> Owner:
+    desk = _desk(request)
+    cookie = request.cookies.get(COOKIE)
+    if cookie:
+        try:
+            return Owner(desk, str(_serializer(desk, "session").loads(cookie, max_age=SESSION_MAX_AGE)))
+        except BadSignature:
+            pass
+    if desk.config.owner.token is None and request.method == "GET":
+        session_id, value = _issue_cookie(desk)
+        return Owner(desk, session_id, new_cookie=value)
+    raise NeedsLogin()
+
+
+def _same_origin(request: Request, desk: Desk) -> bool:
+    site = request.headers.get("sec-fetch-site")
+    if site and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if not origin or origin == "null":
+        return origin is None
+    allowed = {_origin(desk.config.public_url), f"{request.url.scheme}://{request.headers.get('host', '')}"}
+    return origin in allowed
+
+
+def _origin(url: str) -> str:
+    parsed = urlparse(url)
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def verified_post(request: Request, csrf: str = Form(default=""), owner: Owner = Depends(current_owner)) -> Owner:
+    if not _same_origin(request, owner.desk) or not owner.check_csrf(csrf):
+        raise Forbidden()
+    return owner
+
+
+class Forbidden(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def _page(desk: Desk, template: str, owner: Owner | None = None, status: int = 200, **context: Any) -> HTMLResponse:
+    nonce = secrets.token_urlsafe(16)
+    html = desk.renderer.render(template, nonce=nonce, csrf=owner.csrf if owner else "", **context)
+    response = HTMLResponse(html, status_code=status)
+    secure_headers(response, nonce)
+    if owner and owner.new_cookie:
+        set_owner_cookie(response, desk, owner.new_cookie)
+    return response
+
+
+def secure_headers(response: Response, nonce: str | None = None) -> None:
+    script = f"'nonce-{nonce}'" if nonce else "'none'"
+    response.headers["Content-Security-Policy"] = (
+        f"default-src 'none'; script-src {script}; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Frame-Options"] = "DENY"
+
+
+def set_owner_cookie(response: Response, desk: Desk, value: str) -> None:
+    response.set_cookie(
+        COOKIE, value, max_age=SESSION_MAX_AGE, path="/", httponly=True, samesite="strict",
+        secure=desk.config.public_url.startswith("https://"),
+    )
+
+
+def _redirect(url: str) -> RedirectResponse:
+    response = RedirectResponse(url, status_code=303)
+    secure_headers(response)
+    return response
+
+
+# --------------------------------------------------------------------------- view helpers
+
+
+def _time_left(desk: Desk, deadline: datetime | None) -> str:
+    if deadline is None:
+        return ""
+    left = deadline - desk.clock.now()
+    if left.total_seconds() <= 0:
+        return "releasing now"
+    minutes = int(left.total_seconds() // 60)
+    return f"{minutes} min left" if minutes else f"{int(left.total_seconds())} s left"
+
+
+def _card(desk: Desk, handoff: HandoffSession) -> dict[str, Any]:
+    fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+    return {
+        "h": handoff,
+        "time_left": _time_left(desk, handoff.idle_deadline) if handoff.state == ACTIVE else "",
+        "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == ACTIVE else "",
+        "field_lines": [preview_line(f) for f in fields],
+        "form_url": desk.handoffs.form_url_for(handoff) if handoff.state == ACTIVE else None,
+        "can_reply": handoff.state == ACTIVE and handoff.channel_kind == "owner_inbox",
+    }
+
+
+# --------------------------------------------------------------------------- routes
+
+
+@inbox.get("/static/desk.css", include_in_schema=False)
+async def stylesheet() -> FileResponse:
+    return FileResponse(TEMPLATES_DIR / "static" / "desk.css", media_type="text/css", headers={"Cache-Control": "public, max-age=3600"})
+
+
+@inbox.get("/inbox/login", include_in_schema=False)
+async def login_page(request: Request, next: str = "/inbox", failed: bool = False) -> HTMLResponse:
+    desk = _desk(request)
+    return _page(desk, "inbox/login.html", next=_safe_next(next), failed=failed, status=401 if failed else 200)
+
+
+@inbox.post("/inbox/login", include_in_schema=False)
+async def login(request: Request, token: str = Form(default=""), next: str = Form(default="/inbox")) -> Response:
+    desk = _desk(request)
+    expected = desk.config.owner.token
+    if not _same_origin(request, desk):
+        return _page(desk, "inbox/error.html", status=403, title="Refused", message="Cross-site login refused.")
+    if expected is not None and not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
+        return _redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
+    _session_id, value = _issue_cookie(desk)
+    response = _redirect(_safe_next(next))
+    set_owner_cookie(response, desk, value)
+    return response
+
+
+@inbox.post("/inbox/logout", include_in_schema=False)
+async def logout(owner: Owner = Depends(verified_post)) -> Response:
+    response = _redirect("/inbox/login")
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+def _safe_next(target: str) -> str:
+    """Only local paths: a login link must not bounce the owner to another site."""
+    return target if target.startswith("/inbox") and "//" not in target and "\\" not in target else "/inbox"
+
+
+@inbox.get("/inbox", response_class=HTMLResponse, include_in_schema=False)
+async def inbox_list(request: Request, owner: Owner = Depends(current_owner)) -> HTMLResponse:
+    desk = owner.desk
+    active = await desk.handoff_list(states=("dispatching", "active"))
+    recent = await desk.handoff_list(states=("released", "failed"), limit=20)
+    return _page(
+        desk, "inbox/list.html", owner,
+        active=[_card(desk, h) for h in active], recent=[_card(desk, h) for h in recent],
+        open_inbox=desk.config.owner.token is None,
+    )
+
+
+@inbox.get("/inbox/handoffs/{sid}", response_class=HTMLResponse, include_in_schema=False)
+async def handoff_page(sid: str, request: Request, notice: str = "", owner: Owner = Depends(current_owner)) -> HTMLResponse:
+    desk = owner.desk
+    handoff = await desk.handoffs.get(sid)
+    conversation = await desk.conversation(handoff.conversation_id)
+    messages = await desk.messages(handoff.conversation_id, 0, 500)
+    events = await desk.events(sid)
+    return _page(
+        desk, "inbox/handoff.html", owner,
+        card=_card(desk, handoff),
+        conversation=conversation,
+        messages=[{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
+        last_id=messages[-1].id if messages else 0,
+        events=[desk.event_view(e) for e in events],
+        nonce_reply=secrets.token_urlsafe(12),
+        notice=notice[:200],
+    )
+
+
+@inbox.get("/inbox/handoffs/{sid}/updates", include_in_schema=False)
+async def handoff_updates(
+    sid: str, after: int = Query(default=0, ge=0), wait: float = Query(default=25, ge=0, le=30),
+    owner: Owner = Depends(current_owner),
+) -> JSONResponse:
+    """Long-poll for the live transcript: returns as soon as something new is there."""
+    desk = owner.desk
+    handoff = await desk.handoffs.get(sid)
+    messages = await desk.messages(handoff.conversation_id, after, 200)
+    remaining = wait
+    while not messages and remaining > 0:
+        step = min(2.0, remaining)
+        await desk.bus.wait(handoff.conversation_id, timeout=step)
+        remaining -= step
+        messages = await desk.messages(handoff.conversation_id, after, 200)
+    handoff = await desk.handoffs.get(sid)
+    conversation = await desk.conversation(handoff.conversation_id)
+    card = _card(desk, handoff)
+    response = JSONResponse({
+        "messages": [{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
+        "state": handoff.state,
+        "time_left": card["time_left"],
+        "deadline": card["deadline"],
+    })
+    secure_headers(response)
+    return response
+
+
+@inbox.post("/inbox/handoffs/{sid}/reply", include_in_schema=False)
+async def reply(
+    sid: str, text: str = Form(default=""), nonce: str = Form(default=""), owner: Owner = Depends(verified_post)
+) -> Response:
+    desk = owner.desk
+    handoff = await desk.handoffs.get(sid)
+    text = text.strip()
+    if not text:
+        return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Write a message first.')}")
+    if handoff.channel_kind != "owner_inbox" or handoff.thread_key is None:
+        return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Replies to this handoff go through its own channel.')}")
+    outcome = await desk.inbound.submit_and_wait(
+        handoff.channel_id,
+        InboundMessage(thread_key=handoff.thread_key, text=text[:10_000], author="Owner", dedupe_key=f"inbox:{nonce}" if nonce else None),
+    )
+    notice = "" if outcome in ("relayed", "duplicate") else outcome
+    return _redirect(f"/inbox/handoffs/{sid}" + (f"?notice={quote(notice)}" if notice else ""))
+
+
+@inbox.post("/inbox/handoffs/{sid}/release", include_in_schema=False)
+async def release(
+    sid: str, outcome: str = Form(default="resolved"), note: str = Form(default=""), owner: Owner = Depends(verified_post)
+) -> Response:
+    desk = owner.desk
+    if outcome not in ("resolved", "unresolved", "needs_followup"):
+        outcome = "resolved"
+    try:
+        result = await desk.handoffs.release(sid, reason="owner", actor="owner (inbox)", outcome=outcome, note=note[:2000])
+    except DeskError as exc:
+        return _page(desk, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
+                     title="Could not release", message=exc.message)
+    notice = "Released; the assistant has the conversation again." if result.released else (
+        f"Already {result.session.state} ({result.session.release_reason or 'no reason'}); nothing changed."
+    )
+    return _redirect(f"/inbox/handoffs/{sid}?notice={quote(notice)}")
+
+
+def install_inbox_errors(app: Any) -> None:
+    """Login redirects and CSRF refusals as pages, not JSON."""
+
+    @app.exception_handler(NeedsLogin)
+    async def _needs_login(request: Request, _exc: NeedsLogin) -> Response:
+        if request.method != "GET" or request.url.path.endswith("/updates"):
+            return JSONResponse({"error": "unauthorized", "details": {"hint": "log in to the inbox"}}, status_code=401)
+        return _redirect(f"/inbox/login?next={quote(request.url.path)}")
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(request: Request, _exc: Forbidden) -> Response:
+        desk = _desk(request)
+        return _page(desk, "inbox/error.html", status=403, title="Refused",
+                     message="This form expired or came from another site. Go back, reload the page and try again.")
+

@@ -1,0 +1,34 @@
+"""Prometheus metrics, on a registry per server so several servers (tests, the demo) can
+live in one process without colliding."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.handoff_requests = Counter(
+            "handoff_requests", "handoff_request calls by channel kind and result", ["channel_kind", "result"], registry=r)
+        self.dispatch_seconds = Histogram(
+            "handoff_dispatch_seconds", "Time to deliver a handoff dispatch, retries included", ["channel_kind"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.releases = Counter("handoff_releases", "Handoffs released, by reason", ["reason"], registry=r)
+        self.release_noops = Counter(
+            "handoff_release_noops", "Release attempts that lost a race or came too late", ["reason"], registry=r)
+        self.relayed = Counter("handoff_relayed_messages", "Messages relayed during a bypass", ["direction"], registry=r)
+        self.deliveries = Counter(
+            "handoff_outbox_deliveries", "Outbox delivery attempts", ["channel_kind", "purpose", "result"], registry=r)
+        self.inbound = Counter("handoff_inbound_events", "Recipient events received", ["channel_kind", "result"], registry=r)
+        self.agent_turn_seconds = Histogram(
+            "handoff_agent_turn_seconds", "Time the agent took to answer a turn",
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60), registry=r)
+        self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

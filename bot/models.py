@@ -1,0 +1,160 @@
+"""Database tables.
+
+Times are timezone-aware UTC everywhere (sqlmodel's UTC type refuses naive datetimes).
+State changes that can race — releasing a handoff, claiming an outbox item, consuming an
+inbound event — are single conditional UPDATEs on these rows, never read-then-write in
+Python, so they stay correct with several server instances on one PostgreSQL database.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Index, Text, UniqueConstraint, text
+from sqlmodel import Field, SQLModel
+
+# Handoff states (DESIGN.md §3). A conversation has at most one OPEN session.
+DISPATCHING, ACTIVE, RELEASED, FAILED = "dispatching", "active", "released", "failed"
+OPEN_STATES = (DISPATCHING, ACTIVE)
+RELEASE_REASONS = ("form", "release_token", "agent", "owner", "idle_timeout")
+OUTCOMES = ("resolved", "unresolved", "needs_followup")
+ROLES = ("subscriber", "agent", "human", "system")
+
+
+def new_id(prefix: str) -> str:
+    """Random, URL-safe, unguessable ids: they appear in links and API paths."""
+    return f"{prefix}_{secrets.token_urlsafe(12)}"
+
+
+class Conversation(SQLModel, table=True):
+    __tablename__ = "conversations"
+
+    id: str = Field(primary_key=True, max_length=40)
+    subscriber_name: str | None = Field(default=None, max_length=200)
+    subscriber_email: str | None = Field(default=None, max_length=320)
+    subscriber_external_id: str | None = Field(default=None, max_length=200, index=True)
+    # Set when this conversation is a sibling agent serving someone else's handoff: that
+    # agent may release exactly this session and nothing else.
+    serves_handoff_session_id: str | None = Field(default=None, max_length=40, index=True)
+    created_at: datetime
+    last_message_at: datetime
+
+
+class Message(SQLModel, table=True):
+    __tablename__ = "messages"
+    __table_args__ = (Index("ix_messages_conversation_id_id", "conversation_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id", max_length=40)
+    role: str = Field(max_length=16)
+    text: str = Field(sa_type=Text)
+    author: str | None = Field(default=None, max_length=200)
+    handoff_session_id: str | None = Field(default=None, max_length=40)
+    created_at: datetime
+
+
+class HandoffSession(SQLModel, table=True):
+    __tablename__ = "handoff_sessions"
+    __table_args__ = (
+        # The database, not Python, enforces one open handoff per conversation, so two
+        # concurrent handoff_request calls cannot both start one.
+        Index(
+            "uq_handoff_sessions_one_open_per_conversation",
+            "conversation_id",
+            unique=True,
+            sqlite_where=text("state IN ('dispatching', 'active')"),
+            postgresql_where=text("state IN ('dispatching', 'active')"),
+        ),
+        Index("ix_handoff_sessions_state_idle_deadline", "state", "idle_deadline"),
+        Index("ix_handoff_sessions_channel_thread", "channel_id", "thread_key"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True, max_length=40)
+    channel_id: int
+    channel_kind: str = Field(max_length=40)
+    channel_label: str = Field(max_length=80)
+    state: str = Field(max_length=16)
+    urgency: str = Field(max_length=8)
+    summary: str = Field(sa_type=Text)
+    expected_action: str = Field(sa_type=Text)
+    contact_back_email: str | None = Field(default=None, max_length=320)
+    include_transcript: bool = True
+    extra_context: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    expected_return: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
+    estimated_response: str | None = Field(default=None, max_length=200)
+    channel_message_id: str | None = Field(default=None, max_length=200)
+    thread_key: str | None = Field(default=None, max_length=200)
+    thread: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    failure: str | None = Field(default=None, sa_type=Text)
+    created_at: datetime
+    activated_at: datetime | None = None
+    last_activity_at: datetime | None = None
+    idle_deadline: datetime | None = None
+    released_at: datetime | None = None
+    release_reason: str | None = Field(default=None, max_length=20)
+    released_by: str | None = Field(default=None, max_length=200)
+    outcome: str | None = Field(default=None, max_length=20)
+    note: str | None = Field(default=None, sa_type=Text)
+    returned: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    missing_required: list[str] = Field(default_factory=list, sa_type=JSON)
+
+    @property
+    def short_code(self) -> str:
+        """A short, speakable reference for people ("handoff A7F3")."""
+        return self.id.split("_", 1)[-1][:4].upper()
+
+
+class HandoffEvent(SQLModel, table=True):
+    """The audit trail: one row per thing that happened, including the no-ops."""
+
+    __tablename__ = "handoff_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    handoff_session_id: str | None = Field(default=None, index=True, max_length=40)
+    conversation_id: str | None = Field(default=None, index=True, max_length=40)
+    kind: str = Field(max_length=40)
+    actor: str = Field(max_length=200)
+    detail: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    created_at: datetime
+
+
+class OutboxItem(SQLModel, table=True):
+    """A durable outbound send. Stored in the same transaction as the thing it reports,
+    delivered after commit, retried by the outbox worker until sent or given up."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_state_not_before", "state", "not_before"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    channel_id: int
+    handoff_session_id: str | None = Field(default=None, index=True, max_length=40)
+    purpose: str = Field(max_length=16)  # dispatch | relay | notice
+    message_id: int | None = None  # the conversation message a relay carries
+    payload: dict[str, Any] = Field(sa_type=JSON)
+    state: str = Field(default="pending", max_length=16)  # pending | sending | sent | failed
+    attempts: int = 0
+    not_before: datetime
+    lease_until: datetime | None = None
+    last_error: str | None = Field(default=None, sa_type=Text)
+    receipt: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    created_at: datetime
+    sent_at: datetime | None = None
+
+
+class InboundEvent(SQLModel, table=True):
+    """A recipient message as received, deduplicated on the provider's event id."""
+
+    __tablename__ = "inbound_events"
+    __table_args__ = (UniqueConstraint("channel_id", "dedupe_key", name="uq_inbound_events_channel_dedupe"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    channel_id: int
+    dedupe_key: str = Field(max_length=200)
+    payload: dict[str, Any] = Field(sa_type=JSON)
+    state: str = Field(default="pending", max_length=16)  # pending | done | ignored
+    result: str | None = Field(default=None, sa_type=Text)
+    received_at: datetime
+    processed_at: datetime | None = None

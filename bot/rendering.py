@@ -1,0 +1,34 @@
+"""Jinja2 templates for messages and pages.
+
+HTML templates are always autoescaped. Plain-text message templates (`*.txt`) are not,
+because HTML entities in a text message would be wrong; each channel adapter escapes
+user-derived text for its own markup instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from bot.paths import TEMPLATES_DIR
+
+
+def _autoescape(name: str | None) -> bool:
+    return not (name or "").endswith(".txt")
+
+
+class Renderer:
+    def __init__(self, directory: Path = TEMPLATES_DIR) -> None:
+        self.env = Environment(
+            loader=FileSystemLoader(str(directory)),
+            autoescape=_autoescape,
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=False,
+        )
+
+    def render(self, name: str, **context: Any) -> str:
+        return self.env.get_template(name).render(**context)

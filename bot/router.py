@@ -1,0 +1,157 @@
+"""Routing a subscriber's message: to the agent, or — during a handoff — to the recipient.
+
+The decision and the storing happen in one transaction: the message is written (and, when
+bypassed, its relay queued in the outbox) before anything is sent, so a crash after this
+point loses nothing. Agent turns for one conversation run one at a time, so two quick
+messages cannot make the agent answer twice in parallel or escalate twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import structlog
+
+from bot import conversations
+from bot.agents import Agent, Turn, TurnMessage
+from bot.background import Background
+from bot.bus import ConversationBus
+from bot.channel_set import ChannelSet
+from bot.clock import Clock
+from bot.db import Database
+from bot.handoffs import Handoffs
+from bot.metrics import Metrics
+from bot.models import ACTIVE, HandoffSession, Message
+from bot.outbox import Outbox
+from bot.tools import ToolContext, ToolRegistry
+
+log = structlog.get_logger(__name__)
+
+AGENT_HISTORY = 50
+FALLBACK_REPLY = "Sorry, I ran into a problem answering that. Please try again in a moment."
+
+
+@dataclass
+class RouteResult:
+    message_id: int
+    routed_to: Literal["agent", "human"]
+    handoff_session_id: str | None
+    replies: list[Message] = field(default_factory=list)
+
+
+class Router:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        clock: Clock,
+        handoffs: Handoffs,
+        channels: ChannelSet,
+        outbox: Outbox,
+        tools: ToolRegistry,
+        agent: Agent,
+        bus: ConversationBus,
+        background: Background,
+        metrics: Metrics,
+    ) -> None:
+        self.db, self.clock, self.handoffs, self.channels = db, clock, handoffs, channels
+        self.outbox, self.tools, self.agent, self.bus = outbox, tools, agent, bus
+        self.background, self.metrics = background, metrics
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _lock(self, conversation_id: str) -> asyncio.Lock:
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[conversation_id] = lock
+        return lock
+
+    async def subscriber_message(self, conversation_id: str, text: str) -> RouteResult:
+        # One message of a conversation at a time: a message arriving while the agent is
+        # escalating is routed after the turn ends, to the human if the handoff started.
+        async with self._lock(conversation_id):
+            now = self.clock.now()
+            async with self.db.transaction() as session:
+                conversation = await conversations.get(session, conversation_id)
+                handoff = await self.handoffs.open_session(session, conversation_id)
+                relayed = None
+                if handoff is not None and handoff.state == ACTIVE:
+                    relayed = await self.handoffs.relay_subscriber_message(session, conversation, handoff, text, now)
+                if relayed is None:
+                    stored = await conversations.add_message(session, conversation_id, role="subscriber", text=text, now=now)
+            self.bus.notify(conversation_id)
+            if relayed is not None and handoff is not None:
+                self.outbox.kick()
+                return RouteResult(int(relayed.id or 0), "human", handoff.id)
+            replies, started = await self._agent_turn(conversation_id, trigger="message")
+            return RouteResult(int(stored.id or 0), "agent", started, replies)
+
+    def tool_context(self, conversation: Any, actor: str = "agent") -> ToolContext:
+        return ToolContext(conversation=conversation, handoffs=self.handoffs, channels=self.channels, actor=actor)
+
+    async def agent_turn(self, conversation_id: str, *, trigger: Literal["message", "resumed"]) -> tuple[list[Message], str | None]:
+        """Run one agent turn and store its replies. Returns the replies and the id of a
+        handoff the agent started during the turn, if any."""
+        async with self._lock(conversation_id):
+            return await self._agent_turn(conversation_id, trigger=trigger)
+
+    async def _agent_turn(self, conversation_id: str, *, trigger: Literal["message", "resumed"]) -> tuple[list[Message], str | None]:
+        async with self.db.transaction() as session:
+            conversation = await conversations.get(session, conversation_id)
+            history = await conversations.recent_messages(session, conversation_id, AGENT_HISTORY)
+            open_handoff = await self.handoffs.open_session(session, conversation_id)
+        if open_handoff is not None and open_handoff.state == ACTIVE:
+            return [], None  # a person has the conversation now (e.g. a new handoff began before a resume turn)
+        ctx = self.tool_context(conversation)
+        turn = Turn(
+            conversation_id=conversation_id,
+            subscriber_name=conversation.subscriber_name,
+            subscriber_email=conversation.subscriber_email,
+            history=[TurnMessage(m.role, m.text, m.author) for m in history],
+            tools=self.tools.specs(ctx),
+            call_tool=lambda name, args: self._call_tool(ctx, turn, name, args),
+            trigger=trigger,
+        )
+        started = time.perf_counter()
+        try:
+            texts = await self.agent.respond(turn)
+        except Exception:
+            log.exception("agent_turn_failed", conversation_id=conversation_id)
+            texts = [FALLBACK_REPLY]
+        finally:
+            self.metrics.agent_turn_seconds.observe(time.perf_counter() - started)
+        replies = await self._store_replies(conversation_id, [t for t in texts if t and t.strip()])
+        started_handoff = next(
+            (result.get("handoff_session_id") for name, _, result in turn.tool_calls
+             if name == "handoff_request" and result.get("ok")),
+            None,
+        )
+        return replies, started_handoff
+
+    async def _call_tool(self, ctx: ToolContext, turn: Turn, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        result = await self.tools.call(ctx, name, args)
+        turn.tool_calls.append((name, args, result))
+        return result
+
+    async def _store_replies(self, conversation_id: str, texts: list[str]) -> list[Message]:
+        if not texts:
+            return []
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            replies = [
+                await conversations.add_message(session, conversation_id, role="agent", text=text, now=now)
+                for text in texts
+            ]
+        self.bus.notify(conversation_id)
+        return replies
+
+    def after_release(self, handoff: HandoffSession) -> None:
+        """The agent picks the conversation up as soon as a handoff ends, instead of
+        waiting for the subscriber to say something."""
+        self.background.spawn(
+            self.agent_turn(handoff.conversation_id, trigger="resumed"), name=f"resume:{handoff.conversation_id}"
+        )

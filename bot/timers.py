@@ -1,0 +1,95 @@
+"""The idle timer: a handoff nobody touches for `handoff.idle_timeout` is released.
+
+The deadline lives in the session row (`idle_deadline`), pushed out by every relayed
+message in the same transaction that stores it, so it survives restarts and is shared by
+every instance. APScheduler only does the timing:
+
+- a periodic sweep releases whatever is overdue (deadlines missed while the server was
+  down, or owned by an instance that died) and schedules exact jobs for the deadlines that
+  fall before the next sweep;
+- each exact job re-reads the deadline when it fires: if activity moved it, the job is
+  re-armed (or left to a later sweep), otherwise it releases.
+
+The release itself is the conditional update in `Handoffs.release` (state active AND
+deadline passed), so a double fire, two instances, or a message arriving at the last
+moment can never produce two resume messages. Jobs only exist for near deadlines, so
+100,000 idle handoffs cost a database index, not 100,000 scheduler jobs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from bot.clock import Clock
+from bot.handoffs import Handoffs
+from bot.models import HandoffSession
+
+log = structlog.get_logger(__name__)
+
+
+class IdleTimers:
+    def __init__(self, handoffs: Handoffs, clock: Clock, *, sweep_interval: timedelta) -> None:
+        self.handoffs, self.clock, self.sweep_interval = handoffs, clock, sweep_interval
+        # Missed runs must still run (the default grace of 1 s silently drops a late job).
+        self.scheduler = AsyncIOScheduler(
+            job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1}, timezone=UTC
+        )
+
+    def start(self) -> None:
+        self.scheduler.start()
+        self.scheduler.add_job(
+            self.sweep, "interval", seconds=self.sweep_interval.total_seconds(), id="idle-sweep",
+            next_run_time=datetime.now(UTC), replace_existing=True,
+        )
+
+    def stop(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ jobs
+
+    def _horizon(self) -> datetime:
+        return self.clock.now() + self.sweep_interval
+
+    def arm(self, sid: str, deadline: datetime) -> None:
+        """Schedule an exact job when the deadline is near; a later sweep handles far ones."""
+        if not self.scheduler.running or deadline > self._horizon():
+            return
+        run_at = datetime.now(UTC) + (deadline - self.clock.now())
+        self.scheduler.add_job(self._fire, "date", run_date=run_at, args=[sid], id=f"idle:{sid}", replace_existing=True)
+
+    def disarm(self, sid: str) -> None:
+        try:
+            self.scheduler.remove_job(f"idle:{sid}")
+        except JobLookupError:
+            pass
+
+    def on_activated(self, handoff: HandoffSession) -> None:
+        if handoff.idle_deadline is not None:
+            self.arm(handoff.id, handoff.idle_deadline)
+
+    def on_released(self, handoff: HandoffSession) -> None:
+        if self.scheduler.running:
+            self.disarm(handoff.id)
+
+    async def _fire(self, sid: str) -> None:
+        result = await self.handoffs.release_if_idle(sid)
+        if not result.released and result.session.state == "active" and result.session.idle_deadline:
+            self.arm(sid, result.session.idle_deadline)  # activity moved the deadline
+
+    async def sweep(self) -> int:
+        """Release overdue handoffs, fail stuck dispatches, arm jobs for near deadlines."""
+        released = 0
+        try:
+            await self.handoffs.fail_stale_dispatches()
+            for sid in await self.handoffs.overdue():
+                released += (await self.handoffs.release_if_idle(sid)).released
+            for sid, deadline in await self.handoffs.due_before(self._horizon()):
+                self.arm(sid, deadline)
+        except Exception:
+            log.exception("idle_sweep_failed")
+        return released

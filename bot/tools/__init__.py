@@ -1,0 +1,166 @@
+"""The tool registry: what the model sees, and the one place tool input is validated.
+
+Each tool declares a pydantic input model; the registry renders it as a JSON Schema for
+the conversation at hand (OpenAI and Anthropic formats), validates calls against it, and
+turns every failure into a `{"error": code, "details": {"hint": …}}` result the model can
+read and correct. Nothing a tool does starts before its input has validated.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from bot.errors import DeskError
+from bot.models import Conversation
+
+if TYPE_CHECKING:
+    from bot.channel_set import ChannelSet
+    from bot.handoffs import Handoffs
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def render(self, fmt: Literal["plain", "openai", "anthropic"] = "plain") -> dict[str, Any]:
+        if fmt == "openai":
+            return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.input_schema}}
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+@dataclass
+class ToolContext:
+    """Who is calling and with what: the conversation the agent is serving."""
+
+    conversation: Conversation
+    handoffs: Handoffs
+    channels: ChannelSet
+    actor: str = "agent"
+
+
+class Tool(ABC):
+    name: ClassVar[str]
+    input_model: ClassVar[type[BaseModel]]
+
+    def available(self, ctx: ToolContext) -> bool:
+        return True
+
+    @abstractmethod
+    def describe(self, ctx: ToolContext) -> str: ...
+
+    def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
+        return model_schema(self.input_model)
+
+    def validation_context(self, ctx: ToolContext) -> dict[str, Any]:
+        """Facts known only at call time (e.g. which channels are up), for the input model's validators."""
+        return {}
+
+    @abstractmethod
+    async def run(self, ctx: ToolContext, args: Any) -> dict[str, Any]: ...
+
+    async def rejected(self, ctx: ToolContext, error: dict[str, Any]) -> dict[str, Any]:
+        """Called with the error result of an invalid call; may add to it (e.g. an audit id)."""
+        return error
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool]) -> None:
+        self._tools = {tool.name: tool for tool in tools}
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self, ctx: ToolContext) -> list[ToolSpec]:
+        return [
+            ToolSpec(tool.name, tool.describe(ctx), tool.input_schema(ctx))
+            for tool in self._tools.values()
+            if tool.available(ctx)
+        ]
+
+    async def call(self, ctx: ToolContext, name: str, raw: Any) -> dict[str, Any]:
+        tool = self._tools.get(name)
+        if tool is None or not tool.available(ctx):
+            offered = [t.name for t in self._tools.values() if t.available(ctx)]
+            return tool_error("unknown_tool", f"no tool named {name!r} is available here; available: {offered}")
+        if not isinstance(raw, dict):
+            return await tool.rejected(ctx, tool_error("invalid_input", "the tool input must be a JSON object"))
+        try:
+            args = tool.input_model.model_validate(raw, context=tool.validation_context(ctx))
+        except ValidationError as exc:
+            return await tool.rejected(ctx, validation_error(exc))
+        try:
+            return await tool.run(ctx, args)
+        except DeskError as exc:
+            return exc.to_json()
+
+
+def tool_error(code: str, hint: str, **details: Any) -> dict[str, Any]:
+    return {"error": code, "details": {"hint": hint, **details}}
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "input"
+
+
+def validation_error(exc: ValidationError) -> dict[str, Any]:
+    return errors_result(exc.errors(include_url=False, include_input=False))
+
+
+def errors_result(errors: list[Any], code: str = "invalid_input") -> dict[str, Any]:
+    """One readable error naming every bad field (pydantic's error dicts), without echoing
+    the input back: it may be long, or a secret."""
+    fields: dict[str, str] = {}
+    for error in errors:
+        path = _field_path(tuple(error["loc"]))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "is not a known field"
+        elif error["type"] == "missing":
+            message = "is required"
+        fields.setdefault(path, message)
+    hint = "; ".join(f"{path}: {message}" for path, message in fields.items())
+    return tool_error(code, hint, fields=fields)
+
+
+# --------------------------------------------------------------------------- JSON Schema
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A pydantic model's JSON Schema, made plain for models: `$ref`s inlined, titles and
+    `null` branches of optional fields dropped (an optional field is simply left out)."""
+    raw = model.model_json_schema()
+    defs = raw.pop("$defs", {})
+    return _clean(raw, defs)
+
+
+def _clean(node: Any, defs: dict[str, Any], *, in_properties: bool = False) -> Any:
+    if isinstance(node, list):
+        return [_clean(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if in_properties:  # keys are field names here, not schema keywords
+        return {key: _clean(value, defs) for key, value in node.items()}
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _clean(merged, defs)
+    node = dict(node)
+    any_of = node.get("anyOf")
+    if isinstance(any_of, list):
+        non_null = [branch for branch in any_of if branch != {"type": "null"}]
+        if len(non_null) == 1 and len(any_of) == 2:
+            node.pop("anyOf")
+            node = {**non_null[0], **node}
+    if node.get("default", 0) is None:
+        node.pop("default")
+    node.pop("title", None)
+    return {key: _clean(value, defs, in_properties=(key == "properties")) for key, value in node.items()}

@@ -1,0 +1,34 @@
+"""Channel adapters, one module per provider, found by `kind`.
+
+Adapters are imported lazily by kind so that an owner who only uses the inbox never imports
+a provider SDK they did not install.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from channels.base import ChannelAdapter
+
+# kind -> "module:Class". Add a provider by adding its module and one line here.
+ADAPTERS: dict[str, str] = {
+    "owner_inbox": "channels.owner_inbox:OwnerInboxChannel",
+}
+
+
+class UnknownChannelKind(LookupError):
+    pass
+
+
+def known_kinds() -> list[str]:
+    return sorted(ADAPTERS)
+
+
+def adapter_class(kind: str) -> type[ChannelAdapter]:
+    """Import and return the adapter class for `kind`."""
+    try:
+        target = ADAPTERS[kind]
+    except KeyError:
+        raise UnknownChannelKind(kind) from None
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)

@@ -1,0 +1,224 @@
+"""The one interface every channel adapter implements, and the types that cross it.
+
+A channel is how a recipient (a person or a sibling agent) is reached. The core never names a
+provider: it builds an adapter from its config, calls `send()` with an `Outbound`, and gets a
+`Receipt` back or a typed `ChannelError`. Adapters never retry, sleep or touch the database;
+the core's outbox owns retries, ordering and the audit trail, so a flaky provider can never
+corrupt a session or drop a message.
+
+What a provider cannot do is a capability flag, not a method that raises.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from forms.fields import ReturnField
+
+# --------------------------------------------------------------------------- config
+
+
+class ChannelConfig(BaseModel):
+    """Keys every channel accepts. An adapter subclasses this with its own keys.
+
+    `extra="forbid"` so a typo (`bot_tokn`) is an error with its key path, not a silently
+    ignored setting; secrets are `SecretStr` in subclasses so they never reach a log.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: int = Field(ge=1, description="Stable id the agent uses as channel_id.")
+    kind: str
+    label: str = Field(min_length=1, max_length=80, description="Name shown to the model and to people.")
+    estimated_response: str = Field(
+        default="as soon as someone is available", min_length=1, max_length=200,
+        description="Told to the model and the subscriber, e.g. 'within 1 business day'.",
+    )
+    enabled: bool = True
+
+
+# --------------------------------------------------------------------------- what crosses the interface
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the provider can do; the core and templates adapt to it."""
+
+    buttons: bool = False  # can show a link / release button
+    threads: bool = False  # each handoff gets its own thread, so replies map to it unambiguously
+    inbound: bool = False  # recipients can answer through the channel itself
+    webhook: bool = False  # receives provider calls on POST /webhooks/{channel_id}
+
+
+class TranscriptLine(BaseModel):
+    role: str
+    author: str | None = None
+    text: str
+    at: str
+
+
+class HandoffBrief(BaseModel):
+    """Everything a recipient needs to act, in structured form, so each adapter can render
+    it in its own markup (and escape user-derived text its own way)."""
+
+    handoff_session_id: str
+    short_code: str
+    conversation_id: str
+    subscriber_name: str | None = None
+    subscriber_email: str | None = None
+    summary: str
+    expected_action: str
+    urgency: Literal["low", "normal", "high"] = "normal"
+    contact_back_email: str | None = None
+    extra_context: dict[str, str] = Field(default_factory=dict)
+    expected_return: list[ReturnField] = Field(default_factory=list)
+    transcript: list[TranscriptLine] = Field(default_factory=list)
+    form_url: str | None = None
+    idle_timeout_seconds: float = 1800
+
+
+class Outbound(BaseModel):
+    """One message to deliver. `text` is always a complete plain-text rendering; `brief`
+    carries the structure for richer markup. `thread` is the receipt data of the dispatch,
+    so follow-ups land in the handoff's own thread."""
+
+    purpose: Literal["dispatch", "relay", "notice"]
+    handoff_session_id: str
+    text: str
+    subject: str | None = None
+    author: str | None = None
+    brief: HandoffBrief | None = None
+    thread: dict[str, Any] = Field(default_factory=dict)
+
+
+class Receipt(BaseModel):
+    """What the provider said about a delivered message.
+
+    `thread_key` is the string under which replies to this handoff will come back
+    (e.g. a thread timestamp); the core indexes sessions by it.
+    """
+
+    message_id: str | None = None
+    thread_key: str | None = None
+    thread: dict[str, Any] = Field(default_factory=dict)
+
+
+class InboundMessage(BaseModel):
+    """A message from a recipient, as the adapter understood it.
+
+    `dedupe_key` is the provider's id for the event (update_id, event_id, MessageSid …):
+    the core drops a redelivery carrying a key it has seen. `thread_key` matches the
+    receipt's thread_key of the handoff it belongs to.
+    """
+
+    thread_key: str
+    text: str
+    author: str | None = None
+    dedupe_key: str | None = None
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ChannelError(Exception):
+    """Base of all delivery failures; `hint` is written for the person fixing it."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint or message
+
+
+class TransientChannelError(ChannelError):
+    """Worth retrying: timeouts, 429, 5xx, SMTP 4xx. `retry_after` is the provider's wish."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after = retry_after
+
+
+class PermanentChannelError(ChannelError):
+    """Retrying will not help: bad recipient, rejected content, SMTP 5xx."""
+
+
+class ChannelAuthError(PermanentChannelError):
+    """The credentials were refused; an operator has to fix the config."""
+
+
+# --------------------------------------------------------------------------- webhooks
+
+
+@dataclass(frozen=True)
+class WebhookRequest:
+    """A provider call, with the raw body kept intact for signature checks."""
+
+    body: bytes
+    headers: Mapping[str, str]
+    query: Mapping[str, str]
+    url: str
+
+
+@dataclass
+class WebhookReply:
+    """What to answer the provider, plus the messages found in the call."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "text/plain"
+    messages: list[InboundMessage] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+InboundSink = Callable[[InboundMessage], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ChannelContext:
+    """What the core hands an adapter on start."""
+
+    public_url: str
+    deliver_inbound: InboundSink
+
+
+class ChannelAdapter(ABC):
+    """Base class of every channel adapter. Subclasses set `kind`, `config_model` and
+    `capabilities`, and implement `send`."""
+
+    kind: ClassVar[str]
+    config_model: ClassVar[type[ChannelConfig]]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, config: ChannelConfig) -> None:
+        self.config = config
+
+    @property
+    def id(self) -> int:
+        return self.config.id
+
+    @property
+    def label(self) -> str:
+        return self.config.label
+
+    async def start(self, ctx: ChannelContext) -> None:
+        """Connect, register pollers; raise ChannelError when the channel cannot work."""
+
+    @abstractmethod
+    async def send(self, outbound: Outbound) -> Receipt:
+        """Deliver one message once. Raise a ChannelError subclass on failure; never retry."""
+
+    async def probe(self) -> str:
+        """Check credentials against the provider; return a short description of who we are."""
+        return "nothing to check"
+
+    async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
+        """Verify and parse a provider call. Only called when `capabilities.webhook`."""
+        return WebhookReply(status=404, body=b"this channel takes no webhooks")
+
+    async def stop(self) -> None:
+        """Release connections and tasks."""

@@ -1,0 +1,29 @@
+"""The owner inbox channel: the handoff waits in the owner's web inbox (`/inbox`).
+
+Nothing leaves the machine, so this channel works offline and is the default in
+`config.example.yaml`. The session, its transcript and its messages already live in the
+database the inbox reads, so `send` only has to return a receipt; the owner replies and
+releases through the inbox pages, which feed the same core paths as any other channel.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from channels.base import Capabilities, ChannelAdapter, ChannelConfig, Outbound, Receipt
+
+
+class OwnerInboxConfig(ChannelConfig):
+    kind: Literal["owner_inbox"] = "owner_inbox"
+
+
+class OwnerInboxChannel(ChannelAdapter):
+    kind = "owner_inbox"
+    config_model = OwnerInboxConfig
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True)
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        sid = outbound.handoff_session_id
+        if outbound.purpose == "dispatch":
+            return Receipt(message_id=f"inbox:{sid}", thread_key=sid)
+        return Receipt(message_id=None, thread_key=sid)
