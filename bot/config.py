@@ -133,6 +133,14 @@ class HandoffSettings(_Section):
     transcript_messages: int = Field(default=20, ge=0, le=200, description="Recent messages attached to a dispatch.")
 
 
+class DeliverySettings(_Section):
+    """How the outbox retries transient channel errors (timeouts, 429, 5xx)."""
+
+    max_attempts: int = Field(default=10, ge=1, le=100)
+    base_backoff: Duration = timedelta(seconds=1)
+    max_backoff: Duration = timedelta(minutes=10)
+
+
 class RulesAgentConfig(_Section):
     """The built-in offline agent: polite answers, escalates when asked for a person."""
 
@@ -157,6 +165,7 @@ class Config(_Section):
     api: ApiConfig = ApiConfig()
     owner: OwnerConfig = OwnerConfig()
     handoff: HandoffSettings = HandoffSettings()
+    delivery: DeliverySettings = DeliverySettings()
     agent: AgentConfig = RulesAgentConfig()
     logging: LoggingConfig = LoggingConfig()
     # Validated per kind against the adapter's own model by `Config.from_mapping`.

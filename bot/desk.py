@@ -55,7 +55,11 @@ class Desk:
         self.background = Background()
         self.renderer = Renderer()
         self.channels = ChannelSet(config.channels, channel_overrides)
-        self.outbox = Outbox(self.db, self.channels, self.clock, self.metrics)
+        delivery = config.delivery
+        self.outbox = Outbox(
+            self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
+            base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
+        )
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, metrics=self.metrics, bus=self.bus,

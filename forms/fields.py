@@ -186,13 +186,16 @@ def coerce_returned(fields: list[ReturnField], raw: dict[str, Any] | None) -> Co
     return CoercedReturn(values=values, missing_required=missing, invalid=invalid)
 
 
+_KIND_WORDS = {"string": "text", "multiline": "text, several lines", "number": "number", "boolean": "yes/no",
+               "date": "date, YYYY-MM-DD", "url": "link"}
+
+
 def preview_line(field: ReturnField) -> str:
     """One plain-text line describing a field, for dispatch messages."""
-    kind = field.type
     if field.type == "enum":
         kind = "one of: " + ", ".join(field.enum_values or [])
-    elif field.type == "date":
-        kind = "date, YYYY-MM-DD"
+    else:
+        kind = _KIND_WORDS[field.type]
     marker = " (required)" if field.required else ""
     hint = f" — {field.description}" if field.description else ""
     return f"{field.display_label} [{kind}]{marker}{hint}"

@@ -71,6 +71,9 @@ class RulesAgent(Agent):
         resumed = next((m for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[Bot resumed")), None)
         if resumed is None:
             return "I'm back. How can I help?"
+        if "without activity" in resumed.text.splitlines()[0]:
+            return ("I'm sorry, nobody from the team could answer in time, so I'm back. "
+                    "You can ask me to try reaching a person again whenever you like.")
         returned = _returned_data(resumed.text)
         reply = "Thanks for waiting, I'm back."
         if "resolution" in returned:

@@ -1,0 +1,133 @@
+"""The `handoff` command line."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+
+from bot.config import Config, ConfigError, config_warnings, load_config
+
+app = typer.Typer(
+    help="Handoff Desk: hand a conversation from an AI agent to a person, and back.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+CONFIG_OPTION = typer.Option(..., "--config", "-c", help="Path to the YAML config (see config.example.yaml).")
+
+
+def _load_or_exit(path: Path) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        typer.echo(f"{path}: {len(exc.problems)} problem(s):", err=True)
+        for problem in exc.problems:
+            typer.echo(f"  {problem}", err=True)
+        raise typer.Exit(code=2) from None
+
+
+@app.command()
+def serve(
+    config: Path = CONFIG_OPTION,
+    host: str | None = typer.Option(None, help="Override server.host."),
+    port: int | None = typer.Option(None, help="Override server.port."),
+) -> None:
+    """Run the server. Creates or upgrades the database schema on start."""
+    import uvicorn
+
+    from bot.app import create_app
+    from bot.desk import Desk
+    from bot.logs import configure_logging
+
+    cfg = _load_or_exit(config)
+    if host or port:
+        server = cfg.server.model_copy(update={k: v for k, v in {"host": host, "port": port}.items() if v})
+        cfg = cfg.model_copy(update={"server": server})
+    configure_logging(cfg.logging.level, cfg.logging.format)
+    for warning in config_warnings(cfg):
+        typer.echo(f"warning: {warning}", err=True)
+    typer.echo(f"Handoff Desk on http://{cfg.server.host}:{cfg.server.port}  (inbox: {cfg.public_url}/inbox)", err=True)
+    uvicorn.run(
+        create_app(Desk(cfg)), host=cfg.server.host, port=cfg.server.port,
+        log_level=cfg.logging.level, proxy_headers=True, server_header=False,
+    )
+
+
+@app.command("check-config")
+def check_config(
+    file: Path = typer.Argument(..., help="The YAML config to check."),
+    probe: bool = typer.Option(False, "--probe", help="Also check each channel's credentials against its provider."),
+) -> None:
+    """Validate a config, naming the key path of every problem. Exits non-zero on any problem."""
+    cfg = _load_or_exit(file)
+    typer.echo(f"{file}: OK ({len(cfg.channels)} channel(s), agent: {cfg.agent.kind}, database: {cfg.database_url.split(':', 1)[0]})")
+    for warning in config_warnings(cfg):
+        typer.echo(f"  warning: {warning}")
+    if probe and not asyncio.run(_probe(cfg)):
+        raise typer.Exit(code=1)
+
+
+async def _probe(cfg: Config) -> bool:
+    from channels import adapter_class
+    from channels.base import ChannelError
+
+    ok = True
+    for index, channel in enumerate(cfg.channels):
+        adapter = adapter_class(channel.kind)(channel)
+        try:
+            who = await adapter.probe()
+            typer.echo(f"  channels[{index}] ({channel.kind} '{channel.label}'): ok, {who}")
+        except ChannelError as exc:
+            ok = False
+            typer.echo(f"  channels[{index}] ({channel.kind} '{channel.label}'): FAILED, {exc.hint}", err=True)
+        finally:
+            await adapter.stop()
+    return ok
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Take database_url from this config."),
+    database_url: str | None = typer.Option(None, "--database-url", envvar="HANDOFF_DATABASE_URL", help="Or give the URL."),
+) -> None:
+    """Apply the database migrations (alembic) up to the newest."""
+    from bot.db import Database
+
+    if config is None and database_url is None:
+        typer.echo("give --config FILE or --database-url URL", err=True)
+        raise typer.Exit(code=2)
+    url = database_url or _load_or_exit(config).database_url  # type: ignore[arg-type]
+
+    async def run() -> None:
+        db = Database(url)
+        try:
+            await db.upgrade()
+        finally:
+            await db.dispose()
+
+    asyncio.run(run())
+    typer.echo(f"database at {url.split('@')[-1]} is up to date")
+
+
+@app.command()
+def demo(
+    pause: float = typer.Option(0.4, help="Seconds between steps, so the story can be followed."),
+) -> None:
+    """Walk through the whole story offline: a subscriber asks for a person, the handoff
+    starts, messages relay both ways, release, and the agent resumes."""
+    from bot.demo import run_demo
+
+    asyncio.run(run_demo(pause=pause))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""`handoff demo`: the whole story in a terminal, offline, with the real parts.
+
+It runs a real server (app, SQLite file in a temporary folder, owner inbox channel, rules
+agent) and drives it through the HTTP API the way an integrator would; the owner's side
+goes through the same inbox path a person's browser uses. Time is a manual clock, so the
+idle timeout at the end happens without waiting 30 minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from bot.app import create_app
+from bot.clock import ManualClock
+from bot.config import Config, format_duration
+from bot.desk import Desk
+from bot.logs import configure_logging
+from bot.models import OutboxItem
+from channels.base import InboundMessage
+
+ROLE_STYLE = {"subscriber": "bold cyan", "agent": "bold green", "human": "bold magenta", "system": "bold yellow"}
+
+
+class Story:
+    def __init__(self, console: Console, pause: float) -> None:
+        self.console, self.pause = console, pause
+
+    async def step(self, title: str) -> None:
+        await asyncio.sleep(self.pause)
+        self.console.rule(f"[bold]{title}")
+
+    def say(self, role: str, who: str, text: str) -> None:
+        self.console.print(Text.assemble((who, ROLE_STYLE.get(role, "bold")), ": ", text))
+
+    def note(self, text: str) -> None:
+        self.console.print(Text(text, style="dim"))
+
+    def json(self, title: str, data: Any) -> None:
+        self.console.print(Panel(Text(json.dumps(data, indent=2, ensure_ascii=False)), title=title, expand=False))
+
+
+async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
+    configure_logging(level="warning", fmt="console")
+    console = console or Console()
+    story = Story(console, pause)
+    with tempfile.TemporaryDirectory(prefix="handoff-demo-") as folder:
+        config = Config.from_mapping({
+            "database_url": f"sqlite:///{Path(folder) / 'demo.db'}",
+            "secret_key": "demo-secret-key-not-for-production",
+            "channels": [{"id": 1, "kind": "owner_inbox", "label": "Support team", "estimated_response": "within a few minutes"}],
+        })
+        clock = ManualClock()
+        desk = Desk(config, clock=clock, run_timers=False)
+        app = create_app(desk)
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://demo"
+        ) as client:
+            await _story(story, desk, client, clock)
+
+
+async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: ManualClock) -> None:
+    console = story.console
+    console.print(Panel.fit(
+        "Handoff Desk demo: an AI agent hands a conversation to a person and takes it back.\n"
+        "Everything below runs locally: the real server, a SQLite file, the owner inbox channel and the built-in rules agent.",
+        title="handoff demo",
+    ))
+
+    await story.step("1. Ana opens the chat")
+    cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana", "email": "ana@example.com"}})).json()["conversation_id"]
+    story.note(f"POST /api/conversations → {cid}")
+
+    async def ana(text: str) -> dict[str, Any]:
+        story.say("subscriber", "Ana", text)
+        body = (await client.post(f"/api/conversations/{cid}/messages", json={"text": text})).json()
+        for reply in body["replies"]:
+            story.say(reply["role"], "Assistant", reply["text"])
+        return body
+
+    await ana("Hi!")
+
+    await story.step("2. Ana asks for a person; the agent calls handoff_request")
+    body = await ana("My order #1234 was due Monday and still hasn't arrived. Can I talk to a person?")
+    sid = body["handoff_session_id"]
+    events = (await client.get(f"/api/handoffs/{sid}/events")).json()["events"]
+    request = next(e for e in events if e["kind"] == "handoff_requested")["detail"]["request"]
+    story.json("tool call: handoff_request", request)
+    handoff = (await client.get(f"/api/handoffs/{sid}")).json()
+    story.json("handoff session", {k: handoff[k] for k in ("handoff_session_id", "state", "channel_label", "idle_deadline")})
+
+    await story.step("3. What the support team receives")
+    async with desk.db.transaction() as session:
+        from sqlalchemy import select
+
+        dispatch = (await session.scalars(
+            select(OutboxItem).where(OutboxItem.handoff_session_id == sid, OutboxItem.purpose == "dispatch")
+        )).one()
+    console.print(Panel(Text(dispatch.payload["text"]), title=f"dispatch to {handoff['channel_label']}", expand=False))
+
+    await story.step("4. The AI is bypassed: messages relay both ways")
+    body = await ana("The tracking page just says 'label created'.")
+    story.note(f"routed_to: {body['routed_to']} (the agent did not see it)")
+    await desk.settle()
+    await desk.inbound.submit_and_wait(1, InboundMessage(
+        thread_key=sid, author="Sam (support)",
+        text="Hi Ana, Sam here. The parcel was stuck at the depot; I've re-shipped it with express delivery today.",
+    ))
+    last = (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-1]
+    story.say(last["role"], last["author"], last["text"])
+    await ana("Great, thank you!")
+    await desk.settle()
+
+    await story.step("5. Sam releases the handoff with the data the agent asked for")
+    release = {
+        "outcome": "resolved",
+        "note": "Re-shipped express.",
+        "return_values": {"resolution": "Re-shipped order #1234 with express delivery; arrives Thursday.", "follow_up_needed": False},
+    }
+    story.json("POST /api/handoffs/{sid}/release", release)
+    await client.post(f"/api/handoffs/{sid}/release", json=release)
+    await desk.settle()
+    for message in (await client.get(f"/api/conversations/{cid}/messages", params={"after": last["id"]})).json()["messages"]:
+        if message["role"] in ("system", "agent"):
+            story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
+
+    await story.step("6. Later: Ben asks for a person, and nobody answers")
+    ben = (await client.post("/api/conversations", json={"subscriber": {"name": "Ben"}})).json()["conversation_id"]
+    story.say("subscriber", "Ben", "Can I speak to someone about my invoice?")
+    body = (await client.post(f"/api/conversations/{ben}/messages", json={"text": "Can I speak to someone about my invoice?"})).json()
+    story.say("agent", "Assistant", body["replies"][0]["text"])
+    clock.advance(desk.config.handoff.idle_timeout + timedelta(seconds=1))
+    story.note(f"… {format_duration(desk.config.handoff.idle_timeout)} pass without a reply; the idle sweep runs …")
+    await desk.timers.sweep()
+    await desk.settle()
+    for message in (await client.get(f"/api/conversations/{ben}/messages")).json()["messages"][-2:]:
+        story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
+
+    await story.step("7. The audit trail of Ana's handoff")
+    for event in (await client.get(f"/api/handoffs/{sid}/events")).json()["events"]:
+        console.print(Text.assemble(f"  {event['created_at'][11:23]}  ", (f"{event['kind']:<24}", "bold"), f" {event['actor']}"))
+    console.print(
+        "\nNext: [bold]handoff serve --config config.example.yaml[/bold], then open /inbox and drive the API "
+        "(see README)."
+    )

@@ -1,0 +1,166 @@
+"""Shared fixtures: a real server (app + desk) on a real database file.
+
+Lifecycle tests run on SQLite and, when HANDOFF_TEST_POSTGRES_URL points at a PostgreSQL
+server (`.ci/run` starts a throwaway cluster), on PostgreSQL too, each test in a fresh
+database.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from bot.app import create_app
+from bot.clock import Clock, ManualClock
+from bot.config import Config
+from bot.desk import Desk
+from channels.base import ChannelAdapter
+from tests.fakes import ScriptedChannel
+
+POSTGRES_URL = os.environ.get("HANDOFF_TEST_POSTGRES_URL")
+SECRET = "test-secret-key-0123456789"
+
+
+def _pg_admin_dsn() -> str:
+    assert POSTGRES_URL
+    return POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
+    """A fresh, empty database per test: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'desk.db'}"
+        return
+    if not POSTGRES_URL:
+        pytest.skip("HANDOFF_TEST_POSTGRES_URL is not set (.ci/run starts a PostgreSQL cluster)")
+    import asyncpg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(_pg_admin_dsn())
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    base = POSTGRES_URL.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    admin = await asyncpg.connect(_pg_admin_dsn())
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Any) -> str:
+    return f"sqlite:///{tmp_path / 'desk.db'}"
+
+
+def make_config(database_url: str, **overrides: Any) -> Config:
+    data: dict[str, Any] = {
+        "database_url": database_url,
+        "secret_key": SECRET,
+        "server": {"public_url": "http://desk.test"},
+        "channels": [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox", "estimated_response": "within 1 business day"}],
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return Config.from_mapping(data)
+
+
+class Harness:
+    """One running server and an HTTP client talking to it."""
+
+    def __init__(self, desk: Desk, client: httpx.AsyncClient) -> None:
+        self.desk, self.client = desk, client
+
+    async def conversation(self, name: str = "Ana", email: str | None = "ana@example.com") -> str:
+        body: dict[str, Any] = {"subscriber": {"name": name, **({"email": email} if email else {})}}
+        response = await self.client.post("/api/conversations", json=body)
+        assert response.status_code == 201, response.text
+        return response.json()["conversation_id"]
+
+    async def say(self, cid: str, text: str) -> dict[str, Any]:
+        response = await self.client.post(f"/api/conversations/{cid}/messages", json={"text": text})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def tool(self, cid: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.client.post(f"/api/conversations/{cid}/tools/{name}", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def start_handoff(self, cid: str, channel_id: int = 1, **fields: Any) -> dict[str, Any]:
+        body = {
+            "channel_id": channel_id,
+            "summary": "Ana's order #1234 is a week late and she wants a person to check it.",
+            "expected_action": "Look up order #1234 and tell Ana when it will arrive.",
+            **fields,
+        }
+        result = await self.tool(cid, "handoff_request", body)
+        assert result.get("ok"), result
+        return result
+
+    async def handoff(self, sid: str) -> dict[str, Any]:
+        response = await self.client.get(f"/api/handoffs/{sid}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def messages(self, cid: str, after: int = 0) -> list[dict[str, Any]]:
+        response = await self.client.get(f"/api/conversations/{cid}/messages", params={"after": after})
+        assert response.status_code == 200, response.text
+        return response.json()["messages"]
+
+    async def events(self, sid: str) -> list[dict[str, Any]]:
+        response = await self.client.get(f"/api/handoffs/{sid}/events")
+        assert response.status_code == 200, response.text
+        return response.json()["events"]
+
+    async def kinds(self, sid: str) -> list[str]:
+        return [e["kind"] for e in await self.events(sid)]
+
+
+StartDesk = Callable[..., Awaitable[Harness]]
+
+
+@pytest.fixture
+async def start_desk(database_url: str) -> AsyncIterator[StartDesk]:
+    """Factory: start a desk (and its HTTP client) on the test database; stopped at teardown."""
+    running: list[tuple[Desk, httpx.AsyncClient]] = []
+
+    async def start(
+        *, clock: Clock | None = None, channels: dict[int, Callable[[Any], ChannelAdapter]] | None = None,
+        run_timers: bool = False, url: str | None = None, **overrides: Any,
+    ) -> Harness:
+        config = make_config(url or database_url, **overrides)
+        built = {cid: factory(config.channel(cid)) for cid, factory in (channels or {}).items()}
+        desk = Desk(config, clock=clock or ManualClock(), channel_overrides=built, run_timers=run_timers)
+        await desk.start()
+        app = create_app(desk, manage_desk=False)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://desk.test")
+        running.append((desk, client))
+        return Harness(desk, client)
+
+    yield start
+    for desk, client in running:
+        await client.aclose()
+        if desk.started:
+            await desk.stop()
+
+
+@pytest.fixture
+async def harness(start_desk: StartDesk) -> Harness:
+    return await start_desk()
+
+
+@pytest.fixture
+def scripted() -> Callable[[Any], ScriptedChannel]:
+    return ScriptedChannel

@@ -1,0 +1,41 @@
+"""A scriptable channel for failure paths the real owner inbox cannot produce.
+
+It stands in for a *provider* (the far side of the adapter interface), never for the core
+under test: the outbox, the state machine and the audit trail all run for real against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from channels.base import Capabilities, ChannelAdapter, ChannelConfig, ChannelError, Outbound, Receipt
+
+
+class ScriptedChannel(ChannelAdapter):
+    kind = "scripted"
+    config_model = ChannelConfig
+    capabilities = Capabilities(threads=True, inbound=True)
+
+    def __init__(self, config: ChannelConfig) -> None:
+        super().__init__(config)
+        self.sent: list[Outbound] = []
+        self._script: deque[ChannelError | Exception] = deque()
+        self.gate: asyncio.Event | None = None  # when set to an unset Event, send() waits on it
+        self.entered = asyncio.Event()
+
+    def fail_next(self, *errors: ChannelError | Exception) -> None:
+        self._script.extend(errors)
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self._script:
+            raise self._script.popleft()
+        self.sent.append(outbound)
+        n = len(self.sent)
+        return Receipt(message_id=f"msg-{n}", thread_key=f"thread-{outbound.handoff_session_id}", thread={"ts": n})
+
+    def texts(self, purpose: str | None = None) -> list[str]:
+        return [o.text for o in self.sent if purpose is None or o.purpose == purpose]
