@@ -107,7 +107,7 @@ class Desk:
                 return
 
     async def stop(self) -> None:
-        self.timers.stop()
+        await self.timers.stop()
         await self.outbox.stop()
         await self.background.close()
         await self.channels.stop()

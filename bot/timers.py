@@ -18,6 +18,8 @@ moment can never produce two resume messages. Jobs only exist for near deadlines
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -38,17 +40,36 @@ class IdleTimers:
         self.scheduler = AsyncIOScheduler(
             job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1}, timezone=UTC
         )
+        self._running: set[asyncio.Task[object]] = set()
 
     def start(self) -> None:
         self.scheduler.start()
         self.scheduler.add_job(
-            self.sweep, "interval", seconds=self.sweep_interval.total_seconds(), id="idle-sweep",
+            self._run_sweep, "interval", seconds=self.sweep_interval.total_seconds(), id="idle-sweep",
             next_run_time=datetime.now(UTC), replace_existing=True,
         )
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
+        """Stop scheduling and wait out (cancel) jobs in flight: APScheduler's shutdown does
+        not, and a job still holding a database connection would outlive the engine."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        running = [task for task in self._running if not task.done()]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    async def _tracked(self, work: Awaitable[object]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._running.add(task)
+        try:
+            await work
+        finally:
+            self._running.discard(task)
+
+    async def _run_sweep(self) -> None:
+        await self._tracked(self.sweep())
 
     # ------------------------------------------------------------------ jobs
 
@@ -60,7 +81,7 @@ class IdleTimers:
         if not self.scheduler.running or deadline > self._horizon():
             return
         run_at = datetime.now(UTC) + (deadline - self.clock.now())
-        self.scheduler.add_job(self._fire, "date", run_date=run_at, args=[sid], id=f"idle:{sid}", replace_existing=True)
+        self.scheduler.add_job(self._run_fire, "date", run_date=run_at, args=[sid], id=f"idle:{sid}", replace_existing=True)
 
     def disarm(self, sid: str) -> None:
         try:
@@ -75,6 +96,9 @@ class IdleTimers:
     def on_released(self, handoff: HandoffSession) -> None:
         if self.scheduler.running:
             self.disarm(handoff.id)
+
+    async def _run_fire(self, sid: str) -> None:
+        await self._tracked(self._fire(sid))
 
     async def _fire(self, sid: str) -> None:
         result = await self.handoffs.release_if_idle(sid)

@@ -137,11 +137,11 @@ async def start_desk(database_url: str) -> AsyncIterator[StartDesk]:
     running: list[tuple[Desk, httpx.AsyncClient]] = []
 
     async def start(
-        *, clock: Clock | None = None, channels: dict[int, Callable[[Any], ChannelAdapter]] | None = None,
+        *, clock: Clock | None = None, adapters: dict[int, Callable[[Any], ChannelAdapter]] | None = None,
         run_timers: bool = False, url: str | None = None, **overrides: Any,
     ) -> Harness:
         config = make_config(url or database_url, **overrides)
-        built = {cid: factory(config.channel(cid)) for cid, factory in (channels or {}).items()}
+        built = {cid: factory(config.channel(cid)) for cid, factory in (adapters or {}).items()}
         desk = Desk(config, clock=clock or ManualClock(), channel_overrides=built, run_timers=run_timers)
         await desk.start()
         app = create_app(desk, manage_desk=False)

@@ -47,7 +47,7 @@ async def test_handoff_request_starts_an_active_session(harness: Harness) -> Non
 
 
 async def test_dispatch_text_carries_the_brief_and_transcript(start_desk: StartDesk, scripted) -> None:
-    harness = await start_desk(channels={1: scripted})
+    harness = await start_desk(adapters={1: scripted})
     cid = await harness.conversation()
     await harness.say(cid, "Hello there")
     await harness.start_handoff(cid, expected_return=[{"name": "eta_date", "type": "date", "required": True, "label": "ETA"}])
@@ -62,7 +62,7 @@ async def test_dispatch_text_carries_the_brief_and_transcript(start_desk: StartD
 
 
 async def test_transcript_is_left_out_when_not_wanted(start_desk: StartDesk, scripted) -> None:
-    harness = await start_desk(channels={1: scripted})
+    harness = await start_desk(adapters={1: scripted})
     cid = await harness.conversation()
     await harness.say(cid, "A private detail")
     await harness.start_handoff(cid, include_transcript=False)
@@ -71,7 +71,7 @@ async def test_transcript_is_left_out_when_not_wanted(start_desk: StartDesk, scr
 
 
 async def test_permanent_dispatch_failure_fails_the_session_and_keeps_the_agent(start_desk: StartDesk, scripted) -> None:
-    harness = await start_desk(channels={1: scripted})
+    harness = await start_desk(adapters={1: scripted})
     harness.desk.channels.get(1).fail_next(PermanentChannelError("chat not found", hint="the bot is not in chat -100"))
     cid = await harness.conversation()
     result = await harness.tool(cid, "handoff_request", {
@@ -91,7 +91,7 @@ async def test_permanent_dispatch_failure_fails_the_session_and_keeps_the_agent(
 
 
 async def test_transient_dispatch_errors_are_retried(start_desk: StartDesk, scripted) -> None:
-    harness = await start_desk(channels={1: scripted}, delivery={"base_backoff": "1ms"})
+    harness = await start_desk(adapters={1: scripted}, delivery={"base_backoff": "1ms"})
     channel = harness.desk.channels.get(1)
     channel.fail_next(TransientChannelError("429", retry_after=0.001), TransientChannelError("timeout"))
     cid = await harness.conversation()
@@ -102,7 +102,7 @@ async def test_transient_dispatch_errors_are_retried(start_desk: StartDesk, scri
 
 
 async def test_transient_errors_beyond_the_attempt_limit_fail(start_desk: StartDesk, scripted) -> None:
-    harness = await start_desk(channels={1: scripted}, delivery={"base_backoff": "1ms", "max_attempts": 2})
+    harness = await start_desk(adapters={1: scripted}, delivery={"base_backoff": "1ms", "max_attempts": 2})
     harness.desk.channels.get(1).fail_next(TransientChannelError("503"), TransientChannelError("503"))
     cid = await harness.conversation()
     result = await harness.tool(cid, "handoff_request", {
@@ -112,7 +112,7 @@ async def test_transient_errors_beyond_the_attempt_limit_fail(start_desk: StartD
 
 
 async def test_an_adapter_crash_is_a_failed_dispatch_not_a_500(start_desk: StartDesk, scripted) -> None:
-    harness = await start_desk(channels={1: scripted}, delivery={"base_backoff": "1ms", "max_attempts": 1})
+    harness = await start_desk(adapters={1: scripted}, delivery={"base_backoff": "1ms", "max_attempts": 1})
     harness.desk.channels.get(1).fail_next(RuntimeError("bug in adapter"))
     cid = await harness.conversation()
     result = await harness.tool(cid, "handoff_request", {

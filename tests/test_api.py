@@ -1,0 +1,110 @@
+"""The HTTP API contract: auth, error shapes, pagination, long-poll, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from channels.base import InboundMessage
+from tests.conftest import Harness, StartDesk
+
+
+async def test_api_key_is_required_when_configured(start_desk: StartDesk) -> None:
+    harness = await start_desk(api={"key": "k-123456"})
+    missing = await harness.client.post("/api/conversations", json={})
+    assert missing.status_code == 401
+    assert missing.json()["error"] == "unauthorized" and missing.headers["www-authenticate"] == "Bearer"
+    wrong = await harness.client.post("/api/conversations", json={}, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    ok = await harness.client.post("/api/conversations", json={}, headers={"Authorization": "Bearer k-123456"})
+    assert ok.status_code == 201 and ok.json()["conversation_id"].startswith("c_")
+    assert (await harness.client.get("/healthz")).status_code == 200  # liveness stays open for probes
+
+
+async def test_unknown_ids_are_json_404s(harness: Harness) -> None:
+    for method, path in [
+        ("post", "/api/conversations/c_nope/messages"), ("get", "/api/conversations/c_nope/messages"),
+        ("get", "/api/conversations/c_nope/tools"), ("post", "/api/conversations/c_nope/tools/handoff_request"),
+        ("get", "/api/handoffs/hs_nope"), ("get", "/api/handoffs/hs_nope/events"),
+    ]:
+        response = await harness.client.request(method, path, json={"text": "hi"})
+        assert response.status_code == 404, path
+        assert response.json()["error"] == "not_found" and "not found" in response.json()["details"]["hint"]
+    assert (await harness.client.get("/api/nothing-here")).json()["error"] == "not_found"
+
+
+async def test_bad_bodies_name_the_field(harness: Harness) -> None:
+    cid = await harness.conversation()
+    empty = await harness.client.post(f"/api/conversations/{cid}/messages", json={"text": "   "})
+    assert empty.status_code == 422
+    assert empty.json()["error"] == "invalid_request" and "text" in empty.json()["details"]["fields"]
+    extra = await harness.client.post(f"/api/conversations/{cid}/messages", json={"text": "hi", "txt": "x"})
+    assert extra.json()["details"]["fields"] == {"txt": "is not a known field"}
+    email = await harness.client.post("/api/conversations", json={"subscriber": {"email": "nope"}})
+    assert email.status_code == 422 and "subscriber.email" in email.json()["details"]["fields"]
+    outcome = await harness.client.post("/api/handoffs/hs_x/release", json={"outcome": "great"})
+    assert outcome.status_code == 422 and "outcome" in outcome.json()["details"]["fields"]
+
+
+async def test_messages_page_with_after(harness: Harness) -> None:
+    cid = await harness.conversation()
+    await harness.say(cid, "one")
+    await harness.say(cid, "two")
+    everything = await harness.messages(cid)
+    assert [(m["role"], m["text"]) for m in everything][::2] == [("subscriber", "one"), ("subscriber", "two")]
+    assert set(everything[0]) == {"id", "role", "text", "author", "handoff_session_id", "created_at"}
+    later = await harness.messages(cid, after=everything[1]["id"])
+    assert [m["id"] for m in later] == [m["id"] for m in everything[2:]]
+
+
+async def test_long_poll_returns_when_a_human_replies(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    assert await harness.messages(cid) == []
+    waiting = asyncio.create_task(harness.client.get(f"/api/conversations/{cid}/messages", params={"wait": 20}))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    await harness.desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid, text="Here now", author="Sam"))
+    response = await asyncio.wait_for(waiting, timeout=10)
+    assert [m["text"] for m in response.json()["messages"]] == ["Here now"]
+
+
+async def test_handoff_list_and_view(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    listed = (await harness.client.get("/api/handoffs")).json()["handoffs"]
+    assert [h["handoff_session_id"] for h in listed] == [sid]
+    view = await harness.handoff(sid)
+    for key in ("handoff_session_id", "conversation_id", "state", "channel_id", "release_reason", "returned",
+                "missing_required", "form_url", "idle_deadline"):
+        assert key in view
+    assert (await harness.client.get("/api/handoffs", params={"state": "released"})).json()["handoffs"] == []
+
+
+async def test_webhooks_of_a_channel_without_them_are_404(harness: Harness) -> None:
+    response = await harness.client.post("/webhooks/1", content=b"{}")
+    assert response.status_code == 404 and response.json()["error"] == "not_found"
+    assert (await harness.client.post("/webhooks/99", content=b"{}")).status_code == 404
+
+
+async def test_health_and_metrics(harness: Harness) -> None:
+    health = (await harness.client.get("/healthz")).json()
+    assert health["status"] == "ok" and health["database"] == "ok"
+    assert health["channels"] == [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox", "available": True, "problem": None}]
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.say(cid, "relayed")
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={})
+    await harness.desk.settle()
+    text = (await harness.client.get("/metrics")).text
+    assert 'handoff_requests_total{channel_kind="owner_inbox",result="ok"} 1.0' in text
+    assert 'handoff_releases_total{reason="owner"} 1.0' in text
+    assert 'handoff_relayed_messages_total{direction="to_recipient"} 1.0' in text
+    assert 'handoff_channel_available{channel_id="1",kind="owner_inbox"} 1.0' in text
+    assert "handoff_dispatch_seconds_bucket" in text
+
+
+async def test_openapi_document_is_served(harness: Harness) -> None:
+    spec = (await harness.client.get("/api/openapi.json")).json()
+    assert "/api/conversations/{cid}/messages" in spec["paths"]
+    assert "/api/handoffs/{sid}/release" in spec["paths"]

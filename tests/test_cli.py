@@ -1,0 +1,85 @@
+"""The `handoff` command line, run as a user would run it (a subprocess of the installed script)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def handoff(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}, cwd=cwd or ROOT,
+    )
+
+
+def test_help_lists_the_commands() -> None:
+    result = handoff("--help")
+    assert result.returncode == 0
+    for command in ("serve", "check-config", "db", "demo"):
+        assert command in result.stdout
+
+
+def test_check_config_accepts_the_example() -> None:
+    result = handoff("check-config", "config.example.yaml")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("config.example.yaml: OK (1 channel(s), agent: rules, database: sqlite)")
+    assert "warning: secret_key: using the development default" in result.stdout
+
+
+def test_check_config_names_every_problem(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "secret_key: 0123456789abcdef0123\n"
+        "handoff: {idle_timeout: forever}\n"
+        "channels:\n"
+        "  - {id: 1, kind: owner_inbox, label: Inbox}\n"
+        "  - {id: 2, kind: slak, label: Sales, bot_token: xoxb-SECRET}\n"
+    )
+    result = handoff("check-config", str(path))
+    assert result.returncode == 2
+    assert "2 problem(s)" in result.stderr
+    assert "  handoff.idle_timeout: expected a duration such as 30m, 90s or 24h, got 'forever'" in result.stderr
+    assert "  channels[1].kind: unknown channel kind 'slak'" in result.stderr
+    assert "xoxb-SECRET" not in result.stderr + result.stdout
+
+
+def test_check_config_probe_reports_each_channel() -> None:
+    result = handoff("check-config", "config.example.yaml", "--probe")
+    assert result.returncode == 0, result.stderr
+    assert "channels[0] (owner_inbox 'Owner inbox'): ok, nothing to check" in result.stdout
+
+
+def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("server: {host: 0.0.0.0}\n")
+    result = handoff("serve", "--config", str(path))
+    assert result.returncode == 2
+    assert "owner.token: required when server.host (0.0.0.0) is reachable from other machines" in result.stderr
+
+
+def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
+    db = tmp_path / "fresh.db"
+    result = handoff("db", "upgrade", "--database-url", f"sqlite:///{db}")
+    assert result.returncode == 0, result.stderr
+    tables = {row[0] for row in sqlite3.connect(db).execute("select name from sqlite_master where type='table'")}
+    assert {"conversations", "messages", "handoff_sessions", "handoff_events", "outbox", "inbound_events", "alembic_version"} <= tables
+    again = handoff("db", "upgrade", "--database-url", f"sqlite:///{db}")  # idempotent
+    assert again.returncode == 0
+
+
+def test_demo_tells_the_whole_story() -> None:
+    result = handoff("demo", "--pause", "0")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    steps = ["Ana opens the chat", "tool call: handoff_request", "What the support team receives", "routed_to: human",
+             "Sam (support): Hi Ana", "[Bot resumed — the owner released the conversation. Outcome: resolved.",
+             "Returned data:", "the handoff ended after 30 minutes without activity", "handoff_released"]
+    positions = [out.find(step) for step in steps]
+    assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions) if p < 0]
+    assert positions == sorted(positions)

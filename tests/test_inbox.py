@@ -1,0 +1,178 @@
+"""The owner inbox: login, the live view, reply and release, CSRF and escaping."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from tests.conftest import Harness, StartDesk
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    """Page and schema behaviour does not depend on the database: SQLite only."""
+    return sqlite_url
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, "no CSRF token in the page"
+    return match.group(1)
+
+
+def nonce_of(html: str) -> str:
+    match = re.search(r'name="nonce" value="([^"]+)"', html)
+    assert match
+    return match.group(1)
+
+
+async def login(client: httpx.AsyncClient, token: str = "owner-secret") -> None:
+    response = await client.post("/inbox/login", data={"token": token, "next": "/inbox"})
+    assert response.status_code == 303 and response.headers["location"] == "/inbox"
+
+
+async def test_the_inbox_needs_the_owner_token(start_desk: StartDesk) -> None:
+    harness = await start_desk(owner={"token": "owner-secret"})
+    client = harness.client
+    page = await client.get("/inbox")
+    assert page.status_code == 303 and page.headers["location"] == "/inbox/login?next=/inbox"
+    wrong = await client.post("/inbox/login", data={"token": "guess", "next": "/inbox"})
+    assert wrong.headers["location"].startswith("/inbox/login?failed=1")
+    assert (await client.get(wrong.headers["location"])).status_code == 401
+    await login(client)
+    cookie = client.cookies.get("handoff_owner")
+    assert cookie and "owner-secret" not in cookie
+    assert (await client.get("/inbox")).status_code == 200
+    updates = await httpx.AsyncClient(transport=client._transport, base_url="http://desk.test").get("/inbox/handoffs/x/updates")
+    assert updates.status_code == 401
+
+
+async def test_login_redirects_stay_on_this_site(start_desk: StartDesk) -> None:
+    harness = await start_desk(owner={"token": "owner-secret"})
+    response = await harness.client.post("/inbox/login", data={"token": "owner-secret", "next": "//evil.example/inbox"})
+    assert response.headers["location"] == "/inbox"
+
+
+async def test_active_handoffs_are_listed_with_what_to_do(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid, urgency="high"))["handoff_session_id"]
+    page = await harness.client.get("/inbox")
+    assert page.status_code == 200
+    html = page.text
+    assert "Active handoffs" in html and f"/inbox/handoffs/{sid}" in html
+    assert "Ana&#39;s order #1234 is a week late" in html
+    assert "Look up order #1234 and tell Ana when it will arrive." in html
+    assert "30 min left" in html
+    assert "pill-high" in html
+    assert "This inbox has no owner token" in html  # open inboxes say so
+
+
+async def test_hostile_text_renders_inert(harness: Harness) -> None:
+    cid = await harness.conversation(name='<img src=x onerror="alert(1)">')
+    sid = (await harness.start_handoff(cid, summary="<script>alert('summary')</script> needs help right now")) ["handoff_session_id"]
+    await harness.say(cid, "<b>bold</b> & </textarea><script>alert(2)</script>")
+    for path in ("/inbox", f"/inbox/handoffs/{sid}"):
+        html = (await harness.client.get(path)).text
+        assert "<script>alert" not in html and "<img src=x" not in html
+        assert "&lt;script&gt;alert(&#39;summary&#39;)&lt;/script&gt;" in html
+    detail = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;/textarea&gt;" in detail
+
+
+async def test_pages_carry_security_headers(harness: Harness) -> None:
+    page = await harness.client.get("/inbox")
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "script-src 'nonce-" in csp
+    nonce = re.search(r"'nonce-([^']+)'", csp).group(1)
+    assert f'<script nonce="{nonce}">' in page.text
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert page.headers["cache-control"] == "no-store"
+    assert page.headers["x-content-type-options"] == "nosniff"
+    set_cookie = page.headers["set-cookie"].lower()
+    assert "httponly" in set_cookie and "samesite=strict" in set_cookie
+
+
+async def test_owner_replies_and_releases_from_the_inbox(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.say(cid, "Hello? Anyone?")
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert "Hello? Anyone?" in page and 'id="reply-text"' in page and "Release" in page
+    csrf, nonce = csrf_of(page), nonce_of(page)
+    sent = await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf, "nonce": nonce, "text": "Hi Ana, Sam here."})
+    assert sent.status_code == 303 and sent.headers["location"] == f"/inbox/handoffs/{sid}"
+    # a double submit of the same form relays once
+    await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf, "nonce": nonce, "text": "Hi Ana, Sam here."})
+    humans = [m for m in await harness.messages(cid) if m["role"] == "human"]
+    assert [(m["author"], m["text"]) for m in humans] == [("Owner", "Hi Ana, Sam here.")]
+
+    released = await harness.client.post(
+        f"/inbox/handoffs/{sid}/release", data={"csrf": csrf, "outcome": "needs_followup", "note": "Call on Monday"}
+    )
+    assert released.status_code == 303 and "Released" in released.headers["location"].replace("%20", " ")
+    handoff = await harness.handoff(sid)
+    assert (handoff["state"], handoff["release_reason"], handoff["outcome"], handoff["note"]) == (
+        "released", "owner", "needs_followup", "Call on Monday")
+    detail = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert "Released by owner (inbox)" in detail and 'id="reply-text"' not in detail
+
+
+async def test_release_typed_into_the_reply_box(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(page), "nonce": "n1", "text": "/release resolved all done"})
+    handoff = await harness.handoff(sid)
+    assert (handoff["release_reason"], handoff["outcome"], handoff["note"]) == ("release_token", "resolved", "all done")
+
+
+async def test_posts_without_csrf_or_from_another_site_are_refused(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    no_token = await harness.client.post(f"/inbox/handoffs/{sid}/release", data={"outcome": "resolved"})
+    assert no_token.status_code == 403
+    forged = await harness.client.post(f"/inbox/handoffs/{sid}/release", data={"csrf": "forged", "outcome": "resolved"})
+    assert forged.status_code == 403
+    cross = await harness.client.post(
+        f"/inbox/handoffs/{sid}/release", data={"csrf": csrf_of(page)}, headers={"Origin": "https://evil.example"}
+    )
+    assert cross.status_code == 403
+    cross_site = await harness.client.post(
+        f"/inbox/handoffs/{sid}/release", data={"csrf": csrf_of(page)}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
+    assert cross_site.status_code == 403
+    assert (await harness.handoff(sid))["state"] == "active"
+    same = await harness.client.post(
+        f"/inbox/handoffs/{sid}/release", data={"csrf": csrf_of(page)}, headers={"Origin": "http://desk.test"}
+    )
+    assert same.status_code == 303 and (await harness.handoff(sid))["state"] == "released"
+
+
+async def test_get_never_changes_state(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    for path in (f"/inbox/handoffs/{sid}/release", f"/inbox/handoffs/{sid}/reply"):
+        assert (await harness.client.get(path)).status_code == 405
+    assert (await harness.handoff(sid))["state"] == "active"
+
+
+async def test_live_updates_long_poll(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.client.get("/inbox")  # receive the owner cookie
+    await harness.say(cid, "new message")
+    body = (await harness.client.get(f"/inbox/handoffs/{sid}/updates", params={"after": 0, "wait": 0})).json()
+    assert [m["text"] for m in body["messages"]] == ["new message"]
+    assert body["messages"][0]["speaker"] == "Ana" and body["state"] == "active" and body["time_left"] == "30 min left"
+
+
+async def test_replies_to_other_channels_go_through_that_channel(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert 'id="reply-text"' not in page and "Replies to this handoff go through Owner inbox" in page
+    assert "Release" in page  # the owner can still end it
