@@ -55,6 +55,7 @@ def serve(
     uvicorn.run(
         create_app(Desk(cfg)), host=cfg.server.host, port=cfg.server.port,
         log_level=cfg.logging.level, proxy_headers=True, server_header=False,
+        timeout_graceful_shutdown=5,  # long-polls would otherwise hold shutdown for up to 30 s
     )
 
 
