@@ -14,6 +14,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
+from sqlalchemy import text
 
 from bot.conversations import message_view
 from bot.desk import Desk
@@ -198,8 +199,6 @@ async def webhook(channel_id: int, request: Request, desk: Desk = Depends(get_de
 
 @public.get("/healthz")
 async def healthz(desk: Desk = Depends(get_desk)) -> JSONResponse:
-    from sqlalchemy import text
-
     try:
         async with desk.db.transaction() as session:
             await session.execute(text("SELECT 1"))

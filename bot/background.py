@@ -27,6 +27,10 @@ class Background:
         if not task.cancelled() and task.exception() is not None:
             log.error("background_task_failed", task=task.get_name(), exc_info=task.exception())
 
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
     async def settle(self) -> None:
         """Wait until no task is left, including tasks spawned by the tasks waited for."""
         while self._tasks:

@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any
 
 import structlog
+from sqlalchemy import select
 
 from bot import audit, conversations
 from bot.agents import Agent, build_agent
@@ -31,7 +32,6 @@ from bot.timers import IdleTimers
 from bot.tools import ToolRegistry
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
 from channels.base import ChannelAdapter, ChannelContext
-from sqlalchemy import select
 
 log = structlog.get_logger(__name__)
 
@@ -103,7 +103,7 @@ class Desk:
         for _ in range(10):
             await self.background.settle()
             await self.outbox.drain()
-            if not self.background._tasks:
+            if not self.background.pending:
                 return
 
     async def stop(self) -> None:

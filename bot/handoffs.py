@@ -31,7 +31,18 @@ from bot.config import HandoffSettings, format_duration
 from bot.db import Database
 from bot.errors import Conflict, NotFound, ToolFailure
 from bot.metrics import Metrics
-from bot.models import ACTIVE, DISPATCHING, FAILED, OPEN_STATES, RELEASED, Conversation, HandoffSession, Message, OutboxItem, new_id
+from bot.models import (
+    ACTIVE,
+    DISPATCHING,
+    FAILED,
+    OPEN_STATES,
+    RELEASED,
+    Conversation,
+    HandoffSession,
+    Message,
+    OutboxItem,
+    new_id,
+)
 from bot.outbox import DeliveryFailed, Outbox
 from bot.rendering import Renderer
 from bot.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
@@ -587,7 +598,7 @@ def parse_release_command(text: str) -> tuple[str | None, str | None] | None:
     """
     stripped = text.strip()
     head, _, rest = stripped.partition(" ")
-    if head.split("@", 1)[0].lower() != "/release":  # Telegram appends @botname
+    if head.split("@", 1)[0].lower() != "/release":  # chat commands may carry "@botname"
         return None
     rest = rest.strip()
     first, _, remainder = rest.partition(" ")

@@ -1,7 +1,7 @@
 """The inbox of recipient events: store first (deduplicated), work after.
 
-Providers redeliver: Slack retries an event it thinks was not acked, Telegram resends an
-update after a restart. Each inbound message is inserted under a unique
+Providers redeliver: an event they think was not acked comes again, and updates are resent
+after a restart. Each inbound message is inserted under a unique
 (channel_id, dedupe_key), so a redelivery is a constraint violation and is dropped; the
 webhook can answer the provider at once and the relaying happens after. Pending events
 left by a crash are processed on the next start.

@@ -81,5 +81,5 @@ def test_demo_tells_the_whole_story() -> None:
              "Sam (support): Hi Ana", "[Bot resumed — the owner released the conversation. Outcome: resolved.",
              "Returned data:", "the handoff ended after 30 minutes without activity", "handoff_released"]
     positions = [out.find(step) for step in steps]
-    assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions) if p < 0]
+    assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions, strict=True) if p < 0]
     assert positions == sorted(positions)
