@@ -9,8 +9,8 @@ leans on:
 1. `handoff_request` to the owner inbox channel, on a fresh conversation each time:
    called directly on a started Desk (`desk.call_tool`), and through the HTTP API
    (httpx.ASGITransport against `create_app(desk, manage_desk=False)`, no sockets).
-   One call is four short transactions (store session + audit + outbox item; claim;
-   mark sent; activate) plus rendering the dispatch.
+   One call is five short transactions (read the conversation; store session + audit +
+   outbox item; claim the dispatch; mark it sent; activate) plus rendering the dispatch.
 2. The subscriber -> recipient relay during active handoffs, several conversations at
    once: the rate of `router.subscriber_message` (store message + bump idle deadline +
    enqueue relay, one transaction), the rate at which the outbox delivers that backlog,
@@ -338,7 +338,7 @@ async def bench_scale(desk: Desk, bare: AsyncEngine, sessions: int, n: int) -> t
 
     rows.append(timed_row(f"idle sweep, nothing due @ {sessions:,} sessions", *await measure(20, sweep)))
 
-    # Two reads that also grow with the number of open sessions (see the note at the top).
+    # Two frequent reads whose cost grows with the number of open sessions (see the docstring).
     async def thread_lookup(i: int) -> None:
         assert await desk.handoffs.by_thread(1, f"hs_bench{picks[i]:09d}") is not None
 

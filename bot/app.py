@@ -14,6 +14,7 @@ from bot.api import ApiError, api, public
 from bot.desk import Desk
 from bot.errors import DeskError
 from bot.inbox import inbox, install_inbox_errors
+from forms.routes import router as form_pages
 from bot.tools import errors_result
 
 
@@ -44,6 +45,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
     app.include_router(public)
 
     app.include_router(inbox)
+    app.include_router(form_pages)
     install_inbox_errors(app)
 
     @app.exception_handler(ApiError)

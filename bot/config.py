@@ -161,6 +161,8 @@ class Config(_Section):
 
     server: ServerConfig = ServerConfig()
     secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
+    # Keys that signed links before a rotation; links signed with them keep working.
+    previous_secret_keys: list[SecretStr] = Field(default_factory=list)
     database_url: str = "sqlite:///./handoff.db"
     api: ApiConfig = ApiConfig()
     owner: OwnerConfig = OwnerConfig()
@@ -187,6 +189,11 @@ class Config(_Section):
         if scheme.startswith("sqlite") and ":memory:" in value:
             raise ValueError("an in-memory SQLite database is not supported; use a file path")
         return value
+
+    @property
+    def signing_keys(self) -> list[str]:
+        """Oldest first, newest (the one that signs) last, as itsdangerous expects."""
+        return [k.get_secret_value() for k in self.previous_secret_keys] + [self.secret_key.get_secret_value()]
 
     @property
     def public_url(self) -> str:

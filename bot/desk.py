@@ -32,6 +32,7 @@ from bot.timers import IdleTimers
 from bot.tools import ToolRegistry
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
 from channels.base import ChannelAdapter, ChannelContext
+from forms.links import FormLinks
 
 log = structlog.get_logger(__name__)
 
@@ -60,9 +61,10 @@ class Desk:
             self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
             base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
         )
+        self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
-            renderer=self.renderer, metrics=self.metrics, bus=self.bus,
+            renderer=self.renderer, metrics=self.metrics, bus=self.bus, forms=self.forms,
         )
         self.tools = ToolRegistry([HandoffRequestTool(), HandoffReleaseTool()])
         self.agent = agent or build_agent(config.agent)
@@ -178,7 +180,7 @@ class Desk:
             "returned": handoff.returned,
             "missing_required": handoff.missing_required,
             "failure": handoff.failure,
-            "form_url": self.handoffs.form_url_for(handoff) if handoff.state == "active" else None,
+            "form_url": self.forms.url_for(handoff),
             "created_at": iso(handoff.created_at),
             "activated_at": iso(handoff.activated_at),
             "last_activity_at": iso(handoff.last_activity_at),

@@ -48,6 +48,7 @@ from bot.rendering import Renderer
 from bot.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
 from channels.base import HandoffBrief, Outbound, Receipt
 from forms.fields import MAX_RETURN_FIELDS, ReturnField, check_unique_names, coerce_returned, preview_line
+from forms.links import FormLinks
 
 log = structlog.get_logger(__name__)
 
@@ -156,15 +157,14 @@ class Handoffs:
         renderer: Renderer,
         metrics: Metrics,
         bus: ConversationBus,
+        forms: FormLinks,
     ) -> None:
-        self.db, self.clock, self.settings = db, clock, settings
+        self.db, self.clock, self.settings, self.forms = db, clock, settings, forms
         self.channels, self.outbox, self.renderer = channels, outbox, renderer
         self.metrics, self.bus = metrics, bus
         # Called after commit; the desk wires timers and the agent's resume turn here.
         self.on_activated: list[Callable[[HandoffSession], Any]] = []
         self.on_released: list[Callable[[HandoffSession], Any]] = []
-        # Returns the return-form link for a session, when the forms feature is wired in.
-        self.form_url_for: Callable[[HandoffSession], str | None] = lambda _session: None
 
     @property
     def idle_timeout(self) -> timedelta:
@@ -249,6 +249,7 @@ class Handoffs:
                 )
                 session.add(handoff)
                 await session.flush()
+                await self.forms.issue(session, handoff, now)
                 requested = await audit.record(
                     session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=conversation_id, channel_id=adapter.id, channel_kind=adapter.kind,
@@ -324,6 +325,7 @@ class Handoffs:
             field_lines=[preview_line(f) for f in fields],
             channel_label=handoff.channel_label,
             idle_timeout=format_duration(self.idle_timeout),
+            form_ttl=format_duration(self.forms.ttl),
         )
         subject = f"[Handoff {handoff.short_code}] {one_line(handoff.summary, 80)}"
         return Outbound(purpose="dispatch", handoff_session_id=handoff.id, text=text, subject=subject, brief=brief)
@@ -342,7 +344,7 @@ class Handoffs:
             extra_context=handoff.extra_context,
             expected_return=[ReturnField.model_validate(f) for f in handoff.expected_return],
             transcript=conversations.transcript(history, conversation),
-            form_url=self.form_url_for(handoff),
+            form_url=self.forms.url(handoff.form_link_id),
             idle_timeout_seconds=self.idle_timeout.total_seconds(),
         )
 
@@ -469,11 +471,14 @@ class Handoffs:
         note: str | None = None,
         return_values: dict[str, Any] | None = None,
         idle_cutoff: datetime | None = None,
+        guard: Callable[[AsyncSession, datetime], Awaitable[None]] | None = None,
     ) -> ReleaseResult:
         """End the bypass. Exactly one caller wins; the rest are recorded as no-ops.
 
         `idle_cutoff` makes it an idle release: it only applies while the deadline is at or
         before the cutoff, so a message that pushed the deadline out wins over a late timer.
+        `guard` runs inside the winning transaction (e.g. consuming a form link); if it
+        raises, nothing of the release is committed and the exception propagates.
         """
         now = self.clock.now()
         outcome = outcome or DEFAULT_OUTCOME[reason]
@@ -494,6 +499,8 @@ class Handoffs:
                 )
             )
             won = changed.rowcount == 1
+            if won and guard is not None:
+                await guard(session, now)
             if won:
                 text = resume_message(
                     reason=reason, outcome=outcome, note=note, returned=coerced.values,
@@ -535,6 +542,30 @@ class Handoffs:
         self.bus.notify(handoff.conversation_id)
         await _notify(self.on_released, handoff)
         return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
+
+    async def reissue_form_link(self, sid: str, *, actor: str) -> str:
+        """A fresh return-form link (older unused ones stop working), sent to the recipient
+        through the channel as well. Returns the new URL."""
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            handoff = await self._get(session, sid)
+            if handoff.state != ACTIVE:
+                raise NotActive(f"handoff {sid} is {handoff.state}; it has no return form any more", state=handoff.state)
+            link = await self.forms.issue(session, handoff, now)
+            url = self.forms.url(link.id) or ""
+            await audit.record(
+                session, "form_link_issued", at=now, actor=actor, handoff_session_id=sid,
+                conversation_id=handoff.conversation_id, expires_at=link.expires_at.isoformat(),
+            )
+            text = self.renderer.render(
+                "messages/form_link.txt", short_code=handoff.short_code, url=url, form_ttl=format_duration(self.forms.ttl)
+            )
+            self.outbox.enqueue(
+                session, channel_id=handoff.channel_id, now=now,
+                outbound=Outbound(purpose="notice", handoff_session_id=sid, text=text, thread=handoff.thread),
+            )
+        self.outbox.kick()
+        return url
 
     async def release_if_idle(self, sid: str) -> ReleaseResult:
         return await self.release(sid, reason="idle_timeout", actor="idle timer", idle_cutoff=self.clock.now())

@@ -17,7 +17,7 @@ import hmac
 import secrets
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -28,6 +28,7 @@ from bot.desk import Desk
 from bot.errors import DeskError
 from bot.models import ACTIVE, HandoffSession
 from bot.paths import TEMPLATES_DIR
+from bot.web import render_page, same_origin, secure_headers
 from channels.base import InboundMessage
 from forms.fields import ReturnField, preview_line
 
@@ -86,27 +87,8 @@ def current_owner(request: Request) -> Owner:
     raise NeedsLogin()
 
 
-def _same_origin(request: Request, desk: Desk) -> bool:
-    """Refuse cross-site form posts. Browsers send Sec-Fetch-Site, which is decisive; our
-    no-referrer policy makes them send `Origin: null` on form posts, so a null or absent
-    Origin leaves the decision to the CSRF token."""
-    site = request.headers.get("sec-fetch-site")
-    if site is not None:
-        return site in ("same-origin", "none")
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return True
-    allowed = {_origin(desk.config.public_url), f"{request.url.scheme}://{request.headers.get('host', '')}"}
-    return origin in allowed
-
-
-def _origin(url: str) -> str:
-    parsed = urlparse(url)
-    return f"{parsed.scheme}://{parsed.netloc}"
-
-
 def verified_post(request: Request, csrf: str = Form(default=""), owner: Owner = Depends(current_owner)) -> Owner:
-    if not _same_origin(request, owner.desk) or not owner.check_csrf(csrf):
+    if not same_origin(request, owner.desk.config.public_url) or not owner.check_csrf(csrf):
         raise Forbidden()
     return owner
 
@@ -119,25 +101,10 @@ class Forbidden(Exception):
 
 
 def _page(desk: Desk, template: str, owner: Owner | None = None, status: int = 200, **context: Any) -> HTMLResponse:
-    nonce = secrets.token_urlsafe(16)
-    html = desk.renderer.render(template, nonce=nonce, csrf=owner.csrf if owner else "", **context)
-    response = HTMLResponse(html, status_code=status)
-    secure_headers(response, nonce)
+    response = render_page(desk, template, status=status, csrf=owner.csrf if owner else "", **context)
     if owner and owner.new_cookie:
         set_owner_cookie(response, desk, owner.new_cookie)
     return response
-
-
-def secure_headers(response: Response, nonce: str | None = None) -> None:
-    script = f"'nonce-{nonce}'" if nonce else "'none'"
-    response.headers["Content-Security-Policy"] = (
-        f"default-src 'none'; script-src {script}; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    )
-    response.headers["Referrer-Policy"] = "no-referrer"
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["X-Frame-Options"] = "DENY"
 
 
 def set_owner_cookie(response: Response, desk: Desk, value: str) -> None:
@@ -173,7 +140,7 @@ def _card(desk: Desk, handoff: HandoffSession) -> dict[str, Any]:
         "time_left": _time_left(desk, handoff.idle_deadline) if handoff.state == ACTIVE else "",
         "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == ACTIVE else "",
         "field_lines": [preview_line(f) for f in fields],
-        "form_url": desk.handoffs.form_url_for(handoff) if handoff.state == ACTIVE else None,
+        "form_url": desk.forms.url_for(handoff),
         "can_reply": handoff.state == ACTIVE and handoff.channel_kind == "owner_inbox",
     }
 
@@ -196,7 +163,7 @@ async def login_page(request: Request, next: str = "/inbox", failed: bool = Fals
 async def login(request: Request, token: str = Form(default=""), next: str = Form(default="/inbox")) -> Response:
     desk = _desk(request)
     expected = desk.config.owner.token
-    if not _same_origin(request, desk):
+    if not same_origin(request, desk.config.public_url):
         return _page(desk, "inbox/error.html", status=403, title="Refused", message="Cross-site login refused.")
     if expected is not None and not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
         return _redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
@@ -311,6 +278,17 @@ async def release(
     notice = "Released; the assistant has the conversation again." if result.released else (
         f"Already {result.session.state} ({result.session.release_reason or 'no reason'}); nothing changed."
     )
+    return _redirect(f"/inbox/handoffs/{sid}?notice={quote(notice)}")
+
+
+@inbox.post("/inbox/handoffs/{sid}/form-link", include_in_schema=False)
+async def new_form_link(sid: str, owner: Owner = Depends(verified_post)) -> Response:
+    desk = owner.desk
+    try:
+        await desk.handoffs.reissue_form_link(sid, actor="owner (inbox)")
+    except DeskError as exc:
+        return _redirect(f"/inbox/handoffs/{sid}?notice={quote(exc.message)}")
+    notice = "A new return-form link was issued and sent to the recipient; older links no longer work."
     return _redirect(f"/inbox/handoffs/{sid}?notice={quote(notice)}")
 
 

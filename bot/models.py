@@ -100,11 +100,27 @@ class HandoffSession(SQLModel, table=True):
     note: str | None = Field(default=None, sa_type=Text)
     returned: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
     missing_required: list[str] = Field(default_factory=list, sa_type=JSON)
+    form_link_id: str | None = Field(default=None, max_length=40)  # the current return-form link
 
     @property
     def short_code(self) -> str:
         """A short, speakable reference for people ("handoff A7F3")."""
         return self.id.split("_", 1)[-1][:4].upper()
+
+
+class FormLink(SQLModel, table=True):
+    """A return-form link. The signed token carries only this id; whether it may still be
+    used is decided here, by conditional updates (forms/links.py)."""
+
+    __tablename__ = "form_links"
+
+    id: str = Field(primary_key=True, max_length=40)
+    handoff_session_id: str = Field(foreign_key="handoff_sessions.id", index=True, max_length=40)
+    created_at: datetime
+    expires_at: datetime
+    consumed_at: datetime | None = None
+    consumed_by: str | None = Field(default=None, max_length=200)
+    superseded_at: datetime | None = None
 
 
 class HandoffEvent(SQLModel, table=True):

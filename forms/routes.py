@@ -1,0 +1,196 @@
+"""The return-form pages: `GET /f/{token}` shows, `POST /f/{token}` hands back.
+
+GET never changes anything (scanners and link previews fetch it). POST is accepted only
+from the form's own page (Sec-Fetch-Site / Origin, and the token repeated in the body),
+validates every typed field, and either re-shows the form with the problems or consumes
+the link and releases the handoff with reason `form` in one transaction. Every other state
+— expired, used, replaced, ended another way, not ours — gets its own page and status,
+without details a stranger could use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from starlette.datastructures import FormData
+
+from bot.desk import Desk
+from bot.models import OUTCOMES, FormLink, HandoffSession
+from bot.web import render_page, same_origin
+from forms.fields import FieldValueError, ReturnField, coerce_value
+from forms.links import FormLinks, LinkUnavailable
+
+router = APIRouter(include_in_schema=False)
+
+REASON_WORDS = {
+    "form": "handed back through the return form",
+    "release_token": "released by the recipient",
+    "agent": "handed back by the sibling agent",
+    "owner": "released by the owner",
+    "idle_timeout": "ended after a period without activity",
+}
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%d %b %Y, %H:%M UTC") if moment else "earlier"
+
+
+@dataclass
+class FieldView:
+    field: ReturnField
+    value: str = ""
+    error: str | None = None
+
+
+def _desk(request: Request) -> Desk:
+    return request.app.state.desk
+
+
+async def _load(desk: Desk, token: str) -> tuple[FormLink, HandoffSession] | None:
+    link_id = desk.forms.link_id(token)
+    if link_id is None:
+        return None
+    async with desk.db.transaction() as session:
+        link = await session.get(FormLink, link_id)
+        handoff = await session.get(HandoffSession, link.handoff_session_id) if link else None
+    return (link, handoff) if link and handoff else None
+
+
+def _status(desk: Desk, status: int, title: str, *lines: str, tone: str = "info", **context: Any) -> HTMLResponse:
+    context.setdefault("returned", {})
+    context.setdefault("missing", [])
+    context.setdefault("labels", {})
+    return render_page(desk, "forms/status.html", status=status, title=title, lines=list(lines), tone=tone, **context)
+
+
+def _not_found(desk: Desk) -> HTMLResponse:
+    return _status(desk, 404, "This link is not valid",
+                   "Check that you opened the whole link from the message you received.")
+
+
+def _unavailable_page(desk: Desk, link: FormLink, handoff: HandoffSession) -> HTMLResponse | None:
+    """The page for a link that cannot be used now, or None when the form may be shown."""
+    now = desk.clock.now()
+    if link.consumed_at is not None:
+        return _status(desk, 410, "This form was already submitted",
+                       f"It was submitted on {_when(link.consumed_at)}"
+                       + (f" by {link.consumed_by}" if link.consumed_by and link.consumed_by != "return form" else "") + ".",
+                       "The assistant has resumed the conversation with the returned data.")
+    if handoff.state != "active":
+        if handoff.state == "released":
+            return _status(desk, 410, "This handoff has already ended",
+                           f"It was {REASON_WORDS.get(handoff.release_reason or '', 'released')} on {_when(handoff.released_at)}.",
+                           "The assistant has the conversation again, so there is nothing left to hand back.")
+        return _status(desk, 410, "This handoff is not active", "There is nothing to hand back here.")
+    if link.superseded_at is not None:
+        return _status(desk, 410, "This link was replaced",
+                       "A newer link was issued for this handoff. Please use the most recent link you received.")
+    if link.expires_at <= now:
+        return _status(desk, 410, "This link has expired",
+                       f"It expired on {_when(link.expires_at)}.",
+                       "Ask the owner to issue a new link from the inbox.")
+    return None
+
+
+def _form_page(
+    desk: Desk, token: str, link: FormLink, handoff: HandoffSession, *, status: int = 200,
+    views: list[FieldView] | None = None, errors: dict[str, str] | None = None,
+    outcome: str = "resolved", note: str = "", filled_by: str = "",
+) -> HTMLResponse:
+    fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+    return render_page(
+        desk, "forms/form.html", status=status, token=token, h=handoff,
+        fields=views or [FieldView(f) for f in fields], errors=errors or {},
+        labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"},
+        outcome=outcome, note=note, filled_by=filled_by, expires=_when(link.expires_at),
+    )
+
+
+@router.get("/f/{token}", response_class=HTMLResponse)
+async def show_form(token: str, request: Request) -> HTMLResponse:
+    desk = _desk(request)
+    found = await _load(desk, token)
+    if found is None:
+        return _not_found(desk)
+    link, handoff = found
+    return _unavailable_page(desk, link, handoff) or _form_page(desk, token, link, handoff)
+
+
+def _read_fields(fields: list[ReturnField], form: FormData) -> tuple[list[FieldView], dict[str, Any], dict[str, str]]:
+    views, values, errors = [], {}, {}
+    for field in fields:
+        raw = form.get(f"f_{field.name}")
+        text = raw if isinstance(raw, str) else ""
+        view = FieldView(field, value=text)
+        try:
+            typed = coerce_value(field, text)
+        except FieldValueError as exc:
+            view.error = f"{field.display_label} {exc}."
+            errors[field.name] = str(exc)
+        else:
+            if typed is not None:
+                values[field.name] = typed
+        views.append(view)
+    return views, values, errors
+
+
+@router.post("/f/{token}", response_class=HTMLResponse)
+async def submit_form(token: str, request: Request) -> HTMLResponse:
+    desk = _desk(request)
+    form = await request.form()
+    if not same_origin(request, desk.config.public_url) or form.get("token") != token:
+        return _status(desk, 403, "Refused", "Please submit the form from its own page.")
+    found = await _load(desk, token)
+    if found is None:
+        return _not_found(desk)
+    link, handoff = found
+    unavailable = _unavailable_page(desk, link, handoff)
+    if unavailable is not None:
+        return unavailable
+
+    fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+    views, values, errors = _read_fields(fields, form)
+    outcome = str(form.get("outcome") or "resolved")
+    if outcome not in OUTCOMES:
+        errors["outcome"] = "must be one of: resolved, unresolved, needs follow-up"
+        outcome = "resolved"
+    note = str(form.get("note") or "").strip()[:2000]
+    filled_by = " ".join(str(form.get("filled_by") or "").split())[:100]
+    if errors:  # wrong-typed answers come back for correction; nothing is consumed
+        return _form_page(desk, token, link, handoff, status=422, views=views, errors=errors,
+                          outcome=outcome, note=note, filled_by=filled_by)
+
+    actor = filled_by or "return form"
+
+    async def consume(session: Any, now: datetime) -> None:
+        await FormLinks.consume(session, link.id, now, actor)
+
+    try:
+        result = await desk.handoffs.release(
+            handoff.id, reason="form", actor=actor, outcome=outcome, note=note or None,
+            return_values=values, guard=consume,
+        )
+    except LinkUnavailable:
+        result = None
+    if result is None or not result.released:
+        found = await _load(desk, token)
+        assert found is not None
+        return _unavailable_page(desk, *found) or _status(desk, 409, "Nothing changed", "Please reload the form.")
+    released = result.session
+    labels = {f.name: f.display_label for f in fields}
+    return _status(
+        desk, 200, "Thank you, handed back",
+        "The assistant has the conversation again and will continue with your answers.",
+        tone="ok", returned={k: _display(v) for k, v in released.returned.items()},
+        missing=[labels.get(name, name) for name in released.missing_required], labels=labels,
+    )
+
+
+def _display(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
