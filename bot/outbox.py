@@ -269,7 +269,8 @@ class Outbox:
                 attempted = 0
             if attempted:
                 continue
-            try:
-                await asyncio.wait_for(self._kick.wait(), timeout=self.poll_interval)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel racing a kick
+                async with asyncio.timeout(self.poll_interval):
+                    await self._kick.wait()
             except TimeoutError:
                 pass

@@ -7,13 +7,18 @@ database.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from bot.app import create_app
 from bot.clock import Clock, ManualClock
@@ -164,3 +169,54 @@ async def harness(start_desk: StartDesk) -> Harness:
 @pytest.fixture
 def scripted() -> Callable[[Any], ScriptedChannel]:
     return ScriptedChannel
+
+
+# --------------------------------------------------------------------------- browser tests
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
+
+
+@pytest.fixture
+async def served(sqlite_url: str) -> AsyncIterator[tuple[Desk, str]]:
+    """A desk behind a real uvicorn server on a free loopback port (real clock)."""
+    with socket.socket() as probe:  # a free port, known before the config (links carry it)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    desk = Desk(make_config(sqlite_url, server={"public_url": base}), clock=Clock(), run_timers=False)
+    await desk.start()
+    server = uvicorn.Server(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
+                                           log_level="warning", timeout_graceful_shutdown=1))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield desk, base
+    server.should_exit = True
+    await task
+    await desk.stop()
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Any]:
+    """A Chromium page that records console errors and page errors in `page.problems`."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        context = await browser.new_context(viewport={"width": 1200, "height": 820})
+        page = await context.new_page()
+        page.problems = []
+        page.on("console", lambda msg: msg.type == "error" and page.problems.append(msg.text))
+        page.on("pageerror", lambda exc: page.problems.append(str(exc)))
+        yield page
+        await browser.close()
+
+
+async def shot(page: Any, name: str) -> None:
+    """Refresh a README screenshot when HANDOFF_WRITE_SCREENSHOTS=1."""
+    if os.environ.get("HANDOFF_WRITE_SCREENSHOTS"):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

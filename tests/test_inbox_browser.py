@@ -7,69 +7,18 @@ Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the README screenshots in docs/screen
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from bot.app import create_app
-from bot.clock import Clock
 from bot.desk import Desk
 from channels.base import InboundMessage
-from tests.conftest import make_config
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
+from tests.conftest import CHROMIUM, shot
 
 if not os.path.exists(CHROMIUM) and not os.environ.get("HANDOFF_REQUIRE_BROWSER"):
     pytest.skip("Chromium is not installed (apt-get install -y chromium; .ci/run does)", allow_module_level=True)
-
-
-@pytest.fixture
-async def served(sqlite_url: str) -> AsyncIterator[tuple[Desk, str]]:
-    """A desk behind a real uvicorn server on a free loopback port."""
-    config = make_config(sqlite_url, server={"public_url": "http://127.0.0.1"})
-    desk = Desk(config, clock=Clock(), run_timers=False)
-    await desk.start()
-    server = uvicorn.Server(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=0, log_level="warning",
-                                          timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield desk, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
-    await desk.stop()
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Any]:
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        context = await browser.new_context(viewport={"width": 1200, "height": 820})
-        page = await context.new_page()
-        page.problems = []  # type: ignore[attr-defined]
-        page.on("console", lambda msg: msg.type == "error" and page.problems.append(msg.text))  # type: ignore[attr-defined]
-        page.on("pageerror", lambda exc: page.problems.append(str(exc)))  # type: ignore[attr-defined]
-        yield page
-        await browser.close()
-
-
-async def shot(page: Any, name: str) -> None:
-    if os.environ.get("HANDOFF_WRITE_SCREENSHOTS"):
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 async def test_owner_works_a_handoff_in_the_browser(served: tuple[Desk, str], page: Any) -> None:
