@@ -20,9 +20,11 @@ from bot.conversations import message_view
 from bot.desk import Desk
 from bot.handoffs import Outcome
 from bot.metrics import CONTENT_TYPE
+from bot.text import CleanStr
 from channels.base import WebhookRequest
 
 MAX_WAIT_SECONDS = 30.0
+MAX_ID = 2**63 - 1
 
 
 def get_desk(request: Request) -> Desk:
@@ -54,9 +56,9 @@ class _Body(BaseModel):
 
 
 class Subscriber(_Body):
-    name: str | None = Field(default=None, max_length=200)
+    name: CleanStr | None = Field(default=None, max_length=200)
     email: EmailStr | None = None
-    external_id: str | None = Field(default=None, max_length=200)
+    external_id: CleanStr | None = Field(default=None, max_length=200)
 
 
 class CreateConversation(_Body):
@@ -67,16 +69,25 @@ class CreateConversation(_Body):
 
 
 class PostMessage(_Body):
-    text: str = Field(min_length=1, max_length=10_000)
+    text: CleanStr = Field(min_length=1, max_length=10_000)
 
 
 class ReleaseBody(_Body):
     outcome: Outcome | None = None
-    note: str | None = Field(default=None, max_length=2000)
+    note: CleanStr | None = Field(default=None, max_length=2000)
     return_values: dict[str, Any] | None = None
 
 
-api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)])
+def require_json(request: Request) -> None:
+    """POSTs to the API must say they are JSON: a cross-site page cannot send that without
+    a CORS preflight, which this server never grants."""
+    if request.method == "POST":
+        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            raise ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json")
+
+
+api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key), Depends(require_json)])
 
 
 @api.post("/conversations", status_code=201)
@@ -106,7 +117,7 @@ async def post_message(cid: str, body: PostMessage, desk: Desk = Depends(get_des
 @api.get("/conversations/{cid}/messages")
 async def list_messages(
     cid: str,
-    after: int = Query(default=0, ge=0, description="Only messages with a larger id."),
+    after: int = Query(default=0, ge=0, le=MAX_ID, description="Only messages with a larger id."),
     limit: int = Query(default=200, ge=1, le=500),
     wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds for a new message."),
     desk: Desk = Depends(get_desk),
@@ -200,7 +211,7 @@ async def webhook(channel_id: int, request: Request, desk: Desk = Depends(get_de
 @public.get("/healthz")
 async def healthz(desk: Desk = Depends(get_desk)) -> JSONResponse:
     try:
-        async with desk.db.transaction() as session:
+        async with desk.db.read() as session:
             await session.execute(text("SELECT 1"))
         database = "ok"
     except Exception as exc:  # report, don't raise: this is the page that says what is wrong

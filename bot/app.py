@@ -9,13 +9,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from bot.api import ApiError, api, public
 from bot.desk import Desk
 from bot.errors import DeskError
 from bot.inbox import inbox, install_inbox_errors
-from forms.routes import router as form_pages
 from bot.tools import errors_result
+from forms.routes import router as form_pages
 
 
 def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
@@ -41,6 +42,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.desk = desk
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=desk.config.server.trusted_hosts())
     app.include_router(api)
     app.include_router(public)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from bot.config import Config, ConfigError, config_warnings, load_config
+from bot.config import Config, ConfigError, config_warnings, exposure_problems, load_config
 
 app = typer.Typer(
     help="Handoff Desk: hand a conversation from an AI agent to a person, and back.",
@@ -48,6 +48,12 @@ def serve(
     if host or port:
         server = cfg.server.model_copy(update={k: v for k, v in {"host": host, "port": port}.items() if v})
         cfg = cfg.model_copy(update={"server": server})
+        problems = exposure_problems(cfg)  # an override must not slip past the checks the file got
+        if problems:
+            typer.echo(f"refusing to serve on {cfg.server.host}:", err=True)
+            for problem in problems:
+                typer.echo(f"  {problem}", err=True)
+            raise typer.Exit(code=2)
     configure_logging(cfg.logging.level, cfg.logging.format)
     for warning in config_warnings(cfg):
         typer.echo(f"warning: {warning}", err=True)

@@ -105,9 +105,21 @@ class ServerConfig(_Section):
             raise ValueError("must be an http(s) URL such as https://desk.example.com")
         return value.rstrip("/")
 
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Extra Host names the server answers to, besides public_url's host and loopback names.",
+    )
+
     @property
     def base_url(self) -> str:
         return self.public_url or f"http://{self.host}:{self.port}"
+
+    def trusted_hosts(self) -> list[str]:
+        """Host headers to accept: anything else (DNS rebinding) gets a 400."""
+        hosts = {"localhost", "127.0.0.1", "::1", "[::1]", urlparse(self.base_url).hostname or "", *self.allowed_hosts}
+        if not _is_loopback(self.host) and self.host not in ("0.0.0.0", "::"):
+            hosts.add(self.host)
+        return sorted(h for h in hosts if h)
 
 
 class ApiConfig(_Section):
@@ -225,7 +237,9 @@ class Config(_Section):
                 problems.extend(found)
                 if channel is not None:
                     channels.append(channel)
-        problems.extend(_cross_checks(top, raw_channels if isinstance(raw_channels, list) else [], channels))
+        problems.extend(_cross_checks(raw_channels if isinstance(raw_channels, list) else []))
+        if config is not None:
+            problems.extend(exposure_problems(config))
         if problems or config is None:
             raise ConfigError(problems)
         return config.model_copy(update={"channels": channels})
@@ -261,7 +275,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _cross_checks(top: dict[str, Any], raw_channels: list[Any], channels: list[ChannelConfig]) -> list[ConfigProblem]:
+def _cross_checks(raw_channels: list[Any]) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
     seen: dict[int, int] = {}
     for index, entry in enumerate(raw_channels):
@@ -270,16 +284,25 @@ def _cross_checks(top: dict[str, Any], raw_channels: list[Any], channels: list[C
             if cid in seen:
                 problems.append(ConfigProblem(f"channels[{index}].id", f"duplicate id {cid} (also used by channels[{seen[cid]}])"))
             seen.setdefault(cid, index)
-    server = top.get("server") if isinstance(top.get("server"), dict) else {}
-    host = str(server.get("host", "127.0.0.1"))
-    if not _is_loopback(host):
-        for section, key in (("owner", "token"), ("api", "key")):
-            value = top.get(section, {}).get(key) if isinstance(top.get(section), dict) else None
-            if not (isinstance(value, str) and value.strip()):
-                problems.append(ConfigProblem(
-                    f"{section}.{key}",
-                    f"required when server.host ({host}) is reachable from other machines; set it or bind to 127.0.0.1",
-                ))
+    return problems
+
+
+def exposure_problems(config: Config) -> list[ConfigProblem]:
+    """What must be set before the server listens beyond this machine. Run on the final
+    config, after command-line overrides such as `serve --host`."""
+    host = config.server.host
+    if _is_loopback(host):
+        return []
+    problems = []
+    for path, value in (("owner.token", config.owner.token), ("api.key", config.api.key)):
+        if value is None:
+            problems.append(ConfigProblem(
+                path, f"required when server.host ({host}) is reachable from other machines; set it or bind to 127.0.0.1"
+            ))
+    if config.secret_key.get_secret_value() == DEV_SECRET_KEY:
+        problems.append(ConfigProblem(
+            "secret_key", f"the development default is public; set a long random value when server.host ({host}) is reachable"
+        ))
     return problems
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.errors import NotFound
 from bot.models import Conversation, Message, new_id
+from bot.text import scrub
 from channels.base import TranscriptLine
 
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
@@ -58,8 +59,8 @@ async def add_message(
     message = Message(
         conversation_id=conversation_id,
         role=role,
-        text=text,
-        author=author,
+        text=scrub(text),
+        author=scrub(author)[:200] if author else None,
         handoff_session_id=handoff_session_id,
         created_at=now,
     )

@@ -1,9 +1,12 @@
 """The database: one async engine, short transactions, and schema upgrades through alembic.
 
 SQLite is the default and PostgreSQL the multi-instance option; the same code runs on both.
-On SQLite every transaction starts with BEGIN IMMEDIATE: a deferred transaction that reads
-and then writes can fail with "database is locked" without waiting, while an immediate one
-queues politely behind `busy_timeout`. WAL keeps readers from blocking the writer.
+On SQLite a writing transaction starts with BEGIN IMMEDIATE: a deferred transaction that
+reads and then writes can fail with "database is locked" without waiting, while an
+immediate one queues behind `busy_timeout`. Within one process, writers also queue on an
+asyncio lock first, in arrival order: SQLite's busy handler polls with growing sleeps, so
+without it an unlucky writer can lose the race for seconds. Read-only work uses `read()`,
+a plain deferred BEGIN that WAL lets run beside the writer.
 
 Transactions are kept short and never span a network call: the pool can not deadlock when
 a request waits on a provider while holding a connection.
@@ -11,6 +14,7 @@ a request waits on a provider while holding a connection.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.paths import MIGRATIONS_DIR
 
+_READ_ONLY = "handoff_desk_read_only"
 # Any constant works; it only has to be the same for every instance sharing a database.
 _MIGRATION_LOCK_ID = 0x48414E44  # "HAND"
 
@@ -48,7 +53,8 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        readonly = connection.get_execution_options().get(_READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
 def alembic_config(url: str | None = None) -> AlembicConfig:
@@ -70,11 +76,24 @@ class Database:
         if self.is_sqlite:
             _configure_sqlite(self.engine)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._read_sessions = async_sessionmaker(self.engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
+        self._write_lock = asyncio.Lock() if self.is_sqlite else None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """A session inside one transaction: committed on success, rolled back on error."""
-        async with self._sessions() as session, session.begin():
+        """A session inside one writing transaction: committed on success, rolled back on
+        error. Never open one inside another in the same task (on SQLite they queue)."""
+        if self._write_lock is None:
+            async with self._sessions() as session, session.begin():
+                yield session
+            return
+        async with self._write_lock, self._sessions() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for reading only: it does not wait for (or hold up) writers."""
+        async with self._read_sessions() as session, session.begin():
             yield session
 
     async def upgrade(self) -> None:

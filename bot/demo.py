@@ -63,7 +63,7 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
         desk = Desk(config, clock=clock, run_timers=False)
         app = create_app(desk)
         async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://demo"
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
         ) as client:
             await _story(story, desk, client, clock)
 

@@ -80,6 +80,7 @@ class Desk:
         self.handoffs.on_activated.append(self.timers.on_activated)
         self.handoffs.on_released.append(self.timers.on_released)
         self.handoffs.on_released.append(self.router.after_release)
+        self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -124,11 +125,11 @@ class Desk:
         return conversation.id
 
     async def conversation(self, conversation_id: str) -> Any:
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             return await conversations.get(session, conversation_id)
 
     async def messages(self, conversation_id: str, after: int = 0, limit: int = 200) -> list[Any]:
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             await conversations.get(session, conversation_id)
             return await conversations.messages_after(session, conversation_id, after, limit)
 
@@ -141,17 +142,22 @@ class Desk:
 
     async def events(self, handoff_session_id: str) -> list[HandoffEvent]:
         await self.handoffs.get(handoff_session_id)
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             query = select(HandoffEvent).where(HandoffEvent.handoff_session_id == handoff_session_id).order_by(HandoffEvent.id)
             return list((await session.scalars(query)).all())
 
     async def handoff_list(self, *, states: tuple[str, ...], limit: int = 100) -> list[HandoffSession]:
-        async with self.db.transaction() as session:
-            query = (
-                select(HandoffSession).where(HandoffSession.state.in_(states))
-                .order_by(HandoffSession.created_at.desc()).limit(limit)
-            )
-            return list((await session.scalars(query)).all())
+        """Newest first. One indexed query per state, merged: an IN over states would make
+        SQLite sort every matching row before taking the first `limit`."""
+        found: list[HandoffSession] = []
+        async with self.db.read() as session:
+            for state in states:
+                query = (
+                    select(HandoffSession).where(HandoffSession.state == state)
+                    .order_by(HandoffSession.created_at.desc()).limit(limit)
+                )
+                found.extend((await session.scalars(query)).all())
+        return sorted(found, key=lambda h: h.created_at, reverse=True)[:limit]
 
     def handoff_view(self, handoff: HandoffSession) -> dict[str, Any]:
         def iso(value: Any) -> str | None:

@@ -15,10 +15,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import structlog
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, field_validator
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -46,6 +46,7 @@ from bot.models import (
 from bot.outbox import DeliveryFailed, Outbox
 from bot.rendering import Renderer
 from bot.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
+from bot.text import CleanStr
 from channels.base import HandoffBrief, Outbound, Receipt
 from forms.fields import MAX_RETURN_FIELDS, ReturnField, check_unique_names, coerce_returned, preview_line
 from forms.links import FormLinks
@@ -59,17 +60,25 @@ EXTRA_CONTEXT_MAX_BYTES = 4096
 # --------------------------------------------------------------------------- tool inputs
 
 
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be a channel id (an integer), not true/false")
+    return value
+
+
 class HandoffRequestInput(BaseModel):
     """Input of `handoff_request` (DESIGN.md §2). `channel_id` is checked against the
     channels available at call time, which a static model cannot know."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    channel_id: int = Field(description="The handoff channel to use; one of the ids listed in the description.")
-    summary: str = Field(
+    channel_id: Annotated[int, BeforeValidator(_not_bool)] = Field(
+        description="The handoff channel to use; one of the ids listed in the description."
+    )
+    summary: CleanStr = Field(
         min_length=20, max_length=2000, description="What is happening, who the user is, what they need (20-2000 chars)."
     )
-    expected_action: str = Field(
+    expected_action: CleanStr = Field(
         min_length=10, max_length=1000, description="The concrete next step for the recipient (10-1000 chars)."
     )
     urgency: Literal["low", "normal", "high"] = Field(default="normal", description="How soon someone should look.")
@@ -77,7 +86,7 @@ class HandoffRequestInput(BaseModel):
         default=None, description="Where to reach the user; defaults to the subscriber's email when known."
     )
     include_transcript: bool = Field(default=True, description="Attach the recent conversation transcript.")
-    extra_context: dict[str, str] | None = Field(
+    extra_context: dict[CleanStr, CleanStr] | None = Field(
         default=None, description="Structured key/value context for the recipient, up to about 4 KB."
     )
     expected_return: list[ReturnField] | None = Field(
@@ -119,7 +128,7 @@ class HandoffReleaseInput(BaseModel):
 
     handoff_session_id: str = Field(min_length=1, max_length=40, description="The handoff you are serving.")
     outcome: Outcome = Field(description="resolved, unresolved or needs_followup.")
-    note: str | None = Field(default=None, max_length=2000, description="One or two sentences for the original agent.")
+    note: CleanStr | None = Field(default=None, max_length=2000, description="One or two sentences for the original agent.")
     return_values: dict[str, Any] | None = Field(
         default=None, description="Values for the expected return fields, keyed by field name."
     )
@@ -173,7 +182,7 @@ class Handoffs:
     # ------------------------------------------------------------------ queries
 
     async def get(self, session_id: str) -> HandoffSession:
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             return await self._get(session, session_id)
 
     @staticmethod
@@ -187,12 +196,12 @@ class Handoffs:
     async def open_session(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
         query = select(HandoffSession).where(
             HandoffSession.conversation_id == conversation_id, HandoffSession.state.in_(OPEN_STATES)
-        )
+        ).execution_options(populate_existing=True)  # a re-read in the same session must see the new state
         return (await session.scalars(query)).first()
 
     async def by_thread(self, channel_id: int, thread_key: str) -> HandoffSession | None:
         """The active session a recipient's reply in this thread belongs to."""
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             query = select(HandoffSession).where(
                 HandoffSession.channel_id == channel_id,
                 HandoffSession.thread_key == thread_key,
@@ -312,13 +321,13 @@ class Handoffs:
         }
 
     async def _open_id(self, conversation_id: str) -> str | None:
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             found = await self.open_session(session, conversation_id)
             return found.id if found else None
 
     def _dispatch_outbound(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> Outbound:
         brief = self.brief(handoff, conversation, history if handoff.include_transcript else [])
-        fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+        fields = stored_fields(handoff)
         text = self.renderer.render(
             "messages/dispatch.txt",
             brief=brief,
@@ -342,7 +351,7 @@ class Handoffs:
             urgency=handoff.urgency,  # type: ignore[arg-type]
             contact_back_email=handoff.contact_back_email,
             extra_context=handoff.extra_context,
-            expected_return=[ReturnField.model_validate(f) for f in handoff.expected_return],
+            expected_return=stored_fields(handoff),
             transcript=conversations.transcript(history, conversation),
             form_url=self.forms.url(handoff.form_link_id),
             idle_timeout_seconds=self.idle_timeout.total_seconds(),
@@ -390,11 +399,20 @@ class Handoffs:
             if changed.rowcount != 1:
                 return None
             handoff = await self._get(session, sid)
+            conversation = await conversations.get(session, handoff.conversation_id)
+            held = (await session.scalars(
+                select(Message).where(Message.handoff_session_id == sid, Message.role == "subscriber").order_by(Message.id)
+            )).all()
+            for message in held:  # written while the dispatch was in flight
+                self._queue_relay(session, handoff, conversation, message, now)
             await audit.record(
                 session, "handoff_activated", at=now, actor="dispatcher", handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
                 idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
+                held_messages=len(held) or None,
             )
+        if held:
+            self.outbox.kick()
         self.bus.notify(handoff.conversation_id)
         await _notify(self.on_activated, handoff)
         return handoff
@@ -413,29 +431,56 @@ class Handoffs:
         )
         return changed.rowcount == 1
 
-    async def relay_subscriber_message(
-        self, session: AsyncSession, conversation: Conversation, handoff: HandoffSession, text: str, now: datetime
-    ) -> Message | None:
-        """Store a subscriber message for the recipient, in the caller's transaction.
-        Returns None when the handoff is no longer active (the caller routes to the agent)."""
+    async def route_subscriber_message(
+        self, session: AsyncSession, conversation: Conversation, text: str, now: datetime
+    ) -> tuple[Message, HandoffSession] | None:
+        """Store a subscriber message meant for a person, in the caller's transaction, and
+        queue its relay. Returns None when no handoff is open: the message is the agent's.
+
+        While the dispatch is still in flight the message is held (stored with the handoff's
+        id) and relayed the moment the channel confirms; the conditional UPDATE on the
+        session row orders it against the activation, so it is never missed."""
+        handoff = await self.open_session(session, conversation.id)
+        if handoff is None:
+            return None
+        if handoff.state == DISPATCHING:
+            held = await session.execute(
+                update(HandoffSession)
+                .where(HandoffSession.id == handoff.id, HandoffSession.state == DISPATCHING)
+                .values(last_activity_at=now)
+            )
+            if held.rowcount == 1:
+                message = await conversations.add_message(
+                    session, conversation.id, role="subscriber", text=text, now=now, handoff_session_id=handoff.id
+                )
+                return message, handoff
+            handoff = await self.open_session(session, conversation.id)  # it was activated (or failed) meanwhile
+            if handoff is None or handoff.state != ACTIVE:
+                return None
         if not await self.bump(session, handoff.id, now):
             return None
         message = await conversations.add_message(
             session, conversation.id, role="subscriber", text=text, now=now, handoff_session_id=handoff.id
         )
+        self._queue_relay(session, handoff, conversation, message, now)
+        return message, handoff
+
+    def _queue_relay(
+        self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, message: Message, now: datetime
+    ) -> None:
         author = conversation.subscriber_name or "Subscriber"
         outbound = Outbound(
             purpose="relay",
             handoff_session_id=handoff.id,
-            text=self.renderer.render("messages/relay.txt", author=author, text=text, short_code=handoff.short_code),
+            text=self.renderer.render("messages/relay.txt", author=author, text=message.text, short_code=handoff.short_code),
             author=author,
             thread=handoff.thread,
         )
         self.outbox.enqueue(session, channel_id=handoff.channel_id, outbound=outbound, now=now, message_id=message.id)
-        return message
 
     async def recipient_message(self, sid: str, text: str, *, author: str, via: str) -> Message | ReleaseResult:
         """A recipient wrote into the handoff: relay it to the subscriber, or release on `/release`."""
+        author = " ".join(author.split())[:200] or "recipient"
         command = parse_release_command(text)
         if command is not None:
             outcome, note = command
@@ -485,8 +530,7 @@ class Handoffs:
         note = note.strip() if note and note.strip() else None
         async with self.db.transaction() as session:
             handoff = await self._get(session, sid)
-            fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
-            coerced = coerce_returned(fields, return_values)
+            coerced = coerce_returned(stored_fields(handoff), return_values)
             conditions = [HandoffSession.id == sid, HandoffSession.state == ACTIVE]
             if idle_cutoff is not None:
                 conditions.append(HandoffSession.idle_deadline <= idle_cutoff)
@@ -534,7 +578,7 @@ class Handoffs:
             self.metrics.release_noops.labels(reason).inc()
             return ReleaseResult(released=False, session=current)
 
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             handoff = await self._get(session, sid)
         self.metrics.releases.labels(reason).inc()
         log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
@@ -572,7 +616,7 @@ class Handoffs:
 
     async def overdue(self, limit: int = 500) -> list[str]:
         now = self.clock.now()
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             query = (
                 select(HandoffSession.id)
                 .where(HandoffSession.state == ACTIVE, HandoffSession.idle_deadline <= now)
@@ -583,7 +627,7 @@ class Handoffs:
 
     async def due_before(self, horizon: datetime, limit: int = 5000) -> list[tuple[str, datetime]]:
         """Active sessions whose idle deadline falls before `horizon`, soonest first."""
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             query = (
                 select(HandoffSession.id, HandoffSession.idle_deadline)
                 .where(HandoffSession.state == ACTIVE, HandoffSession.idle_deadline <= horizon)
@@ -596,7 +640,7 @@ class Handoffs:
         """Sessions stuck in `dispatching` (the server stopped mid-dispatch) become `failed`,
         so the conversation is not blocked from a new handoff forever."""
         cutoff = self.clock.now() - (self.settings.dispatch_timeout * 2 + timedelta(seconds=30))
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             query = select(HandoffSession.id).where(HandoffSession.state == DISPATCHING, HandoffSession.created_at < cutoff)
             stale = list((await session.scalars(query)).all())
         failed = 0
@@ -619,6 +663,18 @@ async def _notify(listeners: list[Callable[[HandoffSession], Any]], handoff: Han
                 await result
         except Exception:
             log.exception("handoff_listener_failed", handoff_session_id=handoff.id)
+
+
+def stored_fields(handoff: HandoffSession) -> list[ReturnField]:
+    """The handoff's return fields, skipping any a newer version of the rules rejects: an
+    old row must never make a release impossible."""
+    fields = []
+    for data in handoff.expected_return:
+        try:
+            fields.append(ReturnField.model_validate(data))
+        except ValueError:
+            log.warning("stored_return_field_invalid", handoff_session_id=handoff.id, field=data.get("name"))
+    return fields
 
 
 def parse_release_command(text: str) -> tuple[str | None, str | None] | None:

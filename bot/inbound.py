@@ -9,7 +9,9 @@ left by a crash are processed on the next start.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +39,7 @@ class Inbound:
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
+        self._order_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def store(self, channel_id: int, message: InboundMessage) -> int | None:
         """Store one event; None when it is a redelivery of one already stored."""
@@ -71,17 +74,31 @@ class Inbound:
         return await self.process(event_id)
 
     async def process(self, event_id: int) -> str:
-        """Relay or act on one stored event, once: the claim is a conditional update."""
-        now = self.clock.now()
-        async with self.db.transaction() as session:
-            claimed = await session.execute(
-                update(InboundEvent).where(InboundEvent.id == event_id, InboundEvent.state == "pending")
-                .values(state="processing", processed_at=now)
-            )
-            if claimed.rowcount != 1:
-                return "already processed"
-            event = await session.get(InboundEvent, event_id)
-        assert event is not None
+        """Relay or act on one stored event, once: the claim is a conditional update.
+        Events of one channel are handled one at a time, in the order they arrived, so two
+        quick replies reach the subscriber in the order they were written."""
+        async with self._order_locks[await self._channel_of(event_id)]:
+            now = self.clock.now()
+            async with self.db.transaction() as session:
+                claimed = await session.execute(
+                    update(InboundEvent).where(InboundEvent.id == event_id, InboundEvent.state == "pending")
+                    .values(state="processing", processed_at=now)
+                )
+                if claimed.rowcount != 1:
+                    return "already processed"
+                event = await session.get(InboundEvent, event_id)
+            assert event is not None
+            try:
+                return await self._handle(event)
+            except Exception as exc:  # never leave an event stuck in "processing"
+                log.exception("inbound_failed", inbound_event_id=event_id)
+                return await self._finish(event, "failed", f"internal error ({type(exc).__name__})")
+
+    async def _channel_of(self, event_id: int) -> int:
+        async with self.db.read() as session:
+            return int(await session.scalar(select(InboundEvent.channel_id).where(InboundEvent.id == event_id)) or 0)
+
+    async def _handle(self, event: InboundEvent) -> str:
         message = InboundMessage.model_validate(event.payload)
         handoff = await self.handoffs.by_thread(event.channel_id, message.thread_key)
         if handoff is None:
@@ -100,9 +117,9 @@ class Inbound:
         now = self.clock.now()
         async with self.db.transaction() as session:
             await session.execute(update(InboundEvent).where(InboundEvent.id == event.id).values(state=state, result=result))
-            if state == "ignored":
+            if state in ("ignored", "failed"):
                 await audit.record(
-                    session, "inbound_ignored", at=now, actor=event.payload.get("author") or "recipient",
+                    session, f"inbound_{state}", at=now, actor=event.payload.get("author") or "recipient",
                     handoff_session_id=handoff_session_id, channel_id=event.channel_id, inbound_event_id=event.id,
                     reason=result,
                 )

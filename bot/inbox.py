@@ -13,6 +13,7 @@ Threat model, briefly. The inbox can end handoffs and speak to subscribers, so:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from datetime import datetime
@@ -26,11 +27,12 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from bot.conversations import message_view, speaker
 from bot.desk import Desk
 from bot.errors import DeskError
+from bot.handoffs import stored_fields
 from bot.models import ACTIVE, HandoffSession
 from bot.paths import TEMPLATES_DIR
 from bot.web import render_page, same_origin, secure_headers
 from channels.base import InboundMessage
-from forms.fields import ReturnField, preview_line
+from forms.fields import preview_line
 
 COOKIE = "handoff_owner"
 SESSION_MAX_AGE = 12 * 3600
@@ -47,7 +49,11 @@ def _desk(request: Request) -> Desk:
 
 
 def _serializer(desk: Desk, purpose: str) -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(desk.config.secret_key.get_secret_value(), salt=f"inbox-{purpose}")
+    # The owner token is part of the salt: changing the token (or setting one on an open
+    # inbox) signs every existing session out.
+    token = desk.config.owner.token
+    fingerprint = hashlib.sha256(token.get_secret_value().encode()).hexdigest()[:16] if token else "open"
+    return URLSafeTimedSerializer(desk.config.signing_keys, salt=f"inbox-{purpose}-{fingerprint}")
 
 
 class Owner:
@@ -134,7 +140,7 @@ def _time_left(desk: Desk, deadline: datetime | None) -> str:
 
 
 def _card(desk: Desk, handoff: HandoffSession) -> dict[str, Any]:
-    fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+    fields = stored_fields(handoff)
     return {
         "h": handoff,
         "time_left": _time_left(desk, handoff.idle_deadline) if handoff.state == ACTIVE else "",
@@ -218,7 +224,7 @@ async def handoff_page(sid: str, request: Request, notice: str = "", owner: Owne
 
 @inbox.get("/inbox/handoffs/{sid}/updates", include_in_schema=False)
 async def handoff_updates(
-    sid: str, after: int = Query(default=0, ge=0), wait: float = Query(default=25, ge=0, le=30),
+    sid: str, after: int = Query(default=0, ge=0, le=2**63 - 1), wait: float = Query(default=25, ge=0, le=30),
     owner: Owner = Depends(current_owner),
 ) -> JSONResponse:
     """Long-poll for the live transcript: returns as soon as something new is there."""
@@ -257,7 +263,7 @@ async def reply(
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Replies to this handoff go through its own channel.')}")
     outcome = await desk.inbound.submit_and_wait(
         handoff.channel_id,
-        InboundMessage(thread_key=handoff.thread_key, text=text[:10_000], author="Owner", dedupe_key=f"inbox:{nonce}" if nonce else None),
+        InboundMessage(thread_key=handoff.thread_key, text=text[:10_000], author="Owner", dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
     )
     notice = "" if outcome in ("relayed", "duplicate") else outcome
     return _redirect(f"/inbox/handoffs/{sid}" + (f"?notice={quote(notice)}" if notice else ""))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,12 +35,13 @@ from bot.channel_set import ChannelSet
 from bot.clock import Clock
 from bot.db import Database
 from bot.metrics import Metrics
-from bot.models import OutboxItem
+from bot.models import ACTIVE, HandoffSession, OutboxItem
 from channels.base import ChannelError, Outbound, PermanentChannelError, Receipt, TransientChannelError
 
 log = structlog.get_logger(__name__)
 
 PENDING, SENDING, SENT, FAILED = "pending", "sending", "sent", "failed"
+CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others get a turn
 
 
 class DeliveryFailed(Exception):
@@ -69,9 +71,10 @@ class Outbox:
         self.db, self.channels, self.clock, self.metrics = db, channels, clock, metrics
         self.max_attempts, self.base_backoff, self.max_backoff = max_attempts, base_backoff, max_backoff
         self.lease, self.poll_interval = lease, poll_interval
+        self.send_timeout = max(1.0, lease.total_seconds() - 10)
         self._semaphore = asyncio.Semaphore(concurrency)
         self._kick = asyncio.Event()
-        self._pass_lock = asyncio.Lock()
+        self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._worker: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ storing
@@ -98,22 +101,23 @@ class Outbox:
     # ------------------------------------------------------------------ delivering
 
     async def deliver_now(self, item_id: int, *, budget: timedelta) -> Receipt:
-        """Deliver one item inline, retrying transient errors while the budget allows.
+        """Deliver one item inline, retrying transient errors while the budget allows. The
+        budget is wall time and bounds the provider call too: a provider that never answers
+        fails the dispatch when the budget is spent instead of hanging the caller.
 
         Raises DeliveryFailed when the item is given up (it is then marked failed, so the
         worker will never send it later behind the caller's back).
         """
-        deadline = self.clock.now() + budget
+        deadline = time.monotonic() + budget.total_seconds()
         while True:
             item = await self._claim(item_id)
             if item is None:
                 raise DeliveryFailed(PermanentChannelError("the message is no longer pending"), 0)
             try:
-                receipt = await self._send(item)
+                receipt = await self._send(item, timeout=max(0.001, min(self.send_timeout, deadline - time.monotonic())))
             except ChannelError as error:
                 delay = self._retry_delay(error, item.attempts)
-                room = (deadline - self.clock.now()).total_seconds()
-                if delay is None or delay > room:
+                if delay is None or delay > deadline - time.monotonic():
                     await self._record_failure(item, error, retry_in=None)
                     raise DeliveryFailed(error, item.attempts) from None
                 await self._record_failure(item, error, retry_in=delay)
@@ -122,61 +126,99 @@ class Outbox:
             await self._record_success(item, receipt)
             return receipt
 
+    def _due_query(self, now: datetime, *, session_id: str | None = None, after: int | None = None) -> Any:
+        earlier = aliased(OutboxItem)
+        blocked = exists().where(
+            earlier.handoff_session_id == OutboxItem.handoff_session_id,
+            earlier.state.in_((PENDING, SENDING)),
+            earlier.id < OutboxItem.id,
+        )
+        due = or_(
+            and_(OutboxItem.state == PENDING, OutboxItem.not_before <= now),
+            and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now),
+        )
+        query = select(OutboxItem.id).where(due, OutboxItem.purpose != "dispatch", ~blocked)
+        if session_id is not None:
+            query = query.where(OutboxItem.handoff_session_id == session_id, OutboxItem.id > (after or 0))
+        return query.order_by(OutboxItem.id)
+
     async def deliver_due(self) -> int:
-        """One worker pass: deliver every due relay/notice that is next in its session.
-        Returns how many items were attempted."""
-        async with self._pass_lock:
-            now = self.clock.now()
-            earlier = aliased(OutboxItem)
-            blocked = exists().where(
-                earlier.handoff_session_id == OutboxItem.handoff_session_id,
-                earlier.id < OutboxItem.id,
-                earlier.state.in_((PENDING, SENDING)),
-            )
-            due = or_(
-                and_(OutboxItem.state == PENDING, OutboxItem.not_before <= now),
-                and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now),
-            )
-            query = (
-                select(OutboxItem.id)
-                .where(due, OutboxItem.purpose != "dispatch", ~blocked)
-                .order_by(OutboxItem.id)
-                .limit(200)
-            )
-            async with self.db.transaction() as session:
-                ids = list((await session.scalars(query)).all())
-            if ids:
-                await asyncio.gather(*(self._deliver_once(i) for i in ids))
-            return len(ids)
+        """Start delivering every due relay/notice that is next in its handoff; returns how
+        many deliveries were started. It does not wait for them: one slow provider must not
+        hold up the others."""
+        async with self.db.read() as session:
+            ids = list((await session.scalars(self._due_query(self.clock.now()).limit(200))).all())
+        started = 0
+        for item_id in ids:
+            if item_id in self._in_flight:
+                continue
+            task = asyncio.create_task(self._deliver_chain(item_id), name=f"outbox:{item_id}")
+            self._in_flight[item_id] = task
+            task.add_done_callback(lambda _t, key=item_id: self._chain_done(key))
+            started += 1
+        return started
+
+    def _chain_done(self, item_id: int) -> None:
+        self._in_flight.pop(item_id, None)
+        self._kick.set()  # more may have become due behind it
+
+    async def wait_in_flight(self) -> None:
+        """Wait for the deliveries already started."""
+        while self._in_flight:
+            await asyncio.gather(*list(self._in_flight.values()), return_exceptions=True)
 
     async def drain(self) -> None:
         """Deliver until nothing is due now (used at shutdown, by tests and the demo)."""
-        while await self.deliver_due():
-            pass
+        while await self.deliver_due() or self._in_flight:
+            await self.wait_in_flight()
 
-    async def _deliver_once(self, item_id: int) -> None:
-        async with self._semaphore:
-            item = await self._claim(item_id)
-            if item is None:
-                return  # another instance got it
-            try:
-                receipt = await self._send(item)
-            except ChannelError as error:
-                await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
+    async def _deliver_chain(self, item_id: int) -> None:
+        """Deliver an item, then the handoff's following items while they are due, in order,
+        so a backlog of one conversation drains at provider speed rather than one per pass."""
+        for _ in range(CHAIN_LIMIT):
+            async with self._semaphore:
+                item = await self._deliver_once(item_id)
+            if item is None or item.handoff_session_id is None:
                 return
-            await self._record_success(item, receipt)
+            async with self.db.read() as session:
+                query = self._due_query(self.clock.now(), session_id=item.handoff_session_id, after=item.id).limit(1)
+                following = (await session.scalars(query)).first()
+            if following is None:
+                return
+            item_id = following
 
-    async def _send(self, item: OutboxItem) -> Receipt:
+    async def _deliver_once(self, item_id: int) -> OutboxItem | None:
+        """One attempt. Returns the item when it was sent, None otherwise."""
+        item = await self._claim(item_id)
+        if item is None:
+            return None  # another instance (or an earlier pass) has it
+        try:
+            receipt = await self._send(item, timeout=self.send_timeout)
+        except ChannelError as error:
+            await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
+            return None
+        await self._record_success(item, receipt)
+        return item
+
+    async def _send(self, item: OutboxItem, *, timeout: float) -> Receipt:
+        """One provider call, bounded by `timeout` (shorter than the lease, so no other
+        instance can re-claim an item whose send is still in flight)."""
         adapter = self.channels.get(item.channel_id)
         if adapter is None or not self.channels.is_available(item.channel_id):
             raise TransientChannelError(f"channel {item.channel_id} is not running", hint="the channel is not available")
         try:
-            return await adapter.send(Outbound.model_validate(item.payload))
+            async with asyncio.timeout(timeout):
+                return await adapter.send(Outbound.model_validate(item.payload))
         except ChannelError:
             raise
+        except TimeoutError:
+            raise TransientChannelError(f"no answer within {timeout:g} s", hint="the provider did not answer in time") from None
         except Exception as exc:  # an adapter bug must not kill the worker; bounded by max_attempts
             log.exception("channel_send_crashed", channel_id=item.channel_id, outbox_id=item.id)
-            raise TransientChannelError(f"{type(exc).__name__}: {exc}", hint="internal error in the channel adapter") from exc
+            # Only the type: an exception's text may carry a URL with a token in it.
+            raise TransientChannelError(
+                f"internal error in the channel adapter ({type(exc).__name__})", hint="internal error in the channel adapter"
+            ) from exc
 
     def _retry_delay(self, error: ChannelError, attempts: int) -> float | None:
         """Seconds to wait before the next attempt, or None to give up."""
@@ -203,6 +245,12 @@ class Outbox:
                 return None
             return await session.get(OutboxItem, item_id)
 
+    @staticmethod
+    def _still_ours(item: OutboxItem) -> tuple[Any, ...]:
+        """Fencing: record an outcome only while the claim this attempt made still holds
+        (after a lease ran out another instance may have re-claimed the item)."""
+        return (OutboxItem.id == item.id, OutboxItem.state == SENDING, OutboxItem.attempts == item.attempts)
+
     def _kind_of(self, channel_id: int) -> str:
         adapter = self.channels.get(channel_id)
         return adapter.kind if adapter else "unknown"
@@ -210,11 +258,20 @@ class Outbox:
     async def _record_success(self, item: OutboxItem, receipt: Receipt) -> None:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(
+            recorded = await session.execute(
                 update(OutboxItem)
-                .where(OutboxItem.id == item.id)
+                .where(*self._still_ours(item))
                 .values(state=SENT, sent_at=now, lease_until=None, last_error=None, receipt=receipt.model_dump(mode="json"))
             )
+            if recorded.rowcount != 1:
+                # Another instance re-claimed the item after our lease ran out: the provider
+                # may now have it twice. Say so in the trail instead of overwriting its record.
+                log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
+                await audit.record(
+                    session, "delivery_claim_lost", at=now, actor="outbox", handoff_session_id=item.handoff_session_id,
+                    outbox_id=item.id, attempts=item.attempts, channel_message_id=receipt.message_id,
+                )
+                return
             if item.purpose != "dispatch":
                 await audit.record(
                     session,
@@ -230,12 +287,22 @@ class Outbox:
     async def _record_failure(self, item: OutboxItem, error: ChannelError, *, retry_in: float | None) -> None:
         now = self.clock.now()
         values: dict[str, Any] = {"lease_until": None, "last_error": f"{type(error).__name__}: {error}"}
-        if retry_in is None:
-            values["state"] = FAILED
-        else:
-            values.update(state=PENDING, not_before=now + timedelta(seconds=retry_in))
         async with self.db.transaction() as session:
-            await session.execute(update(OutboxItem).where(OutboxItem.id == item.id).values(**values))
+            if retry_in is None and item.purpose == "relay" and isinstance(error, TransientChannelError):
+                # A person is waiting for this message: keep trying while the handoff lasts.
+                state = await session.scalar(
+                    select(HandoffSession.state).where(HandoffSession.id == item.handoff_session_id)
+                )
+                if state == ACTIVE:
+                    retry_in = self.max_backoff
+            if retry_in is None:
+                values["state"] = FAILED
+            else:
+                values.update(state=PENDING, not_before=now + timedelta(seconds=retry_in))
+            recorded = await session.execute(update(OutboxItem).where(*self._still_ours(item)).values(**values))
+            if recorded.rowcount != 1:
+                log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
+                return
             await audit.record(
                 session,
                 "delivery_failed" if retry_in is None else "delivery_retry_scheduled",
@@ -254,21 +321,20 @@ class Outbox:
         self._worker = asyncio.create_task(self._run(), name="outbox-worker")
 
     async def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
-            self._worker = None
+        tasks = [t for t in [self._worker, *self._in_flight.values()] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._worker = None
+        self._in_flight.clear()
 
     async def _run(self) -> None:
         while True:
             self._kick.clear()
             try:
-                attempted = await self.deliver_due()
+                await self.deliver_due()
             except Exception:
                 log.exception("outbox_pass_failed")
-                attempted = 0
-            if attempted:
-                continue
             try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel racing a kick
                 async with asyncio.timeout(self.poll_interval):
                     await self._kick.wait()

@@ -77,16 +77,14 @@ class Router:
             now = self.clock.now()
             async with self.db.transaction() as session:
                 conversation = await conversations.get(session, conversation_id)
-                handoff = await self.handoffs.open_session(session, conversation_id)
-                relayed = None
-                if handoff is not None and handoff.state == ACTIVE:
-                    relayed = await self.handoffs.relay_subscriber_message(session, conversation, handoff, text, now)
-                if relayed is None:
+                routed = await self.handoffs.route_subscriber_message(session, conversation, text, now)
+                if routed is None:
                     stored = await conversations.add_message(session, conversation_id, role="subscriber", text=text, now=now)
             self.bus.notify(conversation_id)
-            if relayed is not None and handoff is not None:
+            if routed is not None:
+                message, handoff = routed
                 self.outbox.kick()
-                return RouteResult(int(relayed.id or 0), "human", handoff.id)
+                return RouteResult(int(message.id or 0), "human", handoff.id)
             replies, started = await self._agent_turn(conversation_id, trigger="message")
             return RouteResult(int(stored.id or 0), "agent", started, replies)
 
@@ -100,7 +98,7 @@ class Router:
             return await self._agent_turn(conversation_id, trigger=trigger)
 
     async def _agent_turn(self, conversation_id: str, *, trigger: Literal["message", "resumed"]) -> tuple[list[Message], str | None]:
-        async with self.db.transaction() as session:
+        async with self.db.read() as session:
             conversation = await conversations.get(session, conversation_id)
             history = await conversations.recent_messages(session, conversation_id, AGENT_HISTORY)
             open_handoff = await self.handoffs.open_session(session, conversation_id)

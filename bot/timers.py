@@ -19,7 +19,7 @@ moment can never produce two resume messages. Jobs only exist for near deadlines
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -41,6 +41,7 @@ class IdleTimers:
             job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1}, timezone=UTC
         )
         self._running: set[asyncio.Task[object]] = set()
+        self.also_on_sweep: list[Callable[[], Awaitable[object]]] = []
 
     def start(self) -> None:
         self.scheduler.start()
@@ -106,14 +107,29 @@ class IdleTimers:
             self.arm(sid, result.session.idle_deadline)  # activity moved the deadline
 
     async def sweep(self) -> int:
-        """Release overdue handoffs, fail stuck dispatches, arm jobs for near deadlines."""
+        """Release overdue handoffs, fail stuck dispatches, arm jobs for near deadlines, and
+        run the other periodic recoveries in `also_on_sweep`. One failing step (or session)
+        is logged and skipped, never allowed to stall the rest."""
         released = 0
         try:
             await self.handoffs.fail_stale_dispatches()
-            for sid in await self.handoffs.overdue():
+            overdue = await self.handoffs.overdue()
+        except Exception:
+            log.exception("idle_sweep_failed")
+            overdue = []
+        for sid in overdue:
+            try:
                 released += (await self.handoffs.release_if_idle(sid)).released
+            except Exception:
+                log.exception("idle_release_failed", handoff_session_id=sid)
+        try:
             for sid, deadline in await self.handoffs.due_before(self._horizon()):
                 self.arm(sid, deadline)
         except Exception:
-            log.exception("idle_sweep_failed")
+            log.exception("idle_arm_failed")
+        for task in self.also_on_sweep:
+            try:
+                await task()
+            except Exception:
+                log.exception("sweep_task_failed", task=getattr(task, "__qualname__", str(task)))
         return released

@@ -20,6 +20,8 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bot.text import CleanStr, scrub
+
 FieldType = Literal["string", "multiline", "number", "boolean", "enum", "date", "url"]
 FIELD_TYPES: tuple[str, ...] = ("string", "multiline", "number", "boolean", "enum", "date", "url")
 MAX_RETURN_FIELDS = 20
@@ -31,15 +33,18 @@ class ReturnField(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="Identifier-like key (letters, digits, underscore), unique in the list.")
+    name: str = Field(
+        description="Identifier-like key (letters, digits, underscore), unique in the list.",
+        json_schema_extra={"pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"},
+    )
     type: FieldType = Field(description="string, multiline, number, boolean, enum, date (YYYY-MM-DD) or url.")
-    enum_values: list[str] | None = Field(
+    enum_values: list[CleanStr] | None = Field(
         default=None, description="Allowed values; required when type is enum, forbidden otherwise."
     )
-    label: str | None = Field(default=None, max_length=100, description="Human label shown on the form.")
-    description: str | None = Field(default=None, max_length=500, description="Help text shown under the input.")
+    label: CleanStr | None = Field(default=None, max_length=100, description="Human label shown on the form.")
+    description: CleanStr | None = Field(default=None, max_length=500, description="Help text shown under the input.")
     required: bool = Field(default=False, description="Reported as missing when not returned; never blocks release.")
-    placeholder: str | None = Field(default=None, max_length=200, description="Example value shown in the empty input.")
+    placeholder: CleanStr | None = Field(default=None, max_length=200, description="Example value shown in the empty input.")
 
     @field_validator("name")
     @classmethod
@@ -100,7 +105,7 @@ def coerce_value(field: ReturnField, raw: Any) -> Any:
         return None
     kind = field.type
     if kind in ("string", "multiline"):
-        text = raw if isinstance(raw, str) else str(raw)
+        text = scrub(raw if isinstance(raw, str) else str(raw))
         text = text.strip() if kind == "string" else text.strip("\n\r ")
         if len(text) > 10_000:
             raise FieldValueError("is longer than 10,000 characters")

@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 
 from bot.desk import Desk
+from bot.handoffs import stored_fields
 from bot.models import OUTCOMES, FormLink, HandoffSession
 from bot.web import render_page, same_origin
 from forms.fields import FieldValueError, ReturnField, coerce_value
@@ -54,7 +55,7 @@ async def _load(desk: Desk, token: str) -> tuple[FormLink, HandoffSession] | Non
     link_id = desk.forms.link_id(token)
     if link_id is None:
         return None
-    async with desk.db.transaction() as session:
+    async with desk.db.read() as session:
         link = await session.get(FormLink, link_id)
         handoff = await session.get(HandoffSession, link.handoff_session_id) if link else None
     return (link, handoff) if link and handoff else None
@@ -101,7 +102,7 @@ def _form_page(
     views: list[FieldView] | None = None, errors: dict[str, str] | None = None,
     outcome: str = "resolved", note: str = "", filled_by: str = "",
 ) -> HTMLResponse:
-    fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+    fields = stored_fields(handoff)
     return render_page(
         desk, "forms/form.html", status=status, token=token, h=handoff,
         fields=views or [FieldView(f) for f in fields], errors=errors or {},
@@ -152,7 +153,7 @@ async def submit_form(token: str, request: Request) -> HTMLResponse:
     if unavailable is not None:
         return unavailable
 
-    fields = [ReturnField.model_validate(f) for f in handoff.expected_return]
+    fields = stored_fields(handoff)
     views, values, errors = _read_fields(fields, form)
     outcome = str(form.get("outcome") or "resolved")
     if outcome not in OUTCOMES:

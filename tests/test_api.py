@@ -108,3 +108,33 @@ async def test_openapi_document_is_served(harness: Harness) -> None:
     spec = (await harness.client.get("/api/openapi.json")).json()
     assert "/api/conversations/{cid}/messages" in spec["paths"]
     assert "/api/handoffs/{sid}/release" in spec["paths"]
+
+
+async def test_foreign_host_headers_are_refused(harness: Harness) -> None:
+    # DNS rebinding: a page on evil.example resolving to this server still sends its own Host.
+    response = await harness.client.get("/inbox", headers={"Host": "evil.example:8000"})
+    assert response.status_code == 400
+    assert (await harness.client.get("/healthz", headers={"Host": "localhost:8000"})).status_code == 200
+
+
+async def test_api_posts_must_be_json(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    # simple cross-site requests (no preflight) cannot carry application/json
+    form = await harness.client.post(f"/api/handoffs/{sid}/release", content=b"", headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 415 and form.json()["error"] == "unsupported_media_type"
+    text = await harness.client.post(f"/api/conversations/{cid}/tools/handoff_request", content=b"{}", headers={"content-type": "text/plain"})
+    assert text.status_code == 415
+    assert (await harness.handoff(sid))["state"] == "active"
+
+
+async def test_nul_characters_and_huge_ids_are_clear_errors(harness: Harness) -> None:
+    cid = await harness.conversation()
+    nul = await harness.client.post(f"/api/conversations/{cid}/messages", json={"text": "hi\u0000there"})
+    assert nul.status_code == 422 and nul.json()["details"]["fields"]["text"] == "must not contain NUL characters"
+    huge = await harness.client.get(f"/api/conversations/{cid}/messages", params={"after": 10**20})
+    assert huge.status_code == 422 and "after" in huge.json()["details"]["fields"]
+    tool = await harness.tool(cid, "handoff_request", {
+        "channel_id": True, "summary": "Null \u0000 byte in an otherwise long summary", "expected_action": "Do the thing now.",
+    })
+    assert set(tool["details"]["fields"]) == {"channel_id", "summary"}

@@ -83,3 +83,11 @@ def test_demo_tells_the_whole_story() -> None:
     positions = [out.find(step) for step in steps]
     assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions, strict=True) if p < 0]
     assert positions == sorted(positions)
+
+
+def test_serve_refuses_a_public_host_given_on_the_command_line() -> None:
+    result = handoff("serve", "--config", "config.example.yaml", "--host", "0.0.0.0")
+    assert result.returncode == 2
+    assert "refusing to serve on 0.0.0.0:" in result.stderr
+    assert "owner.token: required when server.host (0.0.0.0)" in result.stderr
+    assert "secret_key: the development default is public" in result.stderr

@@ -104,6 +104,18 @@ def test_a_public_host_needs_an_owner_token_and_api_key() -> None:
     assert any(p.startswith("api.key: required when server.host (0.0.0.0)") for p in found)
 
 
+def test_a_public_host_refuses_the_development_secret_key() -> None:
+    data = {"channels": BASE["channels"], "server": {"host": "0.0.0.0"}, "owner": {"token": "t"}, "api": {"key": "k"}}
+    assert problems(data) == [
+        "secret_key: the development default is public; set a long random value when server.host (0.0.0.0) is reachable"
+    ]
+
+
+def test_trusted_hosts_are_the_public_name_and_loopback() -> None:
+    config = Config.from_mapping({**BASE, "server": {"public_url": "https://desk.example.com", "allowed_hosts": ["desk.lan"]}})
+    assert config.server.trusted_hosts() == ["127.0.0.1", "::1", "[::1]", "desk.example.com", "desk.lan", "localhost"]
+
+
 def test_in_memory_sqlite_is_refused() -> None:
     assert problems({**BASE, "database_url": "sqlite:///:memory:"}) == [
         "database_url: an in-memory SQLite database is not supported; use a file path"

@@ -139,6 +139,7 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     `null` branches of optional fields dropped (an optional field is simply left out)."""
     raw = model.model_json_schema()
     defs = raw.pop("$defs", {})
+    raw.pop("description", None)  # the class docstring is for developers; the tool has its own description
     return _clean(raw, defs)
 
 

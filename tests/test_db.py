@@ -1,0 +1,57 @@
+"""The database layer: one open handoff per conversation is the database's rule, and
+readers never wait behind a writer."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from bot import conversations
+from bot.db import Database
+from bot.models import HandoffSession
+
+
+async def test_the_database_allows_one_open_handoff_per_conversation(database_url: str) -> None:
+    db = Database(database_url)
+    await db.upgrade()
+    now = datetime.now(UTC)
+
+    def session_row(sid: str, cid: str, state: str) -> HandoffSession:
+        return HandoffSession(id=sid, conversation_id=cid, channel_id=1, channel_kind="owner_inbox", channel_label="x",
+                              state=state, urgency="normal", summary="s" * 20, expected_action="a" * 10, created_at=now)
+    try:
+        async with db.transaction() as session:
+            cid = (await conversations.create(session, now=now)).id
+            session.add(session_row("hs_1", cid, "active"))
+            session.add(session_row("hs_2", cid, "released"))  # closed ones do not count
+        with pytest.raises(IntegrityError):
+            async with db.transaction() as session:
+                session.add(session_row("hs_3", cid, "dispatching"))
+    finally:
+        await db.dispose()
+
+
+async def test_sqlite_readers_do_not_wait_for_a_writer(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    await db.upgrade()
+    writing, done = asyncio.Event(), asyncio.Event()
+
+    async def writer() -> None:
+        async with db.transaction() as session:
+            await session.execute(text("UPDATE alembic_version SET version_num = version_num"))
+            writing.set()
+            await done.wait()  # hold the write lock
+
+    task = asyncio.create_task(writer())
+    await writing.wait()
+    try:
+        async with asyncio.timeout(5), db.read() as session:
+            assert await session.scalar(text("SELECT count(*) FROM conversations")) == 0
+    finally:
+        done.set()
+        await task
+        await db.dispose()
