@@ -265,9 +265,8 @@ class Handoffs:
                     request=req.model_dump(mode="json", exclude_none=True),
                 )
                 outbound = self._dispatch_outbound(handoff, conversation, history)
-                item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now)
+                item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
                 await session.flush()
-                item_id = int(item.id or 0)
         except (_AlreadyOpen, IntegrityError) as exc:
             active_id = exc.session_id if isinstance(exc, _AlreadyOpen) else await self._open_id(conversation_id)
             hint = (
@@ -283,7 +282,11 @@ class Handoffs:
 
         started = time.perf_counter()
         try:
-            receipt = await self.outbox.deliver_now(item_id, budget=self.settings.dispatch_timeout)
+            # activation commits with the record of the successful send: one transaction
+            receipt, activated = await self.outbox.deliver_now(
+                item, budget=self.settings.dispatch_timeout,
+                on_sent=lambda session, receipt, at: self._activate(session, sid, receipt, at),
+            )
         except DeliveryFailed as exc:
             await self._fail(sid, error=str(exc.error), hint=exc.error.hint, attempts=exc.attempts)
             self.metrics.handoff_requests.labels(adapter.kind, "dispatch_failed").inc()
@@ -299,7 +302,6 @@ class Handoffs:
         finally:
             self.metrics.dispatch_seconds.labels(adapter.kind).observe(time.perf_counter() - started)
 
-        activated = await self._activate(sid, receipt)
         if activated is None:
             self.metrics.handoff_requests.labels(adapter.kind, "dispatch_failed").inc()
             raise ToolFailure(
@@ -307,6 +309,9 @@ class Handoffs:
                 handoff_event_id=str(requested.id), handoff_session_id=sid, human_notified=False,
             )
         self.metrics.handoff_requests.labels(adapter.kind, "ok").inc()
+        self.outbox.kick()  # relays of messages held during the dispatch, if any
+        self.bus.notify(conversation_id)
+        await _notify(self.on_activated, activated)
         return {
             "ok": True,
             "action": "handoff_session_started",
@@ -380,41 +385,38 @@ class Handoffs:
         log.warning("handoff_dispatch_failed", handoff_session_id=sid, hint=hint)
         return True
 
-    async def _activate(self, sid: str, receipt: Receipt) -> HandoffSession | None:
-        now = self.clock.now()
-        async with self.db.transaction() as session:
-            changed = await session.execute(
-                update(HandoffSession)
-                .where(HandoffSession.id == sid, HandoffSession.state == DISPATCHING)
-                .values(
-                    state=ACTIVE,
-                    channel_message_id=receipt.message_id,
-                    thread_key=receipt.thread_key,
-                    thread=receipt.thread,
-                    activated_at=now,
-                    last_activity_at=now,
-                    idle_deadline=now + self.idle_timeout,
-                )
+    async def _activate(self, session: AsyncSession, sid: str, receipt: Receipt, now: datetime) -> HandoffSession | None:
+        """dispatching → active, in the caller's transaction; None when the session left
+        `dispatching` meanwhile (the sweep failed it as stuck)."""
+        changed = await session.execute(
+            update(HandoffSession)
+            .where(HandoffSession.id == sid, HandoffSession.state == DISPATCHING)
+            .values(
+                state=ACTIVE,
+                channel_message_id=receipt.message_id,
+                thread_key=receipt.thread_key,
+                thread=receipt.thread,
+                activated_at=now,
+                last_activity_at=now,
+                idle_deadline=now + self.idle_timeout,
             )
-            if changed.rowcount != 1:
-                return None
-            handoff = await self._get(session, sid)
+        )
+        if changed.rowcount != 1:
+            return None
+        handoff = await self._get(session, sid)
+        held = (await session.scalars(
+            select(Message).where(Message.handoff_session_id == sid, Message.role == "subscriber").order_by(Message.id)
+        )).all()
+        if held:  # written while the dispatch was in flight
             conversation = await conversations.get(session, handoff.conversation_id)
-            held = (await session.scalars(
-                select(Message).where(Message.handoff_session_id == sid, Message.role == "subscriber").order_by(Message.id)
-            )).all()
-            for message in held:  # written while the dispatch was in flight
+            for message in held:
                 self._queue_relay(session, handoff, conversation, message, now)
-            await audit.record(
-                session, "handoff_activated", at=now, actor="dispatcher", handoff_session_id=sid,
-                conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
-                idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
-                held_messages=len(held) or None,
-            )
-        if held:
-            self.outbox.kick()
-        self.bus.notify(handoff.conversation_id)
-        await _notify(self.on_activated, handoff)
+        await audit.record(
+            session, "handoff_activated", at=now, actor="dispatcher", handoff_session_id=sid,
+            conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
+            idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
+            held_messages=len(held) or None,
+        )
         return handoff
 
     # ------------------------------------------------------------------ relaying
