@@ -36,7 +36,11 @@ class Background:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def close(self) -> None:
+    async def close(self, grace: float = 5.0) -> None:
+        """Let running work finish for up to `grace` seconds, then cancel what is left (a
+        task cancelled mid-transaction only rolls back, but finishing is kinder)."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=grace)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

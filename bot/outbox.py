@@ -244,17 +244,17 @@ class Outbox:
     async def _claim(self, item_id: int) -> OutboxItem | None:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            claimed = await session.execute(
+            # UPDATE … RETURNING: the claim and the row in one statement (SQLite ≥ 3.35, PostgreSQL)
+            claimed = await session.scalars(
                 update(OutboxItem)
                 .where(
                     OutboxItem.id == item_id,
                     or_(OutboxItem.state == PENDING, and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now)),
                 )
                 .values(state=SENDING, lease_until=now + self.lease, attempts=OutboxItem.attempts + 1)
+                .returning(OutboxItem)
             )
-            if claimed.rowcount != 1:
-                return None
-            return await session.get(OutboxItem, item_id)
+            return claimed.first()
 
     @staticmethod
     def _still_ours(item: OutboxItem) -> tuple[Any, ...]:
