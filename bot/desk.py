@@ -99,7 +99,11 @@ class Desk:
         log.info("desk_started", channels=[s for s in self.channels.health()], public_url=self.config.public_url)
 
     def _channel_context(self, channel_id: int) -> ChannelContext:
-        return ChannelContext(public_url=self.config.public_url, deliver_inbound=partial(self.inbound.submit, channel_id))
+        return ChannelContext(
+            public_url=self.config.public_url,
+            deliver_inbound=partial(self.inbound.submit, channel_id),
+            render=self.renderer.render,
+        )
 
     async def settle(self) -> None:
         """Wait for follow-up work (relays, resume turns) to finish: for tests and the demo."""

@@ -476,6 +476,7 @@ class Handoffs:
             handoff_session_id=handoff.id,
             text=self.renderer.render("messages/relay.txt", author=author, text=message.text, short_code=handoff.short_code),
             author=author,
+            body=message.text,
             thread=handoff.thread,
         )
         self.outbox.enqueue(session, channel_id=handoff.channel_id, outbound=outbound, now=now, message_id=message.id)
@@ -567,7 +568,7 @@ class Handoffs:
                 )
                 self.outbox.enqueue(
                     session, channel_id=handoff.channel_id, now=now,
-                    outbound=Outbound(purpose="notice", handoff_session_id=sid, text=notice, thread=handoff.thread),
+                    outbound=Outbound(purpose="notice", handoff_session_id=sid, text=notice, body=notice, thread=handoff.thread),
                 )
         if not won:
             async with self.db.transaction() as session:
@@ -608,7 +609,7 @@ class Handoffs:
             )
             self.outbox.enqueue(
                 session, channel_id=handoff.channel_id, now=now,
-                outbound=Outbound(purpose="notice", handoff_session_id=sid, text=text, thread=handoff.thread),
+                outbound=Outbound(purpose="notice", handoff_session_id=sid, text=text, body=text, thread=handoff.thread),
             )
         self.outbox.kick()
         return url

@@ -37,7 +37,14 @@ from bot.clock import Clock
 from bot.db import Database
 from bot.metrics import Metrics
 from bot.models import ACTIVE, HandoffSession, OutboxItem
-from channels.base import ChannelError, Outbound, PermanentChannelError, Receipt, TransientChannelError
+from channels.base import (
+    ChannelError,
+    Outbound,
+    PermanentChannelError,
+    Receipt,
+    TransientChannelError,
+    UncertainDeliveryError,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -217,9 +224,15 @@ class Outbox:
         adapter = self.channels.get(item.channel_id)
         if adapter is None or not self.channels.is_available(item.channel_id):
             raise TransientChannelError(f"channel {item.channel_id} is not running", hint="the channel is not available")
+        outbound = Outbound.model_validate(item.payload).model_copy(update={"delivery_key": f"hd-{item.id}"})
         try:
             async with asyncio.timeout(timeout):
-                return await adapter.send(Outbound.model_validate(item.payload))
+                if adapter.capabilities.reconcile and (item.last_error or "").startswith(UncertainDeliveryError.__name__):
+                    earlier = await adapter.find_sent(outbound)  # the last attempt may have arrived
+                    if earlier is not None:
+                        log.info("outbox_reconciled", outbox_id=item.id, channel_message_id=earlier.message_id)
+                        return earlier
+                return await adapter.send(outbound)
         except ChannelError:
             raise
         except TimeoutError:

@@ -53,6 +53,7 @@ class Capabilities:
     threads: bool = False  # each handoff gets its own thread, so replies map to it unambiguously
     inbound: bool = False  # recipients can answer through the channel itself
     webhook: bool = False  # receives provider calls on POST /webhooks/{channel_id}
+    reconcile: bool = False  # can tell whether a send that timed out went through (find_sent)
 
 
 class TranscriptLine(BaseModel):
@@ -92,8 +93,14 @@ class Outbound(BaseModel):
     text: str
     subject: str | None = None
     author: str | None = None
+    # For relays and notices: the words alone, without the "Author: " label of `text`, so an
+    # adapter can label (and escape) them in its own markup.
+    body: str | None = None
     brief: HandoffBrief | None = None
     thread: dict[str, Any] = Field(default_factory=dict)
+    # Stable for every attempt at this one message (set by the outbox): attach it where the
+    # provider keeps message metadata, and `find_sent` can recognise an earlier attempt.
+    delivery_key: str | None = None
 
 
 class Receipt(BaseModel):
@@ -141,6 +148,11 @@ class TransientChannelError(ChannelError):
         self.retry_after = retry_after
 
 
+class UncertainDeliveryError(TransientChannelError):
+    """The request may have reached the provider (e.g. a timeout after sending). Before a
+    retry the core asks `find_sent` when the channel can reconcile, instead of sending twice."""
+
+
 class PermanentChannelError(ChannelError):
     """Retrying will not help: bad recipient, rejected content, SMTP 5xx."""
 
@@ -180,10 +192,12 @@ InboundSink = Callable[[InboundMessage], Awaitable[None]]
 
 @dataclass(frozen=True)
 class ChannelContext:
-    """What the core hands an adapter on start."""
+    """What the core hands an adapter on start: where it is reachable, where to put the
+    recipient messages it receives (pollers, gateways), and the template renderer."""
 
     public_url: str
     deliver_inbound: InboundSink
+    render: Callable[..., str]
 
 
 class ChannelAdapter(ABC):
@@ -215,6 +229,11 @@ class ChannelAdapter(ABC):
     async def probe(self) -> str:
         """Check credentials against the provider; return a short description of who we are."""
         return "nothing to check"
+
+    async def find_sent(self, outbound: Outbound) -> Receipt | None:
+        """Whether an earlier attempt at `outbound` (same `delivery_key`) reached the
+        provider; only called when `capabilities.reconcile`."""
+        return None
 
     async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
         """Verify and parse a provider call. Only called when `capabilities.webhook`."""
