@@ -142,7 +142,8 @@ class Outbox:
                 await asyncio.sleep(delay)
                 item = await self._claim(item.id or 0)
                 continue
-            return receipt, await self._record_success(item, receipt, on_sent)
+            result, _ = await self._record_success(item, receipt, on_sent=on_sent)
+            return receipt, result
 
     def _due_query(self, now: datetime, *, session_id: str | None = None, after: int | None = None) -> Any:
         earlier = aliased(OutboxItem)
@@ -192,31 +193,20 @@ class Outbox:
 
     async def _deliver_chain(self, item_id: int) -> None:
         """Deliver an item, then the handoff's following items while they are due, in order,
-        so a backlog of one conversation drains at provider speed rather than one per pass."""
-        for _ in range(CHAIN_LIMIT):
-            async with self._semaphore:
-                item = await self._deliver_once(item_id)
-            if item is None or item.handoff_session_id is None:
+        so a backlog of one conversation drains at provider speed rather than one per pass.
+        Recording a success and claiming the next item share one transaction."""
+        item = await self._claim(item_id)  # None: another instance (or an earlier pass) has it
+        for turn in range(CHAIN_LIMIT):
+            if item is None:
                 return
-            async with self.db.read() as session:
-                query = self._due_query(self.clock.now(), session_id=item.handoff_session_id, after=item.id).limit(1)
-                following = (await session.scalars(query)).first()
-            if following is None:
+            try:
+                async with self._semaphore:
+                    receipt = await self._send(item, timeout=self.send_timeout)
+            except ChannelError as error:
+                await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
                 return
-            item_id = following
-
-    async def _deliver_once(self, item_id: int) -> OutboxItem | None:
-        """One attempt. Returns the item when it was sent, None otherwise."""
-        item = await self._claim(item_id)
-        if item is None:
-            return None  # another instance (or an earlier pass) has it
-        try:
-            receipt = await self._send(item, timeout=self.send_timeout)
-        except ChannelError as error:
-            await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
-            return None
-        await self._record_success(item, receipt)
-        return item
+            # the last turn claims nothing: a claimed item left behind would wait out its lease
+            _, item = await self._record_success(item, receipt, claim_next=turn < CHAIN_LIMIT - 1)
 
     async def _send(self, item: OutboxItem, *, timeout: float) -> Receipt:
         """One provider call, bounded by `timeout` (shorter than the lease, so no other
@@ -257,17 +247,21 @@ class Outbox:
     async def _claim(self, item_id: int) -> OutboxItem | None:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            # UPDATE … RETURNING: the claim and the row in one statement (SQLite ≥ 3.35, PostgreSQL)
-            claimed = await session.scalars(
-                update(OutboxItem)
-                .where(
-                    OutboxItem.id == item_id,
-                    or_(OutboxItem.state == PENDING, and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now)),
-                )
-                .values(state=SENDING, lease_until=now + self.lease, attempts=OutboxItem.attempts + 1)
-                .returning(OutboxItem)
+            return await self._claim_in(session, item_id, now)
+
+    async def _claim_in(self, session: AsyncSession, item_id: int, now: datetime) -> OutboxItem | None:
+        # UPDATE … RETURNING: the claim and the row in one statement (SQLite ≥ 3.35, PostgreSQL)
+        claimed = await session.scalars(
+            update(OutboxItem)
+            .where(
+                OutboxItem.id == item_id,
+                or_(OutboxItem.state == PENDING, and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now)),
             )
-            return claimed.first()
+            .values(state=SENDING, lease_until=now + self.lease, attempts=OutboxItem.attempts + 1)
+            .returning(OutboxItem)
+            .execution_options(populate_existing=True)
+        )
+        return claimed.first()
 
     @staticmethod
     def _still_ours(item: OutboxItem) -> tuple[Any, ...]:
@@ -279,9 +273,13 @@ class Outbox:
         adapter = self.channels.get(channel_id)
         return adapter.kind if adapter else "unknown"
 
-    async def _record_success(self, item: OutboxItem, receipt: Receipt, on_sent: OnSent | None = None) -> Any:
+    async def _record_success(
+        self, item: OutboxItem, receipt: Receipt, *, on_sent: OnSent | None = None, claim_next: bool = False
+    ) -> tuple[Any, OutboxItem | None]:
+        """Record a delivered item (fenced by its claim). Returns what `on_sent` returned and,
+        with `claim_next`, the handoff's next due item, already claimed."""
         now = self.clock.now()
-        result = None
+        result, following = None, None
         async with self.db.transaction() as session:
             recorded = await session.execute(
                 update(OutboxItem)
@@ -296,7 +294,7 @@ class Outbox:
                     session, "delivery_claim_lost", at=now, actor="outbox", handoff_session_id=item.handoff_session_id,
                     outbox_id=item.id, attempts=item.attempts, channel_message_id=receipt.message_id,
                 )
-                return None
+                return None, None
             if on_sent is not None:
                 result = await on_sent(session, receipt, now)
             if item.purpose != "dispatch":
@@ -307,10 +305,15 @@ class Outbox:
                     outbox_id=item.id, message_id=item.message_id, channel_message_id=receipt.message_id,
                     attempts=item.attempts,
                 )
+            if claim_next and item.handoff_session_id is not None:
+                query = self._due_query(now, session_id=item.handoff_session_id, after=item.id or 0).limit(1)
+                next_id = (await session.scalars(query)).first()
+                if next_id is not None:
+                    following = await self._claim_in(session, next_id, now)
         self.metrics.deliveries.labels(self._kind_of(item.channel_id), item.purpose, "sent").inc()
         if item.purpose == "relay":
             self.metrics.relayed.labels("to_recipient").inc()
-        return result
+        return result, following
 
     async def _record_failure(self, item: OutboxItem, error: ChannelError, *, retry_in: float | None) -> None:
         now = self.clock.now()
