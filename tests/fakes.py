@@ -9,7 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from channels.base import Capabilities, ChannelAdapter, ChannelConfig, ChannelError, Outbound, Receipt
+from channels.base import (
+    Capabilities,
+    ChannelAdapter,
+    ChannelConfig,
+    ChannelError,
+    Outbound,
+    Receipt,
+    UncertainDeliveryError,
+)
 
 
 class ScriptedChannel(ChannelAdapter):
@@ -39,3 +47,29 @@ class ScriptedChannel(ChannelAdapter):
 
     def texts(self, purpose: str | None = None) -> list[str]:
         return [o.text for o in self.sent if purpose is None or o.purpose == purpose]
+
+
+class ReconcilingChannel(ScriptedChannel):
+    """A provider whose sends can time out after landing, and which can look a message up
+    by its delivery key (as Slack can through message metadata)."""
+
+    capabilities = Capabilities(threads=True, inbound=True, reconcile=True)
+
+    def __init__(self, config: ChannelConfig) -> None:
+        super().__init__(config)
+        self.land_then_time_out = 0
+        self.lookups: list[str | None] = []
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        receipt = await super().send(outbound)
+        if self.land_then_time_out:
+            self.land_then_time_out -= 1
+            raise UncertainDeliveryError("read timed out after sending")
+        return receipt
+
+    async def find_sent(self, outbound: Outbound) -> Receipt | None:
+        self.lookups.append(outbound.delivery_key)
+        for n, earlier in enumerate(self.sent, start=1):
+            if earlier.delivery_key == outbound.delivery_key:
+                return Receipt(message_id=f"msg-{n}", thread_key=f"thread-{outbound.handoff_session_id}", thread={"ts": n})
+        return None

@@ -84,3 +84,22 @@ async def test_relays_keep_retrying_while_the_handoff_lasts(start_desk: StartDes
     await harness.desk.outbox.drain()
     assert channel.texts("relay") == ["Ana: are you there?"]  # past max_attempts, still delivered
     assert "delivery_failed" not in await harness.kinds(sid)
+
+
+async def test_a_send_that_timed_out_but_landed_is_reconciled_not_repeated(start_desk: StartDesk) -> None:
+    from tests.fakes import ReconcilingChannel
+
+    harness = await start_desk(adapters={1: ReconcilingChannel}, delivery={"base_backoff": "1ms"})
+    channel = harness.desk.channels.get(1)
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.desk.outbox.stop()
+    channel.land_then_time_out = 1
+    await harness.say(cid, "only once please")
+    await harness.desk.outbox.drain()  # lands, then "times out": scheduled for a retry
+    harness.desk.clock.advance(timedelta(seconds=5))
+    await harness.desk.outbox.drain()  # the retry asks the provider first
+    assert channel.texts("relay") == ["Ana: only once please"]
+    assert channel.lookups and channel.lookups[0].startswith("hd-")
+    kinds = await harness.kinds(sid)
+    assert kinds.count("delivery_retry_scheduled") == 1 and kinds.count("relayed_to_recipient") == 1
