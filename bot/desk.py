@@ -80,6 +80,7 @@ class Desk:
         self.handoffs.on_activated.append(self.timers.on_activated)
         self.handoffs.on_released.append(self.timers.on_released)
         self.handoffs.on_released.append(self.router.after_release)
+        self.handoffs.on_failed_with_messages.append(self.router.after_failed_dispatch)
         self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.started = False
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 import structlog
 from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, field_validator
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -174,6 +174,7 @@ class Handoffs:
         # Called after commit; the desk wires timers and the agent's resume turn here.
         self.on_activated: list[Callable[[HandoffSession], Any]] = []
         self.on_released: list[Callable[[HandoffSession], Any]] = []
+        self.on_failed_with_messages: list[Callable[[HandoffSession], Any]] = []
 
     @property
     def idle_timeout(self) -> timedelta:
@@ -378,11 +379,18 @@ class Handoffs:
                 .where(OutboxItem.handoff_session_id == sid, OutboxItem.purpose == "dispatch", OutboxItem.state != "sent")
                 .values(state="failed", lease_until=None)
             )
+            held = await session.scalar(
+                select(func.count()).select_from(Message)
+                .where(Message.handoff_session_id == sid, Message.role == "subscriber")
+            )
             await audit.record(
                 session, "dispatch_failed", at=now, actor=actor, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, error=error, hint=hint, attempts=attempts,
+                held_messages=held or None,
             )
         log.warning("handoff_dispatch_failed", handoff_session_id=sid, hint=hint)
+        if held:  # the subscriber wrote while we waited for the channel: nobody will answer but the agent
+            await _notify(self.on_failed_with_messages, handoff)
         return True
 
     async def _activate(self, session: AsyncSession, sid: str, receipt: Receipt, now: datetime) -> HandoffSession | None:

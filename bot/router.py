@@ -147,6 +147,12 @@ class Router:
         self.bus.notify(conversation_id)
         return replies
 
+    def after_failed_dispatch(self, handoff: HandoffSession) -> None:
+        """Messages held for a person whose dispatch then failed go to the agent after all."""
+        self.background.spawn(
+            self.agent_turn(handoff.conversation_id, trigger="message"), name=f"held:{handoff.conversation_id}"
+        )
+
     def after_release(self, handoff: HandoffSession) -> None:
         """The agent picks the conversation up as soon as a handoff ends, instead of
         waiting for the subscriber to say something."""

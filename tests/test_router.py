@@ -201,3 +201,23 @@ async def test_an_event_that_cannot_be_handled_is_marked_failed_not_stuck(harnes
     async with harness.desk.db.read() as session:
         stored = await session.get(InboundEvent, event_id)
     assert stored.state == "failed"
+
+
+async def test_messages_held_for_a_dispatch_that_fails_go_to_the_agent(start_desk: StartDesk, scripted) -> None:
+    from channels.base import PermanentChannelError
+
+    harness = await start_desk(adapters={1: scripted})
+    channel = harness.desk.channels.get(1)
+    channel.gate = asyncio.Event()
+    channel.fail_next(PermanentChannelError("chat not found"))
+    cid = await harness.conversation()
+    request = asyncio.create_task(harness.tool(cid, "handoff_request", {
+        "channel_id": 1, "summary": "A summary that is long enough to pass.", "expected_action": "Do the thing now.",
+    }))
+    await channel.entered.wait()
+    assert (await harness.say(cid, "Thanks in advance"))["routed_to"] == "human"
+    channel.gate.set()
+    assert (await request)["error"] == "dispatch_failed"
+    await harness.desk.settle()
+    last = (await harness.messages(cid))[-1]
+    assert last["role"] == "agent" and last["text"].startswith("You're welcome!")
