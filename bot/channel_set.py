@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import structlog
 
 from channels import adapter_class
-from channels.base import ChannelAdapter, ChannelConfig, ChannelContext, ChannelError
+from channels.base import ChannelAdapter, ChannelConfig, ChannelContext, ChannelError, TransientChannelError
 
 log = structlog.get_logger(__name__)
 
@@ -23,6 +23,7 @@ class ChannelState:
     adapter: ChannelAdapter
     available: bool = False
     problem: str | None = None
+    retryable: bool = False
 
 
 class ChannelSet:
@@ -30,26 +31,42 @@ class ChannelSet:
         """`overrides` replaces the adapter built from config for a channel id; the demo and
         tests use it to run a channel against a local server."""
         overrides = overrides or {}
+        self._ctx_for: Callable[[int], ChannelContext] = lambda _cid: ChannelContext("", _no_inbound, str)
         self._states: dict[int, ChannelState] = {}
         for config in configs:
             adapter = overrides.get(config.id) or adapter_class(config.kind)(config)
             self._states[config.id] = ChannelState(adapter, problem=None if config.enabled else "disabled in config")
 
     async def start(self, ctx_for: Callable[[int], ChannelContext]) -> None:
+        self._ctx_for = ctx_for
         for cid, state in self._states.items():
-            if not state.adapter.config.enabled:
-                continue
-            try:
-                await state.adapter.start(ctx_for(cid))
-            except ChannelError as exc:
-                state.problem = exc.hint
-                log.error("channel_unavailable", channel_id=cid, kind=state.adapter.kind, problem=exc.hint)
-                continue
-            except Exception as exc:  # a broken adapter must not stop the others
-                state.problem = f"failed to start: {type(exc).__name__}"
-                log.exception("channel_start_crashed", channel_id=cid, kind=state.adapter.kind)
-                continue
-            state.available, state.problem = True, None
+            if state.adapter.config.enabled:
+                await self._start_one(cid, state)
+
+    async def retry_unavailable(self) -> None:
+        """Start again the channels that failed with a transient error (the provider was
+        down when we started): run by the periodic sweep, so a blip at boot heals itself."""
+        for cid, state in self._states.items():
+            if state.retryable and not state.available:
+                await self._start_one(cid, state)
+
+    async def _start_one(self, cid: int, state: ChannelState) -> None:
+        try:
+            await state.adapter.start(self._ctx_for(cid))
+        except TransientChannelError as exc:
+            state.problem, state.retryable = exc.hint, True
+            log.warning("channel_unavailable_will_retry", channel_id=cid, kind=state.adapter.kind, problem=exc.hint)
+            return
+        except ChannelError as exc:
+            state.problem, state.retryable = exc.hint, False
+            log.error("channel_unavailable", channel_id=cid, kind=state.adapter.kind, problem=exc.hint)
+            return
+        except Exception as exc:  # a broken adapter must not stop the others
+            state.problem, state.retryable = f"failed to start: {type(exc).__name__}", False
+            log.exception("channel_start_crashed", channel_id=cid, kind=state.adapter.kind)
+            return
+        state.available, state.problem, state.retryable = True, None, False
+        log.info("channel_started", channel_id=cid, kind=state.adapter.kind)
 
     async def stop(self) -> None:
         for cid, state in self._states.items():
@@ -77,3 +94,7 @@ class ChannelSet:
             {"id": cid, "kind": s.adapter.kind, "label": s.adapter.label, "available": s.available, "problem": s.problem}
             for cid, s in self._states.items()
         ]
+
+
+async def _no_inbound(_message: object) -> None:  # pragma: no cover - replaced on start
+    raise RuntimeError("channel used before the desk started")

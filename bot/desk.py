@@ -82,6 +82,7 @@ class Desk:
         self.handoffs.on_released.append(self.router.after_release)
         self.handoffs.on_failed_with_messages.append(self.router.after_failed_dispatch)
         self.timers.also_on_sweep.append(self.inbound.process_pending)
+        self.timers.also_on_sweep.append(self.channels.retry_unavailable)
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle

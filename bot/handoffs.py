@@ -418,7 +418,7 @@ class Handoffs:
         if held:  # written while the dispatch was in flight
             conversation = await conversations.get(session, handoff.conversation_id)
             for message in held:
-                self._queue_relay(session, handoff, conversation, message, now)
+                await self._queue_relay(session, handoff, conversation, message, now)
         await audit.record(
             session, "handoff_activated", at=now, actor="dispatcher", handoff_session_id=sid,
             conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
@@ -472,10 +472,10 @@ class Handoffs:
         message = await conversations.add_message(
             session, conversation.id, role="subscriber", text=text, now=now, handoff_session_id=handoff.id
         )
-        self._queue_relay(session, handoff, conversation, message, now)
+        await self._queue_relay(session, handoff, conversation, message, now)
         return message, handoff
 
-    def _queue_relay(
+    async def _queue_relay(
         self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, message: Message, now: datetime
     ) -> None:
         author = conversation.subscriber_name or "Subscriber"
@@ -487,7 +487,7 @@ class Handoffs:
             body=message.text,
             thread=handoff.thread,
         )
-        self.outbox.enqueue(session, channel_id=handoff.channel_id, outbound=outbound, now=now, message_id=message.id)
+        await self.outbox.queue(session, channel_id=handoff.channel_id, outbound=outbound, now=now, message_id=message.id)
 
     async def recipient_message(self, sid: str, text: str, *, author: str, via: str) -> Message | ReleaseResult:
         """A recipient wrote into the handoff: relay it to the subscriber, or release on `/release`."""
@@ -574,9 +574,12 @@ class Handoffs:
                     "messages/released.txt", reason=reason, outcome=outcome, actor=actor,
                     short_code=handoff.short_code, idle_timeout=format_duration(self.idle_timeout),
                 )
-                self.outbox.enqueue(
+                await self.outbox.queue(
                     session, channel_id=handoff.channel_id, now=now,
-                    outbound=Outbound(purpose="notice", handoff_session_id=sid, text=notice, body=notice, thread=handoff.thread),
+                    outbound=Outbound(
+                        purpose="notice", handoff_session_id=sid, text=notice, body=notice, thread=handoff.thread,
+                        notice="released",
+                    ),
                 )
         if not won:
             async with self.db.transaction() as session:
@@ -615,9 +618,11 @@ class Handoffs:
             text = self.renderer.render(
                 "messages/form_link.txt", short_code=handoff.short_code, url=url, form_ttl=format_duration(self.forms.ttl)
             )
-            self.outbox.enqueue(
+            await self.outbox.queue(
                 session, channel_id=handoff.channel_id, now=now,
-                outbound=Outbound(purpose="notice", handoff_session_id=sid, text=text, body=text, thread=handoff.thread),
+                outbound=Outbound(
+                    purpose="notice", handoff_session_id=sid, text=text, body=text, thread=handoff.thread, notice="form_link",
+                ),
             )
         self.outbox.kick()
         return url

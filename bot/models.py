@@ -156,6 +156,11 @@ class OutboxItem(SQLModel, table=True):
     handoff_session_id: str | None = Field(default=None, max_length=40)
     purpose: str = Field(max_length=16)  # dispatch | relay | notice
     message_id: int | None = None  # the conversation message a relay carries
+    # Unique across databases, so two desks posting into one chat never mistake each other's
+    # messages when reconciling.
+    delivery_key: str = Field(default_factory=lambda: new_id("hd"), max_length=40)
+    # An attempt may have reached the provider: the next one asks `find_sent` first.
+    uncertain: bool = False
     payload: dict[str, Any] = Field(sa_type=JSON)
     state: str = Field(default="pending", max_length=16)  # pending | sending | sent | failed
     attempts: int = 0

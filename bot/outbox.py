@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, exists, or_, select, update
+from sqlalchemy import and_, event, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -108,6 +108,34 @@ class Outbox:
             item.state, item.attempts, item.lease_until = SENDING, 1, now + self.lease
         session.add(item)
         return item
+
+    async def queue(
+        self, session: AsyncSession, *, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None = None
+    ) -> OutboxItem:
+        """Queue a relay or notice in the caller's transaction and have it sent as soon as
+        that commits. When nothing of its handoff is ahead of it, it is stored already
+        claimed and sent straight after commit (no worker round trip, no claim transaction);
+        otherwise the chain delivering the earlier items takes it in order."""
+        # a stopped outbox (shutting down, or paused by a test) only stores: the worker sends later
+        ahead = self._worker is None or await session.scalar(select(exists().where(
+            OutboxItem.handoff_session_id == outbound.handoff_session_id, OutboxItem.state.in_((PENDING, SENDING)),
+        )))
+        item = self.enqueue(session, channel_id=channel_id, outbound=outbound, now=now, message_id=message_id, claimed=not ahead)
+        loop = asyncio.get_running_loop()
+
+        def after_commit(_session: Any) -> None:  # runs only if the transaction commits
+            loop.call_soon(self._start_chain, item) if not ahead else loop.call_soon(self.kick)
+
+        event.listen(session.sync_session, "after_commit", after_commit, once=True)
+        return item
+
+    def _start_chain(self, claimed: OutboxItem) -> None:
+        item_id = int(claimed.id or 0)
+        if item_id in self._in_flight:
+            return
+        task = asyncio.create_task(self._deliver_chain(item_id, claimed=claimed), name=f"outbox:{item_id}")
+        self._in_flight[item_id] = task
+        task.add_done_callback(lambda _t, key=item_id: self._chain_done(key))
 
     def kick(self) -> None:
         self._kick.set()
@@ -191,11 +219,12 @@ class Outbox:
         while await self.deliver_due() or self._in_flight:
             await self.wait_in_flight()
 
-    async def _deliver_chain(self, item_id: int) -> None:
+    async def _deliver_chain(self, item_id: int, claimed: OutboxItem | None = None) -> None:
         """Deliver an item, then the handoff's following items while they are due, in order,
         so a backlog of one conversation drains at provider speed rather than one per pass.
         Recording a success and claiming the next item share one transaction."""
-        item = await self._claim(item_id)  # None: another instance (or an earlier pass) has it
+        # None: another instance (or an earlier pass) has it
+        item = claimed if claimed is not None else await self._claim(item_id)
         for turn in range(CHAIN_LIMIT):
             if item is None:
                 return
@@ -214,10 +243,10 @@ class Outbox:
         adapter = self.channels.get(item.channel_id)
         if adapter is None or not self.channels.is_available(item.channel_id):
             raise TransientChannelError(f"channel {item.channel_id} is not running", hint="the channel is not available")
-        outbound = Outbound.model_validate(item.payload).model_copy(update={"delivery_key": f"hd-{item.id}"})
+        outbound = Outbound.model_validate(item.payload).model_copy(update={"delivery_key": item.delivery_key})
         try:
             async with asyncio.timeout(timeout):
-                if adapter.capabilities.reconcile and (item.last_error or "").startswith(UncertainDeliveryError.__name__):
+                if adapter.capabilities.reconcile and item.uncertain:
                     earlier = await adapter.find_sent(outbound)  # the last attempt may have arrived
                     if earlier is not None:
                         log.info("outbox_reconciled", outbox_id=item.id, channel_message_id=earlier.message_id)
@@ -225,8 +254,8 @@ class Outbox:
                 return await adapter.send(outbound)
         except ChannelError:
             raise
-        except TimeoutError:
-            raise TransientChannelError(f"no answer within {timeout:g} s", hint="the provider did not answer in time") from None
+        except TimeoutError:  # the request may well have arrived: the next attempt checks first
+            raise UncertainDeliveryError(f"no answer within {timeout:g} s", hint="the provider did not answer in time") from None
         except Exception as exc:  # an adapter bug must not kill the worker; bounded by max_attempts
             log.exception("channel_send_crashed", channel_id=item.channel_id, outbox_id=item.id)
             # Only the type: an exception's text may carry a URL with a token in it.
@@ -284,7 +313,10 @@ class Outbox:
             recorded = await session.execute(
                 update(OutboxItem)
                 .where(*self._still_ours(item))
-                .values(state=SENT, sent_at=now, lease_until=None, last_error=None, receipt=receipt.model_dump(mode="json"))
+                .values(
+                    state=SENT, sent_at=now, lease_until=None, last_error=None, uncertain=False,
+                    receipt=receipt.model_dump(mode="json"),
+                )
             )
             if recorded.rowcount != 1:
                 # Another instance re-claimed the item after our lease ran out: the provider
@@ -317,7 +349,12 @@ class Outbox:
 
     async def _record_failure(self, item: OutboxItem, error: ChannelError, *, retry_in: float | None) -> None:
         now = self.clock.now()
-        values: dict[str, Any] = {"lease_until": None, "last_error": f"{type(error).__name__}: {error}"}
+        values: dict[str, Any] = {
+            "lease_until": None,
+            "last_error": f"{type(error).__name__}: {error}",
+            # once uncertain, stays so until a send or a reconcile succeeds
+            "uncertain": item.uncertain or isinstance(error, UncertainDeliveryError),
+        }
         async with self.db.transaction() as session:
             if retry_in is None and item.purpose == "relay" and isinstance(error, TransientChannelError):
                 # A person is waiting for this message: keep trying while the handoff lasts.

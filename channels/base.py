@@ -101,6 +101,9 @@ class Outbound(BaseModel):
     # Stable for every attempt at this one message (set by the outbox): attach it where the
     # provider keeps message metadata, and `find_sent` can recognise an earlier attempt.
     delivery_key: str | None = None
+    # What a notice announces, so an adapter can also update the dispatch (e.g. remove its
+    # buttons once the handoff is released).
+    notice: Literal["released", "form_link"] | None = None
 
 
 class Receipt(BaseModel):

@@ -138,3 +138,25 @@ async def test_nul_characters_and_huge_ids_are_clear_errors(harness: Harness) ->
         "channel_id": True, "summary": "Null \u0000 byte in an otherwise long summary", "expected_action": "Do the thing now.",
     })
     assert set(tool["details"]["fields"]) == {"channel_id", "summary"}
+
+
+async def test_a_channel_down_at_start_is_retried_by_the_sweep(start_desk: StartDesk) -> None:
+    from channels.base import TransientChannelError
+    from tests.fakes import ScriptedChannel
+
+    class FlakyAtBoot(ScriptedChannel):
+        starts = 0
+
+        async def start(self, ctx: object) -> None:
+            FlakyAtBoot.starts += 1
+            if FlakyAtBoot.starts == 1:
+                raise TransientChannelError("connection refused", hint="the provider could not be reached")
+
+    harness = await start_desk(adapters={1: FlakyAtBoot})
+    health = (await harness.client.get("/healthz")).json()["channels"][0]
+    assert (health["available"], health["problem"]) == (False, "the provider could not be reached")
+    cid = await harness.conversation()
+    assert (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"] == []
+    await harness.desk.timers.sweep()
+    assert (await harness.client.get("/healthz")).json()["channels"][0]["available"] is True
+    assert [t["name"] for t in (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]] == ["handoff_request"]

@@ -100,6 +100,6 @@ async def test_a_send_that_timed_out_but_landed_is_reconciled_not_repeated(start
     harness.desk.clock.advance(timedelta(seconds=5))
     await harness.desk.outbox.drain()  # the retry asks the provider first
     assert channel.texts("relay") == ["Ana: only once please"]
-    assert channel.lookups and channel.lookups[0].startswith("hd-")
+    assert channel.lookups and channel.lookups[0].startswith("hd_")
     kinds = await harness.kinds(sid)
     assert kinds.count("delivery_retry_scheduled") == 1 and kinds.count("relayed_to_recipient") == 1
