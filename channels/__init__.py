@@ -13,6 +13,8 @@ from channels.base import ChannelAdapter
 # kind -> "module:Class". Add a provider by adding its module and one line here.
 ADAPTERS: dict[str, str] = {
     "owner_inbox": "channels.owner_inbox:OwnerInboxChannel",
+    "slack": "channels.slack:SlackChannel",
+    "telegram": "channels.telegram:TelegramChannel",
 }
 
 

@@ -1,0 +1,185 @@
+"""Telegram relay benchmark: subscriber -> Telegram throughput through the whole server,
+next to the bare python-telegram-bot sending the same messages to the same fake.
+
+Run:  python bench/telegram_relay.py [--latency-ms 0 30] [--conversations 8] [--messages 400]
+
+Everything runs in one process against the fake Bot API of tests/fake_telegram.py on
+127.0.0.1 (it parses the HTML and checks lengths like Telegram, and can add a per-request
+latency to stand in for the network; Telegram itself answers in tens of milliseconds).
+
+For each latency:
+1. **Desk**: a started Desk on a fresh SQLite file (WAL) with one Telegram channel, and
+   `--conversations` conversations with an active handoff each (dispatched through the
+   tool). One task per conversation posts its share of `--messages` subscriber messages,
+   in order, to `POST /api/conversations/{cid}/messages` (httpx.ASGITransport, no
+   sockets); the outbox worker relays them. Timed from the first POST until the fake has
+   received every relay.
+2. **Adapter alone**: `TelegramChannel.send` for the same relays, one task per
+   conversation, without the core: what rendering, escaping and error mapping add.
+3. **Bare PTB**: the same python-telegram-bot Application setup sending the same number
+   of messages (same HTML, same reply_parameters and button) to the same fake, one task per
+   conversation, in order: the floor the SDK and the fake allow on this machine.
+
+It prints messages/s for each and the ratios to the bare SDK. Figures are wall-clock on whatever machine
+runs this; nothing here asserts a threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
+
+import httpx  # noqa: E402
+
+from bot.app import create_app  # noqa: E402
+from bot.config import Config  # noqa: E402
+from bot.desk import Desk  # noqa: E402
+from bot.logs import configure_logging  # noqa: E402
+from tests.fake_telegram import STAFF_CHAT_ID, FakeTelegram  # noqa: E402
+
+TOKEN = "123456:BENCH-token_abcdefghijklmnop"
+REQUEST = {"channel_id": 1, "summary": "Ana's order #1234 is a week late and she wants a person to check it.",
+           "expected_action": "Look up order #1234 and tell Ana when it will arrive."}
+TEXT = "message {k}: is there any news on my order? It was due on Monday & I need it <soon>."
+
+
+async def bench_desk(fake: FakeTelegram, tmp: Path, conversations: int, messages: int) -> float:
+    """Messages/s from the first POST until the fake has every relay."""
+    config = Config.from_mapping({
+        "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}",
+        "secret_key": "bench-secret-key-0123456789",
+        "server": {"public_url": "http://desk.test"},
+        "channels": [{"id": 1, "kind": "telegram", "label": "Support (Telegram)", "bot_token": TOKEN,
+                      "chat_id": STAFF_CHAT_ID, "api_base_url": fake.base_url}],
+    })
+    desk = Desk(config, run_timers=False)
+    await desk.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)), base_url="http://desk.test")
+    try:
+        cids = []
+        for _ in range(conversations):
+            cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
+            result = (await client.post(f"/api/conversations/{cid}/tools/handoff_request", json=REQUEST)).json()
+            assert result.get("ok"), result
+            cids.append(cid)
+        per_conversation = messages // conversations
+        before = len(fake.requests("sendMessage"))
+        total = per_conversation * conversations
+
+        async def subscriber(cid: str) -> None:
+            for k in range(per_conversation):
+                response = await client.post(f"/api/conversations/{cid}/messages", json={"text": TEXT.format(k=k)})
+                assert response.json()["routed_to"] == "human", response.text
+
+        started = time.perf_counter()
+        await asyncio.gather(*(subscriber(cid) for cid in cids))
+        await fake.wait_for(lambda: len(fake.requests("sendMessage")) - before >= total, timeout=600)
+        elapsed = time.perf_counter() - started
+        assert len(fake.requests("sendMessage")) - before == total  # nothing sent twice
+        return total / elapsed
+    finally:
+        await client.aclose()
+        await desk.stop()
+
+
+async def bench_bare(fake: FakeTelegram, conversations: int, messages: int) -> float:
+    """The same sends with python-telegram-bot alone."""
+    from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
+    from telegram.constants import ParseMode
+    from telegram.ext import ApplicationBuilder
+
+    app = ApplicationBuilder().token(TOKEN).base_url(fake.base_url).updater(None).build()
+    await app.initialize()
+    try:
+        bot = app.bot
+        roots = [(await bot.send_message(STAFF_CHAT_ID, f"dispatch {i}")).message_id for i in range(conversations)]
+        per_conversation = messages // conversations
+
+        async def sender(root: int) -> None:
+            markup = InlineKeyboardMarkup([[InlineKeyboardButton("Release", callback_data=f"release:{root}")]])
+            for k in range(per_conversation):
+                await bot.send_message(
+                    STAFF_CHAT_ID, "<b>Ana</b>: " + TEXT.format(k=k).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"),
+                    parse_mode=ParseMode.HTML, reply_parameters=ReplyParameters(root, allow_sending_without_reply=True),
+                    reply_markup=markup, link_preview_options=LinkPreviewOptions(is_disabled=True),
+                )
+
+        started = time.perf_counter()
+        await asyncio.gather(*(sender(root) for root in roots))
+        return per_conversation * conversations / (time.perf_counter() - started)
+    finally:
+        await app.shutdown()
+
+
+async def bench_adapter(fake: FakeTelegram, conversations: int, messages: int) -> float:
+    """The same relays through TelegramChannel.send alone (rendering, escaping, error
+    mapping), without the core: what the adapter adds to the bare SDK."""
+    from bot.rendering import Renderer
+    from channels.base import ChannelContext, Outbound
+    from channels.telegram import TelegramChannel, TelegramConfig
+
+    async def nowhere(_message: object) -> None:
+        return None
+
+    adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url))
+    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    try:
+        threads = []
+        for i in range(conversations):
+            receipt = await adapter.send(Outbound(purpose="notice", handoff_session_id=f"hs_{i}", text="dispatch", body="dispatch"))
+            threads.append({"chat_id": STAFF_CHAT_ID, "message_id": int(receipt.message_id or 0), "topic_id": None})
+        per_conversation = messages // conversations
+
+        async def sender(i: int) -> None:
+            for k in range(per_conversation):
+                text = TEXT.format(k=k)
+                await adapter.send(Outbound(purpose="relay", handoff_session_id=f"hs_{i}", text=f"Ana: {text}", author="Ana",
+                                            body=text, thread=threads[i]))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(sender(i) for i in range(conversations)))
+        return per_conversation * conversations / (time.perf_counter() - started)
+    finally:
+        await adapter.stop()
+
+
+async def main(latencies: list[float], conversations: int, messages: int) -> None:
+    configure_logging(level="error", fmt="console")
+    print("Handoff Desk Telegram relay benchmark")
+    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
+    print(f"{messages} messages over {conversations} conversations with an active handoff each\n", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="handoff-bench-tg-") as tmp:
+        for latency_ms in latencies:
+            fake = await FakeTelegram(token=TOKEN, latency=latency_ms / 1000).start()
+            try:
+                bare = await bench_bare(fake, conversations, messages)
+                adapter = await bench_adapter(fake, conversations, messages)
+                desk = await bench_desk(fake, Path(tmp), conversations, messages)
+            finally:
+                await fake.stop()
+            rows.append((latency_ms, desk, adapter, bare))
+            print(f"  latency {latency_ms:g} ms done", flush=True)
+    print(f"\n{'fake latency':>12} | {'desk: HTTP API -> outbox -> adapter':>35} | {'adapter.send alone':>18} | "
+          f"{'bare PTB':>10} | {'desk / bare':>11} | {'adapter / bare':>14}")
+    for latency_ms, desk, adapter, bare in rows:
+        print(f"{latency_ms:>9g} ms | {desk:>29.1f} msg/s | {adapter:>12.1f} msg/s | {bare:>4.0f} msg/s | "
+              f"{desk / bare:>11.2f} | {adapter / bare:>14.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Bot API latency per request (default 0)")
+    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
+    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
+    args = parser.parse_args()
+    asyncio.run(main(args.latency_ms, args.conversations, args.messages))

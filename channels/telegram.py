@@ -1,0 +1,718 @@
+"""The Telegram channel: handoffs land in a staff group, and the group's replies come back.
+
+A dispatch is one HTML message in the staff group (`chat_id`) with a "Return form" URL
+button and a "Release" callback button; the subscriber's messages are relayed as replies to
+it; a person answers by replying to any of those messages (or, in a forum group, by writing
+in the handoff's own topic), types `/release`, or presses Release. Replies arrive through
+the core's webhook route (`mode: webhook`) or a getUpdates long poll (`mode: polling`, for
+a laptop without a public URL), built with python-telegram-bot against `api_base_url`.
+
+What it guards against:
+- **Broken markup.** Telegram refuses a whole HTML message over one stray `<` or `&`
+  ("can't parse entities"), so a hostile or merely unlucky summary would fail the dispatch.
+  Message bodies come from autoescaped templates (templates/messages/telegram/*.html), so
+  every user-derived string is escaped by construction, not by remembering to.
+- **The 4096-character limit.** The dispatch keeps the newest transcript lines that fit and
+  says how many were left out; when even the bare brief is too long its longest parts are
+  shortened step by step. Relays longer than a message are sent in parts.
+- **Replies reaching the wrong handoff.** Routing is stateless, so it survives restarts and
+  works across instances: a handoff's thread_key is `"{chat}:{dispatch message id}"` (or
+  `"{chat}:topic:{topic id}"` in a forum group, where every message of the topic belongs to
+  it). Telegram tells us which message a reply answers, one level deep, including that
+  message's buttons; every bot message of a handoff carries a Release button whose
+  callback_data names the dispatch (`release:<id>`, or just `release` on the dispatch
+  itself), so a reply to a relay maps back to its handoff without a lookup table. Only
+  replies to *our bot's* messages count, so staff talking among themselves are not relayed.
+- **Forged webhook calls.** The `X-Telegram-Bot-Api-Secret-Token` header is compared in
+  constant time (403 and nothing stored otherwise). Without `webhook_secret` the secret is
+  an HMAC of the bot token, so every restart and instance registers and expects the same.
+- **Echo loops.** Messages from bots (ours included) are never relayed.
+- **Leaking the token.** python-telegram-bot puts the token into some error texts
+  (InvalidToken); every hint and message is scrubbed of it.
+
+Setup: create the bot with @BotFather and add it to the staff group. With privacy mode on
+(the default) a bot still receives replies to its own messages, which is all a plain group
+needs. A forum group needs the bot to be an admin with "Manage topics" (to create a topic
+per handoff); admins receive every message, so plain messages in a topic arrive too.
+
+Errors are mapped, never retried here (the core's outbox retries): RetryAfter → transient
+with the provider's delay; a timeout or broken connection after the request went out →
+UncertainDeliveryError. The Bot API cannot look a sent message up, so `reconcile` is False
+and such a retry may post the message twice — better than losing it. BadRequest and
+Forbidden (bot removed from the group) are permanent; a refused token is ChannelAuthError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import html
+import ipaddress
+import json
+import re
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import urlparse
+
+import structlog
+from pydantic import BeforeValidator, Field, SecretStr, field_validator
+
+from channels.base import (
+    Capabilities,
+    ChannelAdapter,
+    ChannelAuthError,
+    ChannelConfig,
+    ChannelContext,
+    ChannelError,
+    HandoffBrief,
+    InboundMessage,
+    Outbound,
+    PermanentChannelError,
+    Receipt,
+    TransientChannelError,
+    UncertainDeliveryError,
+    WebhookReply,
+    WebhookRequest,
+)
+from forms.fields import preview_line
+
+if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
+    from telegram import Bot, Message, Update
+    from telegram.ext import Application
+
+log = structlog.get_logger(__name__)
+
+MESSAGE_LIMIT = 4096  # visible characters (UTF-16 code units) after entity parsing
+SECRET_HEADER = "x-telegram-bot-api-secret-token"
+ALLOWED_UPDATES = ["message", "callback_query"]
+WEBHOOK_PORTS = (80, 88, 443, 8443)  # the only ports Telegram delivers webhooks to
+_RELEASE_DATA = re.compile(r"^release(?::(topic:\d+|\d+))?$")
+_TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
+_CHAT_NAME = re.compile(r"^@[A-Za-z][A-Za-z0-9_]{3,31}$")
+_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_TAGS = re.compile(r"<[^>]*>")
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _empty_to_none(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+class TelegramConfig(ChannelConfig):
+    kind: Literal["telegram"] = "telegram"
+    bot_token: SecretStr = Field(description="The token @BotFather gave the bot (123456:ABC…).")
+    chat_id: int | str = Field(description="The staff group: its numeric id (-100…) or @public_name.")
+    mode: Literal["webhook", "polling"] = Field(
+        default="webhook", description="webhook (needs an https public_url) or polling (one instance per token)."
+    )
+    api_base_url: str = Field(default="https://api.telegram.org/bot", description="Bot API base; the token is appended.")
+    webhook_secret: Annotated[SecretStr | None, BeforeValidator(_empty_to_none)] = Field(
+        default=None, description="Secret Telegram sends with each webhook call; derived from the token when empty."
+    )
+    poll_timeout: int = Field(default=10, ge=0, le=50, description="Seconds each getUpdates long poll may wait (polling mode).")
+    request_timeout: float = Field(default=10.0, gt=0, le=60, description="Seconds to connect, send or wait for an answer.")
+
+    @field_validator("bot_token")
+    @classmethod
+    def _token_shape(cls, value: SecretStr) -> SecretStr:
+        if not _TOKEN.match(value.get_secret_value().strip()):
+            raise ValueError("does not look like a Telegram bot token (digits, a colon, then letters); copy it from @BotFather")
+        return SecretStr(value.get_secret_value().strip())
+
+    @field_validator("chat_id")
+    @classmethod
+    def _chat(cls, value: int | str) -> int | str:
+        if isinstance(value, str):
+            value = value.strip()
+            if re.fullmatch(r"-?\d+", value):  # from ${VAR}, numbers arrive as text
+                return int(value)
+            if not _CHAT_NAME.match(value):
+                raise ValueError("must be the group's numeric id (such as -1001234567890) or its @public_name")
+        return value
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if urlparse(value).scheme not in ("http", "https") or not urlparse(value).netloc:
+            raise ValueError("must be an http(s) URL such as https://api.telegram.org/bot")
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_charset(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _SECRET.match(value.get_secret_value()):
+            raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's rule)")
+        return value
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def utf16_len(text: str) -> int:
+    """Telegram measures message length in UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def visible_length(markup: str) -> int:
+    """Length of an HTML message as Telegram counts it: tags removed, entities decoded.
+    Safe to compute this way because user text is escaped, so every `<` left is our tag."""
+    return utf16_len(html.unescape(_TAGS.sub("", markup)))
+
+
+def clip(text: str, limit: int | None) -> str:
+    text = text.strip()
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)].rstrip() + "…"
+
+
+def split_units(text: str, limit: int) -> list[str]:
+    """Split text into parts of at most `limit` UTF-16 units, at a line break or space when
+    one is near the end, so a long message arrives whole rather than refused."""
+    parts: list[str] = []
+    while utf16_len(text) > limit:
+        cut, units = 0, 0
+        while cut < len(text) and units + utf16_len(text[cut]) <= limit:
+            units += utf16_len(text[cut])
+            cut += 1
+        soft = max(text.rfind("\n", 0, cut), text.rfind(" ", 0, cut))
+        if soft > cut // 2:
+            cut = soft + 1
+        parts.append(text[:cut].rstrip())
+        text = text[cut:]
+    parts.append(text)
+    return [p for p in parts if p.strip()] or [text]
+
+
+def _is_loopback_or_private(host: str) -> bool:
+    if host in ("localhost", "") or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
+def webhook_unreachable_reason(url: str) -> str | None:
+    """Why Telegram could not deliver to this webhook URL, or None when it could."""
+    parsed = urlparse(url)
+    if parsed.scheme != "https":
+        return "Telegram only calls https:// webhooks"
+    if _is_loopback_or_private(parsed.hostname or ""):
+        return f"Telegram cannot reach {parsed.hostname} from the internet"
+    if parsed.port not in (None, *WEBHOOK_PORTS):
+        return f"Telegram only calls webhooks on ports {', '.join(map(str, WEBHOOK_PORTS))}"
+    return None
+
+
+def button_url_ok(url: str) -> bool:
+    """Telegram refuses a URL button to a loopback address ("Wrong HTTP URL"), which would
+    fail the whole dispatch; the link is in the text either way."""
+    parsed = urlparse(url)
+    return parsed.scheme in ("http", "https") and not _is_loopback_or_private(parsed.hostname or "")
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """How much of a brief to show when the full one does not fit one message."""
+
+    summary: int | None = None
+    action: int | None = None
+    context_items: int | None = None
+    context_value: int | None = None
+    field_items: int | None = None
+    field_line: int | None = None
+
+
+# From "everything" to "the essentials": tried in order until the dispatch fits.
+_BUDGETS = (
+    _Budget(),
+    _Budget(context_items=10, context_value=200, field_items=10, field_line=150),
+    _Budget(summary=1500, action=700, context_items=5, context_value=120, field_items=5, field_line=120),
+    _Budget(summary=800, action=400, context_items=0, field_items=0),
+)
+TRANSCRIPT_LINE = 400  # characters of one transcript message, so one essay cannot push out the rest
+
+
+@dataclass
+class _Parsed:
+    """What one update means for us."""
+
+    message: InboundMessage | None = None
+    callback_query_id: str | None = None
+    callback_text: str | None = None
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+class TelegramChannel(ChannelAdapter):
+    kind = "telegram"
+    config_model = TelegramConfig
+    # reconcile=False: the Bot API has no way to find a message we sent, so a timed-out
+    # send is retried blind (possibly posting twice) rather than lost.
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False)
+
+    def __init__(self, config: ChannelConfig) -> None:
+        super().__init__(config)
+        self.config: TelegramConfig = config  # type: ignore[assignment]
+        self._app: Application | None = None
+        self._ready = False
+        self._ctx: ChannelContext | None = None
+        self._chat_id: int | None = None  # numeric, from getChat: updates carry the number even when config says @name
+        self._is_forum = False
+        self._bot_id = 0
+        self._username = ""
+        self._poller: asyncio.Task[None] | None = None
+        # A forum topic made by a dispatch attempt that then failed: the retry posts into it
+        # instead of leaving an empty topic behind per attempt.
+        self._topics: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, ctx: ChannelContext) -> None:
+        self._ctx = ctx
+        try:
+            bot = await self._connect()
+            chat = await self._staff_chat(bot)
+            self._chat_id, self._is_forum = chat.id, bool(chat.is_forum)
+            if self.config.mode == "webhook":
+                await self._register_webhook(bot, ctx.public_url)
+            else:
+                await self._start_polling(bot)
+        except BaseException:
+            await self.stop()  # the core only stops channels that started
+            raise
+        log.info("telegram_started", channel_id=self.id, bot=f"@{self._username}", chat_id=self._chat_id,
+                 forum=self._is_forum, mode=self.config.mode)
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+        if self._app is not None:
+            await self._app.shutdown()
+            await self._app.bot.shutdown()  # also when initialize() failed half-way (bad token)
+            self._app, self._ready = None, False
+
+    async def probe(self) -> str:
+        chat = await self._staff_chat(await self._connect())
+        forum = ", a forum: one topic per handoff" if chat.is_forum else ""
+        return f"@{self._username}, posting to '{chat.title or chat.id}'{forum}"
+
+    async def _connect(self) -> Bot:
+        """Build the PTB application once and check the token (initialize() calls getMe)."""
+        if self._app is None:
+            from telegram.ext import ApplicationBuilder
+            from telegram.warnings import PTBDeprecationWarning
+
+            # PTB warns about RetryAfter.retry_after's future type each time it builds one;
+            # _error() handles both types, so the warning would only be noise in the logs.
+            warnings.filterwarnings("ignore", r"Deprecated since version v22\.2: In a future major version attribute `retry_after`",
+                                    PTBDeprecationWarning)
+
+            t = self.config.request_timeout
+            self._app = (
+                ApplicationBuilder().token(self.config.bot_token.get_secret_value()).base_url(self.config.api_base_url)
+                .updater(None).connect_timeout(t).read_timeout(t).write_timeout(t).pool_timeout(t).build()
+            )
+        if not self._ready:
+            await self._call(self._app.initialize(), "getMe")
+            self._bot_id, self._username = self._app.bot.id, self._app.bot.username or ""
+            self._ready = True
+        return self._app.bot
+
+    async def _staff_chat(self, bot: Bot) -> Any:
+        try:
+            return await self._call(bot.get_chat(self.config.chat_id), "getChat")
+        except ChannelAuthError:
+            raise
+        except PermanentChannelError as exc:
+            raise PermanentChannelError(str(exc), hint=(
+                f"{exc.hint}; check chat_id ({self.config.chat_id}) and that the bot is a member of that group")) from None
+
+    def _bot(self) -> Bot:
+        if self._app is None or not self._ready or self._chat_id is None:
+            raise TransientChannelError("the Telegram channel is not started", hint="the Telegram channel is not running")
+        return self._app.bot
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        bot = self._bot()
+        if outbound.purpose == "dispatch":
+            return await self._send_dispatch(bot, outbound)
+        return await self._send_follow_up(bot, outbound)
+
+    async def _send_dispatch(self, bot: Bot, outbound: Outbound) -> Receipt:
+        from telegram.constants import ParseMode
+
+        brief = outbound.brief
+        if brief is None:
+            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
+        assert self._chat_id is not None
+        topic_id = None
+        if self._is_forum:
+            topic_id = self._topics.get(brief.handoff_session_id)
+            if topic_id is None:
+                name = clip(f"{brief.short_code} · {brief.subscriber_name or 'subscriber'}", 128)
+                topic = await self._call(bot.create_forum_topic(chat_id=self._chat_id, name=name), "createForumTopic")
+                topic_id = self._topics[brief.handoff_session_id] = topic.message_thread_id
+        suffix = f"topic:{topic_id}" if topic_id else None
+        buttons = []
+        if brief.form_url and button_url_ok(brief.form_url):
+            buttons.append(self._url_button("Return form", brief.form_url))
+        buttons.append(self._release_button(suffix))  # plain "release" here: the dispatch is its own thread root
+        message = await self._call(bot.send_message(
+            chat_id=self._chat_id, text=self._dispatch_html(brief, in_topic=topic_id is not None),
+            parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_markup=self._keyboard(buttons),
+            link_preview_options=self._no_preview(),
+        ), "sendMessage")
+        self._topics.pop(brief.handoff_session_id, None)
+        return Receipt(
+            message_id=str(message.message_id),
+            thread_key=f"{message.chat.id}:{suffix or message.message_id}",
+            thread={"chat_id": message.chat.id, "message_id": message.message_id, "topic_id": topic_id},
+        )
+
+    async def _send_follow_up(self, bot: Bot, outbound: Outbound) -> Receipt:
+        """Relays and notices, as replies to the dispatch (inside its topic in a forum)."""
+        from telegram import ReplyParameters
+        from telegram.constants import ParseMode
+
+        thread = outbound.thread
+        chat_id = thread.get("chat_id") or self._chat_id
+        dispatch_id, topic_id = thread.get("message_id"), thread.get("topic_id")
+        suffix = f"topic:{topic_id}" if topic_id else (str(dispatch_id) if dispatch_id else None)
+        body = outbound.body if outbound.body is not None else outbound.text
+        if outbound.purpose == "relay":
+            author = clip(outbound.author or "Subscriber", 100)
+            chunks = split_units(body, MESSAGE_LIMIT - utf16_len(author) - 16)
+            parts = [self._render("relay", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
+                     for i, chunk in enumerate(chunks, 1)]
+            # A Release button that names the dispatch: a reply to this relay maps back to
+            # its handoff (Telegram shows us the replied message's buttons, not its reply chain).
+            markup = self._keyboard([self._release_button(suffix)]) if suffix else None
+        else:
+            # Notices (released, new form link) get no button: a Release under "released" is noise.
+            parts = [self._render("notice", body=chunk) for chunk in split_units(body.strip(), MESSAGE_LIMIT - 8)]
+            markup = None
+        reply = ReplyParameters(message_id=dispatch_id, allow_sending_without_reply=True) if dispatch_id else None
+        first: Message | None = None
+        for part in parts:  # a failure after the first part makes the retry resend all: duplicates, not loss
+            message = await self._call(bot.send_message(
+                chat_id=chat_id, text=part, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_parameters=reply,
+                reply_markup=markup, link_preview_options=self._no_preview(),
+            ), "sendMessage")
+            first = first or message
+        assert first is not None
+        return Receipt(
+            message_id=str(first.message_id),
+            thread_key=f"{chat_id}:{suffix}" if suffix else None,
+            thread=dict(thread),
+        )
+
+    # ------------------------------------------------------------------ rendering
+
+    def _render(self, name: str, **context: Any) -> str:
+        assert self._ctx is not None
+        # .html templates are autoescaped: every value passed in is escaped for Telegram's HTML.
+        return self._ctx.render(f"messages/telegram/{name}.html", **context)
+
+    def _dispatch_html(self, brief: HandoffBrief, *, in_topic: bool) -> str:
+        """The dispatch message, fitted to one Telegram message: the newest transcript lines
+        that fit, and when the brief alone is too long, its long parts shortened."""
+        lines = [(line.author or line.role, clip(line.text, TRANSCRIPT_LINE)) for line in brief.transcript]
+        context = list(brief.extra_context.items())
+        fields = [preview_line(f) for f in brief.expected_return]
+        for level, budget in enumerate(_BUDGETS):
+            shown_context = context if budget.context_items is None else context[: budget.context_items]
+            shown_fields = fields if budget.field_items is None else fields[: budget.field_items]
+
+            def render(kept: int, budget: _Budget = budget, shortened: bool = level > 0,
+                       shown_context: list[tuple[str, str]] = shown_context, shown_fields: list[str] = shown_fields) -> str:
+                return self._render(
+                    "dispatch",
+                    brief=brief,
+                    summary=clip(brief.summary, budget.summary),
+                    action=clip(brief.expected_action, budget.action),
+                    context=[(clip(k, 60 if shortened else None), clip(v, budget.context_value)) for k, v in shown_context],
+                    context_left_out=len(context) - len(shown_context),
+                    fields=[clip(f, budget.field_line) for f in shown_fields],
+                    fields_left_out=len(fields) - len(shown_fields),
+                    transcript=lines[len(lines) - kept:] if kept else [],
+                    transcript_left_out=len(lines) - kept,
+                    shortened=shortened,
+                    in_topic=in_topic,
+                    idle_minutes=max(1, round(brief.idle_timeout_seconds / 60)),
+                )
+
+            if visible_length(render(0)) > MESSAGE_LIMIT:
+                continue
+            low, high = 0, len(lines)  # the most transcript lines that fit (length grows with each)
+            while low < high:
+                middle = (low + high + 1) // 2
+                if visible_length(render(middle)) <= MESSAGE_LIMIT:
+                    low = middle
+                else:
+                    high = middle - 1
+            return render(low)
+        raise PermanentChannelError("the dispatch does not fit one Telegram message", hint="the brief is too long for Telegram")
+
+    @staticmethod
+    def _keyboard(buttons: list[Any]) -> Any:
+        from telegram import InlineKeyboardMarkup
+
+        return InlineKeyboardMarkup([buttons])
+
+    @staticmethod
+    def _url_button(label: str, url: str) -> Any:
+        from telegram import InlineKeyboardButton
+
+        return InlineKeyboardButton(label, url=url)
+
+    @staticmethod
+    def _release_button(suffix: str | None) -> Any:
+        from telegram import InlineKeyboardButton
+
+        return InlineKeyboardButton("Release", callback_data=f"release:{suffix}" if suffix else "release")
+
+    @staticmethod
+    def _no_preview() -> Any:
+        from telegram import LinkPreviewOptions
+
+        return LinkPreviewOptions(is_disabled=True)  # no preview card of the form link in the group
+
+    # ------------------------------------------------------------------ inbound
+
+    @property
+    def webhook_secret(self) -> str:
+        """The configured secret, or one derived from the token so restarts agree."""
+        if self.config.webhook_secret is not None:
+            return self.config.webhook_secret.get_secret_value()
+        token = self.config.bot_token.get_secret_value().encode()
+        return hmac.new(token, b"handoff-desk telegram webhook secret", hashlib.sha256).hexdigest()
+
+    async def _register_webhook(self, bot: Bot, public_url: str) -> None:
+        url = f"{public_url.rstrip('/')}/webhooks/{self.id}"
+        reason = webhook_unreachable_reason(url)
+        if reason is not None:
+            log.warning("telegram_webhook_not_registered", channel_id=self.id, url=url, reason=reason,
+                        hint="replies from Telegram will not arrive: give server.public_url an https address "
+                             "Telegram can reach, or set mode: polling")
+            return
+        await self._call(bot.set_webhook(url=url, secret_token=self.webhook_secret, allowed_updates=ALLOWED_UPDATES),
+                         "setWebhook")
+        log.info("telegram_webhook_registered", channel_id=self.id, url=url)
+
+    async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
+        if self.config.mode != "webhook" or self._app is None or not self._ready:
+            return WebhookReply(status=404, body=b"this Telegram channel polls getUpdates; it takes no webhooks")
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.webhook_secret.encode()):
+            return WebhookReply(status=403, body=b"wrong secret token")
+        from telegram import Update
+
+        try:
+            data = json.loads(request.body)
+            update = Update.de_json(data, self._app.bot) if isinstance(data, dict) else None
+        except Exception:  # PTB raises whatever its constructors raise on a malformed update
+            update = None
+        if update is None:
+            log.warning("telegram_webhook_unparseable", channel_id=self.id)
+            return WebhookReply(status=400, body=b"not a Telegram update")
+        parsed = self._parse(update)
+        reply = WebhookReply(status=200, messages=[parsed.message] if parsed.message else [])
+        if parsed.callback_query_id:
+            # Answered in the webhook response itself: no extra round trip, and only once the
+            # core has stored the click (it stores before it answers).
+            answer: dict[str, Any] = {"method": "answerCallbackQuery", "callback_query_id": parsed.callback_query_id}
+            if parsed.callback_text:
+                answer["text"] = parsed.callback_text
+            reply.body, reply.content_type = json.dumps(answer).encode(), "application/json"
+        return reply
+
+    def _parse(self, update: Update) -> _Parsed:
+        """Turn an update into the recipient message it carries, if any."""
+        dedupe_key = f"update:{update.update_id}"
+        query = update.callback_query
+        if query is not None:
+            chat = query.message.chat if query.message else None
+            suffix = _suffix_from_data(query.data, query.message.message_id) if query.message else None
+            if query.from_user.is_bot or chat is None or chat.id != self._chat_id or suffix is None:
+                return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
+            message = InboundMessage(thread_key=f"{chat.id}:{suffix}", text="/release",
+                                     author=_person(query.from_user), dedupe_key=dedupe_key)
+            return _Parsed(message, query.id, "Releasing the handoff…")
+        msg = update.message
+        if msg is None or msg.chat.id != self._chat_id:
+            return _Parsed()
+        author = self._author(msg)
+        text = msg.text or msg.caption  # service messages (joins, topic created, pins) have neither
+        if author is None or not text or self._addressed_elsewhere(text):
+            return _Parsed()
+        suffix = self._suffix_of(msg)
+        if suffix is None:
+            return _Parsed()
+        return _Parsed(InboundMessage(thread_key=f"{msg.chat.id}:{suffix}", text=text.replace("\x00", "\ufffd"),
+                                      author=author, dedupe_key=dedupe_key))
+
+    def _suffix_of(self, msg: Message) -> str | None:
+        """Which handoff thread a staff message belongs to, from the message alone."""
+        if self._is_forum and msg.is_topic_message and msg.message_thread_id:
+            return f"topic:{msg.message_thread_id}"
+        replied = msg.reply_to_message
+        if replied is None or replied.from_user is None or replied.from_user.id != self._bot_id:
+            return None  # not an answer to us: staff talking among themselves
+        for row in replied.reply_markup.inline_keyboard if replied.reply_markup else ():
+            for button in row:
+                suffix = _suffix_from_data(button.callback_data, replied.message_id)
+                if suffix is not None:
+                    return suffix
+        # Our message without a button (a notice, itself a reply to the dispatch): in a
+        # supergroup the reply thread's root is the dispatch; otherwise the replied id.
+        return str(msg.message_thread_id or replied.message_id)
+
+    def _author(self, msg: Message) -> str | None:
+        """The person who wrote, or None when it was a bot (ours or another)."""
+        user = msg.from_user
+        if user is None:
+            return None
+        if user.is_bot:
+            # An admin posting anonymously appears as a bot speaking for the group itself.
+            if msg.sender_chat is not None and msg.sender_chat.id == self._chat_id and user.id != self._bot_id:
+                return msg.author_signature or "Group admin"
+            return None
+        return _person(user)
+
+    def _addressed_elsewhere(self, text: str) -> bool:
+        """`/release@other_bot` is for another bot in the group."""
+        head = text.split(maxsplit=1)[0] if text.strip() else ""
+        return head.startswith("/") and "@" in head and head.split("@", 1)[1].lower() != self._username.lower()
+
+    # ------------------------------------------------------------------ polling
+
+    async def _start_polling(self, bot: Bot) -> None:
+        # One short poll now, so a 409 (another poller on this token, or a webhook still set)
+        # makes the channel unavailable with a clear reason instead of failing quietly later.
+        # Without an offset it confirms nothing; the loop fetches the same updates again.
+        await self._call(bot.get_updates(timeout=0, limit=1, allowed_updates=ALLOWED_UPDATES), "getUpdates")
+        self._poller = asyncio.create_task(self._poll(bot), name=f"telegram-poll-{self.id}")
+
+    async def _poll(self, bot: Bot) -> None:
+        """Long-poll getUpdates. The offset moves past an update only once the core has
+        stored it, so a crash or a database error means a redelivery (deduplicated), not a loss."""
+        from telegram.error import TelegramError
+
+        assert self._ctx is not None
+        offset: int | None = None
+        failures = 0
+        while True:
+            try:
+                updates = await bot.get_updates(offset=offset, timeout=self.config.poll_timeout, allowed_updates=ALLOWED_UPDATES)
+                for update in updates:
+                    parsed = self._parse(update)
+                    if parsed.message is not None:
+                        await self._ctx.deliver_inbound(parsed.message)
+                    offset = update.update_id + 1
+                    if parsed.callback_query_id:
+                        await self._answer_callback(bot, parsed)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                error = self._error(exc, "getUpdates") if isinstance(exc, TelegramError) else None
+                hint = error.hint if error else f"internal error ({type(exc).__name__})"
+                delay = min(60.0, 2.0 ** failures)
+                if isinstance(error, TransientChannelError) and error.retry_after:
+                    delay = max(delay, error.retry_after)
+                log.error("telegram_poll_failed", channel_id=self.id, hint=hint, retry_in_seconds=delay)
+                # The poller's own pace, not a delivery retry: without a pause a refused poll
+                # would spin. Cancelled at once by stop().
+                await asyncio.sleep(delay)
+
+    async def _answer_callback(self, bot: Bot, parsed: _Parsed) -> None:
+        from telegram.error import TelegramError
+
+        try:
+            await bot.answer_callback_query(parsed.callback_query_id or "", text=parsed.callback_text)
+        except TelegramError as exc:  # cosmetic (the button spins a while); the click itself is stored
+            log.warning("telegram_callback_answer_failed", channel_id=self.id, error=self._redact(str(exc)))
+
+    # ------------------------------------------------------------------ errors
+
+    async def _call(self, awaitable: Any, method: str) -> Any:
+        from telegram.error import TelegramError
+
+        try:
+            return await awaitable
+        except TelegramError as exc:
+            raise self._error(exc, method) from None  # `from None`: PTB's text may hold the token
+
+    def _redact(self, text: str) -> str:
+        token = self.config.bot_token.get_secret_value()
+        return text.replace(token, "<bot_token>").replace(token.split(":", 1)[-1], "<bot_token>")
+
+    def _error(self, exc: Exception, method: str) -> ChannelError:
+        """Map a python-telegram-bot error to the core's typed errors (hints never hold the token)."""
+        import httpx
+        from telegram import error as tg
+
+        detail = self._redact(str(exc))
+        if isinstance(exc, tg.RetryAfter):
+            wait = exc.retry_after  # seconds now, a timedelta in PTB's next major version (or with PTB_TIMEDELTA)
+            seconds = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
+            return TransientChannelError(f"Telegram flood control: retry in {seconds:g} s", retry_after=seconds,
+                                         hint=f"Telegram asked us to slow down for {seconds:g} s")
+        if isinstance(exc, tg.InvalidToken):
+            return ChannelAuthError("Telegram refused the bot token", hint=(
+                "Telegram refused bot_token (401/404): copy the token of the bot from @BotFather again "
+                "(or revoke and paste a new one)"))
+        if isinstance(exc, tg.ChatMigrated):
+            return PermanentChannelError(f"the group moved to {exc.new_chat_id}", hint=(
+                f"the group became a supergroup with a new id; set chat_id: {exc.new_chat_id}"))
+        if isinstance(exc, tg.Forbidden):
+            return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
+                f"Telegram refused ({detail}): add the bot to chat {self.config.chat_id} again and let it post there"))
+        if isinstance(exc, tg.Conflict):
+            return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
+                f"Telegram answered 409 Conflict ({detail}). Only one process may poll getUpdates per bot token, "
+                "and none while a webhook is set: stop the other instance or delete the webhook, "
+                "or run every instance with mode: webhook"))
+        if isinstance(exc, tg.BadRequest):
+            return PermanentChannelError(f"Telegram {method}: {detail}", hint=f"Telegram refused the request: {detail}")
+        if isinstance(exc, tg.TimedOut):
+            if isinstance(exc.__cause__, httpx.ConnectTimeout | httpx.PoolTimeout):
+                return TransientChannelError(f"Telegram {method}: could not connect in time",
+                                             hint="could not reach Telegram in time")
+            return UncertainDeliveryError(f"Telegram {method}: no answer in time (it may have arrived)",
+                                          hint="Telegram did not answer in time; a message being sent may have been posted")
+        if isinstance(exc, tg.NetworkError):
+            cause = exc.__cause__
+            if cause is None or isinstance(cause, tg.TelegramError):  # Telegram answered with an error status (5xx)
+                return TransientChannelError(f"Telegram {method}: {detail}", hint=f"Telegram had a problem: {detail}")
+            if isinstance(cause, httpx.ConnectError):
+                return TransientChannelError(f"Telegram {method}: could not connect", hint="could not connect to Telegram")
+            return UncertainDeliveryError(f"Telegram {method}: the connection broke ({type(cause).__name__})",
+                                          hint="the connection to Telegram broke mid-request; a message being sent may have been posted")
+        return TransientChannelError(f"Telegram {method}: {detail}", hint=f"Telegram error: {detail}")
+
+
+def _suffix_from_data(data: Any, message_id: int) -> str | None:
+    """`release` (on a dispatch: its own id) or `release:<dispatch id>` / `release:topic:<id>`."""
+    match = _RELEASE_DATA.match(data) if isinstance(data, str) else None
+    if match is None:
+        return None
+    return match.group(1) or str(message_id)
+
+
+def _person(user: Any) -> str:
+    return user.full_name or (f"@{user.username}" if user.username else f"Telegram user {user.id}")

@@ -1,0 +1,618 @@
+"""The Telegram channel: the real python-telegram-bot against a fake Bot API on 127.0.0.1.
+
+Everything of ours runs for real (desk, outbox, inbound, HTTP API, webhook route); only
+Telegram is played by tests/fake_telegram.py, which is as strict as Telegram about HTML,
+message length, buttons and pollers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+import re
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import func, select
+
+from bot.models import InboundEvent
+from bot.rendering import Renderer
+from channels.base import (
+    ChannelAuthError,
+    ChannelContext,
+    InboundMessage,
+    Outbound,
+    TransientChannelError,
+    UncertainDeliveryError,
+)
+from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
+from tests.conftest import Harness, StartDesk, make_config
+from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
+
+TOKEN = "123456:TEST-token_abcdefghijklmnop"
+SECRET = "test_webhook-secret-1"
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = "Ana wrote <b>free</b> & _*[]`~ <script>alert(1)</script> &amp; <a href=x>x</a> about order #1234"
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    """The channel's behaviour does not depend on the database: SQLite only."""
+    return sqlite_url
+
+
+@pytest.fixture
+async def fake() -> Any:
+    """Requested before start_desk in each test, so it outlives the desk (a poller never sees it vanish)."""
+    server = await FakeTelegram(token=TOKEN).start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def forum() -> Any:
+    """A staff group that is a forum (topics)."""
+    server = await FakeTelegram(token=TOKEN, is_forum=True).start()
+    yield server
+    await server.stop()
+
+
+def telegram_channel(fake: FakeTelegram, **overrides: Any) -> dict[str, Any]:
+    return {"id": 1, "kind": "telegram", "label": "Support (Telegram)", "bot_token": TOKEN, "chat_id": STAFF_CHAT_ID,
+            "api_base_url": fake.base_url, "webhook_secret": SECRET, "estimated_response": "within the hour", **overrides}
+
+
+async def start(start_desk: StartDesk, fake: FakeTelegram, *, channel: dict[str, Any] | None = None, **overrides: Any) -> Harness:
+    return await start_desk(channels=[{**telegram_channel(fake), **(channel or {})}], **overrides)
+
+
+async def post(harness: Harness, update: dict[str, Any], secret: str | None = SECRET) -> httpx.Response:
+    headers = {"X-Telegram-Bot-Api-Secret-Token": secret} if secret is not None else {}
+    return await harness.client.post("/webhooks/1", json=update, headers=headers)
+
+
+async def deliver(harness: Harness, update: dict[str, Any]) -> None:
+    """A webhook call from Telegram, then the relaying the desk does after answering it."""
+    response = await post(harness, update)
+    assert response.status_code == 200, response.text
+    await harness.desk.settle()
+
+
+async def human_texts(harness: Harness, cid: str) -> list[tuple[str, str]]:
+    return [(m["author"], m["text"]) for m in await harness.messages(cid) if m["role"] == "human"]
+
+
+async def stored_events(harness: Harness) -> int:
+    async with harness.desk.db.read() as session:
+        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
+
+
+def buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [b for row in message.get("reply_markup", {}).get("inline_keyboard", []) for b in row]
+
+
+async def dispatch_of(harness: Harness, fake: FakeTelegram, cid: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    result = await harness.start_handoff(cid, channel_id=1, **fields)
+    message = fake.sent()[-1]
+    assert result["channel_message_id"] == str(message["message_id"])
+    return result["handoff_session_id"], message
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+async def test_the_dispatch_is_escaped_html_with_a_form_button_and_a_release_button(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation(name="Ana <Admin>")
+    await harness.say(cid, "My order <b>1234</b> & co never came")
+    sid, message = await dispatch_of(
+        harness, fake, cid, urgency="high", summary=HOSTILE, expected_action="Check <carrier> & tell _Ana_ the ETA.",
+        extra_context={"plan": "<pro> & *gold*"},
+        expected_return=[{"name": "eta_date", "type": "date", "required": True, "label": "ETA"},
+                         {"name": "status", "type": "enum", "enum_values": ["shipped", "<lost>"]}],
+    )
+    request = fake.requests("sendMessage")[0]
+    assert request["parse_mode"] == "HTML" and request["link_preview_options"] == {"is_disabled": True}
+    assert "&lt;script&gt;" in request["text"] and "<script>" not in request["text"]
+    text = message["text"]  # what people see: Telegram parsed the HTML and accepted it
+    assert text.startswith("🔴 URGENT · Handoff ")
+    assert "Ana <Admin> needs a person" in text
+    assert f"Summary\n{HOSTILE}\n" in text
+    assert "What to do\nCheck <carrier> & tell _Ana_ the ETA." in text
+    assert "Contact back: ana@example.com" in text
+    assert "• plan: <pro> & *gold*" in text
+    assert "• ETA [date, YYYY-MM-DD] (required)" in text and "• Status [one of: shipped, <lost>]" in text
+    assert "Ana <Admin>: My order <b>1234</b> & co never came" in text
+    assert "Reply to this message" in text and "/release" in text
+    form_url = (await harness.handoff(sid))["form_url"]
+    assert buttons(message) == [{"text": "Return form", "url": form_url}, {"text": "Release", "callback_data": "release"}]
+    assert f'<a href="{form_url}">return form</a>' in request["text"]
+
+
+async def test_a_long_transcript_keeps_the_newest_lines_and_says_how_many_were_left_out(
+    fake: FakeTelegram, start_desk: StartDesk,
+) -> None:
+    harness = await start(start_desk, fake, handoff={"transcript_messages": 60})
+    cid = await harness.conversation()
+    for i in range(25):
+        await harness.say(cid, f"message {i:02d}: " + "my parcel is still missing, " * 12)
+    history = [m for m in await harness.messages(cid) if m["role"] != "system"][-60:]
+    _sid, message = await dispatch_of(harness, fake, cid)
+    text = message["text"]
+    assert utf16_len(text) <= MESSAGE_LIMIT
+    left_out = int(re.search(r"\((\d+) earlier messages left out\)", text).group(1))
+    shown = len(history) - left_out
+    assert 0 < shown < len(history)
+    assert history[-1]["text"] in text and "message 24:" in text  # the newest line is there
+    assert history[-shown]["text"] in text  # the oldest line shown is right after the ones left out
+    assert "message 00:" not in text
+
+
+async def test_a_brief_at_every_maximum_still_fits_one_message(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation()
+    fields = [{"name": f"field_{i}", "type": "enum", "enum_values": [f"<value {j}> & more" for j in range(20)],
+               "description": "d&" * 200, "label": "L" * 100} for i in range(20)]
+    _sid, message = await dispatch_of(
+        harness, fake, cid, summary="&<>" * 666, expected_action="<" * 1000,
+        extra_context={f"key{i}": "&" * 180 for i in range(18)}, expected_return=fields,
+    )
+    assert utf16_len(message["text"]) <= MESSAGE_LIMIT
+    assert "Parts of this brief were shortened to fit one Telegram message." in message["text"]
+    assert "more on the return form" in message["text"]
+
+
+# --------------------------------------------------------------------------- both directions
+
+
+async def test_two_handoffs_in_one_group_never_cross(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    ana, ben = await harness.conversation("Ana"), await harness.conversation("Ben", email=None)
+    _sid_a, dispatch_a = await dispatch_of(harness, fake, ana)
+    _sid_b, dispatch_b = await dispatch_of(harness, fake, ben)
+    await harness.say(ben, "Ben here, still waiting")
+    await harness.say(ana, "Ana here: <i>any</i> news & updates?")
+    await harness.desk.settle()
+    relay_b, relay_a = fake.sent()[-2:]
+    # relays are replies to their own dispatch, labelled in bold, escaped, with a Release button naming it
+    assert relay_a["text"] == "Ana: Ana here: <i>any</i> news & updates?"
+    assert fake.requests("sendMessage")[-1]["text"] == "<b>Ana</b>: Ana here: &lt;i&gt;any&lt;/i&gt; news &amp; updates?"
+    assert relay_a["reply_to_message"]["message_id"] == dispatch_a["message_id"]
+    assert relay_b["reply_to_message"]["message_id"] == dispatch_b["message_id"]
+    assert buttons(relay_a) == [{"text": "Release", "callback_data": f"release:{dispatch_a['message_id']}"}]
+
+    await deliver(harness, fake.message_update("For Ana: it ships Monday.", reply_to=dispatch_a["message_id"], user=SAM))
+    # Telegram shows only one level of the reply chain: a reply to Ben's relay maps back through its button
+    await deliver(harness, fake.message_update("For Ben: refund done.", reply_to=relay_b["message_id"], user=KIM))
+    await deliver(harness, fake.message_update("Ana, one more thing.", reply_to=relay_a["message_id"], user=KIM))
+    assert await human_texts(harness, ana) == [("Sam Lee", "For Ana: it ships Monday."), ("Kim", "Ana, one more thing.")]
+    assert await human_texts(harness, ben) == [("Kim", "For Ben: refund done.")]
+
+
+async def test_a_reply_in_the_group_reaches_the_subscriber_as_a_human_message(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation()
+    sid, dispatch = await dispatch_of(harness, fake, cid)
+    await deliver(harness, fake.message_update("Hi Ana <3, I'm on it & checking.", reply_to=dispatch["message_id"]))
+    human = (await harness.messages(cid))[-1]
+    assert (human["role"], human["author"], human["text"], human["handoff_session_id"]) == (
+        "human", "Sam Lee", "Hi Ana <3, I'm on it & checking.", sid)
+    assert "relayed_to_subscriber" in await harness.kinds(sid)
+    # an admin posting anonymously speaks as the group (through Telegram's GroupAnonymousBot)
+    anonymous = {"id": 1087968824, "is_bot": True, "first_name": "Group", "username": "GroupAnonymousBot"}
+    await deliver(harness, fake.message_update("Checked with the carrier.", reply_to=dispatch["message_id"], user=anonymous,
+                                               sender_chat=fake.chat, author_signature="Dana"))
+    assert (await harness.messages(cid))[-1]["author"] == "Dana"
+
+
+async def test_a_relay_longer_than_one_telegram_message_arrives_in_parts(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation()
+    _sid, dispatch = await dispatch_of(harness, fake, cid)
+    long_text = " ".join(f"w{i:04d} & <more>" for i in range(600))  # 8,999 characters: three messages
+    await harness.say(cid, long_text)
+    await harness.desk.settle()
+    parts = fake.sent()[-3:]
+    assert [p["text"].split(": ", 1)[0] for p in parts] == ["Ana (1/3)", "Ana (2/3)", "Ana (3/3)"]
+    assert " ".join(p["text"].split(": ", 1)[1] for p in parts) == long_text
+    assert all(p["reply_to_message"]["message_id"] == dispatch["message_id"] for p in parts)
+
+
+async def test_release_typed_in_the_thread_releases_with_the_release_token(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation()
+    sid, dispatch = await dispatch_of(harness, fake, cid)
+    await harness.say(cid, "Hello?")
+    await harness.desk.settle()
+    relay = fake.sent()[-1]
+    await deliver(harness, fake.message_update("/release@handoff_desk_bot resolved Re-shipped today", reply_to=relay["message_id"]))
+    handoff = await harness.handoff(sid)
+    assert (handoff["state"], handoff["release_reason"], handoff["outcome"], handoff["note"], handoff["released_by"]) == (
+        "released", "release_token", "resolved", "Re-shipped today", "Sam Lee")
+    assert any(m["role"] == "system" and m["text"].startswith("[Bot resumed") for m in await harness.messages(cid))
+    notice = fake.sent()[-1]
+    assert notice["text"] == f"Handoff {handoff['short_code']} released (resolved); the assistant has taken the conversation back."
+    assert notice["reply_to_message"]["message_id"] == dispatch["message_id"] and buttons(notice) == []
+
+
+async def test_the_release_button_releases_and_the_click_is_answered(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    ana, ben = await harness.conversation("Ana"), await harness.conversation("Ben", email=None)
+    sid_a, dispatch_a = await dispatch_of(harness, fake, ana)
+    sid_b, _dispatch_b = await dispatch_of(harness, fake, ben)
+    await harness.say(ben, "Ben again")
+    await harness.desk.settle()
+    relay_b = fake.sent()[-1]
+
+    click = fake.callback_update(dispatch_a["message_id"], user=KIM)
+    response = await post(harness, click)
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    assert response.json() == {"method": "answerCallbackQuery", "callback_query_id": click["callback_query"]["id"],
+                               "text": "Releasing the handoff…"}
+    await harness.desk.settle()
+    await deliver(harness, fake.callback_update(relay_b["message_id"], user=SAM))  # Release under a relay: its handoff
+    first, second = await harness.handoff(sid_a), await harness.handoff(sid_b)
+    assert (first["state"], first["release_reason"], first["released_by"]) == ("released", "release_token", "Kim")
+    assert (second["state"], second["release_reason"], second["released_by"]) == ("released", "release_token", "Sam Lee")
+
+
+# --------------------------------------------------------------------------- what is refused or ignored
+
+
+async def test_a_wrong_or_missing_secret_token_gets_403_and_nothing_is_stored(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation()
+    _sid, dispatch = await dispatch_of(harness, fake, cid)
+    update = fake.message_update("forged", reply_to=dispatch["message_id"])
+    for secret in ("wrong-secret", "", None, SECRET + "x"):
+        response = await post(harness, update, secret=secret)
+        assert response.status_code == 403
+    for body in ({"not": "an update"}, None, [update]):
+        assert (await post(harness, body)).status_code == 400  # right secret, but not an update
+    await harness.desk.settle()
+    assert await stored_events(harness) == 0 and await human_texts(harness, cid) == []
+
+
+async def test_a_redelivered_update_is_relayed_once(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation()
+    _sid, dispatch = await dispatch_of(harness, fake, cid)
+    update = fake.message_update("Only once, please.", reply_to=dispatch["message_id"])
+    await deliver(harness, update)
+    await deliver(harness, update)  # Telegram resends when it did not see our answer in time
+    assert await human_texts(harness, cid) == [("Sam Lee", "Only once, please.")]
+    assert await stored_events(harness) == 1
+
+
+async def test_bots_other_chats_service_messages_and_side_talk_are_not_relayed(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation()
+    sid, dispatch = await dispatch_of(harness, fake, cid)
+    mid = dispatch["message_id"]
+    colleague = fake.message_update("Kim, can you take this one?")
+    other_chat = {"id": -100999, "type": "supergroup", "title": "Elsewhere"}
+    for update in (
+        fake.message_update("echo of ourselves", reply_to=mid, user=BOT_USER),
+        fake.message_update("another bot talking", reply_to=mid, user=OTHER_BOT),
+        fake.message_update("wrong group", reply_to=mid, chat=other_chat),
+        fake.message_update(None, reply_to=mid, new_chat_members=[KIM]),  # a service message
+        colleague,  # not a reply to us
+        fake.message_update("Sure, on it.", reply_to=colleague["message"]["message_id"], user=KIM),  # a reply to a colleague
+        fake.message_update("/release@other_bot", reply_to=mid),  # a command for another bot
+        fake.callback_update(mid, user=OTHER_BOT),
+    ):
+        await deliver(harness, update)
+    assert await stored_events(harness) == 0 and await human_texts(harness, cid) == []
+    assert (await harness.handoff(sid))["state"] == "active"
+
+
+# --------------------------------------------------------------------------- provider failures
+
+
+async def test_flood_control_is_retried_by_the_core_after_the_delay_telegram_asked_for(
+    fake: FakeTelegram, start_desk: StartDesk,
+) -> None:
+    harness = await start(start_desk, fake, delivery={"base_backoff": "1ms"})
+    cid = await harness.conversation()
+    sid, _dispatch = await dispatch_of(harness, fake, cid)
+    fake.fail("sendMessage", 429, "Too Many Requests: retry after 7", retry_after=7)
+    await harness.say(cid, "Is anyone there?")
+    await harness.desk.settle()
+    retry = [e for e in await harness.events(sid) if e["kind"] == "delivery_retry_scheduled"]
+    assert len(retry) == 1 and retry[0]["detail"]["retry_in_seconds"] == 7.0
+    assert retry[0]["detail"]["error_type"] == "TransientChannelError"
+    assert [m["text"] for m in fake.sent()][-1] != "Ana: Is anyone there?"
+    harness.desk.clock.advance(timedelta(seconds=8))
+    await harness.desk.settle()
+    assert [m["text"] for m in fake.sent()].count("Ana: Is anyone there?") == 1
+    assert len(fake.requests("sendMessage")) == 3  # dispatch, refused relay, relay
+
+
+async def test_a_dispatch_survives_a_telegram_5xx(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake, delivery={"base_backoff": "1ms"})
+    fake.fail("sendMessage", 502, "Bad Gateway")
+    cid = await harness.conversation()
+    sid, _dispatch = await dispatch_of(harness, fake, cid)
+    assert len(fake.requests("sendMessage")) == 2 and len(fake.sent()) == 1
+    assert "delivery_retry_scheduled" in await harness.kinds(sid)
+
+
+@pytest.mark.parametrize(("status", "description", "hint"), [
+    (400, "Bad Request: chat not found", "Telegram refused the request: Chat not found"),
+    (403, "Forbidden: bot was kicked from the supergroup chat", "Telegram refused (Forbidden: bot was kicked from the supergroup chat)"),
+    (400, "Bad Request: group chat was upgraded to a supergroup chat", "set chat_id: -1009876543210"),
+])
+async def test_a_refused_dispatch_fails_at_once_with_telegrams_reason(
+    fake: FakeTelegram, start_desk: StartDesk, status: int, description: str, hint: str,
+) -> None:
+    harness = await start(start_desk, fake, delivery={"base_backoff": "1ms"})
+    fake.fail("sendMessage", status, description, **({"migrate_to_chat_id": -1009876543210} if "upgraded" in description else {}))
+    cid = await harness.conversation()
+    result = await harness.tool(cid, "handoff_request", {
+        "channel_id": 1, "summary": "Ana's order #1234 is a week late.", "expected_action": "Check the carrier."})
+    assert result["error"] == "dispatch_failed" and result["details"]["attempts"] == 1
+    assert hint in result["details"]["hint"] and TOKEN not in str(result)
+    assert (await harness.handoff(result["details"]["handoff_session_id"]))["state"] == "failed"
+
+
+async def test_a_timeout_after_sending_is_an_uncertain_delivery(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake, channel={"request_timeout": 0.3})
+    cid = await harness.conversation()
+    sid, dispatch = await dispatch_of(harness, fake, cid)
+    adapter = harness.desk.channels.get(1)
+    handoff = await harness.desk.handoffs.get(sid)
+    fake.hold("sendMessage")  # Telegram got it but never answers
+    with pytest.raises(UncertainDeliveryError) as caught:
+        await adapter.send(Outbound(purpose="relay", handoff_session_id=sid, text="Ana: hi", author="Ana", body="hi",
+                                    thread=handoff.thread))
+    fake.release()
+    assert fake.requests("sendMessage")[-1]["text"] == "<b>Ana</b>: hi"  # the request did reach the provider
+    assert "may have been posted" in caught.value.hint
+    assert adapter.capabilities.reconcile is False  # the Bot API cannot look a sent message up
+    assert handoff.thread == {"chat_id": STAFF_CHAT_ID, "message_id": dispatch["message_id"], "topic_id": None}
+
+
+async def test_an_unreachable_api_is_transient() -> None:
+    config = TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url="http://127.0.0.1:9/bot",
+                            request_timeout=2)
+    adapter = TelegramChannel(config)
+    try:
+        with pytest.raises(TransientChannelError) as caught:
+            await adapter.probe()
+    finally:
+        await adapter.stop()
+    assert not isinstance(caught.value, UncertainDeliveryError) and caught.value.hint == "could not connect to Telegram"
+
+
+async def test_a_bad_token_fails_the_probe_and_check_config_says_so(fake: FakeTelegram, tmp_path: Path) -> None:
+    wrong = "123456:WRONG-token_zyxwvutsrqponm"
+    adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=wrong, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url))
+    try:
+        with pytest.raises(ChannelAuthError) as caught:
+            await adapter.probe()
+    finally:
+        await adapter.stop()
+    assert "@BotFather" in caught.value.hint and "WRONG-token" not in caught.value.hint + str(caught.value)
+
+    async def check_config(token: str) -> tuple[int, str, str]:
+        path = tmp_path / "desk.yaml"
+        path.write_text("secret_key: 0123456789abcdef0123\nchannels:\n"
+                        f"  - {{id: 1, kind: telegram, label: Support, bot_token: '{token}', chat_id: {STAFF_CHAT_ID}, "
+                        f"api_base_url: '{fake.base_url}'}}\n")
+        # the real CLI, in a subprocess, as an operator runs it
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        )
+        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+        return process.returncode or 0, out.decode(), err.decode()
+
+    code, out, err = await check_config(wrong)
+    assert code == 1, out + err
+    assert "channels[0] (telegram 'Support'): FAILED, Telegram refused bot_token (401/404)" in err
+    assert "WRONG-token" not in out + err
+    code, out, err = await check_config(TOKEN)
+    assert code == 0, out + err
+    assert "channels[0] (telegram 'Support'): ok, @handoff_desk_bot, posting to 'Support staff'" in out
+
+
+async def test_a_channel_with_a_bad_token_is_unavailable_with_the_reason(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake, channel={"bot_token": "123456:WRONG-token_zyxwvutsrqponm"})
+    health = (await harness.client.get("/healthz")).json()
+    [state] = health["channels"]
+    assert state["available"] is False and state["problem"].startswith("Telegram refused bot_token")
+    assert "WRONG" not in str(health)
+
+
+async def test_a_group_the_bot_cannot_see_makes_the_channel_unavailable(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake, channel={"chat_id": -100555})
+    [state] = (await harness.client.get("/healthz")).json()["channels"]
+    assert state["available"] is False
+    assert state["problem"] == ("Telegram refused the request: Chat not found; "
+                                "check chat_id (-100555) and that the bot is a member of that group")
+
+
+# --------------------------------------------------------------------------- webhook registration
+
+
+async def test_the_webhook_is_registered_with_a_secret_derived_from_the_token(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    server = {"public_url": "https://desk.example.com", "allowed_hosts": ["desk.test"]}
+    harness = await start(start_desk, fake, channel={"webhook_secret": None}, server=server)
+    derived = hmac.new(TOKEN.encode(), b"handoff-desk telegram webhook secret", hashlib.sha256).hexdigest()
+    [registration] = fake.requests("setWebhook")
+    assert registration == {"url": "https://desk.example.com/webhooks/1", "secret_token": derived,
+                            "allowed_updates": ["message", "callback_query"]}
+    # a restart (a new adapter from the same config) expects the same secret; another token does not
+    config = harness.desk.config.channel(1)
+    assert TelegramChannel(config).webhook_secret == derived
+    assert TelegramChannel(config.model_copy(update={"bot_token": SecretStr("654321:other")})).webhook_secret != derived
+    update = fake.message_update("hello")
+    assert (await post(harness, update, secret=derived)).status_code == 200
+    assert (await post(harness, update, secret=SECRET)).status_code == 403
+
+
+@pytest.mark.parametrize("public_url", ["http://desk.test", "https://127.0.0.1:8443", "https://localhost", "https://desk.example.com:8000"])
+async def test_no_webhook_is_registered_where_telegram_cannot_call(fake: FakeTelegram, start_desk: StartDesk, public_url: str) -> None:
+    harness = await start(start_desk, fake, server={"public_url": public_url})
+    assert fake.requests("setWebhook") == [] and harness.desk.channels.is_available(1)  # it still sends
+
+
+# --------------------------------------------------------------------------- polling
+
+
+async def test_polling_receives_replies_and_button_clicks_and_stops_cleanly(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake, channel={"mode": "polling", "poll_timeout": 5})
+    cid = await harness.conversation()
+    sid, dispatch = await dispatch_of(harness, fake, cid)
+    after = max([0] + [m["id"] for m in await harness.messages(cid)])
+    reply = await fake.queue(fake.message_update("Polled reply: on it.", reply_to=dispatch["message_id"]))
+    response = await harness.client.get(f"/api/conversations/{cid}/messages", params={"after": after, "wait": 10})
+    assert [(m["role"], m["text"]) for m in response.json()["messages"]] == [("human", "Polled reply: on it.")]
+    # the next poll confirms the update (offset), so Telegram forgets it
+    await fake.wait_for(lambda: any(r.get("offset") == reply["update_id"] + 1 for r in fake.requests("getUpdates")))
+
+    click = await fake.queue(fake.callback_update(dispatch["message_id"]))
+    await fake.wait_for(lambda: bool(fake.requests("answerCallbackQuery")))
+    await harness.desk.settle()
+    assert fake.requests("answerCallbackQuery") == [{"callback_query_id": click["callback_query"]["id"], "text": "Releasing the handoff…"}]
+    assert (await harness.handoff(sid))["release_reason"] == "release_token"
+    assert (await post(harness, reply)).status_code == 404  # a polling channel takes no webhooks
+
+    await harness.desk.stop()
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "telegram-poll-1"] == []
+
+
+@pytest.mark.parametrize(("setup", "expected"), [
+    ("webhook", "can't use getUpdates method while webhook is active"),
+    ("poller", "Only one process may poll getUpdates per bot token"),
+])
+async def test_a_second_poller_or_a_webhook_makes_polling_unavailable_with_a_clear_reason(
+    fake: FakeTelegram, start_desk: StartDesk, setup: str, expected: str,
+) -> None:
+    if setup == "webhook":
+        fake.webhook = {"url": "https://prod.example.com/webhooks/1"}
+    else:
+        fake.fail("getUpdates", 409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+    harness = await start(start_desk, fake, channel={"mode": "polling"})
+    [state] = (await harness.client.get("/healthz")).json()["channels"]
+    assert state["available"] is False and "409 Conflict" in state["problem"] and expected in state["problem"]
+    assert fake.webhook == ({"url": "https://prod.example.com/webhooks/1"} if setup == "webhook" else None)  # never deleted
+
+
+# --------------------------------------------------------------------------- forum groups
+
+
+async def test_a_forum_group_gets_a_topic_per_handoff_and_routes_by_topic(forum: FakeTelegram, start_desk: StartDesk) -> None:
+    fake = forum
+    harness = await start(start_desk, fake)
+    ana, ben = await harness.conversation("Ana"), await harness.conversation("Ben", email=None)
+    sid_a, dispatch_a = await dispatch_of(harness, fake, ana)
+    _sid_b, dispatch_b = await dispatch_of(harness, fake, ben)
+    topic_a, topic_b = (request["message_thread_id"] for request in fake.requests("sendMessage"))
+    short_a = (await harness.handoff(sid_a))["short_code"]
+    assert fake.topics[topic_a] == f"{short_a} · Ana" and topic_a != topic_b
+    assert dispatch_a["message_thread_id"] == topic_a and "Write in this topic" in dispatch_a["text"]
+    assert buttons(dispatch_a)[-1] == {"text": "Release", "callback_data": f"release:topic:{topic_a}"}
+
+    await harness.say(ana, "Anyone?")
+    await harness.desk.settle()
+    assert fake.requests("sendMessage")[-1]["message_thread_id"] == topic_a
+    # any message in the topic is for its handoff, reply or not; the General topic is not
+    await deliver(harness, fake.message_update("Plain message in Ana's topic.", topic_id=topic_a))
+    await deliver(harness, fake.message_update("In the General topic."))
+    await deliver(harness, fake.message_update("For Ben.", topic_id=topic_b, reply_to=dispatch_b["message_id"], user=KIM))
+    assert await human_texts(harness, ana) == [("Sam Lee", "Plain message in Ana's topic.")]
+    assert await human_texts(harness, ben) == [("Kim", "For Ben.")]
+    await deliver(harness, fake.message_update("/release", topic_id=topic_a))
+    assert (await harness.handoff(sid_a))["release_reason"] == "release_token"
+
+
+async def test_a_forum_dispatch_retried_after_a_failure_reuses_its_topic(forum: FakeTelegram, start_desk: StartDesk) -> None:
+    fake = forum
+    harness = await start(start_desk, fake, delivery={"base_backoff": "1ms"})
+    fake.fail("sendMessage", 500, "Internal Server Error")
+    await dispatch_of(harness, fake, await harness.conversation())
+    assert len(fake.requests("createForumTopic")) == 1 and len(fake.requests("sendMessage")) == 2
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ({"bot_token": "not a token"}, "channels[0].bot_token: does not look like a Telegram bot token"),
+    ({"chat_id": "support"}, "channels[0].chat_id: must be the group's numeric id"),
+    ({"mode": "poll"}, "channels[0].mode: Input should be 'webhook' or 'polling'"),
+    ({"webhook_secret": "has spaces!"}, "channels[0].webhook_secret: must be 1-256 characters"),
+    ({"api_base_url": "api.telegram.org"}, "channels[0].api_base_url: must be an http(s) URL"),
+    ({"bot_tokn": TOKEN}, "channels[0].bot_tokn: unknown key; did you mean 'bot_token'?"),
+])
+def test_config_problems_are_named_by_key_path_without_echoing_secrets(entry: dict[str, Any], problem: str) -> None:
+    from bot.config import ConfigError
+
+    channel = {"id": 1, "kind": "telegram", "label": "TG", "bot_token": "123456:SECRET-value", "chat_id": "-100123", **entry}
+    with pytest.raises(ConfigError) as caught:
+        make_config("sqlite:///x.db", channels=[channel])
+    text = str(caught.value)
+    assert problem in text and "SECRET-value" not in text
+
+
+def test_a_minimal_config_takes_the_documented_defaults() -> None:
+    config = make_config("sqlite:///x.db", channels=[
+        {"id": 2, "kind": "telegram", "label": "TG", "bot_token": TOKEN, "chat_id": "-1001234", "webhook_secret": ""},
+        {"id": 3, "kind": "telegram", "label": "TG2", "bot_token": TOKEN, "chat_id": "@support_staff"},
+    ])
+    first, second = config.channels
+    assert (first.chat_id, first.mode, first.api_base_url, first.webhook_secret) == (-1001234, "webhook", "https://api.telegram.org/bot", None)
+    assert second.chat_id == "@support_staff"
+
+
+# --------------------------------------------------------------------------- the whole story
+
+
+async def test_the_whole_story_through_the_http_api(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation("Ana")
+    await harness.say(cid, "My parcel 1234 is lost")
+    asked = await harness.say(cid, "Can I talk to a person please?")
+    sid = asked["handoff_session_id"]
+    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked Support (Telegram) to join")
+    dispatch = fake.sent()[-1]
+    assert "Ana: My parcel 1234 is lost" in dispatch["text"]
+
+    assert (await harness.say(cid, "Are you there?"))["routed_to"] == "human"
+    await harness.desk.settle()
+    relay = fake.sent()[-1]
+    assert relay["text"] == "Ana: Are you there?" and relay["reply_to_message"]["message_id"] == dispatch["message_id"]
+
+    await deliver(harness, fake.message_update("Hi Ana, I'm Sam. Found it at the depot.", reply_to=relay["message_id"]))
+    assert (await harness.messages(cid))[-1]["text"] == "Hi Ana, I'm Sam. Found it at the depot."
+    await deliver(harness, fake.message_update("/release resolved Parcel re-routed", reply_to=dispatch["message_id"]))
+    messages = await harness.messages(cid)
+    resumed = next(m for m in messages if m["role"] == "system")
+    assert resumed["text"].startswith("[Bot resumed — ") and "Outcome: resolved" in resumed["text"]
+    assert "released (resolved)" in fake.sent()[-1]["text"]
+    assert (await harness.say(cid, "Thanks!"))["routed_to"] == "agent"
+    assert (await harness.handoff(sid))["state"] == "released"
+
+
+async def test_the_adapter_can_be_driven_without_the_desk(fake: FakeTelegram) -> None:
+    """start() needs nothing but a ChannelContext: the inbound sink receives polled messages."""
+    received: asyncio.Queue[InboundMessage] = asyncio.Queue()
+    adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
+                                             api_base_url=fake.base_url, poll_timeout=5))
+    await adapter.start(ChannelContext(public_url="http://127.0.0.1:8000", deliver_inbound=received.put, render=Renderer().render))
+    try:
+        receipt = await adapter.send(Outbound(purpose="notice", handoff_session_id="hs_x", text="Hello staff", body="Hello staff"))
+        await fake.queue(fake.message_update("Who is this?", reply_to=int(receipt.message_id or 0)))
+        message = await asyncio.wait_for(received.get(), timeout=10)
+    finally:
+        await adapter.stop()
+    assert message.thread_key == f"{STAFF_CHAT_ID}:{receipt.message_id}" and message.author == "Sam Lee"
+    assert message.dedupe_key and message.dedupe_key.startswith("update:")
