@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.models import HandoffEvent
@@ -35,6 +36,27 @@ async def record(
     session.add(event)
     await session.flush()  # assigns the id callers hand back (handoff_event_id)
     return event
+
+
+async def note(
+    session: AsyncSession,
+    kind: str,
+    *,
+    at: datetime,
+    actor: str,
+    handoff_session_id: str | None = None,
+    conversation_id: str | None = None,
+    **detail: Any,
+) -> None:
+    """Like `record`, for hot paths that need no event id back: one INSERT, no ORM flush."""
+    await session.execute(insert(HandoffEvent).values(
+        handoff_session_id=handoff_session_id,
+        conversation_id=conversation_id,
+        kind=kind,
+        actor=actor,
+        detail={k: v for k, v in detail.items() if v is not None},
+        created_at=at,
+    ))
 
 
 def event_view(event: HandoffEvent) -> dict[str, Any]:

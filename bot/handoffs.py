@@ -507,7 +507,7 @@ class Handoffs:
             message = await conversations.add_message(
                 session, handoff.conversation_id, role="human", text=text, now=now, author=author, handoff_session_id=sid
             )
-            await audit.record(
+            await audit.note(
                 session, "relayed_to_subscriber", at=now, actor=author, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, message_id=message.id, via=via,
             )

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, event, exists, or_, select, update
+from sqlalchemy import and_, bindparam, event, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -51,6 +51,49 @@ log = structlog.get_logger(__name__)
 PENDING, SENDING, SENT, FAILED = "pending", "sending", "sent", "failed"
 OnSent = Callable[[AsyncSession, Receipt, datetime], Awaitable[Any]]
 CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others get a turn
+
+
+def _due_statement() -> Any:
+    """Due relays and notices that are next in their handoff (nothing earlier unsent)."""
+    now = bindparam("now")
+    earlier = aliased(OutboxItem)
+    blocked = exists().where(
+        earlier.handoff_session_id == OutboxItem.handoff_session_id,
+        earlier.state.in_((PENDING, SENDING)),
+        earlier.id < OutboxItem.id,
+    )
+    due = or_(
+        and_(OutboxItem.state == PENDING, OutboxItem.not_before <= now),
+        and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now),
+    )
+    return select(OutboxItem.id).where(due, OutboxItem.purpose != "dispatch", ~blocked).order_by(OutboxItem.id).limit(200)
+
+
+def _claim_next_statement() -> Any:
+    """Claim the pending item that follows `after` in its handoff, if it is due."""
+    following = (
+        select(OutboxItem.id)
+        .where(
+            OutboxItem.handoff_session_id == bindparam("session_id"),
+            OutboxItem.id > bindparam("after"),
+            OutboxItem.state == PENDING,
+            OutboxItem.not_before <= bindparam("now"),
+        )
+        .order_by(OutboxItem.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return (
+        update(OutboxItem)
+        .where(OutboxItem.id == following, OutboxItem.state == PENDING)
+        .values(state=SENDING, lease_until=bindparam("lease_until"), attempts=OutboxItem.attempts + 1)
+        .returning(OutboxItem)
+    )
+
+
+# Built once: constructing these expressions costs more than running them.
+_DUE = _due_statement()
+_CLAIM_NEXT = _claim_next_statement()
 
 
 class DeliveryFailed(Exception):
@@ -173,28 +216,12 @@ class Outbox:
             result, _ = await self._record_success(item, receipt, on_sent=on_sent)
             return receipt, result
 
-    def _due_query(self, now: datetime, *, session_id: str | None = None, after: int | None = None) -> Any:
-        earlier = aliased(OutboxItem)
-        blocked = exists().where(
-            earlier.handoff_session_id == OutboxItem.handoff_session_id,
-            earlier.state.in_((PENDING, SENDING)),
-            earlier.id < OutboxItem.id,
-        )
-        due = or_(
-            and_(OutboxItem.state == PENDING, OutboxItem.not_before <= now),
-            and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now),
-        )
-        query = select(OutboxItem.id).where(due, OutboxItem.purpose != "dispatch", ~blocked)
-        if session_id is not None:
-            query = query.where(OutboxItem.handoff_session_id == session_id, OutboxItem.id > (after or 0))
-        return query.order_by(OutboxItem.id)
-
     async def deliver_due(self) -> int:
         """Start delivering every due relay/notice that is next in its handoff; returns how
         many deliveries were started. It does not wait for them: one slow provider must not
         hold up the others."""
         async with self.db.read() as session:
-            ids = list((await session.scalars(self._due_query(self.clock.now()).limit(200))).all())
+            ids = list((await session.scalars(_DUE, {"now": self.clock.now()})).all())
         started = 0
         for item_id in ids:
             if item_id in self._in_flight:
@@ -207,7 +234,6 @@ class Outbox:
 
     def _chain_done(self, item_id: int) -> None:
         self._in_flight.pop(item_id, None)
-        self._kick.set()  # more may have become due behind it
 
     async def wait_in_flight(self) -> None:
         """Wait for the deliveries already started."""
@@ -236,6 +262,7 @@ class Outbox:
                 return
             # the last turn claims nothing: a claimed item left behind would wait out its lease
             _, item = await self._record_success(item, receipt, claim_next=turn < CHAIN_LIMIT - 1)
+        self.kick()  # the chain gave others a turn; the worker picks the rest up
 
     async def _send(self, item: OutboxItem, *, timeout: float) -> Receipt:
         """One provider call, bounded by `timeout` (shorter than the lease, so no other
@@ -330,7 +357,7 @@ class Outbox:
             if on_sent is not None:
                 result = await on_sent(session, receipt, now)
             if item.purpose != "dispatch":
-                await audit.record(
+                await audit.note(
                     session,
                     "relayed_to_recipient" if item.purpose == "relay" else "notice_delivered",
                     at=now, actor="outbox", handoff_session_id=item.handoff_session_id,
@@ -338,10 +365,12 @@ class Outbox:
                     attempts=item.attempts,
                 )
             if claim_next and item.handoff_session_id is not None:
-                query = self._due_query(now, session_id=item.handoff_session_id, after=item.id or 0).limit(1)
-                next_id = (await session.scalars(query)).first()
-                if next_id is not None:
-                    following = await self._claim_in(session, next_id, now)
+                # This item was the handoff's earliest unsent one, so the next is simply the
+                # following pending row; claim it in the same statement that finds it.
+                following = (await session.scalars(
+                    _CLAIM_NEXT.execution_options(populate_existing=True),
+                    {"session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_until": now + self.lease},
+                )).first()
         self.metrics.deliveries.labels(self._kind_of(item.channel_id), item.purpose, "sent").inc()
         if item.purpose == "relay":
             self.metrics.relayed.labels("to_recipient").inc()
@@ -371,7 +400,7 @@ class Outbox:
             if recorded.rowcount != 1:
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
                 return
-            await audit.record(
+            await audit.note(
                 session,
                 "delivery_failed" if retry_in is None else "delivery_retry_scheduled",
                 at=now, actor="outbox", handoff_session_id=item.handoff_session_id,
@@ -388,12 +417,18 @@ class Outbox:
     def start(self) -> None:
         self._worker = asyncio.create_task(self._run(), name="outbox-worker")
 
-    async def stop(self) -> None:
-        tasks = [t for t in [self._worker, *self._in_flight.values()] if t is not None]
-        for task in tasks:
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop the worker, let deliveries in flight finish for up to `grace` seconds, then
+        cancel the rest (their items are re-claimed once their lease runs out)."""
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+            self._worker = None
+        if self._in_flight:
+            await asyncio.wait(list(self._in_flight.values()), timeout=grace)
+        for task in list(self._in_flight.values()):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._worker = None
+        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
         self._in_flight.clear()
 
     async def _run(self) -> None:
