@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
+import os
 import sqlite3
 import sys
 import tempfile
@@ -54,8 +55,9 @@ ACTION = "Look up order #1234 and tell Ana when it will arrive."
 
 
 def config(db: Path, fake: FakeSlack) -> Config:
+    # HANDOFF_BENCH_DATABASE_URL (an empty PostgreSQL database) runs the desk on PostgreSQL
     return Config.from_mapping({
-        "database_url": f"sqlite:///{db}",
+        "database_url": os.environ.get("HANDOFF_BENCH_DATABASE_URL") or f"sqlite:///{db}",
         "secret_key": "bench-secret-key-0123456789",
         "server": {"public_url": "http://desk.bench"},
         "handoff": {"idle_timeout": "2h"},
