@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import os
+import platform
 import sqlite3
 import sys
 import tempfile

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -70,14 +70,14 @@ def _due_statement() -> Any:
 
 
 def _claim_next_statement() -> Any:
-    """Claim the pending item that follows `after` in its handoff, if it is due."""
+    """Claim the pending item that follows `after` in its handoff — only if it is due: a
+    later item never overtakes one that is waiting."""
     following = (
         select(OutboxItem.id)
         .where(
             OutboxItem.handoff_session_id == bindparam("session_id"),
             OutboxItem.id > bindparam("after"),
             OutboxItem.state == PENDING,
-            OutboxItem.not_before <= bindparam("now"),
         )
         .order_by(OutboxItem.id)
         .limit(1)
@@ -85,7 +85,7 @@ def _claim_next_statement() -> Any:
     )
     return (
         update(OutboxItem)
-        .where(OutboxItem.id == following, OutboxItem.state == PENDING)
+        .where(OutboxItem.id == following, OutboxItem.state == PENDING, OutboxItem.not_before <= bindparam("now"))
         .values(state=SENDING, lease_until=bindparam("lease_until"), attempts=OutboxItem.attempts + 1)
         .returning(OutboxItem)
     )
@@ -124,7 +124,11 @@ class Outbox:
         self.max_attempts, self.base_backoff, self.max_backoff = max_attempts, base_backoff, max_backoff
         self.lease, self.poll_interval = lease, poll_interval
         self.send_timeout = max(1.0, lease.total_seconds() - 10)
-        self._semaphore = asyncio.Semaphore(concurrency)
+        # At most this many handoffs are being delivered at once; each chain has one send in
+        # flight, so no claimed item ever waits for a slot while its lease runs.
+        self.concurrency = concurrency
+        self._stopping = False
+        self._backlog = False
         self._kick = asyncio.Event()
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._worker: asyncio.Task[None] | None = None
@@ -159,10 +163,16 @@ class Outbox:
         that commits. When nothing of its handoff is ahead of it, it is stored already
         claimed and sent straight after commit (no worker round trip, no claim transaction);
         otherwise the chain delivering the earlier items takes it in order."""
-        # a stopped outbox (shutting down, or paused by a test) only stores: the worker sends later
-        ahead = self._worker is None or await session.scalar(select(exists().where(
-            OutboxItem.handoff_session_id == outbound.handoff_session_id, OutboxItem.state.in_((PENDING, SENDING)),
-        )))
+        # A stopped outbox (shutting down, or paused by a test) or a full one only stores: the
+        # worker sends later. Ordering: every caller updates the handoff's row before this
+        # check in the same transaction, which serialises the checks of one handoff.
+        ahead = (
+            self._worker is None
+            or len(self._in_flight) >= self.concurrency
+            or await session.scalar(select(exists().where(
+                OutboxItem.handoff_session_id == outbound.handoff_session_id, OutboxItem.state.in_((PENDING, SENDING)),
+            )))
+        )
         item = self.enqueue(session, channel_id=channel_id, outbound=outbound, now=now, message_id=message_id, claimed=not ahead)
         loop = asyncio.get_running_loop()
 
@@ -173,10 +183,15 @@ class Outbox:
         return item
 
     def _start_chain(self, claimed: OutboxItem) -> None:
+        """Start sending an item claimed at enqueue. When the outbox is stopping the claim
+        is left to expire (the item is re-claimed, and checked, after its lease)."""
         item_id = int(claimed.id or 0)
-        if item_id in self._in_flight:
+        if self._stopping or item_id in self._in_flight:
             return
-        task = asyncio.create_task(self._deliver_chain(item_id, claimed=claimed), name=f"outbox:{item_id}")
+        self._track(item_id, self._deliver_chain(item_id, claimed=claimed))
+
+    def _track(self, item_id: int, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work, name=f"outbox:{item_id}")
         self._in_flight[item_id] = task
         task.add_done_callback(lambda _t, key=item_id: self._chain_done(key))
 
@@ -220,20 +235,27 @@ class Outbox:
         """Start delivering every due relay/notice that is next in its handoff; returns how
         many deliveries were started. It does not wait for them: one slow provider must not
         hold up the others."""
+        room = self.concurrency - len(self._in_flight)
+        self._backlog = room <= 0
+        if room <= 0:
+            return 0
         async with self.db.read() as session:
             ids = list((await session.scalars(_DUE, {"now": self.clock.now()})).all())
         started = 0
         for item_id in ids:
+            if started >= room:
+                self._backlog = True  # more are due than may be sent at once: again when a chain ends
+                break
             if item_id in self._in_flight:
                 continue
-            task = asyncio.create_task(self._deliver_chain(item_id), name=f"outbox:{item_id}")
-            self._in_flight[item_id] = task
-            task.add_done_callback(lambda _t, key=item_id: self._chain_done(key))
+            self._track(item_id, self._deliver_chain(item_id))
             started += 1
         return started
 
     def _chain_done(self, item_id: int) -> None:
         self._in_flight.pop(item_id, None)
+        if self._backlog:  # items were left waiting for a free place: look again now
+            self.kick()
 
     async def wait_in_flight(self) -> None:
         """Wait for the deliveries already started."""
@@ -255,8 +277,7 @@ class Outbox:
             if item is None:
                 return
             try:
-                async with self._semaphore:
-                    receipt = await self._send(item, timeout=self.send_timeout)
+                receipt = await self._send(item, timeout=self.send_timeout)
             except ChannelError as error:
                 await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
                 return
@@ -313,7 +334,11 @@ class Outbox:
                 OutboxItem.id == item_id,
                 or_(OutboxItem.state == PENDING, and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now)),
             )
-            .values(state=SENDING, lease_until=now + self.lease, attempts=OutboxItem.attempts + 1)
+            .values(
+                state=SENDING, lease_until=now + self.lease, attempts=OutboxItem.attempts + 1,
+                # taking over an expired claim: that attempt may have reached the provider
+                uncertain=or_(OutboxItem.uncertain, OutboxItem.state == SENDING),
+            )
             .returning(OutboxItem)
             .execution_options(populate_existing=True)
         )
@@ -415,11 +440,13 @@ class Outbox:
     # ------------------------------------------------------------------ worker
 
     def start(self) -> None:
+        self._stopping = False
         self._worker = asyncio.create_task(self._run(), name="outbox-worker")
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop the worker, let deliveries in flight finish for up to `grace` seconds, then
         cancel the rest (their items are re-claimed once their lease runs out)."""
+        self._stopping = True
         if self._worker is not None:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)

@@ -323,6 +323,11 @@ class SlackChannel(ChannelAdapter):
                 # Still unknown whether the earlier attempt landed: keep it "uncertain", so the
                 # next attempt looks again instead of posting blindly.
                 raise UncertainDeliveryError(str(exc), retry_after=exc.retry_after, hint=exc.hint) from exc
+            except ChannelError as exc:
+                # We may not look (missing_scope, not_in_channel): better a possible double
+                # post than a message given up while a person waits for it.
+                log.warning("slack_lookup_unavailable", channel_id=self.id, hint=exc.hint)
+                return None
             for message in response.get("messages") or []:
                 if self._is_attempt_of(message, outbound):
                     return self._receipt(outbound, args["channel"], str(message["ts"]))
@@ -474,8 +479,8 @@ class SlackChannel(ChannelAdapter):
     def _signed_by_slack(self, body: bytes, headers: dict[str, str]) -> bool:
         timestamp = headers.get("x-slack-request-timestamp", "")
         signature = headers.get("x-slack-signature", "")
-        if self._verifier is None or not timestamp.isdigit() or not signature:
-            return False
+        if self._verifier is None or not timestamp.isdigit() or not signature or not signature.isascii():
+            return False  # (a non-ASCII signature would make compare_digest raise, not refuse)
         # slack_sdk's verifier: "v0=" + HMAC-SHA256(secret, "v0:{ts}:" + raw body), compared
         # with hmac.compare_digest; a timestamp more than 5 minutes off is refused (replays).
         return bool(self._verifier.is_valid(body=body, timestamp=timestamp, signature=signature))

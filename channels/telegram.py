@@ -164,6 +164,19 @@ def visible_length(markup: str) -> int:
     return utf16_len(html.unescape(_TAGS.sub("", markup)))
 
 
+_MENTION = re.compile(r"(?<![\w@])@(?=\w)")
+_COMMAND = re.compile(r"(?<!\S)/(?=[A-Za-z])")
+WORD_JOINER = "\u2060"
+
+
+def defuse(text: str) -> str:
+    """Telegram turns `@name` in any message into a mention (a notification to that member)
+    and `/word` into a tappable command — in a forum topic, tapping `/release` in a relayed
+    message would release the handoff. An invisible word joiner after `@` and `/` keeps the
+    text readable and inert. Applied to everything people (or the agent) wrote."""
+    return _COMMAND.sub("/" + WORD_JOINER, _MENTION.sub("@" + WORD_JOINER, text))
+
+
 def clip(text: str, limit: int | None) -> str:
     text = text.strip()
     if limit is None or len(text) <= limit:
@@ -393,7 +406,8 @@ class TelegramChannel(ChannelAdapter):
         suffix = f"topic:{topic_id}" if topic_id else (str(dispatch_id) if dispatch_id else None)
         body = outbound.body if outbound.body is not None else outbound.text
         if outbound.purpose == "relay":
-            author = clip(outbound.author or "Subscriber", 100)
+            body = defuse(body)
+            author = defuse(clip(outbound.author or "Subscriber", 100))
             chunks = split_units(body, MESSAGE_LIMIT - utf16_len(author) - 16)
             parts = [self._render("relay", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
                      for i, chunk in enumerate(chunks, 1)]
@@ -429,9 +443,9 @@ class TelegramChannel(ChannelAdapter):
     def _dispatch_html(self, brief: HandoffBrief, *, in_topic: bool) -> str:
         """The dispatch message, fitted to one Telegram message: the newest transcript lines
         that fit, and when the brief alone is too long, its long parts shortened."""
-        lines = [(line.author or line.role, clip(line.text, TRANSCRIPT_LINE)) for line in brief.transcript]
-        context = list(brief.extra_context.items())
-        fields = [preview_line(f) for f in brief.expected_return]
+        lines = [(defuse(line.author or line.role), defuse(clip(line.text, TRANSCRIPT_LINE))) for line in brief.transcript]
+        context = [(defuse(k), defuse(v)) for k, v in brief.extra_context.items()]
+        fields = [defuse(preview_line(f)) for f in brief.expected_return]
         for level, budget in enumerate(_BUDGETS):
             shown_context = context if budget.context_items is None else context[: budget.context_items]
             shown_fields = fields if budget.field_items is None else fields[: budget.field_items]
@@ -441,8 +455,9 @@ class TelegramChannel(ChannelAdapter):
                 return self._render(
                     "dispatch",
                     brief=brief,
-                    summary=clip(brief.summary, budget.summary),
-                    action=clip(brief.expected_action, budget.action),
+                    subscriber=defuse(brief.subscriber_name) if brief.subscriber_name else None,
+                    summary=defuse(clip(brief.summary, budget.summary)),
+                    action=defuse(clip(brief.expected_action, budget.action)),
                     context=[(clip(k, 60 if shortened else None), clip(v, budget.context_value)) for k, v in shown_context],
                     context_left_out=len(context) - len(shown_context),
                     fields=[clip(f, budget.field_line) for f in shown_fields],

@@ -402,6 +402,8 @@ async def test_forged_stale_or_unsigned_callbacks_get_401_and_store_nothing(desk
         await desk.client.post("/webhooks/2", content=event, headers={"content-type": "application/json"}),
         await desk.client.post("/webhooks/2", content=event, headers={
             **signed_headers(SIGNING_SECRET, event), "x-slack-request-timestamp": "soon"}),
+        await desk.client.post("/webhooks/2", content=event, headers={  # refused, not a 500
+            **signed_headers(SIGNING_SECRET, event), "x-slack-signature": "v0=sïgnätüre".encode()}),
     ]
     # a body changed after signing
     headers = signed_headers(SIGNING_SECRET, event)

@@ -136,6 +136,20 @@ async def test_the_dispatch_is_escaped_html_with_a_form_button_and_a_release_but
     assert f'<a href="{form_url}">return form</a>' in request["text"]
 
 
+async def test_user_text_can_neither_mention_staff_nor_offer_a_command(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    cid = await harness.conversation(name="@ana")
+    await dispatch_of(harness, fake, cid, summary="Please ping @staff_lead now and /release this handoff")
+    dispatch = fake.requests("sendMessage")[-1]["text"]
+    assert "@\u2060staff_lead" in dispatch and "/\u2060release this handoff" in dispatch
+    assert "@staff_lead" not in dispatch  # Telegram would notify that member
+    await harness.say(cid, "hey @staff_lead, tap /release — mail me at ana@example.com or see https://x.example/a/b")
+    await harness.desk.settle()
+    relay = fake.requests("sendMessage")[-1]["text"]
+    assert "@\u2060staff_lead" in relay and "/\u2060release" in relay
+    assert "ana@example.com" in relay and "https://x.example/a/b" in relay  # addresses and links untouched
+
+
 async def test_a_long_transcript_keeps_the_newest_lines_and_says_how_many_were_left_out(
     fake: FakeTelegram, start_desk: StartDesk,
 ) -> None:

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.models import OutboxItem
-from channels.base import TransientChannelError
+from channels.base import Outbound, TransientChannelError
 from tests.conftest import StartDesk
 
 
@@ -103,3 +103,106 @@ async def test_a_send_that_timed_out_but_landed_is_reconciled_not_repeated(start
     assert channel.lookups and channel.lookups[0].startswith("hd_")
     kinds = await harness.kinds(sid)
     assert kinds.count("delivery_retry_scheduled") == 1 and kinds.count("relayed_to_recipient") == 1
+
+
+async def test_messages_sent_while_one_is_in_flight_keep_their_order(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})  # the outbox runs: claims at enqueue, sends after commit
+    channel = harness.desk.channels.get(1)
+    cid = await harness.conversation()
+    await harness.start_handoff(cid)
+    channel.entered.clear()
+    held = channel.gate = asyncio.Event()
+    await harness.say(cid, "one")
+    await channel.entered.wait()  # "one" is at the provider, unanswered
+    channel.gate = None  # any other send would go straight through
+    for text in ("two", "three", "four"):
+        await harness.say(cid, text)
+    held.set()
+    await harness.desk.settle()
+    assert channel.texts("relay") == ["Ana: one", "Ana: two", "Ana: three", "Ana: four"]
+
+
+async def test_a_stale_claim_is_fenced_while_the_new_owner_is_still_sending(
+    start_desk: StartDesk, scripted, sqlite_url: str
+) -> None:
+    first = await start_desk(adapters={1: scripted})
+    cid = await first.conversation()
+    await first.start_handoff(cid)
+    await first.desk.outbox.stop()
+    channel_a = first.desk.channels.get(1)
+    channel_a.gate = asyncio.Event()
+    await first.say(cid, "hello")
+    stuck_a = asyncio.create_task(first.desk.outbox.drain())
+    await channel_a.entered.wait()
+
+    second = await start_desk(adapters={1: scripted}, url=sqlite_url, clock=first.desk.clock)
+    await second.desk.outbox.stop()
+    channel_b = second.desk.channels.get(1)
+    channel_b.gate = asyncio.Event()
+    first.desk.clock.advance(timedelta(seconds=61))
+    stuck_b = asyncio.create_task(second.desk.outbox.drain())  # B re-claims (attempt 2) and hangs too
+    await channel_b.entered.wait()
+    channel_a.gate.set()
+    await stuck_a  # A's late record must not mark B's attempt done
+    async with second.desk.db.read() as session:
+        relay = (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "relay"))).one()
+    assert (relay.state, relay.attempts) == ("sending", 2)
+    channel_b.gate.set()
+    await stuck_b
+    async with second.desk.db.read() as session:
+        relay = (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "relay"))).one()
+    assert relay.state == "sent" and relay.uncertain is False
+    kinds = await second.kinds(relay.handoff_session_id)
+    assert kinds.count("relayed_to_recipient") == 1 and kinds.count("delivery_claim_lost") == 1
+
+
+async def test_a_send_that_outlives_its_timeout_is_uncertain(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})
+    channel = harness.desk.channels.get(1)
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.desk.outbox.stop()
+    harness.desk.outbox.send_timeout = 0.05
+    channel.gate = asyncio.Event()  # the provider never answers
+    await harness.say(cid, "hello?")
+    await harness.desk.outbox.drain()
+    retry = next(e for e in await harness.events(sid) if e["kind"] == "delivery_retry_scheduled")
+    assert retry["detail"]["error_type"] == "UncertainDeliveryError"
+    async with harness.desk.db.read() as session:
+        relay = (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "relay"))).one()
+    assert relay.uncertain is True
+
+
+async def test_an_expired_claim_is_taken_over_with_a_check_first(start_desk: StartDesk) -> None:
+    from tests.fakes import ReconcilingChannel
+
+    harness = await start_desk(adapters={1: ReconcilingChannel})
+    channel = harness.desk.channels.get(1)
+    cid = await harness.conversation()
+    await harness.start_handoff(cid)
+    await harness.desk.outbox.stop()
+    await harness.say(cid, "only once")
+    async with harness.desk.db.transaction() as session:  # a worker claimed it, sent it, and died before recording
+        relay = (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "relay"))).one()
+        relay.state, relay.attempts = "sending", 1
+        relay.lease_until = harness.desk.clock.now() + timedelta(seconds=60)
+    await channel.send(Outbound.model_validate(relay.payload).model_copy(update={"delivery_key": relay.delivery_key}))
+    harness.desk.clock.advance(timedelta(seconds=61))
+    await harness.desk.outbox.drain()
+    assert channel.texts("relay") == ["Ana: only once"] and channel.lookups == [relay.delivery_key]
+
+
+async def test_a_backlog_longer_than_one_chain_is_delivered_and_nothing_stays_claimed(start_desk: StartDesk, scripted) -> None:
+    from bot.outbox import CHAIN_LIMIT
+
+    harness = await start_desk(adapters={1: scripted})
+    cid = await harness.conversation()
+    await harness.start_handoff(cid)
+    await harness.desk.outbox.stop()
+    for i in range(CHAIN_LIMIT + 5):
+        await harness.say(cid, f"m{i}")
+    await harness.desk.outbox.drain()
+    assert len(harness.desk.channels.get(1).texts("relay")) == CHAIN_LIMIT + 5
+    async with harness.desk.db.read() as session:
+        states = set((await session.scalars(select(OutboxItem.state))).all())
+    assert states == {"sent"}
