@@ -15,6 +15,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from bot.models import HandoffEvent
 
 
+def _row(kind: str, at: datetime, actor: str, handoff_session_id: str | None, conversation_id: str | None,
+         detail: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "handoff_session_id": handoff_session_id,
+        "conversation_id": conversation_id,
+        "kind": kind,
+        "actor": actor,
+        "detail": {k: v for k, v in detail.items() if v is not None},
+        "created_at": at,
+    }
+
+
 async def record(
     session: AsyncSession,
     kind: str,
@@ -25,14 +37,7 @@ async def record(
     conversation_id: str | None = None,
     **detail: Any,
 ) -> HandoffEvent:
-    event = HandoffEvent(
-        handoff_session_id=handoff_session_id,
-        conversation_id=conversation_id,
-        kind=kind,
-        actor=actor,
-        detail={k: v for k, v in detail.items() if v is not None},
-        created_at=at,
-    )
+    event = HandoffEvent(**_row(kind, at, actor, handoff_session_id, conversation_id, detail))
     session.add(event)
     await session.flush()  # assigns the id callers hand back (handoff_event_id)
     return event
@@ -49,14 +54,7 @@ async def note(
     **detail: Any,
 ) -> None:
     """Like `record`, for hot paths that need no event id back: one INSERT, no ORM flush."""
-    await session.execute(insert(HandoffEvent).values(
-        handoff_session_id=handoff_session_id,
-        conversation_id=conversation_id,
-        kind=kind,
-        actor=actor,
-        detail={k: v for k, v in detail.items() if v is not None},
-        created_at=at,
-    ))
+    await session.execute(insert(HandoffEvent).values(**_row(kind, at, actor, handoff_session_id, conversation_id, detail)))
 
 
 def event_view(event: HandoffEvent) -> dict[str, Any]:

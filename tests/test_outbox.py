@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -29,9 +30,9 @@ async def test_a_provider_that_never_answers_fails_the_dispatch_in_time(start_de
     assert (await harness.say(cid, "hello"))["routed_to"] == "agent"
 
 
-async def test_a_stale_worker_cannot_overwrite_the_record_of_the_one_that_took_over(
-    start_desk: StartDesk, scripted, sqlite_url: str
-) -> None:
+async def two_instances_one_hung_relay(start_desk: StartDesk, scripted: Any, url: str) -> tuple[Any, Any, Any, Any]:
+    """Instance A has claimed a relay and hangs at its provider; instance B shares the
+    database, and A's lease has just run out. Returns (A, B, A's channel, A's drain task)."""
     first = await start_desk(adapters={1: scripted})
     cid = await first.conversation()
     await first.start_handoff(cid)
@@ -39,12 +40,18 @@ async def test_a_stale_worker_cannot_overwrite_the_record_of_the_one_that_took_o
     channel_a = first.desk.channels.get(1)
     channel_a.gate = asyncio.Event()
     await first.say(cid, "hello")
-    stuck = asyncio.create_task(first.desk.outbox.drain())  # instance A claims the relay, then hangs
+    stuck = asyncio.create_task(first.desk.outbox.drain())
     await channel_a.entered.wait()
-
-    second = await start_desk(adapters={1: scripted}, url=sqlite_url, clock=first.desk.clock)
+    second = await start_desk(adapters={1: scripted}, url=url, clock=first.desk.clock)
     await second.desk.outbox.stop()
-    first.desk.clock.advance(timedelta(seconds=61))  # A's lease runs out
+    first.desk.clock.advance(timedelta(seconds=61))
+    return first, second, channel_a, stuck
+
+
+async def test_a_stale_worker_cannot_overwrite_the_record_of_the_one_that_took_over(
+    start_desk: StartDesk, scripted, sqlite_url: str
+) -> None:
+    first, second, channel_a, stuck = await two_instances_one_hung_relay(start_desk, scripted, sqlite_url)
     await second.desk.outbox.drain()  # instance B re-claims and delivers
     assert second.desk.channels.get(1).texts("relay") == ["Ana: hello"]
 
@@ -125,21 +132,9 @@ async def test_messages_sent_while_one_is_in_flight_keep_their_order(start_desk:
 async def test_a_stale_claim_is_fenced_while_the_new_owner_is_still_sending(
     start_desk: StartDesk, scripted, sqlite_url: str
 ) -> None:
-    first = await start_desk(adapters={1: scripted})
-    cid = await first.conversation()
-    await first.start_handoff(cid)
-    await first.desk.outbox.stop()
-    channel_a = first.desk.channels.get(1)
-    channel_a.gate = asyncio.Event()
-    await first.say(cid, "hello")
-    stuck_a = asyncio.create_task(first.desk.outbox.drain())
-    await channel_a.entered.wait()
-
-    second = await start_desk(adapters={1: scripted}, url=sqlite_url, clock=first.desk.clock)
-    await second.desk.outbox.stop()
+    first, second, channel_a, stuck_a = await two_instances_one_hung_relay(start_desk, scripted, sqlite_url)
     channel_b = second.desk.channels.get(1)
     channel_b.gate = asyncio.Event()
-    first.desk.clock.advance(timedelta(seconds=61))
     stuck_b = asyncio.create_task(second.desk.outbox.drain())  # B re-claims (attempt 2) and hangs too
     await channel_b.entered.wait()
     channel_a.gate.set()
