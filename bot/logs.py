@@ -1,7 +1,7 @@
 """Structured logs: JSON lines for operators (or readable lines on a terminal).
 
 Secrets never reach a log: config values are SecretStr, nothing logs request bodies, and
-every line — ours and the libraries' (an HTTP client logging a Bot API URL carries the bot
+every line — ours and the libraries' (an HTTP client logging a request URL may carry a bot
 token in its path) — passes a filter that masks provider tokens.
 """
 
@@ -15,7 +15,7 @@ import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
-# Telegram bot tokens (in Bot API URLs), Slack tokens, Bearer credentials.
+# Bot tokens in API paths (`bot<id>:<secret>`), `xox…` workspace tokens, Bearer credentials.
 _SECRETS = re.compile(
     r"(?P<tg>\bbot)\d{5,}:[A-Za-z0-9_-]{20,}"
     r"|\bxox[abposr]-[A-Za-z0-9-]{8,}"
