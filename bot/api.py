@@ -122,14 +122,7 @@ async def list_messages(
     wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds for a new message."),
     desk: Desk = Depends(get_desk),
 ) -> dict[str, Any]:
-    messages = await desk.messages(cid, after, limit)
-    remaining = wait
-    while not messages and remaining > 0:
-        # Woken at once by this process; re-checked every 2 s for messages other instances wrote.
-        step = min(2.0, remaining)
-        await desk.bus.wait(cid, timeout=step)
-        remaining -= step
-        messages = await desk.messages(cid, after, limit)
+    messages = await desk.wait_for_messages(cid, after, limit, wait)
     return {"messages": [message_view(m) for m in messages]}
 
 

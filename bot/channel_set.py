@@ -31,7 +31,7 @@ class ChannelSet:
         """`overrides` replaces the adapter built from config for a channel id; the demo and
         tests use it to run a channel against a local server."""
         overrides = overrides or {}
-        self._ctx_for: Callable[[int], ChannelContext] = lambda _cid: ChannelContext("", _no_inbound, str)
+        self._ctx_for: Callable[[int], ChannelContext] | None = None  # set by start()
         self._states: dict[int, ChannelState] = {}
         for config in configs:
             adapter = overrides.get(config.id) or adapter_class(config.kind)(config)
@@ -51,6 +51,7 @@ class ChannelSet:
                 await self._start_one(cid, state)
 
     async def _start_one(self, cid: int, state: ChannelState) -> None:
+        assert self._ctx_for is not None, "start() first"
         try:
             await state.adapter.start(self._ctx_for(cid))
         except TransientChannelError as exc:
@@ -94,7 +95,3 @@ class ChannelSet:
             {"id": cid, "kind": s.adapter.kind, "label": s.adapter.label, "available": s.available, "problem": s.problem}
             for cid, s in self._states.items()
         ]
-
-
-async def _no_inbound(_message: object) -> None:  # pragma: no cover - replaced on start
-    raise RuntimeError("channel used before the desk started")

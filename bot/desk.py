@@ -139,6 +139,18 @@ class Desk:
             await conversations.get(session, conversation_id)
             return await conversations.messages_after(session, conversation_id, after, limit)
 
+    async def wait_for_messages(self, conversation_id: str, after: int, limit: int, wait: float) -> list[Any]:
+        """Messages after `after`, waiting up to `wait` seconds for one to arrive: woken at
+        once by this process, re-checked every 2 s for messages other instances wrote."""
+        messages = await self.messages(conversation_id, after, limit)
+        remaining = wait
+        while not messages and remaining > 0:
+            step = min(2.0, remaining)
+            await self.bus.wait(conversation_id, timeout=step)
+            remaining -= step
+            messages = await self.messages(conversation_id, after, limit)
+        return messages
+
     async def tool_specs(self, conversation_id: str) -> list[Any]:
         return self.tools.specs(self.router.tool_context(await self.conversation(conversation_id)))
 

@@ -310,7 +310,6 @@ class Handoffs:
                 handoff_event_id=str(requested.id), handoff_session_id=sid, human_notified=False,
             )
         self.metrics.handoff_requests.labels(adapter.kind, "ok").inc()
-        self.outbox.kick()  # relays of messages held during the dispatch, if any
         self.bus.notify(conversation_id)
         await _notify(self.on_activated, activated)
         return {
@@ -332,7 +331,7 @@ class Handoffs:
             return found.id if found else None
 
     def _dispatch_outbound(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> Outbound:
-        brief = self.brief(handoff, conversation, history if handoff.include_transcript else [])
+        brief = self._brief(handoff, conversation, history if handoff.include_transcript else [])
         fields = stored_fields(handoff)
         text = self.renderer.render(
             "messages/dispatch.txt",
@@ -345,7 +344,7 @@ class Handoffs:
         subject = f"[Handoff {handoff.short_code}] {one_line(handoff.summary, 80)}"
         return Outbound(purpose="dispatch", handoff_session_id=handoff.id, text=text, subject=subject, brief=brief)
 
-    def brief(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> HandoffBrief:
+    def _brief(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> HandoffBrief:
         return HandoffBrief(
             handoff_session_id=handoff.id,
             short_code=handoff.short_code,
@@ -581,6 +580,7 @@ class Handoffs:
                         notice="released",
                     ),
                 )
+                await session.refresh(handoff)  # the released row, for the listeners
         if not won:
             async with self.db.transaction() as session:
                 current = await self._get(session, sid)
@@ -592,11 +592,8 @@ class Handoffs:
             self.metrics.release_noops.labels(reason).inc()
             return ReleaseResult(released=False, session=current)
 
-        async with self.db.read() as session:
-            handoff = await self._get(session, sid)
         self.metrics.releases.labels(reason).inc()
         log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
-        self.outbox.kick()
         self.bus.notify(handoff.conversation_id)
         await _notify(self.on_released, handoff)
         return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
@@ -624,7 +621,6 @@ class Handoffs:
                     purpose="notice", handoff_session_id=sid, text=text, body=text, thread=handoff.thread, notice="form_link",
                 ),
             )
-        self.outbox.kick()
         return url
 
     async def release_if_idle(self, sid: str) -> ReleaseResult:

@@ -64,39 +64,34 @@ class Inbound:
         """Store and process in the background (webhooks, pollers)."""
         event_id = await self.store(channel_id, message)
         if event_id is not None:
-            self.background.spawn(self.process(event_id), name=f"inbound:{event_id}")
+            self.background.spawn(self.process(event_id, channel_id), name=f"inbound:{event_id}")
 
     async def submit_and_wait(self, channel_id: int, message: InboundMessage) -> str:
         """Store and process now (the owner inbox, which shows the result right away)."""
         event_id = await self.store(channel_id, message)
         if event_id is None:
             return "duplicate"
-        return await self.process(event_id)
+        return await self.process(event_id, channel_id)
 
-    async def process(self, event_id: int) -> str:
+    async def process(self, event_id: int, channel_id: int) -> str:
         """Relay or act on one stored event, once: the claim is a conditional update.
         Events of one channel are handled one at a time, in the order they arrived, so two
         quick replies reach the subscriber in the order they were written."""
-        async with self._order_locks[await self._channel_of(event_id)]:
+        async with self._order_locks[channel_id]:
             now = self.clock.now()
             async with self.db.transaction() as session:
-                claimed = await session.execute(
+                event = (await session.scalars(
                     update(InboundEvent).where(InboundEvent.id == event_id, InboundEvent.state == "pending")
                     .values(state="processing", processed_at=now)
-                )
-                if claimed.rowcount != 1:
-                    return "already processed"
-                event = await session.get(InboundEvent, event_id)
-            assert event is not None
+                    .returning(InboundEvent)
+                )).first()
+            if event is None:
+                return "already processed"
             try:
                 return await self._handle(event)
             except Exception as exc:  # never leave an event stuck in "processing"
                 log.exception("inbound_failed", inbound_event_id=event_id)
                 return await self._finish(event, "failed", f"internal error ({type(exc).__name__})")
-
-    async def _channel_of(self, event_id: int) -> int:
-        async with self.db.read() as session:
-            return int(await session.scalar(select(InboundEvent.channel_id).where(InboundEvent.id == event_id)) or 0)
 
     async def _handle(self, event: InboundEvent) -> str:
         message = InboundMessage.model_validate(event.payload)
@@ -135,12 +130,12 @@ class Inbound:
                 .where(InboundEvent.state == "processing", InboundEvent.processed_at < stale)
                 .values(state="pending")
             )
-            ids = list((await session.scalars(
-                select(InboundEvent.id).where(InboundEvent.state == "pending").order_by(InboundEvent.id)
-            )).all())
-        for event_id in ids:
-            await self.process(event_id)
-        return len(ids)
+            pending = (await session.execute(
+                select(InboundEvent.id, InboundEvent.channel_id).where(InboundEvent.state == "pending").order_by(InboundEvent.id)
+            )).all()
+        for event_id, channel_id in pending:
+            await self.process(event_id, channel_id)
+        return len(pending)
 
 
 def _unique_key() -> str:

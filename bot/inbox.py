@@ -230,14 +230,8 @@ async def handoff_updates(
     """Long-poll for the live transcript: returns as soon as something new is there."""
     desk = owner.desk
     handoff = await desk.handoffs.get(sid)
-    messages = await desk.messages(handoff.conversation_id, after, 200)
-    remaining = wait
-    while not messages and remaining > 0:
-        step = min(2.0, remaining)
-        await desk.bus.wait(handoff.conversation_id, timeout=step)
-        remaining -= step
-        messages = await desk.messages(handoff.conversation_id, after, 200)
-    handoff = await desk.handoffs.get(sid)
+    messages = await desk.wait_for_messages(handoff.conversation_id, after, 200, wait)
+    handoff = await desk.handoffs.get(sid)  # its state may have changed while we waited
     conversation = await desk.conversation(handoff.conversation_id)
     card = _card(desk, handoff)
     response = JSONResponse({

@@ -139,9 +139,9 @@ class Outbox:
         self, session: AsyncSession, *, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None = None,
         claimed: bool = False,
     ) -> OutboxItem:
-        """Add an item inside the caller's transaction; call `kick()` after commit.
-        `claimed` stores it already claimed by the caller, for `deliver_now` (saves a
-        round trip on the dispatch path)."""
+        """Add an item inside the caller's transaction. Relays and notices go through
+        `queue()`, which also starts sending after commit; the dispatch path stores its item
+        `claimed` and delivers it inline with `deliver_now`."""
         item = OutboxItem(
             channel_id=channel_id,
             handoff_session_id=outbound.handoff_session_id,

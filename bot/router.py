@@ -83,7 +83,6 @@ class Router:
             self.bus.notify(conversation_id)
             if routed is not None:
                 message, handoff = routed
-                self.outbox.kick()
                 return RouteResult(int(message.id or 0), "human", handoff.id)
             replies, started = await self._agent_turn(conversation_id, trigger="message")
             return RouteResult(int(stored.id or 0), "agent", started, replies)

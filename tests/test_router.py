@@ -197,7 +197,7 @@ async def test_an_event_that_cannot_be_handled_is_marked_failed_not_stuck(harnes
         session.add(event)
         await session.flush()
         event_id = event.id
-    assert await harness.desk.inbound.process(event_id) == "internal error (ValidationError)"
+    assert await harness.desk.inbound.process(event_id, 1) == "internal error (ValidationError)"
     async with harness.desk.db.read() as session:
         stored = await session.get(InboundEvent, event_id)
     assert stored.state == "failed"
