@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import JSON, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
+from channels.base import short_code_of
+
 # Handoff states (DESIGN.md §3). A conversation has at most one OPEN session.
 DISPATCHING, ACTIVE, RELEASED, FAILED = "dispatching", "active", "released", "failed"
 OPEN_STATES = (DISPATCHING, ACTIVE)
@@ -108,7 +110,7 @@ class HandoffSession(SQLModel, table=True):
     @property
     def short_code(self) -> str:
         """A short, speakable reference for people ("handoff A7F3")."""
-        return self.id.split("_", 1)[-1][:4].upper()
+        return short_code_of(self.id)
 
 
 class FormLink(SQLModel, table=True):

@@ -12,9 +12,12 @@ from channels.base import ChannelAdapter
 
 # kind -> "module:Class". Add a provider by adding its module and one line here.
 ADAPTERS: dict[str, str] = {
+    "discord": "channels.discord:DiscordChannel",
+    "email": "channels.email:EmailChannel",
     "owner_inbox": "channels.owner_inbox:OwnerInboxChannel",
     "slack": "channels.slack:SlackChannel",
     "telegram": "channels.telegram:TelegramChannel",
+    "whatsapp": "channels.whatsapp:WhatsAppChannel",
 }
 
 

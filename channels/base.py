@@ -102,8 +102,20 @@ class Outbound(BaseModel):
     # provider keeps message metadata, and `find_sent` can recognise an earlier attempt.
     delivery_key: str | None = None
     # What a notice announces, so an adapter can also update the dispatch (e.g. remove its
-    # buttons once the handoff is released).
-    notice: Literal["released", "form_link"] | None = None
+    # buttons once the handoff is released). "routing" answers a recipient on a shared line
+    # (no threads): which handoff their message went to, or the list of active ones.
+    notice: Literal["released", "form_link", "routing"] | None = None
+
+    @property
+    def short_code(self) -> str:
+        """The handoff's short code ("A7F3"): on a channel without threads it is how people
+        tell several handoffs apart, so put it in every message."""
+        return short_code_of(self.handoff_session_id)
+
+
+def short_code_of(handoff_session_id: str) -> str:
+    """A short, speakable reference for people ("handoff A7F3"), derived from the id."""
+    return handoff_session_id.split("_", 1)[-1][:4].upper()
 
 
 class Receipt(BaseModel):
