@@ -28,6 +28,7 @@ from bot.models import HandoffEvent, HandoffSession
 from bot.outbox import Outbox
 from bot.rendering import Renderer
 from bot.router import Router
+from bot.shared_lines import SharedLines
 from bot.timers import IdleTimers
 from bot.tools import ToolRegistry
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
@@ -75,6 +76,8 @@ class Desk:
         self.inbound = Inbound(
             db=self.db, clock=self.clock, handoffs=self.handoffs, metrics=self.metrics, background=self.background,
             kind_of=lambda cid: getattr(self.channels.get(cid), "kind", "unknown"),
+            lines=SharedLines(db=self.db, clock=self.clock, outbox=self.outbox, renderer=self.renderer),
+            shared_line=self._shared_line,
         )
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
         self.handoffs.on_activated.append(self.timers.on_activated)
@@ -84,6 +87,11 @@ class Desk:
         self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
         self.started = False
+
+    def _shared_line(self, channel_id: int) -> bool:
+        """A channel without threads puts all its handoffs on one line (bot/shared_lines.py)."""
+        adapter = self.channels.get(channel_id)
+        return adapter is not None and not adapter.capabilities.threads
 
     # ------------------------------------------------------------------ lifecycle
 

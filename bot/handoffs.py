@@ -404,6 +404,7 @@ class Handoffs:
                 thread_key=receipt.thread_key,
                 thread=receipt.thread,
                 activated_at=now,
+                focused_at=now,
                 last_activity_at=now,
                 idle_deadline=now + self.idle_timeout,
             )

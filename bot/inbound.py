@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from sqlalchemy import select, update
@@ -27,6 +27,7 @@ from bot.errors import DeskError
 from bot.handoffs import Handoffs, ReleaseResult
 from bot.metrics import Metrics
 from bot.models import InboundEvent
+from bot.shared_lines import Route, SharedLines
 from channels.base import InboundMessage
 
 log = structlog.get_logger(__name__)
@@ -35,10 +36,12 @@ log = structlog.get_logger(__name__)
 class Inbound:
     def __init__(
         self, *, db: Database, clock: Clock, handoffs: Handoffs, metrics: Metrics, background: Background,
-        kind_of: Any,
+        kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool],
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
+        self.lines = lines
+        self._shared_line = shared_line  # channel id -> whether its handoffs share one line (no threads)
         self._order_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def store(self, channel_id: int, message: InboundMessage) -> int | None:
@@ -95,18 +98,28 @@ class Inbound:
 
     async def _handle(self, event: InboundEvent) -> str:
         message = InboundMessage.model_validate(event.payload)
-        handoff = await self.handoffs.by_thread(event.channel_id, message.thread_key)
-        if handoff is None:
-            return await self._finish(event, "ignored", "no active handoff in this thread")
+        route: Route | None = None
+        if self._shared_line(event.channel_id):
+            route = await self.lines.route(event.channel_id, message.thread_key, message.text)
+            if route.to is None:
+                return await self._finish(event, "done" if route.answered else "ignored", route.result)
+            sid, text = route.to.id, route.text
+        else:
+            handoff = await self.handoffs.by_thread(event.channel_id, message.thread_key)
+            if handoff is None:
+                return await self._finish(event, "ignored", "no active handoff in this thread")
+            sid, text = handoff.id, message.text
         author = message.author or "recipient"
         try:
-            result = await self.handoffs.recipient_message(handoff.id, message.text, author=author, via=f"channel:{event.channel_id}")
+            result = await self.handoffs.recipient_message(sid, text, author=author, via=f"channel:{event.channel_id}")
         except DeskError as exc:
-            return await self._finish(event, "ignored", exc.message, handoff_session_id=handoff.id)
+            return await self._finish(event, "ignored", exc.message, handoff_session_id=sid)
         if isinstance(result, ReleaseResult):
             outcome = "released" if result.released else "release was a no-op"
-            return await self._finish(event, "done", outcome, handoff_session_id=handoff.id)
-        return await self._finish(event, "done", "relayed", handoff_session_id=handoff.id)
+            return await self._finish(event, "done", outcome, handoff_session_id=sid)
+        if route is not None and route.ambiguous:
+            await self.lines.acknowledge(event.channel_id, route)
+        return await self._finish(event, "done", "relayed", handoff_session_id=sid)
 
     async def _finish(self, event: InboundEvent, state: str, result: str, handoff_session_id: str | None = None) -> str:
         now = self.clock.now()

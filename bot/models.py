@@ -106,6 +106,9 @@ class HandoffSession(SQLModel, table=True):
     returned: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
     missing_required: list[str] = Field(default_factory=list, sa_type=JSON)
     form_link_id: str | None = Field(default=None, max_length=40)  # the current return-form link
+    # On a channel without threads, where a recipient's plain reply goes: the handoff they
+    # addressed last (`#CODE`) or the newest one, whichever happened later.
+    focused_at: datetime | None = None
 
     @property
     def short_code(self) -> str:

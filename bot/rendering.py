@@ -13,6 +13,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from bot.paths import TEMPLATES_DIR
+from bot.resume import one_line
 
 
 def _autoescape(name: str | None) -> bool:
@@ -36,6 +37,7 @@ class Renderer:
             keep_trailing_newline=False,
         )
         self.env.filters["hang"] = hang
+        self.env.filters["one_line"] = one_line
 
     def render(self, name: str, **context: Any) -> str:
         return self.env.get_template(name).render(**context)

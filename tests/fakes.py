@@ -73,3 +73,18 @@ class ReconcilingChannel(ScriptedChannel):
             if earlier.delivery_key == outbound.delivery_key:
                 return Receipt(message_id=f"msg-{n}", thread_key=f"thread-{outbound.handoff_session_id}", thread={"ts": n})
         return None
+
+
+class LineChannel(ScriptedChannel):
+    """A provider without threads (like a WhatsApp number): every handoff it carries lives
+    in the recipient's one chat, so all receipts share one thread key."""
+
+    capabilities = Capabilities(inbound=True)
+    LINE = "line:+15550001111"
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        receipt = await super().send(outbound)
+        return receipt.model_copy(update={"thread_key": self.LINE, "thread": {}})
+
+    def routing(self) -> list[str]:
+        return [o.text for o in self.sent if o.notice == "routing"]

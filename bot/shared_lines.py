@@ -1,0 +1,165 @@
+"""Recipients on a channel without threads share one line for all their handoffs.
+
+A WhatsApp number has a single chat with the bot: when two subscribers are handed to the
+same person, both handoffs live in that one chat, and a plain reply cannot say which
+subscriber it is for. The rules, for any channel whose adapter declares no threads:
+
+- a reply goes to the *focused* handoff: the one the recipient addressed last, or the
+  newest one if it arrived later;
+- `#A7F3 text` addresses handoff A7F3 (its short code) and focuses it; `#A7F3` alone only
+  focuses; `#A7F3 /release` releases that one, a plain `/release` the focused one;
+- `/list` answers with the open handoffs on the line;
+- when several are open, every unaddressed message is acknowledged with where it went, so a
+  reply can never silently reach the wrong subscriber;
+- a code of a handoff that has ended is answered, not relayed to someone else.
+
+Answers to the recipient are notices in the outbox of a handoff on the line, so they are
+stored, retried and audited like every other delivery.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+
+from bot import audit
+from bot.clock import Clock
+from bot.db import Database
+from bot.models import ACTIVE, Conversation, HandoffSession
+from bot.outbox import Outbox
+from bot.rendering import Renderer
+from channels.base import Outbound
+
+# "#A7F3 text", "#a7f3: text", "#A7F3" — short codes are 4 characters of the URL-safe id.
+_ADDRESS = re.compile(r"^\s*#([A-Za-z0-9_-]{4})(?=[\s:,]|$)[:,]?\s*", re.S)
+_LIST = re.compile(r"^\s*/list\s*$", re.I)
+_RECENTLY_ENDED = timedelta(days=2)
+
+
+@dataclass(frozen=True)
+class OpenHandoff:
+    id: str
+    short_code: str
+    subscriber: str
+    summary: str
+    thread: dict
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one recipient message goes. `to` None: nothing to relay (`result` says why;
+    `answered` when the recipient was already told). `others` are the other open handoffs
+    on the line."""
+
+    to: OpenHandoff | None
+    text: str
+    result: str
+    others: list[OpenHandoff] = field(default_factory=list)
+    addressed: bool = False
+    answered: bool = False
+
+    @property
+    def ambiguous(self) -> bool:
+        return self.to is not None and not self.addressed and bool(self.others)
+
+
+class SharedLines:
+    def __init__(self, *, db: Database, clock: Clock, outbox: Outbox, renderer: Renderer) -> None:
+        self.db, self.clock, self.outbox, self.renderer = db, clock, outbox, renderer
+
+    async def route(self, channel_id: int, thread_key: str, text: str) -> Route:
+        line = await self._open(channel_id, thread_key)
+        if _LIST.match(text):
+            if not line:
+                return Route(None, text, "no active handoff on this line")
+            await self._answer(channel_id, line[0], "messages/line_list.txt", handoffs=line)
+            return Route(None, text, "listed the open handoffs", answered=True)
+        address = _ADDRESS.match(text)
+        if address:
+            code, rest = address.group(1).upper(), text[address.end():]
+            hit = next((h for h in line if h.short_code == code), None)
+            if hit is not None:
+                await self._focus(hit)
+                if not rest.strip():
+                    await self._answer(channel_id, hit, "messages/line_focus.txt", handoff=hit)
+                    return Route(None, text, f"focused #{code}", answered=True)
+                return Route(hit, rest, "addressed", [h for h in line if h is not hit], addressed=True)
+            ended = await self._recently_ended(channel_id, thread_key, code)
+            if ended is not None:
+                await self._answer(channel_id, ended, "messages/line_ended.txt", handoff=ended, open=line)
+                return Route(None, text, f"#{code} has ended; not relayed", answered=True)
+            # Not a code of this line: "#1234 is the order number" is just text.
+        if not line:
+            return Route(None, text, "no active handoff on this line")
+        return Route(line[0], text, "focused", line[1:])
+
+    async def acknowledge(self, channel_id: int, route: Route) -> None:
+        """Tell the recipient which subscriber an unaddressed message reached."""
+        assert route.to is not None
+        await self._answer(channel_id, route.to, "messages/line_routed.txt", handoff=route.to, others=route.others)
+
+    # ------------------------------------------------------------------ internals
+
+    async def _open(self, channel_id: int, thread_key: str) -> list[OpenHandoff]:
+        """The line's active handoffs, the focused one first."""
+        async with self.db.read() as session:
+            rows = (await session.execute(
+                select(HandoffSession, Conversation.subscriber_name)
+                .join(Conversation, Conversation.id == HandoffSession.conversation_id)
+                .where(
+                    HandoffSession.channel_id == channel_id,
+                    HandoffSession.thread_key == thread_key,
+                    HandoffSession.state == ACTIVE,
+                )
+                .order_by(func.coalesce(HandoffSession.focused_at, HandoffSession.activated_at).desc(),
+                          HandoffSession.created_at.desc())
+            )).all()
+        return [_view(handoff, name) for handoff, name in rows]
+
+    async def _recently_ended(self, channel_id: int, thread_key: str, code: str) -> OpenHandoff | None:
+        since = self.clock.now() - _RECENTLY_ENDED
+        async with self.db.read() as session:
+            rows = (await session.execute(
+                select(HandoffSession, Conversation.subscriber_name)
+                .join(Conversation, Conversation.id == HandoffSession.conversation_id)
+                .where(
+                    HandoffSession.channel_id == channel_id,
+                    HandoffSession.thread_key == thread_key,
+                    HandoffSession.state != ACTIVE,
+                    HandoffSession.released_at >= since,
+                )
+                .order_by(HandoffSession.released_at.desc())
+                .limit(200)
+            )).all()
+        return next((_view(h, name) for h, name in rows if h.short_code == code), None)
+
+    async def _focus(self, handoff: OpenHandoff) -> None:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(
+                update(HandoffSession).where(HandoffSession.id == handoff.id, HandoffSession.state == ACTIVE)
+                .values(focused_at=now)
+            )
+
+    async def _answer(self, channel_id: int, on: OpenHandoff, template: str, **values: object) -> None:
+        text = self.renderer.render(template, **values).strip()
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await self.outbox.queue(
+                session, channel_id=channel_id, now=now,
+                outbound=Outbound(
+                    purpose="notice", notice="routing", handoff_session_id=on.id, text=text, body=text, thread=on.thread,
+                ),
+            )
+            await audit.note(session, "line_answered", at=now, actor="desk", handoff_session_id=on.id,
+                             template=template.rsplit("/", 1)[-1])
+
+
+def _view(handoff: HandoffSession, subscriber_name: str | None) -> OpenHandoff:
+    return OpenHandoff(
+        id=handoff.id, short_code=handoff.short_code, subscriber=subscriber_name or "Subscriber",
+        summary=handoff.summary, thread=dict(handoff.thread or {}),
+    )
