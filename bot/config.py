@@ -83,6 +83,14 @@ OptionalSecret = Annotated[SecretStr | None, BeforeValidator(_empty_to_none)]
 # --------------------------------------------------------------------------- models
 
 
+def http_url(value: str, example: str) -> str:
+    """An absolute http(s) URL without its trailing slash, or a ValueError naming an example."""
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"must be an http(s) URL such as {example}")
+    return value.rstrip("/")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -98,12 +106,7 @@ class ServerConfig(_Section):
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         value = _empty_to_none(value)
-        if value is None:
-            return None
-        parsed = urlparse(value)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ValueError("must be an http(s) URL such as https://desk.example.com")
-        return value.rstrip("/")
+        return None if value is None else http_url(value, "https://desk.example.com")
 
     allowed_hosts: list[str] = Field(
         default_factory=list,
@@ -160,7 +163,40 @@ class RulesAgentConfig(_Section):
     name: str = Field(default="Assistant", min_length=1, max_length=60)
 
 
-AgentConfig = Annotated[RulesAgentConfig, Field(discriminator="kind")]
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful, concise assistant talking with a customer. Answer from what you know; "
+    "when the customer needs a person, or something only a person can do, call handoff_request "
+    "instead of guessing. After a [Bot resumed — …] message, read it (and its returned data) and "
+    "continue the conversation from there."
+)
+
+
+class OpenAIAgentConfig(_Section):
+    """An LLM behind any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama,
+    llama.cpp), called through the official `openai` package."""
+
+    kind: Literal["openai"]
+    base_url: str = Field(
+        default="https://api.openai.com/v1",
+        description="The API root, e.g. http://127.0.0.1:11434/v1 for Ollama or http://gpu-box:8000/v1 for vLLM.",
+    )
+    model: str = Field(min_length=1, max_length=200)
+    api_key: SecretStr | None = Field(default=None, description="Leave out for local servers that need none.")
+    system_prompt: str = Field(default=DEFAULT_SYSTEM_PROMPT, min_length=1, max_length=20_000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    timeout: Duration = Field(default=timedelta(seconds=60), description="Per request, before retries.")
+    max_retries: int = Field(default=3, ge=0, le=10, description="Retries of 429 / 5xx / connection errors, with backoff.")
+    max_tool_rounds: int = Field(
+        default=5, ge=1, le=20, description="Model ↔ tool round trips in one turn before the turn is given up.",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value, "https://api.openai.com/v1")
+
+
+AgentConfig = Annotated[RulesAgentConfig | OpenAIAgentConfig, Field(discriminator="kind")]
 
 
 class LoggingConfig(_Section):
@@ -354,7 +390,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 # Discriminated unions put the tag into an error's location (`agent.rules.name`); people
 # think of the key path without it (`agent.name`).
-_UNION_TAGGED_KEYS = {"agent": {"rules"}}
+_UNION_TAGGED_KEYS = {"agent": {"rules", "openai"}}
 
 
 def _without_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:

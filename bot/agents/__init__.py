@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from bot.agents.base import Agent, Turn, TurnMessage
 from bot.agents.rules import RulesAgent
-from bot.config import AgentConfig, RulesAgentConfig
+from bot.config import AgentConfig, OpenAIAgentConfig, RulesAgentConfig
 
 
 def build_agent(config: AgentConfig) -> Agent:
     if isinstance(config, RulesAgentConfig):
         return RulesAgent(name=config.name)
+    if isinstance(config, OpenAIAgentConfig):
+        from bot.agents.openai_compat import OpenAIAgent  # the SDK is imported only when used
+
+        return OpenAIAgent(config)
     raise ValueError(f"unsupported agent kind {config.kind!r}")  # pragma: no cover - config validation prevents it
 
 

@@ -1,0 +1,103 @@
+"""An LLM agent behind any OpenAI-compatible chat-completions endpoint.
+
+The official `openai` package does the HTTP: it retries 429, 5xx and connection errors
+with backoff (honouring Retry-After) up to `max_retries`, and applies `timeout` per request.
+This module only translates: the conversation into chat messages, the live tool specs into
+`tools`, and the model's tool calls into calls through the tool registry (so a model's call
+is validated and audited exactly like an API client's). A call the registry rejects goes
+back to the model as the tool result, so it can correct itself; the rounds are bounded.
+
+A successful `handoff_request` ends the turn: from then on a person has the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from openai import AsyncOpenAI
+
+from bot.agents.base import Agent, Turn, TurnMessage
+from bot.config import OpenAIAgentConfig
+from bot.tools import tool_error
+
+log = structlog.get_logger(__name__)
+
+
+class ToolRoundsExhausted(RuntimeError):
+    """The model kept calling tools without answering; the router answers with its fallback."""
+
+
+class OpenAIAgent(Agent):
+    def __init__(self, config: OpenAIAgentConfig) -> None:
+        self.config = config
+        self.client = AsyncOpenAI(
+            base_url=config.base_url,
+            # Local servers (Ollama, llama.cpp) need no key, but the client insists on one.
+            api_key=config.api_key.get_secret_value() if config.api_key else "not-needed",
+            timeout=config.timeout.total_seconds(),
+            max_retries=config.max_retries,
+        )
+
+    async def respond(self, turn: Turn) -> list[str]:
+        messages = self.messages(turn)
+        tools = [spec.render("openai") for spec in turn.tools]
+        replies: list[str] = []
+        for _ in range(self.config.max_tool_rounds + 1):
+            completion = await self.client.chat.completions.create(
+                model=self.config.model,
+                messages=messages,  # type: ignore[arg-type]
+                **({"tools": tools} if tools else {}),
+                **({"temperature": self.config.temperature} if self.config.temperature is not None else {}),
+            )
+            answer = completion.choices[0].message
+            if answer.content and answer.content.strip():
+                replies.append(answer.content.strip())
+            calls = answer.tool_calls or []
+            if not calls:
+                return replies
+            messages.append(answer.model_dump(include={"role", "content", "tool_calls"}, exclude_none=True))
+            handed_off: dict[str, Any] | None = None
+            for call in calls:
+                name = call.function.name  # type: ignore[union-attr]
+                result = await self._run(turn, name, call.function.arguments)  # type: ignore[union-attr]
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
+                if name == "handoff_request" and result.get("ok"):
+                    handed_off = result
+            if handed_off is not None:
+                return replies or [_handed_off(handed_off)]
+        log.warning("agent_tool_rounds_exhausted", conversation_id=turn.conversation_id, rounds=self.config.max_tool_rounds)
+        raise ToolRoundsExhausted(f"the model was still calling tools after {self.config.max_tool_rounds} rounds")
+
+    def messages(self, turn: Turn) -> list[dict[str, Any]]:
+        """The chat history as the model sees it: our system prompt first, then every message
+        in order. `[Bot resumed — …]` notes are system messages; what a person from the team
+        told the subscriber is a system note too, so the model never takes it for its own words."""
+        about = ", ".join(x for x in (turn.subscriber_name, turn.subscriber_email and f"<{turn.subscriber_email}>") if x)
+        prompt = self.config.system_prompt + (f"\n\nThe customer: {about}." if about else "")
+        return [{"role": "system", "content": prompt}, *(_chat_message(m) for m in turn.history)]
+
+    @staticmethod
+    async def _run(turn: Turn, name: str, arguments: str | None) -> dict[str, Any]:
+        try:
+            args = json.loads(arguments or "{}")
+        except ValueError as exc:
+            return tool_error("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
+        return await turn.call_tool(name, args)
+
+
+def _chat_message(message: TurnMessage) -> dict[str, Any]:
+    if message.role == "subscriber":
+        return {"role": "user", "content": message.text}
+    if message.role == "agent":
+        return {"role": "assistant", "content": message.text}
+    if message.role == "human":
+        who = message.author or "A person from the team"
+        return {"role": "system", "content": f"{who} (a person from the team) wrote to the customer: {message.text}"}
+    return {"role": "system", "content": message.text}
+
+
+def _handed_off(result: dict[str, Any]) -> str:
+    """What the subscriber is told when the model called handoff_request and said nothing."""
+    return f"I've asked {result['channel_label']} to join — usually {result['estimated_response']}. They'll reply here."
