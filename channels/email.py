@@ -353,15 +353,18 @@ class _HtmlText(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self._stack: list[tuple[str, bool]] = []  # (tag, skipping) for elements that matter
+        self._ended = False  # past Outlook's header block of the quoted message: the rest is history
 
     @property
     def _skipping(self) -> bool:
-        return any(skip for _tag, skip in self._stack)
+        return self._ended or any(skip for _tag, skip in self._stack)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = dict(attrs)
         css = (attributes.get("class") or "") + " " + (attributes.get("id") or "")
-        skip = tag in self.SKIP or any(name in css for name in self.QUOTE_CLASSES) or "divRplyFwdMsg" in css
+        if "divRplyFwdMsg" in css or "appendonsend" in css:
+            self._ended = True  # Outlook puts the quoted message *after* this block, not inside it
+        skip = tag in self.SKIP or any(name in css for name in self.QUOTE_CLASSES)
         if tag in self.BLOCKS and not self._skipping:
             self.parts.append("\n")
         if tag == "li" and not self._skipping:
@@ -733,6 +736,7 @@ class EmailChannel(ChannelAdapter):
         """Decide what to do with one received message (the SMTP answer, and what to relay)."""
         message = BytesParser(policy=policy.default).parsebytes(raw)
         assert isinstance(message, EmailMessage)
+        mail_from = "" if mail_from.strip() in ("", "<>") else mail_from.strip()  # aiosmtpd keeps "<>" for a bounce
         name, sender = parseaddr(str(message.get("From", "")))
         sender = sender.lower() or mail_from.lower()
         message_id = (message_ids_in(str(message.get("Message-ID", ""))) or [""])[0]

@@ -9,9 +9,8 @@ a 4xx or 5xx at MAIL, RCPT or DATA, refused credentials, or no answer at all aft
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import ssl
+import subprocess
 import warnings
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -34,31 +33,18 @@ class Received:
 
     def part(self, content_type: str) -> str:
         found = next(p for p in self.message.walk() if p.get_content_type() == content_type)
-        return str(found.get_content())
+        return str(found.get_content()).replace("\r\n", "\n")
 
 
 def self_signed_certificate(directory: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
-    """A self-signed certificate for `host` (an IP address SAN): (cert.pem, key.pem)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake smtp")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=7))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    """A self-signed certificate for the IP address `host`, made with the openssl CLI: (cert.pem, key.pem)."""
     cert_path, key_path = directory / "smtp-cert.pem", directory / "smtp-key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key_path), "-out", str(cert_path), "-days", "7", "-subj", "/CN=fake smtp",
+         "-addext", f"subjectAltName=IP:{host}"],
+        check=True, capture_output=True, timeout=60,
+    )
     return cert_path, key_path
 
 
@@ -99,7 +85,9 @@ class FakeSMTP:
                     self, hostname="smtp.test", ident="fake smtp", loop=loop, enable_SMTPUTF8=True,
                     tls_context=context if self.security == "starttls" else None,
                     require_starttls=self.security == "starttls",
-                    auth_required=self.username is not None, auth_require_tls=self.security != "none",
+                    auth_required=self.username is not None,
+                    # aiosmtpd cannot tell an implicit-TLS socket is encrypted; it is, so AUTH may go on it
+                    auth_require_tls=self.security == "starttls",
                     authenticator=self._authenticate if self.username is not None else None,
                 )
             self._open.append(session)
