@@ -1,0 +1,742 @@
+"""The WhatsApp channel (through Twilio): handoffs reach people's phones, and their answers come back.
+
+A dispatch is one WhatsApp message from the configured sender (`from_number`) to every
+configured recipient (`to`): urgency, who needs help, the summary, what to do, the fields to
+hand back, the return-form link and the handoff's short code (`#A7F3`). The subscriber's
+messages are relayed to the same numbers ("#A7F3 *Ana*: …"), and whatever a recipient writes
+back to the sender goes to the subscriber; `/release` ends the handoff. It uses the official
+`twilio` SDK on its async path (`AsyncTwilioHttpClient` + `create_async`), pointed at
+`api_base_url`.
+
+WhatsApp has no threads. Every handoff of a channel shares one line, so every receipt and
+every inbound message carries the same thread_key (`"whatsapp"`), and a reply cannot tell by
+itself which handoff it answers. The core routes it (the most recent handoff, or the one
+named by a `#A7F3` prefix, `/list` to see them) and answers with routing notices; this
+adapter makes that possible by putting the short code at the start of every message it sends.
+
+What it guards against:
+- **Forged webhooks.** Every call must carry a valid `X-Twilio-Signature` (HMAC-SHA1 of the
+  public URL and the form parameters with the auth token, compared in constant time by the
+  SDK's RequestValidator): otherwise 403 and nothing is stored. Only messages from the
+  configured recipient numbers to our sender are relayed; anyone else who writes to the
+  business number is ignored (and logged), so a stranger cannot talk to a subscriber.
+- **Redeliveries.** Twilio retries a webhook it thinks failed; MessageSid is the dedupe key.
+- **Restyled text.** WhatsApp turns `*x*`, `_x_`, `~x~` and backticks into formatting, so a
+  summary could make its own words look like the desk's. People's text (summary, names,
+  transcript, relayed messages) has those markers replaced by look-alike characters where they
+  could format, leaving links, e-mail addresses and snake_case words untouched.
+- **The 1600-character limit.** The dispatch is fitted into one message with its link kept
+  (the newest transcript lines that fit, long parts shortened when needed); relays and notices
+  longer than a message go out in numbered parts.
+- **The 24-hour window.** WhatsApp refuses free-form messages to someone who has not written
+  to the sender in 24 hours (error 63016). That is a permanent failure whose hint says to set
+  `content_sid`: the dispatch then goes out as the approved template (`content_sid` +
+  `content_variables`), which opens the conversation; relays follow once the person answers.
+- **Duplicates.** Twilio's create is not idempotent: a 5xx or a lost answer is an
+  UncertainDeliveryError (the message may exist). With several recipients, the numbers that
+  already got a message are remembered by its delivery key, so a retry sends only to the rest.
+
+Errors are mapped, never retried here: 429 → transient with Retry-After; 401/20003 → auth;
+63016, 21211/21614 (bad number), 63007 (wrong sender) and other 4xx → permanent.
+
+Twilio setup: a WhatsApp sender (or the sandbox) whose "A message comes in" webhook is
+`{public_url}/webhooks/{channel id}` (HTTP POST). The recipients must have opted in (for the
+sandbox: sent the join code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextvars
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import parse_qsl, urlparse
+
+import structlog
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
+
+from channels.base import (
+    Capabilities,
+    ChannelAdapter,
+    ChannelAuthError,
+    ChannelConfig,
+    ChannelContext,
+    ChannelError,
+    HandoffBrief,
+    InboundMessage,
+    Outbound,
+    PermanentChannelError,
+    Receipt,
+    TransientChannelError,
+    UncertainDeliveryError,
+    WebhookReply,
+    WebhookRequest,
+)
+from forms.fields import preview_line
+
+if TYPE_CHECKING:
+    from twilio.http.response import Response
+    from twilio.rest import Client
+
+log = structlog.get_logger(__name__)
+
+TWILIO_API = "https://api.twilio.com"
+LINE_KEY = "whatsapp"  # the thread_key of every handoff on a WhatsApp channel: one shared line
+BODY_LIMIT = 1600  # Twilio's limit for one message body
+SIGNATURE_HEADER = "x-twilio-signature"
+EMPTY_TWIML = b'<?xml version="1.0" encoding="UTF-8"?><Response/>'
+SENT_MEMORY = 10_000  # (delivery key, number, part) → MessageSid, so a retry skips numbers already reached
+TRANSCRIPT_LINE = 300
+_E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+_SEPARATORS = re.compile(r"[\s().\-\u00a0]")
+TemplateValue = Literal["summary", "expected_action", "link", "short_code", "urgency", "subscriber", "contact_back_email"]
+
+# The last HTTP answer of the current task: the SDK's exceptions drop the headers (Retry-After).
+_last_response: contextvars.ContextVar[Response | None] = contextvars.ContextVar("whatsapp_last_response", default=None)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def normalise_number(value: str) -> str:
+    """`whatsapp:+1 (415) 523-8886` → `whatsapp:+14155238886`; ValueError when not E.164."""
+    number = _SEPARATORS.sub("", value.strip().removeprefix("whatsapp:"))
+    if not _E164.match(number):
+        raise ValueError(f"'{value}' is not a phone number in E.164 form, such as +14155238886 (a + and the country code)")
+    return f"whatsapp:{number}"
+
+
+def _as_list(value: Any) -> Any:
+    if isinstance(value, str):  # `to: "+34600111222"`, or several from one ${VAR}, comma-separated
+        return [part for part in value.split(",") if part.strip()]
+    return value
+
+
+class WhatsAppConfig(ChannelConfig):
+    kind: Literal["whatsapp"] = "whatsapp"
+    account_sid: str = Field(description="The Twilio Account SID (AC…), from the Twilio console.")
+    auth_token: SecretStr = Field(description="The account's Auth Token: authenticates API calls and verifies webhook signatures.")
+    from_number: str = Field(
+        validation_alias=AliasChoices("from_number", "from"),
+        description="The WhatsApp sender, E.164 with or without 'whatsapp:' (such as +14155238886).",
+    )
+    to: Annotated[list[str], BeforeValidator(_as_list)] = Field(
+        min_length=1, max_length=20,
+        description="The recipients' WhatsApp numbers (E.164); every message goes to each, and only they may answer.",
+    )
+    content_sid: str | None = Field(
+        default=None,
+        description="An approved WhatsApp template (HX…) to send the dispatch with, so it arrives outside the 24-hour window.",
+    )
+    content_variables: dict[str, TemplateValue] = Field(
+        default_factory=lambda: {"1": "summary", "2": "expected_action", "3": "link"},
+        description="Which value fills each template variable (with content_sid): summary, expected_action, link, "
+        "short_code, urgency, subscriber, contact_back_email.",
+    )
+    status_callback: bool = Field(
+        default=False,
+        description="Ask Twilio to report delivery status to the webhook, so failures after acceptance "
+        "(such as 63016) are logged.",
+    )
+    api_base_url: str = Field(default=TWILIO_API, description="Twilio REST API base URL.")
+    request_timeout: float = Field(default=10.0, gt=0, le=60, description="Seconds to wait for one Twilio call.")
+
+    @field_validator("account_sid")
+    @classmethod
+    def _account_sid(cls, value: str) -> str:
+        value = value.strip()
+        if not re.fullmatch(r"AC[0-9a-fA-F]{32}", value):
+            raise ValueError("must be the Account SID: AC followed by 32 hex digits (Twilio console → Account info)")
+        return value
+
+    @field_validator("auth_token")
+    @classmethod
+    def _auth_token(cls, value: SecretStr) -> SecretStr:
+        token = value.get_secret_value().strip()
+        if not token:
+            raise ValueError("required: the account's Auth Token (Twilio console → Account info)")
+        return SecretStr(token)
+
+    @field_validator("from_number")
+    @classmethod
+    def _from(cls, value: str) -> str:
+        return normalise_number(value)
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, value: list[str]) -> list[str]:
+        numbers = [normalise_number(v) for v in value]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("lists the same number twice")
+        return numbers
+
+    @field_validator("content_sid")
+    @classmethod
+    def _content_sid(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not re.fullmatch(r"HX[0-9a-fA-F]{32}", value.strip()):
+            raise ValueError("must be a Content SID: HX followed by 32 hex digits (Content Template Builder)")
+        return value.strip()
+
+    @field_validator("content_variables")
+    @classmethod
+    def _variables(cls, value: dict[str, str]) -> dict[str, str]:
+        if not value:
+            raise ValueError("must map at least one template variable, such as {'1': summary}")
+        return value
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        parsed = urlparse(value)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError("must be an http(s) URL such as https://api.twilio.com")
+        return value.rstrip("/")
+
+
+# --------------------------------------------------------------------------- text helpers
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+# Links and addresses are kept exactly as written (a changed character breaks them).
+_VERBATIM = re.compile(r"https?://\S*[^\s*_~`.,;:!?)\]'\"]|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.IGNORECASE)
+# A formatting marker that could open or close a span: not between two letters or digits
+# (`snake_case` and `ORD_123` cannot format, so they stay as they are).
+_MARKER = re.compile(r"(?<![^\W_])[*_~]|[*_~](?![^\W_])|`")
+_QUOTE = re.compile(r"(?m)^(\s*)>")
+_LOOKALIKE = {"*": "\u2217", "_": "\u02cd", "~": "\u223c", "`": "\u02cb"}  # ∗ ˍ ∼ ˋ
+
+
+def defuse(text: str) -> str:
+    """People's text with WhatsApp's formatting markers made inert: `*bold*` shows as
+    `∗bold∗`, not in bold, and a line starting with `>` is not a quote."""
+
+    def plain(part: str) -> str:
+        return _QUOTE.sub("\\1\u203a", _MARKER.sub(lambda m: _LOOKALIKE[m.group()], part))
+
+    out, last = [], 0
+    for match in _VERBATIM.finditer(text):
+        out.append(plain(text[last:match.start()]))
+        out.append(match.group())
+        last = match.end()
+    out.append(plain(text[last:]))
+    return "".join(out).replace("\x00", "\ufffd")
+
+
+def clip(text: str, limit: int | None) -> str:
+    text = text.strip()
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)].rstrip() + "…"
+
+
+def one_line(text: str, limit: int) -> str:
+    """A template variable: WhatsApp refuses line breaks, tabs and runs of spaces in them."""
+    return clip(" ".join(text.split()), limit)
+
+
+def hang(text: str, width: int = 2) -> str:
+    """Continuation lines indented, so a line someone wrote cannot pass for another speaker's."""
+    return ("\n" + " " * width).join(text.splitlines() or [""])
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Parts of at most `limit` UTF-16 units, cut at a line break or space near the end."""
+    parts: list[str] = []
+    while utf16_len(text) > limit:
+        cut, units = 0, 0
+        while cut < len(text) and units + utf16_len(text[cut]) <= limit:
+            units += utf16_len(text[cut])
+            cut += 1
+        soft = max(text.rfind("\n", 0, cut), text.rfind(" ", 0, cut))
+        if soft > cut // 2:
+            cut = soft + 1
+        parts.append(text[:cut].rstrip())
+        text = text[cut:].lstrip("\n")
+    parts.append(text)
+    return [p for p in parts if p.strip()] or [text]
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{max(1, seconds // 60)} min"
+    return f"{seconds} s"
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """How much of a brief to show when the whole of it does not fit one message."""
+
+    summary: int | None = None
+    action: int | None = None
+    context_items: int | None = None
+    context_value: int | None = None
+    field_items: int | None = None
+    field_line: int | None = None
+
+
+_BUDGETS = (
+    _Budget(),
+    _Budget(summary=700, action=400, context_items=5, context_value=100, field_items=5, field_line=100),
+    _Budget(summary=400, action=250, context_items=0, field_items=0),
+)
+
+
+@dataclass(frozen=True)
+class _Message:
+    """One create call's content: a body, or a template with its variables."""
+
+    body: str | None = None
+    content_sid: str | None = None
+    content_variables: str | None = None
+
+
+class _Multi(dict[str, str]):
+    """Form parameters for RequestValidator, which signs every value of a repeated key."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__(pairs)
+        self._pairs = pairs
+
+    def getall(self, key: str) -> list[str]:
+        return [v for k, v in self._pairs if k == key]
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+class WhatsAppChannel(ChannelAdapter):
+    kind = "whatsapp"
+    config_model = WhatsAppConfig
+    # No threads: every handoff shares the line (thread_key "whatsapp"); the core routes replies.
+    # reconcile=False: a lost answer is retried (possibly sent twice) rather than lost.
+    capabilities = Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False)
+    config: WhatsAppConfig
+
+    def __init__(self, config: ChannelConfig) -> None:
+        super().__init__(config)
+        self._ctx: ChannelContext | None = None
+        self._client: Client | None = None
+        self._validator: Any = None
+        self._sent: OrderedDict[tuple[str, str, int], str] = OrderedDict()
+        self.account_name: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _connect(self) -> Client:
+        from twilio.rest import Client
+
+        return Client(self.config.account_sid, self.config.auth_token.get_secret_value(),
+                      http_client=_http_client_class()(self.config.api_base_url, self.config.request_timeout))
+
+    async def start(self, ctx: ChannelContext) -> None:
+        from twilio.request_validator import RequestValidator
+
+        self._ctx = ctx
+        self._validator = RequestValidator(self.config.auth_token.get_secret_value())
+        self._client = self._connect()
+        try:
+            account = await self._fetch_account(self._client)
+        except BaseException:
+            await self.stop()
+            raise
+        self.account_name = account.friendly_name
+        webhook = f"{ctx.public_url.rstrip('/')}/webhooks/{self.id}"
+        log.info("whatsapp_started", channel_id=self.id, account=account.friendly_name, sender=self.config.from_number,
+                 recipients=len(self.config.to), webhook=webhook,
+                 hint=f"set the sender's 'A message comes in' webhook to {webhook} (HTTP POST) in the Twilio console")
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            await self._client.http_client.close()  # type: ignore[attr-defined]
+            self._client = None
+
+    async def probe(self) -> str:
+        own = self._client is None  # `check-config --probe` calls this without start()
+        client = self._connect() if own else self._client
+        assert client is not None
+        try:
+            account = await self._fetch_account(client)
+        finally:
+            if own:
+                await client.http_client.close()  # type: ignore[attr-defined]
+        return (f"Twilio account '{account.friendly_name}' ({account.status}), sending from {self.config.from_number} "
+                f"to {len(self.config.to)} number{'s' if len(self.config.to) != 1 else ''}")
+
+    async def _fetch_account(self, client: Client) -> Any:
+        account = await self._call(client.api.v2010.accounts(self.config.account_sid).fetch_async(), "fetch the account")
+        if account.status != "active":
+            raise ChannelAuthError(f"the Twilio account is {account.status}", hint=(
+                f"the Twilio account {self.config.account_sid} is {account.status}; reactivate it in the Twilio console"))
+        return account
+
+    def _require_client(self) -> Client:
+        if self._client is None:
+            raise TransientChannelError("the WhatsApp channel is not started", hint="the WhatsApp channel is not running")
+        return self._client
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        client = self._require_client()
+        if outbound.purpose == "dispatch":
+            messages = [self._dispatch_message(outbound)]
+        elif outbound.purpose == "relay":
+            messages = [_Message(body=part) for part in self._relay_parts(outbound)]
+        else:
+            messages = [_Message(body=part) for part in self._notice_parts(outbound)]
+        sids = await self._to_everyone(client, outbound, messages)
+        first = next((sids[n] for n in self.config.to if n in sids), None)
+        return Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
+
+    async def _to_everyone(self, client: Client, outbound: Outbound, messages: list[_Message]) -> dict[str, str]:
+        """Send to every recipient at once (each in order). Succeeds when everyone got it, or
+        when some did and the rest refused for good; a retryable failure is raised so the core
+        retries, and the retry skips the numbers already reached."""
+        numbers = self.config.to
+        results = await asyncio.gather(*(self._to_one(client, outbound, n, messages) for n in numbers), return_exceptions=True)
+        sent = {n: r for n, r in zip(numbers, results, strict=True) if isinstance(r, str)}
+        failed = {n: r for n, r in zip(numbers, results, strict=True) if not isinstance(r, str)}
+        for error in failed.values():
+            if not isinstance(error, ChannelError):
+                raise error
+        errors: dict[str, ChannelError] = failed  # type: ignore[assignment]
+        if not errors:
+            return sent
+        hint = "; ".join(e.hint for e in errors.values()) if len(errors) > 1 else next(iter(errors.values())).hint
+        retryable = [e for e in errors.values() if isinstance(e, TransientChannelError)]
+        if retryable:
+            waits = [e.retry_after for e in retryable if e.retry_after is not None]
+            cls = UncertainDeliveryError if any(isinstance(e, UncertainDeliveryError) for e in retryable) else TransientChannelError
+            reached = f" (already delivered to {', '.join(sent)})" if sent else ""
+            raise cls(f"WhatsApp {outbound.purpose}: {hint}{reached}", retry_after=max(waits) if waits else None, hint=hint)
+        if sent:  # the others refused for good: the handoff still reached someone
+            log.warning("whatsapp_partly_delivered", channel_id=self.id, purpose=outbound.purpose, delivered=list(sent),
+                        failed={n: e.hint for n, e in errors.items()})
+            return sent
+        if len(errors) == 1:
+            raise next(iter(errors.values()))
+        auth = next((e for e in errors.values() if isinstance(e, ChannelAuthError)), None)
+        if auth is not None:
+            raise auth
+        raise PermanentChannelError(f"WhatsApp {outbound.purpose}: {hint}", hint=hint)
+
+    async def _to_one(self, client: Client, outbound: Outbound, number: str, messages: list[_Message]) -> str:
+        first: str | None = None
+        for index, message in enumerate(messages):
+            key = (outbound.delivery_key, number, index) if outbound.delivery_key else None
+            sid = self._sent.get(key) if key else None
+            if sid is None:
+                sid = await self._create(client, number, message)
+                if key:
+                    self._sent[key] = sid
+                    while len(self._sent) > SENT_MEMORY:
+                        self._sent.popitem(last=False)
+            first = first or sid
+        assert first is not None
+        return first
+
+    async def _create(self, client: Client, number: str, message: _Message) -> str:
+        callback = None
+        if self.config.status_callback and self._ctx is not None:
+            callback = f"{self._ctx.public_url.rstrip('/')}/webhooks/{self.id}"
+        kwargs = {k: v for k, v in (("body", message.body), ("content_sid", message.content_sid),
+                                    ("content_variables", message.content_variables), ("status_callback", callback)) if v}
+        created = await self._call(
+            client.messages.create_async(from_=self.config.from_number, to=number, **kwargs),
+            "send a message", may_have_landed=True, number=number, template=message.content_sid is not None,
+        )
+        return str(created.sid)
+
+    # ------------------------------------------------------------------ rendering
+
+    def _render(self, name: str, **context: Any) -> str:
+        assert self._ctx is not None
+        return self._ctx.render(f"messages/whatsapp/{name}.txt", **context).strip()
+
+    def _dispatch_message(self, outbound: Outbound) -> _Message:
+        brief = outbound.brief
+        if brief is None:
+            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
+        if self.config.content_sid:
+            return _Message(content_sid=self.config.content_sid, content_variables=json.dumps(self._template_values(brief)))
+        return _Message(body=self.dispatch_text(brief))
+
+    def _template_values(self, brief: HandoffBrief) -> dict[str, str]:
+        values = {
+            "summary": one_line(defuse(brief.summary), 600),
+            "expected_action": one_line(defuse(brief.expected_action), 300),
+            "link": brief.form_url or "(no return form)",
+            "short_code": f"#{brief.short_code}",
+            "urgency": brief.urgency,
+            "subscriber": one_line(defuse(brief.subscriber_name or "a subscriber"), 100),
+            "contact_back_email": brief.contact_back_email or "(none)",
+        }
+        return {number: values[name] for number, name in self.config.content_variables.items()}
+
+    def dispatch_text(self, brief: HandoffBrief) -> str:
+        """The dispatch as one message: everything when it fits, else the newest transcript
+        lines that fit and, when the brief alone is too long, its long parts shortened.
+        The link and the short code are never cut."""
+        lines = [(defuse(line.author or line.role), hang(defuse(clip(line.text, TRANSCRIPT_LINE)))) for line in brief.transcript]
+        context = [(defuse(k), defuse(v)) for k, v in brief.extra_context.items()]
+        fields = [defuse(preview_line(f)) for f in brief.expected_return]
+        for level, budget in enumerate(_BUDGETS):
+            shown_context = context if budget.context_items is None else context[: budget.context_items]
+            shown_fields = fields if budget.field_items is None else fields[: budget.field_items]
+
+            def render(kept: int, budget: _Budget = budget, shortened: bool = level > 0,
+                       shown_context: list[tuple[str, str]] = shown_context, shown_fields: list[str] = shown_fields) -> str:
+                return self._render(
+                    "dispatch",
+                    brief=brief,
+                    code=brief.short_code,
+                    subscriber=defuse(one_line(brief.subscriber_name, 100)) if brief.subscriber_name else None,
+                    summary=defuse(clip(brief.summary, budget.summary)),
+                    action=defuse(clip(brief.expected_action, budget.action)),
+                    context=[(clip(k, 60), clip(v, budget.context_value)) for k, v in shown_context],
+                    context_left_out=len(context) - len(shown_context),
+                    fields=[clip(f, budget.field_line) for f in shown_fields],
+                    fields_left_out=len(fields) - len(shown_fields),
+                    transcript=lines[len(lines) - kept:] if kept else [],
+                    transcript_left_out=len(lines) - kept,
+                    shortened=shortened,
+                    idle=_duration(brief.idle_timeout_seconds),
+                )
+
+            if utf16_len(render(0)) > BODY_LIMIT:
+                continue
+            low, high = 0, len(lines)  # the most transcript lines that fit
+            while low < high:
+                middle = (low + high + 1) // 2
+                if utf16_len(render(middle)) <= BODY_LIMIT:
+                    low = middle
+                else:
+                    high = middle - 1
+            return render(low)
+        raise PermanentChannelError("the dispatch does not fit one WhatsApp message", hint="the brief is too long for WhatsApp")
+
+    def _relay_parts(self, outbound: Outbound) -> list[str]:
+        author = defuse(one_line(outbound.author or "Subscriber", 100))
+        body = defuse(outbound.body if outbound.body is not None else outbound.text)
+        head = utf16_len(self._render("relay", code=outbound.short_code, author=author, body="", part="99/99"))
+        chunks = split_text(body, BODY_LIMIT - head - 1)
+        return [self._render("relay", code=outbound.short_code, author=author, body=chunk,
+                             part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
+                for i, chunk in enumerate(chunks, 1)]
+
+    def _notice_parts(self, outbound: Outbound) -> list[str]:
+        raw = (outbound.body if outbound.body is not None else outbound.text).strip()
+        code = outbound.short_code
+        # The desk's notices usually name their handoff already ("Handoff A7F3 released …").
+        # The code stays as written (it may hold a `_`): people type it to address the handoff.
+        body = code.join(defuse(part) for part in raw.split(code))
+        tagged = code in raw
+        head = 0 if tagged else utf16_len(self._render("notice", code=code, tagged=False, body="")) + 1
+        return [self._render("notice", code=code, tagged=tagged, body=chunk) for chunk in split_text(body, BODY_LIMIT - head)]
+
+    # ------------------------------------------------------------------ inbound
+
+    async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
+        signature = request.headers.get(SIGNATURE_HEADER, "")
+        try:
+            pairs = parse_qsl(request.body.decode("utf-8"), keep_blank_values=True)
+        except UnicodeDecodeError:
+            pairs = None
+        if self._validator is None or not signature or pairs is None or not self._validator.validate(
+            request.url, _Multi(pairs), signature
+        ):
+            log.warning("whatsapp_webhook_rejected", channel_id=self.id, reason="missing or invalid X-Twilio-Signature",
+                        url=request.url)
+            return WebhookReply(status=403, body=b"invalid signature")
+        params = dict(pairs)
+        reply = WebhookReply(status=200, body=EMPTY_TWIML, content_type="text/xml")
+        message = self._parse(params)
+        if message is not None:
+            reply.messages.append(message)
+        return reply
+
+    def _parse(self, params: dict[str, str]) -> InboundMessage | None:
+        """The recipient message in a (verified) webhook call, if it is one we relay."""
+        if params.get("AccountSid") != self.config.account_sid:
+            log.warning("whatsapp_webhook_ignored", channel_id=self.id, reason="another account's message")
+            return None
+        sender, receiver = _number_or_none(params.get("From")), _number_or_none(params.get("To"))
+        if sender == self.config.from_number:  # a status callback about a message we sent
+            self._log_status(params)
+            return None
+        if receiver != self.config.from_number:
+            log.warning("whatsapp_webhook_ignored", channel_id=self.id, reason=f"addressed to {params.get('To')}, not to our sender")
+            return None
+        if sender not in self.config.to:
+            log.warning("whatsapp_unknown_sender", channel_id=self.id, sender=params.get("From"),
+                        hint="only the numbers in `to` can answer handoffs; add it there to let it answer")
+            return None
+        sid = params.get("MessageSid") or params.get("SmsMessageSid")
+        text = (params.get("Body") or params.get("ButtonText") or "").replace("\x00", "\ufffd").strip()
+        extras = []
+        try:
+            media = int(params.get("NumMedia") or 0)
+        except ValueError:
+            media = 0
+        for i in range(media):
+            kind = (params.get(f"MediaContentType{i}") or "file").split("/", 1)[0]
+            extras.append(f"({kind} attachment, not forwarded)")
+        if params.get("Latitude") and params.get("Longitude"):
+            extras.append(f"(location: {params['Latitude']}, {params['Longitude']})")
+        text = "\n".join([text, *extras] if text else extras)
+        if not sid or not text:
+            return None
+        author = " ".join((params.get("ProfileName") or "").split())[:100] or sender.removeprefix("whatsapp:")
+        return InboundMessage(thread_key=LINE_KEY, text=text, author=author, dedupe_key=f"message:{sid}")
+
+    def _log_status(self, params: dict[str, str]) -> None:
+        status = params.get("MessageStatus") or params.get("SmsStatus")
+        if status in ("failed", "undelivered"):
+            code = params.get("ErrorCode")
+            log.warning("whatsapp_message_failed", channel_id=self.id, message_sid=params.get("MessageSid"), to=params.get("To"),
+                        status=status, error_code=code, hint=_hint_for_code(code, params.get("To") or "", self.config))
+
+    # ------------------------------------------------------------------ errors
+
+    async def _call(self, call: Any, what: str, *, may_have_landed: bool = False, number: str | None = None,
+                    template: bool = False) -> Any:
+        """Await one SDK call and turn every failure into a typed channel error.
+        `may_have_landed`: the call creates something, so a lost answer is uncertain."""
+        import aiohttp
+        from twilio.base.exceptions import TwilioException, TwilioRestException, TwilioServiceException
+
+        _last_response.set(None)
+        try:
+            return await call
+        except TwilioRestException as exc:
+            raise self._api_error(what, exc.status, exc.code, exc.msg, may_have_landed, number, template) from None
+        except TwilioServiceException as exc:
+            raise self._api_error(what, exc.status, exc.code, exc.detail or exc.title, may_have_landed, number, template) from None
+        except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
+            raise TransientChannelError(f"Twilio: could not connect to {self.config.api_base_url} ({type(exc).__name__})",
+                                        hint=f"could not reach the Twilio API at {self.config.api_base_url}") from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            text = f"Twilio: no complete answer to '{what}' ({type(exc).__name__})"
+            if may_have_landed:
+                raise UncertainDeliveryError(text, hint="Twilio did not answer in time; the message may have been sent") from exc
+            raise TransientChannelError(text, hint="Twilio did not answer in time") from exc
+        except (TwilioException, ValueError) as exc:  # an answer the SDK could not read (a proxy's HTML page)
+            raise TransientChannelError(f"Twilio: unreadable answer to '{what}'", hint=f"Twilio answered oddly ({exc})") from exc
+
+    def _api_error(self, what: str, status: int, code: Any, detail: Any, may_have_landed: bool, number: str | None,
+                   template: bool) -> ChannelError:
+        try:
+            code = int(code)
+        except (TypeError, ValueError):
+            code = status
+        detail = str(detail or f"HTTP {status}").removeprefix("Unable to create record: ").removeprefix("Unable to fetch record: ")
+        message = f"Twilio refused to {what} ({code}): {detail}"
+        if status == 429 or code in (20429, 63018):
+            wait = _retry_after(_last_response.get())
+            return TransientChannelError(message, retry_after=wait, hint=f"Twilio rate-limited us ({code}); retrying after a pause")
+        if status == 401 or code == 20003:
+            return ChannelAuthError(message, hint=(
+                f"Twilio refused account_sid/auth_token of channel {self.id} (20003): copy both from the Twilio console again"))
+        if status >= 500:
+            if may_have_landed:
+                return UncertainDeliveryError(message, hint=f"Twilio failed ({status}); the message may have been sent")
+            return TransientChannelError(message, hint=f"Twilio is having trouble ({status})")
+        hint = _hint_for_code(str(code), number or "", self.config, template=template)
+        return PermanentChannelError(message, hint=hint or f"Twilio refused to {what}: {detail} ({code})")
+
+
+def _hint_for_code(code: str | None, number: str, config: WhatsAppConfig, *, template: bool = False) -> str | None:
+    who = number.removeprefix("whatsapp:") or "the recipient"
+    if code == "63016":
+        if config.content_sid and not template:
+            return (f"WhatsApp refused a free-form message to {who}: they have not written to {config.from_number} in the last "
+                    "24 hours (63016). The dispatch template opens the conversation; messages follow once they answer it")
+        return (f"WhatsApp refused a free-form message to {who}: they have not written to {config.from_number} in the last "
+                "24 hours (63016). Configure content_sid with an approved WhatsApp template so dispatches can start the "
+                "conversation, or ask them to message the sender first")
+    if code in ("21211", "21614", "63024"):
+        return f"{who} is not a valid WhatsApp number ({code}): check `to`"
+    if code in ("21606", "21212", "63007", "21910"):
+        return f"{config.from_number} is not a WhatsApp sender of this Twilio account ({code}): check `from_number`"
+    if code == "21610":
+        return f"{who} has opted out of messages from {config.from_number} (21610); they must opt in again"
+    if code in ("21655", "21656", "63027", "63028"):
+        return f"WhatsApp refused the template ({code}): check content_sid and content_variables against the approved template"
+    if code == "21617":
+        return "the message is longer than Twilio accepts (21617)"
+    return None
+
+
+def _number_or_none(value: str | None) -> str | None:
+    try:
+        return normalise_number(value) if value else None
+    except ValueError:
+        return None
+
+
+def _retry_after(response: Response | None) -> float | None:
+    if response is None:
+        return None
+    for key, value in (response.headers or {}).items():
+        if key.lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+@cache
+def _http_client_class() -> type:
+    """Built on first use, so validating a config does not import the SDK."""
+    import aiohttp
+    from twilio.http.async_http_client import AsyncTwilioHttpClient
+    from twilio.http.response import Response as TwilioResponse
+
+    class HttpClient(AsyncTwilioHttpClient):  # type: ignore[misc]
+        """The SDK's aiohttp client interface, sent to `api_base_url` instead of api.twilio.com,
+        with a real timeout on every call (the SDK passes none unless asked), one connection
+        pool made inside the event loop, basic auth as a header (aiohttp deprecates its
+        BasicAuth), and the last answer kept for the error mapping (Retry-After)."""
+
+        def __init__(self, base_url: str, timeout: float) -> None:
+            super().__init__(pool_connections=False, timeout=timeout)
+            self._base_url = base_url
+
+        async def request(self, method: str, url: str, params: Any = None, data: Any = None, headers: Any = None,
+                          auth: Any = None, timeout: float | None = None, allow_redirects: bool = False) -> Response:
+            if self.session is None:  # made here, inside the event loop; one pool for every call
+                self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            if url.startswith(TWILIO_API):
+                url = self._base_url + url[len(TWILIO_API):]
+            headers = dict(headers or {})
+            if auth is not None:
+                credentials = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+                headers["Authorization"] = f"Basic {credentials}"
+            async with self.session.request(
+                method.upper(), url, params=params, data=data, headers=headers, allow_redirects=allow_redirects,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+            ) as answer:
+                response = TwilioResponse(answer.status, await answer.text(), answer.headers)
+            _last_response.set(response)
+            return response
+
+        async def close(self) -> None:
+            if self.session is not None:
+                await self.session.close()
+                self.session = None
+
+    return HttpClient
