@@ -102,6 +102,7 @@ EMBED_TOTAL_LIMIT = 6000
 THREAD_NAME_LIMIT = 100
 SUMMARY_BUDGET, ACTION_BUDGET = 2000, 1000  # escaped characters in the description
 TRANSCRIPT_LINE = 400  # raw characters of one transcript message
+TRANSCRIPT_RESERVE = 900  # characters of the embed kept for the transcript before the context is shown
 NONCE_LENGTH = 25
 
 # Interaction and response types, message flags, component types.
@@ -221,21 +222,24 @@ def split_for_messages(text: str, limit: int) -> list[str]:
     """Escaped parts of `text`, each at most `limit` characters, cut at a line break or space
     near the end where there is one (raw text is cut, then escaped, so no escape is split)."""
     parts: list[str] = []
-    rest = text
-    size = limit
+    rest = text.strip()
     while rest:
-        piece = rest[:size]
-        if len(piece) < len(rest):
-            soft = max(piece.rfind("\n"), piece.rfind(" "))
-            if soft > size // 2:
-                piece = piece[: soft + 1]
-        escaped = escape(piece.strip())
-        if len(escaped) > limit and size > 16:
-            size = max(16, size * 2 // 3)  # escaping made it longer: retry with a smaller cut
-            continue
-        parts.append(clip_escaped(escaped, limit))
-        rest = rest[len(piece):]
-        size = limit
+        if len(escape(rest)) <= limit:
+            parts.append(escape(rest))
+            break
+        low, high = 1, min(len(rest), limit)  # the longest raw prefix whose escaped form fits
+        while low < high:
+            middle = (low + high + 1) // 2
+            if len(escape(rest[:middle])) <= limit:
+                low = middle
+            else:
+                high = middle - 1
+        cut = low
+        soft = max(rest.rfind("\n", 0, cut), rest.rfind(" ", 0, cut))
+        if soft > cut // 2:
+            cut = soft + 1
+        parts.append(escape(rest[:cut].rstrip()))
+        rest = rest[cut:].lstrip()
     return [p for p in parts if p] or [""]
 
 
@@ -483,8 +487,8 @@ class DiscordChannel(ChannelAdapter):
                                      hint=f"could not stay connected to the Discord gateway ({detail})")
 
     def _gateway_ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or self._client is None or self._client.is_closed() and task.exception() is None:
-            return
+        if task.cancelled() or self._client is None:
+            return  # stopped by us
         error = self._gateway_error(task.exception())
         log.error("discord_gateway_stopped", channel_id=self.id, hint=error.hint,
                   consequence="replies typed in Discord threads are not received until the desk restarts")
@@ -602,7 +606,6 @@ class DiscordChannel(ChannelAdapter):
         channel_id, message_id = outbound.thread.get("channel_id"), outbound.thread.get("message_id")
         if not (channel_id and message_id and self.config.application_public_key):
             return
-        brief_less = [c for c in self._components(None, release=False)]
         route = Route("PATCH", "/channels/{channel_id}/messages/{message_id}", channel_id=int(channel_id), message_id=int(message_id))
         try:
             # Only the Release button goes: rebuild the row from the message as Discord has it.
@@ -613,7 +616,7 @@ class DiscordChannel(ChannelAdapter):
                 kept = [c for c in row.get("components") or [] if not str(c.get("custom_id", "")).startswith(RELEASE_ID)]
                 if kept:
                     rows.append({"type": ACTION_ROW, "components": kept})
-            await self._call("edit dispatch", client.http.request(route, json={"components": rows or brief_less}))
+            await self._call("edit dispatch", client.http.request(route, json={"components": rows}))
         except ChannelError as exc:
             log.warning("discord_release_button_not_removed", channel_id=self.id, hint=exc.hint)
 
@@ -659,7 +662,8 @@ class DiscordChannel(ChannelAdapter):
             embed.add_field(name="Please hand back", value=_lines_within(lines, FIELD_VALUE_LIMIT, "on the return form"), inline=False)
         embed.set_footer(text=footer)
         if brief.extra_context:
-            room = EMBED_TOTAL_LIMIT - len(embed) - len("Context") - 200  # keep some room for the transcript
+            # What is left, less a share kept for the transcript (the newest lines matter more).
+            room = EMBED_TOTAL_LIMIT - len(embed) - len("Context") - (TRANSCRIPT_RESERVE if brief.transcript else 0)
             if room > 40:
                 lines = [f"• **{escape(clip(k, 60))}**: {escape(clip(v, 300))}" for k, v in brief.extra_context.items()]
                 embed.add_field(name="Context", value=_lines_within(lines, min(FIELD_VALUE_LIMIT, room), "not shown"), inline=False)

@@ -317,7 +317,9 @@ class FakeDiscord:
                             **extra: Any) -> dict[str, Any]:
         """A person (or another bot) writes in a channel or thread: stored, and dispatched
         over the gateway as MESSAGE_CREATE."""
-        message = self.message_payload(int(channel_id), author, text, **extra)
+        people = {u["id"]: u for u in (SAM, KIM, OTHER_BOT, BOT_USER)}
+        mentions = [people[i] for i in dict.fromkeys(re.findall(r"<@!?(\d+)>", text)) if i in people]
+        message = self.message_payload(int(channel_id), author, text, mentions=mentions, **extra)
         self.messages.setdefault(int(channel_id), []).append(message)
         await self._dispatch("MESSAGE_CREATE", message)
         return message

@@ -1,0 +1,608 @@
+"""The Discord channel, through the real discord.py client against a fake Discord.
+
+The desk runs for real (HTTP API, outbox, inbound dedup, state machine) on a SQLite file;
+only Discord is fake (tests/fake_discord.py): its REST API, its gateway websocket (HELLO,
+heartbeat acks, READY, GUILD_CREATE, then THREAD_CREATE / MESSAGE_CREATE as things happen)
+and Ed25519-signed interactions, as strict as Discord about what it accepts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from bot.config import Config, ConfigError
+from bot.models import InboundEvent
+from bot.rendering import Renderer
+from channels.base import (
+    ChannelAuthError,
+    ChannelContext,
+    InboundMessage,
+    Outbound,
+    PermanentChannelError,
+    TransientChannelError,
+    UncertainDeliveryError,
+)
+from channels.discord import DiscordChannel, DiscordConfig, escape, split_for_messages
+from tests.conftest import SECRET as DESK_SECRET
+from tests.conftest import Harness, StartDesk
+from tests.fake_discord import (
+    BOT_USER,
+    GENERAL_CHANNEL,
+    KIM,
+    OTHER_BOT,
+    SAM,
+    STAFF_CHANNEL,
+    VOICE_CHANNEL,
+    FakeDiscord,
+    Fault,
+)
+
+TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
+SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
+ACTION = "Look up order #1234 and tell Ana when it will arrive."
+MESSAGES = "POST /channels/{id}/messages"
+THREADS = "POST /channels/{id}/messages/{id}/threads"
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    """The channel does not depend on the database: SQLite only."""
+    return sqlite_url
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    """Requested before start_desk, so it outlives the desk (the gateway never sees it vanish)."""
+    server = await FakeDiscord(token=TOKEN).start()
+    yield server
+    await server.stop()
+
+
+def discord_entry(fake: FakeDiscord, **overrides: Any) -> dict[str, Any]:
+    return {"id": 5, "kind": "discord", "label": "Discord support", "estimated_response": "within the hour",
+            "bot_token": TOKEN, "channel_id": STAFF_CHANNEL, "application_public_key": fake.public_key,
+            "api_base_url": fake.api_url, "gateway_url": fake.gateway_url, **overrides}
+
+
+@pytest.fixture
+async def desk(start_desk: StartDesk, fake: FakeDiscord) -> Harness:
+    return await start_desk(channels=[discord_entry(fake)], delivery={"base_backoff": "10ms"})
+
+
+def adapter_config(fake: FakeDiscord, **overrides: Any) -> DiscordConfig:
+    return DiscordConfig(**{"id": 5, "label": "Discord", "bot_token": TOKEN, "channel_id": STAFF_CHANNEL,
+                            "api_base_url": fake.api_url, "gateway_url": fake.gateway_url, **overrides})
+
+
+@pytest.fixture
+async def adapter(fake: FakeDiscord) -> AsyncIterator[tuple[DiscordChannel, list[InboundMessage]]]:
+    """The adapter alone (REST only), with a sink for what it would deliver."""
+    received: list[InboundMessage] = []
+
+    async def sink(message: InboundMessage) -> None:
+        received.append(message)
+
+    channel = DiscordChannel(adapter_config(fake, gateway=False, request_timeout=0.5))
+    await channel.start(ChannelContext(public_url="http://desk.test", deliver_inbound=sink, render=Renderer().render))
+    yield channel, received
+    await channel.stop()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def inbound_count(h: Harness) -> int:
+    async with h.desk.db.read() as session:
+        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
+
+
+async def stored(h: Harness, count: int, timeout: float = 5.0) -> None:
+    """Wait until the desk has stored `count` inbound events (gateway messages arrive on
+    their own schedule), then until their processing is done."""
+    async with asyncio.timeout(timeout):
+        while await inbound_count(h) < count:
+            await asyncio.sleep(0.005)
+    await h.desk.settle()
+
+
+async def human_texts(h: Harness, cid: str) -> list[tuple[str, str]]:
+    return [(m["author"], m["text"]) for m in await h.messages(cid) if m["role"] == "human"]
+
+
+async def handoff_in_discord(h: Harness, fake: FakeDiscord, cid: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    """Start a handoff to the Discord channel; returns its id and the dispatch as Discord stored it."""
+    sid = (await h.start_handoff(cid, channel_id=5, **fields))["handoff_session_id"]
+    session = await h.desk.handoffs.get(sid)
+    dispatch = next(m for m in fake.posts(STAFF_CHANNEL) if m["id"] == session.channel_message_id)
+    return sid, dispatch
+
+
+async def reply(h: Harness, fake: FakeDiscord, thread_id: str, text: str, *, author: dict[str, Any] = SAM) -> None:
+    """A person writes in a handoff thread (over the gateway); wait until the desk handled it."""
+    before = await inbound_count(h)
+    await fake.human_message(thread_id, text, author=author)
+    await stored(h, before + 1)
+
+
+async def interaction(h: Harness, fake: FakeDiscord, payload: dict[str, Any], **signing: Any) -> Any:
+    body, headers = fake.signed(payload, **signing)
+    return await h.client.post("/webhooks/5", content=body, headers=headers)
+
+
+def message_posts(fake: FakeDiscord) -> list[Any]:
+    return [c for c in fake.calls_to(MESSAGES)]
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"bot_token": "short"}, "channels[0].bot_token: Value error, does not look like a Discord bot token"),
+    ({"channel_id": "#support"}, "channels[0].channel_id: Value error, must be the channel's numeric id"),
+    ({"channel_id": 12}, "channels[0].channel_id: Value error, must be the channel's numeric id"),
+    ({"application_public_key": "not-hex"}, "channels[0].application_public_key: Value error, must be the application's Public Key"),
+    ({"api_base_url": "discord.com/api"}, "channels[0].api_base_url: Value error, must be an http(s) URL"),
+    ({"gateway_url": "https://gateway.discord.gg"}, "channels[0].gateway_url: Value error, must be a ws(s) URL"),
+    ({"chanel_id": STAFF_CHANNEL}, "channels[0].chanel_id: unknown key; did you mean 'channel_id'?"),
+    ({"request_timeout": 0}, "channels[0].request_timeout: Input should be greater than 0"),
+])
+def test_config_problems_are_named_and_the_token_never_echoed(change: dict[str, Any], problem: str) -> None:
+    entry = {"id": 1, "kind": "discord", "label": "Discord", "bot_token": "SECRET-" + TOKEN, "channel_id": str(STAFF_CHANNEL),
+             **change}
+    with pytest.raises(ConfigError) as caught:
+        Config.from_mapping({"secret_key": DESK_SECRET, "channels": [entry]})
+    text = str(caught.value)
+    assert problem.replace("Value error, ", "") in text.replace("Value error, ", "")
+    assert "SECRET-" not in text
+
+
+def test_a_valid_config_has_defaults_and_keeps_the_token_secret() -> None:
+    config = Config.from_mapping({"secret_key": DESK_SECRET, "channels": [
+        {"id": 3, "kind": "discord", "label": "Discord", "bot_token": f"Bot {TOKEN}", "channel_id": str(STAFF_CHANNEL),
+         "application_public_key": ""}]})
+    discord_config = config.channel(3)
+    assert isinstance(discord_config, DiscordConfig)
+    assert discord_config.channel_id == STAFF_CHANNEL  # from ${VAR}, ids arrive as text
+    assert discord_config.bot_token.get_secret_value() == TOKEN  # a pasted "Bot " prefix is dropped
+    assert discord_config.application_public_key is None and discord_config.gateway is True
+    assert (discord_config.api_base_url, discord_config.gateway_url) == ("https://discord.com/api/v10", "wss://gateway.discord.gg/")
+    assert TOKEN not in repr(discord_config)
+
+
+# --------------------------------------------------------------------------- text
+
+
+def test_people_s_text_shows_as_typed_and_pings_nobody() -> None:
+    text = "**now** _x_ `c` ||s|| ~~y~~ [link](https://evil.example) https://shop.example/a_b <@123> <#5> <t:1:R> @everyone @here"
+    escaped = escape(text)
+    assert escaped == ("\\*\\*now\\*\\* \\_x\\_ \\`c\\` \\|\\|s\\|\\| \\~\\~y\\~\\~ \\[link](https://evil.example) "
+                       "https://shop.example/a_b \\<@123> \\<#5> \\<t:1:R> @\u200beveryone @\u200bhere")
+    assert escape("# big\n> quote\n-# small\n- item\n1. first") == "\\# big\n\\> quote\n\\-# small\n\\- item\n\\1. first"
+
+
+def test_long_text_is_split_into_messages_that_fit_even_after_escaping() -> None:
+    parts = split_for_messages("*" * 3000 + " tail", 2000)
+    assert [len(p) for p in parts] == [2000, 2000, 2000, 4]  # 1000 escaped stars each, then the last word
+    assert "".join(parts).replace("\\", "") == "*" * 3000 + "tail"
+    assert split_for_messages("word " * 500, 1000)[0].endswith("word")  # cut between words
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+async def test_the_dispatch_is_an_embed_with_buttons_a_thread_and_nothing_that_pings(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation(name="Ana @everyone")
+    await desk.say(cid, "Where is my order <@900000000000000302>? It's **late**")
+    sid, dispatch = await handoff_in_discord(
+        desk, fake, cid, urgency="high",
+        summary="Ana says @everyone and @here must check order #1234 **now**, a week late.",
+        expected_action="Check the carrier [here](https://evil.example) and tell Ana.",
+        extra_context={"order": "<@&900000000000000400> #1234", "plan": "gold"},
+        expected_return=[{"name": "eta_date", "type": "date", "required": True, "description": "When it *arrives*"}],
+    )
+    handoff = await desk.handoff(sid)
+    code = handoff["short_code"]
+    [post] = message_posts(fake)
+    assert post.headers["Authorization"] == f"Bot {TOKEN}"
+    assert post.path == f"/channels/{STAFF_CHANNEL}/messages"
+    sent = post.json
+    assert sent["allowed_mentions"] == {"parse": []}
+    assert sent["enforce_nonce"] is True and 1 <= len(sent["nonce"]) <= 25
+    assert sent["content"] == f"🔴 URGENT · Handoff {escape(code)}: Ana @\u200beveryone needs a person"
+
+    [embed] = sent["embeds"]
+    assert embed["title"] == sent["content"]
+    assert embed["url"] == handoff["form_url"]
+    assert embed["color"] == 0xED4245
+    assert embed["description"].startswith(
+        "**Summary**\nAna says @\u200beveryone and @\u200bhere must check order #1234 \\*\\*now\\*\\*, a week late.\n\n"
+        "**What to do**\nCheck the carrier \\[here](https://evil.example) and tell Ana.\n\n**Recent conversation**\n")
+    assert "**Ana @\u200beveryone:** Where is my order \\<@\u200b900000000000000302>? It's \\*\\*late\\*\\*" in embed["description"]
+    fields = {f["name"]: f["value"] for f in embed["fields"]}
+    assert fields == {
+        "Subscriber": "Ana @\u200beveryone (ana@example.com)", "Urgency": "high", "Contact back": "ana@example.com",
+        "Please hand back": "• Eta date [date, YYYY-MM-DD] (required) — When it \\*arrives\\*",
+        "Context": "• **order**: \\<@\u200b&900000000000000400> #1234\n• **plan**: gold",
+    }
+    assert "send /release" in embed["footer"]["text"] and "press Release" in embed["footer"]["text"]
+
+    [row] = sent["components"]
+    form, release = row["components"]
+    assert (form["style"], form["label"], form["url"]) == (5, "Fill return form", handoff["form_url"])
+    assert (release["style"], release["label"], release["custom_id"]) == (4, "Release", f"handoff_release:{sid}")
+
+    # then a thread from that message: one per handoff, where everything else goes
+    [start] = fake.calls_to(THREADS)
+    assert start.path == f"/channels/{STAFF_CHANNEL}/messages/{dispatch['id']}/threads"
+    assert start.json == {"name": f"{code} · Ana @everyone", "auto_archive_duration": 1440}
+    session = await desk.desk.handoffs.get(sid)
+    assert session.channel_message_id == dispatch["id"]
+    assert session.thread_key == dispatch["id"] == dispatch["thread"]["id"]
+    assert session.thread == {"channel_id": str(STAFF_CHANNEL), "message_id": dispatch["id"], "thread_id": dispatch["id"]}
+
+    # a relay: into the thread, escaped, no embeds of links, nobody pinged
+    await desk.say(cid, "@everyone look: **bold** https://shop.example/x")
+    await desk.desk.settle()
+    [relay] = fake.posts(dispatch["id"])
+    assert relay["request"]["content"] == "💬 **Ana @\u200beveryone**: @\u200beveryone look: \\*\\*bold\\*\\* https://shop.example/x"
+    assert relay["request"]["allowed_mentions"] == {"parse": []} and relay["request"]["flags"] == 4
+    assert all(c.json["allowed_mentions"] == {"parse": []} for c in message_posts(fake))
+
+
+async def test_a_huge_brief_fits_discord_s_embed_limits(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    for i in range(15):
+        await desk.say(cid, f"message {i:02d} " + "lorem *ipsum* " * 30)
+    await handoff_in_discord(
+        desk, fake, cid, summary="*_" * 1000, expected_action="`" * 1000,
+        extra_context={f"key{i}": "v" * 150 for i in range(24)},
+        expected_return=[{"name": f"field_{i}", "type": "multiline", "description": "d" * 150} for i in range(20)],
+    )
+    [post] = message_posts(fake)  # the fake refuses anything over Discord's limits (400)
+    [embed] = post.json["embeds"]
+    size = (len(embed["title"]) + len(embed["description"]) + len(embed["footer"]["text"])
+            + sum(len(f["name"]) + len(f["value"]) for f in embed["fields"]))
+    assert size <= 6000 and len(embed["description"]) <= 4096
+    assert all(len(f["value"]) <= 1024 for f in embed["fields"])
+    fields = {f["name"]: f["value"] for f in embed["fields"]}
+    assert fields["Please hand back"].endswith("more on the return form")
+    assert embed["description"].split("**What to do**\n")[1].startswith("\\`" * 499)
+    # the newest transcript lines are kept, with a count of the older ones left out
+    assert "message 14 " in embed["description"] and "message 00 " not in embed["description"]
+    assert " earlier messages not shown" in embed["description"]
+
+
+async def test_without_an_interactions_endpoint_there_is_no_release_button_and_no_webhook(
+    start_desk: StartDesk, fake: FakeDiscord
+) -> None:
+    h = await start_desk(channels=[discord_entry(fake, application_public_key=None)])
+    cid = await h.conversation()
+    await handoff_in_discord(h, fake, cid)
+    [row] = message_posts(fake)[0].json["components"]
+    assert [b["label"] for b in row["components"]] == ["Fill return form"]
+    assert "press Release" not in message_posts(fake)[0].json["embeds"][0]["footer"]["text"]
+    body, headers = fake.signed({"type": 1})
+    assert (await h.client.post("/webhooks/5", content=body, headers=headers)).status_code == 404
+
+
+async def test_a_thread_that_failed_to_start_is_started_on_retry_without_posting_again(desk: Harness, fake: FakeDiscord) -> None:
+    fake.fail_next(THREADS, Fault(status=502, body={"message": "Bad Gateway", "code": 0}))
+    cid = await desk.conversation()
+    sid, dispatch = await handoff_in_discord(desk, fake, cid)
+    assert len(fake.posts(STAFF_CHANNEL)) == 1 and len(message_posts(fake)) == 1
+    assert len(fake.calls_to(THREADS)) == 2
+    assert (await desk.desk.handoffs.get(sid)).thread_key == dispatch["id"]
+
+
+async def test_a_post_retried_with_its_nonce_is_not_posted_twice(adapter: Any, fake: FakeDiscord) -> None:
+    channel, _ = adapter
+    thread = {"channel_id": str(STAFF_CHANNEL), "message_id": "1", "thread_id": str(GENERAL_CHANNEL)}
+    relay = Outbound(purpose="relay", handoff_session_id="hs_1", text="Ana: hi", body="hi", author="Ana", thread=thread,
+                     delivery_key="hd_7")
+    fake.fail_next(MESSAGES, Fault(lose_answer=True))
+    with pytest.raises(UncertainDeliveryError):
+        await channel.send(relay)
+    receipt = await channel.send(relay)  # the retry carries the same nonce: Discord returns the first message
+    [message] = fake.posts(GENERAL_CHANNEL)
+    assert receipt.message_id == message["id"] and len(message_posts(fake)) == 2
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(("fault", "error", "retry_after", "hint"), [
+    (Fault(429, {"message": "You are being rate limited.", "retry_after": 7.5, "global": False},
+           {"Retry-After": "8", "Via": "1.1 google", "X-RateLimit-Scope": "user"}),
+     TransientChannelError, 7.5, "Discord rate limit on post thread message; retrying after 7.5 s"),
+    (Fault(429, {"message": "You are being rate limited.", "global": True}, {"Retry-After": "3", "Via": "1.1 google"}),
+     TransientChannelError, 3.0, "Discord global rate limit"),
+    (Fault(500, {"message": "500: Internal Server Error", "code": 0}), UncertainDeliveryError, None,
+     "Discord failed (500); the message may have been posted"),
+    (Fault(502, "<html>bad gateway</html>"), UncertainDeliveryError, None, "Discord failed (502)"),
+    (Fault(503, {"message": "upstream overflow"}), TransientChannelError, None, "Discord is having trouble (503)"),
+    (Fault(401, {"message": "401: Unauthorized", "code": 0}), ChannelAuthError, None, "Discord refused bot_token of channel 5"),
+    (Fault(403, {"message": "Missing Permissions", "code": 50013}), PermanentChannelError, None,
+     "Send Messages, Create Public Threads, Send Messages in Threads"),
+    (Fault(403, {"message": "Missing Access", "code": 50001}), PermanentChannelError, None, "(Missing Access): invite it"),
+    (Fault(404, {"message": "Unknown Channel", "code": 10003}), PermanentChannelError, None,
+     "the handoff's Discord thread no longer exists"),
+    (Fault(400, {"message": "Invalid Form Body", "code": 50035}), PermanentChannelError, None,
+     "Discord refused post thread message: 400 Invalid Form Body (code 50035)"),
+])
+async def test_each_failure_is_one_request_and_a_typed_error(
+    adapter: Any, fake: FakeDiscord, fault: Fault, error: type[Exception], retry_after: float | None, hint: str
+) -> None:
+    """discord.py would sleep and retry 429s and 500/502/504 itself (for up to half a
+    minute); the adapter stops it, so each send is one request and the core decides."""
+    channel, _ = adapter
+    fake.fail_next(MESSAGES, fault)
+    thread = {"channel_id": str(STAFF_CHANNEL), "message_id": "1", "thread_id": str(GENERAL_CHANNEL)}
+    with pytest.raises(error) as caught:
+        await channel.send(Outbound(purpose="relay", handoff_session_id="hs_1", text="Ana: hi", body="hi", author="Ana",
+                                    thread=thread, delivery_key="hd_1"))
+    assert type(caught.value) is error
+    assert hint in caught.value.hint
+    assert getattr(caught.value, "retry_after", None) == retry_after
+    assert len(message_posts(fake)) == 1
+    assert TOKEN not in caught.value.hint + str(caught.value)
+
+
+async def test_an_unreachable_discord_is_transient_and_a_lost_answer_uncertain(fake: FakeDiscord) -> None:
+    async def sink(_message: InboundMessage) -> None:
+        raise AssertionError("nothing is delivered here")
+
+    ctx = ChannelContext(public_url="http://desk.test", deliver_inbound=sink, render=Renderer().render)
+    closed = DiscordChannel(adapter_config(fake, gateway=False, api_base_url="http://127.0.0.1:9/api/v10"))
+    with pytest.raises(TransientChannelError) as caught:
+        await closed.start(ctx)
+    assert type(caught.value) is TransientChannelError and "could not reach the Discord API" in caught.value.hint
+
+    channel = DiscordChannel(adapter_config(fake, gateway=False, request_timeout=0.3))
+    await channel.start(ctx)
+    fake.fail_next(THREADS, Fault(lose_answer=True))
+    brief = {"handoff_session_id": "hs_lost1", "short_code": "LOST", "conversation_id": "c", "summary": SUMMARY,
+             "expected_action": ACTION}
+    with pytest.raises(UncertainDeliveryError):
+        await channel.send(Outbound(purpose="dispatch", handoff_session_id="hs_lost1", text=SUMMARY, brief=brief,
+                                    delivery_key="hd_lost"))
+    # the retry finds the thread started by the lost attempt (its id is the message's)
+    receipt = await channel.send(Outbound(purpose="dispatch", handoff_session_id="hs_lost1", text=SUMMARY, brief=brief,
+                                          delivery_key="hd_lost"))
+    assert receipt.thread_key == receipt.message_id and len(fake.posts(STAFF_CHANNEL)) == 1
+    await channel.stop()
+
+
+async def test_a_missing_permission_fails_the_dispatch_at_once_with_a_hint(desk: Harness, fake: FakeDiscord) -> None:
+    fake.fail_next(MESSAGES, Fault(403, {"message": "Missing Permissions", "code": 50013}))
+    cid = await desk.conversation()
+    result = await desk.tool(cid, "handoff_request", {"channel_id": 5, "summary": SUMMARY, "expected_action": ACTION})
+    assert result["error"] == "dispatch_failed"
+    assert f"the bot may not do this in channel {STAFF_CHANNEL} (Missing Permissions)" in result["details"]["hint"]
+    assert len(message_posts(fake)) == 1  # permanent: never retried
+    assert TOKEN not in json.dumps(result)
+
+
+async def test_a_rate_limited_relay_waits_as_long_as_discord_asks_then_goes_out_once(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    sid, dispatch = await handoff_in_discord(desk, fake, cid)
+    fake.fail_next(MESSAGES, Fault(429, {"message": "You are being rate limited.", "retry_after": 7.0, "global": False},
+                                   {"Retry-After": "7", "Via": "1.1 google"}))
+    await desk.say(cid, "Hello?")
+    await desk.desk.settle()
+    assert fake.posts(dispatch["id"]) == []
+    retry = next(e for e in await desk.events(sid) if e["kind"] == "delivery_retry_scheduled")
+    assert retry["detail"]["error_type"] == "TransientChannelError" and retry["detail"]["retry_in_seconds"] >= 7
+    desk.desk.clock.advance(timedelta(seconds=8))
+    await desk.desk.settle()
+    assert [m["content"] for m in fake.posts(dispatch["id"])] == ["💬 **Ana**: Hello?"]
+    assert len(message_posts(fake)) == 3  # dispatch, 429, the relay
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ({"bot_token": "MTAwMDAwMDAwMDAwMDAwMDAw.revoked.token-0000"}, "Discord refused bot_token of channel 5 (401 Unauthorized)"),
+    ({"channel_id": 900_000_000_000_000_999}, "Discord has no channel 900000000000000999 the bot can see (Unknown Channel)"),
+    ({"channel_id": VOICE_CHANNEL}, f"channel_id {VOICE_CHANNEL} is a voice channel; handoffs need a text channel"),
+    ({"application_public_key": "ab" * 32}, "application_public_key does not match the Public Key of the bot's application"),
+])
+async def test_a_channel_that_cannot_work_is_unavailable_with_its_reason(
+    start_desk: StartDesk, fake: FakeDiscord, entry: dict[str, Any], problem: str
+) -> None:
+    h = await start_desk(channels=[discord_entry(fake, **entry)])
+    [health] = (await h.client.get("/healthz")).json()["channels"]
+    assert health["available"] is False
+    assert problem in health["problem"]
+    assert "revoked" not in health["problem"]
+
+
+async def test_without_the_message_content_intent_the_channel_says_how_to_enable_it(start_desk: StartDesk) -> None:
+    fake = await FakeDiscord(token=TOKEN, message_content_allowed=False).start()
+    try:
+        h = await start_desk(channels=[discord_entry(fake)])
+        [health] = (await h.client.get("/healthz")).json()["channels"]
+        assert health["available"] is False
+        assert "enable the Message Content Intent" in health["problem"]
+        assert fake.identifies[0]["intents"] & (1 << 15)  # asked for, refused with 4014
+    finally:
+        await h.desk.stop()
+        await fake.stop()
+
+
+async def test_probe_checks_the_token_and_the_channel(fake: FakeDiscord) -> None:
+    channel = DiscordChannel(adapter_config(fake))
+    assert await channel.probe() == (f"bot @handoff-desk ({BOT_USER['id']}), posting to #handoffs (guild 900000000000000001)")
+    assert [c.route for c in fake.calls] == ["GET /users/@me", "GET /channels/{id}"]
+    refused = DiscordChannel(adapter_config(fake, bot_token="MTAwMDAwMDAwMDAwMDAwMDAw.revoked.token-0000"))
+    with pytest.raises(ChannelAuthError) as caught:
+        await refused.probe()
+    assert "Discord refused bot_token" in caught.value.hint
+
+
+async def test_the_sdk_s_global_urls_are_left_alone(adapter: Any) -> None:
+    from discord.gateway import DiscordWebSocket
+    from discord.http import Route
+
+    assert Route.BASE == "https://discord.com/api/v10"
+    assert str(DiscordWebSocket.DEFAULT_GATEWAY) == "wss://gateway.discord.gg/"
+
+
+# --------------------------------------------------------------------------- gateway
+
+
+async def test_a_person_s_reply_in_the_thread_reaches_the_subscriber(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    sid, dispatch = await handoff_in_discord(desk, fake, cid)
+    await fake.wait_for(lambda: any(e["t"] == "THREAD_CREATE" for e in fake.dispatched))
+    await reply(desk, fake, dispatch["id"], "Hi Ana, <@900000000000000302> and I are on it **now**", author=SAM)
+    # as the person saw it: the mention as a name, the markdown as typed
+    assert await human_texts(desk, cid) == [("Sam", "Hi Ana, @Kim and I are on it **now**")]
+    assert "relayed_to_subscriber" in await desk.kinds(sid)
+
+
+async def test_what_is_not_a_person_s_reply_in_a_handoff_thread_is_ignored(desk: Harness, fake: FakeDiscord) -> None:
+    ana = await desk.conversation()
+    _, dispatch = await handoff_in_discord(desk, fake, ana)
+    thread = dispatch["id"]
+    await desk.say(ana, "our own relay comes back over the gateway")  # echoed as MESSAGE_CREATE by the bot
+    await desk.desk.settle()
+    other_thread = (await fake.human_message(GENERAL_CHANNEL, "chat"))["id"]
+    fake.threads[int(other_thread)] = {**fake.threads[int(thread)], "id": other_thread, "parent_id": str(GENERAL_CHANNEL)}
+    await fake._dispatch("THREAD_CREATE", {**fake.threads[int(other_thread)], "newly_created": True})
+    await fake.human_message(thread, "another bot", author=OTHER_BOT)
+    await fake.human_message(thread, "a webhook", author=KIM, webhook_id="900000000000000777")
+    await fake.human_message(thread, "pinned a message", author=KIM, type=6)
+    await fake.human_message(thread, "", author=KIM)
+    await fake.human_message(GENERAL_CHANNEL, "general chatter", author=KIM)
+    await fake.human_message(STAFF_CHANNEL, "top-level chatter in the staff channel", author=KIM)
+    await fake.human_message(other_thread, "a thread of another channel", author=KIM)
+    await reply(desk, fake, thread, "the only real reply", author=KIM)  # the gateway is ordered: the rest came before
+    assert await inbound_count(desk) == 1
+    assert await human_texts(desk, ana) == [("Kim", "the only real reply")]
+
+
+async def test_the_same_message_redelivered_is_relayed_once(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    _, dispatch = await handoff_in_discord(desk, fake, cid)
+    message = await fake.human_message(dispatch["id"], "Only once, please")
+    await fake._dispatch("MESSAGE_CREATE", message)  # as after a gateway RESUME replays it
+    await reply(desk, fake, dispatch["id"], "next")
+    assert await human_texts(desk, cid) == [("Sam", "Only once, please"), ("Sam", "next")]
+
+
+async def test_release_typed_in_the_thread_releases(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    sid, dispatch = await handoff_in_discord(desk, fake, cid)
+    await reply(desk, fake, dispatch["id"], "/release resolved Re-shipped with express delivery")
+    handoff = await desk.handoff(sid)
+    assert (handoff["state"], handoff["release_reason"], handoff["outcome"]) == ("released", "release_token", "resolved")
+    assert (handoff["released_by"], handoff["note"]) == ("Sam", "Re-shipped with express delivery")
+    notice = fake.posts(dispatch["id"])[-1]
+    # (short codes may hold "_": the notice is escaped like everything else)
+    assert notice["content"] == escape(f"Handoff {handoff['short_code']} released (resolved); "
+                                       "the assistant has taken the conversation back.")
+    # the Release button is gone from the dispatch; the form link stays
+    assert [b["label"] for b in fake.posts(STAFF_CHANNEL)[0]["components"][0]["components"]] == ["Fill return form"]
+
+
+# --------------------------------------------------------------------------- interactions
+
+
+async def test_ping_is_answered_and_forged_or_stale_calls_get_401(desk: Harness, fake: FakeDiscord) -> None:
+    response = await interaction(desk, fake, {"type": 1, "id": "1", "application_id": "2"})
+    assert response.status_code == 200 and response.json() == {"type": 1}
+    assert response.headers["content-type"].startswith("application/json")
+
+    body, headers = fake.signed({"type": 1})
+    attempts = [
+        await desk.client.post("/webhooks/5", content=body.replace(b"1", b"2"), headers=headers),  # changed after signing
+        await desk.client.post("/webhooks/5", content=body, headers={"content-type": "application/json"}),  # unsigned
+        await desk.client.post("/webhooks/5", content=body, headers={**headers, "x-signature-ed25519": "zz" * 64}),
+        await desk.client.post("/webhooks/5", content=body, headers={**headers, "x-signature-ed25519": "00" * 64}),
+        await desk.client.post("/webhooks/5", content=body, headers={**headers, "x-signature-timestamp": "soon"}),
+        await interaction(desk, fake, {"type": 1}, timestamp=int(time.time()) - 600),  # a replay
+    ]
+    other = FakeDiscord(token=TOKEN)  # signed by another application's key
+    body, headers = other.signed({"type": 1})
+    attempts.append(await desk.client.post("/webhooks/5", content=body, headers=headers))
+    assert [r.status_code for r in attempts] == [401] * len(attempts)
+
+
+async def test_the_release_button_releases_and_answers_the_clicker_privately(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    sid, dispatch = await handoff_in_discord(desk, fake, cid)
+    click = fake.button_click(dispatch, f"handoff_release:{sid}", user=KIM)
+    response = await interaction(desk, fake, click)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["type"] == 4 and answer["data"]["flags"] == 64 and answer["data"]["allowed_mentions"] == {"parse": []}
+    await desk.desk.settle()
+    again = await interaction(desk, fake, click)  # Discord retried the same interaction: deduplicated
+    assert again.status_code == 200
+    await desk.desk.settle()
+    handoff = await desk.handoff(sid)
+    assert (handoff["state"], handoff["release_reason"], handoff["released_by"]) == ("released", "release_token", "Kim")
+    assert (await desk.kinds(sid)).count("handoff_released") == 1
+    assert [m["role"] for m in await desk.messages(cid)].count("system") == 1
+
+
+async def test_a_click_from_elsewhere_releases_nothing(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    sid, _ = await handoff_in_discord(desk, fake, cid)
+    stranger = await fake.human_message(GENERAL_CHANNEL, "some other bot message", author=OTHER_BOT)
+    response = await interaction(desk, fake, fake.button_click(stranger, f"handoff_release:{sid}"))
+    assert response.status_code == 200 and "does not belong" in response.json()["data"]["content"]
+    command = await interaction(desk, fake, {"type": 2, "id": "5", "data": {"name": "release"}})
+    assert command.json()["data"]["flags"] == 64
+    await desk.desk.settle()
+    assert (await desk.handoff(sid))["state"] == "active"
+    assert await inbound_count(desk) == 0
+
+
+# --------------------------------------------------------------------------- the whole story
+
+
+async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: FakeDiscord) -> None:
+    h = await start_desk(channels=[discord_entry(fake)])
+    cid = await h.conversation("Ana", email="ana@example.com")
+    await h.say(cid, "My order #1234 is a week late")
+
+    # the subscriber asks for a person: the agent hands off to the Discord channel
+    asked = await h.say(cid, "Can I talk to a person please?")
+    sid = asked["handoff_session_id"]
+    assert asked["routed_to"] == "agent" and sid
+    assert asked["replies"][0]["text"].startswith("I've asked Discord support to join, usually within the hour.")
+    [dispatch] = fake.posts(STAFF_CHANNEL)
+    handoff = await h.handoff(sid)
+    assert dispatch["embeds"][0]["title"] == escape(f"Handoff {handoff['short_code']}: Ana needs a person")
+    assert "My order #1234 is a week late" in dispatch["embeds"][0]["description"]
+    thread = dispatch["thread"]["id"]
+
+    # subscriber → the handoff's thread
+    relayed = await h.say(cid, "Are you there?")
+    assert relayed["routed_to"] == "human"
+    await h.desk.settle()
+    assert [m["content"] for m in fake.posts(thread)] == ["💬 **Ana**: Are you there?"]
+
+    # a person in the thread → subscriber, over the gateway
+    await reply(h, fake, thread, "Hi Ana, I'm Sam. It left the depot today.")
+    assert await human_texts(h, cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
+
+    # /release typed in the thread hands the conversation back to the agent
+    await reply(h, fake, thread, "/release resolved Parcel left the depot")
+    messages = await h.messages(cid)
+    resume = next(m for m in messages if m["role"] == "system")
+    assert resume["text"].startswith("[Bot resumed — the recipient released the conversation. Outcome: resolved. "
+                                     "Parcel left the depot")
+    assert messages[-1]["role"] == "agent"
+    assert "released (resolved)" in fake.posts(thread)[-1]["content"]
+    after = await h.say(cid, "Thanks!")
+    assert after["routed_to"] == "agent"
+    # the relay, Sam's reply and /release typed there, the release notice; nothing more
+    assert [m["author"]["id"] for m in fake.posts(thread)] == [BOT_USER["id"], SAM["id"], SAM["id"], BOT_USER["id"]]
