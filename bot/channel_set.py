@@ -78,6 +78,10 @@ class ChannelSet:
                     log.exception("channel_stop_failed", channel_id=cid)
                 state.available = False
 
+    def adapters(self) -> list[ChannelAdapter]:
+        """Every configured adapter, started or not, in config order."""
+        return [s.adapter for s in self._states.values()]
+
     def get(self, channel_id: int) -> ChannelAdapter | None:
         state = self._states.get(channel_id)
         return state.adapter if state else None

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlparse
 
 import yaml
@@ -373,19 +373,34 @@ def format_path(loc: tuple[Any, ...], prefix: str = "") -> str:
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The keys the model accepts at `loc` (for 'unknown key' messages)."""
+    """The keys the model accepts at `loc` (for 'unknown key' messages). `loc` keeps the
+    tags of discriminated unions (`agent.openai.model`), which pick the member."""
     current: Any = model
     for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if isinstance(part, int):
             continue
-        field = current.model_fields.get(part)
-        if field is None:
-            break
-        annotation = field.annotation
-        current = annotation if isinstance(annotation, type) else getattr(annotation, "__args__", [None])[0]
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
+        members = _models_in(current)
+        tagged = [m for m in members if part in _kind_tags(m)] if len(members) > 1 else []
+        if tagged:
+            current = tagged[0]
+            continue
+        if len(members) != 1 or part not in members[0].model_fields:
+            return []
+        current = members[0].model_fields[part].annotation
+    members = _models_in(current)
+    return list(members[0].model_fields) if len(members) == 1 else []
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold: X, list[X], X | None, Annotated[A | B, …]."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _kind_tags(model: type[BaseModel]) -> tuple[Any, ...]:
+    field = model.model_fields.get("kind")
+    return get_args(field.annotation) if field is not None else ()
 
 
 # Discriminated unions put the tag into an error's location (`agent.rules.name`); people
@@ -415,7 +430,7 @@ def problems_from(exc: ValidationError, model: type[BaseModel], prefix: str = ""
             loc = (*loc, "kind")
             message = "required"
         elif kind == "extra_forbidden":
-            allowed = _allowed_keys(model, loc[:-1])
+            allowed = _allowed_keys(model, error["loc"][:-1])
             close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
             message = "unknown key" + (f"; did you mean '{close[0]}'?" if close else "")
             if allowed:

@@ -29,6 +29,7 @@ from bot.outbox import Outbox
 from bot.rendering import Renderer
 from bot.router import Router
 from bot.shared_lines import SharedLines
+from bot.siblings import Siblings
 from bot.timers import IdleTimers
 from bot.tools import ToolRegistry
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
@@ -73,6 +74,11 @@ class Desk:
             db=self.db, clock=self.clock, handoffs=self.handoffs, channels=self.channels, outbox=self.outbox,
             tools=self.tools, agent=self.agent, bus=self.bus, background=self.background, metrics=self.metrics,
         )
+        self.siblings = Siblings(
+            db=self.db, clock=self.clock, handoffs=self.handoffs, router=self.router, background=self.background,
+            renderer=self.renderer,
+        )
+        self.siblings.bind(self.channels.adapters())
         self.inbound = Inbound(
             db=self.db, clock=self.clock, handoffs=self.handoffs, metrics=self.metrics, background=self.background,
             kind_of=lambda cid: getattr(self.channels.get(cid), "kind", "unknown"),
@@ -81,6 +87,7 @@ class Desk:
         )
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
         self.handoffs.on_activated.append(self.timers.on_activated)
+        self.handoffs.on_activated.append(self.siblings.on_activated)
         self.handoffs.on_released.append(self.timers.on_released)
         self.handoffs.on_released.append(self.router.after_release)
         self.handoffs.on_failed_with_messages.append(self.router.after_failed_dispatch)

@@ -90,13 +90,18 @@ class Router:
     def tool_context(self, conversation: Any, actor: str = "agent") -> ToolContext:
         return ToolContext(conversation=conversation, handoffs=self.handoffs, channels=self.channels, actor=actor)
 
-    async def agent_turn(self, conversation_id: str, *, trigger: Literal["message", "resumed"]) -> tuple[list[Message], str | None]:
+    async def agent_turn(
+        self, conversation_id: str, *, trigger: Literal["message", "resumed"], agent: Agent | None = None,
+    ) -> tuple[list[Message], str | None]:
         """Run one agent turn and store its replies. Returns the replies and the id of a
-        handoff the agent started during the turn, if any."""
+        handoff the agent started during the turn, if any. `agent` replaces the desk's own
+        agent for this turn (a sibling agent in the conversation it serves)."""
         async with self._lock(conversation_id):
-            return await self._agent_turn(conversation_id, trigger=trigger)
+            return await self._agent_turn(conversation_id, trigger=trigger, agent=agent)
 
-    async def _agent_turn(self, conversation_id: str, *, trigger: Literal["message", "resumed"]) -> tuple[list[Message], str | None]:
+    async def _agent_turn(
+        self, conversation_id: str, *, trigger: Literal["message", "resumed"], agent: Agent | None = None,
+    ) -> tuple[list[Message], str | None]:
         async with self.db.read() as session:
             conversation = await conversations.get(session, conversation_id)
             history = await conversations.recent_messages(session, conversation_id, AGENT_HISTORY)
@@ -115,7 +120,7 @@ class Router:
         )
         started = time.perf_counter()
         try:
-            texts = await self.agent.respond(turn)
+            texts = await (agent or self.agent).respond(turn)
         except Exception:
             log.exception("agent_turn_failed", conversation_id=conversation_id)
             texts = [FALLBACK_REPLY]

@@ -71,7 +71,7 @@ def test_env_values_cannot_change_the_yaml_structure(tmp_path: Path) -> None:
 def test_unknown_channel_kind_suggests_the_closest() -> None:
     data = {**BASE, "channels": [{"id": 1, "kind": "owner_inbox", "label": "x"}, {"id": 2, "kind": "owner_inbx", "label": "y"}]}
     assert problems(data) == [
-        "channels[1].kind: unknown channel kind 'owner_inbx' (expected one of: discord, email, owner_inbox, slack, telegram, whatsapp); did you mean 'owner_inbox'?"
+        "channels[1].kind: unknown channel kind 'owner_inbx' (expected one of: agent, discord, email, owner_inbox, slack, telegram, whatsapp); did you mean 'owner_inbox'?"
     ]
 
 

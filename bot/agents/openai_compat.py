@@ -7,7 +7,8 @@ This module only translates: the conversation into chat messages, the live tool 
 is validated and audited exactly like an API client's). A call the registry rejects goes
 back to the model as the tool result, so it can correct itself; the rounds are bounded.
 
-A successful `handoff_request` ends the turn: from then on a person has the conversation.
+A successful `handoff_request` ends the turn: from then on a person has the conversation
+(and a sibling agent's successful `handoff_release` ends its turn: the first agent has it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from bot.config import OpenAIAgentConfig
 from bot.tools import tool_error
 
 log = structlog.get_logger(__name__)
+
+
+# After these succeed the conversation is someone else's: a person's or the first agent's.
+ENDS_THE_TURN = ("handoff_request", "handoff_release")
 
 
 class ToolRoundsExhausted(RuntimeError):
@@ -63,10 +68,12 @@ class OpenAIAgent(Agent):
                 name = call.function.name  # type: ignore[union-attr]
                 result = await self._run(turn, name, call.function.arguments)  # type: ignore[union-attr]
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
-                if name == "handoff_request" and result.get("ok"):
+                if name in ENDS_THE_TURN and result.get("ok"):
                     handed_off = result
-            if handed_off is not None:
-                return replies or [_handed_off(handed_off)]
+            if handed_off is not None:  # the conversation belongs to someone else now
+                if not replies and handed_off.get("action") == "handoff_session_started":
+                    replies.append(_handed_off(handed_off))
+                return replies
         log.warning("agent_tool_rounds_exhausted", conversation_id=turn.conversation_id, rounds=self.config.max_tool_rounds)
         raise ToolRoundsExhausted(f"the model was still calling tools after {self.config.max_tool_rounds} rounds")
 
