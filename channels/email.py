@@ -143,6 +143,20 @@ class SmtpSettings(BaseModel):
         default=None, description="Name we greet the server with (EHLO); the domain of from_address by default.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _starttls_shorthand(cls, data: Any) -> Any:
+        """DESIGN.md's first sketch said `starttls: true`; it keeps working as a shorthand."""
+        if isinstance(data, dict) and "starttls" in data:
+            data = dict(data)
+            flag = data.pop("starttls")
+            if "security" in data:
+                raise ValueError("starttls and security both set: keep security (starttls, tls or none)")
+            if not isinstance(flag, bool):
+                raise ValueError("starttls must be true or false (or use security: starttls | tls | none)")
+            data["security"] = "starttls" if flag else ("tls" if data.get("port") == 465 else "none")
+        return data
+
     @field_validator("username", "helo_name", "ca_file", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
@@ -711,8 +725,8 @@ class EmailChannel(ChannelAdapter):
     def _accepts_recipient(self, address: str) -> str | None:
         """None when `address` is our mailbox (with or without a +token), else the refusal."""
         local, _, domain = address.strip().strip("<>").rpartition("@")
-        base_local, _, domain_ours = self.config.receiving_mailbox.rpartition("@")
-        if domain.lower() == domain_ours.lower() and local.split("+", 1)[0].lower() == base_local.lower():
+        written_to = f"{local.split('+', 1)[0]}@{domain}".lower()
+        if written_to in (self.config.receiving_mailbox.lower(), self.config.reply_mailbox.lower()):
             return None
         return f"550 5.1.1 <{one_line(address, 200)}>: no such mailbox here (this server takes replies to handoff emails only)"
 
