@@ -1,0 +1,50 @@
+"""The Python API client against the real app (in-process ASGI transport)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from bot.app import create_app
+from bot.client import DeskApiError, DeskClient
+from tests.conftest import Harness, StartDesk
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+def client_for(harness: Harness, api_key: str | None = None) -> DeskClient:
+    transport = httpx.ASGITransport(app=create_app(harness.desk, manage_desk=False))
+    return DeskClient("http://desk.test", api_key=api_key, transport=transport)
+
+
+async def test_tools_in_each_framework_format_and_a_call(start_desk: StartDesk) -> None:
+    harness = await start_desk(api={"key": "k-123456789012345678901234"})
+    async with client_for(harness, "k-123456789012345678901234") as desk:
+        cid = await desk.create_conversation(name="Ana", email="ana@example.com")
+        [openai] = await desk.tools(cid, format="openai")
+        assert openai["type"] == "function" and openai["function"]["name"] == "handoff_request"
+        assert openai["function"]["parameters"]["properties"]["channel_id"]["enum"] == [1]
+        [anthropic] = await desk.tools(cid, format="anthropic")
+        assert anthropic["name"] == "handoff_request" and "input_schema" in anthropic
+        rejected = await desk.call_tool(cid, "handoff_request", {"channel_id": 9})
+        assert rejected["error"] == "invalid_input" and "channel_id" in rejected["details"]["fields"]
+        started = await desk.call_tool(cid, "handoff_request", {
+            "channel_id": 1, "summary": "Ana wants a refund for order 1234.", "expected_action": "Decide on the refund.",
+        })
+        assert (await desk.handoff(started["handoff_session_id"]))["state"] == "active"
+        assert (await desk.say(cid, "hello?"))["routed_to"] == "human"
+
+
+async def test_http_problems_raise_with_the_servers_hint(start_desk: StartDesk) -> None:
+    harness = await start_desk(api={"key": "k-123456789012345678901234"})
+    async with client_for(harness, "wrong") as desk:
+        with pytest.raises(DeskApiError) as caught:
+            await desk.create_conversation(name="Ana")
+    assert caught.value.status == 401 and "Authorization: Bearer" in caught.value.hint
+    async with client_for(harness, "k-123456789012345678901234") as desk:
+        with pytest.raises(DeskApiError) as caught:
+            await desk.tools("c_nope")
+    assert caught.value.status == 404
