@@ -321,7 +321,9 @@ _QUOTE_HEADERS = [
     re.compile(r"^\s*_{10,}\s*$"),  # Outlook on the web draws a line above the quoted header block
     re.compile(r"^\s*begin forwarded message:\s*$", re.I),
 ]
-_ON_WROTE = re.compile(r"^\s*(on|am|le|el|op)\s.{0,300}?(wrote|schrieb|a écrit|escribió|schreef)\s*:\s*$", re.I | re.S)
+# An attribution names a date or time ("On Mon, 3 Jun 2024 at 10:00, Sam <…> wrote:"): the
+# digit keeps "On second thought, here is what Sam wrote:" in the reply.
+_ON_WROTE = re.compile(r"^\s*(on|am|le|el|op)\s(?=[^\n]*\d).{0,300}?(wrote|schrieb|a écrit|escribió|schreef)\s*:\s*$", re.I | re.S)
 _HEADER_BLOCK_START = re.compile(r"^\s*\**(from|von|de|van)\s*:\**\s", re.I)
 _HEADER_BLOCK_FIELD = re.compile(r"^\s*\**(sent|date|gesendet|datum|envoyé|enviado|to|an|à|para|subject|betreff|objet|asunto)\s*:", re.I)
 _SIGNATURE = re.compile(r"^(-- ?|--)$")
@@ -347,7 +349,7 @@ def strip_reply(text: str) -> str:
         if line.lstrip().startswith(">"):
             continue  # quoted lines, also between the answers of an inline reply
         kept.append(line.rstrip())
-    while kept and _MOBILE_SIGNATURE.match(kept[-1] or "x") is None and not kept[-1].strip():
+    while kept and not kept[-1].strip():
         kept.pop()
     if kept and _MOBILE_SIGNATURE.match(kept[-1]):
         kept.pop()
@@ -774,10 +776,13 @@ class EmailChannel(ChannelAdapter):
             return _Verdict("550 5.6.0 the reply is empty once the quoted message is removed: nothing to relay")
         if text.split(maxsplit=1)[0].lower().startswith("/release"):
             text = " ".join(text.split())  # "/release resolved\nShipped today" → one command with its note
+        # The Message-ID is the sender's promise of identity (a retry carries the same one);
+        # without one, the exact bytes. Hashed when long: the core keeps keys of 200 characters.
         dedupe = f"message-id:{message_id}" if message_id else "sha256:" + hashlib.sha256(raw).hexdigest()
+        if len(dedupe) > 200:
+            dedupe = "message-id-sha256:" + hashlib.sha256(message_id.encode()).hexdigest()
         author = one_line(name, 200) or sender
-        return _Verdict("250 2.0.0 reply accepted", InboundMessage(thread_key=key, text=text, author=author,
-                                                                  dedupe_key=dedupe[:300]))
+        return _Verdict("250 2.0.0 reply accepted", InboundMessage(thread_key=key, text=text, author=author, dedupe_key=dedupe))
 
 
 def _is_automatic(message: EmailMessage) -> bool:
@@ -787,7 +792,7 @@ def _is_automatic(message: EmailMessage) -> bool:
         return True
     if str(message.get("Precedence", "")).strip().lower() in AUTO_PRECEDENCE:
         return True
-    if any(message.get(h) for h in ("X-Autoreply", "X-Autorespond", "X-Auto-Response-Suppress-Reply")):
+    if any(message.get(h) for h in ("X-Autoreply", "X-Autorespond")):
         return True
     return str(message.get_content_type()) == "multipart/report"  # delivery status notifications
 

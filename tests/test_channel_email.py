@@ -210,6 +210,7 @@ def test_subjects_collapse_line_breaks_and_control_characters() -> None:
     ("With a signature.\n\n-- \nSam Lee\nSupport lead", "With a signature."),
     ("From my phone.\n\nSent from my iPhone", "From my phone."),
     ("From: here is how I start a sentence, not a header.", "From: here is how I start a sentence, not a header."),
+    ("On second thought, here is what Sam wrote:\nit ships Monday.", "On second thought, here is what Sam wrote:\nit ships Monday."),
 ])
 def test_quoted_history_and_signatures_are_stripped(reply: str, expected: str) -> None:
     assert strip_reply(reply) == expected
@@ -595,7 +596,7 @@ async def test_the_whole_story_through_the_http_api(smtp: FakeSMTP, start_desk: 
     assert relay.part("text/plain").startswith("Ana wrote:\n\nAre you there?")
     assert relay.message["In-Reply-To"] == dispatch.message["Message-ID"]
 
-    await mail_in(harness, reply_to(relay, "Hi Ana, I'm Sam. Found it at the depot.\n\nOn Mon, Desk wrote:\n> Are you there?"))
+    await mail_in(harness, reply_to(relay, "Hi Ana, I'm Sam. Found it at the depot.\n\nOn Mon, 3 Jun 2024 at 10:02, Handoff Desk <desk@example.com> wrote:\n> Are you there?"))
     assert (await harness.messages(cid))[-1]["text"] == "Hi Ana, I'm Sam. Found it at the depot."
     await mail_in(harness, reply_to(dispatch, "/release resolved\nParcel re-routed\n\n-- \nSam"))
     handoff = await harness.handoff(sid)
