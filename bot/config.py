@@ -196,7 +196,31 @@ class OpenAIAgentConfig(_Section):
         return http_url(value, "https://api.openai.com/v1")
 
 
-AgentConfig = Annotated[RulesAgentConfig | OpenAIAgentConfig, Field(discriminator="kind")]
+class WebhookAgentConfig(_Section):
+    """The owner's own bot as the brain: each turn is a signed JSON POST to `url`, answered
+    with replies and tool calls (bot/agents/webhook.py documents the exchange)."""
+
+    kind: Literal["webhook"]
+    url: str = Field(description="Where turns are POSTed, e.g. https://bot.example.com/handoff-desk/turn.")
+    secret: SecretStr = Field(description="Shared HMAC secret (at least 16 characters); the bot checks X-Handoff-Signature with it.")
+    timeout: Duration = Field(default=timedelta(seconds=30), description="Per request, before retries.")
+    max_retries: int = Field(default=2, ge=0, le=10, description="Retries of connection errors, timeouts, 429 and 5xx.")
+    max_tool_rounds: int = Field(default=5, ge=1, le=20)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value, "https://bot.example.com/handoff-desk/turn")
+
+    @field_validator("secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (generate one with: openssl rand -hex 32)")
+        return value
+
+
+AgentConfig = Annotated[RulesAgentConfig | OpenAIAgentConfig | WebhookAgentConfig, Field(discriminator="kind")]
 
 
 class LoggingConfig(_Section):
@@ -405,7 +429,7 @@ def _kind_tags(model: type[BaseModel]) -> tuple[Any, ...]:
 
 # Discriminated unions put the tag into an error's location (`agent.rules.name`); people
 # think of the key path without it (`agent.name`).
-_UNION_TAGGED_KEYS = {"agent": {"rules", "openai"}}
+_UNION_TAGGED_KEYS = {"agent": {"rules", "openai", "webhook"}}
 
 
 def _without_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:

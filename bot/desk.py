@@ -135,6 +135,7 @@ class Desk:
         await self.outbox.stop()
         await self.background.close()
         await self.channels.stop()
+        await self.agent.aclose()
         await self.db.dispose()
         self.started = False
 

@@ -76,6 +76,9 @@ class AgentChannel(ChannelAdapter):
         assert self._deliver is not None, "start() checks the binding"
         return await self._deliver(self, outbound)
 
+    async def stop(self) -> None:
+        await self.agent.aclose()
+
 
 class Siblings:
     def __init__(

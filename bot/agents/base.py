@@ -43,3 +43,6 @@ class Agent(ABC):
     @abstractmethod
     async def respond(self, turn: Turn) -> list[str]:
         """Return the replies for this turn (possibly none)."""
+
+    async def aclose(self) -> None:
+        """Release connections (HTTP clients) when the desk stops."""

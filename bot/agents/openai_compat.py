@@ -16,22 +16,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import structlog
 from openai import AsyncOpenAI
 
+from bot.agents import loop
 from bot.agents.base import Agent, Turn, TurnMessage
 from bot.config import OpenAIAgentConfig
-from bot.tools import tool_error
-
-log = structlog.get_logger(__name__)
-
-
-# After these succeed the conversation is someone else's: a person's or the first agent's.
-ENDS_THE_TURN = ("handoff_request", "handoff_release")
-
-
-class ToolRoundsExhausted(RuntimeError):
-    """The model kept calling tools without answering; the router answers with its fallback."""
 
 
 class OpenAIAgent(Agent):
@@ -45,11 +34,17 @@ class OpenAIAgent(Agent):
             max_retries=config.max_retries,
         )
 
+    async def aclose(self) -> None:
+        await self.client.close()
+
     async def respond(self, turn: Turn) -> list[str]:
         messages = self.messages(turn)
         tools = [spec.render("openai") for spec in turn.tools]
-        replies: list[str] = []
-        for _ in range(self.config.max_tool_rounds + 1):
+
+        async def ask(results: list[loop.ToolResult]) -> loop.Answer:
+            messages.extend(
+                {"role": "tool", "tool_call_id": r.call.id, "content": json.dumps(r.result)} for r in results
+            )
             completion = await self.client.chat.completions.create(
                 model=self.config.model,
                 messages=messages,  # type: ignore[arg-type]
@@ -57,25 +52,15 @@ class OpenAIAgent(Agent):
                 **({"temperature": self.config.temperature} if self.config.temperature is not None else {}),
             )
             answer = completion.choices[0].message
-            if answer.content and answer.content.strip():
-                replies.append(answer.content.strip())
-            calls = answer.tool_calls or []
-            if not calls:
-                return replies
-            messages.append(answer.model_dump(include={"role", "content", "tool_calls"}, exclude_none=True))
-            handed_off: dict[str, Any] | None = None
-            for call in calls:
-                name = call.function.name  # type: ignore[union-attr]
-                result = await self._run(turn, name, call.function.arguments)  # type: ignore[union-attr]
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
-                if name in ENDS_THE_TURN and result.get("ok"):
-                    handed_off = result
-            if handed_off is not None:  # the conversation belongs to someone else now
-                if not replies and handed_off.get("action") == "handoff_session_started":
-                    replies.append(_handed_off(handed_off))
-                return replies
-        log.warning("agent_tool_rounds_exhausted", conversation_id=turn.conversation_id, rounds=self.config.max_tool_rounds)
-        raise ToolRoundsExhausted(f"the model was still calling tools after {self.config.max_tool_rounds} rounds")
+            calls = [
+                loop.ToolCall(call.id, call.function.name, call.function.arguments)  # type: ignore[union-attr]
+                for call in answer.tool_calls or []
+            ]
+            if calls:  # the model's own message, so the tool results that follow answer it
+                messages.append(answer.model_dump(include={"role", "content", "tool_calls"}, exclude_none=True))
+            return loop.Answer([answer.content or ""], calls)
+
+        return await loop.run(turn, ask, max_rounds=self.config.max_tool_rounds)
 
     def messages(self, turn: Turn) -> list[dict[str, Any]]:
         """The chat history as the model sees it: our system prompt first, then every message
@@ -84,14 +69,6 @@ class OpenAIAgent(Agent):
         about = ", ".join(x for x in (turn.subscriber_name, turn.subscriber_email and f"<{turn.subscriber_email}>") if x)
         prompt = self.config.system_prompt + (f"\n\nThe customer: {about}." if about else "")
         return [{"role": "system", "content": prompt}, *(_chat_message(m) for m in turn.history)]
-
-    @staticmethod
-    async def _run(turn: Turn, name: str, arguments: str | None) -> dict[str, Any]:
-        try:
-            args = json.loads(arguments or "{}")
-        except ValueError as exc:
-            return tool_error("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
-        return await turn.call_tool(name, args)
 
 
 def _chat_message(message: TurnMessage) -> dict[str, Any]:
@@ -104,7 +81,3 @@ def _chat_message(message: TurnMessage) -> dict[str, Any]:
         return {"role": "system", "content": f"{who} (a person from the team) wrote to the customer: {message.text}"}
     return {"role": "system", "content": message.text}
 
-
-def _handed_off(result: dict[str, Any]) -> str:
-    """What the subscriber is told when the model called handoff_request and said nothing."""
-    return f"I've asked {result['channel_label']} to join — usually {result['estimated_response']}. They'll reply here."

@@ -1,0 +1,83 @@
+"""The model ↔ tools loop shared by agents whose brain is elsewhere (an LLM API, the owner's
+webhook): ask, run the tool calls it made through the registry, feed the results back,
+until it answers without calling tools.
+
+Rejected calls (unknown tool, invalid or unparsable arguments) are results like any other,
+so the brain can correct itself; the rounds are bounded so a confused model cannot spin.
+A successful `handoff_request` or `handoff_release` ends the turn at once: the conversation
+belongs to someone else from then on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bot.agents.base import Turn
+from bot.tools import tool_error
+
+# After these succeed the conversation is someone else's: a person's, or the first agent's.
+ENDS_THE_TURN = ("handoff_request", "handoff_release")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str | dict[str, Any] | None  # raw JSON text as models send it, or already parsed
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call: ToolCall
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One round of the brain: what it says, and the tools it wants run."""
+
+    text: list[str]
+    calls: list[ToolCall]
+
+
+Ask = Callable[[list[ToolResult]], Awaitable[Answer]]
+
+
+class ToolRoundsExhausted(RuntimeError):
+    """The brain kept calling tools without answering; the router answers with its fallback."""
+
+
+async def run(turn: Turn, ask: Ask, *, max_rounds: int) -> list[str]:
+    """`ask(results)` gets the results of the previous round's calls (none at first)."""
+    replies: list[str] = []
+    results: list[ToolResult] = []
+    for _ in range(max_rounds + 1):
+        answer = await ask(results)
+        replies.extend(t.strip() for t in answer.text if t and t.strip())
+        if not answer.calls:
+            return replies
+        results = [ToolResult(call, await _execute(turn, call)) for call in answer.calls]
+        ended = next((r.result for r in results if r.call.name in ENDS_THE_TURN and r.result.get("ok")), None)
+        if ended is not None:
+            if not replies and ended.get("action") == "handoff_session_started":
+                replies.append(_handed_off(ended))
+            return replies
+    raise ToolRoundsExhausted(f"still calling tools after {max_rounds} rounds")
+
+
+async def _execute(turn: Turn, call: ToolCall) -> dict[str, Any]:
+    arguments = call.arguments
+    if arguments is None or isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError as exc:
+            return tool_error("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
+    return await turn.call_tool(call.name, arguments)  # type: ignore[arg-type]
+
+
+def _handed_off(result: dict[str, Any]) -> str:
+    """What the subscriber is told when the brain called handoff_request and said nothing."""
+    return f"I've asked {result['channel_label']} to join — usually {result['estimated_response']}. They'll reply here."
