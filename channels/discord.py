@@ -52,6 +52,7 @@ import asyncio
 import contextvars
 import hashlib
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -181,7 +182,7 @@ class DiscordConfig(ChannelConfig):
 # --------------------------------------------------------------------------- text helpers
 
 
-_LINE_START = re.compile(r"^(\s*)(\d+\.\s|[-+*]\s)", re.MULTILINE)
+_NUMBERED = re.compile(r"^(\s*\d+)\.(?=\s)", re.MULTILINE)
 
 
 def escape(text: str) -> str:
@@ -192,7 +193,8 @@ def escape(text: str) -> str:
     from discord.utils import escape_markdown, escape_mentions
 
     text = escape_markdown(text.replace("\x00", "\ufffd"))
-    text = _LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+    # Numbered lists: Discord only honours a backslash before punctuation, so escape the dot.
+    text = _NUMBERED.sub(r"\1\\.", text)
     return escape_mentions(text.replace("<", "\\<"))
 
 
@@ -335,6 +337,18 @@ def _trace_config() -> aiohttp.TraceConfig:
     return trace
 
 
+def _quiet_irrelevant_sdk_warnings(record: logging.LogRecord) -> bool:
+    """discord.py warns at every client creation that voice is unsupported, and at every
+    login that an Interactions Endpoint URL is set (so *its* app commands would not work).
+    We use neither voice nor its app commands; the endpoint is ours. Operators should not
+    have to learn to ignore those lines."""
+    message = str(record.msg)
+    return not (message.startswith("davey is not installed") or message.startswith("Application has an interaction endpoint URL"))
+
+
+_SDK_LOGGER = "discord.client"
+
+
 # --------------------------------------------------------------------------- the adapter
 
 
@@ -368,6 +382,9 @@ class DiscordChannel(ChannelAdapter):
         from discord.gateway import DiscordWebSocket
         from discord.http import Route
 
+        sdk_log = logging.getLogger(_SDK_LOGGER)
+        if _quiet_irrelevant_sdk_warnings not in sdk_log.filters:
+            sdk_log.addFilter(_quiet_irrelevant_sdk_warnings)
         intents = discord.Intents.none()
         intents.guilds = intents.guild_messages = intents.message_content = True
         client = discord.Client(

@@ -185,7 +185,7 @@ def test_people_s_text_shows_as_typed_and_pings_nobody() -> None:
     escaped = escape(text)
     assert escaped == ("\\*\\*now\\*\\* \\_x\\_ \\`c\\` \\|\\|s\\|\\| \\~\\~y\\~\\~ \\[link](https://evil.example) "
                        "https://shop.example/a_b \\<@123> \\<#5> \\<t:1:R> @\u200beveryone @\u200bhere")
-    assert escape("# big\n> quote\n-# small\n- item\n1. first") == "\\# big\n\\> quote\n\\-# small\n\\- item\n\\1. first"
+    assert escape("# big\n> quote\n-# small\n- item\n1. first\n  12. second") == "\\# big\n\\> quote\n\\-# small\n\\- item\n1\\. first\n  12\\. second"
 
 
 def test_long_text_is_split_into_messages_that_fit_even_after_escaping() -> None:

@@ -1,0 +1,197 @@
+"""Discord relay benchmark: subscriber -> Discord thread throughput through the whole server,
+next to the bare discord.py client posting the same messages to the same fake.
+
+Run:  python bench/discord_relay.py [--latency-ms 0 30] [--conversations 8] [--messages 400]
+
+Everything runs in one process against tests/fake_discord.py on 127.0.0.1 (REST and
+gateway; it checks embed and content limits like Discord and echoes every post over the
+gateway, which the desk's client receives and drops as its own).
+
+1. **Desk**: a started Desk on a fresh SQLite file with one Discord channel and
+   `--conversations` active handoffs (dispatched through the tool, each with its thread).
+   One task per conversation posts its share of `--messages` subscriber messages, in order,
+   to `POST /api/conversations/{cid}/messages`; the outbox relays them. Timed from the
+   first POST until the fake has every relay.
+2. **Adapter alone**: `DiscordChannel.send` for the same relays (escaping, nonce, error
+   mapping), one task per conversation, with the latency of each send (p50 / p99).
+3. **Bare discord.py**: `HTTPClient.request` posting the same JSON to the same threads.
+
+Figures are wall-clock on whatever machine runs this; nothing here asserts a threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
+
+import httpx  # noqa: E402
+
+from bot.app import create_app  # noqa: E402
+from bot.config import Config  # noqa: E402
+from bot.desk import Desk  # noqa: E402
+from bot.logs import configure_logging  # noqa: E402
+from tests.fake_discord import BOT_USER, STAFF_CHANNEL, FakeDiscord  # noqa: E402
+
+TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.BeNcH1.discord-bot-token-for-bench"
+REQUEST = {"channel_id": 1, "summary": "Ana's order #1234 is a week late and she wants a person to check it.",
+           "expected_action": "Look up order #1234 and tell Ana when it will arrive."}
+TEXT = "message {k}: is there any news on my order? It was due on **Monday** & I need it <soon>."
+
+
+def relays(fake: FakeDiscord) -> int:
+    return sum(1 for thread in fake.threads for m in fake.messages.get(thread, []) if m["author"]["id"] == BOT_USER["id"])
+
+
+def quantiles(samples: list[float]) -> tuple[float, float]:
+    cuts = statistics.quantiles(samples, n=100)
+    return cuts[49] * 1000, cuts[98] * 1000
+
+
+async def bench_desk(fake: FakeDiscord, tmp: Path, conversations: int, messages: int) -> float:
+    config = Config.from_mapping({
+        "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}",
+        "secret_key": "bench-secret-key-0123456789",
+        "server": {"public_url": "http://desk.test"},
+        "channels": [{"id": 1, "kind": "discord", "label": "Discord", "bot_token": TOKEN, "channel_id": STAFF_CHANNEL,
+                      "api_base_url": fake.api_url, "gateway_url": fake.gateway_url}],
+    })
+    desk = Desk(config, run_timers=False)
+    await desk.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)), base_url="http://desk.test")
+    try:
+        cids = []
+        for _ in range(conversations):
+            cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
+            result = (await client.post(f"/api/conversations/{cid}/tools/handoff_request", json=REQUEST)).json()
+            assert result.get("ok"), result
+            cids.append(cid)
+        per_conversation = messages // conversations
+        total = per_conversation * conversations
+        before = relays(fake)
+
+        async def subscriber(cid: str) -> None:
+            for k in range(per_conversation):
+                response = await client.post(f"/api/conversations/{cid}/messages", json={"text": TEXT.format(k=k)})
+                assert response.json()["routed_to"] == "human", response.text
+
+        started = time.perf_counter()
+        await asyncio.gather(*(subscriber(cid) for cid in cids))
+        await fake.wait_for(lambda: relays(fake) - before >= total, timeout=600)
+        elapsed = time.perf_counter() - started
+        assert relays(fake) - before == total  # nothing sent twice
+        return total / elapsed
+    finally:
+        await client.aclose()
+        await desk.stop()
+
+
+async def bench_adapter(fake: FakeDiscord, conversations: int, messages: int) -> tuple[float, list[float]]:
+    from bot.rendering import Renderer
+    from channels.base import ChannelContext, HandoffBrief, Outbound
+    from channels.discord import DiscordChannel, DiscordConfig
+
+    async def nowhere(_message: object) -> None:
+        return None
+
+    adapter = DiscordChannel(DiscordConfig(id=1, label="Discord", bot_token=TOKEN, channel_id=STAFF_CHANNEL,
+                                           api_base_url=fake.api_url, gateway=False))
+    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    try:
+        threads = []
+        for i in range(conversations):
+            brief = HandoffBrief(handoff_session_id=f"hs_bench{i}", short_code=f"B{i}", conversation_id="c",
+                                 summary=REQUEST["summary"], expected_action=REQUEST["expected_action"])
+            receipt = await adapter.send(Outbound(purpose="dispatch", handoff_session_id=brief.handoff_session_id,
+                                                  text="dispatch", brief=brief, delivery_key=f"d{i}"))
+            threads.append(receipt.thread)
+        per_conversation = messages // conversations
+        latencies: list[float] = []
+
+        async def sender(i: int) -> None:
+            for k in range(per_conversation):
+                text = TEXT.format(k=k)
+                began = time.perf_counter()
+                await adapter.send(Outbound(purpose="relay", handoff_session_id=f"hs_bench{i}", text=f"Ana: {text}",
+                                            author="Ana", body=text, thread=threads[i], delivery_key=f"r{i}-{k}"))
+                latencies.append(time.perf_counter() - began)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(sender(i) for i in range(conversations)))
+        return per_conversation * conversations / (time.perf_counter() - started), latencies
+    finally:
+        await adapter.stop()
+
+
+async def bench_bare(fake: FakeDiscord, conversations: int, messages: int) -> tuple[float, list[float]]:
+    """discord.py's HTTP client alone: Route.BASE pointed at the fake for this run only."""
+    import discord
+    from discord.http import Route
+
+    old_base, Route.BASE = Route.BASE, fake.api_url
+    client = discord.Client(intents=discord.Intents.none())
+    try:
+        await client.http.static_login(TOKEN)
+        threads = []
+        for i in range(conversations):
+            message = await client.http.request(Route("POST", "/channels/{channel_id}/messages", channel_id=STAFF_CHANNEL),
+                                                json={"content": f"dispatch {i}"})
+            thread = await client.http.request(Route("POST", "/channels/{channel_id}/messages/{message_id}/threads",
+                                                     channel_id=STAFF_CHANNEL, message_id=message["id"]), json={"name": f"b{i}"})
+            threads.append(int(thread["id"]))
+        per_conversation = messages // conversations
+        latencies: list[float] = []
+
+        async def sender(thread_id: int) -> None:
+            for k in range(per_conversation):
+                began = time.perf_counter()
+                await client.http.request(Route("POST", "/channels/{channel_id}/messages", channel_id=thread_id), json={
+                    "content": "💬 **Ana**: " + discord.utils.escape_markdown(TEXT.format(k=k)),
+                    "allowed_mentions": {"parse": []}, "flags": 4})
+                latencies.append(time.perf_counter() - began)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(sender(t) for t in threads))
+        return per_conversation * conversations / (time.perf_counter() - started), latencies
+    finally:
+        await client.close()
+        Route.BASE = old_base
+
+
+async def main(latencies: list[float], conversations: int, messages: int) -> None:
+    configure_logging(level="error", fmt="console")
+    print("Handoff Desk Discord relay benchmark")
+    print(f"Python {platform.python_version()} | {os.cpu_count()} CPUs | {platform.platform()}")
+    print(f"{messages} messages over {conversations} conversations with an active handoff each\n", flush=True)
+    print(f"{'fake latency':>12} | {'desk msg/s':>10} | {'adapter msg/s':>13} | {'adapter p50/p99 ms':>18} | "
+          f"{'bare msg/s':>10} | {'bare p50/p99 ms':>15} | {'desk/bare':>9} | {'adapter/bare':>12}")
+    with tempfile.TemporaryDirectory(prefix="handoff-bench-discord-") as tmp:
+        for latency_ms in latencies:
+            fake = await FakeDiscord(token=TOKEN, latency=latency_ms / 1000).start()
+            try:
+                bare, bare_lat = await bench_bare(fake, conversations, messages)
+                adapter, adapter_lat = await bench_adapter(fake, conversations, messages)
+                desk = await bench_desk(fake, Path(tmp), conversations, messages)
+            finally:
+                await fake.stop()
+            a50, a99 = quantiles(adapter_lat)
+            b50, b99 = quantiles(bare_lat)
+            print(f"{latency_ms:>9g} ms | {desk:>10.1f} | {adapter:>13.1f} | {a50:>8.1f} / {a99:>7.1f} | {bare:>10.1f} | "
+                  f"{b50:>6.1f} / {b99:>6.1f} | {desk / bare:>9.2f} | {adapter / bare:>12.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Discord latency per request (default 0)")
+    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
+    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
+    args = parser.parse_args()
+    asyncio.run(main(args.latency_ms, args.conversations, args.messages))
