@@ -634,7 +634,9 @@ class WhatsAppChannel(ChannelAdapter):
                 raise UncertainDeliveryError(text, hint="Twilio did not answer in time; the message may have been sent") from exc
             raise TransientChannelError(text, hint="Twilio did not answer in time") from exc
         except (TwilioException, ValueError) as exc:  # an answer the SDK could not read (a proxy's HTML page)
-            raise TransientChannelError(f"Twilio: unreadable answer to '{what}'", hint=f"Twilio answered oddly ({exc})") from exc
+            cls = UncertainDeliveryError if may_have_landed else TransientChannelError
+            raise cls(f"Twilio: unreadable answer to '{what}' ({type(exc).__name__})",
+                      hint="Twilio's answer could not be read" + ("; the message may have been sent" if may_have_landed else "")) from exc
 
     def _api_error(self, what: str, status: int, code: Any, detail: Any, may_have_landed: bool, number: str | None,
                    template: bool) -> ChannelError:

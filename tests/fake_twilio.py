@@ -33,6 +33,7 @@ import itertools
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -60,6 +61,7 @@ class Call:
     form: dict[str, str]
     authorized: bool
     status: int = 0
+    at: float = field(default_factory=time.monotonic)  # when it arrived (bench latencies)
 
 
 @dataclass

@@ -184,12 +184,13 @@ async def test_a_brief_at_every_maximum_still_fits_one_message_with_its_link(fak
 
 async def test_with_content_sid_the_dispatch_is_the_approved_template(fake: FakeTwilio, start_desk: StartDesk) -> None:
     variables = {"1": "summary", "2": "expected_action", "3": "link", "4": "short_code"}
-    harness = await start(start_desk, fake, channel={"content_sid": CONTENT_SID, "content_variables": variables})
+    harness = await start(start_desk, fake, channel={"content_sid": CONTENT_SID, "content_variables": variables,
+                                                     "status_callback": True})
     cid = await harness.conversation()
     sid, code = await dispatched(harness, cid, summary="Ana's *order*\n\n1234   is     late.\tPlease check it today.",
                                  expected_action="Call the carrier,\nthen tell Ana.")
     request = fake.requests()[-1]
-    assert request["ContentSid"] == CONTENT_SID and "Body" not in request
+    assert request["ContentSid"] == CONTENT_SID and "Body" not in request and request["StatusCallback"] == WEBHOOK_URL
     assert json.loads(request["ContentVariables"]) == {
         "1": "Ana's ∗order∗ 1234 is late. Please check it today.", "2": "Call the carrier, then tell Ana.",
         "3": (await harness.handoff(sid))["form_url"], "4": f"#{code}",
@@ -414,6 +415,18 @@ async def test_error_classes_at_the_adapter(fake: FakeTwilio) -> None:
         await impatient.stop()
     assert "may have been sent" in caught.value.hint
     assert fake.messages[-1]["body"] == "#A1B2 *Ana*: hi"  # it did reach Twilio
+
+
+async def test_with_a_template_a_relay_outside_the_window_says_the_template_opens_the_conversation(fake: FakeTwilio) -> None:
+    adapter = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake, to=[ANA_PHONE], content_sid=CONTENT_SID)))
+    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=_drop, render=Renderer().render))
+    fake.fail(400, 63016, "outside the allowed window")
+    try:
+        with pytest.raises(PermanentChannelError) as caught:
+            await adapter.send(Outbound(purpose="relay", handoff_session_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi"))
+    finally:
+        await adapter.stop()
+    assert "messages follow once they answer it" in caught.value.hint and "Configure content_sid" not in caught.value.hint
 
 
 async def test_one_refused_number_does_not_fail_a_dispatch_that_reached_the_other(fake: FakeTwilio, start_desk: StartDesk) -> None:

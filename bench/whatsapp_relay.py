@@ -1,0 +1,152 @@
+"""WhatsApp relay benchmark: subscriber -> WhatsApp (Twilio) through the whole desk, next to the bare SDK.
+
+Run:  python bench/whatsapp_relay.py [--latency-ms 0 30] [--conversations 8] [--messages 400]
+
+Everything runs in one process against the fake Twilio REST API of tests/fake_twilio.py on
+127.0.0.1 (it checks auth, numbers and body length like Twilio, and can add a per-request
+latency to stand in for the network). The channel has one recipient number, so one relay is
+one Twilio request.
+
+For each latency:
+1. **Desk**: a started Desk on a fresh SQLite file with one WhatsApp channel and
+   `--conversations` conversations with an active handoff each (all on the channel's one
+   shared line). One task per conversation posts its share of `--messages` subscriber
+   messages, in order, to `POST /api/conversations/{cid}/messages` (httpx.ASGITransport);
+   the outbox relays them. Throughput from the first POST until the fake has every relay;
+   latency per message from its POST to its arrival at the fake (p50, p99).
+2. **Bare SDK**: twilio's `Client` with the same async HTTP client sending the same number
+   of messages (`messages.create_async`) to the same fake, one task per conversation, in
+   order: the floor the SDK and the fake allow on this machine (latency per call).
+
+Figures are wall-clock on whatever machine runs this; nothing here asserts a threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
+
+import httpx  # noqa: E402
+
+from bot.app import create_app  # noqa: E402
+from bot.config import Config  # noqa: E402
+from bot.desk import Desk  # noqa: E402
+from bot.logs import configure_logging  # noqa: E402
+from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio  # noqa: E402
+
+REQUEST = {"channel_id": 1, "summary": "Ana's order #1234 is a week late and she wants a person to check it.",
+           "expected_action": "Look up order #1234 and tell Ana when it will arrive."}
+TEXT = "c{c} message {k}: is there any news on my order? It was due on *Monday* & I need it soon."
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+async def bench_desk(fake: FakeTwilio, tmp: Path, conversations: int, messages: int) -> tuple[float, list[float]]:
+    config = Config.from_mapping({
+        "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}",
+        "secret_key": "bench-secret-key-0123456789",
+        "server": {"public_url": "http://desk.test"},
+        "channels": [{"id": 1, "kind": "whatsapp", "label": "On-call", "account_sid": ACCOUNT_SID, "auth_token": AUTH_TOKEN,
+                      "from": SENDER, "to": [ANA_PHONE], "api_base_url": fake.base_url}],
+    })
+    desk = Desk(config, run_timers=False)
+    await desk.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)), base_url="http://desk.test")
+    try:
+        cids = []
+        for _ in range(conversations):
+            cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
+            result = (await client.post(f"/api/conversations/{cid}/tools/handoff_request", json=REQUEST)).json()
+            assert result.get("ok"), result
+            cids.append(cid)
+        per_conversation = messages // conversations
+        before = len(fake.messages)
+        total = per_conversation * conversations
+        posted: dict[str, float] = {}
+
+        async def subscriber(c: int, cid: str) -> None:
+            for k in range(per_conversation):
+                text = TEXT.format(c=c, k=k)
+                posted[text] = time.monotonic()
+                response = await client.post(f"/api/conversations/{cid}/messages", json={"text": text})
+                assert response.json()["routed_to"] == "human", response.text
+
+        started = time.perf_counter()
+        await asyncio.gather(*(subscriber(c, cid) for c, cid in enumerate(cids)))
+        await fake.wait_for(lambda: len(fake.messages) - before >= total, timeout=600)
+        elapsed = time.perf_counter() - started
+        assert len(fake.messages) - before == total  # nothing sent twice
+        arrived = {c.form["Body"].split(": ", 1)[1].replace("∗", "*"): c.at for c in fake.calls if c.form.get("Body")}
+        latencies = [(arrived[text] - at) * 1000 for text, at in posted.items()]
+        return total / elapsed, latencies
+    finally:
+        await client.aclose()
+        await desk.stop()
+
+
+async def bench_bare(fake: FakeTwilio, conversations: int, messages: int) -> tuple[float, list[float]]:
+    """The same sends with the twilio SDK alone (its async client, pointed at the fake)."""
+    from twilio.rest import Client
+
+    from channels.whatsapp import _http_client_class
+
+    client = Client(ACCOUNT_SID, AUTH_TOKEN, http_client=_http_client_class()(fake.base_url, 10.0))
+    per_conversation = messages // conversations
+    latencies: list[float] = []
+
+    async def sender(c: int) -> None:
+        for k in range(per_conversation):
+            began = time.monotonic()
+            await client.messages.create_async(from_=SENDER, to=ANA_PHONE, body=f"#ABCD *Ana*: {TEXT.format(c=c, k=k)}")
+            latencies.append((time.monotonic() - began) * 1000)
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(sender(c) for c in range(conversations)))
+        return per_conversation * conversations / (time.perf_counter() - started), latencies
+    finally:
+        await client.http_client.close()
+
+
+async def main(latencies: list[float], conversations: int, messages: int) -> None:
+    configure_logging(level="error", fmt="console")
+    print("Handoff Desk WhatsApp (Twilio) relay benchmark")
+    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
+    print(f"{messages} messages over {conversations} conversations with an active handoff each, one recipient number\n", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="handoff-bench-wa-") as tmp:
+        for latency_ms in latencies:
+            fake = await FakeTwilio(latency=latency_ms / 1000).start()
+            try:
+                bare, bare_ms = await bench_bare(fake, conversations, messages)
+                desk, desk_ms = await bench_desk(fake, Path(tmp), conversations, messages)
+            finally:
+                await fake.stop()
+            rows.append((latency_ms, desk, desk_ms, bare, bare_ms))
+            print(f"  latency {latency_ms:g} ms done", flush=True)
+    print(f"\n{'fake latency':>12} | {'desk msg/s':>10} | {'desk p50/p99 ms':>15} | {'bare msg/s':>10} | {'bare p50/p99 ms':>15} | "
+          f"{'desk / bare':>11}")
+    for latency_ms, desk, desk_ms, bare, bare_ms in rows:
+        print(f"{latency_ms:>9g} ms | {desk:>10.1f} | {percentile(desk_ms, 50):>7.1f}/{percentile(desk_ms, 99):<7.1f} | "
+              f"{bare:>10.1f} | {percentile(bare_ms, 50):>7.1f}/{percentile(bare_ms, 99):<7.1f} | {desk / bare:>11.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Twilio latency per request (default 0)")
+    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
+    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
+    args = parser.parse_args()
+    asyncio.run(main(args.latency_ms, args.conversations, args.messages))
