@@ -7,6 +7,8 @@ by a conditional update in the database, not by anything held in this object.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from functools import partial
 from typing import Any
 
@@ -120,6 +122,9 @@ class Desk:
             public_url=self.config.public_url,
             deliver_inbound=partial(self.inbound.submit, channel_id),
             render=self.renderer.render,
+            secret=hmac.new(
+                self.config.secret_key.get_secret_value().encode(), f"channel:{channel_id}".encode(), hashlib.sha256,
+            ).digest(),
         )
 
     async def settle(self) -> None:

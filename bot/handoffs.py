@@ -696,12 +696,11 @@ def parse_release_command(text: str) -> tuple[str | None, str | None] | None:
     Returns (outcome, note) or None when the text is not a release command. An unknown
     first word is part of the note, so `/release done, refunded` still releases.
     """
-    stripped = text.strip()
-    head, _, rest = stripped.partition(" ")
-    if head.split("@", 1)[0].lower() != "/release":  # chat commands may carry "@botname"
+    words = text.split(maxsplit=1)  # any whitespace: "/release\nnote" from a mail client too
+    if not words or words[0].split("@", 1)[0].lower() != "/release":  # chat commands may carry "@botname"
         return None
-    rest = rest.strip()
-    first, _, remainder = rest.partition(" ")
-    if first.lower() in ("resolved", "unresolved", "needs_followup"):
-        return first.lower(), remainder.strip()[:MAX_NOTE] or None
+    rest = words[1].strip() if len(words) > 1 else ""
+    parts = rest.split(maxsplit=1)
+    if parts and parts[0].lower() in ("resolved", "unresolved", "needs_followup"):
+        return parts[0].lower(), (parts[1].strip() if len(parts) > 1 else "")[:MAX_NOTE] or None
     return None, rest[:MAX_NOTE] or None

@@ -213,6 +213,10 @@ class ChannelContext:
     public_url: str
     deliver_inbound: InboundSink
     render: Callable[..., str]
+    # A key for the channel's own MACs (e.g. reply tokens in addresses), derived from the
+    # desk's secret_key and the channel id, so no adapter needs a secret of its own. Empty
+    # only when an adapter is started outside a desk (its tests).
+    secret: bytes = b""
 
 
 class ChannelAdapter(ABC):

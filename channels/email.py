@@ -9,7 +9,8 @@ behind the organisation's own mail server, which forwards the reply address to i
 
 How a reply finds its handoff, without a lookup table (so it survives restarts and works on
 any instance): every handoff has a *thread key*, 16 base32 characters of a hash of its id,
-and a *reply token*, the thread key plus a MAC of it under `reply_token_secret`. The token
+and a *reply token*, the thread key plus a MAC of it (keyed by the desk's secret_key, or by
+`reply_token_secret` when set). The token
 sits in the `Reply-To` plus-address (`desk+<token>@example.com`) and in every Message-ID we
 generate (`<hd.<token>.<random>@domain>`), so a reply maps back through the address it was
 sent to or through its `In-Reply-To` / `References` headers; the MAC means nobody can aim a
@@ -228,8 +229,8 @@ class EmailConfig(ChannelConfig):
     )
     reply_token_secret: SecretStr | None = Field(
         default=None,
-        description="Key for the MAC in reply tokens (any long random string). Derived from smtp.password when empty; "
-        "set it when the SMTP server has no password.",
+        description="Key for the MAC in reply tokens (any long random string). By default derived from the desk's "
+        "secret_key; set it to keep replies to old mails working across a secret_key rotation.",
     )
     accept_forwarded: bool = Field(
         default=True,
@@ -443,12 +444,20 @@ class EmailChannel(ChannelAdapter):
         self._server: asyncio.base_events.Server | None = None
         self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
         self._recipients = {address.lower() for address in self.config.to}
-        secret = self.config.reply_token_secret or self.config.smtp.password
-        material = secret.get_secret_value().encode() if secret else self.config.from_address.lower().encode()
-        self._mac_key = hmac.new(material, b"handoff-desk email reply token", hashlib.sha256).digest()
+        self._mac_key = self._reply_token_key(b"")
         self._domain = self.config.from_address.rsplit("@", 1)[1].lower()
 
     # ------------------------------------------------------------------ tokens
+
+    def _reply_token_key(self, desk_secret: bytes) -> bytes:
+        """`reply_token_secret` if set, else the desk's per-channel secret, else (outside a
+        desk) the SMTP password or, unkeyed, the sender address."""
+        configured = self.config.reply_token_secret or (None if desk_secret else self.config.smtp.password)
+        if configured is not None:
+            material = configured.get_secret_value().encode()
+        else:
+            material = desk_secret or self.config.from_address.lower().encode()
+        return hmac.new(material, b"handoff-desk email reply token", hashlib.sha256).digest()
 
     @staticmethod
     def thread_key_of(handoff_session_id: str) -> str:
@@ -487,8 +496,9 @@ class EmailChannel(ChannelAdapter):
 
     async def start(self, ctx: ChannelContext) -> None:
         self._ctx = ctx
+        self._mac_key = self._reply_token_key(ctx.secret)
         await self.probe()  # refused credentials or a wrong security mode: unavailable, with the reason
-        if self.config.reply_token_secret is None and self.config.smtp.password is None:
+        if not ctx.secret and self.config.reply_token_secret is None and self.config.smtp.password is None:
             log.warning("email_reply_tokens_unkeyed", channel_id=self.id,
                         hint="set reply_token_secret: without it (and without an SMTP password) reply tokens are "
                              "only as secret as the handoff ids")
@@ -774,8 +784,6 @@ class EmailChannel(ChannelAdapter):
         text = _reply_text(message)
         if not text:
             return _Verdict("550 5.6.0 the reply is empty once the quoted message is removed: nothing to relay")
-        if text.split(maxsplit=1)[0].lower().startswith("/release"):
-            text = " ".join(text.split())  # "/release resolved\nShipped today" → one command with its note
         # The Message-ID is the sender's promise of identity (a retry carries the same one);
         # without one, the exact bytes. Hashed when long: the core keeps keys of 200 characters.
         dedupe = f"message-id:{message_id}" if message_id else "sha256:" + hashlib.sha256(raw).hexdigest()
