@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -130,6 +131,59 @@ def demo(
     from bot.demo import run_demo
 
     asyncio.run(run_demo(pause=pause))
+
+
+class McpTransport(StrEnum):
+    stdio = "stdio"
+    http = "http"
+
+
+@app.command()
+def mcp(
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="HANDOFF_URL", help="The running desk's base URL."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="HANDOFF_API_KEY", help="The desk's api.key, if it has one."),
+    transport: McpTransport = typer.Option(McpTransport.stdio, "--transport", help="stdio (Claude Desktop) or http (streamable HTTP at /mcp)."),
+    host: str = typer.Option("127.0.0.1", help="With --transport http: the address to listen on (loopback only)."),
+    port: int = typer.Option(8765, help="With --transport http: the port to listen on."),
+    subscriber_name: str | None = typer.Option(None, "--subscriber-name", help="The person the MCP client is talking to, for the desk's conversations."),
+    subscriber_email: str | None = typer.Option(None, "--subscriber-email", help="Their email (the default contact_back_email of a handoff)."),
+) -> None:
+    """Serve the desk's tools over the Model Context Protocol, for Claude Desktop or any MCP client.
+
+    A bridge to a running desk (`handoff serve`): every call goes through its HTTP API, so its
+    validation and audit trail apply. Each MCP session is one desk conversation. Tools: the
+    desk's own (handoff_request with the live channel list, ...) plus handoff_status and
+    conversation_messages.
+    """
+    import ipaddress
+
+    from bot.client import DeskClient
+    from bot.mcp_server import McpBridge, http_app, serve_stdio
+
+    if transport is McpTransport.http:
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:  # the endpoint has no authentication of its own, and holds the desk's key
+            typer.echo(f"refusing to serve MCP on {host}: the endpoint has no authentication of its own; "
+                       "listen on 127.0.0.1 and put an authenticating proxy in front to reach it from elsewhere", err=True)
+            raise typer.Exit(code=2)
+
+    async def run() -> None:
+        async with DeskClient(url, api_key=api_key) as desk:
+            bridge = McpBridge(desk, url=url, subscriber_name=subscriber_name, subscriber_email=subscriber_email)
+            if transport is McpTransport.stdio:
+                await serve_stdio(bridge)
+                return
+            import uvicorn
+
+            typer.echo(f"Handoff Desk MCP (streamable HTTP) on http://{host}:{port}/mcp -> desk {url}", err=True)
+            server = uvicorn.Server(uvicorn.Config(http_app(bridge, host=host), host=host, port=port,
+                                                   log_level="warning", timeout_graceful_shutdown=5))
+            await server.serve()
+
+    asyncio.run(run())
 
 
 def main() -> None:
