@@ -24,13 +24,19 @@ class ChannelState:
     available: bool = False
     problem: str | None = None
     retryable: bool = False
+    stale: bool = False  # lost after start: stop() it before starting it again
 
 
 class ChannelSet:
-    def __init__(self, configs: list[ChannelConfig], overrides: dict[int, ChannelAdapter] | None = None) -> None:
+    def __init__(
+        self, configs: list[ChannelConfig], overrides: dict[int, ChannelAdapter] | None = None,
+        on_change: Callable[[ChannelAdapter, bool], None] | None = None,
+    ) -> None:
         """`overrides` replaces the adapter built from config for a channel id; the demo and
-        tests use it to run a channel against a local server."""
+        tests use it to run a channel against a local server. `on_change(adapter, available)`
+        hears every start, failure and loss (for the metrics)."""
         overrides = overrides or {}
+        self._on_change = on_change or (lambda adapter, available: None)
         self._ctx_for: Callable[[int], ChannelContext] | None = None  # set by start()
         self._states: dict[int, ChannelState] = {}
         for config in configs:
@@ -45,10 +51,24 @@ class ChannelSet:
 
     async def retry_unavailable(self) -> None:
         """Start again the channels that failed with a transient error (the provider was
-        down when we started): run by the periodic sweep, so a blip at boot heals itself."""
+        down when we started, or its connection was lost later): run by the periodic sweep,
+        so a blip heals itself."""
         for cid, state in self._states.items():
             if state.retryable and not state.available:
+                if state.stale:
+                    await self._stop_one(cid, state)
                 await self._start_one(cid, state)
+
+    def lost(self, channel_id: int, error: ChannelError) -> None:
+        """An adapter reports it stopped working after a successful start."""
+        state = self._states[channel_id]
+        if not state.available:
+            return
+        state.available, state.stale = False, True
+        state.problem, state.retryable = error.hint, isinstance(error, TransientChannelError)
+        log.error("channel_lost", channel_id=channel_id, kind=state.adapter.kind, problem=error.hint,
+                  restart="on the next sweep" if state.retryable else "after the config is fixed and the desk restarted")
+        self._on_change(state.adapter, False)
 
     async def _start_one(self, cid: int, state: ChannelState) -> None:
         assert self._ctx_for is not None, "start() first"
@@ -57,26 +77,28 @@ class ChannelSet:
         except TransientChannelError as exc:
             state.problem, state.retryable = exc.hint, True
             log.warning("channel_unavailable_will_retry", channel_id=cid, kind=state.adapter.kind, problem=exc.hint)
-            return
         except ChannelError as exc:
             state.problem, state.retryable = exc.hint, False
             log.error("channel_unavailable", channel_id=cid, kind=state.adapter.kind, problem=exc.hint)
-            return
         except Exception as exc:  # a broken adapter must not stop the others
             state.problem, state.retryable = f"failed to start: {type(exc).__name__}", False
             log.exception("channel_start_crashed", channel_id=cid, kind=state.adapter.kind)
-            return
-        state.available, state.problem, state.retryable = True, None, False
-        log.info("channel_started", channel_id=cid, kind=state.adapter.kind)
+        else:
+            state.available, state.problem, state.retryable = True, None, False
+            log.info("channel_started", channel_id=cid, kind=state.adapter.kind)
+        self._on_change(state.adapter, state.available)
+
+    async def _stop_one(self, cid: int, state: ChannelState) -> None:
+        try:
+            await state.adapter.stop()
+        except Exception:
+            log.exception("channel_stop_failed", channel_id=cid)
+        state.available = state.stale = False
 
     async def stop(self) -> None:
         for cid, state in self._states.items():
-            if state.available:
-                try:
-                    await state.adapter.stop()
-                except Exception:
-                    log.exception("channel_stop_failed", channel_id=cid)
-                state.available = False
+            if state.available or state.stale:
+                await self._stop_one(cid, state)
 
     def adapters(self) -> list[ChannelAdapter]:
         """Every configured adapter, started or not, in config order."""

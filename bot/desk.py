@@ -59,7 +59,10 @@ class Desk:
         self.bus = ConversationBus()
         self.background = Background()
         self.renderer = Renderer()
-        self.channels = ChannelSet(config.channels, channel_overrides)
+        self.channels = ChannelSet(
+            config.channels, channel_overrides,
+            on_change=lambda adapter, up: self.metrics.channel_up.labels(str(adapter.id), adapter.kind).set(1 if up else 0),
+        )
         delivery = config.delivery
         self.outbox = Outbox(
             self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
@@ -108,8 +111,6 @@ class Desk:
         if upgrade:
             await self.db.upgrade()
         await self.channels.start(self._channel_context)
-        for state in self.channels.health():
-            self.metrics.channel_up.labels(str(state["id"]), str(state["kind"])).set(1 if state["available"] else 0)
         self.outbox.start()
         if self.run_timers:
             self.timers.start()
@@ -122,6 +123,7 @@ class Desk:
             public_url=self.config.public_url,
             deliver_inbound=partial(self.inbound.submit, channel_id),
             render=self.renderer.render,
+            lost=partial(self.channels.lost, channel_id),
             secret=hmac.new(
                 self.config.secret_key.get_secret_value().encode(), f"channel:{channel_id}".encode(), hashlib.sha256,
             ).digest(),

@@ -205,6 +205,10 @@ class WebhookReply:
 InboundSink = Callable[[InboundMessage], Awaitable[None]]
 
 
+def _nobody_listens(error: ChannelError) -> None:
+    """The `lost` of an adapter started outside a desk (its tests)."""
+
+
 @dataclass(frozen=True)
 class ChannelContext:
     """What the core hands an adapter on start: where it is reachable, where to put the
@@ -217,6 +221,10 @@ class ChannelContext:
     # desk's secret_key and the channel id, so no adapter needs a secret of its own. Empty
     # only when an adapter is started outside a desk (its tests).
     secret: bytes = b""
+    # Call when the channel stops working after start (a gateway that will not reconnect):
+    # the desk takes it out of handoff_request, shows the hint at /healthz and, when the
+    # error is transient, stops and starts the adapter again on its next sweep.
+    lost: Callable[[ChannelError], None] = _nobody_listens
 
 
 class ChannelAdapter(ABC):

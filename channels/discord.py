@@ -507,8 +507,9 @@ class DiscordChannel(ChannelAdapter):
         if task.cancelled() or self._client is None:
             return  # stopped by us
         error = self._gateway_error(task.exception())
-        log.error("discord_gateway_stopped", channel_id=self.id, hint=error.hint,
-                  consequence="replies typed in Discord threads are not received until the desk restarts")
+        log.error("discord_gateway_stopped", channel_id=self.id, hint=error.hint)
+        if self._ctx is not None:
+            self._ctx.lost(error)  # out of handoff_request until the sweep has it reconnected
 
     async def stop(self) -> None:
         client, task = self._client, self._gateway_task

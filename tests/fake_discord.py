@@ -329,6 +329,13 @@ class FakeDiscord:
     async def wait_connected(self, timeout: float = 5.0) -> None:
         await self.wait_for(lambda: self._ready_sockets, timeout)
 
+    async def revoke_token(self) -> None:
+        """The token is reset in the Developer Portal: open sessions are closed with 4004 and
+        every IDENTIFY after that is refused."""
+        self.token = "revoked"
+        for ws in list(self._ready_sockets):
+            await ws.close(code=4004, message=b"Authentication failed.")
+
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)

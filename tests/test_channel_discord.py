@@ -435,6 +435,20 @@ async def test_without_the_message_content_intent_the_channel_says_how_to_enable
         await fake.stop()
 
 
+async def test_a_gateway_that_cannot_reconnect_takes_the_channel_out_of_service(desk: Harness, fake: FakeDiscord) -> None:
+    cid = await desk.conversation()
+    await fake.revoke_token()
+    async with asyncio.timeout(5):
+        while desk.desk.channels.is_available(5):
+            await asyncio.sleep(0.01)  # the gateway task ends on the client's own schedule
+    [health] = desk.desk.channels.health()
+    assert "refused bot_token" in str(health["problem"])
+    tools = (await desk.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]
+    assert tools == []  # handoff_request is not offered with no channel that can deliver
+    await desk.desk.channels.retry_unavailable()  # a refused token is not retried: it needs a new config
+    assert not desk.desk.channels.is_available(5)
+
+
 async def test_probe_checks_the_token_and_the_channel(fake: FakeDiscord) -> None:
     channel = DiscordChannel(adapter_config(fake))
     assert await channel.probe() == (f"bot @handoff-desk ({BOT_USER['id']}), posting to #handoffs (guild 900000000000000001)")
