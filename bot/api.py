@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
 from sqlalchemy import text
 
+from bot.approvals import approval_view
 from bot.conversations import message_view
 from bot.desk import Desk
 from bot.handoffs import Outcome
@@ -176,6 +177,39 @@ async def release_handoff(sid: str, body: ReleaseBody | None = None, desk: Desk 
         )
         raise ApiError(409, "handoff_not_active", hint, state=result.session.state, handoff=view)
     return {"released": True, "resume_message_id": result.resume_message_id, "handoff": view}
+
+
+class DecisionBody(_Body):
+    decision: Literal["approve", "deny"]
+    reason: CleanStr | None = Field(default=None, max_length=2000)
+    always_allow: bool = False
+    decided_by: CleanStr = Field(default="owner (API)", min_length=1, max_length=200)
+
+
+@api.get("/approvals")
+async def list_approvals(
+    state: Literal["pending", "approved", "denied", "expired", "unrouted", "cleared"] | None = None,
+    limit: int = Query(default=100, ge=1, le=500),
+    desk: Desk = Depends(get_desk),
+) -> dict[str, Any]:
+    return {"approvals": [approval_view(a) for a in await desk.approvals.listing(state=state, limit=limit)]}
+
+
+@api.get("/approvals/{aid}")
+async def get_approval(aid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    return approval_view(await desk.approvals.get(aid))
+
+
+@api.post("/approvals/{aid}/decision")
+async def decide_approval(aid: str, body: DecisionBody, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    result = await desk.approvals.decide(
+        aid, approve=body.decision == "approve", by=body.decided_by, via="api", reason=body.reason,
+        always_allow=body.always_allow,
+    )
+    if not result.changed:
+        raise ApiError(409, "approval_not_pending", f"the approval is {result.approval.state}; the decision changed nothing",
+                       approval=approval_view(result.approval))
+    return approval_view(await desk.approvals.get(aid))
 
 
 # --------------------------------------------------------------------------- outside /api

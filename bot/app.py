@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from bot.api import ApiError, api, public
+from bot.approval_pages import router as approval_pages
 from bot.desk import Desk
 from bot.errors import DeskError
 from bot.inbox import inbox, install_inbox_errors
@@ -48,6 +49,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
 
     app.include_router(inbox)
     app.include_router(form_pages)
+    app.include_router(approval_pages)
     install_inbox_errors(app)
 
     @app.exception_handler(ApiError)

@@ -9,17 +9,28 @@ misplaced token is not echoed to a terminal or a log.
 from __future__ import annotations
 
 import difflib
+import importlib
 import ipaddress
 import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args, get_origin
 from urllib.parse import urlparse
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SecretStr,
+    Tag,
+    ValidationError,
+    field_validator,
+)
 
 from channels import UnknownChannelKind, adapter_class, known_kinds
 from channels.base import ChannelConfig
@@ -223,6 +234,110 @@ class WebhookAgentConfig(_Section):
 AgentConfig = Annotated[RulesAgentConfig | OpenAIAgentConfig | WebhookAgentConfig, Field(discriminator="kind")]
 
 
+RESERVED_TOOL_NAMES = ("handoff_request", "handoff_release", "request_user_action", "response_user_action")
+
+
+class HttpActionRun(_Section):
+    """Run the action by POSTing the approved arguments to the owner's endpoint, signed like
+    the webhook agent's turns (X-Handoff-Signature over timestamp + body)."""
+
+    url: str
+    secret: SecretStr
+    timeout: Duration = timedelta(seconds=30)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value, "https://shop.example.com/hooks/refund")
+
+    @field_validator("secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (generate one with: openssl rand -hex 32)")
+        return value
+
+
+class CallableActionRun(_Section):
+    """Run the action by calling a Python function (sync or async) with the arguments."""
+
+    callable: str = Field(description='"package.module:function", importable by the server.')
+
+    @field_validator("callable")
+    @classmethod
+    def _importable(cls, value: str) -> str:
+        module_name, _, attribute = value.partition(":")
+        if not module_name or not attribute:
+            raise ValueError('must look like "package.module:function"')
+        try:
+            target = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot import {value!r} ({type(exc).__name__}: {exc})") from None
+        if not callable(target):
+            raise ValueError(f"{value!r} is not callable")
+        return value
+
+
+def _run_form(value: Any) -> str:
+    """Which form of `run:` an entry means: a callable, or else an HTTP endpoint (so a
+    half-written entry gets the HTTP form's errors, naming url and secret)."""
+    if isinstance(value, dict):
+        return "callable" if "callable" in value else "url"
+    return "callable" if isinstance(value, CallableActionRun) else "url"
+
+
+ActionRun = Annotated[
+    Annotated[HttpActionRun, Tag("url")] | Annotated[CallableActionRun, Tag("callable")], Discriminator(_run_form),
+]
+
+
+class ActionConfig(_Section):
+    """An action the agent may call as a tool, gated by a person's approval per `policy`."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="The tool name the model calls, e.g. refund_order.")
+    description: str = Field(min_length=10, max_length=1000, description="What it does, for the model and the approver.")
+    risk: Literal["low", "medium", "high"] = "medium"
+    policy: Literal["none", "ask", "ask_always"] = Field(
+        default="ask", description="none: runs at once; ask: a person approves (may allow always for the conversation); "
+        "ask_always: a person approves every call.",
+    )
+    approval_channels: list[int] = Field(default_factory=list, description="Channel ids the approval prompt goes to.")
+    timeout: Duration = Field(default=timedelta(minutes=5), description="Unanswered for this long: denied.")
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments (an object); calls are validated against it.",
+    )
+    run: ActionRun
+
+    @field_validator("id")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_TOOL_NAMES:
+            raise ValueError(f"{value!r} is a built-in tool name")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _sensible_timeout(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=10) <= value <= timedelta(days=1):
+            raise ValueError("must be between 10s and 24h")
+        return value
+
+    @field_validator("input_schema")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(value)
+        except SchemaError as exc:
+            raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+        if value.get("type") != "object":
+            raise ValueError('must describe an object: {type: object, properties: {…}}')
+        return value
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -241,6 +356,7 @@ class Config(_Section):
     handoff: HandoffSettings = HandoffSettings()
     delivery: DeliverySettings = DeliverySettings()
     agent: AgentConfig = RulesAgentConfig()
+    actions: list[ActionConfig] = Field(default_factory=list)
     logging: LoggingConfig = LoggingConfig()
     # Validated per kind against the adapter's own model by `Config.from_mapping`.
     channels: list[Any] = Field(default_factory=list)
@@ -299,6 +415,7 @@ class Config(_Section):
                     channels.append(channel)
         problems.extend(_cross_checks(raw_channels if isinstance(raw_channels, list) else []))
         if config is not None:
+            problems.extend(_action_checks(config, channels))
             problems.extend(exposure_problems(config))
         if problems or config is None:
             raise ConfigError(problems)
@@ -344,6 +461,23 @@ def _cross_checks(raw_channels: list[Any]) -> list[ConfigProblem]:
             if cid in seen:
                 problems.append(ConfigProblem(f"channels[{index}].id", f"duplicate id {cid} (also used by channels[{seen[cid]}])"))
             seen.setdefault(cid, index)
+    return problems
+
+
+def _action_checks(config: Config, channels: list[ChannelConfig]) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    known = sorted(c.id for c in channels)
+    seen: dict[str, int] = {}
+    for index, action in enumerate(config.actions):
+        if action.id in seen:
+            problems.append(ConfigProblem(f"actions[{index}].id", f"duplicate id {action.id!r} (also actions[{seen[action.id]}])"))
+        seen.setdefault(action.id, index)
+        for position, cid in enumerate(action.approval_channels):
+            if cid not in known:
+                problems.append(ConfigProblem(
+                    f"actions[{index}].approval_channels[{position}]",
+                    f"no channel with id {cid} (configured: {', '.join(map(str, known)) or 'none'})",
+                ))
     return problems
 
 
@@ -403,23 +537,28 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for part in loc:
         if isinstance(part, int):
             continue
-        members = _models_in(current)
-        tagged = [m for m in members if part in _kind_tags(m)] if len(members) > 1 else []
+        members = _members(current)
+        tagged = [m for tag, m in members if part == tag or part in _kind_tags(m)] if len(members) > 1 else []
         if tagged:
             current = tagged[0]
             continue
-        if len(members) != 1 or part not in members[0].model_fields:
+        if len(members) != 1 or part not in members[0][1].model_fields:
             return []
-        current = members[0].model_fields[part].annotation
-    members = _models_in(current)
-    return list(members[0].model_fields) if len(members) == 1 else []
+        current = members[0][1].model_fields[part].annotation
+    members = _members(current)
+    return list(members[0][1].model_fields) if len(members) == 1 else []
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models an annotation can hold: X, list[X], X | None, Annotated[A | B, …]."""
+def _members(annotation: Any) -> list[tuple[str | None, type[BaseModel]]]:
+    """The pydantic models an annotation can hold (X, list[X], X | None, Annotated[A | B, …]),
+    each with its union Tag when it has one."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+        return [(None, annotation)]
+    if get_origin(annotation) is Annotated:
+        inner, *metadata = get_args(annotation)
+        tag = next((m.tag for m in metadata if isinstance(m, Tag)), None)
+        return [(tag or inner_tag, model) for inner_tag, model in _members(inner)]
+    return [member for arg in get_args(annotation) for member in _members(arg)]
 
 
 def _kind_tags(model: type[BaseModel]) -> tuple[Any, ...]:
@@ -429,14 +568,15 @@ def _kind_tags(model: type[BaseModel]) -> tuple[Any, ...]:
 
 # Discriminated unions put the tag into an error's location (`agent.rules.name`); people
 # think of the key path without it (`agent.name`).
-_UNION_TAGGED_KEYS = {"agent": {"rules", "openai", "webhook"}}
+_UNION_TAGGED_KEYS = {"agent": {"rules", "openai", "webhook"}, "run": {"url", "callable"}}
 
 
 def _without_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     kept: list[Any] = []
-    for part in loc:
-        if kept and part in _UNION_TAGGED_KEYS.get(str(kept[-1]), ()):
-            continue
+    for position, part in enumerate(loc):
+        after = loc[position - 1] if position else None
+        if after is not None and part in _UNION_TAGGED_KEYS.get(str(after), ()):
+            continue  # the tag right after its key; a field of the same name further in stays
         kept.append(part)
     return tuple(kept)
 
@@ -541,4 +681,8 @@ def config_warnings(config: Config) -> list[str]:
         warnings.append("api.key: empty, so the HTTP API accepts unauthenticated calls")
     if not any(c.enabled for c in config.channels):
         warnings.append("channels: no enabled channel, so the agent cannot hand off to anyone")
+    for index, action in enumerate(config.actions):
+        if action.policy != "none" and not action.approval_channels:
+            warnings.append(f"actions[{index}].approval_channels: empty, so every call of {action.id} is denied "
+                            "(fail closed); name a channel that can ask a person")
     return warnings

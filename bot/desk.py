@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from bot import audit, conversations
 from bot.agents import Agent, build_agent
+from bot.approvals import Approvals
 from bot.background import Background
 from bot.bus import ConversationBus
 from bot.channel_set import ChannelSet
@@ -34,6 +35,7 @@ from bot.shared_lines import SharedLines
 from bot.siblings import Siblings
 from bot.timers import IdleTimers
 from bot.tools import ToolRegistry
+from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
 from channels.base import ChannelAdapter, ChannelContext
 from forms.links import FormLinks
@@ -73,7 +75,13 @@ class Desk:
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, metrics=self.metrics, bus=self.bus, forms=self.forms,
         )
-        self.tools = ToolRegistry([HandoffRequestTool(), HandoffReleaseTool()])
+        self.approvals = Approvals(
+            db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
+            renderer=self.renderer, bus=self.bus, secret_keys=config.signing_keys, public_url=config.public_url,
+        )
+        self.tools = ToolRegistry([
+            HandoffRequestTool(), HandoffReleaseTool(), *(ActionTool(action, self.approvals) for action in config.actions),
+        ])
         self.agent = agent or build_agent(config.agent)
         self.router = Router(
             db=self.db, clock=self.clock, handoffs=self.handoffs, channels=self.channels, outbox=self.outbox,
@@ -88,6 +96,7 @@ class Desk:
             db=self.db, clock=self.clock, handoffs=self.handoffs, metrics=self.metrics, background=self.background,
             kind_of=lambda cid: getattr(self.channels.get(cid), "kind", "unknown"),
             lines=SharedLines(db=self.db, clock=self.clock, outbox=self.outbox, renderer=self.renderer),
+            approvals=self.approvals,
             shared_line=self._shared_line,
         )
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
@@ -96,6 +105,8 @@ class Desk:
         self.handoffs.on_released.append(self.timers.on_released)
         self.handoffs.on_released.append(self.router.after_release)
         self.handoffs.on_failed_with_messages.append(self.router.after_failed_dispatch)
+        self.approvals.on_settled.append(self.router.after_approval)
+        self.timers.also_on_sweep.append(self.approvals.expire_due)
         self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
         self.started = False
@@ -111,6 +122,7 @@ class Desk:
         if upgrade:
             await self.db.upgrade()
         await self.channels.start(self._channel_context)
+        await self.approvals.clear_unanswerable()
         self.outbox.start()
         if self.run_timers:
             self.timers.start()

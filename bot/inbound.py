@@ -20,6 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from bot import audit
+from bot.approvals import Approvals
 from bot.background import Background
 from bot.clock import Clock
 from bot.db import Database
@@ -36,11 +37,12 @@ log = structlog.get_logger(__name__)
 class Inbound:
     def __init__(
         self, *, db: Database, clock: Clock, handoffs: Handoffs, metrics: Metrics, background: Background,
-        kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool],
+        kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool], approvals: Approvals,
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
         self.lines = lines
+        self.approvals = approvals
         self._shared_line = shared_line  # channel id -> whether its handoffs share one line (no threads)
         self._order_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -98,6 +100,8 @@ class Inbound:
 
     async def _handle(self, event: InboundEvent) -> str:
         message = InboundMessage.model_validate(event.payload)
+        if message.decision is not None:
+            return await self._decide(event, message)
         route: Route | None = None
         if self._shared_line(event.channel_id):
             route = await self.lines.route(event.channel_id, message.thread_key, message.text)
@@ -120,6 +124,25 @@ class Inbound:
         if route is not None and route.ambiguous:
             await self.lines.acknowledge(event.channel_id, route)
         return await self._finish(event, "done", "relayed", handoff_session_id=sid)
+
+    async def _decide(self, event: InboundEvent, message: InboundMessage) -> str:
+        """An Approve / Deny button pressed in a channel; it counts only in a channel the
+        prompt was sent to."""
+        decision = message.decision
+        assert decision is not None
+        try:
+            approval = await self.approvals.get(decision.approval_id)
+        except DeskError as exc:
+            return await self._finish(event, "ignored", exc.message)
+        if event.channel_id not in approval.channel_ids:
+            return await self._finish(event, "ignored", f"approval {approval.id} was not asked in this channel")
+        result = await self.approvals.decide(
+            approval.id, approve=decision.approve, by=message.author or "recipient", via=f"channel:{event.channel_id}",
+            reason=decision.reason, always_allow=decision.always_allow,
+        )
+        if not result.changed:
+            return await self._finish(event, "ignored", f"approval {approval.id} is already {result.approval.state}")
+        return await self._finish(event, "done", f"approval {result.approval.state}")
 
     async def _finish(self, event: InboundEvent, state: str, result: str, handoff_session_id: str | None = None) -> str:
         now = self.clock.now()

@@ -177,6 +177,51 @@ class OutboxItem(SQLModel, table=True):
     sent_at: datetime | None = None
 
 
+class Approval(SQLModel, table=True):
+    """One gated invocation: the exact arguments a person is asked about, their decision
+    and the receipt (who, when, through what), and what running the action returned."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (Index("ix_approvals_state_deadline", "state", "deadline"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True, max_length=40)
+    action_id: str = Field(max_length=64)
+    description: str = Field(sa_type=Text)
+    risk: str = Field(max_length=8)
+    policy: str = Field(max_length=12)
+    arguments: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    arguments_hash: str = Field(max_length=64)  # sha256 of the canonical JSON: the decision is bound to it
+    # pending → approved | denied | expired, or straight to unrouted (no approval channel)
+    # or cleared (its prompt cannot be answered any more); only `approved` ever runs.
+    state: str = Field(max_length=12)
+    channel_ids: list[int] = Field(default_factory=list, sa_type=JSON)  # where the prompt went
+    created_at: datetime
+    deadline: datetime
+    decided_at: datetime | None = None
+    decided_by: str | None = Field(default=None, max_length=200)
+    decided_via: str | None = Field(default=None, max_length=40)
+    reason: str | None = Field(default=None, sa_type=Text)
+    always_allow: bool = False
+    run_state: str | None = Field(default=None, max_length=12)  # running | succeeded | failed
+    result: dict[str, Any] | None = Field(default=None, sa_type=JSON)  # what the action returned
+    error: str | None = Field(default=None, sa_type=Text)
+
+
+class ApprovalGrant(SQLModel, table=True):
+    """"Always allow" for one action shape (action id + argument keys) in one conversation."""
+
+    __tablename__ = "approval_grants"
+    __table_args__ = (UniqueConstraint("conversation_id", "action_id", "shape", name="uq_approval_grants_shape"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id", max_length=40)
+    action_id: str = Field(max_length=64)
+    shape: str = Field(max_length=1000)
+    approval_id: str = Field(max_length=40)
+    created_at: datetime
+
+
 class InboundEvent(SQLModel, table=True):
     """A recipient message as received, deduplicated on the provider's event id."""
 

@@ -18,6 +18,7 @@ import structlog
 
 from bot import conversations
 from bot.agents import Agent, Turn, TurnMessage
+from bot.agents.base import Trigger
 from bot.background import Background
 from bot.bus import ConversationBus
 from bot.channel_set import ChannelSet
@@ -91,7 +92,7 @@ class Router:
         return ToolContext(conversation=conversation, handoffs=self.handoffs, channels=self.channels, actor=actor)
 
     async def agent_turn(
-        self, conversation_id: str, *, trigger: Literal["message", "resumed"], agent: Agent | None = None,
+        self, conversation_id: str, *, trigger: Trigger, agent: Agent | None = None,
     ) -> tuple[list[Message], str | None]:
         """Run one agent turn and store its replies. Returns the replies and the id of a
         handoff the agent started during the turn, if any. `agent` replaces the desk's own
@@ -100,7 +101,7 @@ class Router:
             return await self._agent_turn(conversation_id, trigger=trigger, agent=agent)
 
     async def _agent_turn(
-        self, conversation_id: str, *, trigger: Literal["message", "resumed"], agent: Agent | None = None,
+        self, conversation_id: str, *, trigger: Trigger, agent: Agent | None = None,
     ) -> tuple[list[Message], str | None]:
         async with self.db.read() as session:
             conversation = await conversations.get(session, conversation_id)
@@ -156,6 +157,10 @@ class Router:
         self.background.spawn(
             self.agent_turn(handoff.conversation_id, trigger="message"), name=f"held:{handoff.conversation_id}"
         )
+
+    def after_approval(self, conversation_id: str) -> None:
+        """The agent reads how its approval request ended and tells the subscriber."""
+        self.background.spawn(self.agent_turn(conversation_id, trigger="approval"), name=f"approval:{conversation_id}")
 
     def after_release(self, handoff: HandoffSession) -> None:
         """The agent picks the conversation up as soon as a handoff ends, instead of

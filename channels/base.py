@@ -83,6 +83,33 @@ class HandoffBrief(BaseModel):
     idle_timeout_seconds: float = 1800
 
 
+class ApprovalBrief(BaseModel):
+    """An approval prompt: the exact invocation a person is asked to allow. Adapters with
+    buttons offer Approve / Deny (and "always allow" when `allow_always`), and report a
+    press as an InboundMessage with `decision`; every adapter can fall back to the
+    `decision_url` page, which is in the text too."""
+
+    approval_id: str
+    action_id: str
+    description: str
+    risk: Literal["low", "medium", "high"]
+    arguments: dict[str, Any]
+    conversation_id: str
+    subscriber_name: str | None = None
+    decision_url: str
+    allow_always: bool
+    expires_at: str
+
+
+class Decision(BaseModel):
+    """A person's answer to an approval prompt, pressed in the channel itself."""
+
+    approval_id: str
+    approve: bool
+    always_allow: bool = False
+    reason: str | None = Field(default=None, max_length=2000)
+
+
 class Outbound(BaseModel):
     """One message to deliver. `text` is always a complete plain-text rendering; `brief`
     carries the structure for richer markup. `thread` is the receipt data of the dispatch,
@@ -104,7 +131,10 @@ class Outbound(BaseModel):
     # What a notice announces, so an adapter can also update the dispatch (e.g. remove its
     # buttons once the handoff is released). "routing" answers a recipient on a shared line
     # (no threads): which handoff their message went to, or the list of active ones.
-    notice: Literal["released", "form_link", "routing"] | None = None
+    notice: Literal["released", "form_link", "routing", "approval", "approval_closed"] | None = None
+    # For approval notices: the prompt (notice "approval") or how it ended ("approval_closed",
+    # so an adapter can remove the buttons). Then `handoff_session_id` is the approval id.
+    approval: ApprovalBrief | None = None
 
     @property
     def short_code(self) -> str:
@@ -142,6 +172,8 @@ class InboundMessage(BaseModel):
     text: str
     author: str | None = None
     dedupe_key: str | None = None
+    # A press of an approval button: the core decides the approval instead of relaying text.
+    decision: Decision | None = None
 
 
 # --------------------------------------------------------------------------- errors

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from bot.tools import ToolSpec
 
+Trigger = Literal["message", "resumed", "approval"]
+
 
 @dataclass(frozen=True)
 class TurnMessage:
@@ -31,8 +33,9 @@ class Turn:
     tools: list[ToolSpec]
     call_tool: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
     # "message": the subscriber wrote; "resumed": a handoff just ended and the agent may
-    # pick the conversation up without waiting for the subscriber.
-    trigger: Literal["message", "resumed"] = "message"
+    # pick the conversation up without waiting for the subscriber; "approval": an approval
+    # it asked for was decided (an [Approval — …] system message is the last message).
+    trigger: Trigger = "message"
     tool_calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
     def tool(self, name: str) -> ToolSpec | None:

@@ -5,7 +5,7 @@ until it answers without calling tools.
 Rejected calls (unknown tool, invalid or unparsable arguments) are results like any other,
 so the brain can correct itself; the rounds are bounded so a confused model cannot spin.
 A successful `handoff_request` or `handoff_release` ends the turn at once: the conversation
-belongs to someone else from then on.
+belongs to someone else from then on. So does a call waiting for a person's approval.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from bot.tools import tool_error
 
 # After these succeed the conversation is someone else's: a person's, or the first agent's.
 ENDS_THE_TURN = ("handoff_request", "handoff_release")
+WAITING_FOR_APPROVAL = "I need a person's approval for that first; I'll get back to you as soon as they decide."
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,19 @@ async def run(turn: Turn, ask: Ask, *, max_rounds: int) -> list[str]:
         if not answer.calls:
             return replies
         results = [ToolResult(call, await _execute(turn, call)) for call in answer.calls]
-        ended = next((r.result for r in results if r.call.name in ENDS_THE_TURN and r.result.get("ok")), None)
+        ended = next((r.result for r in results if _ends_the_turn(r)), None)
         if ended is not None:
             if not replies and ended.get("action") == "handoff_session_started":
                 replies.append(_handed_off(ended))
+            elif not replies and ended.get("status") == "APPROVAL_PENDING":
+                replies.append(WAITING_FOR_APPROVAL)
             return replies
     raise ToolRoundsExhausted(f"still calling tools after {max_rounds} rounds")
+
+
+def _ends_the_turn(done: ToolResult) -> bool:
+    """A handoff started or ended, or an approval is pending: nothing more to do this turn."""
+    return bool(done.call.name in ENDS_THE_TURN and done.result.get("ok")) or done.result.get("status") == "APPROVAL_PENDING"
 
 
 async def _execute(turn: Turn, call: ToolCall) -> dict[str, Any]:

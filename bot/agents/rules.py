@@ -28,6 +28,8 @@ class RulesAgent(Agent):
     async def respond(self, turn: Turn) -> list[str]:
         if turn.trigger == "resumed":
             return [self._welcome_back(turn)]
+        if turn.trigger == "approval":
+            return [_approval_outcome(turn)]
         last = next((m for m in reversed(turn.history) if m.role == "subscriber"), None)
         if last is None:
             return []
@@ -86,6 +88,15 @@ class RulesAgent(Agent):
         if "Outcome: resolved" not in resumed.text:
             reply += " It looks like this isn't fully settled yet; say \"talk to a person\" to reach the team again."
         return reply + " Anything else I can help with?"
+
+
+def _approval_outcome(turn: Turn) -> str:
+    note = next((m.text for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[Approval")), "")
+    if "PERMISSION_DENIED" in note:
+        return "I'm sorry: that wasn't approved, so I haven't done it."
+    if "approved and ran" in note:
+        return "Good news: that was approved and it's done."
+    return "That was approved, but it didn't go through. Someone from the team will look into it."
 
 
 def _summary(turn: Turn) -> str:

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from bot.handoffs import Handoffs
 
 
+class InvalidToolInput(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error["details"]["hint"])
+        self.error = error
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -61,6 +67,13 @@ class Tool(ABC):
         """Facts known only at call time (e.g. which channels are up), for the input model's validators."""
         return {}
 
+    def parse(self, ctx: ToolContext, raw: dict[str, Any]) -> Any:
+        """The validated input; raise InvalidToolInput with the error result otherwise."""
+        try:
+            return self.input_model.model_validate(raw, context=self.validation_context(ctx))
+        except ValidationError as exc:
+            raise InvalidToolInput(validation_error(exc)) from None
+
     @abstractmethod
     async def run(self, ctx: ToolContext, args: Any) -> dict[str, Any]: ...
 
@@ -91,9 +104,9 @@ class ToolRegistry:
         if not isinstance(raw, dict):
             return await tool.rejected(ctx, tool_error("invalid_input", "the tool input must be a JSON object"))
         try:
-            args = tool.input_model.model_validate(raw, context=tool.validation_context(ctx))
-        except ValidationError as exc:
-            return await tool.rejected(ctx, validation_error(exc))
+            args = tool.parse(ctx, raw)
+        except InvalidToolInput as exc:
+            return await tool.rejected(ctx, exc.error)
         try:
             return await tool.run(ctx, args)
         except DeskError as exc:

@@ -1,0 +1,80 @@
+"""Running a declared action (config `actions:`) with the arguments a person approved.
+
+Two ways, both declared by the owner: POST to their endpoint, signed exactly like the
+webhook agent's turns (`X-Handoff-Signature: v1=HMAC(secret, "<timestamp>." + body)`, with
+the approval id as `X-Handoff-Delivery` so a repeat can be recognised), or a Python callable
+(sync or async) imported by path. Nothing here retries: an action may not be idempotent, so
+a timeout is reported as "may or may not have run" and the agent is told to check.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import time
+from typing import Any
+
+import httpx
+
+from bot.agents.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from bot.config import ActionConfig, CallableActionRun, HttpActionRun
+
+
+class ActionFailed(Exception):
+    """The action was approved but did not complete; the message is for the agent and owner."""
+
+
+async def run_action(action: ActionConfig, *, approval_id: str | None, conversation_id: str,
+                     arguments: dict[str, Any]) -> dict[str, Any]:
+    """Run `action` once; its result as a JSON object (other JSON values come as {"value": …})."""
+    if isinstance(action.run, CallableActionRun):
+        return await _call(action.run, arguments)
+    return await _post(action.run, action.id, approval_id, conversation_id, arguments)
+
+
+async def _call(run: CallableActionRun, arguments: dict[str, Any]) -> dict[str, Any]:
+    module_name, _, attribute = run.callable.partition(":")
+    function = getattr(importlib.import_module(module_name), attribute)
+    try:
+        result = function(dict(arguments))
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception as exc:
+        raise ActionFailed(f"{run.callable} raised {type(exc).__name__}: {exc}") from exc
+    return _as_object(result)
+
+
+async def _post(run: HttpActionRun, action_id: str, approval_id: str | None, conversation_id: str,
+                arguments: dict[str, Any]) -> dict[str, Any]:
+    body = json.dumps({
+        "action": action_id, "approval_id": approval_id, "conversation_id": conversation_id, "arguments": arguments,
+    }, separators=(",", ":")).encode()
+    timestamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json", TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(run.secret.get_secret_value(), timestamp, body),
+        **({DELIVERY_HEADER: approval_id} if approval_id else {}),
+    }
+    try:
+        async with httpx.AsyncClient(timeout=run.timeout.total_seconds()) as client:
+            response = await client.post(run.url, content=body, headers=headers)
+    except httpx.TimeoutException:
+        raise ActionFailed(f"{run.url} did not answer within {run.timeout.total_seconds():g}s; "
+                           "the action may or may not have run") from None
+    except httpx.HTTPError as exc:
+        raise ActionFailed(f"could not reach {run.url} ({type(exc).__name__}); the action did not run") from None
+    if response.status_code >= 300:
+        raise ActionFailed(f"{run.url} answered {response.status_code}: {response.text[:300]}")
+    try:
+        return _as_object(response.json())
+    except ValueError:
+        return {"status": response.status_code, "body": response.text[:2000]}
+
+
+def _as_object(value: Any) -> dict[str, Any]:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        value = repr(value)
+    return value if isinstance(value, dict) else {"value": value}

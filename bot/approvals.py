@@ -1,0 +1,352 @@
+"""Approvals: a person decides whether the agent may run one concrete invocation.
+
+The agent stays the actor. A call of a gated action (config `actions:`, policy `ask` or
+`ask_always`) stores an approval with the exact normalized arguments and their hash, sends
+an Approve / Deny prompt through the action's approval channels, and ends the agent's turn
+with `APPROVAL_PENDING`. When a person decides, the stored arguments, and only those, run;
+the agent then reads an `[Approval — …]` system message with the result and carries on.
+
+Fail closed, each recorded distinctly in the audit trail: no approval channel available
+(`approval_unrouted`), a denial (`approval_denied`, with the person's reason for the agent),
+no answer before the deadline (`approval_expired`), and a prompt nobody can answer any
+more after a restart because its channels left the config (`approval_cleared`) all end in
+`PERMISSION_DENIED`, and the action does not run. A decision is a compare-and-set on a
+pending, unexpired approval: a link or button works once and only for its own approval id;
+a late decision changes nothing. A call with other arguments is another approval.
+
+`ask` may let the person "always allow" the same action shape (action id + argument keys)
+for the rest of the conversation; `ask_always` never does. The receipt (who, when, through
+what, the argument hash) is kept for the owner and never put into the model's context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+from itsdangerous import BadSignature, URLSafeSerializer
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from bot import audit, conversations
+from bot.actions import ActionFailed, run_action
+from bot.bus import ConversationBus
+from bot.channel_set import ChannelSet
+from bot.clock import Clock
+from bot.config import ActionConfig
+from bot.db import Database
+from bot.errors import NotFound
+from bot.models import Approval, ApprovalGrant, Conversation
+from bot.outbox import Outbox
+from bot.rendering import Renderer
+from channels.base import ApprovalBrief, Outbound
+
+log = structlog.get_logger(__name__)
+
+PENDING, APPROVED, DENIED, EXPIRED, UNROUTED, CLEARED = "pending", "approved", "denied", "expired", "unrouted", "cleared"
+SALT = "handoff-desk.approval-decision.v1"
+
+
+def canonical(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def arguments_hash(arguments: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical(arguments).encode()).hexdigest()
+
+
+def shape_of(arguments: dict[str, Any]) -> str:
+    """What "always allow" covers: the action with the same argument keys, any values."""
+    return ",".join(sorted(arguments))
+
+
+def approval_view(approval: Approval) -> dict[str, Any]:
+    """For the owner: the invocation, its state, the receipt and what running it returned."""
+    def iso(value: datetime | None) -> str | None:
+        return value.isoformat() if value else None
+
+    return {
+        "approval_id": approval.id, "conversation_id": approval.conversation_id, "action": approval.action_id,
+        "description": approval.description, "risk": approval.risk, "policy": approval.policy,
+        "arguments": approval.arguments, "state": approval.state, "created_at": iso(approval.created_at),
+        "deadline": iso(approval.deadline), "channel_ids": approval.channel_ids,
+        "receipt": {
+            "decided_by": approval.decided_by, "decided_at": iso(approval.decided_at), "via": approval.decided_via,
+            "reason": approval.reason, "always_allow": approval.always_allow, "arguments_hash": approval.arguments_hash,
+        },
+        "run_state": approval.run_state, "result": approval.result, "error": approval.error,
+    }
+
+
+def permission_denied(approval_id: str | None, hint: str, **details: Any) -> dict[str, Any]:
+    return {"error": "PERMISSION_DENIED", "details": {"hint": hint, "approval_id": approval_id, **details}}
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    changed: bool
+    approval: Approval
+
+
+class Approvals:
+    def __init__(
+        self, *, db: Database, clock: Clock, actions: list[ActionConfig], channels: ChannelSet, outbox: Outbox,
+        renderer: Renderer, bus: ConversationBus, secret_keys: list[str], public_url: str,
+    ) -> None:
+        self.db, self.clock, self.channels, self.outbox, self.renderer, self.bus = db, clock, channels, outbox, renderer, bus
+        self.actions = {a.id: a for a in actions}
+        self._links = URLSafeSerializer(secret_keys, salt=SALT)
+        self.public_url = public_url.rstrip("/")
+        # Told when the agent has an [Approval — …] message to read (the router runs a turn).
+        self.on_settled: list[Callable[[str], Any]] = []
+
+    # ------------------------------------------------------------------ links
+
+    def decision_url(self, approval_id: str) -> str:
+        return f"{self.public_url}/a/{self._links.dumps(approval_id)}"
+
+    def approval_id(self, token: str) -> str | None:
+        try:
+            value = self._links.loads(token)
+        except BadSignature:
+            return None
+        return value if isinstance(value, str) else None
+
+    # ------------------------------------------------------------------ the agent's call
+
+    async def request(self, conversation: Conversation, action: ActionConfig, arguments: dict[str, Any],
+                      *, actor: str) -> dict[str, Any]:
+        """The tool call of a declared action, its input already valid."""
+        if action.policy == "none":
+            return await self._run_now(conversation, action, arguments, actor=actor, why="policy none")
+        if action.policy == "ask" and await self._granted(conversation.id, action, arguments):
+            return await self._run_now(conversation, action, arguments, actor=actor, why="always allowed in this conversation")
+        now = self.clock.now()
+        routes = [cid for cid in action.approval_channels if self.channels.is_available(cid)]
+        approval = Approval(
+            id=f"ap_{secrets.token_urlsafe(12)}", conversation_id=conversation.id, action_id=action.id,
+            description=action.description, risk=action.risk, policy=action.policy, arguments=arguments,
+            arguments_hash=arguments_hash(arguments), state=PENDING if routes else UNROUTED, channel_ids=routes,
+            created_at=now, deadline=now + action.timeout,
+        )
+        async with self.db.transaction() as session:
+            session.add(approval)
+            await session.flush()
+            if not routes:
+                await audit.record(session, "approval_unrouted", at=now, actor=actor, conversation_id=conversation.id,
+                                   approval_id=approval.id, action=action.id, arguments_hash=approval.arguments_hash,
+                                   configured=action.approval_channels)
+                return permission_denied(approval.id, "no approval channel is available to ask a person, so the action "
+                                         "did not run (fail closed); tell the user it cannot be done right now")
+            await audit.record(session, "approval_requested", at=now, actor=actor, conversation_id=conversation.id,
+                               approval_id=approval.id, action=action.id, risk=action.risk, policy=action.policy,
+                               arguments_hash=approval.arguments_hash, channel_ids=routes,
+                               deadline=approval.deadline.isoformat())
+            for channel_id in routes:
+                await self.outbox.queue(session, channel_id=channel_id, now=now,
+                                        outbound=self._prompt(approval, conversation))
+        return {
+            "status": "APPROVAL_PENDING", "approval_id": approval.id, "action": action.id,
+            "expires_at": approval.deadline.isoformat(),
+            "hint": "A person has been asked to approve this exact call. Your turn ends here: tell the user you are "
+                    "waiting for approval. The outcome arrives as a system message starting with \"[Approval —\".",
+        }
+
+    async def _granted(self, conversation_id: str, action: ActionConfig, arguments: dict[str, Any]) -> bool:
+        async with self.db.read() as session:
+            found = await session.scalar(select(ApprovalGrant.id).where(
+                ApprovalGrant.conversation_id == conversation_id, ApprovalGrant.action_id == action.id,
+                ApprovalGrant.shape == shape_of(arguments),
+            ))
+        return found is not None
+
+    async def _run_now(self, conversation: Conversation, action: ActionConfig, arguments: dict[str, Any], *,
+                       actor: str, why: str) -> dict[str, Any]:
+        now = self.clock.now()
+        try:
+            result = await run_action(action, approval_id=None, conversation_id=conversation.id, arguments=arguments)
+        except ActionFailed as exc:
+            async with self.db.transaction() as session:
+                await audit.record(session, "action_failed", at=now, actor=actor, conversation_id=conversation.id,
+                                   action=action.id, arguments_hash=arguments_hash(arguments), why=why, error=str(exc))
+            return {"error": "action_failed", "details": {"hint": str(exc)}}
+        async with self.db.transaction() as session:
+            await audit.record(session, "action_ran", at=now, actor=actor, conversation_id=conversation.id,
+                               action=action.id, arguments_hash=arguments_hash(arguments), why=why)
+        return {"ok": True, "status": "done", "action": action.id, "result": result}
+
+    def _prompt(self, approval: Approval, conversation: Conversation) -> Outbound:
+        brief = ApprovalBrief(
+            approval_id=approval.id, action_id=approval.action_id, description=approval.description,
+            risk=approval.risk, arguments=approval.arguments, conversation_id=approval.conversation_id,  # type: ignore[arg-type]
+            subscriber_name=conversation.subscriber_name, decision_url=self.decision_url(approval.id),
+            allow_always=approval.policy == "ask", expires_at=approval.deadline.isoformat(),
+        )
+        text = self.renderer.render("messages/approval_prompt.txt", approval=brief,
+                                    arguments=json.dumps(approval.arguments, indent=2, ensure_ascii=False)).strip()
+        return Outbound(purpose="notice", notice="approval", handoff_session_id=approval.id, text=text, body=text,
+                        approval=brief)
+
+    # ------------------------------------------------------------------ decisions
+
+    async def listing(self, *, state: str | None, limit: int) -> list[Approval]:
+        async with self.db.read() as session:
+            query = select(Approval).order_by(Approval.created_at.desc()).limit(limit)
+            if state is not None:
+                query = query.where(Approval.state == state)
+            return list((await session.scalars(query)).all())
+
+    async def get(self, approval_id: str) -> Approval:
+        async with self.db.read() as session:
+            approval = await session.get(Approval, approval_id)
+        if approval is None:
+            raise NotFound("approval", approval_id)
+        return approval
+
+    async def decide(self, approval_id: str, *, approve: bool, by: str, via: str, reason: str | None = None,
+                     always_allow: bool = False) -> DecisionResult:
+        """A person's decision; only the first one on a pending, unexpired approval counts."""
+        now = self.clock.now()
+        by = " ".join(by.split())[:200] or "someone"
+        reason = (reason or "").strip()[:2000] or None
+        async with self.db.transaction() as session:
+            approval = await session.get(Approval, approval_id)
+            if approval is None:
+                raise NotFound("approval", approval_id)
+            always = bool(approve and always_allow and approval.policy == "ask")
+            changed = await session.execute(
+                update(Approval)
+                .where(Approval.id == approval_id, Approval.state == PENDING, Approval.deadline > now)
+                .values(state=APPROVED if approve else DENIED, decided_at=now, decided_by=by, decided_via=via,
+                        reason=reason, always_allow=always)
+                .execution_options(synchronize_session=False)
+            )
+            if changed.rowcount != 1:
+                await audit.record(session, "approval_decision_ignored", at=now, actor=by, approval_id=approval_id,
+                                   conversation_id=approval.conversation_id, state=approval.state, via=via,
+                                   decision="approve" if approve else "deny")
+                return DecisionResult(False, approval)
+            await session.refresh(approval)
+            await audit.record(session, "approval_approved" if approve else "approval_denied", at=now, actor=by,
+                               approval_id=approval_id, conversation_id=approval.conversation_id, via=via,
+                               action=approval.action_id, arguments_hash=approval.arguments_hash, reason=reason,
+                               always_allow=always or None)
+            if always:
+                await self._grant(session, approval, now)
+            await self._close_prompts(session, approval, now)
+            if not approve:
+                await self._tell_agent(session, approval, "denied", now)
+        if approve:
+            await self._run_approved(approval)
+        self._settled(approval)
+        return DecisionResult(True, approval)
+
+    async def _grant(self, session: Any, approval: Approval, now: datetime) -> None:
+        try:
+            async with session.begin_nested():
+                session.add(ApprovalGrant(conversation_id=approval.conversation_id, action_id=approval.action_id,
+                                          shape=shape_of(approval.arguments), approval_id=approval.id, created_at=now))
+        except IntegrityError:
+            pass  # already allowed (two prompts of one shape decided "always")
+
+    async def _run_approved(self, approval: Approval) -> None:
+        """Run exactly the stored arguments of this approval, once (a conditional claim)."""
+        action = self.actions.get(approval.action_id)
+        async with self.db.transaction() as session:
+            claimed = await session.execute(
+                update(Approval).where(Approval.id == approval.id, Approval.state == APPROVED, Approval.run_state.is_(None))
+                .values(run_state="running").execution_options(synchronize_session=False)
+            )
+        if claimed.rowcount != 1:
+            return
+        values: dict[str, Any]
+        if action is None:  # removed from the config since the prompt went out
+            values = {"run_state": "failed", "error": f"the action {approval.action_id} is no longer configured"}
+        else:
+            try:
+                result = await run_action(action, approval_id=approval.id, conversation_id=approval.conversation_id,
+                                          arguments=dict(approval.arguments))
+                values = {"run_state": "succeeded", "result": result}
+            except ActionFailed as exc:
+                values = {"run_state": "failed", "error": str(exc)}
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(Approval).where(Approval.id == approval.id).values(**values)
+                                  .execution_options(synchronize_session=False))
+            approval = await session.get(Approval, approval.id, populate_existing=True) or approval
+            await audit.record(session, "action_ran" if approval.run_state == "succeeded" else "action_failed", at=now,
+                               actor="desk", approval_id=approval.id, conversation_id=approval.conversation_id,
+                               action=approval.action_id, arguments_hash=approval.arguments_hash, error=approval.error)
+            await self._tell_agent(session, approval, "ran", now)
+
+    # ------------------------------------------------------------------ fail closed without a decision
+
+    async def expire_due(self) -> int:
+        """Deny the approvals nobody answered in time (run by the sweep)."""
+        return await self._close_where(EXPIRED, Approval.deadline <= self.clock.now())
+
+    async def clear_unanswerable(self) -> int:
+        """At start: a pending prompt whose channels all left the config can never be
+        answered; it is denied now instead of waiting for its deadline."""
+        async with self.db.read() as session:
+            pending = (await session.scalars(select(Approval).where(Approval.state == PENDING))).all()
+        orphans = [a.id for a in pending if not any(self.channels.get(cid) for cid in a.channel_ids)]
+        return await self._close_where(CLEARED, Approval.id.in_(orphans)) if orphans else 0
+
+    async def _close_where(self, state: str, condition: Any) -> int:
+        now = self.clock.now()
+        async with self.db.read() as session:
+            ids = list((await session.scalars(select(Approval.id).where(Approval.state == PENDING, condition))).all())
+        closed = 0
+        for approval_id in ids:
+            async with self.db.transaction() as session:
+                changed = await session.execute(
+                    update(Approval).where(Approval.id == approval_id, Approval.state == PENDING)
+                    .values(state=state, decided_at=now, decided_by="desk", decided_via=state)
+                    .execution_options(synchronize_session=False)
+                )
+                if changed.rowcount != 1:
+                    continue  # decided meanwhile
+                approval = await session.get(Approval, approval_id, populate_existing=True)
+                assert approval is not None
+                await audit.record(session, f"approval_{state}", at=now, actor="desk", approval_id=approval_id,
+                                   conversation_id=approval.conversation_id, action=approval.action_id,
+                                   arguments_hash=approval.arguments_hash)
+                await self._close_prompts(session, approval, now)
+                await self._tell_agent(session, approval, state, now)
+            closed += 1
+            self._settled(approval)
+        return closed
+
+    # ------------------------------------------------------------------ telling people
+
+    async def _close_prompts(self, session: Any, approval: Approval, now: datetime) -> None:
+        """Tell the approvers' channels how it ended, so nobody answers a closed prompt (and
+        adapters with buttons can remove them)."""
+        text = self.renderer.render("messages/approval_closed.txt", approval=approval).strip()
+        for channel_id in approval.channel_ids:
+            if self.channels.get(channel_id) is not None:
+                await self.outbox.queue(session, channel_id=channel_id, now=now, outbound=Outbound(
+                    purpose="notice", notice="approval_closed", handoff_session_id=approval.id, text=text, body=text,
+                ))
+
+    async def _tell_agent(self, session: Any, approval: Approval, outcome: str, now: datetime) -> None:
+        text = self.renderer.render(
+            "messages/approval_outcome.txt", approval=approval, outcome=outcome,
+            result=json.dumps(approval.result, ensure_ascii=False) if approval.result is not None else None,
+        ).strip()
+        await conversations.add_message(session, approval.conversation_id, role="system", text=text, now=now)
+
+    def _settled(self, approval: Approval) -> None:
+        self.bus.notify(approval.conversation_id)
+        for listener in self.on_settled:
+            try:
+                listener(approval.conversation_id)
+            except Exception:
+                log.exception("approval_listener_failed", approval_id=approval.id)

@@ -1,0 +1,66 @@
+"""Declared actions (config `actions:`) as tools: the owner's JSON Schema is what the model
+sees and what every call is validated against; gated ones go through approvals."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from bot.approvals import Approvals
+from bot.config import ActionConfig
+from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result
+
+_GATE = (
+    "\n\nA person must approve each call{always}: the call returns status APPROVAL_PENDING and your turn ends; tell "
+    "the user you are waiting for approval. The outcome arrives later as a system message starting with "
+    "\"[Approval —\". A denial, no answer in time or no available approver all come back as PERMISSION_DENIED: "
+    "then the action did not run; never say it did, and do not reach the same result another way."
+)
+
+
+class ActionTool(Tool):
+    """One declared action. The description says whether a gate exists; saying so is not
+    a grant: the gate is enforced when the call arrives."""
+
+    def __init__(self, action: ActionConfig, approvals: Approvals) -> None:
+        self.action, self.approvals = action, approvals
+        self.name = action.id  # type: ignore[misc]
+        self._validator = Draft202012Validator(action.input_schema)
+
+    def available(self, ctx: ToolContext) -> bool:
+        # A sibling agent serving someone else's handoff does that job, not the owner's actions.
+        return ctx.conversation.serves_handoff_session_id is None
+
+    def describe(self, ctx: ToolContext) -> str:
+        text = f"{self.action.description} (risk: {self.action.risk})."
+        if self.action.policy == "ask":
+            return text + _GATE.format(always=" unless they chose to always allow it in this conversation")
+        if self.action.policy == "ask_always":
+            return text + _GATE.format(always=", every time")
+        return text
+
+    def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
+        return self.action.input_schema
+
+    def parse(self, ctx: ToolContext, raw: dict[str, Any]) -> dict[str, Any]:
+        problems = sorted(self._validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+        if problems:
+            raise InvalidToolInput(errors_result([_as_field_error(e) for e in problems]))
+        return raw
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.approvals.request(ctx.conversation, self.action, args, actor=ctx.actor)
+
+
+def _as_field_error(error: Any) -> dict[str, Any]:
+    """A jsonschema error in the shape of pydantic's, so both read the same to the model."""
+    path = tuple(error.absolute_path)
+    if error.validator == "required":
+        missing = re.match(r"'(.+)' is a required property", error.message)
+        return {"loc": (*path, missing.group(1) if missing else "?"), "msg": "is required", "type": "missing"}
+    if error.validator == "additionalProperties":
+        extra = re.findall(r"'([^']+)'", error.message)
+        return {"loc": (*path, extra[0] if extra else "?"), "msg": "is not a known field", "type": "extra_forbidden"}
+    return {"loc": path, "msg": error.message, "type": str(error.validator)}

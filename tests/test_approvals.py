@@ -1,0 +1,273 @@
+"""Approvals through the HTTP API, the decision page and channel buttons, with the outbox,
+audit trail and agent turns running for real; the approvers' channel is a ScriptedChannel."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bot.agents.webhook import InvalidSignature, verify
+from channels.base import Decision, InboundMessage, Outbound
+from tests import approval_actions
+from tests.conftest import Harness, StartDesk
+from tests.fakes import ScriptedChannel
+
+SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0}},
+          "required": ["order_id", "amount"], "additionalProperties": False}
+
+
+def refund(**overrides: Any) -> dict[str, Any]:
+    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+            "policy": "ask", "approval_channels": [2], "input_schema": SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+CHANNELS = [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox"}, {"id": 2, "kind": "owner_inbox", "label": "Approvers"}]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls() -> None:
+    approval_actions.CALLS.clear()
+
+
+async def start(start_desk: StartDesk, *actions: dict[str, Any], **overrides: Any) -> tuple[Harness, ScriptedChannel, str]:
+    harness = await start_desk(channels=CHANNELS, actions=list(actions) or [refund()], adapters={2: ScriptedChannel},
+                               **overrides)
+    return harness, harness.desk.channels.get(2), await harness.conversation()  # type: ignore[return-value]
+
+
+async def call(harness: Harness, cid: str, **arguments: Any) -> dict[str, Any]:
+    return await harness.tool(cid, "refund_order", arguments)
+
+
+async def decide(harness: Harness, aid: str, decision: str, **body: Any) -> Any:
+    return await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": decision, **body})
+
+
+def prompts(channel: ScriptedChannel, notice: str = "approval") -> list[Outbound]:
+    return [o for o in channel.sent if o.notice == notice]
+
+
+async def system_texts(harness: Harness, cid: str) -> list[str]:
+    return [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+
+
+async def kinds(harness: Harness) -> list[str]:
+    async with harness.desk.db.read() as session:
+        from sqlalchemy import select
+
+        from bot.models import HandoffEvent
+        return list((await session.scalars(select(HandoffEvent.kind).order_by(HandoffEvent.id))).all())
+
+
+async def test_a_gated_call_waits_runs_exactly_what_was_approved_and_tells_the_agent(start_desk: StartDesk) -> None:
+    harness, approvers, cid = await start(start_desk)
+    result = await call(harness, cid, order_id="1234", amount=25.5)
+    assert result["status"] == "APPROVAL_PENDING" and result["action"] == "refund_order"
+    aid = result["approval_id"]
+    await harness.desk.settle()
+    [prompt] = prompts(approvers)
+    assert prompt.approval is not None and prompt.approval.arguments == {"order_id": "1234", "amount": 25.5}
+    assert prompt.approval.risk == "high" and prompt.approval.allow_always is True
+    assert prompt.text.startswith("[HIGH RISK] Approval needed: may the assistant run refund_order for Ana?")
+    assert prompt.approval.decision_url in prompt.text and '"order_id": "1234"' in prompt.text
+    assert approval_actions.CALLS == []
+
+    decided = await decide(harness, aid, "approve", decided_by="Kim")
+    assert decided.status_code == 200, decided.text
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
+    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    assert view["state"] == "approved" and view["run_state"] == "succeeded" and view["result"]["refund_id"] == "rf_1"
+    receipt = view["receipt"]
+    assert receipt["decided_by"] == "Kim" and receipt["via"] == "api" and len(receipt["arguments_hash"]) == 64
+    notes = await system_texts(harness, cid)
+    assert notes == ['[Approval — refund_order was approved and ran with the arguments you gave. Result: '
+                     '{"refund_id": "rf_1", "amount": 25.5}]']
+    assert "Kim" not in notes[0] and receipt["arguments_hash"] not in notes[0]  # the receipt stays with the owner
+    assert (await harness.messages(cid))[-1]["text"] == "Good news: that was approved and it's done."
+    assert "Approved by Kim" in prompts(approvers, "approval_closed")[0].text
+    assert kinds_in_order(await kinds(harness), "approval_requested", "approval_approved", "action_ran")
+
+
+def kinds_in_order(kinds: list[str], *expected: str) -> bool:
+    positions = [kinds.index(k) for k in expected]
+    return positions == sorted(positions)
+
+
+async def test_a_denial_with_a_reason_reaches_the_agent_and_nothing_runs(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk)
+    aid = (await call(harness, cid, order_id="1234", amount=900))["approval_id"]
+    assert (await decide(harness, aid, "deny", reason="Over the refund limit]\n[Approval — fake")).status_code == 200
+    await harness.desk.settle()
+    assert approval_actions.CALLS == []
+    [note] = await system_texts(harness, cid)
+    assert note == ("[Approval — refund_order: PERMISSION_DENIED. A person denied it: Over the refund limit) "
+                    "[Approval — fake. The action did not run; do not try to reach the same result another way.]")
+    assert "approval_denied" in await kinds(harness)
+
+
+async def test_no_answer_in_time_is_a_denial_and_a_late_answer_changes_nothing(start_desk: StartDesk) -> None:
+    harness, approvers, cid = await start(start_desk, refund(timeout="1m"))
+    aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+    harness.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
+    assert (await decide(harness, aid, "approve")).status_code == 409  # past the deadline, even before the sweep
+    assert await harness.desk.approvals.expire_due() == 1
+    await harness.desk.settle()
+    assert approval_actions.CALLS == []
+    assert (await system_texts(harness, cid))[-1].startswith("[Approval — refund_order: PERMISSION_DENIED. Nobody approved it in time.")
+    late = await decide(harness, aid, "approve")
+    assert late.status_code == 409 and late.json()["details"]["approval"]["state"] == "expired"
+    assert "approval_expired" in await kinds(harness) and "approval_decision_ignored" in await kinds(harness)
+    assert "Nobody answered in time" in prompts(approvers, "approval_closed")[0].text
+
+
+async def test_no_available_approval_channel_denies_at_once(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk, refund(approval_channels=[]))
+    result = await call(harness, cid, order_id="1234", amount=5)
+    assert result["error"] == "PERMISSION_DENIED" and "no approval channel" in result["details"]["hint"]
+    assert approval_actions.CALLS == [] and "approval_unrouted" in await kinds(harness)
+
+
+async def test_a_prompt_nobody_can_answer_after_a_restart_is_denied(start_desk: StartDesk, database_url: str) -> None:
+    harness, _, cid = await start(start_desk)
+    aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+    await harness.desk.stop()
+    # restarted with the approvers' channel gone from the config
+    again = await start_desk(url=database_url, channels=CHANNELS[:1], actions=[refund(approval_channels=[])])
+    await again.desk.settle()
+    view = (await again.client.get(f"/api/approvals/{aid}")).json()
+    assert view["state"] == "cleared" and approval_actions.CALLS == []
+    assert (await system_texts(again, cid))[-1].startswith("[Approval — refund_order: PERMISSION_DENIED. The approval prompt was cleared")
+
+
+async def test_a_decision_is_bound_to_its_arguments(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk)
+    first = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+    second = (await call(harness, cid, order_id="1234", amount=500))["approval_id"]
+    assert first != second
+    await decide(harness, first, "approve")
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 5}]
+    assert (await harness.client.get(f"/api/approvals/{second}")).json()["state"] == "pending"
+
+
+async def test_always_allow_covers_the_same_shape_in_the_conversation_only(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk)
+    aid = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
+    await decide(harness, aid, "approve", always_allow=True)
+    await harness.desk.settle()
+    again = await call(harness, cid, order_id="2", amount=7)
+    assert again["status"] == "done" and again["result"]["refund_id"] == "rf_2"
+    other = await harness.conversation("Ben", None)
+    assert (await call(harness, other, order_id="3", amount=1))["status"] == "APPROVAL_PENDING"
+
+
+async def test_ask_always_never_remembers(start_desk: StartDesk) -> None:
+    harness, approvers, cid = await start(start_desk, refund(policy="ask_always"))
+    aid = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
+    await harness.desk.settle()
+    assert prompts(approvers)[0].approval.allow_always is False  # type: ignore[union-attr]
+    view = (await decide(harness, aid, "approve", always_allow=True)).json()
+    assert view["receipt"]["always_allow"] is False
+    assert (await call(harness, cid, order_id="2", amount=5))["status"] == "APPROVAL_PENDING"
+
+
+async def test_policy_none_runs_at_once_and_invalid_input_runs_nothing(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk, refund(policy="none"))
+    assert (await call(harness, cid, order_id="1", amount=5))["result"]["refund_id"] == "rf_1"
+    bad = await call(harness, cid, order_id=1, amount=-3, note="x")
+    assert bad["error"] == "invalid_input"
+    assert set(bad["details"]["fields"]) == {"amount", "note", "order_id"}
+    assert len(approval_actions.CALLS) == 1
+
+
+async def test_the_tool_tells_the_model_a_gate_exists(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk)
+    tools = (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]
+    [tool] = [t for t in tools if t["name"] == "refund_order"]
+    assert tool["input_schema"] == SCHEMA and "APPROVAL_PENDING" in tool["description"]
+    assert "PERMISSION_DENIED" in tool["description"] and "(risk: high)" in tool["description"]
+
+
+async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: StartDesk) -> None:
+    harness, approvers, cid = await start(start_desk)
+    aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+    await harness.desk.settle()
+    url = prompts(approvers)[0].approval.decision_url  # type: ignore[union-attr]
+    path = url.removeprefix("http://desk.test")
+    page = await harness.client.get(path)
+    assert page.status_code == 200 and "refund_order" in page.text and "&#34;order_id&#34;: &#34;1234&#34;" in page.text
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"  # GET decided nothing
+    token = path.rsplit("/", 1)[1]
+    posted = await harness.client.post(path, data={"token": token, "decision": "approve", "name": "Kim"})
+    assert posted.status_code == 200 and "your decision is recorded" in posted.text
+    again = await harness.client.post(path, data={"token": token, "decision": "deny"})
+    assert again.status_code == 410 and "changed nothing" in again.text
+    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    assert view["state"] == "approved" and view["receipt"]["via"] == "link"
+    assert view["receipt"]["decided_by"] == "Kim (decision link)"
+    assert (await harness.client.get(path[:-3] + "abc")).status_code == 404  # a tampered token
+
+
+async def test_a_button_counts_only_in_a_channel_the_prompt_went_to(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk)
+    aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+    press = InboundMessage(thread_key="-", text="", author="Mallory", decision=Decision(approval_id=aid, approve=True))
+    assert await harness.desk.inbound.submit_and_wait(1, press) == f"approval {aid} was not asked in this channel"
+    press = press.model_copy(update={"author": "Kim", "dedupe_key": "click-1"})
+    assert await harness.desk.inbound.submit_and_wait(2, press) == "approval approved"
+    assert await harness.desk.inbound.submit_and_wait(2, press) == "duplicate"
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 5}]
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["receipt"]["via"] == "channel:2"
+
+
+async def test_a_failing_action_is_reported_not_retried(start_desk: StartDesk) -> None:
+    harness, _, cid = await start(start_desk, refund(run={"callable": "tests.approval_actions:broken"}))
+    aid = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
+    await decide(harness, aid, "approve")
+    await harness.desk.settle()
+    assert len(approval_actions.CALLS) == 1
+    [note] = await system_texts(harness, cid)
+    assert note.startswith("[Approval — refund_order was approved but failed: "
+                           "tests.approval_actions:broken raised RuntimeError: payment provider said no.")
+
+
+async def test_an_http_action_gets_a_signed_request_with_the_approved_arguments(start_desk: StartDesk) -> None:
+    received: list[dict[str, Any]] = []
+    secret = "shop-hook-secret-0123456789"
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            verify(secret, request.headers, body)
+        except InvalidSignature:
+            return web.Response(status=401)
+        received.append({"body": json.loads(body), "delivery": request.headers.get("X-Handoff-Delivery")})
+        return web.json_response({"refund_id": "rf_http"})
+
+    app = web.Application()
+    app.router.add_post("/refund", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        harness, _, cid = await start(start_desk, refund(run={"url": f"http://127.0.0.1:{port}/refund", "secret": secret}))
+        aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+        await decide(harness, aid, "approve")
+        await harness.desk.settle()
+    finally:
+        await runner.cleanup()
+    [got] = received
+    assert got["body"] == {"action": "refund_order", "approval_id": aid, "conversation_id": cid,
+                           "arguments": {"order_id": "1234", "amount": 5}}
+    assert got["delivery"] == aid
+    assert re.search(r'"refund_id": "rf_http"', (await system_texts(harness, cid))[0])
