@@ -42,6 +42,16 @@ What it guards against:
   after the core stored the message); the Message-ID is the dedupe key.
 - **Size.** `inbound.max_message_size` caps a message during the DATA transfer (552).
 
+Approval prompts (`notice="approval"`) are not part of any handoff thread: each is a new
+mail to the `to` addresses ("[Approval needed] refund_order (high risk)") showing the
+action, its description, the risk, the exact arguments (pretty JSON), the deadline and the
+signed decision link; mail has no buttons, the page decides. Its Message-ID is derived from
+the approval id (`<ap.<hash>.prompt@domain>`), so the closing mail (`approval_closed`) can
+answer it in the same thread without any stored state. Its Reply-To is
+`<mailbox>+approval@domain`, and a reply to either mail (by that address or by its thread
+headers) is refused during the SMTP dialogue with a 550 that says to use the decision link:
+nothing of it is stored or relayed, and a "yes" by mail never counts as a decision.
+
 Errors are mapped, never retried here: SMTP 4xx → TransientChannelError; 5xx →
 PermanentChannelError with the server's words in the hint; refused credentials →
 ChannelAuthError; refused connections and timeouts → transient, except a timeout or broken
@@ -55,12 +65,15 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import json
 import re
 import secrets
 import ssl
 import unicodedata
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -72,6 +85,7 @@ import structlog
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from channels.base import (
+    ApprovalBrief,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
@@ -99,6 +113,12 @@ THREAD_KEY_LENGTH, MAC_LENGTH = 16, 10  # base32 characters: 80 and 50 bits
 TOKEN_LENGTH = THREAD_KEY_LENGTH + MAC_LENGTH
 _TOKEN = re.compile(rf"[a-z2-7]{{{TOKEN_LENGTH}}}")
 _MESSAGE_ID_TOKEN = re.compile(rf"<hd\.([a-z2-7]{{{TOKEN_LENGTH}}})\.[a-z0-9]+@", re.IGNORECASE)
+_APPROVAL_MESSAGE_ID = re.compile(rf"<ap\.[a-z2-7]{{{THREAD_KEY_LENGTH}}}\.(prompt|closed)@", re.IGNORECASE)
+APPROVAL_TAG = "approval"  # the plus-address tag of approval mails: replies to it are refused
+ARGUMENTS_LIMIT = 50_000  # characters of pretty JSON shown in an approval prompt; the page shows all
+APPROVAL_SUBJECTS = 10_000  # approval id -> prompt subject, so the closing mail threads in clients that match subjects
+APPROVAL_REFUSAL = ("550 5.7.1 approval requests are not answered by email: open the decision link in the request "
+                    "to approve or deny (this reply was not passed on to anyone)")
 _ADDRESS = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 # The SMTP 7bit policy: headers with non-ASCII text become encoded words, bodies
 # quoted-printable or base64, lines end in CRLF; any server takes it without SMTPUTF8/8BITMIME.
@@ -446,6 +466,7 @@ class EmailChannel(ChannelAdapter):
         self._recipients = {address.lower() for address in self.config.to}
         self._mac_key = self._reply_token_key(b"")
         self._domain = self.config.from_address.rsplit("@", 1)[1].lower()
+        self._approval_subjects: OrderedDict[str, str] = OrderedDict()
 
     # ------------------------------------------------------------------ tokens
 
@@ -484,6 +505,15 @@ class EmailChannel(ChannelAdapter):
 
     def _new_message_id(self, handoff_session_id: str) -> str:
         return f"<hd.{self.token_of(handoff_session_id)}.{secrets.token_hex(8)}@{self._domain}>"
+
+    def approval_message_id(self, approval_id: str, part: Literal["prompt", "closed"] = "prompt") -> str:
+        """Derived from the approval id alone: the closing mail names the prompt it answers
+        without stored state, and a retried send carries the same id (clients collapse it)."""
+        return f"<ap.{self.thread_key_of(approval_id)}.{part}@{self._domain}>"
+
+    def approval_reply_address(self) -> str:
+        local, domain = self.config.reply_mailbox.rsplit("@", 1)
+        return f"{local}+{APPROVAL_TAG}@{domain}"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -579,6 +609,8 @@ class EmailChannel(ChannelAdapter):
     async def send(self, outbound: Outbound) -> Receipt:
         if self._ctx is None:
             raise TransientChannelError("the email channel is not started", hint="the email channel is not running")
+        if outbound.notice in ("approval", "approval_closed"):
+            return await self._send_approval(outbound)
         message_id = self._new_message_id(outbound.handoff_session_id)
         if outbound.purpose == "dispatch":
             message, subject = self._dispatch_message(outbound)
@@ -590,11 +622,11 @@ class EmailChannel(ChannelAdapter):
         await self._deliver(message)
         return Receipt(message_id=message_id, thread_key=self.thread_key_of(outbound.handoff_session_id), thread=thread)
 
-    def _envelope(self, outbound: Outbound, subject: str) -> EmailMessage:
+    def _envelope(self, outbound: Outbound, subject: str, *, reply_to: str | None = None) -> EmailMessage:
         message = EmailMessage(policy=_WIRE)
         message["From"] = formataddr((self.config.from_name, self.config.from_address))
         message["To"] = ", ".join(self.config.to)
-        message["Reply-To"] = self.reply_address(outbound.handoff_session_id)
+        message["Reply-To"] = reply_to or self.reply_address(outbound.handoff_session_id)
         message["Subject"] = subject
         message["Date"] = formatdate(usegmt=True)
         # Vacation responders and ticket systems leave auto-generated mail alone (RFC 3834),
@@ -640,6 +672,60 @@ class EmailChannel(ChannelAdapter):
         message.set_content(self._render(f"{name}.txt", **variables))
         message.add_alternative(self._render(f"{name}.html", **variables), subtype="html")
         return message
+
+    # ------------------------------------------------------------------ approvals
+
+    async def _send_approval(self, outbound: Outbound) -> Receipt:
+        """An approval prompt as a new mail (not in any handoff thread), or the mail that
+        closes it, answering the prompt by its derived Message-ID."""
+        approval_id = outbound.handoff_session_id
+        prompt_id = self.approval_message_id(approval_id, "prompt")
+        if outbound.notice == "approval":
+            brief = outbound.approval
+            if brief is None:
+                raise PermanentChannelError("an approval prompt without its brief",
+                                            hint="internal error: the approval prompt carried no approval")
+            subject = one_line(f"[Approval needed] {brief.action_id} ({brief.risk} risk)", SUBJECT_LIMIT)
+            message = self._envelope(outbound, subject, reply_to=self.approval_reply_address())
+            variables = self._approval_variables(brief)
+            message.set_content(self._render("approval.txt", **variables))
+            message.add_alternative(self._render("approval.html", **variables), subtype="html")
+            message_id = prompt_id
+            self._approval_subjects[approval_id] = subject
+            while len(self._approval_subjects) > APPROVAL_SUBJECTS:
+                self._approval_subjects.popitem(last=False)
+        else:
+            body = (outbound.body if outbound.body is not None else outbound.text).strip()
+            # Mail clients that thread by subject want the prompt's; after a restart it is
+            # unknown here (the closing notice carries only its text) and the headers still thread it.
+            prompt_subject = self._approval_subjects.pop(approval_id, None)
+            subject = one_line("Re: " + prompt_subject if prompt_subject else f"[Approval closed] {body}", SUBJECT_LIMIT)
+            message = self._envelope(outbound, subject, reply_to=self.approval_reply_address())
+            message["In-Reply-To"] = prompt_id
+            message["References"] = prompt_id
+            variables = {"body": body, "approval_id": approval_id}
+            message.set_content(self._render("approval_closed.txt", **variables))
+            message.add_alternative(self._render("approval_closed.html", **variables), subtype="html")
+            message_id = self.approval_message_id(approval_id, "closed")
+        del message["X-Handoff-Desk"]
+        message["X-Handoff-Approval"] = approval_id
+        message["Message-ID"] = message_id
+        await self._deliver(message)
+        return Receipt(message_id=message_id, thread={"message_id": prompt_id})
+
+    def _approval_variables(self, brief: ApprovalBrief) -> dict[str, Any]:
+        arguments = json.dumps(brief.arguments, indent=2, ensure_ascii=False)
+        left_out = 0
+        if len(arguments) > ARGUMENTS_LIMIT:  # cut visibly, never replaced: the page shows them all
+            left_out = len(arguments) - ARGUMENTS_LIMIT
+            arguments = arguments[:ARGUMENTS_LIMIT]
+        return {
+            "a": brief,
+            "who": one_line(brief.subscriber_name, 200) if brief.subscriber_name else None,
+            "arguments": arguments,
+            "left_out": left_out,
+            "deadline": _deadline(brief.expires_at),
+        }
 
     def _render(self, name: str, **variables: Any) -> str:
         assert self._ctx is not None
@@ -743,15 +829,22 @@ class EmailChannel(ChannelAdapter):
         return f"550 5.1.1 <{one_line(address, 200)}>: no such mailbox here (this server takes replies to handoff emails only)"
 
     def _token_key(self, envelope_recipients: list[str], message: EmailMessage) -> str | None:
-        """The thread key of a valid token in the address written to, or in the thread headers."""
+        """The thread key of a valid token in the address written to, or in the thread headers;
+        APPROVAL_TAG when the message answers an approval mail instead (first found wins:
+        the address written to, then the direct parent, then the older references)."""
         for address in envelope_recipients:
             local = address.strip("<>").rpartition("@")[0]
             if "+" in local:
-                key = self.thread_key_from_token(local.split("+", 1)[1])
+                tag = local.split("+", 1)[1]
+                if tag.lower() == APPROVAL_TAG:
+                    return APPROVAL_TAG
+                key = self.thread_key_from_token(tag)
                 if key:
                     return key
         for header in ("In-Reply-To", "References"):
             for message_id in reversed(message_ids_in(str(message.get(header, "")))):
+                if _APPROVAL_MESSAGE_ID.match(message_id) and message_id.lower().endswith(f"@{self._domain}>"):
+                    return APPROVAL_TAG
                 match = _MESSAGE_ID_TOKEN.match(message_id)
                 key = self.thread_key_from_token(match.group(1)) if match else None
                 if key:
@@ -769,9 +862,11 @@ class EmailChannel(ChannelAdapter):
 
         if not mail_from or _is_automatic(message):
             return _Verdict("250 2.0.0 accepted (an automatic message: not relayed)")
-        if message_id.lower().startswith("<hd.") and message_id.lower().endswith(f"@{self._domain}>"):
+        if message_id.lower().startswith(("<hd.", "<ap.")) and message_id.lower().endswith(f"@{self._domain}>"):
             return _Verdict("250 2.0.0 accepted (our own message: not relayed)")
         key = self._token_key(envelope_recipients, message)
+        if key == APPROVAL_TAG:  # decisions are made on the signed page, never by a reply
+            return _Verdict(APPROVAL_REFUSAL)
         known = sender in self._recipients
         if key is None:
             if known:
@@ -791,6 +886,14 @@ class EmailChannel(ChannelAdapter):
             dedupe = "message-id-sha256:" + hashlib.sha256(message_id.encode()).hexdigest()
         author = one_line(name, 200) or sender
         return _Verdict("250 2.0.0 reply accepted", InboundMessage(thread_key=key, text=text, author=author, dedupe_key=dedupe))
+
+
+def _deadline(expires_at: str) -> str:
+    """"14 Mar 2026, 10:05 UTC" from the brief's ISO time (the desk keeps UTC)."""
+    try:
+        return datetime.fromisoformat(expires_at).strftime("%d %b %Y, %H:%M UTC")
+    except ValueError:
+        return one_line(expires_at, 40)
 
 
 def _is_automatic(message: EmailMessage) -> bool:

@@ -621,3 +621,195 @@ async def test_idle_release_reaches_the_thread(smtp: FakeSMTP, start_desk: Start
     await harness.desk.settle()
     assert (await harness.handoff(sid))["release_reason"] == "idle_timeout"
     assert smtp.messages[-1].message["In-Reply-To"] == dispatch.message["Message-ID"]
+
+
+# --------------------------------------------------------------------------- approvals
+
+APPROVAL_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                   "required": ["order_id", "amount"], "additionalProperties": False}
+
+
+def refund_action(**overrides: Any) -> dict[str, Any]:
+    return {"id": "refund_order", "description": "Refund an order <to> the original payment method & notify", "risk": "high",
+            "policy": "ask", "approval_channels": [4], "input_schema": APPROVAL_SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+async def approval_desk(start_desk: StartDesk, server: FakeSMTP, *actions: dict[str, Any]) -> Harness:
+    from tests import approval_actions
+
+    approval_actions.CALLS.clear()
+    return await start_desk(channels=[email_channel(server)], delivery={"base_backoff": "1ms"},
+                            actions=list(actions) or [refund_action()])
+
+
+async def gated_call(harness: Harness, smtp: FakeSMTP, cid: str, **arguments: Any) -> tuple[str, Received]:
+    result = await harness.tool(cid, "refund_order", arguments)
+    assert result["status"] == "APPROVAL_PENDING", result
+    await harness.desk.settle()
+    prompt = smtp.messages[-1]
+    assert prompt.message["X-Handoff-Approval"] == result["approval_id"]
+    return result["approval_id"], prompt
+
+
+def decision_path(prompt: Received) -> str:
+    import re
+
+    [url] = set(re.findall(r"http://desk\.test/a/[A-Za-z0-9_.\-]+", prompt.part("text/plain")))
+    return url.removeprefix("http://desk.test")
+
+
+async def decide_on_page(harness: Harness, path: str, decision: str, **form: str) -> Any:
+    return await harness.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": decision, **form})
+
+
+async def system_texts(harness: Harness, cid: str) -> list[str]:
+    return [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+
+
+async def test_an_approval_prompt_is_a_new_escaped_mail_with_the_arguments_and_the_decision_link(
+    smtp: FakeSMTP, start_desk: StartDesk,
+) -> None:
+    harness = await approval_desk(start_desk, smtp)
+    cid = await harness.conversation(name="Ana <b>VIP</b>\r\nBcc: x@evil.example")
+    sid, _dispatch = await dispatch_of(harness, smtp, cid)  # an open handoff thread does not capture the prompt
+    aid, prompt = await gated_call(harness, smtp, cid, order_id="<script>alert(1)</script> & 1234", amount=25.5)
+    message = prompt.message
+    assert (prompt.mail_from, prompt.rcpt_tos) == (DESK, [TEAM, LEAD])
+    assert str(message["Subject"]) == "[Approval needed] refund_order (high risk)"
+    assert message["In-Reply-To"] is None and message["References"] is None  # not a reply in any thread
+    assert message["Message-ID"] == adapter_of(harness).approval_message_id(aid) and message["Message-ID"].startswith("<ap.")
+    assert message["Reply-To"] == "desk+approval@example.com" and message["Auto-Submitted"] == "auto-generated"
+    assert [p.get_content_type() for p in message.iter_parts()] == ["text/plain", "text/html"]
+    text, html = prompt.part("text/plain"), prompt.part("text/html")
+    path = decision_path(prompt)
+    assert text.startswith("[HIGH RISK] Approval needed: may the assistant run refund_order for Ana <b>VIP</b> Bcc: x@evil.example?")
+    assert '"order_id": "<script>alert(1)</script> & 1234",\n  "amount": 25.5' in text
+    assert "Risk:      high" in text and "Deadline:  " in text and f"http://desk.test{path}" in text
+    # the HTML part: every value escaped, the arguments as pretty JSON in <pre>, one prominent link
+    assert "<script>" not in html and "<b>VIP" not in html
+    assert "&#34;order_id&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt; &amp; 1234&#34;" in html
+    assert "Refund an order &lt;to&gt; the original payment method &amp; notify" in html
+    assert f'<a href="http://desk.test{path}"' in html and ">Approve or deny</a>" in html and "<pre" in html
+    assert "HIGH RISK" in html and "no answer by then means denied" in html
+    assert (await harness.client.get(path)).status_code == 200  # the link opens the signed page
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.handoff(sid))["state"] == "active"
+
+
+async def test_approving_on_the_page_runs_the_action_and_the_closing_mail_answers_the_prompt(
+    smtp: FakeSMTP, start_desk: StartDesk,
+) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk, smtp)
+    cid = await harness.conversation()
+    aid, prompt = await gated_call(harness, smtp, cid, order_id="1234", amount=25.5)
+    path = decision_path(prompt)
+    assert (await decide_on_page(harness, path, "approve", name="Kim")).status_code == 200
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
+    assert (await system_texts(harness, cid))[0].startswith("[Approval — refund_order was approved and ran")
+    closed = smtp.messages[-1]
+    assert closed.message["In-Reply-To"] == closed.message["References"] == prompt.message["Message-ID"]
+    assert str(closed.message["Subject"]) == "Re: [Approval needed] refund_order (high risk)"
+    assert closed.message["Message-ID"] == adapter_of(harness).approval_message_id(aid, "closed")
+    assert closed.part("text/plain").startswith(f"Approved by Kim (decision link): refund_order ({aid}) will run.")
+    assert "no longer accepts answers" in closed.part("text/html")
+    # a replayed or forged press changes nothing
+    replay = await decide_on_page(harness, path, "deny")
+    assert replay.status_code == 410 and "changed nothing" in replay.text
+    assert (await decide_on_page(harness, path[:-4] + "abcd", "deny")).status_code == 404
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "approved"
+    assert len(approval_actions.CALLS) == 1 and len(smtp.messages) == 2
+
+
+async def test_denying_on_the_page_is_permission_denied_and_the_closing_mail_says_so(smtp: FakeSMTP, start_desk: StartDesk) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk, smtp)
+    cid = await harness.conversation()
+    aid, prompt = await gated_call(harness, smtp, cid, order_id="1234", amount=900)
+    response = await decide_on_page(harness, decision_path(prompt), "deny", reason="Over the limit")
+    assert response.status_code == 200
+    await harness.desk.settle()
+    assert approval_actions.CALLS == []
+    [note] = await system_texts(harness, cid)
+    assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it: Over the limit.")
+    closed = smtp.messages[-1]
+    assert closed.message["In-Reply-To"] == prompt.message["Message-ID"]
+    assert closed.part("text/plain").startswith("Denied by decision link holder: refund_order")
+
+
+async def test_an_unanswered_prompt_expires_and_the_closing_mail_says_nobody_answered(smtp: FakeSMTP, start_desk: StartDesk) -> None:
+    harness = await approval_desk(start_desk, smtp, refund_action(timeout="1m"))
+    cid = await harness.conversation()
+    _aid, prompt = await gated_call(harness, smtp, cid, order_id="1", amount=1)
+    harness.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.expire_due() == 1
+    await harness.desk.settle()
+    closed = smtp.messages[-1]
+    assert closed.message["In-Reply-To"] == prompt.message["Message-ID"]
+    assert closed.part("text/plain").startswith("Nobody answered in time: refund_order")
+
+
+async def test_replies_to_approval_mails_are_refused_and_never_count_as_a_decision(smtp: FakeSMTP, start_desk: StartDesk) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk, smtp)
+    cid = await harness.conversation()
+    _sid, dispatch = await dispatch_of(harness, smtp, cid)
+    aid, prompt = await gated_call(harness, smtp, cid, order_id="1234", amount=5)
+    with pytest.raises(aiosmtplib.SMTPDataError) as by_address:
+        await mail_in(harness, reply_to(prompt, "Yes, approved!"))
+    assert by_address.value.code == 550 and "open the decision link" in by_address.value.message
+    with pytest.raises(aiosmtplib.SMTPDataError) as by_headers:  # written to the plain mailbox, in the prompt's thread
+        await mail_in(harness, reply_to(prompt, "Approve", to=DESK))
+    assert by_headers.value.code == 550 and "not answered by email" in by_headers.value.message
+    with pytest.raises(aiosmtplib.SMTPDataError) as stranger:
+        await mail_in(harness, reply_to(prompt, "approve", sender="mallory@evil.example"))
+    assert stranger.value.code == 550 and "not answered by email" in stranger.value.message
+    # the address written to decides: a reply to the handoff address in a mixed thread is a handoff reply
+    mixed = reply_to(dispatch, "Handoff answer.")
+    mixed.replace_header("References", f"{dispatch.message['Message-ID']} {prompt.message['Message-ID']}")
+    await mail_in(harness, mixed)
+    assert await human_texts(harness, cid) == [("Sam Lee", "Handoff answer.")]
+    assert await stored_events(harness) == 1 and approval_actions.CALLS == []
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    # our own prompt coming back (a recipient list that includes the desk) is dropped quietly
+    echo = reply_to(prompt, "echo")
+    echo.replace_header("Message-ID", str(prompt.message["Message-ID"]))
+    await mail_in(harness, echo)
+    assert await stored_events(harness) == 1
+
+
+async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_without_the_prompt_subject(smtp: FakeSMTP) -> None:
+    from channels.base import ApprovalBrief
+
+    adapter = standalone(smtp)
+    await adapter.start(CONTEXT)
+    try:
+        brief = ApprovalBrief(approval_id="ap_big", action_id="import_rows", description="Import rows", risk="low",
+                              arguments={"rows": ["x" * 100] * 1000}, conversation_id="c_1", decision_url="http://desk.test/a/t",
+                              allow_always=True, expires_at="2026-03-14T10:05:00")
+        await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_big", text="…", approval=brief))
+        text = smtp.messages[-1].part("text/plain")
+        assert str(smtp.messages[-1].message["Subject"]) == "[Approval needed] import_rows (low risk)"
+        assert "Deadline:  14 Mar 2026, 10:05 UTC" in text
+        assert "[… cut here: " in text and "The decision page shows every argument.]" in text
+        assert "http://desk.test/a/t" in text
+        with pytest.raises(PermanentChannelError):  # a prompt without its brief is a bug, not a retry
+            await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_x", text="…"))
+
+        fresh = standalone(smtp)  # after a restart: the prompt's subject is not known, the thread headers still are
+        await fresh.start(CONTEXT)
+        closed_text = "Nobody answered in time: x (ap_old) was denied and will not run."
+        receipt = await fresh.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_old",
+                                            text=closed_text, body=closed_text))
+        closed = smtp.messages[-1].message
+        assert closed["In-Reply-To"] == fresh.approval_message_id("ap_old") == adapter.approval_message_id("ap_old")
+        assert str(closed["Subject"]) == f"[Approval closed] {closed_text}"
+        assert receipt.message_id == closed["Message-ID"] and receipt.thread_key is None
+        await fresh.stop()
+    finally:
+        await adapter.stop()
