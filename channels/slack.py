@@ -22,6 +22,17 @@ What it guards against:
 - slow acks: Slack wants an answer within 3 s, so `handle_webhook` makes no Slack call;
   display names come from a cache filled at start and, for newcomers, in the background.
 
+Approval prompts (issue 7) are top-level posts of their own, in no handoff's thread: what
+the assistant wants to run, for whom, how risky, the exact arguments as preformatted rich
+text (literal: nothing in them can ping or link), the deadline, Approve / Deny / Always
+allow buttons (action_id says which, value carries the approval id) and the decision page
+as a fallback. A press arrives as a signed block_actions callback and becomes a `Decision`
+(deduplicated on its trigger_id); the core decides whether it counts. When the approval
+ends, the prompt is edited in place (chat.update): the buttons give way to the closing text.
+The prompt is found again by the approval id, from memory or, after a restart, in the
+channel's history (message metadata); only when it cannot be found or edited is the
+closing text posted as a new message.
+
 Like every adapter it never retries or sleeps: failures become the typed errors of
 `channels.base` and the core's outbox decides what happens next.
 
@@ -37,6 +48,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import unicodedata
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
 
@@ -44,12 +57,14 @@ import structlog
 from pydantic import Field, SecretStr, field_validator
 
 from channels.base import (
+    ApprovalBrief,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    Decision,
     HandoffBrief,
     InboundMessage,
     Outbound,
@@ -71,6 +86,9 @@ log = structlog.get_logger(__name__)
 
 RELEASE_ACTION = "handoff_release"
 FORM_ACTION = "handoff_form"
+# Approval buttons: the action says what was pressed, the value carries the approval id.
+APPROVAL_ACTIONS = {"approval_approve": (True, False), "approval_deny": (False, False), "approval_always": (True, True)}
+APPROVAL_BLOCK = "approval_actions"
 EVENT_TYPE = "handoff_desk_message"  # message metadata type that marks our posts
 
 # Slack's limits (https://docs.slack.dev/reference/block-kit): section text 3000 characters,
@@ -81,6 +99,10 @@ HEADER_LIMIT = 150
 FIELD_LIMIT = 2000
 FALLBACK_LIMIT = 4000
 NAME_CACHE_LIMIT = 5000
+# The exact arguments of an approval prompt: preformatted blocks of at most this many
+# characters, and at most this many in all (the rest is announced, never silently dropped).
+ARGUMENTS_BLOCK, ARGUMENTS_LIMIT = 2900, 8700
+PROMPT_CACHE_LIMIT = 1000
 # find_sent looks this far back: a retry follows its lost attempt within minutes, so the
 # message is among the newest of the channel (or the newest replies of its thread).
 HISTORY_PAGES, HISTORY_PAGE_SIZE = 3, 100
@@ -216,6 +238,9 @@ class SlackChannel(ChannelAdapter):
         self.team: str | None = None
         self._names: dict[str, str] = {}
         self._lookups: dict[str, asyncio.Task[None]] = {}
+        # approval id -> (channel, ts, blocks) of its prompt, so the closing notice can edit
+        # it without a lookup; after a restart it is found in the channel's history instead.
+        self._prompts: OrderedDict[str, tuple[str, str, list[dict[str, Any]]]] = OrderedDict()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -281,6 +306,10 @@ class SlackChannel(ChannelAdapter):
 
     async def send(self, outbound: Outbound) -> Receipt:
         client = self._require_client()
+        if outbound.notice == "approval":
+            return await self._send_prompt(client, outbound)
+        if outbound.notice == "approval_closed":
+            return await self._close_prompt(client, outbound)
         if outbound.purpose == "dispatch":
             channel, thread_ts = self.config.channel, None
             blocks = self._dispatch_blocks(outbound)
@@ -308,7 +337,9 @@ class SlackChannel(ChannelAdapter):
         if not outbound.delivery_key:
             return None
         client = self._require_client()
-        if outbound.purpose == "dispatch":
+        if outbound.purpose == "dispatch" or outbound.notice in ("approval", "approval_closed"):
+            # Approval prompts (and a closing notice posted because its prompt was not found)
+            # are top-level messages; a closing notice that edited its prompt is idempotent.
             method, pages, args = "conversations.history", HISTORY_PAGES, {"channel": self.config.channel, "limit": HISTORY_PAGE_SIZE}
             fetch = client.conversations_history
         else:
@@ -358,10 +389,10 @@ class SlackChannel(ChannelAdapter):
 
     @staticmethod
     def _metadata(outbound: Outbound) -> dict[str, Any]:
-        return {
-            "event_type": EVENT_TYPE,
-            "event_payload": {"delivery_key": outbound.delivery_key or "", "handoff": outbound.handoff_session_id},
-        }
+        payload = {"delivery_key": outbound.delivery_key or "", "handoff": outbound.handoff_session_id}
+        if outbound.notice in ("approval", "approval_closed"):
+            payload["notice"] = outbound.notice  # how a closing notice finds its prompt again
+        return {"event_type": EVENT_TYPE, "event_payload": payload}
 
     @staticmethod
     def _receipt(outbound: Outbound, channel: str, ts: str) -> Receipt:
@@ -444,6 +475,134 @@ class SlackChannel(ChannelAdapter):
             text = re.sub(rf"({base}/\S+)", r"<\1>", text)
         return [mrkdwn_block(text)]
 
+    # ------------------------------------------------------------------ approvals
+
+    async def _send_prompt(self, client: AsyncWebClient, outbound: Outbound) -> Receipt:
+        """An approval prompt: a new top-level post (it belongs to no handoff thread)."""
+        approval = outbound.approval
+        if approval is None:
+            raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
+        blocks = self._prompt_blocks(approval)
+        response = await self._call(
+            "chat.postMessage",
+            client.chat_postMessage(
+                channel=self.config.channel, text=clip_escaped(escape(outbound.text), FALLBACK_LIMIT), blocks=blocks,
+                metadata=self._metadata(outbound), parse="none", link_names=False, unfurl_links=False, unfurl_media=False,
+            ),
+            may_have_landed=True,
+        )
+        channel, ts = str(response.get("channel") or self.config.channel), str(response["ts"])
+        self._remember_prompt(approval.approval_id, channel, ts, blocks)
+        return Receipt(message_id=ts, thread={"channel": channel, "ts": ts})
+
+    async def _close_prompt(self, client: AsyncWebClient, outbound: Outbound) -> Receipt:
+        """How an approval ended: the prompt is edited in place (its buttons replaced by the
+        closing text), so nobody presses a dead button. When the prompt cannot be found or
+        edited any more (deleted, older than the history we look through), the closing
+        text is posted as a new message instead."""
+        approval_id = outbound.handoff_session_id
+        text = (outbound.body if outbound.body is not None else outbound.text).strip()
+        prompt = self._prompts.get(approval_id) or await self._find_prompt(client, approval_id)
+        if prompt is not None:
+            channel, ts, blocks = prompt
+            closed = [b for b in blocks if b.get("type") != "actions" and b.get("block_id") != "approval_help"]
+            closed.append({"type": "section", "block_id": "approval_closed", "text": plain(clip(text, SECTION_LIMIT))})
+            try:
+                await self._call("chat.update", client.chat_update(
+                    channel=channel, ts=ts, text=clip_escaped(escape(text), FALLBACK_LIMIT), blocks=closed,
+                    parse="none", link_names=False,
+                ))
+            except TransientChannelError:
+                raise  # nothing posted yet: the core retries the whole notice
+            except ChannelError as exc:  # deleted, too old to edit …: say it in a new message
+                log.warning("slack_approval_prompt_not_updated", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
+            else:
+                self._prompts.pop(approval_id, None)
+                return Receipt(message_id=ts, thread={"channel": channel, "ts": ts})
+        response = await self._call(
+            "chat.postMessage",
+            client.chat_postMessage(
+                channel=self.config.channel, text=clip_escaped(escape(text), FALLBACK_LIMIT),
+                blocks=[{"type": "section", "text": plain(clip(text, SECTION_LIMIT))}], metadata=self._metadata(outbound),
+                parse="none", link_names=False, unfurl_links=False, unfurl_media=False,
+            ),
+            may_have_landed=True,
+        )
+        return Receipt(message_id=str(response["ts"]), thread={"channel": str(response.get("channel") or self.config.channel),
+                                                              "ts": str(response["ts"])})
+
+    async def _find_prompt(self, client: AsyncWebClient, approval_id: str) -> tuple[str, str, list[dict[str, Any]]] | None:
+        """The prompt of an approval among the channel's newest messages (after a restart),
+        by the approval id in its metadata. A failed look is "not found", except a transient
+        one, which the core retries (the edit is worth a retry, a duplicate text is not)."""
+        cursor = None
+        for _ in range(HISTORY_PAGES):
+            try:
+                response = await self._call("conversations.history", client.conversations_history(
+                    channel=self.config.channel, limit=HISTORY_PAGE_SIZE, include_all_metadata=True, cursor=cursor))
+            except TransientChannelError:
+                raise
+            except ChannelError as exc:
+                log.warning("slack_lookup_unavailable", channel_id=self.id, hint=exc.hint)
+                return None
+            for message in response.get("messages") or []:
+                meta = message.get("metadata") or {}
+                payload = meta.get("event_payload") or {}
+                ours = self.bot_id is None or message.get("bot_id") == self.bot_id
+                if (ours and meta.get("event_type") == EVENT_TYPE and payload.get("notice") == "approval"
+                        and payload.get("handoff") == approval_id):
+                    return self.config.channel, str(message["ts"]), list(message.get("blocks") or [])
+            cursor = (response.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                break
+        return None
+
+    def _remember_prompt(self, approval_id: str, channel: str, ts: str, blocks: list[dict[str, Any]]) -> None:
+        self._prompts[approval_id] = (channel, ts, blocks)
+        while len(self._prompts) > PROMPT_CACHE_LIMIT:
+            self._prompts.popitem(last=False)
+
+    def _prompt_blocks(self, approval: ApprovalBrief) -> list[dict[str, Any]]:
+        """Readable on a phone: what, for whom, how risky, the exact arguments, until when,
+        and the buttons. People's words (subscriber name, arguments) are plain_text or
+        preformatted rich text, never mrkdwn, so nothing in them can ping or link."""
+        deadline = approval.expires_at[:16].replace("T", " ")
+        blocks: list[dict[str, Any]] = [
+            {"type": "header", "text": plain(clip(self._render("approval_header.txt", approval=approval), HEADER_LIMIT))},
+            {"type": "section", "text": plain(clip(self._render("approval_question.txt", approval=approval), SECTION_LIMIT))},
+            {"type": "section", "fields": [plain(f"Risk: {approval.risk}"), plain(f"Answer by: {deadline} UTC")]},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": "*Exactly these arguments:*", "verbatim": True}]},
+        ]
+        shown, left_out = pretty_arguments(approval.arguments, ARGUMENTS_LIMIT)
+        for part in chunks(shown, ARGUMENTS_BLOCK):
+            blocks.append({"type": "rich_text", "elements": [
+                {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": part}]}]})
+        if left_out:
+            blocks.append({"type": "context", "elements": [plain(
+                f"[… cut here: {left_out} more characters. The decision page shows every argument.]")]})
+        buttons: list[dict[str, Any]] = [
+            {"type": "button", "action_id": "approval_approve", "text": plain("Approve"), "style": "primary",
+             "value": approval.approval_id},
+            {"type": "button", "action_id": "approval_deny", "text": plain("Deny"), "style": "danger",
+             "value": approval.approval_id},
+        ]
+        if approval.allow_always:
+            buttons.append({
+                "type": "button", "action_id": "approval_always", "text": plain("Always allow"), "value": approval.approval_id,
+                "confirm": {
+                    "title": plain("Always allow?"),
+                    "text": plain(clip(f"Approve this call, and let the assistant run {approval.action_id} with the same "
+                                       "argument names for the rest of this conversation without asking.", 300)),
+                    "confirm": plain("Always allow"), "deny": plain("Cancel"),
+                },
+            })
+        blocks.append({"type": "actions", "block_id": APPROVAL_BLOCK, "elements": buttons})
+        help_text = self._render("approval_help.txt", deadline=escape(deadline), url=escape(approval.decision_url),
+                                 approval_id=escape(approval.approval_id))
+        blocks.append({"type": "context", "block_id": "approval_help",
+                       "elements": [{"type": "mrkdwn", "text": help_text, "verbatim": True}]})
+        return blocks
+
     # ------------------------------------------------------------------ inbound
 
     async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
@@ -513,6 +672,9 @@ class SlackChannel(ChannelAdapter):
         )
 
     def _from_action(self, payload: dict[str, Any]) -> InboundMessage | None:
+        pressed = next((a for a in payload.get("actions") or [] if a.get("action_id") in APPROVAL_ACTIONS), None)
+        if pressed is not None:
+            return self._from_approval_press(payload, pressed)
         action = next((a for a in payload.get("actions") or [] if a.get("action_id") == RELEASE_ACTION), None)
         if action is None:
             return None  # the form button only opens a link; nothing to do here
@@ -527,6 +689,26 @@ class SlackChannel(ChannelAdapter):
             thread_key=f"{channel}:{thread_ts}", text="/release",
             author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
             dedupe_key=f"action:{key}",
+        )
+
+    def _from_approval_press(self, payload: dict[str, Any], action: dict[str, Any]) -> InboundMessage | None:
+        """Approve / Deny / Always allow on a prompt in our channel; the core decides whether
+        it counts (pending, this channel was asked, first answer)."""
+        container = payload.get("container") or {}
+        channel = (payload.get("channel") or {}).get("id") or container.get("channel_id")
+        user = payload.get("user") or {}
+        approval_id = str(action.get("value") or "")
+        if channel != self.config.channel or not user.get("id") or not approval_id:
+            return None
+        approve, always = APPROVAL_ACTIONS[action["action_id"]]
+        # One press is one interaction: its trigger_id (else the action's own timestamp on
+        # that message) is the dedupe key, so a redelivered callback decides nothing twice.
+        key = payload.get("trigger_id") or f"{container.get('message_ts')}:{action.get('action_ts')}:{user['id']}"
+        return InboundMessage(
+            thread_key=f"approval:{approval_id}", text="",
+            author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
+            dedupe_key=f"action:{key}",
+            decision=Decision(approval_id=approval_id, approve=approve, always_allow=always),
         )
 
     # ------------------------------------------------------------------ names
@@ -663,6 +845,23 @@ def transcript_text(lines: list[TranscriptLine], limit: int = SECTION_LIMIT) -> 
     if not kept:  # the newest message alone is longer than a section
         kept = [clip(rendered[-1], limit)]
     return "\n".join(reversed(kept)), len(rendered) - len(kept)
+
+
+def pretty_arguments(arguments: dict[str, Any], limit: int) -> tuple[str, int]:
+    """The arguments as pretty JSON, at most `limit` characters (cut at a line break where
+    possible), and how many characters were left out. Invisible and control characters
+    inside strings (bidi overrides, zero-width spaces) are shown as their JSON escapes, so
+    what people read is what will run."""
+    text = json.dumps(arguments, indent=2, ensure_ascii=False)
+    text = "".join(c if c == "\n" or unicodedata.category(c) not in _HIDDEN else f"\\u{ord(c):04x}" for c in text)
+    if len(text) <= limit:
+        return text, 0
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return text[:cut], len(text) - cut
+
+
+_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
 
 
 def _display_name(user: dict[str, Any]) -> str | None:

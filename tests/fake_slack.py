@@ -1,7 +1,7 @@
 """A fake Slack, for tests and the benchmark: the Web API on 127.0.0.1, and what Slack sends back.
 
 It stands in for the provider (the far side of the real slack_sdk client), never for our
-code. It answers the methods the adapter uses (auth.test, chat.postMessage,
+code. It answers the methods the adapter uses (auth.test, chat.postMessage, chat.update,
 conversations.history, conversations.replies, users.info, users.list) the way Slack
 does: HTTP 200 with `{"ok": false, "error": …}` for refusals, 429 with Retry-After when
 rate limited. It records every request it receives, takes its arguments from the query,
@@ -179,8 +179,26 @@ class FakeSlack:
         public = {k: v for k, v in message.items() if k not in ("args", "metadata")}
         return {"ok": True, "channel": channel, "ts": ts, "message": public}
 
+    def _chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = args.get("channel"), args.get("ts")
+        if channel not in self.messages:
+            return {"ok": False, "error": "channel_not_found"}
+        message = next((m for m in self.messages[channel] if m["ts"] == ts), None)
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        if message.get("bot_id") != BOT["bot_id"]:
+            return {"ok": False, "error": "cant_update_message"}
+        if not args.get("text") and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        message["text"] = args.get("text", "")
+        message["blocks"] = _decoded(args.get("blocks")) or []
+        message["edited"] = {"user": BOT["user_id"], "ts": ts}
+        message.setdefault("updates", []).append(args)
+        public = {k: v for k, v in message.items() if k not in ("args", "metadata", "updates")}
+        return {"ok": True, "channel": channel, "ts": ts, "text": message["text"], "message": public}
+
     def _view(self, message: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
-        view = {k: v for k, v in message.items() if k != "args"}
+        view = {k: v for k, v in message.items() if k not in ("args", "updates")}
         if not _truthy(args.get("include_all_metadata")) or not view.get("metadata"):
             view.pop("metadata", None)
         return view
@@ -281,7 +299,8 @@ def message_event(
 
 
 def block_actions(*, channel: str, user: str, user_name: str, message_ts: str, value: str,
-                  action_id: str = "handoff_release", thread_ts: str | None = None, trigger_id: str | None = None) -> bytes:
+                  action_id: str = "handoff_release", thread_ts: str | None = None, trigger_id: str | None = None,
+                  block_id: str = "handoff_actions") -> bytes:
     """A button click as Slack posts it: form-encoded `payload=<json>`."""
     n = next(_event_ids)
     message: dict[str, Any] = {"type": "message", "ts": message_ts, "bot_id": BOT["bot_id"], "user": BOT["user_id"]}
@@ -295,7 +314,7 @@ def block_actions(*, channel: str, user: str, user_name: str, message_ts: str, v
         "trigger_id": trigger_id or f"{n}.{n}.abcdef", "team": {"id": BOT["team_id"], "domain": "acme"},
         "channel": {"id": channel, "name": "handoffs"}, "message": message,
         "response_url": "https://hooks.slack.com/actions/T0ACME/1/xyz",
-        "actions": [{"action_id": action_id, "block_id": "handoff_actions", "value": value, "type": "button",
+        "actions": [{"action_id": action_id, "block_id": block_id, "value": value, "type": "button",
                      "text": {"type": "plain_text", "text": "Release"}, "action_ts": f"{1_800_000_000 + n}.5"}],
     }
     return urlencode({"payload": json.dumps(payload)}).encode()

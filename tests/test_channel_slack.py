@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -616,3 +617,251 @@ async def test_a_new_form_link_from_the_owner_arrives_in_the_thread_as_a_link(de
     [notice] = fake.posts(CHANNEL, thread_ts=dispatch["ts"])
     [text] = section_texts(notice, "mrkdwn")
     assert f"<{url}>" in text and url.startswith("http://desk.test/f/")
+
+
+# --------------------------------------------------------------------------- approvals
+
+REFUND_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0},
+                                                  "note": {"type": "string"}},
+                 "required": ["order_id", "amount"], "additionalProperties": False}
+FORM = "application/x-www-form-urlencoded"
+
+
+def refund_action(**overrides: Any) -> dict[str, Any]:
+    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+            "policy": "ask", "approval_channels": [2], "input_schema": REFUND_SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+@pytest.fixture
+def calls() -> list[dict[str, Any]]:
+    from tests import approval_actions
+
+    approval_actions.CALLS.clear()
+    return approval_actions.CALLS
+
+
+async def approvals_desk(start_desk: StartDesk, fake: FakeSlack, *actions: dict[str, Any], **overrides: Any) -> Harness:
+    return await start_desk(channels=[slack_entry(fake)], actions=list(actions) or [refund_action()],
+                            delivery={"base_backoff": "10ms"}, **overrides)
+
+
+async def ask(h: Harness, fake: FakeSlack, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    """The agent calls the gated action; returns the approval id and its prompt as Slack stored it."""
+    result = await h.tool(cid, "refund_order", arguments)
+    assert result["status"] == "APPROVAL_PENDING", result
+    aid = result["approval_id"]
+    await h.desk.settle()
+    prompt = next(m for m in fake.top_level(CHANNEL) if m["metadata"]["event_payload"]["handoff"] == aid)
+    return aid, prompt
+
+
+async def press(h: Harness, prompt: dict[str, Any], action_id: str, *, value: str | None = None, user: str = "U0SAM",
+                name: str = "sam", trigger_id: str | None = None, channel: str = CHANNEL, **signing: Any) -> Any:
+    value = value if value is not None else prompt["metadata"]["event_payload"]["handoff"]
+    body = block_actions(channel=channel, user=user, user_name=name, message_ts=prompt["ts"], value=value,
+                         action_id=action_id, block_id="approval_actions", trigger_id=trigger_id)
+    response = await webhook(h, body, content_type=FORM, **signing)
+    await h.desk.settle()
+    return response
+
+
+def prompt_buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for b in message["blocks"] if b["type"] == "actions" for e in b["elements"]]
+
+
+def preformatted(message: dict[str, Any]) -> str:
+    return "".join(t["text"] for b in message["blocks"] if b["type"] == "rich_text" for e in b["elements"]
+                   if e["type"] == "rich_text_preformatted" for t in e["elements"])
+
+
+async def system_texts(h: Harness, cid: str) -> list[str]:
+    return [m["text"] for m in await h.messages(cid) if m["role"] == "system"]
+
+
+async def approval(h: Harness, aid: str) -> dict[str, Any]:
+    response = await h.client.get(f"/api/approvals/{aid}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_that_pings(
+    start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation(name="Ana <!here>")
+    aid, prompt = await ask(h, fake, cid, order_id="<!channel> #1234", amount=25.5, note="to <@U0KIM> & co\u202eevil")
+    post = fake.calls_to("chat.postMessage")[0]
+    assert post.args["channel"] == CHANNEL and "thread_ts" not in post.args  # in no handoff's thread
+    assert (post.args["parse"], post.args["link_names"], post.args["unfurl_links"]) == ("none", False, False)
+    assert prompt["metadata"]["event_payload"]["notice"] == "approval"
+    blocks = prompt["blocks"]
+    assert blocks[0] == {"type": "header", "text": {"type": "plain_text", "text": "🔴 HIGH RISK · Approval needed: refund_order",
+                                                    "emoji": True}}
+    assert blocks[1]["text"] == {"type": "plain_text", "emoji": True, "text": (
+        "May the assistant run refund_order for Ana <!here>?\n\nRefund an order to the original payment method")}
+    deadline = (await approval(h, aid))["deadline"][:16].replace("T", " ")
+    assert [f["text"] for f in blocks[2]["fields"]] == ["Risk: high", f"Answer by: {deadline} UTC"]
+    # the exact arguments, preformatted rich text: literal, never parsed; invisible characters shown escaped
+    assert preformatted(prompt) == ('{\n  "order_id": "<!channel> #1234",\n  "amount": 25.5,\n'
+                                    '  "note": "to <@U0KIM> & co\\u202eevil"\n}')
+    # mrkdwn only for our own words: nothing a person or the agent wrote is in it
+    for text in mrkdwn_texts(blocks):
+        assert "!here" not in text and "!channel" not in text and "@U0KIM" not in text and "Ana" not in text
+    help_text = mrkdwn_texts(blocks)[-1]
+    url = re.search(r"http://desk\.test/a/\S+", prompt["text"]).group()  # type: ignore[union-attr]
+    assert f"<{url}|decision page>" in help_text and aid in help_text and f"{deadline} UTC" in help_text
+    approve, deny, always = prompt_buttons(prompt)
+    assert (approve["action_id"], approve["text"]["text"], approve["style"], approve["value"]) == (
+        "approval_approve", "Approve", "primary", aid)
+    assert (deny["action_id"], deny["text"]["text"], deny["style"], deny["value"]) == ("approval_deny", "Deny", "danger", aid)
+    assert (always["action_id"], always["text"]["text"], always["value"]) == ("approval_always", "Always allow", aid)
+    assert "for the rest of this conversation" in always["confirm"]["text"]["text"]
+    # the notification fallback is the core's full prompt, escaped for mrkdwn
+    assert prompt["text"].startswith("[HIGH RISK] Approval needed: may the assistant run refund_order for Ana &lt;!here&gt;?")
+    assert "<" not in prompt["text"].replace("&lt;", "") and calls == []
+
+
+async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_buttons(
+    start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation()
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=25.5)
+    response = await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
+    assert response.status_code == 200 and response.text == ""  # acknowledged at once, no Slack call in between
+    assert calls == [{"order_id": "1234", "amount": 25.5}]
+    assert await system_texts(h, cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
+                                          'Result: {"refund_id": "rf_1", "amount": 25.5}]']
+    view = await approval(h, aid)
+    assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Sam" and view["receipt"]["via"] == "channel:2"
+
+    # the prompt is edited in place: the buttons and the dead link give way to how it ended
+    [update] = fake.calls_to("chat.update")
+    assert (update.args["channel"], update.args["ts"]) == (CHANNEL, prompt["ts"])
+    edited = fake.top_level(CHANNEL)[0]
+    assert prompt_buttons(edited) == [] and "decision page" not in json.dumps(edited["blocks"])
+    assert edited["blocks"][-1]["text"] == {"type": "plain_text", "emoji": True,
+                                            "text": f"Approved by Sam: refund_order ({aid}) will run."}
+    assert preformatted(edited) == preformatted(prompt)  # still shows what was approved
+    assert len(fake.top_level(CHANNEL)) == 1  # nothing else posted
+
+    # Slack delivers the same press again (a retry), or someone presses again: nothing more runs
+    await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
+    await press(h, prompt, "approval_deny", user="U0KIM", name="kim")
+    assert calls == [{"order_id": "1234", "amount": 25.5}]
+    assert (await approval(h, aid))["state"] == "approved" and len(await system_texts(h, cid)) == 1
+    async with h.desk.db.read() as session:
+        results = list((await session.scalars(select(InboundEvent.result).order_by(InboundEvent.id))).all())
+    assert results == ["approval approved", f"approval {aid} is already approved"]  # the replay was not even stored
+
+
+async def test_deny_in_slack_is_permission_denied_and_nothing_runs(
+    start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation()
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=900)
+    await press(h, prompt, "approval_deny", user="U0KIM", name="kim")
+    assert calls == []
+    [note] = await system_texts(h, cid)
+    assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it.")
+    assert fake.top_level(CHANNEL)[0]["blocks"][-1]["text"]["text"] == f"Denied by Kim: refund_order ({aid}) will not run."
+
+
+async def test_forged_misplaced_or_late_presses_change_nothing(
+    start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake, refund_action(timeout="1m"))
+    cid = await h.conversation()
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=5)
+    assert (await press(h, prompt, "approval_approve", secret="not-the-secret")).status_code == 401
+    assert (await press(h, prompt, "approval_approve", timestamp=int(time.time()) - 6 * 60)).status_code == 401  # a replay
+    assert (await press(h, prompt, "approval_approve", channel="C0ELSEWHERE")).status_code == 200  # not our channel
+    assert await inbound_count(h) == 0
+    # a press naming an approval that does not exist is stored, and the core ignores it
+    await press(h, prompt, "approval_approve", value="ap_doesnotexist")
+    assert calls == [] and (await approval(h, aid))["state"] == "pending"
+
+    # past the deadline: the sweep denies it, the prompt says so, a late press runs nothing
+    h.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
+    assert await h.desk.approvals.expire_due() == 1
+    await h.desk.settle()
+    assert fake.top_level(CHANNEL)[0]["blocks"][-1]["text"]["text"].startswith("Nobody answered in time: refund_order")
+    await press(h, prompt, "approval_approve")
+    assert calls == [] and (await approval(h, aid))["state"] == "expired"
+
+
+async def test_always_allow_in_slack_lets_the_same_shape_run_without_asking(
+    start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation()
+    aid, prompt = await ask(h, fake, cid, order_id="1", amount=5)
+    await press(h, prompt, "approval_always")
+    assert (await approval(h, aid))["receipt"]["always_allow"] is True
+    again = await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7})
+    assert again["status"] == "done" and len(calls) == 2
+    assert len(fake.top_level(CHANNEL)) == 1  # no second prompt
+
+
+async def test_ask_always_offers_no_always_allow_button(start_desk: StartDesk, fake: FakeSlack) -> None:
+    h = await approvals_desk(start_desk, fake, refund_action(policy="ask_always", risk="low"))
+    _, prompt = await ask(h, fake, await h.conversation(), order_id="1", amount=5)
+    assert [b["action_id"] for b in prompt_buttons(prompt)] == ["approval_approve", "approval_deny"]
+    assert prompt["blocks"][0]["text"]["text"] == "Approval needed: refund_order"
+
+
+async def test_long_arguments_are_cut_with_a_note_never_silently(start_desk: StartDesk, fake: FakeSlack) -> None:
+    h = await approvals_desk(start_desk, fake)
+    _, prompt = await ask(h, fake, await h.conversation(), order_id="1", amount=5, note="word " * 4000)
+    parts = [b for b in prompt["blocks"] if b["type"] == "rich_text"]
+    assert 1 < len(parts) <= 3 and all(len(p["elements"][0]["elements"][0]["text"]) <= 2900 for p in parts)
+    shown = preformatted(prompt)
+    assert shown.startswith('{\n  "order_id": "1",\n  "amount": 5,\n  "note": "word word')
+    full = json.dumps({"order_id": "1", "amount": 5, "note": "word " * 4000}, indent=2)
+    note = next(b for b in prompt["blocks"] if b["type"] == "context" and b["elements"][0]["type"] == "plain_text")
+    assert full.startswith(shown) and note["elements"][0]["text"] == (f"[… cut here: {len(full) - len(shown)} more characters. "
+                                           "The decision page shows every argument.]")
+
+
+async def test_after_a_restart_the_closing_notice_finds_its_prompt_in_the_history(
+    start_desk: StartDesk, fake: FakeSlack, database_url: str, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation()
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=5)
+    await h.desk.stop()
+    again = await approvals_desk(start_desk, fake, url=database_url)
+    await press(again, prompt, "approval_approve")
+    assert calls == [{"order_id": "1234", "amount": 5}]
+    assert fake.calls_to("conversations.history")[-1].args["include_all_metadata"] in ("1", "true")
+    [update] = fake.calls_to("chat.update")
+    assert update.args["ts"] == prompt["ts"]
+    assert prompt_buttons(fake.top_level(CHANNEL)[0]) == [] and len(fake.top_level(CHANNEL)) == 1
+
+
+async def test_a_prompt_that_cannot_be_edited_gets_the_closing_text_as_a_new_post(
+    start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation()
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=5)
+    fake.fail_next("chat.update", Fault(error="cant_update_message"))
+    await press(h, prompt, "approval_deny")
+    closing = fake.top_level(CHANNEL)[-1]
+    assert closing["ts"] != prompt["ts"] and closing["metadata"]["event_payload"]["notice"] == "approval_closed"
+    assert section_texts(closing, "plain_text") == [f"Denied by Sam: refund_order ({aid}) will not run."]
+
+
+async def test_a_rate_limited_edit_is_retried_by_the_core(start_desk: StartDesk, fake: FakeSlack,
+                                                          calls: list[dict[str, Any]]) -> None:
+    h = await approvals_desk(start_desk, fake)
+    aid, prompt = await ask(h, fake, await h.conversation(), order_id="1234", amount=5)
+    fake.fail_next("chat.update", Fault(status=429, error="ratelimited", headers={"Retry-After": "3"}))
+    await press(h, prompt, "approval_approve")
+    assert prompt_buttons(fake.top_level(CHANNEL)[0]) != []  # not yet
+    h.desk.clock.advance(timedelta(seconds=4))  # type: ignore[attr-defined]
+    await h.desk.settle()
+    assert prompt_buttons(fake.top_level(CHANNEL)[0]) == [] and len(fake.calls_to("chat.update")) == 2
+    assert len(fake.top_level(CHANNEL)) == 1 and calls == [{"order_id": "1234", "amount": 5}]
