@@ -36,6 +36,15 @@ What it guards against:
   UncertainDeliveryError (the message may exist). With several recipients, the numbers that
   already got a message are remembered by its delivery key, so a retry sends only to the rest.
 
+Approval prompts (`notice="approval"`) go to every number as one text: the action, its
+description, the risk, the exact arguments as pretty JSON in a monospace block (where
+WhatsApp formats nothing; a backtick in a value is written as the JSON escape `\\u0060`, so
+the block cannot be closed early and the value stays exact), the deadline and the signed
+decision link; WhatsApp has no buttons here, the page decides. When it does not fit 1600
+characters the arguments are cut visibly ("… N more characters on the page"), never the
+link. `approval_closed` sends how it ended. An approval is not a handoff: a reply on the line
+is routed to the handoffs as always, and the prompt says that a reply is not a decision.
+
 Errors are mapped, never retried here: 429 → transient with Retry-After; 401/20003 → auth;
 63016, 21211/21614 (bad number), 63007 (wrong sender) and other 4xx → permanent.
 
@@ -53,6 +62,7 @@ import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlparse
@@ -61,6 +71,7 @@ import structlog
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 
 from channels.base import (
+    ApprovalBrief,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
@@ -92,6 +103,7 @@ SIGNATURE_HEADER = "x-twilio-signature"
 EMPTY_TWIML = b'<?xml version="1.0" encoding="UTF-8"?><Response/>'
 SENT_MEMORY = 10_000  # (delivery key, number, part) → MessageSid, so a retry skips numbers already reached
 TRANSCRIPT_LINE = 300
+APPROVAL_DESCRIPTION = 400  # characters of an action's description in a prompt
 _E164 = re.compile(r"^\+[1-9]\d{6,14}$")
 _SEPARATORS = re.compile(r"[\s().\-\u00a0]")
 TemplateValue = Literal["summary", "expected_action", "link", "short_code", "urgency", "subscriber", "contact_back_email"]
@@ -391,6 +403,11 @@ class WhatsAppChannel(ChannelAdapter):
 
     async def send(self, outbound: Outbound) -> Receipt:
         client = self._require_client()
+        if outbound.notice in ("approval", "approval_closed"):
+            # Not a handoff: no short code, not on the line's thread (replies route to handoffs).
+            text = self.approval_text(outbound.approval) if outbound.notice == "approval" else self._closed_text(outbound)
+            sids = await self._to_everyone(client, outbound, [_Message(body=text)])
+            return Receipt(message_id=next((sids[n] for n in self.config.to if n in sids), None))
         if outbound.purpose == "dispatch":
             messages = [self._dispatch_message(outbound)]
         elif outbound.purpose == "relay":
@@ -527,6 +544,45 @@ class WhatsAppChannel(ChannelAdapter):
                     high = middle - 1
             return render(low)
         raise PermanentChannelError("the dispatch does not fit one WhatsApp message", hint="the brief is too long for WhatsApp")
+
+    def approval_text(self, brief: ApprovalBrief | None) -> str:
+        """The prompt as one message: everything when it fits, else the arguments cut with a
+        visible note (the page shows them all); the link is never cut."""
+        if brief is None:
+            raise PermanentChannelError("an approval prompt without its brief",
+                                        hint="internal error: the approval prompt carried no approval")
+        arguments = json.dumps(brief.arguments, indent=2, ensure_ascii=False).replace("`", "\\u0060")
+        try:
+            deadline = datetime.fromisoformat(brief.expires_at).strftime("%d %b, %H:%M UTC")
+        except ValueError:
+            deadline = clip(brief.expires_at, 40)
+
+        def render(kept: int) -> str:
+            return self._render(
+                "approval", a=brief, action=defuse(brief.action_id), description=defuse(clip(brief.description, APPROVAL_DESCRIPTION)),
+                who=defuse(one_line(brief.subscriber_name, 100)) if brief.subscriber_name else None,
+                arguments=arguments[:kept].rstrip() if kept < len(arguments) else arguments,
+                left_out=len(arguments) - kept, deadline=deadline,
+            )
+
+        if utf16_len(render(len(arguments))) <= BODY_LIMIT:
+            return render(len(arguments))
+        low, high = 0, len(arguments)  # the most characters of the arguments that fit
+        while low < high:
+            middle = (low + high + 1) // 2
+            if utf16_len(render(middle)) <= BODY_LIMIT:
+                low = middle
+            else:
+                high = middle - 1
+        text = render(low)
+        if utf16_len(text) > BODY_LIMIT:
+            raise PermanentChannelError("the approval prompt does not fit one WhatsApp message",
+                                        hint="the approval prompt is too long for WhatsApp")
+        return text
+
+    def _closed_text(self, outbound: Outbound) -> str:
+        body = defuse(clip(outbound.body if outbound.body is not None else outbound.text, 1400))
+        return self._render("approval_closed", body=body)
 
     def _relay_parts(self, outbound: Outbound) -> list[str]:
         author = defuse(one_line(outbound.author or "Subscriber", 100))

@@ -548,6 +548,143 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTwilio, start_desk
     assert (await harness.say(cid, "Thanks!"))["routed_to"] == "agent"
 
 
+# --------------------------------------------------------------------------- approvals
+
+APPROVAL_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                   "required": ["order_id", "amount"]}
+
+
+def refund_action(**overrides: Any) -> dict[str, Any]:
+    return {"id": "refund_order", "description": "Refund an order to the *original* payment method", "risk": "high",
+            "policy": "ask", "approval_channels": [1], "input_schema": APPROVAL_SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+async def approval_desk(start_desk: StartDesk, fake: FakeTwilio, *actions: dict[str, Any]) -> Harness:
+    from tests import approval_actions
+
+    approval_actions.CALLS.clear()
+    return await start(start_desk, fake, actions=list(actions) or [refund_action()])
+
+
+async def gated_call(harness: Harness, cid: str, **arguments: Any) -> str:
+    result = await harness.tool(cid, "refund_order", arguments)
+    assert result["status"] == "APPROVAL_PENDING", result
+    await harness.desk.settle()
+    return str(result["approval_id"])
+
+
+def decision_path(body: str) -> str:
+    import re
+
+    [url] = re.findall(r"http://desk\.test/a/[A-Za-z0-9_.\-]+", body)
+    return url.removeprefix("http://desk.test")
+
+
+async def decide_on_page(harness: Harness, path: str, decision: str, **form: str) -> httpx.Response:
+    return await harness.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": decision, **form})
+
+
+def shown_arguments(body: str) -> str:
+    return body.split("```\n", 1)[1].split("\n```", 1)[0]
+
+
+async def test_an_approval_prompt_reaches_every_number_with_exact_arguments_and_the_link(
+    fake: FakeTwilio, start_desk: StartDesk,
+) -> None:
+    harness = await approval_desk(start_desk, fake)
+    cid = await harness.conversation(name="Ana *VIP*")
+    arguments = {"order_id": "*1234* _now_ ```x``` ~no~", "amount": 25.5}
+    await gated_call(harness, cid, **arguments)
+    [to_ana], [to_ben] = fake.sent_to(ANA_PHONE), fake.sent_to(BEN_PHONE)
+    body = to_ana["body"]
+    assert body == to_ben["body"] and utf16_len(body) <= BODY_LIMIT
+    assert body.startswith("🔴 *HIGH RISK* · *Approval needed*: may the assistant run refund_order for Ana ∗VIP∗?\n")
+    assert "Refund an order to the ∗original∗ payment method" in body and "*Risk:* high" in body
+    # inside the monospace block nothing formats; the block cannot be closed early, and the JSON is exact
+    block = shown_arguments(body)
+    assert "`" not in block and json.loads(block) == arguments
+    assert '"order_id": "*1234* _now_ \\u0060\\u0060\\u0060x\\u0060\\u0060\\u0060 ~no~"' in block
+    assert "no answer by " in body and body.endswith("A reply in this chat is not a decision.")
+    assert (await harness.client.get(decision_path(body))).status_code == 200
+
+
+async def test_approving_on_the_page_runs_the_action_and_every_number_hears_how_it_ended(
+    fake: FakeTwilio, start_desk: StartDesk,
+) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk, fake)
+    cid = await harness.conversation()
+    aid = await gated_call(harness, cid, order_id="1234", amount=25.5)
+    path = decision_path(bodies(fake, ANA_PHONE)[-1])
+    assert (await decide_on_page(harness, path, "approve", name="Kim")).status_code == 200
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
+    system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+    assert system[0].startswith("[Approval — refund_order was approved and ran")
+    closing = f"*Approval closed* · Approved by Kim (decision link): refund_order ({aid}) will run."
+    assert bodies(fake, ANA_PHONE)[-1] == bodies(fake, BEN_PHONE)[-1] == closing
+    # a replayed or forged press changes nothing
+    assert (await decide_on_page(harness, path, "deny")).status_code == 410
+    assert (await decide_on_page(harness, path[:-4] + "abcd", "deny")).status_code == 404
+    assert len(approval_actions.CALLS) == 1 and len(fake.sent_to(ANA_PHONE)) == 2
+
+
+async def test_denying_on_the_page_is_permission_denied(fake: FakeTwilio, start_desk: StartDesk) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk, fake)
+    cid = await harness.conversation()
+    await gated_call(harness, cid, order_id="1234", amount=900)
+    await decide_on_page(harness, decision_path(bodies(fake, ANA_PHONE)[-1]), "deny", reason="Over the *limit*")
+    await harness.desk.settle()
+    assert approval_actions.CALLS == []
+    system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+    assert system == ["[Approval — refund_order: PERMISSION_DENIED. A person denied it: Over the *limit*. The action did not "
+                      "run; do not try to reach the same result another way.]"]
+    assert bodies(fake, BEN_PHONE)[-1].startswith("*Approval closed* · Denied by decision link holder: refund_order")
+
+
+async def test_replies_on_the_line_still_go_to_handoffs_never_to_a_pending_approval(fake: FakeTwilio, start_desk: StartDesk) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk, fake)
+    cid = await harness.conversation()
+    aid = await gated_call(harness, cid, order_id="1234", amount=5)
+    await reply(harness, fake, "approve")  # no open handoff: answered by the line, decides nothing
+    other = await harness.conversation("Ben", email=None)
+    _sid, _code = await dispatched(harness, other)
+    await reply(harness, fake, "yes, approve it", profile_name="Sam")
+    assert await human_texts(harness, other) == [("Sam", "yes, approve it")]
+    assert await human_texts(harness, cid) == [] and approval_actions.CALLS == []
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+
+
+async def test_huge_arguments_are_cut_visibly_and_the_link_is_kept(fake: FakeTwilio) -> None:
+    from channels.base import ApprovalBrief
+
+    adapter = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake, to=[ANA_PHONE])))
+    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=_drop, render=Renderer().render))
+    try:
+        brief = ApprovalBrief(approval_id="ap_big", action_id="import_rows", description="Import rows " * 100, risk="low",
+                              arguments={"rows": [f"row {i}" for i in range(500)]}, conversation_id="c1",
+                              decision_url="http://desk.test/a/" + "t" * 80, allow_always=True, expires_at="2026-03-14T10:05:00")
+        await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_big", text="…", approval=brief))
+        closed = "Nobody answered in time: import_rows (ap_big) was denied and will not run."
+        await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_big", text=closed, body=closed))
+        with pytest.raises(PermanentChannelError):
+            await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_x", text="…"))
+    finally:
+        await adapter.stop()
+    prompt, closing = bodies(fake, ANA_PHONE)
+    assert utf16_len(prompt) <= BODY_LIMIT and prompt.startswith("*Approval needed*: may the assistant run import_rows?")
+    assert "more characters on the page\n```" in prompt and "no answer by 14 Mar, 10:05 UTC means denied" in prompt
+    assert "http://desk.test/a/" + "t" * 80 + "\n" in prompt
+    assert shown_arguments(prompt).startswith('{\n  "rows": [\n    "row 0",')
+    assert closing == f"*Approval closed* · {closed}"
+
+
 # --------------------------------------------------------------------------- helpers
 
 
