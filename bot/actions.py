@@ -18,19 +18,20 @@ from typing import Any
 import httpx
 
 from bot.agents.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from bot.config import ActionConfig, CallableActionRun, HttpActionRun
+from bot.config import CallableActionRun, HttpActionRun
 
 
 class ActionFailed(Exception):
     """The action was approved but did not complete; the message is for the agent and owner."""
 
 
-async def run_action(action: ActionConfig, *, approval_id: str | None, conversation_id: str,
-                     arguments: dict[str, Any]) -> dict[str, Any]:
-    """Run `action` once; its result as a JSON object (other JSON values come as {"value": …})."""
-    if isinstance(action.run, CallableActionRun):
-        return await _call(action.run, arguments)
-    return await _post(action.run, action.id, approval_id, conversation_id, arguments)
+async def run_action(run: HttpActionRun | CallableActionRun, *, action_id: str, approval_id: str | None,
+                     conversation_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Run it once; its result as a JSON object (other JSON values come as {"value": …}).
+    `approval_id` (or a user action id) is sent so the endpoint can recognise a repeat."""
+    if isinstance(run, CallableActionRun):
+        return await _call(run, arguments)
+    return await _post(run, action_id, approval_id, conversation_id, arguments)
 
 
 async def _call(run: CallableActionRun, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from bot.desk import Desk
 from bot.handoffs import Outcome
 from bot.metrics import CONTENT_TYPE
 from bot.text import CleanStr
+from bot.user_actions import view as user_action_view
 from channels.base import WebhookRequest
 
 MAX_WAIT_SECONDS = 30.0
@@ -67,6 +68,8 @@ class CreateConversation(_Body):
     # A sibling agent (run outside this server) serving a handoff gets a conversation
     # bound to it; there it may call handoff_release for exactly that session.
     serves_handoff_session_id: str | None = Field(default=None, max_length=40)
+    # Run as a background task: user actions go to the orchestrator's webhook (USER_ACTION_REQUESTED).
+    background: bool = False
 
 
 class PostMessage(_Body):
@@ -100,6 +103,7 @@ async def create_conversation(body: CreateConversation | None = None, desk: Desk
     cid = await desk.create_conversation(
         name=subscriber.name, email=str(subscriber.email) if subscriber.email else None,
         external_id=subscriber.external_id, serves_handoff_session_id=body.serves_handoff_session_id,
+        background=body.background,
     )
     return {"conversation_id": cid}
 
@@ -210,6 +214,30 @@ async def decide_approval(aid: str, body: DecisionBody, desk: Desk = Depends(get
         raise ApiError(409, "approval_not_pending", f"the approval is {result.approval.state}; the decision changed nothing",
                        approval=approval_view(result.approval))
     return approval_view(await desk.approvals.get(aid))
+
+
+class StepBody(_Body):
+    move: Literal["next", "previous"]
+
+
+class UserActionResponseBody(_Body):
+    outcome: Literal["done", "cancelled"]
+
+
+@api.get("/user_actions/{uaid}")
+async def get_user_action(uaid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    return user_action_view(await desk.user_actions.get(uaid))
+
+
+@api.post("/user_actions/{uaid}/step")
+async def move_user_action_step(uaid: str, body: StepBody, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    return user_action_view(await desk.user_actions.move(uaid, body.move))
+
+
+@api.post("/user_actions/{uaid}/response")
+async def respond_user_action(uaid: str, body: UserActionResponseBody, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+    """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
+    return await desk.user_actions.respond(uaid, body.outcome, via="api")
 
 
 # --------------------------------------------------------------------------- outside /api

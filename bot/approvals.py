@@ -170,7 +170,8 @@ class Approvals:
                        actor: str, why: str) -> dict[str, Any]:
         now = self.clock.now()
         try:
-            result = await run_action(action, approval_id=None, conversation_id=conversation.id, arguments=arguments)
+            result = await run_action(action.run, action_id=action.id, approval_id=None, conversation_id=conversation.id,
+                                      arguments=arguments)
         except ActionFailed as exc:
             async with self.db.transaction() as session:
                 await audit.record(session, "action_failed", at=now, actor=actor, conversation_id=conversation.id,
@@ -270,8 +271,8 @@ class Approvals:
             values = {"run_state": "failed", "error": f"the action {approval.action_id} is no longer configured"}
         else:
             try:
-                result = await run_action(action, approval_id=approval.id, conversation_id=approval.conversation_id,
-                                          arguments=dict(approval.arguments))
+                result = await run_action(action.run, action_id=action.id, approval_id=approval.id,
+                                          conversation_id=approval.conversation_id, arguments=dict(approval.arguments))
                 values = {"run_state": "succeeded", "result": result}
             except ActionFailed as exc:
                 values = {"run_state": "failed", "error": str(exc)}

@@ -16,10 +16,18 @@ from __future__ import annotations
 
 from types import TracebackType
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
 ToolFormat = Literal["plain", "openai", "anthropic"]
+
+
+def _seg(value: str) -> str:
+    """One path segment: an id or a tool name can never climb to another route ("../")."""
+    if value in ("", ".", ".."):
+        raise ValueError(f"not an id: {value!r}")
+    return quote(value, safe="")
 
 
 class DeskApiError(Exception):
@@ -59,29 +67,29 @@ class DeskClient:
 
     async def say(self, conversation_id: str, text: str) -> dict[str, Any]:
         """A subscriber message: routed to the desk's agent, or to the person during a handoff."""
-        return await self._request("POST", f"/api/conversations/{conversation_id}/messages", json={"text": text})
+        return await self._request("POST", f"/api/conversations/{_seg(conversation_id)}/messages", json={"text": text})
 
     async def messages(self, conversation_id: str, *, after: int = 0, wait: float | None = None) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"after": after, **({"wait": wait} if wait is not None else {})}
-        return list((await self._request("GET", f"/api/conversations/{conversation_id}/messages", params=params))["messages"])
+        return list((await self._request("GET", f"/api/conversations/{_seg(conversation_id)}/messages", params=params))["messages"])
 
     # ------------------------------------------------------------------ tools
 
     async def tools(self, conversation_id: str, *, format: ToolFormat = "plain") -> list[dict[str, Any]]:
         """The tools as the model should see them now, in the framework's format."""
-        data = await self._request("GET", f"/api/conversations/{conversation_id}/tools", params={"format": format})
+        data = await self._request("GET", f"/api/conversations/{_seg(conversation_id)}/tools", params={"format": format})
         return list(data["tools"])
 
     async def call_tool(self, conversation_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return await self._request("POST", f"/api/conversations/{conversation_id}/tools/{name}", json=arguments)
+        return await self._request("POST", f"/api/conversations/{_seg(conversation_id)}/tools/{_seg(name)}", json=arguments)
 
     # ------------------------------------------------------------------ handoffs
 
     async def handoff(self, handoff_session_id: str) -> dict[str, Any]:
-        return await self._request("GET", f"/api/handoffs/{handoff_session_id}")
+        return await self._request("GET", f"/api/handoffs/{_seg(handoff_session_id)}")
 
     async def release(self, handoff_session_id: str, **body: Any) -> dict[str, Any]:
-        return await self._request("POST", f"/api/handoffs/{handoff_session_id}/release", json=body)
+        return await self._request("POST", f"/api/handoffs/{_seg(handoff_session_id)}/release", json=body)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = await self._http.request(method, path, **kwargs)

@@ -338,6 +338,25 @@ class ActionConfig(_Section):
         return value
 
 
+class ExpectationConfig(_Section):
+    """A check that a user action really happened (the subscriber saying "done" is not
+    proof): called with the user action's details, it answers {"holds": bool, "observed": "…"}."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="What request_user_action names in `expectation`.")
+    description: str = Field(min_length=5, max_length=500, description="What must be true afterwards, for the model.")
+    run: ActionRun
+
+
+class UserActionsConfig(_Section):
+    """Steps only the subscriber can do (request_user_action): what can verify them, and
+    where a background task's orchestrator hears about them."""
+
+    expectations: list[ExpectationConfig] = Field(default_factory=list)
+    webhook: HttpActionRun | None = Field(
+        default=None, description="For conversations run as background tasks: user actions are POSTed here, signed.",
+    )
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -357,6 +376,7 @@ class Config(_Section):
     delivery: DeliverySettings = DeliverySettings()
     agent: AgentConfig = RulesAgentConfig()
     actions: list[ActionConfig] = Field(default_factory=list)
+    user_actions: UserActionsConfig = UserActionsConfig()
     logging: LoggingConfig = LoggingConfig()
     # Validated per kind against the adapter's own model by `Config.from_mapping`.
     channels: list[Any] = Field(default_factory=list)

@@ -24,6 +24,7 @@ async def create(
     email: str | None = None,
     external_id: str | None = None,
     serves_handoff_session_id: str | None = None,
+    background: bool = False,
 ) -> Conversation:
     conversation = Conversation(
         id=new_id("c"),
@@ -31,6 +32,7 @@ async def create(
         subscriber_email=email,
         subscriber_external_id=external_id,
         serves_handoff_session_id=serves_handoff_session_id,
+        background=background,
         created_at=now,
         last_message_at=now,
     )

@@ -37,6 +37,8 @@ from bot.timers import IdleTimers
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
+from bot.tools.user_actions import RequestUserActionTool, ResponseUserActionTool
+from bot.user_actions import UserActions
 from channels.base import ChannelAdapter, ChannelContext
 from forms.links import FormLinks
 
@@ -79,13 +81,19 @@ class Desk:
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, bus=self.bus, secret_keys=config.signing_keys, public_url=config.public_url,
         )
+        self.user_actions = UserActions(
+            db=self.db, clock=self.clock, config=config, renderer=self.renderer, bus=self.bus, background=self.background,
+        )
         self.tools = ToolRegistry([
-            HandoffRequestTool(), HandoffReleaseTool(), *(ActionTool(action, self.approvals) for action in config.actions),
+            HandoffRequestTool(), HandoffReleaseTool(),
+            RequestUserActionTool(self.user_actions), ResponseUserActionTool(self.user_actions),
+            *(ActionTool(action, self.approvals) for action in config.actions),
         ])
         self.agent = agent or build_agent(config.agent)
         self.router = Router(
             db=self.db, clock=self.clock, handoffs=self.handoffs, channels=self.channels, outbox=self.outbox,
             tools=self.tools, agent=self.agent, bus=self.bus, background=self.background, metrics=self.metrics,
+            user_actions=self.user_actions,
         )
         self.siblings = Siblings(
             db=self.db, clock=self.clock, handoffs=self.handoffs, router=self.router, background=self.background,
@@ -106,6 +114,8 @@ class Desk:
         self.handoffs.on_released.append(self.router.after_release)
         self.handoffs.on_failed_with_messages.append(self.router.after_failed_dispatch)
         self.approvals.on_settled.append(self.router.after_approval)
+        self.user_actions.on_settled.append(self.router.after_user_action)
+        self.timers.also_on_sweep.append(self.user_actions.expire_due)
         self.timers.also_on_sweep.append(self.approvals.expire_due)
         self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)

@@ -40,6 +40,9 @@ class Conversation(SQLModel, table=True):
     # Set when this conversation is a sibling agent serving someone else's handoff: that
     # agent may release exactly this session and nothing else.
     serves_handoff_session_id: str | None = Field(default=None, max_length=40, index=True)
+    # Run as a background task: user actions are announced to the owner's orchestrator
+    # (USER_ACTION_REQUESTED) instead of a person watching the chat.
+    background: bool = False
     created_at: datetime
     last_message_at: datetime
 
@@ -220,6 +223,30 @@ class ApprovalGrant(SQLModel, table=True):
     shape: str = Field(max_length=1000)
     approval_id: str = Field(max_length=40)
     created_at: datetime
+
+
+class UserAction(SQLModel, table=True):
+    """A step only the subscriber can do on their own device, and how it ended."""
+
+    __tablename__ = "user_actions"
+    __table_args__ = (Index("ix_user_actions_state_deadline", "state", "deadline"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True, max_length=40)
+    reason: str = Field(max_length=40)
+    details: str = Field(sa_type=Text)
+    suggested_action: str | None = Field(default=None, sa_type=Text)
+    steps: list[str] = Field(default_factory=list, sa_type=JSON)
+    step: int = 0  # the guided step shown now
+    expectation: str | None = Field(default=None, max_length=64)
+    background: bool = False
+    # pending → done | cancelled | timeout | failed (the expectation was not observed)
+    state: str = Field(max_length=12)
+    created_at: datetime
+    deadline: datetime
+    resolved_at: datetime | None = None
+    resolved_via: str | None = Field(default=None, max_length=40)
+    observed: str | None = Field(default=None, sa_type=Text)
 
 
 class InboundEvent(SQLModel, table=True):

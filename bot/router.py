@@ -29,6 +29,7 @@ from bot.metrics import Metrics
 from bot.models import ACTIVE, HandoffSession, Message
 from bot.outbox import Outbox
 from bot.tools import ToolContext, ToolRegistry
+from bot.user_actions import UserActions, keyword_outcome
 
 log = structlog.get_logger(__name__)
 
@@ -58,8 +59,10 @@ class Router:
         bus: ConversationBus,
         background: Background,
         metrics: Metrics,
+        user_actions: UserActions,
     ) -> None:
         self.db, self.clock, self.handoffs, self.channels = db, clock, handoffs, channels
+        self.user_actions = user_actions
         self.outbox, self.tools, self.agent, self.bus = outbox, tools, agent, bus
         self.background, self.metrics = background, metrics
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -75,16 +78,32 @@ class Router:
         # One message of a conversation at a time: a message arriving while the agent is
         # escalating is routed after the turn ends, to the human if the handoff started.
         async with self._lock(conversation_id):
+            waiting = await self.user_actions.pending_for(conversation_id)
+            redaction = self.user_actions.redact(waiting, text)
+            text = redaction.text  # a code or password is never stored, relayed or shown to the agent
             now = self.clock.now()
             async with self.db.transaction() as session:
                 conversation = await conversations.get(session, conversation_id)
                 routed = await self.handoffs.route_subscriber_message(session, conversation, text, now)
                 if routed is None:
                     stored = await conversations.add_message(session, conversation_id, role="subscriber", text=text, now=now)
+                reminder = None
+                if redaction.redacted and waiting is not None:
+                    reminder = await conversations.add_message(
+                        session, conversation_id, role="agent", text=self.user_actions.reminder(waiting), now=now,
+                        author="Assistant",
+                    )
             self.bus.notify(conversation_id)
             if routed is not None:
                 message, handoff = routed
-                return RouteResult(int(message.id or 0), "human", handoff.id)
+                return RouteResult(int(message.id or 0), "human", handoff.id, [reminder] if reminder else [])
+            if reminder is not None:
+                return RouteResult(int(stored.id or 0), "agent", None, [reminder])
+            answer = keyword_outcome(text) if waiting is not None else None
+            if waiting is not None and answer is not None:
+                # "done" / "cancel" answers the pending user action; its outcome starts the agent's turn
+                await self.user_actions.respond(waiting.id, answer, via="subscriber")
+                return RouteResult(int(stored.id or 0), "agent", None, [])
             replies, started = await self._agent_turn(conversation_id, trigger="message")
             return RouteResult(int(stored.id or 0), "agent", started, replies)
 
@@ -157,6 +176,10 @@ class Router:
         self.background.spawn(
             self.agent_turn(handoff.conversation_id, trigger="message"), name=f"held:{handoff.conversation_id}"
         )
+
+    def after_user_action(self, conversation_id: str) -> None:
+        """The agent reads how the user action ended and carries on."""
+        self.background.spawn(self.agent_turn(conversation_id, trigger="user_action"), name=f"user-action:{conversation_id}")
 
     def after_approval(self, conversation_id: str) -> None:
         """The agent reads how its approval request ended and tells the subscriber."""

@@ -24,10 +24,10 @@ async def test_tools_in_each_framework_format_and_a_call(start_desk: StartDesk) 
     harness = await start_desk(api={"key": "k-123456789012345678901234"})
     async with client_for(harness, "k-123456789012345678901234") as desk:
         cid = await desk.create_conversation(name="Ana", email="ana@example.com")
-        [openai] = await desk.tools(cid, format="openai")
+        openai = (await desk.tools(cid, format="openai"))[0]
         assert openai["type"] == "function" and openai["function"]["name"] == "handoff_request"
         assert openai["function"]["parameters"]["properties"]["channel_id"]["enum"] == [1]
-        [anthropic] = await desk.tools(cid, format="anthropic")
+        anthropic = (await desk.tools(cid, format="anthropic"))[0]
         assert anthropic["name"] == "handoff_request" and "input_schema" in anthropic
         rejected = await desk.call_tool(cid, "handoff_request", {"channel_id": 9})
         assert rejected["error"] == "invalid_input" and "channel_id" in rejected["details"]["fields"]
@@ -48,3 +48,14 @@ async def test_http_problems_raise_with_the_servers_hint(start_desk: StartDesk) 
         with pytest.raises(DeskApiError) as caught:
             await desk.tools("c_nope")
     assert caught.value.status == 404
+
+
+async def test_ids_cannot_climb_to_another_route(start_desk: StartDesk) -> None:
+    harness = await start_desk()
+    async with client_for(harness) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        with pytest.raises(DeskApiError) as caught:
+            await desk.call_tool(cid, "../../handoffs/hs_x/release", {})
+        assert caught.value.status == 404
+        with pytest.raises(ValueError):
+            await desk.handoff("..")

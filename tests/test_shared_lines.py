@@ -150,3 +150,50 @@ async def test_threaded_channels_do_not_parse_codes(start_desk: StartDesk) -> No
     message: Any = InboundMessage(thread_key=f"thread-{sid}", text=f"#{code} /list", author="Kim")
     assert await harness.desk.inbound.submit_and_wait(1, message) == "relayed"
     assert [m["text"] for m in await harness.messages(cid) if m["role"] == "human"] == [f"#{code} /list"]
+
+
+async def test_two_subscribers_on_one_whatsapp_number_end_to_end(start_desk: StartDesk) -> None:
+    """The real twilio SDK against tests/fake_twilio.py: the recipient answers two handoffs
+    from one chat, addresses one by its code, lists them and releases them one by one."""
+    from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, FakeTwilio
+
+    twilio = await FakeTwilio().start()
+    try:
+        harness = await start_desk(channels=[{
+            "id": 1, "kind": "whatsapp", "label": "On-call", "account_sid": ACCOUNT_SID, "auth_token": AUTH_TOKEN,
+            "from": "+1 415 523 8886", "to": [ANA_PHONE], "api_base_url": twilio.base_url}])
+        line = Line(harness)
+
+        async def write(text: str) -> None:
+            harness.desk.clock.advance(timedelta(seconds=1))  # type: ignore[attr-defined]
+            body, headers = twilio.inbound("http://desk.test/webhooks/1", body=text, sender=ANA_PHONE, profile_name="Kim")
+            assert (await harness.client.post("/webhooks/1", content=body, headers=headers)).status_code == 200
+            await harness.desk.settle()
+
+        def received() -> list[str]:
+            return [m["body"] for m in twilio.sent_to(ANA_PHONE)]
+
+        carla, carla_sid, c = await line.open("Carla")
+        dan, dan_sid, d = await line.open("Dan")
+        await harness.say(carla, "Any news on my refund?")
+        await harness.desk.settle()
+        assert received()[-1].startswith(f"#{c} ")  # the recipient sees whose message it is
+
+        await write("Looking into it now")  # plain: the newest handoff (Dan), acknowledged
+        assert await line.human_texts(dan) == ["Looking into it now"]
+        assert received()[-1].startswith(f"↪ Sent to #{d} · Dan.")
+
+        await write(f"#{c} Your refund went out today")
+        assert await line.human_texts(carla) == ["Your refund went out today"]
+        await write("/list")
+        assert received()[-1].splitlines()[1].startswith(f"#{c} · Carla")  # focused first now
+
+        await write("/release resolved refunded")
+        assert (await harness.handoff(carla_sid))["state"] == "released"
+        assert (await harness.handoff(dan_sid))["state"] == "active"
+        await write("Dan, still there?")  # one handoff left: no acknowledgement needed
+        assert (await line.human_texts(dan))[-1] == "Dan, still there?"
+        assert not received()[-1].startswith("↪")
+        assert (await harness.messages(carla))[-2]["text"].startswith("[Bot resumed")
+    finally:
+        await twilio.stop()

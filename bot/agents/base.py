@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from bot.tools import ToolSpec
 
-Trigger = Literal["message", "resumed", "approval"]
+Trigger = Literal["message", "resumed", "approval", "user_action"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,8 @@ class Turn:
     call_tool: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
     # "message": the subscriber wrote; "resumed": a handoff just ended and the agent may
     # pick the conversation up without waiting for the subscriber; "approval": an approval
-    # it asked for was decided (an [Approval — …] system message is the last message).
+    # it asked for was decided (an [Approval — …] system message is the last message);
+    # "user_action": a user action it requested ended ([User action — …]).
     trigger: Trigger = "message"
     tool_calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 

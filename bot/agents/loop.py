@@ -5,7 +5,8 @@ until it answers without calling tools.
 Rejected calls (unknown tool, invalid or unparsable arguments) are results like any other,
 so the brain can correct itself; the rounds are bounded so a confused model cannot spin.
 A successful `handoff_request` or `handoff_release` ends the turn at once: the conversation
-belongs to someone else from then on. So does a call waiting for a person's approval.
+belongs to someone else from then on. So does a call that waits for a person (an approval,
+a user action).
 """
 
 from __future__ import annotations
@@ -71,9 +72,13 @@ async def run(turn: Turn, ask: Ask, *, max_rounds: int) -> list[str]:
     raise ToolRoundsExhausted(f"still calling tools after {max_rounds} rounds")
 
 
+WAITING_STATUSES = ("APPROVAL_PENDING", "HUMAN_HANDOFF_REQUESTED", "USER_ACTION_REQUESTED")
+
+
 def _ends_the_turn(done: ToolResult) -> bool:
-    """A handoff started or ended, or an approval is pending: nothing more to do this turn."""
-    return bool(done.call.name in ENDS_THE_TURN and done.result.get("ok")) or done.result.get("status") == "APPROVAL_PENDING"
+    """A handoff started or ended, or a person's approval or action is awaited: nothing more
+    to do this turn."""
+    return bool(done.call.name in ENDS_THE_TURN and done.result.get("ok")) or done.result.get("status") in WAITING_STATUSES
 
 
 async def _execute(turn: Turn, call: ToolCall) -> dict[str, Any]:

@@ -30,6 +30,8 @@ class RulesAgent(Agent):
             return [self._welcome_back(turn)]
         if turn.trigger == "approval":
             return [_approval_outcome(turn)]
+        if turn.trigger == "user_action":
+            return [_user_action_outcome(turn)]
         last = next((m for m in reversed(turn.history) if m.role == "subscriber"), None)
         if last is None:
             return []
@@ -97,6 +99,17 @@ def _approval_outcome(turn: Turn) -> str:
     if "approved and ran" in note:
         return "Good news: that was approved and it's done."
     return "That was approved, but it didn't go through. Someone from the team will look into it."
+
+
+def _user_action_outcome(turn: Turn) -> str:
+    note = next((m.text for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[User action")), "")
+    if "HANDOFF_CANCELLED" in note:
+        return "No problem, we'll leave that for now. Is there anything else I can help with?"
+    if "HANDOFF_TIMEOUT" in note:
+        return "I didn't hear back, so I stopped waiting. Tell me when you're ready to try again."
+    if "HANDOFF_FAILED" in note:
+        return "Thanks! It doesn't look like that went through yet, though. Could you check and tell me what you see?"
+    return "Thanks, that's done. Let's carry on."
 
 
 def _summary(turn: Turn) -> str:

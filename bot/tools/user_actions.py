@@ -1,0 +1,75 @@
+"""`request_user_action` and `response_user_action`, as the model sees them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result, model_schema
+from bot.user_actions import RequestUserActionInput, ResponseUserActionInput, UserActions
+
+
+class RequestUserActionTool(Tool):
+    name = "request_user_action"
+    input_model = RequestUserActionInput
+
+    def __init__(self, user_actions: UserActions) -> None:
+        self.user_actions = user_actions
+
+    def available(self, ctx: ToolContext) -> bool:
+        return ctx.conversation.serves_handoff_session_id is None
+
+    def describe(self, ctx: ToolContext) -> str:
+        checks = "".join(f"\n- {e.id}: {e.description}" for e in self.user_actions.expectations.values())
+        return (
+            "Ask the user to do a step only they can do on their own device: log in, enter a one-time code, solve a "
+            "captcha, confirm a permission or a redirect, or tell you what they see when you are stuck. Never ask "
+            "for a password or code in the chat, and never pretend to do the step yourself. Do not use this as the "
+            "first answer to an error you can recover from (retry, another approach, or asking a question first). "
+            "The call returns HUMAN_HANDOFF_REQUESTED and ends your turn; the user sees the instruction with Done / "
+            "Cancel. The outcome arrives as a system message starting with \"[User action —\": then look at the "
+            "current state before acting, and do not repeat the request automatically."
+            + (f"\nName an expectation to have it verified after the user says done:{checks}" if checks else "")
+        )
+
+    def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
+        schema = model_schema(self.input_model)
+        if self.user_actions.expectations:
+            schema["properties"]["expectation"]["enum"] = list(self.user_actions.expectations)
+        else:
+            schema["properties"].pop("expectation", None)
+        return schema
+
+    def parse(self, ctx: ToolContext, raw: dict[str, Any]) -> RequestUserActionInput:
+        args: RequestUserActionInput = super().parse(ctx, raw)
+        if args.expectation is not None and args.expectation not in self.user_actions.expectations:
+            known = ", ".join(self.user_actions.expectations) or "none are configured"
+            raise InvalidToolInput(errors_result([{"loc": ("expectation",), "type": "enum",
+                                                   "msg": f"must be one of the configured expectations ({known})"}]))
+        return args
+
+    async def run(self, ctx: ToolContext, args: RequestUserActionInput) -> dict[str, Any]:
+        return await self.user_actions.request(ctx.conversation, args, actor=ctx.actor)
+
+
+class ResponseUserActionTool(Tool):
+    name = "response_user_action"
+    input_model = ResponseUserActionInput
+
+    def __init__(self, user_actions: UserActions) -> None:
+        self.user_actions = user_actions
+
+    def available(self, ctx: ToolContext) -> bool:
+        return ctx.conversation.serves_handoff_session_id is None
+
+    def describe(self, ctx: ToolContext) -> str:
+        return (
+            "Report how a user action you requested ended, when the user tells you (done, or they give up). A "
+            "declared expectation is then verified: the result is {\"status\": \"done\"} or an error "
+            "HANDOFF_FAILED / HANDOFF_CANCELLED / HANDOFF_TIMEOUT. Look at the current state before acting either way."
+        )
+
+    async def run(self, ctx: ToolContext, args: ResponseUserActionInput) -> dict[str, Any]:
+        # an id of another conversation is "not found", like an unknown one
+        return await self.user_actions.respond(
+            args.user_action_id, args.outcome, via="agent", conversation_id=ctx.conversation.id, tell_agent=False,
+        )

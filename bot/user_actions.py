@@ -1,0 +1,338 @@
+"""User actions: steps only the subscriber can do on their own device.
+
+Entering a one-time code, logging in, solving a captcha, allowing a permission prompt: the
+agent must not simulate these and must never ask for the secret in chat. It calls
+`request_user_action`; the subscriber gets the reason's instruction (and the guided steps,
+one at a time) with Done / Cancel, and the agent's turn ends. The request is answered by
+`response_user_action`: the subscriber pressing Done / Cancel or writing "done" / "cancel",
+the owner's API, or the agent itself. Done is not proof: when the request names an
+expectation (config `user_actions.expectations`), it is checked, and a check that does not
+hold is `HANDOFF_FAILED` with what was observed. No answer before the deadline
+(`handoff.user_action_timeout`) is `HANDOFF_TIMEOUT`. The agent reads the outcome as a
+`[User action — …]` system message and is told to look before it acts; nothing is retried.
+
+While an `authentication` or `verification_code` action is pending, subscriber text that
+looks like a one-time code or a password is redacted before it is stored, relayed or shown
+to the agent, and the subscriber is reminded to type it on their device instead.
+
+A conversation run as a background task (created with `background: true`) has no person
+watching the chat: the request returns `USER_ACTION_REQUESTED` and is POSTed, signed, to
+the owner's orchestrator (`user_actions.webhook`), and so is its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select, update
+
+from bot import audit, conversations
+from bot.actions import ActionFailed, run_action
+from bot.agents.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from bot.background import Background
+from bot.bus import ConversationBus
+from bot.clock import Clock
+from bot.config import Config
+from bot.db import Database
+from bot.errors import DeskError, NotFound
+from bot.models import Conversation, UserAction
+from bot.rendering import Renderer
+from bot.text import CleanStr
+
+log = structlog.get_logger(__name__)
+
+REASONS = (
+    "authentication", "login_method_selection", "captcha", "verification_code", "sensitive_operation",
+    "redirect_confirmation", "permission_confirmation", "black_screen", "ambiguous_situation",
+    "unsupported_action", "stuck", "other",
+)
+Reason = Literal[
+    "authentication", "login_method_selection", "captcha", "verification_code", "sensitive_operation",
+    "redirect_confirmation", "permission_confirmation", "black_screen", "ambiguous_situation",
+    "unsupported_action", "stuck", "other",
+]
+SECRET_REASONS = ("authentication", "verification_code")
+PENDING = "pending"
+OUTCOME_ERRORS = {"cancelled": "HANDOFF_CANCELLED", "timeout": "HANDOFF_TIMEOUT", "failed": "HANDOFF_FAILED"}
+
+# A one-time code: 4–10 digits, maybe split by spaces or dashes ("123 456", "12-34-56").
+_CODE = re.compile(r"(?<![\w-])\d(?:[ -]?\d){3,9}(?![\w-])")
+# A password-like word: 8+ characters without spaces mixing letters with digits or symbols.
+_PASSWORD = re.compile(r"(?<!\S)(?=\S*[A-Za-z])(?=\S*[\d!@#$%^&*()_+=\[\]{};:'\",.<>/?\\|`~-])\S{8,64}(?!\S)")
+_DONE = re.compile(r"^\s*(done|i'?m done|finished|ok,? done|it'?s done|completed?)\s*[.!]*\s*$", re.I)
+_CANCEL = re.compile(r"^\s*(cancel|stop|never ?mind|i can'?t|abort)\s*[.!]*\s*$", re.I)
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instruction: CleanStr = Field(min_length=3, max_length=300, description="One short instruction for the subscriber.")
+
+
+class RequestUserActionInput(BaseModel):
+    """Ask the subscriber to do a step only they can do, on their own device."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    reason: Reason = Field(description="Why a person is needed.")
+    details: CleanStr = Field(min_length=10, max_length=1000, description="What the subscriber should do, concretely.")
+    suggested_action: CleanStr | None = Field(default=None, max_length=300, description="A short label, e.g. 'Enter the code from your SMS'.")
+    steps: list[Step] | None = Field(default=None, max_length=10, description="Guided steps, shown one at a time.")
+    expectation: str | None = Field(default=None, description="A configured check that tells whether it really happened.")
+
+
+class ResponseUserActionInput(BaseModel):
+    """Report how a requested user action ended (the subscriber said done, or gave up)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_action_id: str = Field(max_length=40)
+    outcome: Literal["done", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Redaction:
+    text: str
+    redacted: bool
+
+
+class UserActions:
+    def __init__(self, *, db: Database, clock: Clock, config: Config, renderer: Renderer, bus: ConversationBus,
+                 background: Background) -> None:
+        self.db, self.clock, self.renderer, self.bus, self.background = db, clock, renderer, bus, background
+        self.timeout = config.handoff.user_action_timeout
+        self.expectations = {e.id: e for e in config.user_actions.expectations}
+        self.webhook = config.user_actions.webhook
+        # Told when the agent has a [User action — …] message to read (the router runs a turn).
+        self.on_settled: list[Callable[[str], Any]] = []
+
+    # ------------------------------------------------------------------ request
+
+    async def request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> dict[str, Any]:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            pending = await session.scalar(select(UserAction).where(
+                UserAction.conversation_id == conversation.id, UserAction.state == PENDING))
+            if pending is not None:
+                same = (pending.reason, pending.details) == (args.reason, args.details)
+                await audit.record(session, "user_action_rejected", at=now, actor=actor, conversation_id=conversation.id,
+                                   user_action_id=pending.id, identical=same)
+                hint = (f"the same request is already pending ({pending.id}); wait for the subscriber" if same else
+                        f"another user action is pending ({pending.id}); wait for it to end before asking for more")
+                return {"error": "user_action_pending", "details": {"hint": hint, "user_action_id": pending.id}}
+            action = UserAction(
+                id=f"ua_{secrets.token_urlsafe(12)}", conversation_id=conversation.id, reason=args.reason,
+                details=args.details, suggested_action=args.suggested_action,
+                steps=[s.instruction for s in args.steps or []], expectation=args.expectation,
+                background=conversation.background, state=PENDING, created_at=now, deadline=now + self.timeout,
+            )
+            session.add(action)
+            await session.flush()
+            await audit.record(session, "user_action_requested", at=now, actor=actor, conversation_id=conversation.id,
+                               user_action_id=action.id, reason=args.reason, expectation=args.expectation,
+                               steps=len(action.steps) or None, background=action.background or None)
+            if not action.background:
+                await conversations.add_message(session, conversation.id, role="agent", text=self.instruction(action),
+                                                now=now, author="Assistant")
+        self.bus.notify(conversation.id)
+        if action.background:
+            self._tell_orchestrator("user_action_requested", action)
+        return {
+            "status": "USER_ACTION_REQUESTED" if action.background else "HUMAN_HANDOFF_REQUESTED",
+            "user_action_id": action.id, "reason": action.reason, "details": action.details,
+            "suggested_action": action.suggested_action, "expires_at": action.deadline.isoformat(),
+        }
+
+    def instruction(self, action: UserAction) -> str:
+        """What the subscriber reads: the reason's wording, the details, the current step."""
+        return self.renderer.render("messages/user_action.txt", action=action).strip()
+
+    # ------------------------------------------------------------------ steps and answers
+
+    async def get(self, user_action_id: str) -> UserAction:
+        async with self.db.read() as session:
+            action = await session.get(UserAction, user_action_id)
+        if action is None:
+            raise NotFound("user action", user_action_id)
+        return action
+
+    async def pending_for(self, conversation_id: str) -> UserAction | None:
+        async with self.db.read() as session:
+            return await session.scalar(select(UserAction).where(
+                UserAction.conversation_id == conversation_id, UserAction.state == PENDING))
+
+    async def move(self, user_action_id: str, direction: Literal["next", "previous"]) -> UserAction:
+        """Show the next or previous guided step. It only changes what is explained: no step
+        is "completed" by moving, and nothing is verified until Done."""
+        action = await self.get(user_action_id)
+        if action.state != PENDING:
+            raise NotPending(action)
+        target = max(0, min(len(action.steps) - 1, action.step + (1 if direction == "next" else -1)))
+        if target == action.step:
+            return action  # already at the first / last step
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(UserAction).where(UserAction.id == action.id, UserAction.state == PENDING)
+                                  .values(step=target).execution_options(synchronize_session=False))
+            action = await session.get(UserAction, action.id, populate_existing=True) or action
+            await conversations.add_message(session, action.conversation_id, role="agent",
+                                            text=self.instruction(action), now=now, author="Assistant")
+        self.bus.notify(action.conversation_id)
+        return action
+
+    async def respond(self, user_action_id: str, outcome: Literal["done", "cancelled"], *, via: str,
+                      conversation_id: str | None = None, tell_agent: bool = True) -> dict[str, Any]:
+        """The answer to a user action; returns the tool result (DESIGN §2). `conversation_id`
+        restricts it to one conversation (a tool call may only answer its own)."""
+        action = await self.get(user_action_id)
+        if conversation_id is not None and action.conversation_id != conversation_id:
+            raise NotFound("user action", user_action_id)
+        if action.state != PENDING:
+            return _result(action, already=True)
+        state, observed = ("cancelled", None) if outcome == "cancelled" else await self._verify(action)
+        return await self._close(action, state, via=via, observed=observed, tell_agent=tell_agent)
+
+    async def _verify(self, action: UserAction) -> tuple[str, str | None]:
+        check = self.expectations.get(action.expectation or "")
+        if check is None:
+            return "done", None  # asserted by the subscriber, not verified
+        try:
+            answer = await run_action(check.run, action_id=check.id, approval_id=action.id,
+                                      conversation_id=action.conversation_id,
+                                      arguments={"user_action_id": action.id, "reason": action.reason,
+                                                 "details": action.details})
+        except ActionFailed as exc:
+            return "failed", f"the check {check.id} could not run: {exc}"
+        observed = str(answer.get("observed") or "")[:1000] or None
+        return ("done", observed) if answer.get("holds") is True else ("failed", observed or f"{check.description}: not observed")
+
+    async def expire_due(self) -> int:
+        """No answer in time: HANDOFF_TIMEOUT (run by the sweep)."""
+        async with self.db.read() as session:
+            due = (await session.scalars(select(UserAction).where(
+                UserAction.state == PENDING, UserAction.deadline <= self.clock.now()))).all()
+        closed = 0
+        for action in due:
+            result = await self._close(action, "timeout", via="timer", observed=None, tell_agent=True)
+            closed += 0 if result.get("already") else 1
+        return closed
+
+    async def _close(self, action: UserAction, state: str, *, via: str, observed: str | None,
+                     tell_agent: bool) -> dict[str, Any]:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            changed = await session.execute(
+                update(UserAction).where(UserAction.id == action.id, UserAction.state == PENDING)
+                .values(state=state, resolved_at=now, resolved_via=via, observed=observed)
+                .execution_options(synchronize_session=False)
+            )
+            action = await session.get(UserAction, action.id, populate_existing=True) or action
+            if changed.rowcount != 1:
+                return _result(action, already=True)
+            await audit.record(session, f"user_action_{state}", at=now, actor=via, conversation_id=action.conversation_id,
+                               user_action_id=action.id, reason=action.reason, observed=observed)
+            if tell_agent:
+                text = self.renderer.render("messages/user_action_outcome.txt", action=action).strip()
+                await conversations.add_message(session, action.conversation_id, role="system", text=text, now=now)
+        self.bus.notify(action.conversation_id)
+        if action.background:
+            self._tell_orchestrator("user_action_resolved", action)
+        if tell_agent:
+            for listener in self.on_settled:
+                listener(action.conversation_id)
+        return _result(action)
+
+    # ------------------------------------------------------------------ the subscriber's chat
+
+    @staticmethod
+    def redact(action: UserAction | None, text: str) -> Redaction:
+        """Hide what looks like a code or a password while one is being asked for."""
+        if action is None or action.reason not in SECRET_REASONS:
+            return Redaction(text, False)
+        hidden = _CODE.sub("[hidden]", _PASSWORD.sub("[hidden]", text))
+        return Redaction(hidden, hidden != text)
+
+    def reminder(self, action: UserAction) -> str:
+        return self.renderer.render("messages/user_action_reminder.txt", action=action).strip()
+
+    # ------------------------------------------------------------------ background tasks
+
+    def _tell_orchestrator(self, kind: str, action: UserAction) -> None:
+        if self.webhook is None:
+            log.warning("user_action_without_orchestrator", user_action_id=action.id,
+                        hint="set user_actions.webhook to hear about user actions of background conversations")
+            return
+        self.background.spawn(self._post(kind, action), name=f"{kind}:{action.id}")
+
+    async def _post(self, kind: str, action: UserAction) -> None:
+        assert self.webhook is not None
+        body = json.dumps({"type": kind, **view(action)}, separators=(",", ":")).encode()
+        timestamp = int(time.time())
+        headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: str(timestamp),
+                   SIGNATURE_HEADER: sign(self.webhook.secret.get_secret_value(), timestamp, body),
+                   DELIVERY_HEADER: f"{action.id}:{kind}"}
+        try:
+            async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
+                response = await client.post(self.webhook.url, content=body, headers=headers)
+            outcome = f"answered {response.status_code}"
+        except httpx.HTTPError as exc:
+            outcome = f"failed: {type(exc).__name__}"
+        async with self.db.transaction() as session:
+            await audit.record(session, "user_action_webhook", at=self.clock.now(), actor="desk",
+                               conversation_id=action.conversation_id, user_action_id=action.id, event=kind,
+                               outcome=outcome)
+
+
+def keyword_outcome(text: str) -> Literal["done", "cancelled"] | None:
+    """A plain "done" / "cancel" from the subscriber while an action is pending answers it."""
+    if _DONE.match(text):
+        return "done"
+    if _CANCEL.match(text):
+        return "cancelled"
+    return None
+
+
+class NotPending(DeskError):
+    code = "user_action_not_pending"
+    status = 409
+
+    def __init__(self, action: UserAction) -> None:
+        super().__init__(f"the user action is {action.state}")
+
+
+def view(action: UserAction) -> dict[str, Any]:
+    def iso(value: Any) -> str | None:
+        return value.isoformat() if value else None
+
+    return {
+        "user_action_id": action.id, "conversation_id": action.conversation_id, "reason": action.reason,
+        "details": action.details, "suggested_action": action.suggested_action, "steps": action.steps,
+        "step": action.step, "expectation": action.expectation, "state": action.state,
+        "created_at": iso(action.created_at), "deadline": iso(action.deadline), "resolved_at": iso(action.resolved_at),
+        "resolved_via": action.resolved_via, "observed": action.observed,
+    }
+
+
+def _result(action: UserAction, *, already: bool = False) -> dict[str, Any]:
+    if action.state == "done":
+        result: dict[str, Any] = {"status": "done", "user_action_id": action.id, "verified": action.expectation is not None}
+    else:
+        hint = {
+            "cancelled": "the subscriber cancelled; the page or account may still have changed — look before acting",
+            "timeout": "no answer in time; the subscriber may still be in the middle of it — look before acting",
+            "failed": f"the expected result was not observed ({action.observed or 'no detail'}); look before acting",
+        }.get(action.state, f"the user action is {action.state}")
+        result = {"error": OUTCOME_ERRORS.get(action.state, "user_action_not_pending"),
+                  "details": {"hint": hint, "user_action_id": action.id}}
+    if already:
+        result["already"] = True
+    return result
+

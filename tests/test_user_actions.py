@@ -1,0 +1,212 @@
+"""User actions through the HTTP API: the tools, the subscriber's side, expectations,
+timeouts, redaction and background mode, with the rules agent reading the outcomes."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bot.agents.webhook import InvalidSignature, verify
+from tests import approval_actions
+from tests.conftest import Harness, StartDesk
+
+CODE = {"reason": "verification_code", "details": "We sent a 6-digit code to your phone ending in 42.",
+        "suggested_action": "Enter the code on the bank's page"}
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls() -> None:
+    approval_actions.CALLS.clear()
+
+
+async def ask(harness: Harness, cid: str, **body: Any) -> dict[str, Any]:
+    return await harness.tool(cid, "request_user_action", {**CODE, **body})
+
+
+async def texts(harness: Harness, cid: str, role: str | None = None) -> list[str]:
+    return [m["text"] for m in await harness.messages(cid) if role is None or m["role"] == role]
+
+
+async def test_the_subscriber_sees_the_instruction_and_done_resumes_the_agent(harness: Harness) -> None:
+    cid = await harness.conversation()
+    result = await ask(harness, cid)
+    assert result["status"] == "HUMAN_HANDOFF_REQUESTED" and result["reason"] == "verification_code"
+    [instruction] = await texts(harness, cid, "agent")
+    assert instruction.startswith("A verification code was sent to you. Please enter it yourself")
+    assert "→ Enter the code on the bank's page" in instruction and 'Reply "done"' in instruction
+
+    routed = await harness.say(cid, "Done!")
+    assert routed["routed_to"] == "agent" and routed["replies"] == []
+    await harness.desk.settle()
+    view = (await harness.client.get(f"/api/user_actions/{result['user_action_id']}")).json()
+    assert view["state"] == "done" and view["resolved_via"] == "subscriber"
+    notes = await texts(harness, cid, "system")
+    assert notes == ["[User action — verification_code: the user says it is done (not verified). "
+                     "Look at the current state before you act.]"]
+    assert (await texts(harness, cid, "agent"))[-1] == "Thanks, that's done. Let's carry on."
+
+
+async def test_cancel_and_timeout_have_their_own_outcomes(start_desk: StartDesk) -> None:
+    harness = await start_desk()
+    cid = await harness.conversation()
+    await ask(harness, cid)
+    await harness.say(cid, "cancel")
+    await harness.desk.settle()
+    assert "HANDOFF_CANCELLED" in (await texts(harness, cid, "system"))[-1]
+
+    other = await harness.conversation("Ben", None)
+    aid = (await ask(harness, other, reason="captcha", details="Please solve the picture puzzle on the page."))["user_action_id"]
+    harness.desk.clock.advance(timedelta(minutes=5, seconds=1))  # type: ignore[attr-defined]
+    assert await harness.desk.user_actions.expire_due() == 1
+    await harness.desk.settle()
+    assert "HANDOFF_TIMEOUT" in (await texts(harness, other, "system"))[-1]
+    late = await harness.client.post(f"/api/user_actions/{aid}/response", json={"outcome": "done"})
+    assert late.json()["error"] == "HANDOFF_TIMEOUT" and late.json()["already"] is True
+
+
+async def test_an_expectation_decides_whether_done_is_done(start_desk: StartDesk) -> None:
+    harness = await start_desk(user_actions={"expectations": [
+        {"id": "card_linked", "description": "The card shows as linked", "run": {"callable": "tests.approval_actions:refund"}},
+        {"id": "never", "description": "Something that never holds", "run": {"callable": "tests.approval_actions:broken"}},
+    ]})
+    cid = await harness.conversation()
+    tools = (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]
+    [request] = [t for t in tools if t["name"] == "request_user_action"]
+    assert request["input_schema"]["properties"]["expectation"]["enum"] == ["card_linked", "never"]
+
+    # `refund` answers without "holds": true, so the expectation is not observed
+    aid = (await ask(harness, cid, expectation="card_linked"))["user_action_id"]
+    answer = await harness.client.post(f"/api/user_actions/{aid}/response", json={"outcome": "done"})
+    assert answer.json()["error"] == "HANDOFF_FAILED"
+    assert "The card shows as linked: not observed" in answer.json()["details"]["hint"]
+    assert approval_actions.CALLS[0]["user_action_id"] == aid
+
+    aid = (await ask(harness, cid, expectation="never"))["user_action_id"]
+    broken = await harness.tool(cid, "response_user_action", {"user_action_id": aid, "outcome": "done"})
+    assert broken["error"] == "HANDOFF_FAILED" and "could not run" in broken["details"]["hint"]
+
+    bad = await ask(harness, cid, expectation="unknown_check")
+    assert bad["error"] == "invalid_input" and "expectation" in bad["details"]["fields"]
+
+
+async def test_an_expectation_that_holds(start_desk: StartDesk) -> None:
+    received: list[dict[str, Any]] = []
+    secret = "bank-check-secret-0123456789"
+
+    async def check(request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            verify(secret, request.headers, body)
+        except InvalidSignature:
+            return web.Response(status=401)
+        received.append(json.loads(body))
+        return web.json_response({"holds": True, "observed": "card •••• 4242 linked"})
+
+    app = web.Application()
+    app.router.add_post("/check", check)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        harness = await start_desk(user_actions={"expectations": [{
+            "id": "card_linked", "description": "The card shows as linked",
+            "run": {"url": f"http://127.0.0.1:{port}/check", "secret": secret}}]})
+        cid = await harness.conversation()
+        aid = (await ask(harness, cid, expectation="card_linked"))["user_action_id"]
+        await harness.say(cid, "done")
+        await harness.desk.settle()
+    finally:
+        await runner.cleanup()
+    assert received[0]["arguments"]["user_action_id"] == aid
+    assert (await texts(harness, cid, "system"))[-1] == (
+        "[User action — verification_code: done, and the check card_linked held (observed: card •••• 4242 linked). "
+        "Look at the current state before you act.]")
+
+
+async def test_guided_steps_move_one_at_a_time(harness: Harness) -> None:
+    cid = await harness.conversation()
+    aid = (await ask(harness, cid, reason="permission_confirmation", details="Your browser will ask to share your location.",
+                     steps=[{"instruction": "Click the lock icon next to the address"},
+                            {"instruction": "Set Location to Allow"}]))["user_action_id"]
+    assert (await texts(harness, cid, "agent"))[-1].count("Step 1 of 2: Click the lock icon") == 1
+    moved = (await harness.client.post(f"/api/user_actions/{aid}/step", json={"move": "next"})).json()
+    assert moved["step"] == 1 and "Step 2 of 2: Set Location to Allow" in (await texts(harness, cid, "agent"))[-1]
+    same = (await harness.client.post(f"/api/user_actions/{aid}/step", json={"move": "next"})).json()
+    assert same["step"] == 1 and len(await texts(harness, cid, "agent")) == 2  # no step past the last
+    back = (await harness.client.post(f"/api/user_actions/{aid}/step", json={"move": "previous"})).json()
+    assert back["step"] == 0 and back["state"] == "pending"  # moving completes nothing
+
+
+async def test_a_pasted_code_is_hidden_everywhere_and_the_subscriber_reminded(start_desk: StartDesk) -> None:
+    harness = await start_desk()
+    cid = await harness.conversation()
+    await ask(harness, cid)
+    result = await harness.say(cid, "the code is 482 913, and my password is Hunter2!x")
+    assert result["replies"][0]["text"].startswith("I've hidden what looked like a code in your message")
+    stored = await texts(harness, cid, "subscriber")
+    assert stored == ["the code is [hidden], and my password is [hidden]"]
+    assert not any("482" in t or "Hunter2" in t for t in await texts(harness, cid))
+    # ordinary numbers are left alone once nothing secret is being asked for
+    await harness.say(cid, "done")
+    await harness.desk.settle()
+    await harness.say(cid, "my order is 123456")
+    assert (await texts(harness, cid, "subscriber"))[-1] == "my order is 123456"
+
+
+async def test_one_pending_request_at_a_time(harness: Harness) -> None:
+    cid = await harness.conversation()
+    first = await ask(harness, cid)
+    again = await ask(harness, cid)
+    assert again["error"] == "user_action_pending" and first["user_action_id"] in again["details"]["hint"]
+    assert "the same request" in again["details"]["hint"]
+    other = await ask(harness, cid, reason="captcha", details="Please solve the picture puzzle on the page.")
+    assert other["error"] == "user_action_pending" and "another user action" in other["details"]["hint"]
+
+
+async def test_invalid_requests_name_the_field(harness: Harness) -> None:
+    cid = await harness.conversation()
+    bad = await harness.tool(cid, "request_user_action", {"reason": "password_please", "details": "short"})
+    assert bad["error"] == "invalid_input" and set(bad["details"]["fields"]) == {"reason", "details"}
+
+
+async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -> None:
+    received: list[dict[str, Any]] = []
+    secret = "orchestrator-secret-0123456789"
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        verify(secret, request.headers, body)
+        received.append(json.loads(body))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        harness = await start_desk(user_actions={"webhook": {"url": f"http://127.0.0.1:{port}/hook", "secret": secret}})
+        created = await harness.client.post("/api/conversations", json={"background": True})
+        cid = created.json()["conversation_id"]
+        result = await ask(harness, cid)
+        assert result["status"] == "USER_ACTION_REQUESTED"
+        assert await texts(harness, cid) == []  # nobody is watching the chat
+        await harness.client.post(f"/api/user_actions/{result['user_action_id']}/response", json={"outcome": "done"})
+        await harness.desk.settle()
+    finally:
+        await runner.cleanup()
+    assert [r["type"] for r in received] == ["user_action_requested", "user_action_resolved"]
+    assert received[0]["user_action_id"] == result["user_action_id"] and received[1]["state"] == "done"
