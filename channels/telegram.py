@@ -30,6 +30,15 @@ What it guards against:
 - **Leaking the token.** python-telegram-bot puts the token into some error texts
   (InvalidToken); every hint and message is scrubbed of it.
 
+Approval prompts (issue 7) are messages of their own in the staff chat (no handoff's reply
+chain, no topic): the question, the risk, the exact arguments in a <pre> block (cut with a
+note when they would not fit, never silently), the deadline and the decision page link,
+with Approve / Deny / Always allow callback buttons (`ap:<approval id>:y|n|a`, well within
+Telegram's 64 bytes). A press is answered with a short confirmation and becomes a
+`Decision` (deduplicated on the update id); the core decides whether it counts. When the
+approval ends, the prompt's keyboard is removed when this process knows the prompt (it sent
+it, or someone pressed on it) and the closing text is posted, replying to the prompt then.
+
 Setup: create the bot with @BotFather and add it to the staff group. With privacy mode on
 (the default) a bot still receives replies to its own messages, which is all a plain group
 needs. A forum group needs the bot to be an admin with "Manage topics" (to create a topic
@@ -51,7 +60,9 @@ import html
 import ipaddress
 import json
 import re
+import unicodedata
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -61,12 +72,14 @@ import structlog
 from pydantic import BeforeValidator, Field, SecretStr, field_validator
 
 from channels.base import (
+    ApprovalBrief,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    Decision,
     HandoffBrief,
     InboundMessage,
     Outbound,
@@ -90,6 +103,12 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 ALLOWED_UPDATES = ["message", "callback_query"]
 WEBHOOK_PORTS = (80, 88, 443, 8443)  # the only ports Telegram delivers webhooks to
 _RELEASE_DATA = re.compile(r"^release(?::(topic:\d+|\d+))?$")
+# Approval buttons: `ap:<approval id>:y|n|a` (approve, deny, always allow); Telegram allows
+# 64 bytes of callback_data, an approval id ("ap_" + 16 characters) leaves plenty.
+_APPROVAL_DATA = re.compile(r"^ap:(ap_[A-Za-z0-9_-]{1,56}):([yna])$")
+APPROVAL_CHOICES = {"y": (True, False, "approve"), "n": (False, False, "deny"), "a": (True, True, "always allow")}
+ARGUMENTS_LIMIT = 3000  # characters of pretty JSON shown in a prompt (the rest is announced, never dropped silently)
+PROMPT_CACHE_LIMIT = 1000
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 _CHAT_NAME = re.compile(r"^@[A-Za-z][A-Za-z0-9_]{3,31}$")
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -286,6 +305,9 @@ class TelegramChannel(ChannelAdapter):
         # A forum topic made by a dispatch attempt that then failed: the retry posts into it
         # instead of leaving an empty topic behind per attempt.
         self._topics: dict[str, int] = {}
+        # approval id -> message id of its prompt (from the send, or from a press on it), so
+        # the closing notice can take the buttons away; the Bot API cannot look it up.
+        self._prompts: OrderedDict[str, int] = OrderedDict()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -360,6 +382,10 @@ class TelegramChannel(ChannelAdapter):
 
     async def send(self, outbound: Outbound) -> Receipt:
         bot = self._bot()
+        if outbound.notice == "approval":
+            return await self._send_prompt(bot, outbound)
+        if outbound.notice == "approval_closed":
+            return await self._close_prompt(bot, outbound)
         if outbound.purpose == "dispatch":
             return await self._send_dispatch(bot, outbound)
         return await self._send_follow_up(bot, outbound)
@@ -432,6 +458,82 @@ class TelegramChannel(ChannelAdapter):
             thread_key=f"{chat_id}:{suffix}" if suffix else None,
             thread=dict(thread),
         )
+
+    # ------------------------------------------------------------------ approvals
+
+    async def _send_prompt(self, bot: Bot, outbound: Outbound) -> Receipt:
+        """An approval prompt: a new message in the staff chat (it belongs to no handoff),
+        with Approve / Deny (/ Always allow) callback buttons."""
+        from telegram import InlineKeyboardButton
+        from telegram.constants import ParseMode
+
+        approval = outbound.approval
+        if approval is None:
+            raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
+        choices = [("Approve", "y"), ("Deny", "n")] + ([("Always allow", "a")] if approval.allow_always else [])
+        rows = [[InlineKeyboardButton(label, callback_data=f"ap:{approval.approval_id}:{code}") for label, code in choices[:2]]]
+        if len(choices) > 2:
+            rows.append([InlineKeyboardButton(choices[2][0], callback_data=f"ap:{approval.approval_id}:a")])
+        fits = all(len(b.callback_data.encode()) <= 64 for row in rows for b in row)  # else: the link alone
+        message = await self._call(bot.send_message(
+            chat_id=self._chat_id, text=self._prompt_html(approval, buttons=fits), parse_mode=ParseMode.HTML,
+            reply_markup=self._inline(rows) if fits else None, link_preview_options=self._no_preview(),
+        ), "sendMessage")
+        self._remember_prompt(approval.approval_id, message.message_id)
+        return Receipt(message_id=str(message.message_id), thread={"chat_id": message.chat.id, "message_id": message.message_id})
+
+    async def _close_prompt(self, bot: Bot, outbound: Outbound) -> Receipt:
+        """How an approval ended: the prompt's buttons are taken away when we know which
+        message it is (sent or pressed in this process), and the closing text is posted, as
+        a reply to the prompt when known."""
+        from telegram import ReplyParameters
+        from telegram.constants import ParseMode
+
+        approval_id = outbound.handoff_session_id
+        prompt_id = self._prompts.get(approval_id)
+        if prompt_id is not None:
+            try:
+                await self._call(bot.edit_message_reply_markup(chat_id=self._chat_id, message_id=prompt_id, reply_markup=None),
+                                 "editMessageReplyMarkup")
+            except TransientChannelError:
+                raise  # nothing posted yet: the core retries the whole notice
+            except ChannelError as exc:  # already without buttons (a retry), deleted, too old …
+                log.info("telegram_approval_buttons_not_removed", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
+        body = defuse((outbound.body if outbound.body is not None else outbound.text).strip())
+        reply = ReplyParameters(message_id=prompt_id, allow_sending_without_reply=True) if prompt_id else None
+        message = await self._call(bot.send_message(
+            chat_id=self._chat_id, text=self._render("notice", body=clip(body, MESSAGE_LIMIT - 8)), parse_mode=ParseMode.HTML,
+            reply_parameters=reply, link_preview_options=self._no_preview(),
+        ), "sendMessage")
+        self._prompts.pop(approval_id, None)
+        return Receipt(message_id=str(message.message_id), thread={"chat_id": message.chat.id, "message_id": message.message_id})
+
+    def _prompt_html(self, approval: ApprovalBrief, *, buttons: bool) -> str:
+        """The prompt within one message: the arguments get what the rest leaves, and what
+        does not fit is announced (the decision page shows everything)."""
+        limit = ARGUMENTS_LIMIT
+        while True:
+            shown, left_out = pretty_arguments(approval.arguments, limit)
+            text = self._render(
+                "approval", approval=approval, buttons=buttons, arguments=shown, left_out=left_out,
+                subscriber=defuse(clip(approval.subscriber_name, 200)) if approval.subscriber_name else None,
+                description=defuse(clip(approval.description, 1000)), deadline=approval.expires_at[:16].replace("T", " "),
+            )
+            if visible_length(text) <= MESSAGE_LIMIT or limit < 200:
+                return text
+            limit -= visible_length(text) - MESSAGE_LIMIT + 50
+
+    def _remember_prompt(self, approval_id: str, message_id: int) -> None:
+        self._prompts[approval_id] = message_id
+        self._prompts.move_to_end(approval_id)
+        while len(self._prompts) > PROMPT_CACHE_LIMIT:
+            self._prompts.popitem(last=False)
+
+    @staticmethod
+    def _inline(rows: list[list[Any]]) -> Any:
+        from telegram import InlineKeyboardMarkup
+
+        return InlineKeyboardMarkup(rows)
 
     # ------------------------------------------------------------------ rendering
 
@@ -558,6 +660,8 @@ class TelegramChannel(ChannelAdapter):
         """Turn an update into the recipient message it carries, if any."""
         dedupe_key = f"update:{update.update_id}"
         query = update.callback_query
+        if query is not None and isinstance(query.data, str) and query.data.startswith("ap:"):
+            return self._approval_press(query, dedupe_key)
         if query is not None:
             chat = query.message.chat if query.message else None
             suffix = _suffix_from_data(query.data, query.message.message_id) if query.message else None
@@ -578,6 +682,20 @@ class TelegramChannel(ChannelAdapter):
             return _Parsed()
         return _Parsed(InboundMessage(thread_key=f"{msg.chat.id}:{suffix}", text=text.replace("\x00", "\ufffd"),
                                       author=author, dedupe_key=dedupe_key))
+
+    def _approval_press(self, query: Any, dedupe_key: str) -> _Parsed:
+        """Approve / Deny / Always allow on a prompt in the staff chat; the core decides
+        whether it counts (pending, asked in this channel, the first answer)."""
+        match = _APPROVAL_DATA.match(query.data)
+        chat = query.message.chat if query.message else None
+        if match is None or query.from_user.is_bot or chat is None or chat.id != self._chat_id:
+            return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
+        approval_id, (approve, always, word) = match.group(1), APPROVAL_CHOICES[match.group(2)]
+        self._remember_prompt(approval_id, query.message.message_id)  # so the closing notice finds it
+        message = InboundMessage(thread_key=f"approval:{approval_id}", text="", author=_person(query.from_user),
+                                 dedupe_key=dedupe_key,
+                                 decision=Decision(approval_id=approval_id, approve=approve, always_allow=always))
+        return _Parsed(message, query.id, f"Your answer ({word}) is recorded; the first answer counts.")
 
     def _suffix_of(self, msg: Message) -> str | None:
         """Which handoff thread a staff message belongs to, from the message alone."""
@@ -727,6 +845,23 @@ def _suffix_from_data(data: Any, message_id: int) -> str | None:
     if match is None:
         return None
     return match.group(1) or str(message_id)
+
+
+def pretty_arguments(arguments: dict[str, Any], limit: int) -> tuple[str, int]:
+    """The arguments as pretty JSON, at most `limit` characters (cut at a line break where
+    possible), and how many characters were left out. Invisible and control characters
+    inside strings (bidi overrides, zero-width spaces) are shown as their JSON escapes, so
+    what people read is what will run."""
+    text = json.dumps(arguments, indent=2, ensure_ascii=False)
+    text = "".join(c if c == "\n" or unicodedata.category(c) not in _HIDDEN else f"\\u{ord(c):04x}" for c in text)
+    if len(text) <= limit:
+        return text, 0
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return text[:cut], len(text) - cut
+
+
+_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
 
 
 def _person(user: Any) -> str:

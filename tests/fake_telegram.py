@@ -2,8 +2,8 @@
 
 It stands in for Telegram (the far side of python-telegram-bot), never for our code: the
 adapter runs the real SDK against it over real HTTP. It speaks the subset of the Bot API the
-channel uses — getMe, getChat, sendMessage, createForumTopic, answerCallbackQuery,
-setWebhook, deleteWebhook, getUpdates — with form-encoded requests (JSON-typed fields such
+channel uses — getMe, getChat, sendMessage, editMessageReplyMarkup, createForumTopic,
+answerCallbackQuery, setWebhook, deleteWebhook, getUpdates — with form-encoded requests (JSON-typed fields such
 as `reply_markup` arrive as JSON strings), and records every request it receives.
 
 It is strict where Telegram is strict, so the tests catch what production would refuse:
@@ -339,6 +339,24 @@ class FakeTelegram:
                     parsed = urlparse(button["url"])
                     if parsed.scheme not in ("http", "https", "tg") or parsed.hostname in ("localhost", "127.0.0.1", "::1"):
                         raise BotApiError(400, f"Bad Request: inline keyboard button URL '{button['url']}' is invalid: Wrong HTTP URL")
+
+    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat = self._check_chat(params.get("chat_id"))
+        message = self.messages.get((chat["id"], params.get("message_id")))
+        if message is None or message.get("from", {}).get("id") != BOT_USER["id"]:
+            raise BotApiError(400, "Bad Request: message to edit not found")
+        markup = params.get("reply_markup")
+        if markup is not None:
+            self._check_keyboard(markup)
+        if (markup or None) == (message.get("reply_markup") or None):
+            raise BotApiError(400, "Bad Request: message is not modified: specified new message content and reply markup "
+                                   "are exactly the same as a current content and reply markup of the message")
+        if markup:
+            message["reply_markup"] = markup
+        else:
+            message.pop("reply_markup", None)
+        message["edit_date"] = int(time.time())
+        return message
 
     async def _api_answerCallbackQuery(self, params: dict[str, Any]) -> bool:
         return True

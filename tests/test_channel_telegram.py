@@ -630,3 +630,214 @@ async def test_the_adapter_can_be_driven_without_the_desk(fake: FakeTelegram) ->
         await adapter.stop()
     assert message.thread_key == f"{STAFF_CHAT_ID}:{receipt.message_id}" and message.author == "Sam Lee"
     assert message.dedupe_key and message.dedupe_key.startswith("update:")
+
+
+# --------------------------------------------------------------------------- approvals
+
+REFUND_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0},
+                                                  "note": {"type": "string"}},
+                 "required": ["order_id", "amount"], "additionalProperties": False}
+
+
+def refund_action(**overrides: Any) -> dict[str, Any]:
+    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+            "policy": "ask", "approval_channels": [1], "input_schema": REFUND_SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+@pytest.fixture
+def calls() -> list[dict[str, Any]]:
+    from tests import approval_actions
+
+    approval_actions.CALLS.clear()
+    return approval_actions.CALLS
+
+
+async def approvals_desk(start_desk: StartDesk, fake: FakeTelegram, *actions: dict[str, Any], **overrides: Any) -> Harness:
+    return await start(start_desk, fake, actions=list(actions) or [refund_action()], delivery={"base_backoff": "10ms"},
+                       **overrides)
+
+
+async def ask(harness: Harness, fake: FakeTelegram, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    """The agent calls the gated action; returns the approval id and the prompt as Telegram shows it."""
+    result = await harness.tool(cid, "refund_order", arguments)
+    assert result["status"] == "APPROVAL_PENDING", result
+    await harness.desk.settle()
+    return result["approval_id"], fake.sent()[-1]
+
+
+async def system_texts(harness: Harness, cid: str) -> list[str]:
+    return [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+
+
+async def approval_state(harness: Harness, aid: str) -> dict[str, Any]:
+    return (await harness.client.get(f"/api/approvals/{aid}")).json()
+
+
+async def test_an_approval_prompt_is_escaped_html_with_an_inline_keyboard(
+    fake: FakeTelegram, start_desk: StartDesk, calls: list[dict[str, Any]]
+) -> None:
+    harness = await approvals_desk(start_desk, fake)
+    cid = await harness.conversation("Ana <b>@everyone</b>")
+    aid, prompt = await ask(harness, fake, cid, order_id="<i>1234</i> & co", amount=25.5, note="@samlee /release\u202e")
+    request = fake.requests("sendMessage")[0]
+    assert request["parse_mode"] == "HTML" and "reply_parameters" not in request and "message_thread_id" not in request
+    assert "&lt;i&gt;1234&lt;/i&gt; &amp; co" in request["text"]  # escaped: Telegram accepted the HTML
+    text = prompt["text"]
+    deadline = (await approval_state(harness, aid))["deadline"][:16].replace("T", " ")
+    assert text.startswith("🔴 HIGH RISK · Approval needed: may the assistant run refund_order for Ana <b>@\u2060everyone</b>?")
+    assert "\nRefund an order to the original payment method\n" in text and "Risk: high" in text
+    # the exact arguments, in a <pre> block; invisible characters shown as their JSON escapes
+    assert ('Exactly these arguments:\n{\n  "order_id": "<i>1234</i> & co",\n  "amount": 25.5,\n'
+            '  "note": "@samlee /release\\u202e"\n}') in text
+    assert "<pre>{\n" in request["text"]
+    assert f"Unanswered by {deadline} UTC means denied." in text and aid in text
+    assert re.search(r'<a href="http://desk\.test/a/[^"]+">decision page</a>', request["text"])
+    assert buttons(prompt) == [{"text": "Approve", "callback_data": f"ap:{aid}:y"},
+                               {"text": "Deny", "callback_data": f"ap:{aid}:n"},
+                               {"text": "Always allow", "callback_data": f"ap:{aid}:a"}]
+    assert all(len(b["callback_data"].encode()) <= 64 for b in buttons(prompt)) and calls == []
+
+
+async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_the_buttons_away(
+    fake: FakeTelegram, start_desk: StartDesk, calls: list[dict[str, Any]]
+) -> None:
+    harness = await approvals_desk(start_desk, fake)
+    cid = await harness.conversation("Ana")
+    aid, prompt = await ask(harness, fake, cid, order_id="1234", amount=25.5)
+    press = fake.callback_update(prompt["message_id"], user=KIM, data=f"ap:{aid}:y")
+    response = await post(harness, press)
+    assert response.status_code == 200
+    assert response.json() == {"method": "answerCallbackQuery", "callback_query_id": press["callback_query"]["id"],
+                               "text": "Your answer (approve) is recorded; the first answer counts."}
+    await harness.desk.settle()
+    assert calls == [{"order_id": "1234", "amount": 25.5}]
+    assert await system_texts(harness, cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
+                                                'Result: {"refund_id": "rf_1", "amount": 25.5}]']
+    view = await approval_state(harness, aid)
+    assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Kim" and view["receipt"]["via"] == "channel:1"
+
+    # the buttons are gone and the closing text answers the prompt
+    assert fake.requests("editMessageReplyMarkup") == [{"chat_id": STAFF_CHAT_ID, "message_id": prompt["message_id"]}]
+    assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []
+    closing = fake.sent()[-1]
+    assert closing["text"] == f"Approved by Kim: refund_order ({aid}) will run."
+    assert closing["reply_to_message"]["message_id"] == prompt["message_id"] and buttons(closing) == []
+
+    # Telegram redelivers the same update, or someone else presses on an old copy: nothing more runs
+    await deliver(harness, press)
+    await deliver(harness, fake.callback_update(prompt["message_id"], user=SAM, data=f"ap:{aid}:n"))
+    assert calls == [{"order_id": "1234", "amount": 25.5}] and len(await system_texts(harness, cid)) == 1
+    assert (await approval_state(harness, aid))["state"] == "approved"
+    assert await stored_events(harness) == 2  # the redelivery was dropped
+
+
+async def test_deny_in_telegram_is_permission_denied_and_nothing_runs(
+    fake: FakeTelegram, start_desk: StartDesk, calls: list[dict[str, Any]]
+) -> None:
+    harness = await approvals_desk(start_desk, fake)
+    cid = await harness.conversation("Ana")
+    aid, prompt = await ask(harness, fake, cid, order_id="1234", amount=900)
+    await deliver(harness, fake.callback_update(prompt["message_id"], user=SAM, data=f"ap:{aid}:n"))
+    assert calls == []
+    [note] = await system_texts(harness, cid)
+    assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it.")
+    assert fake.sent()[-1]["text"] == f"Denied by Sam Lee: refund_order ({aid}) will not run."
+
+
+async def test_forged_foreign_or_late_presses_change_nothing(
+    fake: FakeTelegram, start_desk: StartDesk, calls: list[dict[str, Any]]
+) -> None:
+    harness = await approvals_desk(start_desk, fake, refund_action(timeout="1m"))
+    cid = await harness.conversation("Ana")
+    aid, prompt = await ask(harness, fake, cid, order_id="1234", amount=5)
+    press = fake.callback_update(prompt["message_id"], data=f"ap:{aid}:y")
+    assert (await post(harness, press, secret="wrong-secret")).status_code == 403
+    assert (await post(harness, press, secret=None)).status_code == 403
+    ignored = [
+        fake.callback_update(prompt["message_id"], user=OTHER_BOT, data=f"ap:{aid}:y"),  # a bot
+        fake.callback_update(prompt["message_id"], data=f"ap:{aid}:x"),  # not one of our choices
+        fake.callback_update(prompt["message_id"], data=f"ap:{aid}:y:extra"),
+    ]
+    elsewhere = fake.callback_update(prompt["message_id"], data=f"ap:{aid}:y")
+    elsewhere["callback_query"]["message"]["chat"] = {"id": -100999, "type": "supergroup", "title": "Elsewhere"}
+    for update in [*ignored, elsewhere]:
+        response = await post(harness, update)
+        assert response.status_code == 200 and response.json() == {
+            "method": "answerCallbackQuery", "callback_query_id": update["callback_query"]["id"]}
+    await harness.desk.settle()
+    assert await stored_events(harness) == 0 and calls == []
+
+    harness.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.expire_due() == 1
+    await harness.desk.settle()
+    assert fake.sent()[-1]["text"].startswith("Nobody answered in time: refund_order")
+    assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []
+    await deliver(harness, press)  # too late
+    assert calls == [] and (await approval_state(harness, aid))["state"] == "expired"
+
+
+async def test_always_allow_in_telegram_and_none_for_ask_always(
+    fake: FakeTelegram, start_desk: StartDesk, calls: list[dict[str, Any]]
+) -> None:
+    harness = await approvals_desk(start_desk, fake, refund_action(),
+                                   refund_action(id="refund_big", policy="ask_always", risk="medium"))
+    cid = await harness.conversation("Ana")
+    aid, prompt = await ask(harness, fake, cid, order_id="1", amount=5)
+    await deliver(harness, fake.callback_update(prompt["message_id"], data=f"ap:{aid}:a"))
+    assert (await approval_state(harness, aid))["receipt"]["always_allow"] is True
+    assert (await harness.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done"
+    assert len(calls) == 2
+
+    big = await harness.tool(cid, "refund_big", {"order_id": "3", "amount": 700})
+    await harness.desk.settle()
+    prompt = fake.sent()[-1]
+    assert prompt["text"].startswith("🟠 Approval needed: may the assistant run refund_big")
+    assert [b["text"] for b in buttons(prompt)] == ["Approve", "Deny"] and big["status"] == "APPROVAL_PENDING"
+
+
+async def test_a_prompt_with_huge_arguments_still_fits_one_message_and_says_what_was_cut(
+    fake: FakeTelegram, start_desk: StartDesk
+) -> None:
+    harness = await approvals_desk(start_desk, fake)
+    cid = await harness.conversation("Ana")
+    _, prompt = await ask(harness, fake, cid, order_id="1", amount=5, note="<&> " * 3000)
+    assert utf16_len(prompt["text"]) <= MESSAGE_LIMIT
+    full = '{\n  "order_id": "1",\n  "amount": 5,\n  "note": "' + "<&> " * 3000 + '"\n}'
+    shown = prompt["text"].split("Exactly these arguments:\n", 1)[1].split("\n[… cut here: ", 1)[0]
+    assert full.startswith(shown) and len(shown) > 2000
+    assert f"[… cut here: {len(full) - len(shown)} more characters. The decision page shows every argument.]" in prompt["text"]
+
+
+async def test_after_a_restart_the_press_itself_tells_which_message_to_clean_up(
+    fake: FakeTelegram, start_desk: StartDesk, database_url: str, calls: list[dict[str, Any]]
+) -> None:
+    harness = await approvals_desk(start_desk, fake)
+    cid = await harness.conversation("Ana")
+    aid, prompt = await ask(harness, fake, cid, order_id="1234", amount=5)
+    await harness.desk.stop()
+    again = await approvals_desk(start_desk, fake, url=database_url)
+    await deliver(again, fake.callback_update(prompt["message_id"], data=f"ap:{aid}:y"))
+    assert calls == [{"order_id": "1234", "amount": 5}]
+    assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []
+    assert fake.sent()[-1]["reply_to_message"]["message_id"] == prompt["message_id"]
+
+
+async def test_a_closing_notice_for_a_prompt_it_never_saw_is_posted_on_its_own(fake: FakeTelegram) -> None:
+    adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
+                                             api_base_url=fake.base_url, poll_timeout=0))
+
+    async def nowhere(_message: InboundMessage) -> None:
+        raise AssertionError("nothing is delivered in this test")
+
+    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    try:
+        text = "Approved by @samlee <Sam>: refund_order (ap_x) will run."
+        receipt = await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_x",
+                                              text=text, body=text))
+    finally:
+        await adapter.stop()
+    [closing] = fake.sent()
+    assert closing["text"] == "Approved by @\u2060samlee <Sam>: refund_order (ap_x) will run."
+    assert "reply_to_message" not in closing and receipt.message_id == str(closing["message_id"])
+    assert fake.requests("editMessageReplyMarkup") == []
