@@ -9,12 +9,22 @@ Threat model, briefly. The inbox can end handoffs and speak to subscribers, so:
   handoff;
 - GET never changes state; pages are autoescaped and sent with a strict CSP (one nonce per
   response for the small live-update script), no-referrer and no-store.
+
+Approvals: the list page shows every pending approval ("Waiting for approval": action, risk,
+subscriber, the exact arguments, deadline) with Approve / Deny (an optional reason, and
+"Always allow" when the policy is `ask`), posted like every other inbox form (CSRF token,
+same origin) and decided by the approvals' compare-and-set (`via="inbox"`), so a stale or
+repeated post changes nothing. Decided approvals are listed with their receipt (who, when,
+through what, the argument hash) and what running the action returned, on the list page and
+on the handoff page of their conversation. The owner decides any approval, whichever
+channels its prompt went to: the inbox is the owner's own console, like the HTTP API.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 from datetime import datetime
 from typing import Any
@@ -23,12 +33,14 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy import select
 
+from bot.approvals import PENDING
 from bot.conversations import message_view, speaker
 from bot.desk import Desk
 from bot.errors import DeskError
 from bot.handoffs import stored_fields
-from bot.models import ACTIVE, HandoffSession
+from bot.models import ACTIVE, Approval, Conversation, HandoffSession
 from bot.paths import TEMPLATES_DIR
 from bot.web import render_page, same_origin, secure_headers
 from channels.base import InboundMessage
@@ -151,6 +163,62 @@ def _card(desk: Desk, handoff: HandoffSession) -> dict[str, Any]:
     }
 
 
+ENDED = {"approved": "approved", "denied": "denied", "expired": "expired (nobody answered)",
+         "unrouted": "denied (nobody could be asked)", "cleared": "denied (prompt cleared)"}
+
+
+def _approval_time_left(desk: Desk, deadline: datetime) -> str:
+    left = (deadline - desk.clock.now()).total_seconds()
+    if left <= 0:
+        return "expired"
+    minutes = int(left // 60)
+    return f"{minutes} min left" if minutes else f"{int(left)} s left"
+
+
+async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[str, Any]]:
+    """What the inbox shows of approvals: the invocation, who it is for, and the receipt."""
+    conversation_ids = {a.conversation_id for a in approvals}
+    names: dict[str, str | None] = {}
+    if conversation_ids:
+        async with desk.db.read() as session:
+            rows = await session.execute(
+                select(Conversation.id, Conversation.subscriber_name).where(Conversation.id.in_(conversation_ids))
+            )
+            names = {cid: name for cid, name in rows.all()}
+    now = desk.clock.now()
+    cards = []
+    for a in approvals:
+        channel_labels = []
+        for channel_id in a.channel_ids:
+            adapter = desk.channels.get(channel_id)
+            channel_labels.append(adapter.label if adapter is not None else f"channel {channel_id}")
+        via = a.decided_via or ""
+        if via.startswith("channel:") and via[8:].isdigit():
+            adapter = desk.channels.get(int(via[8:]))
+            via = f"{adapter.label} ({via})" if adapter is not None else via
+        cards.append({
+            "a": a,
+            "subscriber": names.get(a.conversation_id),
+            "arguments": json.dumps(a.arguments, indent=2, ensure_ascii=False),
+            "open": a.state == PENDING and a.deadline > now,
+            "time_left": _approval_time_left(desk, a.deadline),
+            "deadline": a.deadline.isoformat(),
+            "deadline_text": a.deadline.strftime("%Y-%m-%d %H:%M UTC"),
+            "decided_at": a.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if a.decided_at else "",
+            "ended": ENDED.get(a.state, a.state),
+            "via": via,
+            "channels": channel_labels,
+            "result": json.dumps(a.result, ensure_ascii=False) if a.result is not None else "",
+        })
+    return cards
+
+
+async def _conversation_approvals(desk: Desk, conversation_id: str) -> list[Approval]:
+    async with desk.db.read() as session:
+        query = select(Approval).where(Approval.conversation_id == conversation_id).order_by(Approval.created_at)
+        return list((await session.scalars(query)).all())
+
+
 # --------------------------------------------------------------------------- routes
 
 
@@ -192,14 +260,19 @@ def _safe_next(target: str) -> str:
 
 
 @inbox.get("/inbox", response_class=HTMLResponse, include_in_schema=False)
-async def inbox_list(request: Request, owner: Owner = Depends(current_owner)) -> HTMLResponse:
+async def inbox_list(request: Request, notice: str = "", owner: Owner = Depends(current_owner)) -> HTMLResponse:
     desk = owner.desk
     active = await desk.handoff_list(states=("dispatching", "active"))
     recent = await desk.handoff_list(states=("released", "failed"), limit=20)
+    now = desk.clock.now()
+    pending = [a for a in await desk.approvals.listing(state=PENDING, limit=100) if a.deadline > now]
+    pending.reverse()  # the oldest first: it runs out first
+    decided = [a for a in await desk.approvals.listing(state=None, limit=40) if a.state != PENDING][:20]
     return _page(
         desk, "inbox/list.html", owner,
         active=[_card(desk, h) for h in active], recent=[_card(desk, h) for h in recent],
-        open_inbox=desk.config.owner.token is None,
+        approvals=await _approval_cards(desk, pending), decided=await _approval_cards(desk, decided),
+        open_inbox=desk.config.owner.token is None, notice=notice[:300],
     )
 
 
@@ -217,6 +290,7 @@ async def handoff_page(sid: str, request: Request, notice: str = "", owner: Owne
         messages=[{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
         last_id=messages[-1].id if messages else 0,
         events=[desk.event_view(e) for e in events],
+        approvals=await _approval_cards(desk, await _conversation_approvals(desk, handoff.conversation_id)),
         nonce_reply=secrets.token_urlsafe(12),
         notice=notice[:200],
     )
@@ -290,6 +364,38 @@ async def new_form_link(sid: str, owner: Owner = Depends(verified_post)) -> Resp
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote(exc.message)}")
     notice = "A new return-form link was issued and sent to the recipient; older links no longer work."
     return _redirect(f"/inbox/handoffs/{sid}?notice={quote(notice)}")
+
+
+@inbox.post("/inbox/approvals/{aid}/decision", include_in_schema=False)
+async def decide_approval(
+    aid: str, decision: str = Form(default=""), reason: str = Form(default=""), always: str = Form(default=""),
+    owner: Owner = Depends(verified_post),
+) -> Response:
+    """Approve or deny from the inbox: the approvals' compare-and-set decides, so only the
+    first answer on a pending, unexpired approval counts; the action runs before we answer."""
+    desk = owner.desk
+    if decision not in ("approve", "deny"):
+        return _redirect(f"/inbox?notice={quote('Choose Approve or Deny.')}")
+    try:
+        result = await desk.approvals.decide(
+            aid, approve=decision == "approve", by="owner (inbox)", via="inbox", reason=reason.strip()[:2000] or None,
+            always_allow=always == "yes",
+        )
+    except DeskError as exc:
+        return _page(desk, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
+                     title="Could not decide", message=exc.message)
+    approval = await desk.approvals.get(aid)
+    if not result.changed:
+        notice = f"{approval.action_id} was already {ENDED.get(approval.state, approval.state)}; your answer changed nothing."
+    elif approval.state == "denied":
+        notice = f"Denied: {approval.action_id} did not run."
+    elif approval.run_state == "succeeded":
+        notice = f"Approved: {approval.action_id} ran."
+    elif approval.run_state == "failed":
+        notice = f"Approved, but {approval.action_id} failed: {approval.error or 'no detail'}"
+    else:
+        notice = f"Approved: {approval.action_id} is running."
+    return _redirect(f"/inbox?notice={quote(notice[:300])}#approvals")
 
 
 def install_inbox_errors(app: Any) -> None:

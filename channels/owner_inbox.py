@@ -4,6 +4,10 @@ Nothing leaves the machine, so this channel works offline and is the default in
 `config.example.yaml`. The session, its transcript and its messages already live in the
 database the inbox reads, so `send` only has to return a receipt; the owner replies and
 releases through the inbox pages, which feed the same core paths as any other channel.
+
+It is an approval channel too (`approval_channels: [<its id>]`): the inbox lists pending
+approvals from the database ("Waiting for approval") and decides them with its own
+CSRF-protected buttons, so an approval prompt or its closing notice only needs a receipt.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ class OwnerInboxChannel(ChannelAdapter):
 
     async def send(self, outbound: Outbound) -> Receipt:
         sid = outbound.handoff_session_id
+        if outbound.notice in ("approval", "approval_closed"):
+            # The inbox reads approvals from the database; there is no thread to reply in.
+            return Receipt(message_id=f"inbox:{sid}" if outbound.notice == "approval" else None)
         if outbound.purpose == "dispatch":
             return Receipt(message_id=f"inbox:{sid}", thread_key=sid)
         return Receipt(message_id=None, thread_key=sid)

@@ -176,3 +176,151 @@ async def test_replies_to_other_channels_go_through_that_channel(start_desk: Sta
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     assert 'id="reply-text"' not in page and "Replies to this handoff go through Owner inbox" in page
     assert "Release" in page  # the owner can still end it
+
+
+# --------------------------------------------------------------------------- approvals in the inbox
+
+APPROVAL_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                   "required": ["order_id", "amount"]}
+
+
+def refund_action(**overrides: object) -> dict[str, object]:
+    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+            "policy": "ask", "approval_channels": [1], "input_schema": APPROVAL_SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+async def approval_desk(start_desk: StartDesk, *actions: dict[str, object]) -> Harness:
+    from tests import approval_actions
+
+    approval_actions.CALLS.clear()
+    return await start_desk(actions=list(actions) or [refund_action()])
+
+
+async def gated(harness: Harness, cid: str, **arguments: object) -> str:
+    result = await harness.tool(cid, "refund_order", arguments)
+    assert result["status"] == "APPROVAL_PENDING", result
+    await harness.desk.settle()
+    return str(result["approval_id"])
+
+
+async def decide_in_inbox(harness: Harness, aid: str, decision: str, **form: str) -> httpx.Response:
+    page = (await harness.client.get("/inbox")).text
+    return await harness.client.post(f"/inbox/approvals/{aid}/decision", data={"csrf": csrf_of(page), "decision": decision, **form})
+
+
+async def test_pending_approvals_wait_in_the_inbox_with_escaped_arguments(start_desk: StartDesk) -> None:
+    from sqlalchemy import select
+
+    from bot.models import OutboxItem
+
+    harness = await approval_desk(start_desk)
+    cid = await harness.conversation(name="Ana <img src=x onerror=alert(1)>")
+    aid = await gated(harness, cid, order_id="<script>alert(1)</script>", amount=25.5)
+    # the owner inbox took the prompt (the inbox reads approvals from the database)
+    async with harness.desk.db.read() as session:
+        items = (await session.scalars(select(OutboxItem).where(OutboxItem.handoff_session_id == aid))).all()
+    assert [(i.channel_id, i.state) for i in items] == [(1, "sent")]
+    html = (await harness.client.get("/inbox")).text
+    assert "Waiting for approval" in html and f'id="approval-{aid}"' in html
+    assert "<code class=\"action\">refund_order</code>" in html and "high risk" in html
+    assert "Refund an order to the original payment method" in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
+    assert "&#34;order_id&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;,\n  &#34;amount&#34;: 25.5" in html
+    assert "<script>alert" not in html
+    assert "5 min left" in html  # the default timeout is 5 minutes (the test clock stands still)
+    assert "Always allow" in html and "Asked in Owner inbox" in html
+    assert f'action="/inbox/approvals/{aid}/decision"' in html
+    assert "No approval decided yet." in html
+
+
+async def test_approving_in_the_inbox_runs_the_action_and_shows_the_receipt(start_desk: StartDesk) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk)
+    cid = await harness.conversation()
+    aid = await gated(harness, cid, order_id="1234", amount=25.5)
+    response = await decide_in_inbox(harness, aid, "approve")
+    assert response.status_code == 303
+    assert response.headers["location"] == "/inbox?notice=Approved%3A%20refund_order%20ran.#approvals"
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
+    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    assert (view["state"], view["receipt"]["decided_by"], view["receipt"]["via"]) == ("approved", "owner (inbox)", "inbox")
+    system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+    assert system[0].startswith("[Approval — refund_order was approved and ran")
+    html = (await harness.client.get("/inbox?notice=Approved%3A%20refund_order%20ran.")).text
+    assert "Waiting for approval" not in html and '<p class="banner" role="status">Approved: refund_order ran.</p>' in html
+    assert "Recent approvals" in html and "owner (inbox)" in html and "via inbox" in html
+    assert f"args {view['receipt']['arguments_hash'][:12]}…" in html and "ran: {&#34;refund_id&#34;: &#34;rf_1&#34;" in html
+    # a second press (another tab, a double click) changes nothing
+    again = await decide_in_inbox(harness, aid, "deny")
+    assert "changed%20nothing" in again.headers["location"] and len(approval_actions.CALLS) == 1
+
+
+async def test_denying_in_the_inbox_with_a_reason_is_permission_denied(start_desk: StartDesk) -> None:
+    from tests import approval_actions
+
+    harness = await approval_desk(start_desk, refund_action(policy="ask_always"))
+    cid = await harness.conversation()
+    aid = await gated(harness, cid, order_id="1234", amount=900)
+    html = (await harness.client.get("/inbox")).text
+    assert "asks every time" in html and "Always allow" not in html  # never offered for ask_always
+    response = await decide_in_inbox(harness, aid, "deny", reason="Over the refund limit", always="yes")
+    assert "Denied%3A%20refund_order%20did%20not%20run." in response.headers["location"]
+    await harness.desk.settle()
+    assert approval_actions.CALLS == []
+    [note] = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+    assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it: Over the refund limit.")
+    html = (await harness.client.get("/inbox")).text
+    assert "“Over the refund limit”" in html and "did not run" in html
+
+
+async def test_always_allow_from_the_inbox_covers_the_same_shape(start_desk: StartDesk) -> None:
+    harness = await approval_desk(start_desk)
+    cid = await harness.conversation()
+    aid = await gated(harness, cid, order_id="1", amount=5)
+    await decide_in_inbox(harness, aid, "approve", always="yes")
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["receipt"]["always_allow"] is True
+    assert (await harness.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done"
+
+
+async def test_approval_posts_need_the_csrf_token_and_this_site(start_desk: StartDesk) -> None:
+    harness = await approval_desk(start_desk)
+    cid = await harness.conversation()
+    aid = await gated(harness, cid, order_id="1", amount=5)
+    page = (await harness.client.get("/inbox")).text
+    path = f"/inbox/approvals/{aid}/decision"
+    assert (await harness.client.post(path, data={"decision": "approve"})).status_code == 403
+    assert (await harness.client.post(path, data={"csrf": "forged", "decision": "approve"})).status_code == 403
+    cross = await harness.client.post(path, data={"csrf": csrf_of(page), "decision": "approve"},
+                                      headers={"Sec-Fetch-Site": "cross-site"})
+    assert cross.status_code == 403
+    assert (await harness.client.get(path)).status_code == 405  # GET never decides
+    assert (await harness.client.post(path, data={"csrf": csrf_of(page), "decision": "maybe"})).status_code == 303
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    missing = await harness.client.post("/inbox/approvals/ap_nope/decision", data={"csrf": csrf_of(page), "decision": "approve"})
+    assert missing.status_code == 404 and "Could not decide" in missing.text
+
+
+async def test_an_owner_token_inbox_decides_only_after_login(start_desk: StartDesk) -> None:
+    harness = await approval_desk(start_desk)
+    cid = await harness.conversation()
+    aid = await gated(harness, cid, order_id="1", amount=5)
+    locked = await start_desk(owner={"token": "owner-secret"}, actions=[refund_action()])  # the same database
+    response = await locked.client.post(f"/inbox/approvals/{aid}/decision", data={"decision": "approve"})
+    assert response.status_code == 401
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+
+
+async def test_the_handoff_page_shows_the_conversations_approvals(start_desk: StartDesk) -> None:
+    harness = await approval_desk(start_desk)
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    first = await gated(harness, cid, order_id="1", amount=5)
+    await gated(harness, cid, order_id="2", amount=6)
+    await decide_in_inbox(harness, first, "approve")
+    html = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert "Approvals in this conversation" in html
+    assert "approved</strong> by owner (inbox)" in html and "via inbox" in html and "waiting</strong>" in html
+    assert 'href="/inbox#approval-' in html
