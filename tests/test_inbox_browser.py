@@ -7,15 +7,22 @@ Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the README screenshots in docs/screen
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
+from bot.app import create_app
+from bot.clock import Clock
 from bot.desk import Desk
 from channels.base import InboundMessage
-from tests.conftest import CHROMIUM, shot
+from tests import approval_actions
+from tests.conftest import CHROMIUM, make_config, shot
 
 if not os.path.exists(CHROMIUM) and not os.environ.get("HANDOFF_REQUIRE_BROWSER"):
     pytest.skip("Chromium is not installed (apt-get install -y chromium; .ci/run does)", allow_module_level=True)
@@ -69,4 +76,89 @@ async def test_owner_works_a_handoff_in_the_browser(served: tuple[Desk, str], pa
         await page.wait_for_selector("#transcript >> text=[Bot resumed")
         await shot(page, "inbox-released")
 
+    assert page.problems == []  # no CSP violations, no script errors
+
+
+# --------------------------------------------------------------------------- approvals
+
+REFUND = {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+          "policy": "ask", "approval_channels": [1], "timeout": "15m",
+          "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"},
+                                                            "reason": {"type": "string"}},
+                           "required": ["order_id", "amount"]},
+          "run": {"callable": "tests.approval_actions:refund"}}
+
+
+@pytest.fixture
+async def served_with_actions(sqlite_url: str) -> AsyncIterator[tuple[Desk, str]]:
+    """Like conftest's `served`, with a gated action whose approval channel is the owner inbox."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    desk = Desk(make_config(sqlite_url, server={"public_url": base}, actions=[REFUND]), clock=Clock(), run_timers=False)
+    await desk.start()
+    server = uvicorn.Server(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
+                                           log_level="warning", timeout_graceful_shutdown=1))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield desk, base
+    server.should_exit = True
+    await task
+    await desk.stop()
+
+
+async def test_owner_approves_from_the_inbox_and_a_phone_denies_on_the_signed_page(
+    served_with_actions: tuple[Desk, str], page: Any,
+) -> None:
+    desk, base = served_with_actions
+    approval_actions.CALLS.clear()
+    async with httpx.AsyncClient(base_url=base) as api:
+        ana = (await api.post("/api/conversations", json={"subscriber": {"name": "Ana García"}})).json()["conversation_id"]
+        ben = (await api.post("/api/conversations", json={"subscriber": {"name": "Ben"}})).json()["conversation_id"]
+        first = (await api.post(f"/api/conversations/{ana}/tools/refund_order", json={
+            "order_id": "1234", "amount": 25.5, "reason": "Parcel lost by the carrier"})).json()
+        second = (await api.post(f"/api/conversations/{ben}/tools/refund_order", json={
+            "order_id": "5678", "amount": 480})).json()
+        assert first["status"] == second["status"] == "APPROVAL_PENDING"
+        await desk.settle()
+
+        await page.goto(f"{base}/inbox")
+        await page.wait_for_selector("text=Waiting for approval")
+        assert await page.locator(".approval-card").count() == 2
+        card = page.locator(f"#approval-{first['approval_id']}")
+        assert "Ana García" in await card.inner_text() and '"amount": 25.5' in await card.inner_text()
+        await shot(page, "inbox-approvals")
+
+        await card.locator("button[value=approve]").click()
+        await page.wait_for_selector("text=Approved: refund_order ran.")
+        assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5, "reason": "Parcel lost by the carrier"}]
+        view = (await api.get(f"/api/approvals/{first['approval_id']}")).json()
+        assert (view["state"], view["receipt"]["via"], view["receipt"]["decided_by"]) == ("approved", "inbox", "owner (inbox)")
+        assert await page.locator(".approval-card").count() == 1
+        assert "owner (inbox)" in await page.inner_text(".approvals-recent")
+
+        # the other approver opens the decision link on a phone and denies with a reason
+        await page.set_viewport_size({"width": 390, "height": 844})
+        await page.goto(desk.approvals.decision_url(second["approval_id"]))
+        await page.wait_for_selector("text=May the assistant run")
+        await shot(page, "approval-page-phone")
+        await page.fill("#in-name", "Kim")
+        await page.fill("#in-reason", "Over the refund limit; ask for the receipt first")
+        await page.click("button[value=deny]")
+        await page.wait_for_selector("text=your decision is recorded")
+        await shot(page, "approval-page-done")
+        view = (await api.get(f"/api/approvals/{second['approval_id']}")).json()
+        assert (view["state"], view["receipt"]["via"], view["receipt"]["decided_by"]) == ("denied", "link", "Kim (decision link)")
+        await desk.settle()
+
+        await page.set_viewport_size({"width": 1200, "height": 820})
+        await page.goto(f"{base}/inbox")
+        await page.wait_for_selector(".approvals-recent")
+        assert await page.locator(".approval-card").count() == 0
+        recent = await page.inner_text(".approvals-recent")
+        assert "Kim (decision link)" in recent and "via link" in recent and "Over the refund limit" in recent
+        await shot(page, "inbox-approvals-decided")
+    assert len(approval_actions.CALLS) == 1
     assert page.problems == []  # no CSP violations, no script errors
