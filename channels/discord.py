@@ -38,6 +38,19 @@ fight). Instead each adapter rewrites the URLs of its own client only: `api_base
 replaces the default prefix of each route's URL in its HTTPClient's `request`, and
 `gateway_url` the default gateway in its `ws_connect`. The globals are never touched.
 
+Approval prompts (issue 7) are messages in the staff channel itself (no thread: they
+belong to no handoff): an embed with the question, the risk, the deadline (also as a
+Discord timestamp, in each reader's time zone) and the exact arguments in a code block
+(backticks and invisible characters shown as JSON escapes, so nothing can break out or
+hide; cut with a note when too long, never silently), Approve / Deny / Always allow
+buttons (custom_id `approval:<id>:approve|deny|always`) when the interactions endpoint is
+configured, and the decision page as a link button always. A press is verified like every
+interaction, answered privately at once and becomes a `Decision` (deduplicated on the
+interaction id); the core decides whether it counts. When the approval ends, the prompt
+is edited in place (no buttons, the outcome in its embed), found by the id remembered at
+send or press or, after a restart, among the channel's newest messages; only when it is
+gone is the closing text posted anew.
+
 Discord setup: create an application and a bot (Developer Portal); enable the **Message
 Content** privileged intent (Bot tab); invite the bot with the permissions View Channel,
 Send Messages, Create Public Threads, Send Messages in Threads, Embed Links and Read
@@ -55,7 +68,10 @@ import json
 import logging
 import re
 import time
+import unicodedata
+from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
@@ -63,12 +79,14 @@ import structlog
 from pydantic import Field, SecretStr, field_validator
 
 from channels.base import (
+    ApprovalBrief,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    Decision,
     HandoffBrief,
     InboundMessage,
     Outbound,
@@ -111,12 +129,21 @@ PING, COMPONENT = 1, 3
 PONG, MESSAGE_REPLY = 1, 4
 EPHEMERAL, SUPPRESS_EMBEDS = 1 << 6, 1 << 2
 ACTION_ROW, BUTTON = 1, 2
-DANGER, LINK = 4, 5
+SECONDARY, SUCCESS, DANGER, LINK = 2, 3, 4, 5
 TEXT_CHANNEL_TYPES = {0: "text", 5: "announcement"}
 CHANNEL_KINDS = {2: "voice channel", 4: "category", 13: "stage channel", 15: "forum", 16: "media channel"}
 THREAD_ALREADY_EXISTS = 160004
 SIGNATURE_MAX_AGE = 300  # seconds; interactions are answered within 3 s, so older ones are replays
 COLOURS = {"high": 0xED4245, "normal": 0x5865F2, "low": 0x99AAB5}
+RISK_COLOURS = {"high": 0xED4245, "medium": 0xFEE75C, "low": 0x99AAB5}
+CLOSED_COLOUR = 0x4F545C
+# Approval buttons: custom_id `approval:<approval id>:approve|deny|always`.
+APPROVAL_ID = "approval"
+_APPROVAL_CUSTOM_ID = re.compile(r"^approval:(ap_[A-Za-z0-9_-]{1,80}):(approve|deny|always)$")
+APPROVAL_CHOICES = {"approve": (True, False), "deny": (False, False), "always": (True, True)}
+ARGUMENTS_LIMIT = 2800  # characters of pretty JSON in a prompt's embed (the rest is announced, never dropped silently)
+PROMPT_CACHE_LIMIT = 1000
+PROMPT_LOOKUP_LIMIT = 100  # newest channel messages searched for a prompt this process did not send
 
 
 # --------------------------------------------------------------------------- config
@@ -374,6 +401,9 @@ class DiscordChannel(ChannelAdapter):
         # A dispatch posted whose thread could not be started: the retry starts the thread
         # instead of posting the message again.
         self._posted: dict[str, dict[str, Any]] = {}
+        # approval id -> its prompt message id (sent or pressed in this process), so the
+        # closing notice edits it without a lookup.
+        self._prompts: OrderedDict[str, str] = OrderedDict()
 
     # ------------------------------------------------------------------ the SDK client
 
@@ -544,6 +574,10 @@ class DiscordChannel(ChannelAdapter):
 
     async def send(self, outbound: Outbound) -> Receipt:
         client = self._require_client()
+        if outbound.notice == "approval":
+            return await self._send_prompt(client, outbound)
+        if outbound.notice == "approval_closed":
+            return await self._close_prompt(client, outbound)
         if outbound.purpose == "dispatch":
             return await self._send_dispatch(client, outbound)
         thread_id = outbound.thread.get("thread_id")
@@ -637,6 +671,128 @@ class DiscordChannel(ChannelAdapter):
             await self._call("edit dispatch", client.http.request(route, json={"components": rows}))
         except ChannelError as exc:
             log.warning("discord_release_button_not_removed", channel_id=self.id, hint=exc.hint)
+
+    # ------------------------------------------------------------------ approvals
+
+    async def _send_prompt(self, client: discord.Client, outbound: Outbound) -> Receipt:
+        """An approval prompt: a message in the staff channel itself (no thread: it belongs
+        to no handoff) with an embed, and Approve / Deny (/ Always allow) buttons when the
+        interactions endpoint is configured; the decision page link always."""
+        approval = outbound.approval
+        if approval is None:
+            raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
+        buttons = bool(self.config.application_public_key)
+        title = self._render("approval_title.txt", approval=approval, who=approval.subscriber_name)
+        message = await self._post(client, self.config.channel_id, {
+            "content": clip_escaped(escape(title), CONTENT_LIMIT),
+            "embeds": [self._prompt_embed(approval, buttons=buttons)],
+            "components": self._prompt_components(approval, buttons=buttons),
+            "nonce": nonce_of(outbound),
+        }, what="approval prompt")
+        self._remember_prompt(approval.approval_id, str(message["id"]))
+        return Receipt(message_id=str(message["id"]),
+                       thread={"channel_id": str(self.config.channel_id), "message_id": str(message["id"])})
+
+    async def _close_prompt(self, client: discord.Client, outbound: Outbound) -> Receipt:
+        """How an approval ended: the prompt is edited in place (buttons gone, the outcome in
+        its embed). When it cannot be found or edited, the closing text is posted instead."""
+        from discord.http import Route
+
+        approval_id = outbound.handoff_session_id
+        text = (outbound.body if outbound.body is not None else outbound.text).strip()
+        channel_id = self.config.channel_id
+        prompt = await self._find_prompt(client, approval_id)
+        if prompt is not None:
+            embeds = [dict(e) for e in prompt.get("embeds") or []][:1]
+            if embeds:
+                embed = embeds[0]
+                embed.pop("type", None)
+                embed["color"] = CLOSED_COLOUR
+                embed["fields"] = [*(embed.get("fields") or []), {
+                    "name": "Outcome", "value": clip_escaped(escape(text), FIELD_VALUE_LIMIT), "inline": False}][:25]
+            route = Route("PATCH", "/channels/{channel_id}/messages/{message_id}", channel_id=channel_id,
+                          message_id=int(prompt["id"]))
+            try:
+                await self._call("edit approval prompt", client.http.request(route, json={
+                    "embeds": embeds, "components": [], "allowed_mentions": {"parse": []}}))
+            except TransientChannelError:
+                raise  # nothing posted yet: the core retries the whole notice
+            except ChannelError as exc:  # deleted, or its embed no longer acceptable: say it anew
+                log.warning("discord_approval_prompt_not_updated", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
+            else:
+                self._prompts.pop(approval_id, None)
+                return Receipt(message_id=str(prompt["id"]), thread={"channel_id": str(channel_id), "message_id": str(prompt["id"])})
+        parts = split_for_messages(text, CONTENT_LIMIT)
+        message = await self._post(client, channel_id, {"content": parts[0], "flags": SUPPRESS_EMBEDS,
+                                                        "nonce": nonce_of(outbound)}, what="approval outcome")
+        return Receipt(message_id=str(message["id"]), thread={"channel_id": str(channel_id), "message_id": str(message["id"])})
+
+    async def _find_prompt(self, client: discord.Client, approval_id: str) -> dict[str, Any] | None:
+        """The prompt as Discord has it: by the id remembered at send (or press), else among
+        the channel's newest messages (after a restart), by the approval id on its buttons
+        or in its footer. A transient failure is raised (the core retries the notice)."""
+        from discord.http import Route
+
+        channel_id = self.config.channel_id
+        known = self._prompts.get(approval_id)
+        try:
+            if known is not None:
+                return await self._call("get approval prompt", client.http.request(Route(
+                    "GET", "/channels/{channel_id}/messages/{message_id}", channel_id=channel_id, message_id=int(known))))
+            recent = await self._call("list messages", client.http.request(
+                Route("GET", "/channels/{channel_id}/messages", channel_id=channel_id), params={"limit": PROMPT_LOOKUP_LIMIT}))
+        except TransientChannelError:
+            raise
+        except ChannelError as exc:
+            log.warning("discord_approval_prompt_not_found", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
+            return None
+        for message in recent or []:
+            if str((message.get("author") or {}).get("id")) == str(self.bot_id) and _is_prompt_of(message, approval_id):
+                return message
+        return None
+
+    def _remember_prompt(self, approval_id: str, message_id: str) -> None:
+        self._prompts[approval_id] = message_id
+        self._prompts.move_to_end(approval_id)
+        while len(self._prompts) > PROMPT_CACHE_LIMIT:
+            self._prompts.popitem(last=False)
+
+    def _prompt_embed(self, approval: ApprovalBrief, *, buttons: bool) -> dict[str, Any]:
+        """Readable on a phone: the question, the description, the exact arguments in a code
+        block (markdown and mentions inert there), risk and deadline, within embed limits."""
+        title = clip_escaped(escape(self._render("approval_title.txt", approval=approval, who=approval.subscriber_name)),
+                             TITLE_LIMIT)
+        shown, left_out = pretty_arguments(approval.arguments, ARGUMENTS_LIMIT)
+        cut = f"\n*[… cut here: {left_out} more characters. The decision page shows every argument.]*" if left_out else ""
+        question = escape(f"May the assistant run {approval.action_id}"
+                          + (f" for {approval.subscriber_name}?" if approval.subscriber_name else "?"))
+        head = f"{clip_escaped(question, 400)}\n\n{clip_escaped(escape(approval.description), 500)}\n\n**Exactly these arguments:**\n"
+        description = f"{head}```json\n{shown}\n```{cut}"
+        expires = approval.expires_at[:16].replace("T", " ")
+        try:
+            unix = int(datetime.fromisoformat(approval.expires_at).timestamp())
+            answer_by = f"{expires} UTC (<t:{unix}:R>)"  # Discord shows each reader how long is left
+        except ValueError:
+            answer_by = f"{expires} UTC"
+        return {
+            "title": title, "description": description, "url": approval.decision_url,
+            "color": RISK_COLOURS.get(approval.risk, COLOURS["normal"]),
+            "fields": [{"name": "Risk", "value": approval.risk, "inline": True},
+                       {"name": "Answer by", "value": answer_by, "inline": True}],
+            "footer": {"text": clip(self._render("approval_footer.txt", approval=approval, buttons=buttons), FOOTER_LIMIT)},
+        }
+
+    @staticmethod
+    def _prompt_components(approval: ApprovalBrief, *, buttons: bool) -> list[dict[str, Any]]:
+        row: list[dict[str, Any]] = []
+        if buttons:
+            custom = f"{APPROVAL_ID}:{approval.approval_id}"
+            row += [{"type": BUTTON, "style": SUCCESS, "label": "Approve", "custom_id": f"{custom}:approve"},
+                    {"type": BUTTON, "style": DANGER, "label": "Deny", "custom_id": f"{custom}:deny"}]
+            if approval.allow_always:
+                row.append({"type": BUTTON, "style": SECONDARY, "label": "Always allow", "custom_id": f"{custom}:always"})
+        row.append({"type": BUTTON, "style": LINK, "label": "Decision page", "url": approval.decision_url})
+        return [{"type": ACTION_ROW, "components": row}]
 
     # ------------------------------------------------------------------ rendering
 
@@ -765,6 +921,8 @@ class DiscordChannel(ChannelAdapter):
             return _json_reply({"type": PONG})
         if data.get("type") == COMPONENT:
             custom_id = str((data.get("data") or {}).get("custom_id") or "")
+            if custom_id.startswith(APPROVAL_ID + ":"):
+                return self._approval_press(data, custom_id)
             if custom_id == RELEASE_ID or custom_id.startswith(RELEASE_ID + ":"):
                 message = self._release_click(data)
                 if message is None:
@@ -790,6 +948,30 @@ class DiscordChannel(ChannelAdapter):
         except (BadSignatureError, ValueError, TypeError):
             return False
         return True
+
+    def _approval_press(self, data: dict[str, Any], custom_id: str) -> WebhookReply:
+        """Approve / Deny / Always allow on a prompt in our channel; answered privately at
+        once, decided by the core (pending, asked in this channel, the first answer)."""
+        match = _APPROVAL_CUSTOM_ID.match(custom_id)
+        channel_id = str(data.get("channel_id") or (data.get("channel") or {}).get("id") or "")
+        member = data.get("member") or {}
+        user = member.get("user") or data.get("user") or {}
+        if match is None or channel_id != str(self.config.channel_id) or not user.get("id") or user.get("bot"):
+            return _ephemeral("This button does not belong to an approval prompt of this desk.")
+        approval_id, choice = match.group(1), match.group(2)
+        approve, always = APPROVAL_CHOICES[choice]
+        message_id = (data.get("message") or {}).get("id")
+        if message_id:
+            self._remember_prompt(approval_id, str(message_id))  # so the closing notice finds it
+        name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
+        decision = InboundMessage(
+            thread_key=f"approval:{approval_id}", text="", author=" ".join(str(name).split())[:80],
+            dedupe_key=f"interaction:{data.get('id')}",
+            decision=Decision(approval_id=approval_id, approve=approve, always_allow=always),
+        )
+        word = {"approve": "approve", "deny": "deny", "always": "always allow"}[choice]
+        return WebhookReply(status=200, content_type="application/json", messages=[decision], body=json.dumps(_ephemeral_body(
+            f"Your answer ({word}) is recorded; the first answer counts. The prompt changes once it is decided.")).encode())
 
     def _release_click(self, data: dict[str, Any]) -> InboundMessage | None:
         """A Release click on a dispatch (in our channel) or inside a handoff thread."""
@@ -890,6 +1072,34 @@ class DiscordChannel(ChannelAdapter):
         if status >= 500:
             return TransientChannelError(message, hint=f"Discord is having trouble ({status})")
         return PermanentChannelError(message, hint=f"Discord refused {what}: {detail}")
+
+
+def pretty_arguments(arguments: dict[str, Any], limit: int) -> tuple[str, int]:
+    """The arguments as pretty JSON for a code block, at most `limit` characters (cut at a
+    line break where possible), and how many characters were left out. Invisible and
+    control characters inside strings (bidi overrides, zero-width spaces) and backticks
+    (which could close the code block) are shown as their JSON escapes: the same JSON,
+    so what people read is what will run."""
+    text = json.dumps(arguments, indent=2, ensure_ascii=False)
+    text = "".join(c if c == "\n" or (c != "`" and unicodedata.category(c) not in _HIDDEN) else f"\\u{ord(c):04x}"
+                   for c in text)
+    if len(text) <= limit:
+        return text, 0
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return text[:cut], len(text) - cut
+
+
+_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
+
+
+def _is_prompt_of(message: dict[str, Any], approval_id: str) -> bool:
+    for row in message.get("components") or []:
+        for component in row.get("components") or []:
+            if str(component.get("custom_id", "")).startswith(f"{APPROVAL_ID}:{approval_id}:"):
+                return True
+    footer = ((message.get("embeds") or [{}])[0].get("footer") or {}).get("text") or ""
+    return footer.startswith(f"Approval {approval_id} ")
 
 
 def _json_reply(body: dict[str, Any]) -> WebhookReply:

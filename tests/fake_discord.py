@@ -108,6 +108,7 @@ class FakeDiscord:
         self._sockets: list[web.WebSocketResponse] = []
         self._ready_sockets: list[web.WebSocketResponse] = []
         self._seq = 0
+        self._query: dict[str, str] = {}
         self._changed = asyncio.Condition()
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -194,6 +195,7 @@ class FakeDiscord:
             "GET /oauth2/applications/@me": self._application,
             "GET /channels/{id}": self._get_channel,
             "POST /channels/{id}/messages": self._create_message,
+            "GET /channels/{id}/messages": self._list_messages,
             "GET /channels/{id}/messages/{id}": self._get_message,
             "PATCH /channels/{id}/messages/{id}": self._edit_message,
             "POST /channels/{id}/messages/{id}/threads": self._start_thread,
@@ -201,6 +203,7 @@ class FakeDiscord:
         if handler is None:
             return json_response({"message": "404: Not Found", "code": 0}, 404)
         ids = [int(x) for x in re.findall(r"/(\d+)", path)]
+        self._query = dict(request.query)
         status, answer = await handler(ids, body)
         await self._notify()
         if fault is not None:  # done, but the answer is lost on the way back
@@ -230,11 +233,23 @@ class FakeDiscord:
         message = next((m for m in self.messages.get(ids[0], []) if int(m["id"]) == ids[1]), None)
         return (200, message) if message else (404, {"message": "Unknown Message", "code": 10008})
 
+    async def _list_messages(self, ids: list[int], _body: Any) -> tuple[int, Any]:
+        """Newest first, `limit` 1-100 (default 50), as Discord lists a channel's messages."""
+        if self._channel(ids[0]) is None:
+            return 404, {"message": "Unknown Channel", "code": 10003}
+        limit = int(self._query.get("limit") or 50)
+        if not 1 <= limit <= 100:
+            return 400, _invalid("limit: must be between 1 and 100")
+        newest = list(reversed(self.messages.get(ids[0], [])))[:limit]
+        return 200, [{k: v for k, v in m.items() if k != "request"} for m in newest]
+
     async def _edit_message(self, ids: list[int], body: Any) -> tuple[int, Any]:
         status, message = await self._get_message(ids, None)
         if status != 200:
             return status, message
         problem = _check_components(body.get("components", message.get("components")))
+        for embed in body.get("embeds") or []:
+            problem = problem or _check_embed(embed)[0]
         if problem:
             return 400, _invalid(problem)
         message.update({k: v for k, v in body.items() if k in ("content", "embeds", "components")})

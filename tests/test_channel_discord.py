@@ -444,7 +444,7 @@ async def test_a_gateway_that_cannot_reconnect_takes_the_channel_out_of_service(
     [health] = desk.desk.channels.health()
     assert "refused bot_token" in str(health["problem"])
     tools = (await desk.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]
-    assert tools == []  # handoff_request is not offered with no channel that can deliver
+    assert "handoff_request" not in [t["name"] for t in tools]  # not offered with no channel that can deliver
     await desk.desk.channels.retry_unavailable()  # a refused token is not retried: it needs a new config
     assert not desk.desk.channels.is_available(5)
 
@@ -620,3 +620,239 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
     assert after["routed_to"] == "agent"
     # the relay, Sam's reply and /release typed there, the release notice; nothing more
     assert [m["author"]["id"] for m in fake.posts(thread)] == [BOT_USER["id"], SAM["id"], SAM["id"], BOT_USER["id"]]
+
+
+# --------------------------------------------------------------------------- approvals
+
+REFUND_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0},
+                                                  "note": {"type": "string"}},
+                 "required": ["order_id", "amount"], "additionalProperties": False}
+EDIT = "PATCH /channels/{id}/messages/{id}"
+
+
+def refund_action(**overrides: Any) -> dict[str, Any]:
+    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+            "policy": "ask", "approval_channels": [5], "input_schema": REFUND_SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+@pytest.fixture
+def calls() -> list[dict[str, Any]]:
+    from tests import approval_actions
+
+    approval_actions.CALLS.clear()
+    return approval_actions.CALLS
+
+
+async def approvals_desk(start_desk: StartDesk, fake: FakeDiscord, *actions: dict[str, Any], entry: dict[str, Any] | None = None,
+                         **overrides: Any) -> Harness:
+    return await start_desk(channels=[{**discord_entry(fake), **(entry or {})}], actions=list(actions) or [refund_action()],
+                            delivery={"base_backoff": "10ms"}, **overrides)
+
+
+async def ask(h: Harness, fake: FakeDiscord, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    """The agent calls the gated action; returns the approval id and the prompt as Discord stored it."""
+    result = await h.tool(cid, "refund_order", arguments)
+    assert result["status"] == "APPROVAL_PENDING", result
+    await h.desk.settle()
+    return result["approval_id"], fake.posts(STAFF_CHANNEL)[-1]
+
+
+async def press(h: Harness, fake: FakeDiscord, prompt: dict[str, Any], choice: str, *, user: dict[str, Any] = SAM,
+                aid: str | None = None) -> Any:
+    aid = aid or prompt["embeds"][0]["footer"]["text"].split()[1]
+    response = await interaction(h, fake, fake.button_click(prompt, f"approval:{aid}:{choice}", user=user))
+    await h.desk.settle()
+    return response
+
+
+def components(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for row in message.get("components") or [] for c in row["components"]]
+
+
+async def system_texts(h: Harness, cid: str) -> list[str]:
+    return [m["text"] for m in await h.messages(cid) if m["role"] == "system"]
+
+
+async def approval_view(h: Harness, aid: str) -> dict[str, Any]:
+    return (await h.client.get(f"/api/approvals/{aid}")).json()
+
+
+async def test_an_approval_prompt_is_an_embed_in_the_channel_with_buttons_and_nothing_that_pings(
+    start_desk: StartDesk, fake: FakeDiscord, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation("Ana **@everyone**")
+    aid, prompt = await ask(h, fake, cid, order_id="<@900000000000000302> *1234*", amount=25.5, note="```\n@here\u202e")
+    request = prompt["request"]
+    assert fake.calls_to(MESSAGES)[0].path == f"/channels/{STAFF_CHANNEL}/messages"  # the channel, not a thread
+    assert fake.calls_to(THREADS) == [] and request["allowed_mentions"] == {"parse": []}
+    assert request["content"] == "🔴 HIGH RISK · Approval needed: refund\\_order for Ana \\*\\*@\u200beveryone\\*\\*"
+    [embed] = prompt["embeds"]
+    assert embed["title"] == request["content"] and embed["color"] == 0xED4245
+    assert embed["url"].startswith("http://desk.test/a/")
+    description = embed["description"]
+    assert description.startswith("May the assistant run refund\\_order for Ana \\*\\*@\u200beveryone\\*\\*?\n\n"
+                                  "Refund an order to the original payment method\n\n**Exactly these arguments:**\n")
+    # the exact arguments in a code block; a backtick or an invisible character cannot break out or hide
+    assert description.endswith('```json\n{\n  "order_id": "<@900000000000000302> *1234*",\n  "amount": 25.5,\n'
+                                '  "note": "\\u0060\\u0060\\u0060\\n@here\\u202e"\n}\n```')
+    assert description.count("```") == 2
+    deadline = (await approval_view(h, aid))["deadline"]
+    fields = {f["name"]: f["value"] for f in embed["fields"]}
+    assert fields["Risk"] == "high" and fields["Answer by"].startswith(deadline[:16].replace("T", " ") + " UTC (<t:")
+    assert embed["footer"]["text"].startswith(f"Approval {aid} · the first answer counts")
+    approve, deny, always, link = components(prompt)
+    assert (approve["label"], approve["style"], approve["custom_id"]) == ("Approve", 3, f"approval:{aid}:approve")
+    assert (deny["label"], deny["style"], deny["custom_id"]) == ("Deny", 4, f"approval:{aid}:deny")
+    assert (always["label"], always["custom_id"]) == ("Always allow", f"approval:{aid}:always")
+    assert (link["style"], link["url"]) == (5, embed["url"]) and calls == []
+
+
+async def test_approve_in_discord_runs_the_action_answers_privately_and_retires_the_buttons(
+    start_desk: StartDesk, fake: FakeDiscord, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation("Ana")
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=25.5)
+    click = fake.button_click(prompt, f"approval:{aid}:approve", user=KIM)
+    response = await interaction(h, fake, click)
+    answer = response.json()
+    assert answer["type"] == 4 and answer["data"]["flags"] == 64 and answer["data"]["allowed_mentions"] == {"parse": []}
+    assert answer["data"]["content"].startswith("Your answer (approve) is recorded")
+    await h.desk.settle()
+    assert calls == [{"order_id": "1234", "amount": 25.5}]
+    assert await system_texts(h, cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
+                                          'Result: {"refund_id": "rf_1", "amount": 25.5}]']
+    view = await approval_view(h, aid)
+    assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Kim" and view["receipt"]["via"] == "channel:5"
+
+    # the prompt is edited in place: no buttons, the outcome in its embed; nothing new is posted
+    [edit] = fake.calls_to(EDIT)
+    assert edit.path == f"/channels/{STAFF_CHANNEL}/messages/{prompt['id']}" and edit.json["components"] == []
+    edited = fake.posts(STAFF_CHANNEL)[-1]
+    assert edited["id"] == prompt["id"] and components(edited) == []
+    outcome = edited["embeds"][0]["fields"][-1]
+    assert outcome == {"name": "Outcome", "value": f"Approved by Kim: refund\\_order ({escape(aid)}) will run.", "inline": False}
+    assert edited["embeds"][0]["description"] == prompt["embeds"][0]["description"]  # still shows what was approved
+
+    # Discord retries the same interaction, or someone presses on a stale copy: nothing more runs
+    await interaction(h, fake, click)
+    await press(h, fake, prompt, "deny", user=SAM)
+    await h.desk.settle()
+    assert calls == [{"order_id": "1234", "amount": 25.5}] and len(await system_texts(h, cid)) == 1
+    assert await inbound_count(h) == 2  # the retried interaction was dropped
+
+
+async def test_deny_in_discord_is_permission_denied_and_nothing_runs(
+    start_desk: StartDesk, fake: FakeDiscord, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation("Ana")
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=900)
+    await press(h, fake, prompt, "deny")
+    assert calls == []
+    [note] = await system_texts(h, cid)
+    assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it.")
+    assert fake.posts(STAFF_CHANNEL)[-1]["embeds"][0]["fields"][-1]["value"] == (
+        f"Denied by Sam: refund\\_order ({escape(aid)}) will not run.")
+
+
+async def test_forged_foreign_or_late_presses_change_nothing(
+    start_desk: StartDesk, fake: FakeDiscord, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake, refund_action(timeout="1m"))
+    cid = await h.conversation("Ana")
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=5)
+    click = fake.button_click(prompt, f"approval:{aid}:approve")
+    forged = await interaction(h, fake, click, timestamp=int(time.time()) - 600)  # a replay of an old press
+    other = FakeDiscord(token=TOKEN)
+    body, headers = other.signed(click)  # signed by another application's key
+    assert forged.status_code == 401 and (await h.client.post("/webhooks/5", content=body, headers=headers)).status_code == 401
+    stranger = await fake.human_message(GENERAL_CHANNEL, "elsewhere", author=OTHER_BOT)
+    refused = [
+        fake.button_click(stranger, f"approval:{aid}:approve"),  # not our channel
+        fake.button_click(prompt, f"approval:{aid}:approve", user=OTHER_BOT),  # a bot
+        fake.button_click(prompt, f"approval:{aid}:maybe"),
+    ]
+    for payload in refused:
+        response = await interaction(h, fake, payload)
+        assert response.status_code == 200 and "does not belong" in response.json()["data"]["content"]
+    await h.desk.settle()
+    assert await inbound_count(h) == 0 and calls == []
+
+    h.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
+    assert await h.desk.approvals.expire_due() == 1
+    await h.desk.settle()
+    assert fake.posts(STAFF_CHANNEL)[0]["embeds"][0]["fields"][-1]["value"].startswith("Nobody answered in time")
+    await press(h, fake, prompt, "approve")  # too late
+    assert calls == [] and (await approval_view(h, aid))["state"] == "expired"
+
+
+async def test_always_allow_in_discord_lets_the_same_shape_run_without_asking(
+    start_desk: StartDesk, fake: FakeDiscord, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation("Ana")
+    aid, prompt = await ask(h, fake, cid, order_id="1", amount=5)
+    await press(h, fake, prompt, "always")
+    assert (await approval_view(h, aid))["receipt"]["always_allow"] is True
+    assert (await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done" and len(calls) == 2
+
+
+async def test_without_an_interactions_endpoint_the_prompt_has_the_decision_link_only(
+    start_desk: StartDesk, fake: FakeDiscord
+) -> None:
+    h = await approvals_desk(start_desk, fake, refund_action(policy="ask_always", risk="low"),
+                             entry={"application_public_key": None})
+    aid, prompt = await ask(h, fake, await h.conversation("Ana"), order_id="1", amount=5)
+    [link] = components(prompt)
+    assert (link["label"], link["style"], link["url"]) == ("Decision page", 5, prompt["embeds"][0]["url"])
+    assert prompt["embeds"][0]["footer"]["text"].endswith("Answer on the decision page (works once).")
+    assert prompt["request"]["content"] == "Approval needed: refund\\_order for Ana"
+    # the owner decides on the page; the prompt still loses its (now dead) link
+    assert (await h.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny"})).status_code == 200
+    await h.desk.settle()
+    assert components(fake.posts(STAFF_CHANNEL)[-1]) == []
+
+
+async def test_huge_arguments_fit_the_embed_and_say_what_was_cut(start_desk: StartDesk, fake: FakeDiscord) -> None:
+    h = await approvals_desk(start_desk, fake)
+    _, prompt = await ask(h, fake, await h.conversation("Ana " * 30), order_id="1", amount=5, note="*_~ " * 3000)
+    description = prompt["embeds"][0]["description"]
+    assert len(description) <= 4096  # and the fake checked every Discord limit
+    full = json.dumps({"order_id": "1", "amount": 5, "note": "*_~ " * 3000}, indent=2)
+    shown = description.split("```json\n", 1)[1].split("\n```", 1)[0]
+    assert full.startswith(shown) and len(shown) > 2000
+    assert description.endswith(f"*[… cut here: {len(full) - len(shown)} more characters. "
+                                "The decision page shows every argument.]*")
+
+
+async def test_after_a_restart_the_closing_notice_finds_its_prompt_in_the_channel(
+    start_desk: StartDesk, fake: FakeDiscord, database_url: str, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation("Ana")
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=5)
+    await h.desk.stop()
+    again = await approvals_desk(start_desk, fake, url=database_url)
+    # decided on the page, so no press tells the adapter which message it is: it looks
+    assert (await again.client.post(f"/api/approvals/{aid}/decision", json={"decision": "approve"})).status_code == 200
+    await again.desk.settle()
+    assert calls == [{"order_id": "1234", "amount": 5}]
+    assert fake.calls_to("GET /channels/{id}/messages")[-1].path == f"/channels/{STAFF_CHANNEL}/messages"
+    [edit] = fake.calls_to(EDIT)
+    assert edit.path.endswith(f"/messages/{prompt['id']}") and components(fake.posts(STAFF_CHANNEL)[0]) == []
+
+
+async def test_a_prompt_that_is_gone_gets_the_closing_text_as_a_new_message(
+    start_desk: StartDesk, fake: FakeDiscord, calls: list[dict[str, Any]]
+) -> None:
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation("Ana")
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=5)
+    fake.messages[STAFF_CHANNEL].clear()  # someone deleted it
+    await press(h, fake, prompt, "deny", user={**SAM, "global_name": "Sam *the* <@1>"})
+    [closing] = fake.posts(STAFF_CHANNEL)
+    assert closing["content"] == f"Denied by Sam \\*the\\* \\<@1>: refund\\_order ({escape(aid)}) will not run."
+    assert closing["request"]["allowed_mentions"] == {"parse": []} and "nonce" in closing["request"]
