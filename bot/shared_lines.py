@@ -33,8 +33,8 @@ from bot.outbox import Outbox
 from bot.rendering import Renderer
 from channels.base import Outbound
 
-# "#A7F3 text", "#a7f3: text", "#A7F3" — short codes are 4 characters of the URL-safe id.
-_ADDRESS = re.compile(r"^\s*#([A-Za-z0-9_-]{4})(?=[\s:,]|$)[:,]?\s*", re.S)
+# "#A7F3 text", "#a7f3: text", "#A7F3" — short codes are 4 letters or digits (channels.base.short_code_of).
+_ADDRESS = re.compile(r"^\s*#([A-Za-z0-9]{4})(?=[\s:,]|$)[:,]?\s*", re.S)
 _LIST = re.compile(r"^\s*/list\s*$", re.I)
 _RECENTLY_ENDED = timedelta(days=2)
 

@@ -144,8 +144,9 @@ class Outbound(BaseModel):
 
 
 def short_code_of(handoff_session_id: str) -> str:
-    """A short, speakable reference for people ("handoff A7F3"), derived from the id."""
-    return handoff_session_id.split("_", 1)[-1][:4].upper()
+    """A short, speakable reference for people ("handoff A7F3"), derived from the id: letters
+    and digits only, so it is easy to type on a phone and never turns into chat markup."""
+    return "".join(c for c in handoff_session_id.split("_", 1)[-1] if c.isalnum())[:4].upper()
 
 
 class Receipt(BaseModel):

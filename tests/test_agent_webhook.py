@@ -94,7 +94,7 @@ async def test_each_turn_is_a_signed_post_with_the_conversation_and_tools(start_
     assert turn["type"] == "turn" and turn["trigger"] == "message" and turn["round"] == 1
     assert turn["subscriber"] == {"name": "Ana", "email": "ana@example.com"}
     assert turn["messages"] == [{"role": "subscriber", "text": "hello", "author": None}]
-    [tool] = turn["tools"]
+    tool = turn["tools"][0]
     assert tool["name"] == "handoff_request" and tool["input_schema"]["properties"]["channel_id"]["enum"] == [1]
     assert turn["tool_results"] == []
 

@@ -95,7 +95,8 @@ async def test_lists_the_desks_tools_with_the_live_channel_enum(start_desk: Star
     ])
     async with connected(harness, mode=mode) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert list(tools) == ["handoff_request", "handoff_status", "conversation_messages"]
+    assert list(tools) == ["handoff_request", "request_user_action", "response_user_action", "handoff_status",
+                           "conversation_messages"]
     request = tools["handoff_request"]
     assert request.input_schema["properties"]["channel_id"]["enum"] == [1, 7]
     assert request.input_schema["required"] == ["channel_id", "summary", "expected_action"]

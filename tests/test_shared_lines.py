@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.models import InboundEvent
-from channels.base import InboundMessage
+from channels.base import InboundMessage, short_code_of
 from tests.conftest import Harness, StartDesk
 from tests.fakes import LineChannel, ScriptedChannel
 
@@ -35,7 +35,7 @@ class Line:
         cid = await self.harness.conversation(name, None)
         result = await self.harness.start_handoff(cid, summary=f"{name} needs a refund checked.")
         sid = result["handoff_session_id"]
-        return cid, sid, sid.split("_", 1)[1][:4].upper()
+        return cid, sid, short_code_of(sid)
 
     async def reply(self, text: str) -> str:
         """The recipient writes on the line; returns what the desk did with it."""
@@ -146,7 +146,7 @@ async def test_threaded_channels_do_not_parse_codes(start_desk: StartDesk) -> No
     harness = await start_desk(adapters={1: ScriptedChannel})
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
-    code = sid.split("_", 1)[1][:4].upper()
+    code = short_code_of(sid)
     message: Any = InboundMessage(thread_key=f"thread-{sid}", text=f"#{code} /list", author="Kim")
     assert await harness.desk.inbound.submit_and_wait(1, message) == "relayed"
     assert [m["text"] for m in await harness.messages(cid) if m["role"] == "human"] == [f"#{code} /list"]

@@ -32,7 +32,7 @@ async def test_handoff_request_schema_constrains_channel_id(start_desk: StartDes
     ])
     cid = await harness.conversation()
     tools = (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]
-    assert [t["name"] for t in tools] == ["handoff_request"]
+    assert [t["name"] for t in tools] == ["handoff_request", "request_user_action", "response_user_action"]
     tool = tools[0]
     schema = tool["input_schema"]
     assert schema["properties"]["channel_id"] == {
@@ -61,7 +61,8 @@ async def test_tool_formats_for_openai_and_anthropic(harness: Harness) -> None:
 async def test_no_available_channel_means_no_handoff_request(start_desk: StartDesk) -> None:
     harness = await start_desk(channels=[{"id": 1, "kind": "owner_inbox", "label": "Off", "enabled": False}])
     cid = await harness.conversation()
-    assert (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"] == []
+    tools = (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]
+    assert "handoff_request" not in [t["name"] for t in tools]
     result = await harness.tool(cid, "handoff_request", VALID)
     assert result["error"] == "unknown_tool"
     body = await harness.say(cid, "I want to talk to a person")  # the rules agent tells the truth
