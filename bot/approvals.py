@@ -42,6 +42,7 @@ from bot.clock import Clock
 from bot.config import ActionConfig
 from bot.db import Database
 from bot.errors import NotFound
+from bot.metrics import Metrics
 from bot.models import Approval, ApprovalGrant, Conversation
 from bot.outbox import Outbox
 from bot.rendering import Renderer
@@ -97,8 +98,9 @@ class DecisionResult:
 class Approvals:
     def __init__(
         self, *, db: Database, clock: Clock, actions: list[ActionConfig], channels: ChannelSet, outbox: Outbox,
-        renderer: Renderer, bus: ConversationBus, secret_keys: list[str], public_url: str,
+        renderer: Renderer, bus: ConversationBus, secret_keys: list[str], public_url: str, metrics: Metrics,
     ) -> None:
+        self.metrics = metrics
         self.db, self.clock, self.channels, self.outbox, self.renderer, self.bus = db, clock, channels, outbox, renderer, bus
         self.actions = {a.id: a for a in actions}
         self._links = URLSafeSerializer(secret_keys, salt=SALT)
@@ -138,6 +140,7 @@ class Approvals:
         async with self.db.transaction() as session:
             session.add(approval)
             await session.flush()
+            self.metrics.approvals.labels(action.id, approval.state).inc()
             if not routes:
                 await audit.record(session, "approval_unrouted", at=now, actor=actor, conversation_id=conversation.id,
                                    approval_id=approval.id, action=action.id, arguments_hash=approval.arguments_hash,
@@ -234,6 +237,7 @@ class Approvals:
                                    decision="approve" if approve else "deny")
                 return DecisionResult(False, approval)
             await session.refresh(approval)
+            self.metrics.approvals.labels(approval.action_id, approval.state).inc()
             await audit.record(session, "approval_approved" if approve else "approval_denied", at=now, actor=by,
                                approval_id=approval_id, conversation_id=approval.conversation_id, via=via,
                                action=approval.action_id, arguments_hash=approval.arguments_hash, reason=reason,
@@ -316,6 +320,7 @@ class Approvals:
                     continue  # decided meanwhile
                 approval = await session.get(Approval, approval_id, populate_existing=True)
                 assert approval is not None
+                self.metrics.approvals.labels(approval.action_id, state).inc()
                 await audit.record(session, f"approval_{state}", at=now, actor="desk", approval_id=approval_id,
                                    conversation_id=approval.conversation_id, action=approval.action_id,
                                    arguments_hash=approval.arguments_hash)

@@ -80,9 +80,11 @@ class Desk:
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, bus=self.bus, secret_keys=config.signing_keys, public_url=config.public_url,
+            metrics=self.metrics,
         )
         self.user_actions = UserActions(
             db=self.db, clock=self.clock, config=config, renderer=self.renderer, bus=self.bus, background=self.background,
+            metrics=self.metrics,
         )
         self.tools = ToolRegistry([
             HandoffRequestTool(), HandoffReleaseTool(),

@@ -28,6 +28,12 @@ class Metrics:
         self.agent_turn_seconds = Histogram(
             "handoff_agent_turn_seconds", "Time the agent took to answer a turn",
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60), registry=r)
+        self.approvals = Counter(
+            "handoff_approvals", "Approval requests by how they ended (requested, approved, denied, expired, …)",
+            ["action", "result"], registry=r)
+        self.user_actions = Counter(
+            "handoff_user_actions", "User actions by how they ended (requested, done, cancelled, timeout, failed)",
+            ["reason", "result"], registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
 
     def exposition(self) -> bytes:

@@ -44,6 +44,7 @@ from bot.clock import Clock
 from bot.config import Config
 from bot.db import Database
 from bot.errors import DeskError, NotFound
+from bot.metrics import Metrics
 from bot.models import Conversation, UserAction
 from bot.rendering import Renderer
 from bot.text import CleanStr
@@ -106,7 +107,8 @@ class Redaction:
 
 class UserActions:
     def __init__(self, *, db: Database, clock: Clock, config: Config, renderer: Renderer, bus: ConversationBus,
-                 background: Background) -> None:
+                 background: Background, metrics: Metrics) -> None:
+        self.metrics = metrics
         self.db, self.clock, self.renderer, self.bus, self.background = db, clock, renderer, bus, background
         self.timeout = config.handoff.user_action_timeout
         self.expectations = {e.id: e for e in config.user_actions.expectations}
@@ -136,6 +138,7 @@ class UserActions:
             )
             session.add(action)
             await session.flush()
+            self.metrics.user_actions.labels(action.reason, "requested").inc()
             await audit.record(session, "user_action_requested", at=now, actor=actor, conversation_id=conversation.id,
                                user_action_id=action.id, reason=args.reason, expectation=args.expectation,
                                steps=len(action.steps) or None, background=action.background or None)
@@ -237,6 +240,7 @@ class UserActions:
             action = await session.get(UserAction, action.id, populate_existing=True) or action
             if changed.rowcount != 1:
                 return _result(action, already=True)
+            self.metrics.user_actions.labels(action.reason, state).inc()
             await audit.record(session, f"user_action_{state}", at=now, actor=via, conversation_id=action.conversation_id,
                                user_action_id=action.id, reason=action.reason, observed=observed)
             if tell_agent:

@@ -93,6 +93,9 @@ async def test_a_gated_call_waits_runs_exactly_what_was_approved_and_tells_the_a
     assert (await harness.messages(cid))[-1]["text"] == "Good news: that was approved and it's done."
     assert "Approved by Kim" in prompts(approvers, "approval_closed")[0].text
     assert kinds_in_order(await kinds(harness), "approval_requested", "approval_approved", "action_ran")
+    metrics = harness.desk.metrics.exposition().decode()
+    assert 'handoff_approvals_total{action="refund_order",result="pending"} 1.0' in metrics
+    assert 'handoff_approvals_total{action="refund_order",result="approved"} 1.0' in metrics
 
 
 def kinds_in_order(kinds: list[str], *expected: str) -> bool:
