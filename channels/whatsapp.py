@@ -596,8 +596,8 @@ class WhatsAppChannel(ChannelAdapter):
     def _notice_parts(self, outbound: Outbound) -> list[str]:
         raw = (outbound.body if outbound.body is not None else outbound.text).strip()
         code = outbound.short_code
-        # The desk's notices usually name their handoff already ("Handoff A7F3 released …").
-        # The code stays as written (it may hold a `_`): people type it to address the handoff.
+        # The desk's notices usually name their handoff already ("Handoff A7F3 released …");
+        # the code stays exactly as written: people type it to address the handoff.
         body = code.join(defuse(part) for part in raw.split(code))
         tagged = code in raw
         head = 0 if tagged else utf16_len(self._render("notice", code=code, tagged=False, body="")) + 1

@@ -232,12 +232,12 @@ async def test_a_notice_names_its_handoff_once(fake: FakeTwilio) -> None:
     try:
         for sid, body in (("hs_a1b20000", "Handoff A1B2 released (resolved); the assistant has taken the conversation back."),
                           ("hs_a1b20000", "Your message went to *Ana*'s handoff."),
-                          ("hs__x-y0000", "Handoff _X-Y: *Ana* is waiting.")):  # ids are URL-safe: codes may hold _ and -
+                          ("hs_x-y_z0000", "Handoff XYZ0: *Ana* is waiting.")):  # codes keep the id's letters and digits
             await adapter.send(Outbound(purpose="notice", handoff_session_id=sid, text=body, body=body, notice="routing"))
     finally:
         await adapter.stop()
     assert bodies(fake, ANA_PHONE) == ["Handoff A1B2 released (resolved); the assistant has taken the conversation back.",
-                                       "#A1B2 Your message went to ∗Ana∗'s handoff.", "Handoff _X-Y: ∗Ana∗ is waiting."]
+                                       "#A1B2 Your message went to ∗Ana∗'s handoff.", "Handoff XYZ0: ∗Ana∗ is waiting."]
 
 
 # --------------------------------------------------------------------------- inbound
