@@ -701,7 +701,7 @@ class DiscordChannel(ChannelAdapter):
         approval_id = outbound.handoff_session_id
         text = (outbound.body if outbound.body is not None else outbound.text).strip()
         channel_id = self.config.channel_id
-        prompt = await self._find_prompt(client, approval_id)
+        prompt = await self._find_prompt(client, approval_id, outbound.thread)
         if prompt is not None:
             embeds = [dict(e) for e in prompt.get("embeds") or []][:1]
             if embeds:
@@ -727,14 +727,15 @@ class DiscordChannel(ChannelAdapter):
                                                         "nonce": nonce_of(outbound)}, what="approval outcome")
         return Receipt(message_id=str(message["id"]), thread={"channel_id": str(channel_id), "message_id": str(message["id"])})
 
-    async def _find_prompt(self, client: discord.Client, approval_id: str) -> dict[str, Any] | None:
-        """The prompt as Discord has it: by the id remembered at send (or press), else among
+    async def _find_prompt(self, client: discord.Client, approval_id: str, thread: dict[str, Any]) -> dict[str, Any] | None:
+        """The prompt as Discord has it: by the id remembered at send (or press) or given in
+        the notice's `thread` (the prompt's receipt, should the core pass it), else among
         the channel's newest messages (after a restart), by the approval id on its buttons
         or in its footer. A transient failure is raised (the core retries the notice)."""
         from discord.http import Route
 
         channel_id = self.config.channel_id
-        known = self._prompts.get(approval_id)
+        known = self._prompts.get(approval_id) or thread.get("message_id")
         try:
             if known is not None:
                 return await self._call("get approval prompt", client.http.request(Route(

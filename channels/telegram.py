@@ -490,7 +490,8 @@ class TelegramChannel(ChannelAdapter):
         from telegram.constants import ParseMode
 
         approval_id = outbound.handoff_session_id
-        prompt_id = self._prompts.get(approval_id)
+        # Remembered from the send or a press; or the prompt's receipt, should the core pass it.
+        prompt_id = self._prompts.get(approval_id) or outbound.thread.get("message_id")
         if prompt_id is not None:
             try:
                 await self._call(bot.edit_message_reply_markup(chat_id=self._chat_id, message_id=prompt_id, reply_markup=None),

@@ -841,3 +841,24 @@ async def test_a_closing_notice_for_a_prompt_it_never_saw_is_posted_on_its_own(f
     assert closing["text"] == "Approved by @\u2060samlee <Sam>: refund_order (ap_x) will run."
     assert "reply_to_message" not in closing and receipt.message_id == str(closing["message_id"])
     assert fake.requests("editMessageReplyMarkup") == []
+
+
+async def test_a_closing_notice_that_carries_the_prompt_s_receipt_takes_its_buttons_away(fake: FakeTelegram) -> None:
+    """A restarted adapter knows no prompt; the notice's `thread` (the prompt's receipt) tells it."""
+    adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
+                                             api_base_url=fake.base_url, poll_timeout=0))
+
+    async def nowhere(_message: InboundMessage) -> None:
+        raise AssertionError("nothing is delivered in this test")
+
+    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    try:
+        markup = {"inline_keyboard": [[{"text": "Approve", "callback_data": "ap:ap_x:y"}]]}
+        prompt = await fake._api_sendMessage({"chat_id": STAFF_CHAT_ID, "text": "a prompt", "reply_markup": markup})
+        text = "Denied by Kim: refund_order (ap_x) will not run."
+        await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_x", text=text,
+                                    body=text, thread={"chat_id": STAFF_CHAT_ID, "message_id": prompt["message_id"]}))
+    finally:
+        await adapter.stop()
+    assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []
+    assert fake.sent()[-1]["reply_to_message"]["message_id"] == prompt["message_id"]
