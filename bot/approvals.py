@@ -43,7 +43,7 @@ from bot.config import ActionConfig
 from bot.db import Database
 from bot.errors import NotFound
 from bot.metrics import Metrics
-from bot.models import Approval, ApprovalGrant, Conversation
+from bot.models import Approval, ApprovalGrant, Conversation, OutboxItem
 from bot.outbox import Outbox
 from bot.rendering import Renderer
 from channels.base import ApprovalBrief, Outbound
@@ -336,10 +336,18 @@ class Approvals:
         """Tell the approvers' channels how it ended, so nobody answers a closed prompt (and
         adapters with buttons can remove them)."""
         text = self.renderer.render("messages/approval_closed.txt", approval=approval).strip()
+        sent = dict((await session.execute(
+            select(OutboxItem.channel_id, OutboxItem.receipt).where(
+                OutboxItem.handoff_session_id == approval.id, OutboxItem.state == "sent", OutboxItem.receipt.is_not(None))
+        )).all())
         for channel_id in approval.channel_ids:
             if self.channels.get(channel_id) is not None:
+                # where the prompt is (its receipt), so the adapter can edit it instead of searching
+                receipt = sent.get(channel_id) or {}
+                prompt = {**(receipt.get("thread") or {}), **({"message_id": receipt["message_id"]} if receipt.get("message_id") else {})}
                 await self.outbox.queue(session, channel_id=channel_id, now=now, outbound=Outbound(
                     purpose="notice", notice="approval_closed", handoff_session_id=approval.id, text=text, body=text,
+                    thread=prompt,
                 ))
 
     async def _tell_agent(self, session: Any, approval: Approval, outcome: str, now: datetime) -> None:

@@ -377,7 +377,7 @@ async def test_a_refused_dispatch_fails_at_once_with_telegrams_reason(
 
 
 async def test_a_timeout_after_sending_is_an_uncertain_delivery(fake: FakeTelegram, start_desk: StartDesk) -> None:
-    harness = await start(start_desk, fake, channel={"request_timeout": 0.3})
+    harness = await start(start_desk, fake, channel={"request_timeout": 1.0})  # long enough to reach the fake on a busy machine
     cid = await harness.conversation()
     sid, dispatch = await dispatch_of(harness, fake, cid)
     adapter = harness.desk.channels.get(1)
