@@ -19,6 +19,7 @@ import httpx
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
+from sqlalchemy import select
 
 from bot.app import create_app
 from bot.clock import ManualClock
@@ -29,6 +30,11 @@ from bot.models import OutboxItem
 from channels.base import InboundMessage
 
 ROLE_STYLE = {"subscriber": "bold cyan", "agent": "bold green", "human": "bold magenta", "system": "bold yellow"}
+
+
+async def demo_refund(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The demo's `refund_order` action: what a shop's refund endpoint would answer."""
+    return {"refund_id": "rf_demo_1", "order_id": arguments["order_id"], "amount": arguments["amount"], "status": "refunded"}
 
 
 class Story:
@@ -58,6 +64,13 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
             "database_url": f"sqlite:///{Path(folder) / 'demo.db'}",
             "secret_key": "demo-secret-key-not-for-production",
             "channels": [{"id": 1, "kind": "owner_inbox", "label": "Support team", "estimated_response": "within a few minutes"}],
+            "actions": [{
+                "id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+                "policy": "ask_always", "approval_channels": [1],
+                "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                                 "required": ["order_id", "amount"]},
+                "run": {"callable": "bot.demo:demo_refund"},
+            }],
         })
         clock = ManualClock()
         desk = Desk(config, clock=clock, run_timers=False)
@@ -100,8 +113,6 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
 
     await story.step("3. What the support team receives")
     async with desk.db.transaction() as session:
-        from sqlalchemy import select
-
         dispatch = (await session.scalars(
             select(OutboxItem).where(OutboxItem.handoff_session_id == sid, OutboxItem.purpose == "dispatch")
         )).one()
@@ -145,7 +156,44 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
     for message in (await client.get(f"/api/conversations/{ben}/messages")).json()["messages"][-2:]:
         story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
 
-    await story.step("7. The audit trail of Ana's handoff")
+    await story.step("7. The agent wants to refund Ana: a person must approve that exact call")
+    call = {"order_id": "1234", "amount": 24.9}
+    story.json("tool call: refund_order", call)
+    pending = (await client.post(f"/api/conversations/{cid}/tools/refund_order", json=call)).json()
+    story.json("result", {k: pending[k] for k in ("status", "approval_id", "expires_at")})
+    await desk.settle()
+    async with desk.db.transaction() as session:
+        prompt = (await session.scalars(
+            select(OutboxItem).where(OutboxItem.handoff_session_id == pending["approval_id"])
+        )).first()
+    assert prompt is not None
+    console.print(Panel(Text(prompt.payload["text"]), title="approval prompt to the Support team", expand=False))
+    page = prompt.payload["approval"]["decision_url"].removeprefix(desk.config.public_url)
+    token = page.rsplit("/", 1)[1]
+    story.note(f"Sam opens the link (GET shows, it decides nothing) and presses Approve: POST {page[:24]}…")
+    await client.post(page, data={"token": token, "decision": "approve", "name": "Sam"})
+    await desk.settle()
+    for message in (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-2:]:
+        story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
+    receipt = (await client.get(f"/api/approvals/{pending['approval_id']}")).json()["receipt"]
+    story.json("the receipt, for the owner only", {k: receipt[k] for k in ("decided_by", "via", "arguments_hash")})
+
+    await story.step("8. A step only Ana can do: the agent asks her to enter a code herself")
+    asked = (await client.post(f"/api/conversations/{cid}/tools/request_user_action", json={
+        "reason": "verification_code", "details": "Your bank sent a 6-digit code to confirm the refund to your card.",
+        "suggested_action": "Enter the code on your bank's page",
+    })).json()
+    story.note(f"request_user_action → {asked['status']}")
+    story.say("agent", "Assistant", (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-1]["text"])
+    await ana("It's 482913")
+    stored = [m for m in (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"] if m["role"] == "subscriber"]
+    story.note(f"stored, relayed and shown to the agent as: {stored[-1]['text']!r} (the code never reaches them)")
+    await ana("done")
+    await desk.settle()
+    for message in (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-2:]:
+        story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
+
+    await story.step("9. The audit trail of Ana's handoff")
     for event in (await client.get(f"/api/handoffs/{sid}/events")).json()["events"]:
         console.print(Text.assemble(f"  {event['created_at'][11:23]}  ", (f"{event['kind']:<24}", "bold"), f" {event['actor']}"))
     console.print(

@@ -79,7 +79,11 @@ def test_demo_tells_the_whole_story() -> None:
     out = result.stdout
     steps = ["Ana opens the chat", "tool call: handoff_request", "What the support team receives", "routed_to: human",
              "Sam (support): Hi Ana", "[Bot resumed — the owner released the conversation. Outcome: resolved.",
-             "Returned data:", "the handoff ended after 30 minutes without activity", "handoff_released"]
+             "Returned data:", "the handoff ended after 30 minutes without activity",
+             "APPROVAL_PENDING", "Approval needed: may the assistant run refund_order for Ana?",
+             "[Approval — refund_order was approved and ran", '"via": "link"',
+             "HUMAN_HANDOFF_REQUESTED", "I've hidden what looked like a code", "It's [hidden]",
+             "[User action — verification_code: the user says it is done", "handoff_released"]
     positions = [out.find(step) for step in steps]
     assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions, strict=True) if p < 0]
     assert positions == sorted(positions)
