@@ -581,8 +581,10 @@ class WhatsAppChannel(ChannelAdapter):
         return text
 
     def _closed_text(self, outbound: Outbound) -> str:
-        body = defuse(clip(outbound.body if outbound.body is not None else outbound.text, 1400))
-        return self._render("approval_closed", body=body)
+        raw = clip(outbound.body if outbound.body is not None else outbound.text, 1400)
+        # The approval id stays exactly as written (it may hold `_` or `-`): people quote it.
+        approval_id = outbound.handoff_session_id
+        return self._render("approval_closed", body=approval_id.join(defuse(part) for part in raw.split(approval_id)))
 
     def _relay_parts(self, outbound: Outbound) -> list[str]:
         author = defuse(one_line(outbound.author or "Subscriber", 100))

@@ -671,8 +671,9 @@ async def test_huge_arguments_are_cut_visibly_and_the_link_is_kept(fake: FakeTwi
                               arguments={"rows": [f"row {i}" for i in range(500)]}, conversation_id="c1",
                               decision_url="http://desk.test/a/" + "t" * 80, allow_always=True, expires_at="2026-03-14T10:05:00")
         await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_big", text="…", approval=brief))
-        closed = "Nobody answered in time: import_rows (ap_big) was denied and will not run."
-        await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_big", text=closed, body=closed))
+        closed = "Nobody answered in time: *import_rows* (ap_-big_) was denied and will not run."
+        await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_-big_", text=closed,
+                                    body=closed))
         with pytest.raises(PermanentChannelError):
             await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_x", text="…"))
     finally:
@@ -682,7 +683,7 @@ async def test_huge_arguments_are_cut_visibly_and_the_link_is_kept(fake: FakeTwi
     assert "more characters on the page\n```" in prompt and "no answer by 14 Mar, 10:05 UTC means denied" in prompt
     assert "http://desk.test/a/" + "t" * 80 + "\n" in prompt
     assert shown_arguments(prompt).startswith('{\n  "rows": [\n    "row 0",')
-    assert closing == f"*Approval closed* · {closed}"
+    assert closing == "*Approval closed* · Nobody answered in time: ∗import_rows∗ (ap_-big_) was denied and will not run."
 
 
 # --------------------------------------------------------------------------- helpers
