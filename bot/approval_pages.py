@@ -45,10 +45,12 @@ async def _load(desk: Desk, token: str) -> Approval | None:
         return None
 
 
-def _page(desk: Desk, approval: Approval, token: str, *, status: int = 200, notice: str | None = None) -> HTMLResponse:
+async def _page(desk: Desk, approval: Approval, token: str, *, status: int = 200, notice: str | None = None) -> HTMLResponse:
     open_ = approval.state == PENDING and approval.deadline > desk.clock.now()
+    subscriber = (await desk.conversation(approval.conversation_id)).subscriber_name
     return render_page(
         desk, "approvals/decide.html", status=status, a=approval, token=token, open=open_, notice=notice,
+        subscriber=subscriber,
         ended=ENDED.get(approval.state, "It is closed"), arguments=json.dumps(approval.arguments, indent=2, ensure_ascii=False),
         deadline=approval.deadline.strftime("%d %b %Y, %H:%M UTC"),
     )
@@ -64,7 +66,7 @@ def _not_found(desk: Desk) -> HTMLResponse:
 async def show(token: str, request: Request) -> HTMLResponse:
     desk = _desk(request)
     approval = await _load(desk, token)
-    return _page(desk, approval, token) if approval else _not_found(desk)
+    return await _page(desk, approval, token) if approval else _not_found(desk)
 
 
 @router.post("/a/{token}", response_class=HTMLResponse)
@@ -75,16 +77,16 @@ async def decide(token: str, request: Request) -> HTMLResponse:
         return _not_found(desk)
     form = await request.form()
     if not same_origin(request, desk.config.public_url) or form.get("token") != token:
-        return _page(desk, approval, token, status=403, notice="Please decide from this page.")
+        return await _page(desk, approval, token, status=403, notice="Please decide from this page.")
     choice = form.get("decision")
     if choice not in ("approve", "deny"):
-        return _page(desk, approval, token, status=400, notice="Choose Approve or Deny.")
+        return await _page(desk, approval, token, status=400, notice="Choose Approve or Deny.")
     name = str(form.get("name") or "").strip()[:200]
     result = await desk.approvals.decide(
         approval.id, approve=choice == "approve", by=f"{name} (decision link)" if name else "decision link holder",
         via="link", reason=str(form.get("reason") or "") or None, always_allow=form.get("always") == "yes",
     )
     if not result.changed:
-        return _page(desk, await desk.approvals.get(approval.id), token, status=410,
+        return await _page(desk, await desk.approvals.get(approval.id), token, status=410,
                      notice="This request was already closed; your answer changed nothing.")
-    return _page(desk, await desk.approvals.get(approval.id), token, notice="Thank you: your decision is recorded.")
+    return await _page(desk, await desk.approvals.get(approval.id), token, notice="Thank you: your decision is recorded.")

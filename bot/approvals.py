@@ -185,13 +185,16 @@ class Approvals:
                                action=action.id, arguments_hash=arguments_hash(arguments), why=why)
         return {"ok": True, "status": "done", "action": action.id, "result": result}
 
-    def _prompt(self, approval: Approval, conversation: Conversation) -> Outbound:
-        brief = ApprovalBrief(
+    def _brief(self, approval: Approval, subscriber_name: str | None) -> ApprovalBrief:
+        return ApprovalBrief(
             approval_id=approval.id, action_id=approval.action_id, description=approval.description,
             risk=approval.risk, arguments=approval.arguments, conversation_id=approval.conversation_id,  # type: ignore[arg-type]
-            subscriber_name=conversation.subscriber_name, decision_url=self.decision_url(approval.id),
+            subscriber_name=subscriber_name, decision_url=self.decision_url(approval.id),
             allow_always=approval.policy == "ask", expires_at=approval.deadline.isoformat(),
         )
+
+    def _prompt(self, approval: Approval, conversation: Conversation) -> Outbound:
+        brief = self._brief(approval, conversation.subscriber_name)
         text = self.renderer.render("messages/approval_prompt.txt", approval=brief,
                                     arguments=json.dumps(approval.arguments, indent=2, ensure_ascii=False)).strip()
         return Outbound(purpose="notice", notice="approval", handoff_session_id=approval.id, text=text, body=text,
@@ -334,8 +337,11 @@ class Approvals:
 
     async def _close_prompts(self, session: Any, approval: Approval, now: datetime) -> None:
         """Tell the approvers' channels how it ended, so nobody answers a closed prompt (and
-        adapters with buttons can remove them)."""
+        adapters with buttons can remove them). The notice carries the approval and, once the
+        prompt went out, the prompt's receipt: an adapter can edit it in place, even after a restart."""
         text = self.renderer.render("messages/approval_closed.txt", approval=approval).strip()
+        brief = self._brief(approval, await session.scalar(
+            select(Conversation.subscriber_name).where(Conversation.id == approval.conversation_id)))
         sent = dict((await session.execute(
             select(OutboxItem.channel_id, OutboxItem.receipt).where(
                 OutboxItem.handoff_session_id == approval.id, OutboxItem.state == "sent", OutboxItem.receipt.is_not(None))
@@ -347,7 +353,7 @@ class Approvals:
                 prompt = {**(receipt.get("thread") or {}), **({"message_id": receipt["message_id"]} if receipt.get("message_id") else {})}
                 await self.outbox.queue(session, channel_id=channel_id, now=now, outbound=Outbound(
                     purpose="notice", notice="approval_closed", handoff_session_id=approval.id, text=text, body=text,
-                    thread=prompt,
+                    thread=prompt, approval=brief,
                 ))
 
     async def _tell_agent(self, session: Any, approval: Approval, outcome: str, now: datetime) -> None:

@@ -205,7 +205,8 @@ async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: S
     url = prompts(approvers)[0].approval.decision_url  # type: ignore[union-attr]
     path = url.removeprefix("http://desk.test")
     page = await harness.client.get(path)
-    assert page.status_code == 200 and "refund_order" in page.text and "&#34;order_id&#34;: &#34;1234&#34;" in page.text
+    assert page.status_code == 200 and "refund_order</code> for Ana?" in page.text
+    assert "&#34;order_id&#34;: &#34;1234&#34;" in page.text
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"  # GET decided nothing
     token = path.rsplit("/", 1)[1]
     posted = await harness.client.post(path, data={"token": token, "decision": "approve", "name": "Kim"})
