@@ -22,7 +22,13 @@ from bot.config import CallableActionRun, HttpActionRun
 
 
 class ActionFailed(Exception):
-    """The action was approved but did not complete; the message is for the agent and owner."""
+    """The action did not complete. The message is what the agent may read; `detail` (the
+    exception text, the endpoint's answer) may carry anything the owner's code printed, so
+    it goes to the audit trail for the owner, never into the model's context."""
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 async def run_action(run: HttpActionRun | CallableActionRun, *, action_id: str, approval_id: str | None,
@@ -42,7 +48,7 @@ async def _call(run: CallableActionRun, arguments: dict[str, Any]) -> dict[str, 
         if inspect.isawaitable(result):
             result = await result
     except Exception as exc:
-        raise ActionFailed(f"{run.callable} raised {type(exc).__name__}: {exc}") from exc
+        raise ActionFailed(f"{run.callable} raised {type(exc).__name__}", detail=str(exc)[:2000]) from exc
     return _as_object(result)
 
 
@@ -66,7 +72,7 @@ async def _post(run: HttpActionRun, action_id: str, approval_id: str | None, con
     except httpx.HTTPError as exc:
         raise ActionFailed(f"could not reach {run.url} ({type(exc).__name__}); the action did not run") from None
     if response.status_code >= 300:
-        raise ActionFailed(f"{run.url} answered {response.status_code}: {response.text[:300]}")
+        raise ActionFailed(f"{run.url} answered {response.status_code}", detail=response.text[:2000])
     try:
         return _as_object(response.json())
     except ValueError:

@@ -26,16 +26,18 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 from itsdangerous import BadSignature, URLSafeSerializer
+from jsonschema import Draft202012Validator
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from bot import audit, conversations
 from bot.actions import ActionFailed, run_action
+from bot.background import Background
 from bot.bus import ConversationBus
 from bot.channel_set import ChannelSet
 from bot.clock import Clock
@@ -51,6 +53,9 @@ from channels.base import ApprovalBrief, Outbound
 log = structlog.get_logger(__name__)
 
 PENDING, APPROVED, DENIED, EXPIRED, UNROUTED, CLEARED = "pending", "approved", "denied", "expired", "unrouted", "cleared"
+# Longer than any action may run (the HTTP runner's timeout is at most minutes): a run still
+# "running" after this was cut short by a crash or a stop.
+RUN_GRACE = timedelta(minutes=10)
 SALT = "handoff-desk.approval-decision.v1"
 
 
@@ -63,8 +68,9 @@ def arguments_hash(arguments: dict[str, Any]) -> str:
 
 
 def shape_of(arguments: dict[str, Any]) -> str:
-    """What "always allow" covers: the action with the same argument keys, any values."""
-    return ",".join(sorted(arguments))
+    """What "always allow" covers: the action with the same argument keys, any values (a
+    hash: keys may be many, long, or contain commas)."""
+    return hashlib.sha256(json.dumps(sorted(arguments)).encode()).hexdigest()
 
 
 def approval_view(approval: Approval) -> dict[str, Any]:
@@ -99,8 +105,9 @@ class Approvals:
     def __init__(
         self, *, db: Database, clock: Clock, actions: list[ActionConfig], channels: ChannelSet, outbox: Outbox,
         renderer: Renderer, bus: ConversationBus, secret_keys: list[str], public_url: str, metrics: Metrics,
+        background: Background,
     ) -> None:
-        self.metrics = metrics
+        self.metrics, self.background = metrics, background
         self.db, self.clock, self.channels, self.outbox, self.renderer, self.bus = db, clock, channels, outbox, renderer, bus
         self.actions = {a.id: a for a in actions}
         self._links = URLSafeSerializer(secret_keys, salt=SALT)
@@ -178,7 +185,8 @@ class Approvals:
         except ActionFailed as exc:
             async with self.db.transaction() as session:
                 await audit.record(session, "action_failed", at=now, actor=actor, conversation_id=conversation.id,
-                                   action=action.id, arguments_hash=arguments_hash(arguments), why=why, error=str(exc))
+                                   action=action.id, arguments_hash=arguments_hash(arguments), why=why, error=str(exc),
+                                   detail=exc.detail)
             return {"error": "action_failed", "details": {"hint": str(exc)}}
         async with self.db.transaction() as session:
             await audit.record(session, "action_ran", at=now, actor=actor, conversation_id=conversation.id,
@@ -250,10 +258,16 @@ class Approvals:
             await self._close_prompts(session, approval, now)
             if not approve:
                 await self._tell_agent(session, approval, "denied", now)
-        if approve:
-            await self._run_approved(approval)
-        self._settled(approval)
+        if approve:  # in the background: not inside the caller's request or a channel's inbound order
+            self.background.spawn(self._run_and_settle(approval.id), name=f"approved:{approval.id}")
+        else:
+            self._settled(approval)
         return DecisionResult(True, approval)
+
+    async def _run_and_settle(self, approval_id: str) -> None:
+        approval = await self._run_approved(approval_id)
+        if approval is not None:
+            self._settled(approval)
 
     async def _grant(self, session: Any, approval: Approval, now: datetime) -> None:
         try:
@@ -263,35 +277,70 @@ class Approvals:
         except IntegrityError:
             pass  # already allowed (two prompts of one shape decided "always")
 
-    async def _run_approved(self, approval: Approval) -> None:
-        """Run exactly the stored arguments of this approval, once (a conditional claim)."""
-        action = self.actions.get(approval.action_id)
+    async def _run_approved(self, approval_id: str) -> Approval | None:
+        """Run exactly the stored arguments of this approval, once (a conditional claim);
+        None when it was not ours to run."""
         async with self.db.transaction() as session:
             claimed = await session.execute(
-                update(Approval).where(Approval.id == approval.id, Approval.state == APPROVED, Approval.run_state.is_(None))
+                update(Approval).where(Approval.id == approval_id, Approval.state == APPROVED, Approval.run_state.is_(None))
                 .values(run_state="running").execution_options(synchronize_session=False)
             )
-        if claimed.rowcount != 1:
-            return
+            approval = await session.get(Approval, approval_id)
+        if claimed.rowcount != 1 or approval is None:
+            return None
+        action = self.actions.get(approval.action_id)
         values: dict[str, Any]
+        detail: str | None = None
         if action is None:  # removed from the config since the prompt went out
             values = {"run_state": "failed", "error": f"the action {approval.action_id} is no longer configured"}
+        elif not Draft202012Validator(action.input_schema).is_valid(approval.arguments):
+            values = {"run_state": "failed", "error": "its input schema changed since it was approved, so it did not run"}
         else:
             try:
                 result = await run_action(action.run, action_id=action.id, approval_id=approval.id,
                                           conversation_id=approval.conversation_id, arguments=dict(approval.arguments))
                 values = {"run_state": "succeeded", "result": result}
             except ActionFailed as exc:
-                values = {"run_state": "failed", "error": str(exc)}
+                values, detail = {"run_state": "failed", "error": str(exc)}, exc.detail
+        return await self._record_run(approval, values, detail)
+
+    async def _record_run(self, approval: Approval, values: dict[str, Any], detail: str | None) -> Approval:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(update(Approval).where(Approval.id == approval.id).values(**values)
-                                  .execution_options(synchronize_session=False))
+            if values:
+                await session.execute(update(Approval).where(Approval.id == approval.id).values(**values)
+                                      .execution_options(synchronize_session=False))
             approval = await session.get(Approval, approval.id, populate_existing=True) or approval
             await audit.record(session, "action_ran" if approval.run_state == "succeeded" else "action_failed", at=now,
                                actor="desk", approval_id=approval.id, conversation_id=approval.conversation_id,
-                               action=approval.action_id, arguments_hash=approval.arguments_hash, error=approval.error)
+                               action=approval.action_id, arguments_hash=approval.arguments_hash, error=approval.error,
+                               detail=detail)
             await self._tell_agent(session, approval, "ran", now)
+        return approval
+
+    async def recover_interrupted(self) -> int:
+        """After a crash or a stop: an approved call that never started runs now (its claim
+        keeps it single), and one that was running for longer than any action may take is
+        reported as interrupted, so the agent is never left waiting (start and sweep)."""
+        now = self.clock.now()
+        async with self.db.read() as session:
+            unstarted = list((await session.scalars(select(Approval.id).where(
+                Approval.state == APPROVED, Approval.run_state.is_(None)))).all())
+            stuck = list((await session.scalars(select(Approval).where(
+                Approval.state == APPROVED, Approval.run_state == "running",
+                Approval.decided_at < now - RUN_GRACE))).all())
+        for approval_id in unstarted:
+            self.background.spawn(self._run_and_settle(approval_id), name=f"approved:{approval_id}")
+        for approval in stuck:
+            async with self.db.transaction() as session:
+                changed = await session.execute(
+                    update(Approval).where(Approval.id == approval.id, Approval.run_state == "running")
+                    .values(run_state="failed", error="interrupted: the desk stopped while it ran, so it may or may not "
+                                                      "have taken effect").execution_options(synchronize_session=False))
+            if changed.rowcount == 1:
+                await self._record_run(approval, {}, "interrupted while running")
+                self._settled(approval)
+        return len(unstarted) + len(stuck)
 
     # ------------------------------------------------------------------ fail closed without a decision
 

@@ -80,7 +80,7 @@ class Desk:
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, bus=self.bus, secret_keys=config.signing_keys, public_url=config.public_url,
-            metrics=self.metrics,
+            metrics=self.metrics, background=self.background,
         )
         self.user_actions = UserActions(
             db=self.db, clock=self.clock, config=config, renderer=self.renderer, bus=self.bus, background=self.background,
@@ -119,6 +119,7 @@ class Desk:
         self.user_actions.on_settled.append(self.router.after_user_action)
         self.timers.also_on_sweep.append(self.user_actions.expire_due)
         self.timers.also_on_sweep.append(self.approvals.expire_due)
+        self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
         self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
         self.started = False
@@ -135,6 +136,7 @@ class Desk:
             await self.db.upgrade()
         await self.channels.start(self._channel_context)
         await self.approvals.clear_unanswerable()
+        await self.approvals.recover_interrupted()
         self.outbox.start()
         if self.run_timers:
             self.timers.start()

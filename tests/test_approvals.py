@@ -239,8 +239,17 @@ async def test_a_failing_action_is_reported_not_retried(start_desk: StartDesk) -
     await harness.desk.settle()
     assert len(approval_actions.CALLS) == 1
     [note] = await system_texts(harness, cid)
+    # what the owner's code printed stays with the owner (it may hold anything): the agent gets the type
     assert note.startswith("[Approval — refund_order was approved but failed: "
-                           "tests.approval_actions:broken raised RuntimeError: payment provider said no.")
+                           "tests.approval_actions:broken raised RuntimeError. Check the current state")
+    events = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    assert events["error"] == "tests.approval_actions:broken raised RuntimeError"
+    async with harness.desk.db.read() as session:
+        from sqlalchemy import select
+
+        from bot.models import HandoffEvent
+        failed = (await session.scalars(select(HandoffEvent).where(HandoffEvent.kind == "action_failed"))).one()
+    assert failed.detail["detail"] == "payment provider said no"
 
 
 async def test_an_http_action_gets_a_signed_request_with_the_approved_arguments(start_desk: StartDesk) -> None:
@@ -275,3 +284,29 @@ async def test_an_http_action_gets_a_signed_request_with_the_approved_arguments(
                            "arguments": {"order_id": "1234", "amount": 5}}
     assert got["delivery"] == aid
     assert re.search(r'"refund_id": "rf_http"', (await system_texts(harness, cid))[0])
+
+
+async def test_a_decision_a_crash_interrupted_is_finished_or_reported_on_the_next_sweep(start_desk: StartDesk) -> None:
+    from sqlalchemy import update
+
+    from bot.models import Approval
+
+    harness, _, cid = await start(start_desk)
+    unstarted = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
+    cut_short = (await call(harness, cid, order_id="2", amount=6))["approval_id"]
+    now = harness.desk.clock.now()
+    async with harness.desk.db.transaction() as session:  # what a crash leaves behind
+        await session.execute(update(Approval).where(Approval.id == unstarted)
+                              .values(state="approved", decided_at=now, decided_by="Kim", decided_via="api"))
+        await session.execute(update(Approval).where(Approval.id == cut_short)
+                              .values(state="approved", decided_at=now, decided_by="Kim", decided_via="api", run_state="running"))
+    harness.desk.clock.advance(timedelta(minutes=11))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.recover_interrupted() == 2
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1", "amount": 5}]  # the unstarted one ran, once
+    assert await harness.desk.approvals.recover_interrupted() == 0
+    view = (await harness.client.get(f"/api/approvals/{cut_short}")).json()
+    assert view["run_state"] == "failed" and view["error"].startswith("interrupted")
+    notes = await system_texts(harness, cid)
+    assert any("refund_order was approved and ran" in n for n in notes)
+    assert any("approved but failed: interrupted" in n for n in notes)
