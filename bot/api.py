@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, EmailStr, Field
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 from sqlalchemy import text
 
 from bot.approvals import approval_view
@@ -34,13 +34,27 @@ def get_desk(request: Request) -> Desk:
 
 
 def require_api_key(request: Request) -> None:
-    key = get_desk(request).config.api.key
+    _require_bearer(request, get_desk(request).config.api.key, "api.key")
+
+
+def require_owner_token(request: Request) -> None:
+    """Deciding an approval is the owner's act, not the agent's: the agent side holds
+    api.key (the webhook bot, DeskClient, the MCP bridge) and must not approve its own
+    calls. With owner.token set, only it decides; without one, api.key does."""
+    config = get_desk(request).config
+    if config.owner.token is not None:
+        _require_bearer(request, config.owner.token, "owner.token")
+    else:
+        _require_bearer(request, config.api.key, "api.key")
+
+
+def _require_bearer(request: Request, key: SecretStr | None, name: str) -> None:
     if key is None:
         return
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.get_secret_value().encode()):
-        raise ApiError(401, "unauthorized", "send the header Authorization: Bearer <api.key>")
+        raise ApiError(401, "unauthorized", f"send the header Authorization: Bearer <{name}>")
 
 
 class ApiError(Exception):
@@ -204,7 +218,10 @@ async def get_approval(aid: str, desk: Desk = Depends(get_desk)) -> dict[str, An
     return approval_view(await desk.approvals.get(aid))
 
 
-@api.post("/approvals/{aid}/decision")
+decisions = APIRouter(prefix="/api", dependencies=[Depends(require_owner_token), Depends(require_json)])
+
+
+@decisions.post("/approvals/{aid}/decision")
 async def decide_approval(aid: str, body: DecisionBody, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
     result = await desk.approvals.decide(
         aid, approve=body.decision == "approve", by=body.decided_by, via="api", reason=body.reason,

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from bot.api import ApiError, api, public
+from bot.api import ApiError, api, decisions, public
 from bot.approval_pages import router as approval_pages
 from bot.desk import Desk
 from bot.errors import DeskError
@@ -45,6 +45,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
     app.state.desk = desk
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=desk.config.server.trusted_hosts())
     app.include_router(api)
+    app.include_router(decisions)
     app.include_router(public)
 
     app.include_router(inbox)

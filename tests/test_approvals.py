@@ -310,3 +310,18 @@ async def test_a_decision_a_crash_interrupted_is_finished_or_reported_on_the_nex
     notes = await system_texts(harness, cid)
     assert any("refund_order was approved and ran" in n for n in notes)
     assert any("approved but failed: interrupted" in n for n in notes)
+
+
+async def test_the_agents_api_key_cannot_approve_its_own_calls(start_desk: StartDesk) -> None:
+    key, owner = "agent-key-0123456789abcdef", "owner-token-0123456789abcdef"
+    harness = await start_desk(channels=CHANNELS, actions=[refund()], adapters={2: ScriptedChannel},
+                               api={"key": key}, owner={"token": owner})
+    harness.client.headers["Authorization"] = f"Bearer {key}"
+    cid = await harness.conversation()
+    aid = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
+    refused = await decide(harness, aid, "approve")
+    assert refused.status_code == 401 and "owner.token" in refused.json()["details"]["hint"]
+    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    decided = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny"},
+                                        headers={"Authorization": f"Bearer {owner}"})
+    assert decided.status_code == 200 and decided.json()["state"] == "denied"
