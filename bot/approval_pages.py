@@ -9,8 +9,6 @@ answer changes nothing.
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
@@ -19,6 +17,7 @@ from bot.desk import Desk
 from bot.errors import NotFound
 from bot.models import Approval
 from bot.web import render_page, same_origin
+from channels.base import pretty_arguments
 
 router = APIRouter(include_in_schema=False)
 
@@ -51,7 +50,7 @@ async def _page(desk: Desk, approval: Approval, token: str, *, status: int = 200
     return render_page(
         desk, "approvals/decide.html", status=status, a=approval, token=token, open=open_, notice=notice,
         subscriber=subscriber,
-        ended=ENDED.get(approval.state, "It is closed"), arguments=json.dumps(approval.arguments, indent=2, ensure_ascii=False),
+        ended=ENDED.get(approval.state, "It is closed"), arguments=pretty_arguments(approval.arguments)[0],
         deadline=approval.deadline.strftime("%d %b %Y, %H:%M UTC"),
     )
 

@@ -48,7 +48,7 @@ from bot.metrics import Metrics
 from bot.models import Approval, ApprovalGrant, Conversation, OutboxItem
 from bot.outbox import Outbox
 from bot.rendering import Renderer
-from channels.base import ApprovalBrief, Outbound
+from channels.base import ApprovalBrief, Outbound, pretty_arguments
 
 log = structlog.get_logger(__name__)
 
@@ -204,7 +204,7 @@ class Approvals:
     def _prompt(self, approval: Approval, conversation: Conversation) -> Outbound:
         brief = self._brief(approval, conversation.subscriber_name)
         text = self.renderer.render("messages/approval_prompt.txt", approval=brief,
-                                    arguments=json.dumps(approval.arguments, indent=2, ensure_ascii=False)).strip()
+                                    arguments=pretty_arguments(approval.arguments)[0]).strip()
         return Outbound(purpose="notice", notice="approval", handoff_session_id=approval.id, text=text, body=text,
                         approval=brief)
 

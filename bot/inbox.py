@@ -43,7 +43,7 @@ from bot.handoffs import stored_fields
 from bot.models import ACTIVE, Approval, Conversation, HandoffSession
 from bot.paths import TEMPLATES_DIR
 from bot.web import render_page, same_origin, secure_headers
-from channels.base import InboundMessage
+from channels.base import InboundMessage, pretty_arguments
 from forms.fields import preview_line
 
 COOKIE = "handoff_owner"
@@ -199,7 +199,7 @@ async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[st
         cards.append({
             "a": a,
             "subscriber": names.get(a.conversation_id),
-            "arguments": json.dumps(a.arguments, indent=2, ensure_ascii=False),
+            "arguments": pretty_arguments(a.arguments)[0],
             "open": a.state == PENDING and a.deadline > now,
             "time_left": _approval_time_left(desk, a.deadline),
             "deadline": a.deadline.isoformat(),

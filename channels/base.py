@@ -11,6 +11,8 @@ What a provider cannot do is a capability flag, not a method that raises.
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -81,6 +83,27 @@ class HandoffBrief(BaseModel):
     transcript: list[TranscriptLine] = Field(default_factory=list)
     form_url: str | None = None
     idle_timeout_seconds: float = 1800
+
+
+_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
+
+
+def pretty_arguments(arguments: dict[str, Any], limit: int | None = None, *, also_escape: str = "") -> tuple[str, int]:
+    """Approval arguments as pretty JSON for people, at most `limit` characters (cut at a line
+    break where possible), and how many characters were left out. Invisible and control
+    characters inside strings (bidi overrides, zero-width spaces), and any of `also_escape`
+    (a backtick that could close a code block), are shown as their JSON escapes: still the
+    same JSON, so what people read is exactly what will run."""
+    text = json.dumps(arguments, indent=2, ensure_ascii=False)
+    text = "".join(
+        c if c == "\n" or (c not in also_escape and unicodedata.category(c) not in _HIDDEN) else f"\\u{ord(c):04x}"
+        for c in text
+    )
+    if limit is None or len(text) <= limit:
+        return text, 0
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return text[:cut], len(text) - cut
 
 
 class ApprovalBrief(BaseModel):

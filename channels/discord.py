@@ -68,7 +68,6 @@ import json
 import logging
 import re
 import time
-import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
@@ -97,6 +96,7 @@ from channels.base import (
     UncertainDeliveryError,
     WebhookReply,
     WebhookRequest,
+    pretty_arguments,
 )
 from forms.fields import preview_line
 
@@ -763,7 +763,7 @@ class DiscordChannel(ChannelAdapter):
         block (markdown and mentions inert there), risk and deadline, within embed limits."""
         title = clip_escaped(escape(self._render("approval_title.txt", approval=approval, who=approval.subscriber_name)),
                              TITLE_LIMIT)
-        shown, left_out = pretty_arguments(approval.arguments, ARGUMENTS_LIMIT)
+        shown, left_out = pretty_arguments(approval.arguments, ARGUMENTS_LIMIT, also_escape="`")
         cut = f"\n*[… cut here: {left_out} more characters. The decision page shows every argument.]*" if left_out else ""
         question = escape(f"May the assistant run {approval.action_id}"
                           + (f" for {approval.subscriber_name}?" if approval.subscriber_name else "?"))
@@ -1075,23 +1075,6 @@ class DiscordChannel(ChannelAdapter):
         return PermanentChannelError(message, hint=f"Discord refused {what}: {detail}")
 
 
-def pretty_arguments(arguments: dict[str, Any], limit: int) -> tuple[str, int]:
-    """The arguments as pretty JSON for a code block, at most `limit` characters (cut at a
-    line break where possible), and how many characters were left out. Invisible and
-    control characters inside strings (bidi overrides, zero-width spaces) and backticks
-    (which could close the code block) are shown as their JSON escapes: the same JSON,
-    so what people read is what will run."""
-    text = json.dumps(arguments, indent=2, ensure_ascii=False)
-    text = "".join(c if c == "\n" or (c != "`" and unicodedata.category(c) not in _HIDDEN) else f"\\u{ord(c):04x}"
-                   for c in text)
-    if len(text) <= limit:
-        return text, 0
-    cut = text.rfind("\n", 0, limit)
-    cut = cut if cut > limit // 2 else limit
-    return text[:cut], len(text) - cut
-
-
-_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
 
 
 def _is_prompt_of(message: dict[str, Any], approval_id: str) -> bool:

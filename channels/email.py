@@ -65,7 +65,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import json
 import re
 import secrets
 import ssl
@@ -99,6 +98,7 @@ from channels.base import (
     Receipt,
     TransientChannelError,
     UncertainDeliveryError,
+    pretty_arguments,
 )
 from forms.fields import preview_line
 
@@ -714,11 +714,8 @@ class EmailChannel(ChannelAdapter):
         return Receipt(message_id=message_id, thread={"message_id": prompt_id})
 
     def _approval_variables(self, brief: ApprovalBrief) -> dict[str, Any]:
-        arguments = json.dumps(brief.arguments, indent=2, ensure_ascii=False)
-        left_out = 0
-        if len(arguments) > ARGUMENTS_LIMIT:  # cut visibly, never replaced: the page shows them all
-            left_out = len(arguments) - ARGUMENTS_LIMIT
-            arguments = arguments[:ARGUMENTS_LIMIT]
+        # cut visibly, never replaced: the page shows them all
+        arguments, left_out = pretty_arguments(brief.arguments, ARGUMENTS_LIMIT)
         return {
             "a": brief,
             "who": one_line(brief.subscriber_name, 200) if brief.subscriber_name else None,

@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import unicodedata
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
@@ -75,6 +74,7 @@ from channels.base import (
     UncertainDeliveryError,
     WebhookReply,
     WebhookRequest,
+    pretty_arguments,
 )
 from forms.fields import preview_line
 
@@ -847,21 +847,6 @@ def transcript_text(lines: list[TranscriptLine], limit: int = SECTION_LIMIT) -> 
     return "\n".join(reversed(kept)), len(rendered) - len(kept)
 
 
-def pretty_arguments(arguments: dict[str, Any], limit: int) -> tuple[str, int]:
-    """The arguments as pretty JSON, at most `limit` characters (cut at a line break where
-    possible), and how many characters were left out. Invisible and control characters
-    inside strings (bidi overrides, zero-width spaces) are shown as their JSON escapes, so
-    what people read is what will run."""
-    text = json.dumps(arguments, indent=2, ensure_ascii=False)
-    text = "".join(c if c == "\n" or unicodedata.category(c) not in _HIDDEN else f"\\u{ord(c):04x}" for c in text)
-    if len(text) <= limit:
-        return text, 0
-    cut = text.rfind("\n", 0, limit)
-    cut = cut if cut > limit // 2 else limit
-    return text[:cut], len(text) - cut
-
-
-_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
 
 
 def _display_name(user: dict[str, Any]) -> str | None:

@@ -60,7 +60,6 @@ import html
 import ipaddress
 import json
 import re
-import unicodedata
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -89,6 +88,7 @@ from channels.base import (
     UncertainDeliveryError,
     WebhookReply,
     WebhookRequest,
+    pretty_arguments,
 )
 from forms.fields import preview_line
 
@@ -848,21 +848,6 @@ def _suffix_from_data(data: Any, message_id: int) -> str | None:
     return match.group(1) or str(message_id)
 
 
-def pretty_arguments(arguments: dict[str, Any], limit: int) -> tuple[str, int]:
-    """The arguments as pretty JSON, at most `limit` characters (cut at a line break where
-    possible), and how many characters were left out. Invisible and control characters
-    inside strings (bidi overrides, zero-width spaces) are shown as their JSON escapes, so
-    what people read is what will run."""
-    text = json.dumps(arguments, indent=2, ensure_ascii=False)
-    text = "".join(c if c == "\n" or unicodedata.category(c) not in _HIDDEN else f"\\u{ord(c):04x}" for c in text)
-    if len(text) <= limit:
-        return text, 0
-    cut = text.rfind("\n", 0, limit)
-    cut = cut if cut > limit // 2 else limit
-    return text[:cut], len(text) - cut
-
-
-_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
 
 
 def _person(user: Any) -> str:

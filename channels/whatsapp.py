@@ -87,6 +87,7 @@ from channels.base import (
     UncertainDeliveryError,
     WebhookReply,
     WebhookRequest,
+    pretty_arguments,
 )
 from forms.fields import preview_line
 
@@ -551,7 +552,7 @@ class WhatsAppChannel(ChannelAdapter):
         if brief is None:
             raise PermanentChannelError("an approval prompt without its brief",
                                         hint="internal error: the approval prompt carried no approval")
-        arguments = json.dumps(brief.arguments, indent=2, ensure_ascii=False).replace("`", "\\u0060")
+        arguments, _ = pretty_arguments(brief.arguments, also_escape="`")  # a backtick cannot close the block
         try:
             deadline = datetime.fromisoformat(brief.expires_at).strftime("%d %b, %H:%M UTC")
         except ValueError:

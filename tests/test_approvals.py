@@ -325,3 +325,15 @@ async def test_the_agents_api_key_cannot_approve_its_own_calls(start_desk: Start
     decided = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny"},
                                         headers={"Authorization": f"Bearer {owner}"})
     assert decided.status_code == 200 and decided.json()["state"] == "denied"
+
+
+async def test_invisible_characters_in_arguments_are_shown_not_hidden(start_desk: StartDesk) -> None:
+    schema = {"type": "object", "properties": {"iban": {"type": "string"}}}
+    harness, approvers, cid = await start(start_desk, refund(input_schema=schema))
+    aid = (await call(harness, cid, iban="DE89\u202e3704")).get("approval_id")
+    await harness.desk.settle()
+    [prompt] = prompts(approvers)
+    assert '"iban": "DE89\\u202e3704"' in prompt.text and "\u202e" not in prompt.text
+    page = await harness.client.get(prompt.approval.decision_url.removeprefix("http://desk.test"))  # type: ignore[union-attr]
+    assert "DE89\\u202e3704" in page.text and "\u202e" not in page.text
+    assert aid is not None
