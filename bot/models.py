@@ -229,7 +229,15 @@ class UserAction(SQLModel, table=True):
     """A step only the subscriber can do on their own device, and how it ended."""
 
     __tablename__ = "user_actions"
-    __table_args__ = (Index("ix_user_actions_state_deadline", "state", "deadline"),)
+    __table_args__ = (
+        Index("ix_user_actions_state_deadline", "state", "deadline"),
+        # One pending user action per conversation, enforced where two instances (or an API
+        # call and an agent turn) could both pass a check.
+        Index(
+            "uq_user_actions_one_pending_per_conversation", "conversation_id", unique=True,
+            sqlite_where=text("state = 'pending'"), postgresql_where=text("state = 'pending'"),
+        ),
+    )
 
     id: str = Field(primary_key=True, max_length=40)
     conversation_id: str = Field(foreign_key="conversations.id", index=True, max_length=40)

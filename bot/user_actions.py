@@ -34,6 +34,7 @@ import httpx
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 
 from bot import audit, conversations
 from bot.actions import ActionFailed, run_action
@@ -119,6 +120,12 @@ class UserActions:
     # ------------------------------------------------------------------ request
 
     async def request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> dict[str, Any]:
+        try:
+            return await self._request(conversation, args, actor=actor)
+        except IntegrityError:  # another request won the race for the conversation's one pending slot
+            return await self._request(conversation, args, actor=actor)
+
+    async def _request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> dict[str, Any]:
         now = self.clock.now()
         async with self.db.transaction() as session:
             pending = await session.scalar(select(UserAction).where(
@@ -200,7 +207,11 @@ class UserActions:
             raise NotFound("user action", user_action_id)
         if action.state != PENDING:
             return _result(action, already=True)
+        if action.deadline <= self.clock.now():  # too late, even if the sweep has not run yet
+            return await self._close(action, "timeout", via="timer", observed=None, tell_agent=True)
         state, observed = ("cancelled", None) if outcome == "cancelled" else await self._verify(action)
+        if state != "cancelled" and action.deadline <= self.clock.now():
+            state, observed = "timeout", "the check finished after the deadline"
         return await self._close(action, state, via=via, observed=observed, tell_agent=tell_agent)
 
     async def _verify(self, action: UserAction) -> tuple[str, str | None]:

@@ -60,6 +60,13 @@ class FakeOpenAI:
             {"id": f"call_{next(self._ids)}", "type": "function", "function": {"name": name, "arguments": raw}},
         ]})
 
+    def calls(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        """The model calls several tools at once (parallel tool calls)."""
+        self._script.append({"content": None, "tool_calls": [
+            {"id": f"call_{next(self._ids)}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for name, args in calls
+        ]})
+
     def fail(self, status: int, **headers: str) -> None:
         self._script.append(Failure(status, headers))
 

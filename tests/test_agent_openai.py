@@ -151,3 +151,17 @@ def test_config_names_the_missing_model_and_a_bad_url() -> None:
         "agent.base_url: must be an http(s) URL such as https://api.openai.com/v1",
         "agent.model: required",
     ]
+
+
+async def test_nothing_runs_after_a_call_that_ended_the_turn(start_desk: StartDesk, model: FakeOpenAI) -> None:
+    harness, cid = await start(start_desk, model)
+    model.calls([("handoff_request", VALID_REQUEST), ("request_user_action", {
+        "reason": "other", "details": "Please check the parcel label for me."})])
+    result = await harness.say(cid, "a person please")
+    assert result["handoff_session_id"]
+    assert [m["text"] for m in await harness.messages(cid) if m["role"] == "agent"][-1].startswith("I've asked")
+    async with harness.desk.db.read() as session:
+        from sqlalchemy import func, select
+
+        from bot.models import UserAction
+        assert await session.scalar(select(func.count()).select_from(UserAction)) == 0

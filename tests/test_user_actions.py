@@ -3,6 +3,7 @@ timeouts, redaction and background mode, with the rules agent reading the outcom
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import Any
@@ -16,11 +17,6 @@ from tests.conftest import Harness, StartDesk
 
 CODE = {"reason": "verification_code", "details": "We sent a 6-digit code to your phone ending in 42.",
         "suggested_action": "Enter the code on the bank's page"}
-
-
-@pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url
 
 
 @pytest.fixture(autouse=True)
@@ -210,3 +206,18 @@ async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -
         await runner.cleanup()
     assert [r["type"] for r in received] == ["user_action_requested", "user_action_resolved"]
     assert received[0]["user_action_id"] == result["user_action_id"] and received[1]["state"] == "done"
+
+
+async def test_two_requests_at_once_leave_one_pending(harness: Harness) -> None:
+    cid = await harness.conversation()
+    first, second = await asyncio.gather(ask(harness, cid), ask(harness, cid, reason="captcha",
+                                                                   details="Please solve the picture puzzle on the page."))
+    assert sorted(("user_action_id" in r and "status" in r, "error" in r) for r in (first, second)) == [(False, True), (True, False)]
+
+
+async def test_done_after_the_deadline_is_a_timeout_even_before_the_sweep(harness: Harness) -> None:
+    cid = await harness.conversation()
+    aid = (await ask(harness, cid))["user_action_id"]
+    harness.desk.clock.advance(timedelta(minutes=6))  # type: ignore[attr-defined]
+    late = await harness.client.post(f"/api/user_actions/{aid}/response", json={"outcome": "done"})
+    assert late.json()["error"] == "HANDOFF_TIMEOUT"

@@ -2,6 +2,8 @@
 webhook): ask, run the tool calls it made through the registry, feed the results back,
 until it answers without calling tools.
 
+Calls of one round run in order, and none after one that ended the turn (a person has the
+conversation, or is being asked to act: a parallel refund must not run behind their back).
 Rejected calls (unknown tool, invalid or unparsable arguments) are results like any other,
 so the brain can correct itself; the rounds are bounded so a confused model cannot spin.
 A successful `handoff_request` or `handoff_release` ends the turn at once: the conversation
@@ -61,8 +63,13 @@ async def run(turn: Turn, ask: Ask, *, max_rounds: int) -> list[str]:
         replies.extend(t.strip() for t in answer.text if t and t.strip())
         if not answer.calls:
             return replies
-        results = [ToolResult(call, await _execute(turn, call)) for call in answer.calls]
-        ended = next((r.result for r in results if _ends_the_turn(r)), None)
+        results: list[ToolResult] = []
+        ended: dict[str, Any] | None = None
+        for call in answer.calls:  # one at a time: nothing runs after a call that ended the turn
+            results.append(ToolResult(call, await _execute(turn, call)))
+            if _ends_the_turn(results[-1]):
+                ended = results[-1].result
+                break
         if ended is not None:
             if not replies and ended.get("action") == "handoff_session_started":
                 replies.append(_handed_off(ended))
