@@ -70,6 +70,10 @@ OUTCOME_ERRORS = {"cancelled": "HANDOFF_CANCELLED", "timeout": "HANDOFF_TIMEOUT"
 _CODE = re.compile(r"(?<![\w-])\d(?:[ -]?\d){3,9}(?![\w-])")
 # A password-like word: 8+ characters without spaces mixing letters with digits or symbols.
 _PASSWORD = re.compile(r"(?<!\S)(?=\S*[A-Za-z])(?=\S*[\d!@#$%^&*()_+=\[\]{};:'\",.<>/?\\|`~-])\S{8,64}(?!\S)")
+# A code of letters and digits ("A1B2C3", "abc123", "S3cret"), maybe followed by punctuation.
+_MIXED = re.compile(r"(?<![\w-])(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{4,12}(?=[.,!?;:]*(?:\s|$))")
+# A message that is one long word and nothing else: a passphrase pasted on its own.
+_LONE_WORD = re.compile(r"^\s*\S{10,128}\s*$")
 _DONE = re.compile(r"^\s*(done|i'?m done|finished|ok,? done|it'?s done|completed?)\s*[.!]*\s*$", re.I)
 _CANCEL = re.compile(r"^\s*(cancel|stop|never ?mind|i can'?t|abort)\s*[.!]*\s*$", re.I)
 
@@ -272,7 +276,9 @@ class UserActions:
         """Hide what looks like a code or a password while one is being asked for."""
         if action is None or action.reason not in SECRET_REASONS:
             return Redaction(text, False)
-        hidden = _CODE.sub("[hidden]", _PASSWORD.sub("[hidden]", text))
+        if _LONE_WORD.match(text) and keyword_outcome(text) is None:
+            return Redaction("[hidden]", True)
+        hidden = _MIXED.sub("[hidden]", _CODE.sub("[hidden]", _PASSWORD.sub("[hidden]", text)))
         return Redaction(hidden, hidden != text)
 
     def reminder(self, action: UserAction) -> str:

@@ -221,3 +221,19 @@ async def test_done_after_the_deadline_is_a_timeout_even_before_the_sweep(harnes
     harness.desk.clock.advance(timedelta(minutes=6))  # type: ignore[attr-defined]
     late = await harness.client.post(f"/api/user_actions/{aid}/response", json={"outcome": "done"})
     assert late.json()["error"] == "HANDOFF_TIMEOUT"
+
+
+@pytest.mark.parametrize(("typed", "stored"), [
+    ("A1B2C3", "[hidden]"),
+    ("my code is abc123.", "my code is [hidden]."),
+    ("S3cret", "[hidden]"),
+    ("correcthorsebatterystaple", "[hidden]"),
+    ("482-913", "[hidden]"),
+    ("where do I type it?", "where do I type it?"),
+    ("thanks!", "thanks!"),
+])
+async def test_what_counts_as_a_secret_while_one_is_asked_for(harness: Harness, typed: str, stored: str) -> None:
+    cid = await harness.conversation()
+    await ask(harness, cid, reason="authentication", details="Please sign in to your account on the bank's page.")
+    await harness.say(cid, typed)
+    assert (await texts(harness, cid, "subscriber"))[-1] == stored
