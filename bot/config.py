@@ -487,17 +487,18 @@ def _cross_checks(raw_channels: list[Any]) -> list[ConfigProblem]:
 def _action_checks(config: Config, channels: list[ChannelConfig]) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
     known = sorted(c.id for c in channels)
+    kinds = {c.id: c.kind for c in channels}
     seen: dict[str, int] = {}
     for index, action in enumerate(config.actions):
         if action.id in seen:
             problems.append(ConfigProblem(f"actions[{index}].id", f"duplicate id {action.id!r} (also actions[{seen[action.id]}])"))
         seen.setdefault(action.id, index)
         for position, cid in enumerate(action.approval_channels):
+            where = f"actions[{index}].approval_channels[{position}]"
             if cid not in known:
-                problems.append(ConfigProblem(
-                    f"actions[{index}].approval_channels[{position}]",
-                    f"no channel with id {cid} (configured: {', '.join(map(str, known)) or 'none'})",
-                ))
+                problems.append(ConfigProblem(where, f"no channel with id {cid} (configured: {', '.join(map(str, known)) or 'none'})"))
+            elif kinds[cid] == "agent":
+                problems.append(ConfigProblem(where, f"channel {cid} is a sibling agent: approvals need a person"))
     return problems
 
 

@@ -80,7 +80,11 @@ class SharedLines:
         address = _ADDRESS.match(text)
         if address:
             code, rest = address.group(1).upper(), text[address.end():]
-            hit = next((h for h in line if h.short_code == code), None)
+            hits = [h for h in line if h.short_code == code]
+            if len(hits) > 1:  # two open handoffs share a code: never guess which one is meant
+                await self._answer(channel_id, line[0], "messages/line_list.txt", handoffs=line)
+                return Route(None, text, f"#{code} is ambiguous; listed the open handoffs", answered=True)
+            hit = hits[0] if hits else None
             if hit is not None:
                 await self._focus(hit)
                 if not rest.strip():

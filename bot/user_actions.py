@@ -8,7 +8,8 @@ one at a time) with Done / Cancel, and the agent's turn ends. The request is ans
 the owner's API, or the agent itself. Done is not proof: when the request names an
 expectation (config `user_actions.expectations`), it is checked, and a check that does not
 hold is `HANDOFF_FAILED` with what was observed. No answer before the deadline
-(`handoff.user_action_timeout`) is `HANDOFF_TIMEOUT`. The agent reads the outcome as a
+(`handoff.user_action_timeout`) is `HANDOFF_TIMEOUT`, also for an answer that comes after
+it but before the sweep. The agent reads the outcome as a
 `[User action — …]` system message and is told to look before it acts; nothing is retried.
 
 While an `authentication` or `verification_code` action is pending, subscriber text that

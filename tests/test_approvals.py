@@ -337,3 +337,37 @@ async def test_invisible_characters_in_arguments_are_shown_not_hidden(start_desk
     page = await harness.client.get(prompt.approval.decision_url.removeprefix("http://desk.test"))  # type: ignore[union-attr]
     assert "DE89\\u202e3704" in page.text and "\u202e" not in page.text
     assert aid is not None
+
+
+def test_config_names_what_is_wrong_with_an_action() -> None:
+    from bot.config import Config, ConfigError
+    from tests.conftest import SECRET
+
+    with pytest.raises(ConfigError) as caught:
+        Config.from_mapping({"secret_key": SECRET, "channels": [
+            {"id": 1, "kind": "owner_inbox", "label": "Inbox"},
+            {"id": 7, "kind": "agent", "label": "Sibling", "agent": {"kind": "rules"}},
+        ], "actions": [refund(approval_channels=[7, 3]), refund(id="refund_order", run={"urll": "x"})]})
+    assert str(caught.value).splitlines() == [
+        "actions[1].run.url: required",
+        "actions[1].run.secret: required",
+        "actions[1].run.urll: unknown key; did you mean 'url'? (allowed: url, secret, timeout)",
+    ]
+    with pytest.raises(ConfigError) as caught:
+        Config.from_mapping({"secret_key": SECRET, "channels": [
+            {"id": 1, "kind": "owner_inbox", "label": "Inbox"},
+            {"id": 7, "kind": "agent", "label": "Sibling", "agent": {"kind": "rules"}},
+        ], "actions": [refund(approval_channels=[7, 3]), refund(input_schema={"type": "array"})]})
+    assert str(caught.value).splitlines() == [
+        "actions[1].input_schema: must describe an object: {type: object, properties: {…}}",
+    ]
+    with pytest.raises(ConfigError) as caught:
+        Config.from_mapping({"secret_key": SECRET, "channels": [
+            {"id": 1, "kind": "owner_inbox", "label": "Inbox"},
+            {"id": 7, "kind": "agent", "label": "Sibling", "agent": {"kind": "rules"}},
+        ], "actions": [refund(approval_channels=[7, 3]), refund(approval_channels=[1])]})
+    assert str(caught.value).splitlines() == [
+        "actions[0].approval_channels[0]: channel 7 is a sibling agent: approvals need a person",
+        "actions[0].approval_channels[1]: no channel with id 3 (configured: 1, 7)",
+        "actions[1].id: duplicate id 'refund_order' (also actions[0])",
+    ]

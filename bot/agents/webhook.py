@@ -2,7 +2,8 @@
 
 Each agent turn POSTs the conversation to `agent.url`:
 
-    {"type": "turn", "conversation_id": …, "trigger": "message" | "resumed", "round": 1,
+    {"type": "turn", "conversation_id": …, "trigger": "message" | "resumed" | "approval" | "user_action",
+     "round": 1,
      "subscriber": {"name": …, "email": …},
      "messages": [{"role": "subscriber" | "agent" | "human" | "system", "text": …, "author": …}],
      "tools": [{"name": …, "description": …, "input_schema": {…}}],
