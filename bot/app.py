@@ -13,6 +13,8 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from bot.api import ApiError, api, decisions, public
 from bot.approval_pages import router as approval_pages
+from bot.chat import chat_api
+from bot.chat import router as chat_page_routes
 from bot.desk import Desk
 from bot.errors import DeskError
 from bot.inbox import inbox, install_inbox_errors
@@ -51,6 +53,8 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
     app.include_router(inbox)
     app.include_router(form_pages)
     app.include_router(approval_pages)
+    app.include_router(chat_page_routes)
+    app.include_router(chat_api)
     install_inbox_errors(app)
 
     @app.exception_handler(ApiError)

@@ -357,6 +357,29 @@ class UserActionsConfig(_Section):
     )
 
 
+class WebFrontConfig(_Section):
+    """The web chat: subscribers talk to the bot at /chat, or in the widget a site embeds
+    with <script src="{public_url}/widget.js">."""
+
+    kind: Literal["web"]
+    title: str = Field(default="Chat with us", min_length=1, max_length=80)
+    greeting: str | None = Field(default=None, max_length=500, description="Shown above an empty chat.")
+    embed_origins: list[str] = Field(
+        default_factory=list, description="Sites allowed to embed the widget, e.g. https://shop.example.com.",
+    )
+
+    @field_validator("embed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        origins = []
+        for origin in value:
+            parsed = urlparse(origin)
+            if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
+                raise ValueError(f"{origin!r} is not an origin such as https://shop.example.com")
+            origins.append(f"{parsed.scheme}://{parsed.netloc}")
+        return origins
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -377,6 +400,7 @@ class Config(_Section):
     agent: AgentConfig = RulesAgentConfig()
     actions: list[ActionConfig] = Field(default_factory=list)
     user_actions: UserActionsConfig = UserActionsConfig()
+    fronts: list[WebFrontConfig] = Field(default_factory=list, description="Where subscribers talk to the bot.")
     logging: LoggingConfig = LoggingConfig()
     # Validated per kind against the adapter's own model by `Config.from_mapping`.
     channels: list[Any] = Field(default_factory=list)
@@ -406,6 +430,10 @@ class Config(_Section):
     @property
     def public_url(self) -> str:
         return self.server.base_url
+
+    @property
+    def web_front(self) -> WebFrontConfig | None:
+        return next((f for f in self.fronts if f.kind == "web"), None)
 
     def channel(self, channel_id: int) -> ChannelConfig | None:
         return next((c for c in self.channels if c.id == channel_id), None)

@@ -180,13 +180,19 @@ CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-
 
 
 @pytest.fixture
-async def served(sqlite_url: str) -> AsyncIterator[tuple[Desk, str]]:
+def served_config() -> dict[str, Any]:
+    """Config overrides for `served`; a test module overrides this fixture to add some."""
+    return {}
+
+
+@pytest.fixture
+async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterator[tuple[Desk, str]]:
     """A desk behind a real uvicorn server on a free loopback port (real clock)."""
     with socket.socket() as probe:  # a free port, known before the config (links carry it)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    desk = Desk(make_config(sqlite_url, server={"public_url": base}), clock=Clock(), run_timers=False)
+    desk = Desk(make_config(sqlite_url, server={"public_url": base}, **served_config), clock=Clock(), run_timers=False)
     await desk.start()
     server = uvicorn.Server(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
                                            log_level="warning", timeout_graceful_shutdown=1))

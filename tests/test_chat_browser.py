@@ -1,0 +1,75 @@
+"""The web chat in a real browser, next to the owner inbox: two pages, two people.
+
+A subscriber asks for a person on /chat; the owner sees the handoff in /inbox and answers;
+the answer appears live on the subscriber's page; the owner releases and the subscriber
+sees the assistant back. Everything runs under the pages' strict CSP (no violations).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from bot.desk import Desk
+from tests.conftest import CHROMIUM, shot
+
+if not os.path.exists(CHROMIUM) and not os.environ.get("HANDOFF_REQUIRE_BROWSER"):
+    pytest.skip("Chromium is not installed (apt-get install -y chromium; .ci/run does)", allow_module_level=True)
+
+API_KEY = "chat-browser-api-key-0123456789"
+
+
+@pytest.fixture
+def served_config() -> dict[str, Any]:
+    return {"fronts": [{"kind": "web", "title": "Acme help", "greeting": "Hi! Ask us anything."}], "api": {"key": API_KEY}}
+
+
+async def test_a_subscriber_and_the_owner_side_by_side(served: tuple[Desk, str], page: Any) -> None:
+    desk, base = served
+    subscriber = page
+    owner = await page.context.new_page()
+    owner.problems = []
+    owner.on("pageerror", lambda exc: owner.problems.append(str(exc)))
+
+    await subscriber.set_viewport_size({"width": 420, "height": 820})
+    await subscriber.goto(f"{base}/chat")
+    await subscriber.wait_for_selector("text=Hi! Ask us anything.")
+    assert API_KEY not in await subscriber.content()
+
+    async def say(text: str) -> None:
+        await subscriber.fill("#text", text)
+        await subscriber.press("#text", "Enter")
+        await subscriber.wait_for_selector(f".msg.subscriber >> text={text}")
+
+    await say("Hi!")
+    await subscriber.wait_for_selector(".msg.agent >> text=I'm Assistant")
+    await say("My parcel is late. Can I talk to a person?")
+    await subscriber.wait_for_selector(".msg.agent >> text=I've asked Owner inbox to join")
+    await subscriber.wait_for_selector("#person >> text=Owner inbox has joined the conversation.")
+    assert await subscriber.locator(".msg.agent >> text=I've asked Owner inbox to join").count() == 1  # once, not per poll
+
+    await owner.goto(f"{base}/inbox")
+    await owner.click(".card a")
+    await owner.wait_for_selector("#transcript >> text=Can I talk to a person?")
+    await owner.fill("#reply-text", "Hi, Sam here. Your parcel left the depot this morning.")
+    await owner.click(".reply button[type=submit]")
+    await subscriber.wait_for_selector(".msg.human >> text=Sam here", timeout=15_000)  # live, no reload
+    await shot(subscriber, "chat-handoff")
+
+    await say("Thank you!")
+    await owner.wait_for_selector("#transcript >> text=Thank you!", timeout=15_000)
+    await owner.select_option("#outcome", "resolved")
+    await owner.click(".release button[type=submit]")
+    await owner.wait_for_selector("text=Released; the assistant has the conversation again.")
+    await desk.settle()
+    await subscriber.wait_for_selector(".msg.agent >> text=Thanks for waiting, I'm back.", timeout=15_000)
+    assert await subscriber.locator("#person").is_hidden()
+    assert await subscriber.locator(".msg >> text=[Bot resumed").count() == 0  # written for the agent only
+
+    await subscriber.reload()  # the conversation survives a reload
+    await subscriber.wait_for_selector(".msg.human >> text=Sam here")
+    assert await subscriber.locator(".msg.subscriber").count() == 3
+    assert API_KEY not in await subscriber.content()
+    assert subscriber.problems == [] and owner.problems == []
