@@ -23,6 +23,7 @@ the owner's orchestrator (`user_actions.webhook`), and so is its outcome.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -64,6 +65,7 @@ Reason = Literal[
     "unsupported_action", "stuck", "other",
 ]
 SECRET_REASONS = ("authentication", "verification_code")
+WEBHOOK_ATTEMPTS = 4
 PENDING = "pending"
 OUTCOME_ERRORS = {"cancelled": "HANDOFF_CANCELLED", "timeout": "HANDOFF_TIMEOUT", "failed": "HANDOFF_FAILED"}
 
@@ -295,22 +297,39 @@ class UserActions:
         self.background.spawn(self._post(kind, action), name=f"{kind}:{action.id}")
 
     async def _post(self, kind: str, action: UserAction) -> None:
+        """POST the event, signed, retrying connection errors, 429 and 5xx a few times with
+        the same delivery id (the orchestrator can drop a repeat); every outcome is audited."""
         assert self.webhook is not None
         body = json.dumps({"type": kind, **view(action)}, separators=(",", ":")).encode()
-        timestamp = int(time.time())
-        headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: str(timestamp),
-                   SIGNATURE_HEADER: sign(self.webhook.secret.get_secret_value(), timestamp, body),
-                   DELIVERY_HEADER: f"{action.id}:{kind}"}
-        try:
-            async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
-                response = await client.post(self.webhook.url, content=body, headers=headers)
-            outcome = f"answered {response.status_code}"
-        except httpx.HTTPError as exc:
-            outcome = f"failed: {type(exc).__name__}"
+        outcome = "not sent"
+        for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
+            timestamp = int(time.time())
+            headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: str(timestamp),
+                       SIGNATURE_HEADER: sign(self.webhook.secret.get_secret_value(), timestamp, body),
+                       DELIVERY_HEADER: f"{action.id}:{kind}"}
+            wait: float | None = None
+            try:
+                async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
+                    response = await client.post(self.webhook.url, content=body, headers=headers)
+                outcome = f"answered {response.status_code}"
+                if response.status_code < 300 or (response.status_code < 500 and response.status_code != 429):
+                    break  # delivered, or refused for good
+                wait = _seconds(response.headers.get("retry-after"))
+            except httpx.HTTPError as exc:
+                outcome = f"failed: {type(exc).__name__}"
+            if attempt < WEBHOOK_ATTEMPTS:
+                await asyncio.sleep(wait if wait is not None else 2.0 ** attempt)
         async with self.db.transaction() as session:
             await audit.record(session, "user_action_webhook", at=self.clock.now(), actor="desk",
                                conversation_id=action.conversation_id, user_action_id=action.id, event=kind,
-                               outcome=outcome)
+                               outcome=outcome, attempts=attempt)
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return min(60.0, max(0.0, float(value))) if value is not None else None
+    except ValueError:
+        return None
 
 
 def keyword_outcome(text: str) -> Literal["done", "cancelled"] | None:

@@ -180,10 +180,14 @@ async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -
     received: list[dict[str, Any]] = []
     secret = "orchestrator-secret-0123456789"
 
+    busy = [True]
+
     async def hook(request: web.Request) -> web.Response:
         body = await request.read()
         verify(secret, request.headers, body)
-        received.append(json.loads(body))
+        if busy.pop() if busy else False:  # the orchestrator is briefly down: retried at once, as asked
+            return web.Response(status=503, headers={"Retry-After": "0"})
+        received.append({**json.loads(body), "delivery": request.headers["X-Handoff-Delivery"]})
         return web.Response(status=204)
 
     app = web.Application()
@@ -205,6 +209,7 @@ async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -
     finally:
         await runner.cleanup()
     assert [r["type"] for r in received] == ["user_action_requested", "user_action_resolved"]
+    assert received[0]["delivery"] == f"{result['user_action_id']}:user_action_requested"
     assert received[0]["user_action_id"] == result["user_action_id"] and received[1]["state"] == "done"
 
 
