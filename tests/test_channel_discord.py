@@ -846,6 +846,27 @@ async def test_after_a_restart_the_closing_notice_finds_its_prompt_in_the_channe
     assert edit.path.endswith(f"/messages/{prompt['id']}") and components(fake.posts(STAFF_CHANNEL)[0]) == []
 
 
+async def test_without_the_prompts_receipt_the_closing_notice_searches_the_channel(
+    start_desk: StartDesk, fake: FakeDiscord, database_url: str, calls: list[dict[str, Any]]
+) -> None:
+    from sqlalchemy import update
+
+    from bot.models import OutboxItem
+
+    h = await approvals_desk(start_desk, fake)
+    cid = await h.conversation("Ana")
+    aid, prompt = await ask(h, fake, cid, order_id="1234", amount=5)
+    async with h.desk.db.transaction() as session:  # as if the prompt's receipt had not been recorded
+        await session.execute(update(OutboxItem).where(OutboxItem.handoff_session_id == aid).values(receipt=None))
+    await h.desk.stop()
+    again = await approvals_desk(start_desk, fake, url=database_url)  # and nothing in memory either
+    assert (await again.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny"})).status_code == 200
+    await again.desk.settle()
+    assert fake.calls_to("GET /channels/{id}/messages")[-1].path == f"/channels/{STAFF_CHANNEL}/messages"
+    [edit] = fake.calls_to(EDIT)
+    assert edit.path.endswith(f"/messages/{prompt['id']}") and calls == []
+
+
 async def test_a_prompt_that_is_gone_gets_the_closing_text_as_a_new_message(
     start_desk: StartDesk, fake: FakeDiscord, calls: list[dict[str, Any]]
 ) -> None:
