@@ -1,6 +1,6 @@
 """The signed decision page for approval prompts: `GET /a/{token}` shows, `POST` decides.
 
-For channels without buttons (email, WhatsApp …) and as a fallback everywhere. The token is
+For channels without buttons and as a fallback everywhere (every prompt carries the link). The token is
 the approval id signed with `secret_key` (its own salt), so it works only for that approval;
 GET never decides (mail scanners open links); POST is accepted from the page itself only,
 and the decision is the approvals' compare-and-set, so the link works once and a late

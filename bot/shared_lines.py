@@ -1,7 +1,7 @@
 """Recipients on a channel without threads share one line for all their handoffs.
 
-A WhatsApp number has a single chat with the bot: when two subscribers are handed to the
-same person, both handoffs live in that one chat, and a plain reply cannot say which
+A recipient reached by a phone number has a single chat with the bot: when two subscribers
+are handed to the same person, both handoffs live in that one chat, and a plain reply cannot say which
 subscriber it is for. The rules, for any channel whose adapter declares no threads:
 
 - a reply goes to the *focused* handoff: the one the recipient addressed last, or the
