@@ -98,6 +98,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
+from channels.text import clip
 from forms.fields import preview_line
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
@@ -223,11 +224,6 @@ def escape(text: str) -> str:
     # Numbered lists: Discord only honours a backslash before punctuation, so escape the dot.
     text = _NUMBERED.sub(r"\1\\.", text)
     return escape_mentions(text.replace("<", "\\<"))
-
-
-def clip(text: str, limit: int) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
 
 
 def clip_escaped(text: str, limit: int) -> str:

@@ -100,6 +100,7 @@ from channels.base import (
     UncertainDeliveryError,
     pretty_arguments,
 )
+from channels.text import clip
 from forms.fields import preview_line
 
 if TYPE_CHECKING:
@@ -320,11 +321,6 @@ def one_line(text: str, limit: int | None = None) -> str:
     if limit is not None and len(cleaned) > limit:
         cleaned = cleaned[: limit - 1].rstrip() + "…"
     return cleaned
-
-
-def clip(text: str, limit: int) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def duration(seconds: float) -> str:

@@ -90,6 +90,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
+from channels.text import Budget, clip, fit_brief, utf16_len
 from forms.fields import preview_line
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
@@ -172,11 +173,6 @@ class TelegramConfig(ChannelConfig):
 # --------------------------------------------------------------------------- helpers
 
 
-def utf16_len(text: str) -> int:
-    """Telegram measures message length in UTF-16 code units."""
-    return len(text.encode("utf-16-le")) // 2
-
-
 def visible_length(markup: str) -> int:
     """Length of an HTML message as Telegram counts it: tags removed, entities decoded.
     Safe to compute this way because user text is escaped, so every `<` left is our tag."""
@@ -196,11 +192,7 @@ def defuse(text: str) -> str:
     return _COMMAND.sub("/" + WORD_JOINER, _MENTION.sub("@" + WORD_JOINER, text))
 
 
-def clip(text: str, limit: int | None) -> str:
-    text = text.strip()
-    if limit is None or len(text) <= limit:
-        return text
-    return text[: max(0, limit - 1)].rstrip() + "…"
+
 
 
 def split_units(text: str, limit: int) -> list[str]:
@@ -250,24 +242,11 @@ def button_url_ok(url: str) -> bool:
     return parsed.scheme in ("http", "https") and not _is_loopback_or_private(parsed.hostname or "")
 
 
-@dataclass(frozen=True)
-class _Budget:
-    """How much of a brief to show when the full one does not fit one message."""
-
-    summary: int | None = None
-    action: int | None = None
-    context_items: int | None = None
-    context_value: int | None = None
-    field_items: int | None = None
-    field_line: int | None = None
-
-
-# From "everything" to "the essentials": tried in order until the dispatch fits.
 _BUDGETS = (
-    _Budget(),
-    _Budget(context_items=10, context_value=200, field_items=10, field_line=150),
-    _Budget(summary=1500, action=700, context_items=5, context_value=120, field_items=5, field_line=120),
-    _Budget(summary=800, action=400, context_items=0, field_items=0),
+    Budget(),
+    Budget(context_items=10, context_key=60, context_value=200, field_items=10, field_line=150),
+    Budget(summary=1500, action=700, context_items=5, context_key=60, context_value=120, field_items=5, field_line=120),
+    Budget(summary=800, action=400, context_items=0, field_items=0),
 )
 TRANSCRIPT_LINE = 400  # characters of one transcript message, so one essay cannot push out the rest
 
@@ -549,39 +528,28 @@ class TelegramChannel(ChannelAdapter):
         lines = [(defuse(line.author or line.role), defuse(clip(line.text, TRANSCRIPT_LINE))) for line in brief.transcript]
         context = [(defuse(k), defuse(v)) for k, v in brief.extra_context.items()]
         fields = [defuse(preview_line(f)) for f in brief.expected_return]
-        for level, budget in enumerate(_BUDGETS):
-            shown_context = context if budget.context_items is None else context[: budget.context_items]
-            shown_fields = fields if budget.field_items is None else fields[: budget.field_items]
-
-            def render(kept: int, budget: _Budget = budget, shortened: bool = level > 0,
-                       shown_context: list[tuple[str, str]] = shown_context, shown_fields: list[str] = shown_fields) -> str:
-                return self._render(
-                    "dispatch",
-                    brief=brief,
-                    subscriber=defuse(brief.subscriber_name) if brief.subscriber_name else None,
-                    summary=defuse(clip(brief.summary, budget.summary)),
-                    action=defuse(clip(brief.expected_action, budget.action)),
-                    context=[(clip(k, 60 if shortened else None), clip(v, budget.context_value)) for k, v in shown_context],
-                    context_left_out=len(context) - len(shown_context),
-                    fields=[clip(f, budget.field_line) for f in shown_fields],
-                    fields_left_out=len(fields) - len(shown_fields),
-                    transcript=lines[len(lines) - kept:] if kept else [],
-                    transcript_left_out=len(lines) - kept,
-                    shortened=shortened,
-                    in_topic=in_topic,
-                    idle_minutes=max(1, round(brief.idle_timeout_seconds / 60)),
-                )
-
-            if visible_length(render(0)) > MESSAGE_LIMIT:
-                continue
-            low, high = 0, len(lines)  # the most transcript lines that fit (length grows with each)
-            while low < high:
-                middle = (low + high + 1) // 2
-                if visible_length(render(middle)) <= MESSAGE_LIMIT:
-                    low = middle
-                else:
-                    high = middle - 1
-            return render(low)
+        fitted = fit_brief(
+            summary=brief.summary, action=brief.expected_action, context=context, fields=fields, lines=lines,
+            budgets=_BUDGETS, fits=lambda html: visible_length(html) <= MESSAGE_LIMIT,
+            render=lambda cut: self._render(
+                "dispatch",
+                brief=brief,
+                subscriber=defuse(brief.subscriber_name) if brief.subscriber_name else None,
+                summary=defuse(cut.summary),
+                action=defuse(cut.action),
+                context=cut.context,
+                context_left_out=cut.context_left_out,
+                fields=cut.fields,
+                fields_left_out=cut.fields_left_out,
+                transcript=cut.transcript,
+                transcript_left_out=cut.transcript_left_out,
+                shortened=cut.shortened,
+                in_topic=in_topic,
+                idle_minutes=max(1, round(brief.idle_timeout_seconds / 60)),
+            ),
+        )
+        if fitted is not None:
+            return fitted
         raise PermanentChannelError("the dispatch does not fit one Telegram message", hint="the brief is too long for Telegram")
 
     @staticmethod

@@ -89,6 +89,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
+from channels.text import Budget, clip, fit_brief, utf16_len
 from forms.fields import preview_line
 
 if TYPE_CHECKING:
@@ -216,8 +217,7 @@ class WhatsAppConfig(ChannelConfig):
 # --------------------------------------------------------------------------- text helpers
 
 
-def utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
+
 
 
 # Links and addresses are kept exactly as written (a changed character breaks them).
@@ -245,11 +245,7 @@ def defuse(text: str) -> str:
     return "".join(out).replace("\x00", "\ufffd")
 
 
-def clip(text: str, limit: int | None) -> str:
-    text = text.strip()
-    if limit is None or len(text) <= limit:
-        return text
-    return text[: max(0, limit - 1)].rstrip() + "…"
+
 
 
 def one_line(text: str, limit: int) -> str:
@@ -288,22 +284,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds} s"
 
 
-@dataclass(frozen=True)
-class _Budget:
-    """How much of a brief to show when the whole of it does not fit one message."""
-
-    summary: int | None = None
-    action: int | None = None
-    context_items: int | None = None
-    context_value: int | None = None
-    field_items: int | None = None
-    field_line: int | None = None
-
-
 _BUDGETS = (
-    _Budget(),
-    _Budget(summary=700, action=400, context_items=5, context_value=100, field_items=5, field_line=100),
-    _Budget(summary=400, action=250, context_items=0, field_items=0),
+    Budget(context_key=60),
+    Budget(summary=700, action=400, context_items=5, context_key=60, context_value=100, field_items=5, field_line=100),
+    Budget(summary=400, action=250, context_items=0, field_items=0),
 )
 
 
@@ -511,39 +495,28 @@ class WhatsAppChannel(ChannelAdapter):
         lines = [(defuse(line.author or line.role), hang(defuse(clip(line.text, TRANSCRIPT_LINE)))) for line in brief.transcript]
         context = [(defuse(k), defuse(v)) for k, v in brief.extra_context.items()]
         fields = [defuse(preview_line(f)) for f in brief.expected_return]
-        for level, budget in enumerate(_BUDGETS):
-            shown_context = context if budget.context_items is None else context[: budget.context_items]
-            shown_fields = fields if budget.field_items is None else fields[: budget.field_items]
-
-            def render(kept: int, budget: _Budget = budget, shortened: bool = level > 0,
-                       shown_context: list[tuple[str, str]] = shown_context, shown_fields: list[str] = shown_fields) -> str:
-                return self._render(
-                    "dispatch",
-                    brief=brief,
-                    code=brief.short_code,
-                    subscriber=defuse(one_line(brief.subscriber_name, 100)) if brief.subscriber_name else None,
-                    summary=defuse(clip(brief.summary, budget.summary)),
-                    action=defuse(clip(brief.expected_action, budget.action)),
-                    context=[(clip(k, 60), clip(v, budget.context_value)) for k, v in shown_context],
-                    context_left_out=len(context) - len(shown_context),
-                    fields=[clip(f, budget.field_line) for f in shown_fields],
-                    fields_left_out=len(fields) - len(shown_fields),
-                    transcript=lines[len(lines) - kept:] if kept else [],
-                    transcript_left_out=len(lines) - kept,
-                    shortened=shortened,
-                    idle=_duration(brief.idle_timeout_seconds),
-                )
-
-            if utf16_len(render(0)) > BODY_LIMIT:
-                continue
-            low, high = 0, len(lines)  # the most transcript lines that fit
-            while low < high:
-                middle = (low + high + 1) // 2
-                if utf16_len(render(middle)) <= BODY_LIMIT:
-                    low = middle
-                else:
-                    high = middle - 1
-            return render(low)
+        fitted = fit_brief(
+            summary=brief.summary, action=brief.expected_action, context=context, fields=fields, lines=lines,
+            budgets=_BUDGETS, fits=lambda text: utf16_len(text) <= BODY_LIMIT,
+            render=lambda cut: self._render(
+                "dispatch",
+                brief=brief,
+                code=brief.short_code,
+                subscriber=defuse(one_line(brief.subscriber_name, 100)) if brief.subscriber_name else None,
+                summary=defuse(cut.summary),
+                action=defuse(cut.action),
+                context=cut.context,
+                context_left_out=cut.context_left_out,
+                fields=cut.fields,
+                fields_left_out=cut.fields_left_out,
+                transcript=cut.transcript,
+                transcript_left_out=cut.transcript_left_out,
+                shortened=cut.shortened,
+                idle=_duration(brief.idle_timeout_seconds),
+            ),
+        )
+        if fitted is not None:
+            return fitted
         raise PermanentChannelError("the dispatch does not fit one WhatsApp message", hint="the brief is too long for WhatsApp")
 
     def approval_text(self, brief: ApprovalBrief | None) -> str:

@@ -1,0 +1,93 @@
+"""Text helpers the adapters share: clipping, UTF-16 lengths, and fitting a brief into one
+message of a provider with a length limit.
+
+Each adapter still escapes for its own markup and renders its own template; what is the same
+everywhere is how a too-long brief is shortened: first the oldest transcript lines go, then
+the long parts of the brief are cut step by step (the budgets), and the link never is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+Line = TypeVar("Line")
+
+
+def clip(text: str, limit: int | None) -> str:
+    """At most `limit` characters (None: no limit), cut with an ellipsis; surrounding blanks go."""
+    text = text.strip()
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)].rstrip() + "…"
+
+
+def utf16_len(text: str) -> int:
+    """Telegram and WhatsApp count message length in UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of a brief to show when the whole of it does not fit one message (None: all)."""
+
+    summary: int | None = None
+    action: int | None = None
+    context_items: int | None = None
+    context_key: int | None = None
+    context_value: int | None = None
+    field_items: int | None = None
+    field_line: int | None = None
+
+
+@dataclass(frozen=True)
+class BriefCut(Generic[Line]):
+    """The parts of a brief to render at one budget, with how much was left out."""
+
+    summary: str
+    action: str
+    context: list[tuple[str, str]]
+    context_left_out: int
+    fields: list[str]
+    fields_left_out: int
+    transcript: Sequence[Line]
+    transcript_left_out: int
+    shortened: bool
+
+
+def fit_brief(
+    *, summary: str, action: str, context: list[tuple[str, str]], fields: list[str], lines: Sequence[Line],
+    budgets: Sequence[Budget], render: Callable[[BriefCut[Line]], str], fits: Callable[[str], bool],
+) -> str | None:
+    """The first rendering that fits, trying each budget in order and, within one, the most
+    (newest) transcript lines that fit; None when not even the last budget fits."""
+    for level, budget in enumerate(budgets):
+        shown_context = context if budget.context_items is None else context[: budget.context_items]
+        shown_fields = fields if budget.field_items is None else fields[: budget.field_items]
+
+        def at(kept: int, budget: Budget = budget, level: int = level, shown_context: list[tuple[str, str]] = shown_context,
+               shown_fields: list[str] = shown_fields) -> str:
+            return render(BriefCut(
+                summary=clip(summary, budget.summary),
+                action=clip(action, budget.action),
+                context=[(clip(k, budget.context_key), clip(v, budget.context_value)) for k, v in shown_context],
+                context_left_out=len(context) - len(shown_context),
+                fields=[clip(f, budget.field_line) for f in shown_fields],
+                fields_left_out=len(fields) - len(shown_fields),
+                transcript=lines[len(lines) - kept:] if kept else [],
+                transcript_left_out=len(lines) - kept,
+                shortened=level > 0,
+            ))
+
+        if not fits(at(0)):
+            continue
+        low, high = 0, len(lines)  # the most transcript lines that fit (length grows with each)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if fits(at(middle)):
+                low = middle
+            else:
+                high = middle - 1
+        return at(low)
+    return None
