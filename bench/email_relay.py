@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -35,16 +34,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 import aiosmtplib  # noqa: E402
-import httpx  # noqa: E402
 
-from bot.app import create_app  # noqa: E402
-from bot.config import Config  # noqa: E402
-from bot.desk import Desk  # noqa: E402
+from bench.relay_harness import desk_with_handoffs, percentile, post_all  # noqa: E402
 from bot.logs import configure_logging  # noqa: E402
 from tests.fake_smtp import FakeSMTP  # noqa: E402
 
-REQUEST = {"channel_id": 4, "summary": "Ana's order #1234 is a week late and she wants a person to check it.",
-           "expected_action": "Look up order #1234 and tell Ana when it will arrive."}
 LATENCY_SAMPLES = 100
 TEXT = "message {k}: is there any news on my order? It was due on Monday & I need it <soon>."
 
@@ -55,36 +49,12 @@ def channel(server: FakeSMTP) -> dict[str, object]:
             "reply_token_secret": "bench-reply-token-secret"}
 
 
-def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
-
-
 async def bench_desk(server: FakeSMTP, tmp: Path, conversations: int, messages: int) -> tuple[float, list[float]]:
-    config = Config.from_mapping({
-        "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}", "secret_key": "bench-secret-key-0123456789",
-        "server": {"public_url": "http://desk.test"}, "channels": [channel(server)],
-    })
-    desk = Desk(config, run_timers=False)
-    await desk.start()
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)), base_url="http://desk.test")
-    try:
-        cids = []
-        for _ in range(conversations):
-            cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
-            result = (await client.post(f"/api/conversations/{cid}/tools/handoff_request", json=REQUEST)).json()
-            assert result.get("ok"), result
-            cids.append(cid)
+    async with desk_with_handoffs(tmp, channel(server), conversations) as (_, client, cids):
         per_conversation = messages // conversations
         total, before = per_conversation * conversations, len(server.messages)
-
-        async def subscriber(cid: str) -> None:
-            for k in range(per_conversation):
-                text = TEXT.format(k=k)
-                response = await client.post(f"/api/conversations/{cid}/messages", json={"text": text})
-                assert response.json()["routed_to"] == "human", response.text
-
         started = time.perf_counter()
-        await asyncio.gather(*(subscriber(cid) for cid in cids))
+        await post_all(client, cids, per_conversation, TEXT)
         await server.wait_for(lambda: len(server.messages) - before >= total, timeout=600)
         elapsed = time.perf_counter() - started
         assert len(server.messages) - before == total  # nothing sent twice
@@ -94,13 +64,10 @@ async def bench_desk(server: FakeSMTP, tmp: Path, conversations: int, messages: 
         for k in range(LATENCY_SAMPLES):
             count = len(server.messages)
             sent = time.perf_counter()
-            await client.post(f"/api/conversations/{cids[0]}/messages", json={"text": TEXT.format(k=k)})
+            await client.post(f"/api/conversations/{cids[0]}/messages", json={"text": TEXT.format(c=0, k=k)})
             await server.wait_for(lambda count=count: len(server.messages) > count, timeout=60)
             latencies.append(time.perf_counter() - sent)
         return total / elapsed, latencies
-    finally:
-        await client.aclose()
-        await desk.stop()
 
 
 async def bench_adapter(server: FakeSMTP, conversations: int, messages: int) -> float:

@@ -38,57 +38,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
-import httpx  # noqa: E402
 
-from bot.app import create_app  # noqa: E402
-from bot.config import Config  # noqa: E402
-from bot.desk import Desk  # noqa: E402
+from bench.relay_harness import desk_with_handoffs, post_all  # noqa: E402
 from bot.logs import configure_logging  # noqa: E402
 from tests.fake_telegram import STAFF_CHAT_ID, FakeTelegram  # noqa: E402
 
 TOKEN = "123456:BENCH-token_abcdefghijklmnop"
-REQUEST = {"channel_id": 1, "summary": "Ana's order #1234 is a week late and she wants a person to check it.",
-           "expected_action": "Look up order #1234 and tell Ana when it will arrive."}
 TEXT = "message {k}: is there any news on my order? It was due on Monday & I need it <soon>."
 
 
 async def bench_desk(fake: FakeTelegram, tmp: Path, conversations: int, messages: int) -> float:
     """Messages/s from the first POST until the fake has every relay."""
-    config = Config.from_mapping({
-        "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}",
-        "secret_key": "bench-secret-key-0123456789",
-        "server": {"public_url": "http://desk.test"},
-        "channels": [{"id": 1, "kind": "telegram", "label": "Support (Telegram)", "bot_token": TOKEN,
-                      "chat_id": STAFF_CHAT_ID, "api_base_url": fake.base_url}],
-    })
-    desk = Desk(config, run_timers=False)
-    await desk.start()
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)), base_url="http://desk.test")
-    try:
-        cids = []
-        for _ in range(conversations):
-            cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
-            result = (await client.post(f"/api/conversations/{cid}/tools/handoff_request", json=REQUEST)).json()
-            assert result.get("ok"), result
-            cids.append(cid)
+    channel = {"id": 1, "kind": "telegram", "label": "Support (Telegram)", "bot_token": TOKEN,
+               "chat_id": STAFF_CHAT_ID, "api_base_url": fake.base_url}
+    async with desk_with_handoffs(tmp, channel, conversations) as (_, client, cids):
         per_conversation = messages // conversations
-        before = len(fake.requests("sendMessage"))
-        total = per_conversation * conversations
-
-        async def subscriber(cid: str) -> None:
-            for k in range(per_conversation):
-                response = await client.post(f"/api/conversations/{cid}/messages", json={"text": TEXT.format(k=k)})
-                assert response.json()["routed_to"] == "human", response.text
-
+        before, total = len(fake.requests("sendMessage")), per_conversation * conversations
         started = time.perf_counter()
-        await asyncio.gather(*(subscriber(cid) for cid in cids))
+        await post_all(client, cids, per_conversation, TEXT)
         await fake.wait_for(lambda: len(fake.requests("sendMessage")) - before >= total, timeout=600)
         elapsed = time.perf_counter() - started
         assert len(fake.requests("sendMessage")) - before == total  # nothing sent twice
         return total / elapsed
-    finally:
-        await client.aclose()
-        await desk.stop()
 
 
 async def bench_bare(fake: FakeTelegram, conversations: int, messages: int) -> float:

@@ -28,7 +28,6 @@ import asyncio
 import os
 import platform
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -36,64 +35,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
-import httpx  # noqa: E402
 
-from bot.app import create_app  # noqa: E402
-from bot.config import Config  # noqa: E402
-from bot.desk import Desk  # noqa: E402
+from bench.relay_harness import desk_with_handoffs, percentile, post_all  # noqa: E402
 from bot.logs import configure_logging  # noqa: E402
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio  # noqa: E402
 
-REQUEST = {"channel_id": 1, "summary": "Ana's order #1234 is a week late and she wants a person to check it.",
-           "expected_action": "Look up order #1234 and tell Ana when it will arrive."}
 TEXT = "c{c} message {k}: is there any news on my order? It was due on *Monday* & I need it soon."
 
 
-def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
-
-
 async def bench_desk(fake: FakeTwilio, tmp: Path, conversations: int, messages: int) -> tuple[float, list[float]]:
-    config = Config.from_mapping({
-        "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}",
-        "secret_key": "bench-secret-key-0123456789",
-        "server": {"public_url": "http://desk.test"},
-        "channels": [{"id": 1, "kind": "whatsapp", "label": "On-call", "account_sid": ACCOUNT_SID, "auth_token": AUTH_TOKEN,
-                      "from": SENDER, "to": [ANA_PHONE], "api_base_url": fake.base_url}],
-    })
-    desk = Desk(config, run_timers=False)
-    await desk.start()
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)), base_url="http://desk.test")
-    try:
-        cids = []
-        for _ in range(conversations):
-            cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
-            result = (await client.post(f"/api/conversations/{cid}/tools/handoff_request", json=REQUEST)).json()
-            assert result.get("ok"), result
-            cids.append(cid)
+    channel = {"id": 1, "kind": "whatsapp", "label": "On-call", "account_sid": ACCOUNT_SID, "auth_token": AUTH_TOKEN,
+               "from": SENDER, "to": [ANA_PHONE], "api_base_url": fake.base_url}
+    async with desk_with_handoffs(tmp, channel, conversations) as (_, client, cids):
         per_conversation = messages // conversations
-        before = len(fake.messages)
-        total = per_conversation * conversations
+        before, total = len(fake.messages), per_conversation * conversations
         posted: dict[str, float] = {}
-
-        async def subscriber(c: int, cid: str) -> None:
-            for k in range(per_conversation):
-                text = TEXT.format(c=c, k=k)
-                posted[text] = time.monotonic()
-                response = await client.post(f"/api/conversations/{cid}/messages", json={"text": text})
-                assert response.json()["routed_to"] == "human", response.text
-
         started = time.perf_counter()
-        await asyncio.gather(*(subscriber(c, cid) for c, cid in enumerate(cids)))
+        await post_all(client, cids, per_conversation, TEXT, posted)
         await fake.wait_for(lambda: len(fake.messages) - before >= total, timeout=600)
         elapsed = time.perf_counter() - started
         assert len(fake.messages) - before == total  # nothing sent twice
         arrived = {c.form["Body"].split(": ", 1)[1].replace("∗", "*"): c.at for c in fake.calls if c.form.get("Body")}
         latencies = [(arrived[text] - at) * 1000 for text, at in posted.items()]
         return total / elapsed, latencies
-    finally:
-        await client.aclose()
-        await desk.stop()
 
 
 async def bench_bare(fake: FakeTwilio, conversations: int, messages: int) -> tuple[float, list[float]]:

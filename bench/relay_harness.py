@@ -1,0 +1,71 @@
+"""What the relay benchmarks share: a started desk on a fresh SQLite file with one channel
+and `conversations` active handoffs on it, the subscribers' messages posted through the HTTP
+API (one task per conversation, in order), and percentiles."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
+
+import httpx  # noqa: E402
+
+from bot.app import create_app  # noqa: E402
+from bot.config import Config  # noqa: E402
+from bot.desk import Desk  # noqa: E402
+
+SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
+ACTION = "Look up order #1234 and tell Ana when it will arrive."
+
+
+@asynccontextmanager
+async def desk_with_handoffs(
+    tmp: Path, channel: dict[str, Any], conversations: int,
+) -> AsyncIterator[tuple[Desk, httpx.AsyncClient, list[str]]]:
+    config = Config.from_mapping({
+        "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}",
+        "secret_key": "bench-secret-key-0123456789",
+        "server": {"public_url": "http://desk.test"},
+        "channels": [channel],
+    })
+    desk = Desk(config, run_timers=False)
+    await desk.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)), base_url="http://desk.test")
+    try:
+        cids = []
+        request = {"channel_id": channel["id"], "summary": SUMMARY, "expected_action": ACTION}
+        for _ in range(conversations):
+            cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
+            result = (await client.post(f"/api/conversations/{cid}/tools/handoff_request", json=request)).json()
+            assert result.get("ok"), result
+            cids.append(cid)
+        yield desk, client, cids
+    finally:
+        await client.aclose()
+        await desk.stop()
+
+
+async def post_all(client: httpx.AsyncClient, cids: list[str], per_conversation: int, text: str,
+                   posted: dict[str, float] | None = None) -> None:
+    """Each conversation's subscriber posts `per_conversation` messages (`text` formatted
+    with c, the conversation's index, and k), in order; `posted` records when each text went."""
+    async def subscriber(c: int, cid: str) -> None:
+        for k in range(per_conversation):
+            body = text.format(c=c, k=k)
+            if posted is not None:
+                posted[body] = time.monotonic()
+            response = await client.post(f"/api/conversations/{cid}/messages", json={"text": body})
+            assert response.json()["routed_to"] == "human", response.text
+
+    await asyncio.gather(*(subscriber(c, cid) for c, cid in enumerate(cids)))
+
+
+def percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
