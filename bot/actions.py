@@ -12,13 +12,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import time
 from typing import Any
 
 import httpx
 
-from bot.agents.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from bot.config import CallableActionRun, HttpActionRun
+from bot.signed_http import post_signed
 
 
 class ActionFailed(Exception):
@@ -57,15 +56,9 @@ async def _post(run: HttpActionRun, action_id: str, approval_id: str | None, con
     body = json.dumps({
         "action": action_id, "approval_id": approval_id, "conversation_id": conversation_id, "arguments": arguments,
     }, separators=(",", ":")).encode()
-    timestamp = int(time.time())
-    headers = {
-        "Content-Type": "application/json", TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: sign(run.secret.get_secret_value(), timestamp, body),
-        **({DELIVERY_HEADER: approval_id} if approval_id else {}),
-    }
     try:
         async with httpx.AsyncClient(timeout=run.timeout.total_seconds()) as client:
-            response = await client.post(run.url, content=body, headers=headers)
+            response = await post_signed(client, run.url, body, secret=run.secret.get_secret_value(), delivery=approval_id)
     except httpx.TimeoutException:
         raise ActionFailed(f"{run.url} did not answer within {run.timeout.total_seconds():g}s; "
                            "the action may or may not have run") from None

@@ -23,11 +23,9 @@ the owner's orchestrator (`user_actions.webhook`), and so is its outcome.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,7 +38,6 @@ from sqlalchemy.exc import IntegrityError
 
 from bot import audit, conversations
 from bot.actions import ActionFailed, run_action
-from bot.agents.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from bot.background import Background
 from bot.bus import ConversationBus
 from bot.clock import Clock
@@ -50,6 +47,7 @@ from bot.errors import DeskError, NotFound
 from bot.metrics import Metrics
 from bot.models import Conversation, UserAction
 from bot.rendering import Renderer
+from bot.signed_http import post_signed
 from bot.text import CleanStr
 
 log = structlog.get_logger(__name__)
@@ -297,39 +295,21 @@ class UserActions:
         self.background.spawn(self._post(kind, action), name=f"{kind}:{action.id}")
 
     async def _post(self, kind: str, action: UserAction) -> None:
-        """POST the event, signed, retrying connection errors, 429 and 5xx a few times with
-        the same delivery id (the orchestrator can drop a repeat); every outcome is audited."""
+        """POST the event, signed; transient failures are retried with the same delivery id
+        (the orchestrator can drop a repeat); the outcome is audited."""
         assert self.webhook is not None
         body = json.dumps({"type": kind, **view(action)}, separators=(",", ":")).encode()
-        outcome = "not sent"
-        for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
-            timestamp = int(time.time())
-            headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: str(timestamp),
-                       SIGNATURE_HEADER: sign(self.webhook.secret.get_secret_value(), timestamp, body),
-                       DELIVERY_HEADER: f"{action.id}:{kind}"}
-            wait: float | None = None
-            try:
-                async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
-                    response = await client.post(self.webhook.url, content=body, headers=headers)
-                outcome = f"answered {response.status_code}"
-                if response.status_code < 300 or (response.status_code < 500 and response.status_code != 429):
-                    break  # delivered, or refused for good
-                wait = _seconds(response.headers.get("retry-after"))
-            except httpx.HTTPError as exc:
-                outcome = f"failed: {type(exc).__name__}"
-            if attempt < WEBHOOK_ATTEMPTS:
-                await asyncio.sleep(wait if wait is not None else 2.0 ** attempt)
+        try:
+            async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
+                response = await post_signed(client, self.webhook.url, body, secret=self.webhook.secret.get_secret_value(),
+                                             delivery=f"{action.id}:{kind}", attempts=WEBHOOK_ATTEMPTS)
+            outcome = f"answered {response.status_code}"
+        except httpx.HTTPError as exc:
+            outcome = f"failed: {type(exc).__name__}"
         async with self.db.transaction() as session:
             await audit.record(session, "user_action_webhook", at=self.clock.now(), actor="desk",
                                conversation_id=action.conversation_id, user_action_id=action.id, event=kind,
-                               outcome=outcome, attempts=attempt)
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return min(60.0, max(0.0, float(value))) if value is not None else None
-    except ValueError:
-        return None
+                               outcome=outcome)
 
 
 def keyword_outcome(text: str) -> Literal["done", "cancelled"] | None:

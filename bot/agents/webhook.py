@@ -14,7 +14,7 @@ and the bot answers `{"replies": ["…"], "tool_calls": [{"id": "1", "name": "ha
 `tool_results` (the loop in bot/agents/loop.py). The bot may also call the HTTP API's tool
 endpoints itself, at any time.
 
-Signature, for the owner to check with `verify()` below (or in any language):
+Signature, for the owner to check with `verify()` (bot/signed_http.py, importable from here too):
 `X-Handoff-Signature: v1=<hex HMAC-SHA256(secret, "<X-Handoff-Timestamp>." + raw body)>`;
 a request older than five minutes must be refused. `X-Handoff-Delivery` is the same for
 every retry of one request, so the bot can drop a repeat.
@@ -26,57 +26,25 @@ subscriber with its fallback reply.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import json
-import time
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
-import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.agents import loop
 from bot.agents.base import Agent, Turn
 from bot.config import WebhookAgentConfig
-
-log = structlog.get_logger(__name__)
-
-SIGNATURE_HEADER = "X-Handoff-Signature"
-TIMESTAMP_HEADER = "X-Handoff-Timestamp"
-DELIVERY_HEADER = "X-Handoff-Delivery"
-TOLERANCE_SECONDS = 300
-MAX_BACKOFF_SECONDS = 8.0
-
-
-# --------------------------------------------------------------------------- signing (both sides)
-
-
-class InvalidSignature(Exception):
-    """The request was not signed with the shared secret, or is too old to trust."""
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"v1={digest}"
-
-
-def verify(secret: str, headers: Mapping[str, str], body: bytes, *, now: float | None = None,
-           tolerance: float = TOLERANCE_SECONDS) -> None:
-    """For the owner's bot: raise InvalidSignature unless the request came from the desk.
-    Check the raw body, before parsing it. `headers` may use any letter case."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    raw_ts, signature = lowered.get(TIMESTAMP_HEADER.lower(), ""), lowered.get(SIGNATURE_HEADER.lower(), "")
-    if not raw_ts.isdigit() or not signature:
-        raise InvalidSignature(f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER}")
-    if abs((time.time() if now is None else now) - int(raw_ts)) > tolerance:
-        raise InvalidSignature("the timestamp is more than five minutes off: a replay, or a clock to fix")
-    if not hmac.compare_digest(signature.encode(), sign(secret, int(raw_ts), body).encode()):
-        raise InvalidSignature("the signature does not match the body")
-
+from bot.signed_http import (  # noqa: F401 - the owner's side imports verify from here
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    InvalidSignature,
+    post_signed,
+    sign,
+    verify,
+)
 
 # --------------------------------------------------------------------------- the answer
 
@@ -133,30 +101,15 @@ class WebhookAgent(Agent):
 
     async def _post(self, payload: dict[str, Any]) -> _Reply:
         body = json.dumps(payload, separators=(",", ":")).encode()
-        delivery = uuid.uuid4().hex
-        secret = self.config.secret.get_secret_value()
-        for attempt in range(self.config.max_retries + 1):
-            timestamp = int(time.time())
-            headers = {
-                "Content-Type": "application/json", TIMESTAMP_HEADER: str(timestamp),
-                SIGNATURE_HEADER: sign(secret, timestamp, body), DELIVERY_HEADER: delivery,
-            }
-            try:
-                response = await self._http.post(self.config.url, content=body, headers=headers)
-            except httpx.HTTPError as exc:
-                problem, wait = f"{type(exc).__name__} calling {self.config.url}", None
-            else:
-                if response.status_code < 300:
-                    return _parse(response)
-                if response.status_code != 429 and response.status_code < 500:
-                    raise WebhookAgentError(f"{self.config.url} answered {response.status_code}: {response.text[:200]}")
-                problem, wait = f"{self.config.url} answered {response.status_code}", _retry_after(response)
-            if attempt == self.config.max_retries:
-                raise WebhookAgentError(f"{problem}; gave up after {attempt + 1} attempts")
-            delay = wait if wait is not None else min(MAX_BACKOFF_SECONDS, 0.5 * 2**attempt)
-            log.warning("webhook_agent_retry", problem=problem, attempt=attempt + 1, retry_in_seconds=delay)
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+        attempts = self.config.max_retries + 1
+        try:
+            response = await post_signed(self._http, self.config.url, body, secret=self.config.secret.get_secret_value(),
+                                         delivery=uuid.uuid4().hex, attempts=attempts)
+        except httpx.HTTPError as exc:
+            raise WebhookAgentError(f"{type(exc).__name__} calling {self.config.url}; gave up after {attempts} attempts") from None
+        if response.status_code >= 300:
+            raise WebhookAgentError(f"{self.config.url} answered {response.status_code}: {response.text[:200]}")
+        return _parse(response)
 
 
 def _parse(response: httpx.Response) -> _Reply:
@@ -166,9 +119,3 @@ def _parse(response: httpx.Response) -> _Reply:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors(include_input=False))
         raise WebhookAgentError(f"the bot's answer is not {{replies, tool_calls}}: {problems}") from None
 
-
-def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        return min(MAX_BACKOFF_SECONDS * 4, max(0.0, float(response.headers.get("retry-after", ""))))
-    except ValueError:
-        return None
