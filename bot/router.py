@@ -29,7 +29,7 @@ from bot.metrics import Metrics
 from bot.models import ACTIVE, HandoffSession, Message
 from bot.outbox import Outbox
 from bot.tools import ToolContext, ToolRegistry
-from bot.user_actions import UserActions, keyword_outcome
+from bot.user_actions import UserActions, keyword_outcome, pending_in
 
 log = structlog.get_logger(__name__)
 
@@ -78,12 +78,12 @@ class Router:
         # One message of a conversation at a time: a message arriving while the agent is
         # escalating is routed after the turn ends, to the human if the handoff started.
         async with self._lock(conversation_id):
-            waiting = await self.user_actions.pending_for(conversation_id)
-            redaction = self.user_actions.redact(waiting, text)
-            text = redaction.text  # a code or password is never stored, relayed or shown to the agent
             now = self.clock.now()
             async with self.db.transaction() as session:
                 conversation = await conversations.get(session, conversation_id)
+                waiting = await pending_in(session, conversation_id)
+                redaction = self.user_actions.redact(waiting, text)
+                text = redaction.text  # a code or password is never stored, relayed or shown to the agent
                 routed = await self.handoffs.route_subscriber_message(session, conversation, text, now)
                 if routed is None:
                     stored = await conversations.add_message(session, conversation_id, role="subscriber", text=text, now=now)

@@ -35,6 +35,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot import audit, conversations
 from bot.actions import ActionFailed, run_action
@@ -133,8 +134,7 @@ class UserActions:
     async def _request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> dict[str, Any]:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            pending = await session.scalar(select(UserAction).where(
-                UserAction.conversation_id == conversation.id, UserAction.state == PENDING))
+            pending = await pending_in(session, conversation.id)
             if pending is not None:
                 same = (pending.reason, pending.details) == (args.reason, args.details)
                 await audit.record(session, "user_action_rejected", at=now, actor=actor, conversation_id=conversation.id,
@@ -181,8 +181,7 @@ class UserActions:
 
     async def pending_for(self, conversation_id: str) -> UserAction | None:
         async with self.db.read() as session:
-            return await session.scalar(select(UserAction).where(
-                UserAction.conversation_id == conversation_id, UserAction.state == PENDING))
+            return await pending_in(session, conversation_id)
 
     async def move(self, user_action_id: str, direction: Literal["next", "previous"]) -> UserAction:
         """Show the next or previous guided step. It only changes what is explained: no step
@@ -310,6 +309,12 @@ class UserActions:
             await audit.record(session, "user_action_webhook", at=self.clock.now(), actor="desk",
                                conversation_id=action.conversation_id, user_action_id=action.id, event=kind,
                                outcome=outcome)
+
+
+async def pending_in(session: AsyncSession, conversation_id: str) -> UserAction | None:
+    """The conversation's pending user action (at most one: a unique index), in the caller's session."""
+    return await session.scalar(select(UserAction).where(
+        UserAction.conversation_id == conversation_id, UserAction.state == PENDING))
 
 
 def keyword_outcome(text: str) -> Literal["done", "cancelled"] | None:
