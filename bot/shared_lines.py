@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from bot import audit
 from bot.clock import Clock
@@ -118,7 +118,7 @@ class SharedLines:
                     HandoffSession.thread_key == thread_key,
                     HandoffSession.state == ACTIVE,
                 )
-                .order_by(func.coalesce(HandoffSession.focused_at, HandoffSession.activated_at).desc(),
+                .order_by(HandoffSession.focused_at.desc(),  # set on activation (and backfilled by migration 0005)
                           HandoffSession.created_at.desc())
             )).all()
         return [_view(handoff, name) for handoff, name in rows]
