@@ -15,3 +15,15 @@ async def refund(arguments: dict[str, Any]) -> dict[str, Any]:
 def broken(arguments: dict[str, Any]) -> None:
     CALLS.append(arguments)
     raise RuntimeError("payment provider said no")
+
+
+REFUND_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0},
+                                                  "note": {"type": "string"}},
+                 "required": ["order_id", "amount"], "additionalProperties": False}
+
+
+def refund_action(approval_channel: int, **overrides: Any) -> dict[str, Any]:
+    """`refund_order` as the tests declare it, asking on `approval_channel` and running `refund` above."""
+    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
+            "policy": "ask", "approval_channels": [approval_channel], "input_schema": REFUND_SCHEMA,
+            "run": {"callable": "tests.approval_actions:refund"}, **overrides}

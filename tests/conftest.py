@@ -129,6 +129,10 @@ class Harness:
         assert response.status_code == 200, response.text
         return response.json()["events"]
 
+    async def system_texts(self, cid: str) -> list[str]:
+        """The system messages the agent read (resume, approval and user-action notes)."""
+        return [m["text"] for m in await self.messages(cid) if m["role"] == "system"]
+
     async def kinds(self, sid: str) -> list[str]:
         return [e["kind"] for e in await self.events(sid)]
 
@@ -164,6 +168,15 @@ async def start_desk(database_url: str) -> AsyncIterator[StartDesk]:
 @pytest.fixture
 async def harness(start_desk: StartDesk) -> Harness:
     return await start_desk()
+
+
+@pytest.fixture
+def calls() -> list[dict[str, Any]]:
+    """What the declared test actions ran with (tests/approval_actions.py), fresh per test."""
+    from tests import approval_actions
+
+    approval_actions.CALLS.clear()
+    return approval_actions.CALLS
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from channels.base import (
     UncertainDeliveryError,
 )
 from channels.discord import DiscordChannel, DiscordConfig, escape, split_for_messages
+from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
 from tests.conftest import Harness, StartDesk
 from tests.fake_discord import (
@@ -624,24 +625,12 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
 
 # --------------------------------------------------------------------------- approvals
 
-REFUND_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0},
-                                                  "note": {"type": "string"}},
-                 "required": ["order_id", "amount"], "additionalProperties": False}
 EDIT = "PATCH /channels/{id}/messages/{id}"
 
 
 def refund_action(**overrides: Any) -> dict[str, Any]:
-    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
-            "policy": "ask", "approval_channels": [5], "input_schema": REFUND_SCHEMA,
-            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+    return shared_refund_action(5, **overrides)
 
-
-@pytest.fixture
-def calls() -> list[dict[str, Any]]:
-    from tests import approval_actions
-
-    approval_actions.CALLS.clear()
-    return approval_actions.CALLS
 
 
 async def approvals_desk(start_desk: StartDesk, fake: FakeDiscord, *actions: dict[str, Any], entry: dict[str, Any] | None = None,
@@ -669,9 +658,6 @@ async def press(h: Harness, fake: FakeDiscord, prompt: dict[str, Any], choice: s
 def components(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for row in message.get("components") or [] for c in row["components"]]
 
-
-async def system_texts(h: Harness, cid: str) -> list[str]:
-    return [m["text"] for m in await h.messages(cid) if m["role"] == "system"]
 
 
 async def approval_view(h: Harness, aid: str) -> dict[str, Any]:
@@ -722,7 +708,7 @@ async def test_approve_in_discord_runs_the_action_answers_privately_and_retires_
     assert answer["data"]["content"].startswith("Your answer (approve) is recorded")
     await h.desk.settle()
     assert calls == [{"order_id": "1234", "amount": 25.5}]
-    assert await system_texts(h, cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
+    assert await h.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                           'Result: {"refund_id": "rf_1", "amount": 25.5}]']
     view = await approval_view(h, aid)
     assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Kim" and view["receipt"]["via"] == "channel:5"
@@ -740,7 +726,7 @@ async def test_approve_in_discord_runs_the_action_answers_privately_and_retires_
     await interaction(h, fake, click)
     await press(h, fake, prompt, "deny", user=SAM)
     await h.desk.settle()
-    assert calls == [{"order_id": "1234", "amount": 25.5}] and len(await system_texts(h, cid)) == 1
+    assert calls == [{"order_id": "1234", "amount": 25.5}] and len(await h.system_texts(cid)) == 1
     assert await inbound_count(h) == 2  # the retried interaction was dropped
 
 
@@ -752,7 +738,7 @@ async def test_deny_in_discord_is_permission_denied_and_nothing_runs(
     aid, prompt = await ask(h, fake, cid, order_id="1234", amount=900)
     await press(h, fake, prompt, "deny")
     assert calls == []
-    [note] = await system_texts(h, cid)
+    [note] = await h.system_texts(cid)
     assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it.")
     assert fake.posts(STAFF_CHANNEL)[-1]["embeds"][0]["fields"][-1]["value"] == (
         f"Denied by Sam: refund\\_order ({escape(aid)}) will not run.")

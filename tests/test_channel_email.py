@@ -34,6 +34,7 @@ from channels.base import (
     UncertainDeliveryError,
 )
 from channels.email import EmailChannel, EmailConfig, html_to_text, one_line, strip_reply
+from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_smtp import FakeSMTP, Received, self_signed_certificate
 
@@ -630,9 +631,7 @@ APPROVAL_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string
 
 
 def refund_action(**overrides: Any) -> dict[str, Any]:
-    return {"id": "refund_order", "description": "Refund an order <to> the original payment method & notify", "risk": "high",
-            "policy": "ask", "approval_channels": [4], "input_schema": APPROVAL_SCHEMA,
-            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+    return shared_refund_action(4, **{"description": "Refund an order <to> the original payment method & notify", "input_schema": APPROVAL_SCHEMA, **overrides})
 
 
 async def approval_desk(start_desk: StartDesk, server: FakeSMTP, *actions: dict[str, Any]) -> Harness:
@@ -662,9 +661,6 @@ def decision_path(prompt: Received) -> str:
 async def decide_on_page(harness: Harness, path: str, decision: str, **form: str) -> Any:
     return await harness.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": decision, **form})
 
-
-async def system_texts(harness: Harness, cid: str) -> list[str]:
-    return [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
 
 
 async def test_an_approval_prompt_is_a_new_escaped_mail_with_the_arguments_and_the_decision_link(
@@ -709,7 +705,7 @@ async def test_approving_on_the_page_runs_the_action_and_the_closing_mail_answer
     assert (await decide_on_page(harness, path, "approve", name="Kim")).status_code == 200
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
-    assert (await system_texts(harness, cid))[0].startswith("[Approval — refund_order was approved and ran")
+    assert (await harness.system_texts(cid))[0].startswith("[Approval — refund_order was approved and ran")
     closed = smtp.messages[-1]
     assert closed.message["In-Reply-To"] == closed.message["References"] == prompt.message["Message-ID"]
     assert str(closed.message["Subject"]) == "Re: [Approval needed] refund_order (high risk)"
@@ -734,7 +730,7 @@ async def test_denying_on_the_page_is_permission_denied_and_the_closing_mail_say
     assert response.status_code == 200
     await harness.desk.settle()
     assert approval_actions.CALLS == []
-    [note] = await system_texts(harness, cid)
+    [note] = await harness.system_texts(cid)
     assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it: Over the limit.")
     closed = smtp.messages[-1]
     assert closed.message["In-Reply-To"] == prompt.message["Message-ID"]

@@ -25,6 +25,7 @@ from bot.models import InboundEvent
 from bot.rendering import Renderer
 from channels.base import ChannelAuthError, ChannelContext, Outbound, TranscriptLine
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
+from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
 from tests.conftest import Harness, StartDesk
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
@@ -621,24 +622,12 @@ async def test_a_new_form_link_from_the_owner_arrives_in_the_thread_as_a_link(de
 
 # --------------------------------------------------------------------------- approvals
 
-REFUND_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0},
-                                                  "note": {"type": "string"}},
-                 "required": ["order_id", "amount"], "additionalProperties": False}
 FORM = "application/x-www-form-urlencoded"
 
 
 def refund_action(**overrides: Any) -> dict[str, Any]:
-    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
-            "policy": "ask", "approval_channels": [2], "input_schema": REFUND_SCHEMA,
-            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+    return shared_refund_action(2, **overrides)
 
-
-@pytest.fixture
-def calls() -> list[dict[str, Any]]:
-    from tests import approval_actions
-
-    approval_actions.CALLS.clear()
-    return approval_actions.CALLS
 
 
 async def approvals_desk(start_desk: StartDesk, fake: FakeSlack, *actions: dict[str, Any], **overrides: Any) -> Harness:
@@ -674,9 +663,6 @@ def preformatted(message: dict[str, Any]) -> str:
     return "".join(t["text"] for b in message["blocks"] if b["type"] == "rich_text" for e in b["elements"]
                    if e["type"] == "rich_text_preformatted" for t in e["elements"])
 
-
-async def system_texts(h: Harness, cid: str) -> list[str]:
-    return [m["text"] for m in await h.messages(cid) if m["role"] == "system"]
 
 
 async def approval(h: Harness, aid: str) -> dict[str, Any]:
@@ -731,7 +717,7 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     response = await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
     assert response.status_code == 200 and response.text == ""  # acknowledged at once, no Slack call in between
     assert calls == [{"order_id": "1234", "amount": 25.5}]
-    assert await system_texts(h, cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
+    assert await h.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                           'Result: {"refund_id": "rf_1", "amount": 25.5}]']
     view = await approval(h, aid)
     assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Sam" and view["receipt"]["via"] == "channel:2"
@@ -750,7 +736,7 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
     await press(h, prompt, "approval_deny", user="U0KIM", name="kim")
     assert calls == [{"order_id": "1234", "amount": 25.5}]
-    assert (await approval(h, aid))["state"] == "approved" and len(await system_texts(h, cid)) == 1
+    assert (await approval(h, aid))["state"] == "approved" and len(await h.system_texts(cid)) == 1
     async with h.desk.db.read() as session:
         results = list((await session.scalars(select(InboundEvent.result).order_by(InboundEvent.id))).all())
     assert results == ["approval approved", f"approval {aid} is already approved"]  # the replay was not even stored
@@ -764,7 +750,7 @@ async def test_deny_in_slack_is_permission_denied_and_nothing_runs(
     aid, prompt = await ask(h, fake, cid, order_id="1234", amount=900)
     await press(h, prompt, "approval_deny", user="U0KIM", name="kim")
     assert calls == []
-    [note] = await system_texts(h, cid)
+    [note] = await h.system_texts(cid)
     assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it.")
     assert fake.top_level(CHANNEL)[0]["blocks"][-1]["text"]["text"] == f"Denied by Kim: refund_order ({aid}) will not run."
 

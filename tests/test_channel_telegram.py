@@ -33,6 +33,7 @@ from channels.base import (
     UncertainDeliveryError,
 )
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
+from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 
@@ -634,23 +635,11 @@ async def test_the_adapter_can_be_driven_without_the_desk(fake: FakeTelegram) ->
 
 # --------------------------------------------------------------------------- approvals
 
-REFUND_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0},
-                                                  "note": {"type": "string"}},
-                 "required": ["order_id", "amount"], "additionalProperties": False}
 
 
 def refund_action(**overrides: Any) -> dict[str, Any]:
-    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
-            "policy": "ask", "approval_channels": [1], "input_schema": REFUND_SCHEMA,
-            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+    return shared_refund_action(1, **overrides)
 
-
-@pytest.fixture
-def calls() -> list[dict[str, Any]]:
-    from tests import approval_actions
-
-    approval_actions.CALLS.clear()
-    return approval_actions.CALLS
 
 
 async def approvals_desk(start_desk: StartDesk, fake: FakeTelegram, *actions: dict[str, Any], **overrides: Any) -> Harness:
@@ -665,9 +654,6 @@ async def ask(harness: Harness, fake: FakeTelegram, cid: str, **arguments: Any) 
     await harness.desk.settle()
     return result["approval_id"], fake.sent()[-1]
 
-
-async def system_texts(harness: Harness, cid: str) -> list[str]:
-    return [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
 
 
 async def approval_state(harness: Harness, aid: str) -> dict[str, Any]:
@@ -712,7 +698,7 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
                                "text": "Your answer (approve) is recorded; the first answer counts."}
     await harness.desk.settle()
     assert calls == [{"order_id": "1234", "amount": 25.5}]
-    assert await system_texts(harness, cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
+    assert await harness.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                                 'Result: {"refund_id": "rf_1", "amount": 25.5}]']
     view = await approval_state(harness, aid)
     assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Kim" and view["receipt"]["via"] == "channel:1"
@@ -727,7 +713,7 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
     # Telegram redelivers the same update, or someone else presses on an old copy: nothing more runs
     await deliver(harness, press)
     await deliver(harness, fake.callback_update(prompt["message_id"], user=SAM, data=f"ap:{aid}:n"))
-    assert calls == [{"order_id": "1234", "amount": 25.5}] and len(await system_texts(harness, cid)) == 1
+    assert calls == [{"order_id": "1234", "amount": 25.5}] and len(await harness.system_texts(cid)) == 1
     assert (await approval_state(harness, aid))["state"] == "approved"
     assert await stored_events(harness) == 2  # the redelivery was dropped
 
@@ -740,7 +726,7 @@ async def test_deny_in_telegram_is_permission_denied_and_nothing_runs(
     aid, prompt = await ask(harness, fake, cid, order_id="1234", amount=900)
     await deliver(harness, fake.callback_update(prompt["message_id"], user=SAM, data=f"ap:{aid}:n"))
     assert calls == []
-    [note] = await system_texts(harness, cid)
+    [note] = await harness.system_texts(cid)
     assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it.")
     assert fake.sent()[-1]["text"] == f"Denied by Sam Lee: refund_order ({aid}) will not run."
 

@@ -35,6 +35,7 @@ from channels.base import (
     WebhookRequest,
 )
 from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppConfig, defuse, utf16_len
+from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, SENDER, FakeTwilio
 
@@ -555,9 +556,7 @@ APPROVAL_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string
 
 
 def refund_action(**overrides: Any) -> dict[str, Any]:
-    return {"id": "refund_order", "description": "Refund an order to the *original* payment method", "risk": "high",
-            "policy": "ask", "approval_channels": [1], "input_schema": APPROVAL_SCHEMA,
-            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+    return shared_refund_action(1, **{"description": "Refund an order to the *original* payment method", "input_schema": APPROVAL_SCHEMA, **overrides})
 
 
 async def approval_desk(start_desk: StartDesk, fake: FakeTwilio, *actions: dict[str, Any]) -> Harness:

@@ -7,6 +7,7 @@ import re
 import httpx
 import pytest
 
+from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk
 
 
@@ -185,9 +186,7 @@ APPROVAL_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string
 
 
 def refund_action(**overrides: object) -> dict[str, object]:
-    return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
-            "policy": "ask", "approval_channels": [1], "input_schema": APPROVAL_SCHEMA,
-            "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+    return shared_refund_action(1, **{"input_schema": APPROVAL_SCHEMA, **overrides})
 
 
 async def approval_desk(start_desk: StartDesk, *actions: dict[str, object]) -> Harness:
