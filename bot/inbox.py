@@ -18,36 +18,51 @@ repeated post changes nothing. Decided approvals are listed with their receipt (
 through what, the argument hash) and what running the action returned, on the list page and
 on the handoff page of their conversation. The owner decides any approval, whichever
 channels its prompt went to: the inbox is the owner's own console, like the HTTP API.
+
+Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version is a hash
+of a few indexed reads (the open handoffs with their states, deadlines and newest message
+id; the pending approvals; approved ones whose action has not finished), so asking "anything
+newer than X?" costs little; only a changed version builds the whole list. A waiting request
+wakes on this process's ConversationBus for the conversations it shows and re-reads the
+database every 2 s, so what another instance (or a brand-new conversation) writes shows up
+too. The page applies the answer in place with DOM calls (textContent, never markup from
+data) and never touches a form the owner is typing in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 
 from bot.approvals import PENDING
 from bot.conversations import message_view, speaker
 from bot.desk import Desk
 from bot.errors import DeskError
 from bot.handoffs import stored_fields
-from bot.models import ACTIVE, Approval, Conversation, HandoffSession
+from bot.models import ACTIVE, OPEN_STATES, Approval, Conversation, HandoffSession, Message
 from bot.paths import TEMPLATES_DIR
 from bot.web import render_page, same_origin, secure_headers
 from channels.base import InboundMessage, pretty_arguments
+from channels.text import clip
 from forms.fields import preview_line
 
 COOKIE = "handoff_owner"
 SESSION_MAX_AGE = 12 * 3600
+LIST_LIMIT = 100  # the list shows the newest 100 open handoffs (an index range, also at 100k open)
+LIST_MAX_WAIT = 25.0
+RECHECK_SECONDS = 2.0  # how often a waiting list request re-reads the database
+PREVIEW_CHARS = 160
 
 inbox = APIRouter()
 
@@ -151,7 +166,7 @@ def _time_left(desk: Desk, deadline: datetime | None) -> str:
     return f"{minutes} min left" if minutes else f"{int(left.total_seconds())} s left"
 
 
-def _card(desk: Desk, handoff: HandoffSession) -> dict[str, Any]:
+def _card(desk: Desk, handoff: HandoffSession, preview: Preview | None = None) -> dict[str, Any]:
     fields = stored_fields(handoff)
     return {
         "h": handoff,
@@ -160,6 +175,68 @@ def _card(desk: Desk, handoff: HandoffSession) -> dict[str, Any]:
         "field_lines": [preview_line(f) for f in fields],
         "form_url": desk.forms.url_for(handoff),
         "can_reply": handoff.state == ACTIVE and handoff.channel_kind == "owner_inbox",
+        "p": preview or Preview(),
+        **_last_line(desk, preview),
+    }
+
+
+def _last_line(desk: Desk, preview: Preview | None) -> dict[str, str]:
+    view = preview.view(desk) if preview is not None else None
+    if not view or not view["last_at"]:
+        return {"last_line": "", "last_who": ""}
+    return {"last_line": f"Last message {view['last_ago']}, from {view['last_who']}", "last_who": view["last_who"]}
+
+
+def _ago(desk: Desk, moment: datetime | None) -> str:
+    if moment is None:
+        return ""
+    seconds = (desk.clock.now() - moment).total_seconds()
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+class Preview:
+    """What a list card shows of its conversation: who it is, the subscriber's last words and
+    when anyone last spoke."""
+
+    def __init__(self, subscriber: str | None = None, last: Message | None = None,
+                 said: Message | None = None, conversation: Conversation | None = None) -> None:
+        self.subscriber, self.last, self.said, self.conversation = subscriber, last, said, conversation
+
+    def view(self, desk: Desk) -> dict[str, Any]:
+        last, said = self.last, self.said
+        return {
+            "subscriber": self.subscriber or "",
+            "said": None if said is None else {"id": said.id, "text": clip(" ".join(said.text.split()), PREVIEW_CHARS)},
+            "last_id": last.id if last is not None else 0,
+            "last_at": last.created_at.isoformat() if last is not None else "",
+            "last_ago": _ago(desk, last.created_at) if last is not None else "",
+            "last_who": speaker(last, self.conversation) if last is not None and self.conversation is not None else "",
+        }
+
+
+async def _previews(desk: Desk, conversation_ids: list[str]) -> dict[str, Preview]:
+    """Per conversation: its newest message and its subscriber's newest one. Two reads,
+    each a backwards walk of the (conversation_id, id) index per conversation."""
+    if not conversation_ids:
+        return {}
+    last_id = (select(func.max(Message.id)).where(Message.conversation_id == Conversation.id)
+               .correlate(Conversation).scalar_subquery())
+    said_id = (select(Message.id).where(Message.conversation_id == Conversation.id, Message.role == "subscriber")
+               .order_by(Message.id.desc()).limit(1).correlate(Conversation).scalar_subquery())
+    async with desk.db.read() as session:
+        rows = (await session.execute(
+            select(Conversation, last_id, said_id).where(Conversation.id.in_(conversation_ids)))).all()
+        wanted = {i for _c, a, b in rows for i in (a, b) if i is not None}
+        found = {m.id: m for m in (await session.scalars(select(Message).where(Message.id.in_(wanted)))).all()} if wanted else {}
+    return {
+        c.id: Preview(c.subscriber_name, found.get(a) if a else None, found.get(b) if b else None, c)
+        for c, a, b in rows
     }
 
 
@@ -219,6 +296,127 @@ async def _conversation_approvals(desk: Desk, conversation_id: str) -> list[Appr
         return list((await session.scalars(query)).all())
 
 
+# --------------------------------------------------------------------------- the live list
+
+
+async def _list_version(desk: Desk) -> tuple[str, set[str]]:
+    """A short hash of what decides the list's content, and the conversations to wake on.
+
+    Indexed reads only: the newest open handoffs per state (with their deadline and their
+    conversation's newest message id, one index seek each), the pending approvals, and the
+    approved ones of the last day whose action has not finished (its result shows up on the
+    list). Anything the list shows changes one of these."""
+    now = desk.clock.now()
+    newest = (select(func.max(Message.id)).where(Message.conversation_id == HandoffSession.conversation_id)
+              .correlate(HandoffSession).scalar_subquery())
+    parts: list[Any] = []
+    conversations: set[str] = set()
+    async with desk.db.read() as session:
+        for state in OPEN_STATES:
+            rows = (await session.execute(
+                select(HandoffSession.id, HandoffSession.conversation_id, HandoffSession.idle_deadline, newest)
+                .where(HandoffSession.state == state).order_by(HandoffSession.created_at.desc()).limit(LIST_LIMIT)
+            )).all()
+            parts.append([(sid, str(deadline), last) for sid, _cid, deadline, last in rows])
+            conversations.update(cid for _sid, cid, _deadline, _last in rows)
+        pending = (await session.execute(
+            select(Approval.id, Approval.conversation_id, Approval.deadline).where(Approval.state == PENDING)
+            .order_by(Approval.deadline).limit(LIST_LIMIT)
+        )).all()
+        live = [(aid, cid) for aid, cid, deadline in pending if deadline > now]
+        parts.append(sorted(aid for aid, _cid in live))
+        running = (await session.execute(
+            select(Approval.id, Approval.conversation_id, Approval.run_state).where(
+                Approval.state == "approved", Approval.deadline > now - timedelta(days=1),
+                or_(Approval.run_state.is_(None), Approval.run_state == "running"))
+        )).all()
+        parts.append(sorted((aid, run_state or "") for aid, _cid, run_state in running))
+    conversations.update(cid for _aid, cid in live)
+    conversations.update(cid for _aid, cid, _state in running)
+    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
+    return digest, conversations
+
+
+async def _wake(desk: Desk, conversation_ids: set[str], timeout: float) -> None:
+    """Until something is written to one of these conversations in this process, or timeout."""
+    if not conversation_ids:
+        await asyncio.sleep(timeout)
+        return
+    waits = [asyncio.ensure_future(desk.bus.wait(cid, timeout)) for cid in conversation_ids]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _wait_for_list_change(desk: Desk, since: str, wait: float) -> str:
+    """The list's version once it differs from `since`, or the same version after `wait` s."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + wait
+    version, conversations = await _list_version(desk)
+    while version == since and (left := until - loop.time()) > 0:
+        await _wake(desk, conversations, min(RECHECK_SECONDS, left))
+        version, conversations = await _list_version(desk)
+    return version
+
+
+async def _list_snapshot(desk: Desk) -> dict[str, Any]:
+    """Everything the list page shows, for the page and for its live updates alike."""
+    active = await desk.handoff_list(states=OPEN_STATES, limit=LIST_LIMIT)
+    recent = await desk.handoff_list(states=("released", "failed"), limit=20)
+    now = desk.clock.now()
+    pending = [a for a in await desk.approvals.listing(state=PENDING, limit=LIST_LIMIT) if a.deadline > now]
+    pending.reverse()  # the oldest first: it runs out first
+    decided = [a for a in await desk.approvals.listing(state=None, limit=40) if a.state != PENDING][:20]
+    previews = await _previews(desk, [h.conversation_id for h in active])
+    return {
+        "active": [_card(desk, h, previews.get(h.conversation_id)) for h in active],
+        "recent": [_card(desk, h) for h in recent],
+        "approvals": await _approval_cards(desk, pending),
+        "decided": await _approval_cards(desk, decided),
+    }
+
+
+def _handoff_json(desk: Desk, card: dict[str, Any]) -> dict[str, Any]:
+    h = card["h"]
+    return {
+        "id": h.id, "code": h.short_code, "state": h.state, "urgency": h.urgency, "channel": h.channel_label,
+        "summary": h.summary, "expected_action": h.expected_action, "deadline": card["deadline"],
+        "time_left": card["time_left"], **card["p"].view(desk),
+    }
+
+
+def _ended_json(card: dict[str, Any]) -> dict[str, Any]:
+    h = card["h"]
+    return {"id": h.id, "code": h.short_code, "summary": h.summary, "channel": h.channel_label,
+            "ended": "failed" if h.state == "failed" else
+            f"{(h.release_reason or '').replace('_', ' ')} · {(h.outcome or '').replace('_', ' ')}",
+            "failed": h.state == "failed"}
+
+
+def _approval_json(card: dict[str, Any]) -> dict[str, Any]:
+    a = card["a"]
+    return {"id": a.id, "action_id": a.action_id, "risk": a.risk, "policy": a.policy, "description": a.description,
+            "subscriber": card["subscriber"] or "", "arguments": card["arguments"], "deadline": card["deadline"],
+            "deadline_text": card["deadline_text"], "time_left": card["time_left"], "channels": card["channels"]}
+
+
+def _decided_json(card: dict[str, Any]) -> dict[str, Any]:
+    a = card["a"]
+    if a.run_state == "succeeded":
+        result, failed = f"ran: {card['result']}", False
+    elif a.run_state == "failed":
+        result, failed = f"failed: {a.error}", True
+    else:
+        result, failed = a.run_state or "did not run", False
+    return {"id": a.id, "action_id": a.action_id, "risk": a.risk, "state": a.state, "subscriber": card["subscriber"] or "—",
+            "outcome": card["ended"] + (" · always allowed" if a.always_allow else ""), "reason": a.reason or "",
+            "receipt": f"{a.decided_by} · {card['decided_at']} · via {card['via']}",
+            "hash": a.arguments_hash, "result": result, "failed": failed}
+
+
 # --------------------------------------------------------------------------- routes
 
 
@@ -262,18 +460,35 @@ def _safe_next(target: str) -> str:
 @inbox.get("/inbox", response_class=HTMLResponse, include_in_schema=False)
 async def inbox_list(request: Request, notice: str = "", owner: Owner = Depends(current_owner)) -> HTMLResponse:
     desk = owner.desk
-    active = await desk.handoff_list(states=("dispatching", "active"))
-    recent = await desk.handoff_list(states=("released", "failed"), limit=20)
-    now = desk.clock.now()
-    pending = [a for a in await desk.approvals.listing(state=PENDING, limit=100) if a.deadline > now]
-    pending.reverse()  # the oldest first: it runs out first
-    decided = [a for a in await desk.approvals.listing(state=None, limit=40) if a.state != PENDING][:20]
+    version, _conversations = await _list_version(desk)  # before the read: a change in between shows next poll
     return _page(
-        desk, "inbox/list.html", owner,
-        active=[_card(desk, h) for h in active], recent=[_card(desk, h) for h in recent],
-        approvals=await _approval_cards(desk, pending), decided=await _approval_cards(desk, decided),
+        desk, "inbox/list.html", owner, **await _list_snapshot(desk), version=version,
         open_inbox=desk.config.owner.token is None, notice=notice[:300],
     )
+
+
+@inbox.get("/inbox/updates", include_in_schema=False)
+async def list_updates(
+    since: str = Query(default="", max_length=64), wait: float = Query(default=LIST_MAX_WAIT, ge=0, le=LIST_MAX_WAIT),
+    owner: Owner = Depends(current_owner),
+) -> JSONResponse:
+    """Long-poll for the list page: `{version, changed: false}` after `wait` seconds when
+    nothing changed since `since`, else at once the whole list (`changed: true`)."""
+    desk = owner.desk
+    version = await _wait_for_list_change(desk, since, wait)
+    body: dict[str, Any] = {"version": version, "changed": version != since}
+    if body["changed"]:
+        snapshot = await _list_snapshot(desk)
+        body.update({
+            "now": desk.clock.now().isoformat(),
+            "handoffs": [_handoff_json(desk, c) for c in snapshot["active"]],
+            "approvals": [_approval_json(c) for c in snapshot["approvals"]],
+            "recent": [_ended_json(c) for c in snapshot["recent"]],
+            "decided": [_decided_json(c) for c in snapshot["decided"]],
+        })
+    response = JSONResponse(body)
+    secure_headers(response)
+    return response
 
 
 @inbox.get("/inbox/handoffs/{sid}", response_class=HTMLResponse, include_in_schema=False)

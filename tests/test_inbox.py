@@ -166,8 +166,9 @@ async def test_live_updates_long_poll(harness: Harness) -> None:
     await harness.client.get("/inbox")  # receive the owner cookie
     await harness.say(cid, "new message")
     body = (await harness.client.get(f"/inbox/handoffs/{sid}/updates", params={"after": 0, "wait": 0})).json()
-    assert [m["text"] for m in body["messages"]] == ["new message"]
-    assert body["messages"][0]["speaker"] == "Ana" and body["state"] == "active" and body["time_left"] == "30 min left"
+    [said] = [m for m in body["messages"] if m["role"] == "subscriber"]
+    assert said["text"] == "new message" and said["speaker"] == "Ana"
+    assert body["state"] == "active" and body["time_left"] == "30 min left"
 
 
 async def test_replies_to_other_channels_go_through_that_channel(start_desk: StartDesk, scripted) -> None:
@@ -228,9 +229,9 @@ async def test_pending_approvals_wait_in_the_inbox_with_escaped_arguments(start_
     assert "&#34;order_id&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;,\n  &#34;amount&#34;: 25.5" in html
     assert "<script>alert" not in html
     assert "5 min left" in html  # the default timeout is 5 minutes (the test clock stands still)
-    assert "Always allow" in html and "Asked in Owner inbox" in html
+    assert 'name="always" value="yes"' in html and "Asked in Owner inbox" in html
     assert f'action="/inbox/approvals/{aid}/decision"' in html
-    assert "No approval decided yet." in html
+    assert "No approval decided yet." in html and 'id="decided-empty">' in html  # shown, not hidden
 
 
 async def test_approving_in_the_inbox_runs_the_action_and_shows_the_receipt(start_desk: StartDesk) -> None:
@@ -250,7 +251,7 @@ async def test_approving_in_the_inbox_runs_the_action_and_shows_the_receipt(star
     system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
     assert system[0].startswith("[Approval — refund_order was approved and ran")
     html = (await harness.client.get("/inbox?notice=Approved%3A%20refund_order%20ran.")).text
-    assert "Waiting for approval" not in html and '<p class="banner" role="status">Approved: refund_order ran.</p>' in html
+    assert "data-approval=" not in html and '<section id="approvals" class="approvals" hidden>' in html and '<p class="banner" role="status">Approved: refund_order ran.</p>' in html
     assert "Recent approvals" in html and "owner (inbox)" in html and "via inbox" in html
     assert f"args {view['receipt']['arguments_hash'][:12]}…" in html and "ran: {&#34;refund_id&#34;: &#34;rf_1&#34;" in html
     # a second press (another tab, a double click) changes nothing
@@ -265,7 +266,7 @@ async def test_denying_in_the_inbox_with_a_reason_is_permission_denied(start_des
     cid = await harness.conversation()
     aid = await gated(harness, cid, order_id="1234", amount=900)
     html = (await harness.client.get("/inbox")).text
-    assert "asks every time" in html and "Always allow" not in html  # never offered for ask_always
+    assert "asks every time" in html and 'name="always"' not in html  # never offered for ask_always
     response = await decide_in_inbox(harness, aid, "deny", reason="Over the refund limit", always="yes")
     assert "Denied%3A%20refund_order%20did%20not%20run." in response.headers["location"]
     await harness.desk.settle()
