@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -325,3 +326,109 @@ async def test_the_handoff_page_shows_the_conversations_approvals(start_desk: St
     assert "Approvals in this conversation" in html
     assert "approved</strong> by owner (inbox)" in html and "via inbox" in html and "waiting</strong>" in html
     assert 'href="/inbox#approval-' in html
+
+
+# --------------------------------------------------------------------------- the live list
+
+
+async def list_updates(client: httpx.AsyncClient, since: str = "", wait: float = 0) -> dict[str, object]:
+    response = await client.get("/inbox/updates", params={"since": since, "wait": wait})
+    assert response.status_code == 200, response.text
+    assert response.headers["cache-control"] == "no-store" and "default-src 'none'" in response.headers["content-security-policy"]
+    return response.json()
+
+
+async def test_the_list_updates_need_the_owner_and_are_get_only(start_desk: StartDesk) -> None:
+    harness = await start_desk(owner={"token": "owner-secret"})
+    anonymous = await harness.client.get("/inbox/updates", params={"wait": 0})
+    assert anonymous.status_code == 401 and anonymous.json()["error"] == "unauthorized"  # JSON, not a login redirect
+    await login(harness.client)
+    assert (await list_updates(harness.client))["changed"] is True
+    assert (await harness.client.post("/inbox/updates")).status_code == 405
+    too_long = await harness.client.get("/inbox/updates", params={"wait": 26})
+    assert too_long.status_code == 422  # at most 25 s
+
+
+async def test_the_list_updates_carry_what_the_list_shows(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid, urgency="high"))["handoff_session_id"]
+    await harness.say(cid, "Hello?   Is anyone\nthere? " + "x" * 300)
+    body = await list_updates(harness.client)
+    assert body["changed"] is True and body["approvals"] == [] and body["recent"] == [] and body["decided"] == []
+    [card] = body["handoffs"]
+    assert (card["id"], card["state"], card["urgency"], card["channel"], card["subscriber"]) == (
+        sid, "active", "high", "Owner inbox", "Ana")
+    assert card["summary"].startswith("Ana's order #1234") and card["expected_action"].startswith("Look up order")
+    assert card["said"]["text"].startswith("Hello? Is anyone there? xxx") and card["said"]["text"].endswith("…")
+    assert len(card["said"]["text"]) == 160 and card["said"]["id"] == card["last_id"]
+    assert card["last_who"] == "Ana" and card["last_ago"] == "just now" and card["time_left"] == "30 min left"
+    assert card["last_at"] and card["deadline"]
+
+    # nothing new: the same version, no list
+    again = await list_updates(harness.client, body["version"])
+    assert again == {"version": body["version"], "changed": False}
+
+    # the owner answers: the last message is theirs, the preview stays the subscriber's words
+    handoff_page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(handoff_page), "nonce": "n", "text": "Hi!"})
+    answered = await list_updates(harness.client, body["version"])
+    [card] = answered["handoffs"]
+    assert answered["changed"] is True and card["last_who"] == "Owner" and card["said"]["text"].startswith("Hello?")
+    assert card["last_id"] > card["said"]["id"]
+
+    # released: it leaves the list and shows under "recently ended"
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
+    released = await list_updates(harness.client, answered["version"])
+    assert released["changed"] is True and released["handoffs"] == []
+    assert [(r["id"], r["ended"]) for r in released["recent"]] == [(sid, "owner · resolved")]
+
+
+async def test_the_list_version_follows_handoffs_and_approvals(start_desk: StartDesk) -> None:
+    from datetime import timedelta
+
+    harness = await approval_desk(start_desk)
+    empty = await list_updates(harness.client)
+    assert empty["handoffs"] == [] and empty["approvals"] == []
+    cid = await harness.conversation()
+    await harness.start_handoff(cid)
+    with_handoff = await list_updates(harness.client, empty["version"])
+    assert with_handoff["changed"] is True and len(with_handoff["handoffs"]) == 1  # a new handoff appears
+
+    other = await harness.conversation(name="Ben", email=None)
+    aid = await gated(harness, other, order_id="<b>9</b>", amount=5)
+    asked = await list_updates(harness.client, with_handoff["version"])
+    [approval] = asked["approvals"]
+    assert (approval["id"], approval["action_id"], approval["subscriber"], approval["policy"]) == (aid, "refund_order", "Ben", "ask")
+    assert '"order_id": "<b>9</b>"' in approval["arguments"]  # data, for textContent; the page never parses it as HTML
+
+    harness.desk.clock.advance(timedelta(minutes=6))  # past its deadline, before any sweep: it leaves the list
+    expired = await list_updates(harness.client, asked["version"])
+    assert expired["changed"] is True and expired["approvals"] == []
+
+
+async def test_a_waiting_list_request_returns_as_soon_as_a_message_arrives(harness: Harness) -> None:
+    cid = await harness.conversation()
+    await harness.start_handoff(cid)
+    version = (await list_updates(harness.client))["version"]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    waiting = asyncio.create_task(list_updates(harness.client, version, wait=20))
+    async with asyncio.timeout(5):
+        while cid not in harness.desk.bus._waiters:  # the request is parked on the bus
+            await asyncio.sleep(0)
+    await harness.say(cid, "Still there?")
+    body = await asyncio.wait_for(waiting, timeout=5)
+    assert body["changed"] is True and body["handoffs"][0]["said"]["text"] == "Still there?"
+    assert loop.time() - started < 1.9  # woken by the bus, not by the 2 s re-read
+
+
+async def test_a_waiting_list_request_sees_what_another_instance_wrote(start_desk: StartDesk) -> None:
+    first = await start_desk()
+    second = await start_desk()  # the same database, its own process-local bus
+    cid = await first.conversation()
+    await first.start_handoff(cid)
+    version = (await list_updates(first.client))["version"]
+    waiting = asyncio.create_task(list_updates(first.client, version, wait=20))
+    await second.say(cid, "Written elsewhere")
+    body = await asyncio.wait_for(waiting, timeout=8)  # the 2 s re-read finds it
+    assert body["changed"] is True and body["handoffs"][0]["said"]["text"] == "Written elsewhere"

@@ -164,3 +164,96 @@ async def test_owner_approves_from_the_inbox_and_a_phone_denies_on_the_signed_pa
         await shot(page, "inbox-approvals-decided")
     assert len(approval_actions.CALLS) == 1
     assert page.problems == []  # no CSP violations, no script errors
+
+
+# --------------------------------------------------------------------------- the live list
+
+
+async def test_the_list_updates_in_place(served: tuple[Desk, str], page: Any) -> None:
+    from playwright.async_api import expect
+
+    desk, base = served
+    async with httpx.AsyncClient(base_url=base) as api:
+        ana = (await api.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
+        await api.post(f"/api/conversations/{ana}/messages", json={"text": "Can I talk to a person?"})
+        sid = (await api.get(f"/api/conversations/{ana}/messages")).json()["messages"][-1]["handoff_session_id"]
+        assert sid
+
+        await page.goto(f"{base}/inbox")
+        card = page.locator(f"[data-handoff='{sid}']")
+        await expect(card.locator("[data-f=said]")).to_have_text("Can I talk to a person?")
+        await expect(card.locator("[data-f=new]")).to_be_visible()  # never opened: new
+        await page.evaluate("window.stillTheSamePage = true")
+
+        # a subscriber message arrives: the preview changes without a reload
+        await api.post(f"/api/conversations/{ana}/messages", json={"text": "It was due on <b>Monday</b>."})
+        await expect(card.locator("[data-f=said]")).to_have_text("It was due on <b>Monday</b>.", timeout=10_000)
+        await expect(card.locator("[data-f=last-at]")).to_have_text("Last message just now, from Ana")
+        assert await card.locator("[data-f=said] b").count() == 0  # text, never markup
+
+        # a new handoff appears at the top, with its urgency
+        ben = (await api.post("/api/conversations", json={"subscriber": {"name": "Ben"}})).json()["conversation_id"]
+        started = (await api.post(f"/api/conversations/{ben}/tools/handoff_request", json={
+            "channel_id": 1, "urgency": "high",
+            "summary": "Ben was charged twice for invoice INV-2231 and wants the duplicate refunded today.",
+            "expected_action": "Check the payment provider and refund the duplicate charge.",
+        })).json()
+        ben_card = page.locator(f"[data-handoff='{started['handoff_session_id']}']")
+        await expect(ben_card).to_be_visible(timeout=10_000)
+        await expect(page.locator("#handoff-cards > li").first).to_have_attribute("data-handoff", started["handoff_session_id"])
+        await expect(ben_card).to_have_class("card urgency-high")  # Ben has said nothing yet: not "new"
+        await expect(page.locator("#active-count")).to_have_text("2")
+
+        # released elsewhere: it goes, and shows under "Recently ended"
+        await api.post(f"/api/handoffs/{started['handoff_session_id']}/release", json={"outcome": "resolved"})
+        await expect(ben_card).to_have_count(0, timeout=10_000)
+        await expect(page.locator("#recent-rows")).to_contain_text("owner · resolved")
+        await expect(page.locator("#active-count")).to_have_text("1")
+        assert await page.evaluate("window.stillTheSamePage") is True  # all of it without a reload
+
+        # reading the handoff clears "new" on the list
+        await page.click(f"a[href='/inbox/handoffs/{sid}']")
+        await page.wait_for_selector("#transcript >> text=It was due on")
+        await page.go_back()
+        await expect(page.locator(f"[data-handoff='{sid}'] [data-f=new]")).to_be_hidden()
+    assert page.problems == []  # no CSP violations, no script errors
+
+
+async def test_a_form_being_filled_in_survives_live_updates(
+    served_with_actions: tuple[Desk, str], page: Any,
+) -> None:
+    from playwright.async_api import expect
+
+    desk, base = served_with_actions
+    async with httpx.AsyncClient(base_url=base) as api:
+        ana = (await api.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
+        first = (await api.post(f"/api/conversations/{ana}/tools/refund_order", json={"order_id": "1", "amount": 5})).json()
+        await desk.settle()
+        await page.goto(f"{base}/inbox")
+        await page.evaluate("window.stillTheSamePage = true")
+        reason = page.locator(f"#reason-{first['approval_id']}")
+        await reason.fill("Checking with the warehouse")
+        await reason.focus()
+
+        ben = (await api.post("/api/conversations", json={"subscriber": {"name": "Ben <i>x</i>"}})).json()["conversation_id"]
+        second = (await api.post(f"/api/conversations/{ben}/tools/refund_order", json={"order_id": "2", "amount": 7})).json()
+        new_card = page.locator(f"#approval-{second['approval_id']}")
+        await expect(new_card).to_be_visible(timeout=10_000)  # built by the page, with its own working form
+        await expect(new_card.locator(".question strong")).to_have_text("Ben <i>x</i>")
+        await expect(page.locator("#approvals-count")).to_have_text("2")
+        assert await reason.input_value() == "Checking with the warehouse"
+        assert await page.evaluate(f"document.activeElement.id === 'reason-{first['approval_id']}'")
+
+        # the first one is decided elsewhere while the owner is still in its form: it stays, marked
+        await desk.approvals.decide(first["approval_id"], approve=False, by="Kim", via="test")
+        await expect(page.locator(f"#approval-{first['approval_id']}.settled")).to_be_visible(timeout=10_000)
+        await expect(page.locator("#decided-rows")).to_contain_text("Kim")
+        assert await reason.input_value() == "Checking with the warehouse"
+
+        # the page-built form posts like the server-rendered one
+        await new_card.locator("button[value=approve]").click()
+        await page.wait_for_selector("text=Approved: refund_order is running.")
+        await desk.settle()
+        view = (await api.get(f"/api/approvals/{second['approval_id']}")).json()
+        assert (view["state"], view["receipt"]["via"]) == ("approved", "inbox")
+    assert page.problems == []
