@@ -8,11 +8,24 @@ preflight this server never grants (so no CSRF). The page shows what the subscri
 see (their messages, the assistant's and people's replies) and never the system messages
 written for the agent. New messages arrive by long-poll, including a person's replies during
 a handoff. A pending user action is shown with its steps and Done / Cancel.
+
+Abuse: anyone can start conversations here, and every message may cost an agent turn, so
+the API is rate-limited with token buckets: new conversations per client address
+(`max_new_conversations_per_minute`; an IPv6 client is its /64) and messages per
+conversation (`max_messages_per_minute`). Over a limit: 429 with Retry-After, in the API's
+error shape; the page says so in plain words and keeps what the visitor typed. The buckets
+live in this process (per instance), take their time from the desk's clock and forget idle
+clients, so memory stays bounded. The client address is the socket peer; an
+X-Forwarded-For is believed only from `server.trusted_proxies`, walking it from the right.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -21,6 +34,7 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.api import ApiError, require_json
+from bot.clock import Clock
 from bot.config import WebFrontConfig
 from bot.desk import Desk
 from bot.errors import NotFound
@@ -89,6 +103,124 @@ class StepBody(_Body):
     move: Literal["next", "previous"]
 
 
+# --------------------------------------------------------------------------- rate limits
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class RateLimited(ApiError):
+    """429 in the API's error shape, with Retry-After (seconds) in the header and the body."""
+
+    def __init__(self, retry_after: int, hint: str) -> None:
+        super().__init__(429, "rate_limited", hint, retry_after=retry_after)
+        self.retry_after = retry_after
+
+    def response(self) -> JSONResponse:
+        response = super().response()
+        response.headers["Retry-After"] = str(self.retry_after)
+        return response
+
+
+class TokenBuckets:
+    """One bucket per key holding up to `per_minute` tokens, refilled evenly over a minute:
+    a key may spend them all at once, then one every 60/per_minute s.
+
+    A bucket that has filled up again is the same as none, so those are dropped once a
+    minute; past `max_keys` (a flood from many addresses) the least recently used go first."""
+
+    def __init__(self, per_minute: int, clock: Clock, max_keys: int = 50_000) -> None:
+        self.capacity, self.rate = float(per_minute), per_minute / 60.0
+        self.clock, self.max_keys = clock, max_keys
+        self._buckets: dict[str, tuple[float, datetime]] = {}  # key → (tokens, as of); oldest use first
+        self._pruned: datetime | None = None
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, key: str) -> float:
+        """Spend a token: 0.0 if there was one, else the seconds until there is."""
+        now = self.clock.now()
+        tokens = self._level(key, now)
+        wait = 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+        self._buckets.pop(key, None)
+        self._buckets[key] = (tokens - 1 if not wait else tokens, now)
+        self._prune(now)
+        return wait
+
+    def _level(self, key: str, now: datetime) -> float:
+        tokens, at = self._buckets.get(key, (self.capacity, now))
+        return min(self.capacity, tokens + max(0.0, (now - at).total_seconds()) * self.rate)
+
+    def _prune(self, now: datetime) -> None:
+        if self._pruned is None or (now - self._pruned).total_seconds() >= 60:
+            self._pruned = now
+            for key in [k for k in self._buckets if self._level(k, now) >= self.capacity]:
+                del self._buckets[key]
+        while len(self._buckets) > self.max_keys:
+            del self._buckets[next(iter(self._buckets))]
+
+
+class ChatLimits:
+    def __init__(self, front: WebFrontConfig, clock: Clock, trusted_proxies: Sequence[Network]) -> None:
+        self.front, self.trusted_proxies = front, tuple(trusted_proxies)
+        self.conversations = TokenBuckets(front.max_new_conversations_per_minute, clock)
+        self.messages = TokenBuckets(front.max_messages_per_minute, clock)
+
+    def check(self, buckets: TokenBuckets, key: str, hint: str) -> None:
+        wait = buckets.take(key)
+        if wait:
+            seconds = max(1, math.ceil(wait))
+            raise RateLimited(seconds, hint.format(seconds=seconds))
+
+
+def _limits(request: Request, desk: Desk) -> ChatLimits:
+    """This app's buckets, made on first use from the web front's config and the desk's clock."""
+    front = _front(desk)
+    limits: ChatLimits | None = getattr(request.app.state, "chat_limits", None)
+    if limits is None or limits.front is not front:
+        # server.trusted_proxies: read if the server section has it (see client_ip)
+        trusted = getattr(desk.config.server, "trusted_proxies", None) or ()
+        limits = request.app.state.chat_limits = ChatLimits(front, desk.clock, trusted)
+    return limits
+
+
+def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(value.strip().strip("[]"))
+    except ValueError:
+        return None
+
+
+def client_ip(request: Request, trusted_proxies: Sequence[Network] = ()) -> str:
+    """The address a request came from: the socket peer, unless that peer is a trusted
+    proxy; then X-Forwarded-For is read from the right (each trusted proxy appended the
+    address it saw) and the first address that is not a trusted proxy is the client.
+    Whatever a client wrote further left is never believed."""
+    peer = request.client.host if request.client else ""
+    hops = [hop for value in request.headers.getlist("x-forwarded-for") for hop in value.split(",")]
+    current = peer
+    while hops:
+        address = _address(current)
+        if address is None or not any(address in network for network in trusted_proxies):
+            break
+        nxt = hops.pop().strip()
+        if _address(nxt) is None:
+            break  # garbage from the proxy chain: stop at the last address we could check
+        current = nxt
+    return current
+
+
+def address_key(ip: str) -> str:
+    """What one client is, for counting: an IPv4 address, or an IPv6 /64 (one host or home
+    network usually holds a whole /64, so counting single IPv6 addresses counts nothing)."""
+    address = _address(ip)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address) if address is not None else ip or "unknown"
+
+
 # --------------------------------------------------------------------------- the page and the widget
 
 
@@ -127,7 +259,9 @@ chat_api = APIRouter(prefix="/chat/api", include_in_schema=False, dependencies=[
 @chat_api.post("/conversations", status_code=201)
 async def start(request: Request, body: StartBody | None = None) -> dict[str, Any]:
     desk = _desk(request)
-    _front(desk)
+    limits = _limits(request, desk)
+    limits.check(limits.conversations, address_key(client_ip(request, limits.trusted_proxies)),
+                 "too many new conversations from your address; try again in {seconds} s")
     cid = await desk.create_conversation(name=(body.name if body else None) or None)
     return {"token": _tokens(desk).dumps(cid)}
 
@@ -135,6 +269,8 @@ async def start(request: Request, body: StartBody | None = None) -> dict[str, An
 @chat_api.post("/messages")
 async def say(request: Request, body: SayBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
     desk = _desk(request)
+    limits = _limits(request, desk)
+    limits.check(limits.messages, cid, "too many messages in this conversation; try again in {seconds} s")
     result = await desk.router.subscriber_message(cid, body.text)
     return {"message_id": result.message_id, "routed_to": result.routed_to}
 

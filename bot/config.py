@@ -367,6 +367,16 @@ class WebFrontConfig(_Section):
     embed_origins: list[str] = Field(
         default_factory=list, description="Sites allowed to embed the widget, e.g. https://shop.example.com.",
     )
+    # The chat API is public, so it is rate-limited: token buckets kept in each server
+    # instance's memory (N instances allow up to N times these).
+    max_new_conversations_per_minute: int = Field(
+        default=10, ge=1, le=100_000,
+        description="New conversations one client address may start per minute (per server instance).",
+    )
+    max_messages_per_minute: int = Field(
+        default=30, ge=1, le=100_000,
+        description="Messages one conversation may send per minute (per server instance).",
+    )
 
     @field_validator("embed_origins")
     @classmethod

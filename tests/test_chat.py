@@ -109,3 +109,101 @@ async def test_tokens_are_checked_and_the_chat_can_be_off(start_desk: StartDesk)
     off = await start_desk()
     assert (await off.client.get("/chat")).status_code == 404
     assert (await off.client.post("/chat/api/conversations", json={})).status_code == 404
+
+
+# --------------------------------------------------------------------------- rate limits
+
+
+async def test_new_conversations_are_limited_per_client_address(start_desk: StartDesk) -> None:
+    from datetime import timedelta
+
+    harness = await chat(start_desk, max_new_conversations_per_minute=3)
+    clock = harness.desk.clock
+    for _ in range(3):
+        await begin(harness)
+    over = await harness.client.post("/chat/api/conversations", json={})
+    assert over.status_code == 429 and over.headers["retry-after"] == "20"  # one every 60/3 s
+    assert over.json() == {"error": "rate_limited", "details": {
+        "hint": "too many new conversations from your address; try again in 20 s", "retry_after": 20}}
+    # a made-up X-Forwarded-For changes nothing: no trusted proxy is configured
+    spoofed = await harness.client.post("/chat/api/conversations", json={}, headers={"X-Forwarded-For": "203.0.113.9"})
+    assert spoofed.status_code == 429
+
+    clock.advance(timedelta(seconds=19))
+    assert (await harness.client.post("/chat/api/conversations", json={})).headers["retry-after"] == "1"
+    clock.advance(timedelta(seconds=1))
+    await begin(harness)  # refilled: one more
+    assert (await harness.client.post("/chat/api/conversations", json={})).status_code == 429
+    clock.advance(timedelta(minutes=1))
+    for _ in range(3):  # a full minute later the whole allowance is back (no more than that)
+        await begin(harness)
+    assert (await harness.client.post("/chat/api/conversations", json={})).status_code == 429
+
+
+async def test_messages_are_limited_per_conversation(start_desk: StartDesk) -> None:
+    from datetime import timedelta
+
+    harness = await chat(start_desk, max_messages_per_minute=2)
+    mine, other = await begin(harness), await begin(harness)
+    for text in ("one", "two"):
+        assert (await harness.client.post("/chat/api/messages", json={"text": text}, headers=mine)).status_code == 200
+    over = await harness.client.post("/chat/api/messages", json={"text": "three"}, headers=mine)
+    assert over.status_code == 429 and over.headers["retry-after"] == "30"
+    assert over.json()["error"] == "rate_limited" and over.json()["details"]["retry_after"] == 30
+    assert (await harness.client.post("/chat/api/messages", json={"text": "hi"}, headers=other)).status_code == 200
+    assert [m["text"] for m in (await updates(harness, mine))["messages"] if m["role"] == "subscriber"] == ["one", "two"]
+    forged = await harness.client.post("/chat/api/messages", json={"text": "x"}, headers={"X-Chat-Token": "forged"})
+    assert forged.status_code == 401  # the token is checked first; a stranger cannot use up someone's allowance
+    harness.desk.clock.advance(timedelta(seconds=30))
+    assert (await harness.client.post("/chat/api/messages", json={"text": "three"}, headers=mine)).status_code == 200
+
+
+async def test_the_limits_default_to_ten_conversations_and_thirty_messages(start_desk: StartDesk) -> None:
+    from bot.config import ConfigError, WebFrontConfig
+
+    front = WebFrontConfig(kind="web")
+    assert (front.max_new_conversations_per_minute, front.max_messages_per_minute) == (10, 30)
+    with pytest.raises(ConfigError) as problems:
+        await chat(start_desk, max_messages_per_minute=0)
+    assert "max_messages_per_minute" in str(problems.value)
+
+
+def test_the_client_address_believes_only_trusted_proxies() -> None:
+    from ipaddress import ip_network
+
+    from starlette.requests import Request
+
+    from bot.chat import address_key, client_ip
+
+    def request(peer: str, *forwarded: str) -> Request:
+        headers = [(b"x-forwarded-for", value.encode()) for value in forwarded]
+        return Request({"type": "http", "method": "POST", "path": "/", "headers": headers, "client": (peer, 5000)})
+
+    proxies = [ip_network("10.0.0.0/8"), ip_network("fd00::/8")]
+    assert client_ip(request("198.51.100.7", "203.0.113.9")) == "198.51.100.7"  # no trusted proxies: the peer
+    assert client_ip(request("198.51.100.7", "203.0.113.9"), proxies) == "198.51.100.7"  # the peer is no proxy
+    assert client_ip(request("10.0.0.2", "203.0.113.9"), proxies) == "203.0.113.9"
+    # a client's own made-up entries sit left of what our proxies appended: never read
+    assert client_ip(request("10.0.0.2", "1.2.3.4, 203.0.113.9, 10.0.0.5"), proxies) == "203.0.113.9"
+    assert client_ip(request("10.0.0.2", "1.2.3.4", "203.0.113.9"), proxies) == "203.0.113.9"  # two header lines
+    assert client_ip(request("10.0.0.2", "1.2.3.4, not-an-ip"), proxies) == "10.0.0.2"
+    assert client_ip(request("fd00::1", "2001:db8::1"), proxies) == "2001:db8::1"
+    assert client_ip(request("10.0.0.2"), proxies) == "10.0.0.2"
+    assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2:bbbb::9") == "2001:db8:1:2::/64"
+    assert address_key("::ffff:198.51.100.7") == "198.51.100.7" and address_key("198.51.100.7") == "198.51.100.7"
+
+
+def test_the_buckets_stay_small() -> None:
+    from datetime import timedelta
+
+    from bot.chat import TokenBuckets
+    from bot.clock import ManualClock
+
+    clock = ManualClock()
+    buckets = TokenBuckets(10, clock, max_keys=100)
+    for n in range(150):
+        assert buckets.take(f"198.51.100.{n}") == 0
+    assert len(buckets) == 100  # a flood from many addresses: the least recently seen go
+    clock.advance(timedelta(minutes=2))
+    buckets.take("203.0.113.1")
+    assert len(buckets) == 1  # refilled buckets are forgotten: they equal a new one

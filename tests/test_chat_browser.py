@@ -64,7 +64,7 @@ async def test_a_subscriber_and_the_owner_side_by_side(served: tuple[Desk, str],
     await owner.click(".release button[type=submit]")
     await owner.wait_for_selector("text=Released; the assistant has the conversation again.")
     await desk.settle()
-    await subscriber.wait_for_selector(".msg.agent >> text=Thanks for waiting, I'm back.", timeout=15_000)
+    await subscriber.wait_for_selector(".msg.agent >> text=has handed the conversation back to the assistant.", timeout=15_000)
     assert await subscriber.locator("#person").is_hidden()
     assert await subscriber.locator(".msg >> text=[Bot resumed").count() == 0  # written for the agent only
 
@@ -73,3 +73,19 @@ async def test_a_subscriber_and_the_owner_side_by_side(served: tuple[Desk, str],
     assert await subscriber.locator(".msg.subscriber").count() == 3
     assert API_KEY not in await subscriber.content()
     assert subscriber.problems == [] and owner.problems == []
+
+
+@pytest.mark.parametrize("served_config", [{"fronts": [{"kind": "web", "max_messages_per_minute": 1}]}])
+async def test_over_the_limit_the_page_says_so_and_keeps_the_text(served: tuple[Desk, str], page: Any) -> None:
+    _desk, base = served
+    await page.goto(f"{base}/chat")
+    await page.fill("#text", "Hi!")
+    await page.press("#text", "Enter")
+    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
+    await page.fill("#text", "Hello again")
+    await page.press("#text", "Enter")
+    await page.wait_for_selector("#error >> text=That's a lot of messages in a short time. Please wait 60 seconds, then send it again.")
+    assert await page.input_value("#text") == "Hello again"  # nothing lost: send it again later
+    assert await page.locator(".msg.subscriber").count() == 1
+    # the browser logs the refused request itself; nothing else went wrong
+    assert all("429" in problem for problem in page.problems), page.problems
