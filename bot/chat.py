@@ -15,8 +15,10 @@ the API is rate-limited with token buckets: new conversations per client address
 conversation (`max_messages_per_minute`). Over a limit: 429 with Retry-After, in the API's
 error shape; the page says so in plain words and keeps what the visitor typed. The buckets
 live in this process (per instance), take their time from the desk's clock and forget idle
-clients, so memory stays bounded. The client address is the socket peer; an
-X-Forwarded-For is believed only from `server.trusted_proxies`, walking it from the right.
+clients, so memory stays bounded. The client address is the socket peer as the ASGI server
+reports it (uvicorn already resolves X-Forwarded-For from its FORWARDED_ALLOW_IPS, loopback
+by default); the header is read here only from proxies in `server.trusted_proxies`, when the
+server section has that list, walking it from the right.
 """
 
 from __future__ import annotations
@@ -161,8 +163,9 @@ class TokenBuckets:
 
 
 class ChatLimits:
-    def __init__(self, front: WebFrontConfig, clock: Clock, trusted_proxies: Sequence[Network]) -> None:
-        self.front, self.trusted_proxies = front, tuple(trusted_proxies)
+    def __init__(self, front: WebFrontConfig, clock: Clock, trusted_proxies: Sequence[Network | str]) -> None:
+        self.front = front
+        self.trusted_proxies = tuple(ipaddress.ip_network(str(n), strict=False) for n in trusted_proxies)
         self.conversations = TokenBuckets(front.max_new_conversations_per_minute, clock)
         self.messages = TokenBuckets(front.max_messages_per_minute, clock)
 
@@ -178,7 +181,8 @@ def _limits(request: Request, desk: Desk) -> ChatLimits:
     front = _front(desk)
     limits: ChatLimits | None = getattr(request.app.state, "chat_limits", None)
     if limits is None or limits.front is not front:
-        # server.trusted_proxies: read if the server section has it (see client_ip)
+        # server.trusted_proxies (CIDRs) is the server section's to declare; until it does, no
+        # forwarded header is read here (see client_ip)
         trusted = getattr(desk.config.server, "trusted_proxies", None) or ()
         limits = request.app.state.chat_limits = ChatLimits(front, desk.clock, trusted)
     return limits
