@@ -3,12 +3,17 @@
 A channel that fails to start is kept out of `handoff_request`'s enum (with the reason
 logged and shown in /healthz) instead of taking the whole server down or letting the model
 pick a channel that cannot deliver.
+
+Fronts live here too. A front on the same connection as a channel (one bot token) is served
+by that channel's adapter, which then also takes subscribers' chats; a front of its own is
+an adapter that only serves subscribers and is never offered to handoff_request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -25,16 +30,19 @@ class ChannelState:
     problem: str | None = None
     retryable: bool = False
     stale: bool = False  # lost after start: stop() it before starting it again
+    recipients: bool = True  # a handoff can go to it (False: a front of its own)
+    subscribers: bool = False  # it serves a front
 
 
 class ChannelSet:
     def __init__(
         self, configs: list[ChannelConfig], overrides: dict[int, ChannelAdapter] | None = None,
-        on_change: Callable[[ChannelAdapter, bool], None] | None = None,
+        on_change: Callable[[ChannelAdapter, bool], None] | None = None, fronts: Iterable[Any] = (),
     ) -> None:
         """`overrides` replaces the adapter built from config for a channel id; the demo and
         tests use it to run a channel against a local server. `on_change(adapter, available)`
-        hears every start, failure and loss (for the metrics)."""
+        hears every start, failure and loss (for the metrics). `fronts` are the config's
+        provider fronts (bot.config.ProviderFront)."""
         overrides = overrides or {}
         self._on_change = on_change or (lambda adapter, available: None)
         self._ctx_for: Callable[[int], ChannelContext] | None = None  # set by start()
@@ -42,6 +50,12 @@ class ChannelSet:
         for config in configs:
             adapter = overrides.get(config.id) or adapter_class(config.kind)(config)
             self._states[config.id] = ChannelState(adapter, problem=None if config.enabled else "disabled in config")
+        for front in fronts:
+            if front.shares_channel:
+                self._states[front.channel_id].subscribers = True
+                continue
+            adapter = overrides.get(front.channel_id) or adapter_class(front.kind)(front.settings)
+            self._states[front.channel_id] = ChannelState(adapter, recipients=False, subscribers=True)
 
     async def start(self, ctx_for: Callable[[int], ChannelContext]) -> None:
         self._ctx_for = ctx_for
@@ -112,12 +126,17 @@ class ChannelSet:
         state = self._states.get(channel_id)
         return bool(state and state.available)
 
+    def serves_subscribers(self, channel_id: int) -> bool:
+        state = self._states.get(channel_id)
+        return bool(state and state.subscribers)
+
     def available(self) -> list[ChannelAdapter]:
         """Channels a handoff can go to now, in config order."""
-        return [s.adapter for s in self._states.values() if s.available]
+        return [s.adapter for s in self._states.values() if s.available and s.recipients]
 
     def health(self) -> list[dict[str, object]]:
         return [
-            {"id": cid, "kind": s.adapter.kind, "label": s.adapter.label, "available": s.available, "problem": s.problem}
+            {"id": cid, "kind": s.adapter.kind, "label": s.adapter.label, "available": s.available, "problem": s.problem,
+             "serves": [role for role, on in (("recipients", s.recipients), ("subscribers", s.subscribers)) if on]}
             for cid, s in self._states.items()
         ]

@@ -177,7 +177,8 @@ class RulesAgentConfig(_Section):
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful, concise assistant talking with a customer. Answer from what you know; "
     "when the customer needs a person, or something only a person can do, call handoff_request "
-    "instead of guessing. After a [Bot resumed — …] message, read it (and its returned data) and "
+    "instead of guessing. The customer is told who was asked, and later that you are back, without "
+    "you saying it. After a [Bot resumed — …] message, read it (and its returned data) and "
     "continue the conversation from there."
 )
 
@@ -410,7 +411,9 @@ class Config(_Section):
     agent: AgentConfig = RulesAgentConfig()
     actions: list[ActionConfig] = Field(default_factory=list)
     user_actions: UserActionsConfig = UserActionsConfig()
-    fronts: list[WebFrontConfig] = Field(default_factory=list, description="Where subscribers talk to the bot.")
+    # Where subscribers talk to the bot: WebFrontConfig and ProviderFront entries, validated
+    # per kind by `Config.from_mapping` (a provider front against its adapter's front_model).
+    fronts: list[Any] = Field(default_factory=list, description="Where subscribers talk to the bot.")
     logging: LoggingConfig = LoggingConfig()
     # Validated per kind against the adapter's own model by `Config.from_mapping`.
     channels: list[Any] = Field(default_factory=list)
@@ -443,7 +446,11 @@ class Config(_Section):
 
     @property
     def web_front(self) -> WebFrontConfig | None:
-        return next((f for f in self.fronts if f.kind == "web"), None)
+        return next((f for f in self.fronts if isinstance(f, WebFrontConfig)), None)
+
+    @property
+    def provider_fronts(self) -> list[ProviderFront]:
+        return [f for f in self.fronts if isinstance(f, ProviderFront)]
 
     def channel(self, channel_id: int) -> ChannelConfig | None:
         return next((c for c in self.channels if c.id == channel_id), None)
@@ -456,7 +463,8 @@ class Config(_Section):
             raise ConfigError([ConfigProblem("", "the config must be a mapping of keys to values")])
         problems: list[ConfigProblem] = []
         raw_channels = data.get("channels", [])
-        top = {k: v for k, v in data.items() if k != "channels"}
+        raw_fronts = data.get("fronts", [])
+        top = {k: v for k, v in data.items() if k not in ("channels", "fronts")}
         config: Config | None = None
         try:
             config = cls.model_validate(top)
@@ -472,12 +480,14 @@ class Config(_Section):
                 if channel is not None:
                     channels.append(channel)
         problems.extend(_cross_checks(raw_channels if isinstance(raw_channels, list) else []))
+        fronts, found = _validate_fronts(raw_fronts, channels)
+        problems.extend(found)
         if config is not None:
             problems.extend(_action_checks(config, channels))
             problems.extend(exposure_problems(config))
         if problems or config is None:
             raise ConfigError(problems)
-        return config.model_copy(update={"channels": channels})
+        return config.model_copy(update={"channels": channels, "fronts": fronts})
 
 
 def _validate_channel(index: int, entry: Any) -> tuple[ChannelConfig | None, list[ConfigProblem]]:
@@ -499,6 +509,138 @@ def _validate_channel(index: int, entry: Any) -> tuple[ChannelConfig | None, lis
         return model.model_validate(entry), []
     except ValidationError as exc:
         return None, problems_from(exc, model, prefix=where)
+
+
+class ProviderFront(_Section):
+    """A front on a provider (Telegram, WhatsApp): subscribers talk to the bot in their own
+    chats with it. `channel_id` names the adapter that serves it: a channel on the same
+    connection (one bot token used for the staff group and for subscribers), or an adapter
+    of its own built from `settings` (the provider's front_model) and never offered to
+    handoff_request."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    kind: str
+    name: str
+    greeting: str | None = None
+    channel_id: int
+    shares_channel: bool
+    settings: ChannelConfig
+
+
+class _FrontKeys(_Section):
+    """The keys every provider front takes besides its provider's own."""
+
+    kind: str
+    name: str | None = Field(
+        default=None, pattern=r"^[a-z][a-z0-9_-]{0,39}$",
+        description="Names the front in conversations and logs; defaults to the kind.",
+    )
+    id: int | None = Field(
+        default=None, ge=1,
+        description="Adapter id of a front with a connection of its own (its webhook is /webhooks/{id}); "
+                    "defaults to 1000 + its position in fronts.",
+    )
+    greeting: str | None = Field(
+        default=None, min_length=1, max_length=1000, description="What the bot says when a subscriber opens the chat.",
+    )
+
+
+FRONT_ID_BASE = 1000
+_FRONT_KEYS = set(_FrontKeys.model_fields)
+
+
+def _validate_fronts(raw: Any, channels: list[ChannelConfig]) -> tuple[list[Any], list[ConfigProblem]]:
+    if not isinstance(raw, list):
+        return [], [ConfigProblem("fronts", "must be a list such as [{kind: web}, {kind: telegram, bot_token: …}]")]
+    fronts: list[Any] = []
+    problems: list[ConfigProblem] = []
+    for index, entry in enumerate(raw):
+        front, found = _validate_front(index, entry, channels)
+        problems.extend(found)
+        if front is not None:
+            fronts.append(front)
+    problems.extend(_front_cross_checks(fronts, channels))
+    return fronts, problems
+
+
+def _front_kinds() -> list[str]:
+    return ["web", *(k for k in known_kinds() if adapter_class(k).front_model is not None)]
+
+
+def _validate_front(index: int, entry: Any, channels: list[ChannelConfig]) -> tuple[Any, list[ConfigProblem]]:
+    where = f"fronts[{index}]"
+    if not isinstance(entry, dict):
+        return None, [ConfigProblem(where, "must be a mapping such as {kind: web}")]
+    kind = entry.get("kind")
+    if kind == "web":
+        try:
+            return WebFrontConfig.model_validate(entry), []
+        except ValidationError as exc:
+            return None, problems_from(exc, WebFrontConfig, prefix=where)
+    try:
+        cls = adapter_class(str(kind)) if kind is not None else None
+    except UnknownChannelKind:
+        cls = None
+    if cls is None or cls.front_model is None:
+        expected = ", ".join(_front_kinds())
+        message = "required" if kind is None else f"'{kind}' cannot serve subscribers"
+        return None, [ConfigProblem(f"{where}.kind", f"{message} (one of: {expected})")]
+    problems: list[ConfigProblem] = []
+    own = {k: v for k, v in entry.items() if k in _FRONT_KEYS}
+    try:
+        keys = _FrontKeys.model_validate(own)
+    except ValidationError as exc:
+        return None, problems_from(exc, _FrontKeys, prefix=where)
+    name = keys.name or str(kind)
+    provider = {k: v for k, v in entry.items() if k not in _FRONT_KEYS}
+    own_id = keys.id or FRONT_ID_BASE + index + 1
+    try:
+        settings = cls.front_model.model_validate({**provider, "id": own_id, "kind": kind, "label": name})
+    except ValidationError as exc:
+        return None, problems_from(exc, cls.front_model, prefix=where)
+    shared = next(((n, c) for n, c in enumerate(channels) if c.kind == kind and cls.same_connection(c, settings)), None)
+    if shared is not None:
+        position, channel = shared
+        for key in sorted(settings.model_fields_set - {"id", "kind", "label"}):
+            if getattr(channel, key, None) != getattr(settings, key):
+                problems.append(ConfigProblem(
+                    f"{where}.{key}", f"differs from channels[{position}].{key}: this front and that channel are one "
+                    "connection, so they share its settings (leave the key out here)",
+                ))
+        if keys.id is not None:
+            problems.append(ConfigProblem(f"{where}.id", f"this front is served by channels[{position}] (id {channel.id}); leave id out"))
+    front = ProviderFront(
+        kind=str(kind), name=name, greeting=keys.greeting, settings=settings,
+        channel_id=shared[1].id if shared else own_id, shares_channel=shared is not None,
+    )
+    return (None if problems else front), problems
+
+
+def _front_cross_checks(fronts: list[Any], channels: list[ChannelConfig]) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    names: dict[str, int] = {}
+    served: dict[int, int] = {}
+    channel_ids = {c.id: n for n, c in enumerate(channels)}
+    for index, front in enumerate(fronts):
+        name = front.name if isinstance(front, ProviderFront) else "web"
+        if name in names:
+            what = "a second web front" if name == "web" else f"duplicate name {name!r}; give one a different name"
+            problems.append(ConfigProblem(f"fronts[{index}]", f"{what} (also fronts[{names[name]}])"))
+        names.setdefault(name, index)
+        if not isinstance(front, ProviderFront):
+            continue
+        if front.channel_id in served:
+            problems.append(ConfigProblem(
+                f"fronts[{index}]", f"same connection as fronts[{served[front.channel_id]}]: one bot serves one front",
+            ))
+        served.setdefault(front.channel_id, index)
+        if not front.shares_channel and front.channel_id in channel_ids:
+            problems.append(ConfigProblem(
+                f"fronts[{index}].id", f"{front.channel_id} is taken by channels[{channel_ids[front.channel_id]}]; "
+                "set a free id for this front",
+            ))
+    return problems
 
 
 def _is_loopback(host: str) -> bool:

@@ -8,10 +8,11 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from bot.db import MESSAGE_HOOKS
 from bot.errors import NotFound
 from bot.models import Conversation, Message, new_id
 from bot.text import scrub
-from channels.base import TranscriptLine
+from channels.base import TranscriptLine, UserActionPrompt
 
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
 
@@ -25,12 +26,14 @@ async def create(
     external_id: str | None = None,
     serves_handoff_session_id: str | None = None,
     background: bool = False,
+    front: str | None = None,
 ) -> Conversation:
     conversation = Conversation(
         id=new_id("c"),
         subscriber_name=name,
         subscriber_email=email,
         subscriber_external_id=external_id,
+        front=front,
         serves_handoff_session_id=serves_handoff_session_id,
         background=background,
         created_at=now,
@@ -57,7 +60,12 @@ async def add_message(
     now: datetime,
     author: str | None = None,
     handoff_session_id: str | None = None,
+    user_action: UserActionPrompt | None = None,
 ) -> Message:
+    """Store a message in the caller's transaction. The database's message hooks run in the
+    same transaction (a front queues its delivery to the subscriber's chat there), so a
+    message is never stored without being sent, nor sent without being stored.
+    `user_action`: this message asks the subscriber for it (a front may offer buttons)."""
     message = Message(
         conversation_id=conversation_id,
         role=role,
@@ -69,7 +77,15 @@ async def add_message(
     session.add(message)
     await session.execute(update(Conversation).where(Conversation.id == conversation_id).values(last_message_at=now))
     await session.flush()
+    for hook in session.info.get(MESSAGE_HOOKS, ()):
+        await hook(session, message, user_action)
     return message
+
+
+async def at_front(session: AsyncSession, front: str, chat: str) -> Conversation | None:
+    """The conversation of one chat on a front."""
+    query = select(Conversation).where(Conversation.front == front, Conversation.subscriber_external_id == chat)
+    return (await session.scalars(query)).first()
 
 
 async def messages_after(session: AsyncSession, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:

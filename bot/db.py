@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from bot.paths import MIGRATIONS_DIR
 
 _READ_ONLY = "handoff_desk_read_only"
+MESSAGE_HOOKS = "handoff_desk_message_hooks"
 # Any constant works; it only has to be the same for every instance sharing a database.
 _MIGRATION_LOCK_ID = 0x48414E44  # "HAND"
 
@@ -78,6 +79,10 @@ class Database:
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = async_sessionmaker(self.engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
+        # Called with (session, message, extras) for every conversation message stored, in the
+        # storing transaction (bot.conversations.add_message): how messages reach a
+        # subscriber's chat on a front without every writer knowing about fronts.
+        self.message_hooks: list[Any] = []
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
@@ -85,9 +90,11 @@ class Database:
         error. Never open one inside another in the same task (on SQLite they queue)."""
         if self._write_lock is None:
             async with self._sessions() as session, session.begin():
+                session.info[MESSAGE_HOOKS] = self.message_hooks
                 yield session
             return
         async with self._write_lock, self._sessions() as session, session.begin():
+            session.info[MESSAGE_HOOKS] = self.message_hooks
             yield session
 
     @asynccontextmanager

@@ -24,6 +24,7 @@ from bot.channel_set import ChannelSet
 from bot.clock import Clock
 from bot.config import Config
 from bot.db import Database
+from bot.fronts import Fronts
 from bot.handoffs import Handoffs
 from bot.inbound import Inbound
 from bot.metrics import Metrics
@@ -66,6 +67,7 @@ class Desk:
         self.channels = ChannelSet(
             config.channels, channel_overrides,
             on_change=lambda adapter, up: self.metrics.channel_up.labels(str(adapter.id), adapter.kind).set(1 if up else 0),
+            fronts=config.provider_fronts,
         )
         delivery = config.delivery
         self.outbox = Outbox(
@@ -102,12 +104,17 @@ class Desk:
             renderer=self.renderer,
         )
         self.siblings.bind(self.channels.adapters())
+        self.fronts = Fronts(
+            db=self.db, clock=self.clock, fronts=config.provider_fronts, outbox=self.outbox, renderer=self.renderer,
+            router=self.router, user_actions=self.user_actions,
+        )
         self.inbound = Inbound(
             db=self.db, clock=self.clock, handoffs=self.handoffs, metrics=self.metrics, background=self.background,
             kind_of=lambda cid: getattr(self.channels.get(cid), "kind", "unknown"),
             lines=SharedLines(db=self.db, clock=self.clock, outbox=self.outbox, renderer=self.renderer),
             approvals=self.approvals,
             shared_line=self._shared_line,
+            subscriber=self.fronts.handle,
         )
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
         self.handoffs.on_activated.append(self.timers.on_activated)
@@ -150,6 +157,7 @@ class Desk:
             deliver_inbound=partial(self.inbound.submit, channel_id),
             render=self.renderer.render,
             lost=partial(self.channels.lost, channel_id),
+            subscribers=self.channels.serves_subscribers(channel_id),
             secret=hmac.new(
                 self.config.secret_key.get_secret_value().encode(), f"channel:{channel_id}".encode(), hashlib.sha256,
             ).digest(),

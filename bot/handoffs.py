@@ -225,7 +225,7 @@ class Handoffs:
     async def request(self, conversation_id: str, req: HandoffRequestInput, *, actor: str = "agent") -> dict[str, Any]:
         """Start a handoff. Returns the tool result; raises ToolFailure with the error result."""
         adapter = self.channels.get(req.channel_id)
-        if adapter is None or not self.channels.is_available(req.channel_id):
+        if adapter is None or adapter not in self.channels.available():
             ids = [a.id for a in self.channels.available()]
             hint = f"channel_id {req.channel_id} is not an available handoff channel; use one of {ids}"
             event_id = await self.record_rejection(conversation_id, actor=actor, error="invalid_input", hint=hint)
@@ -419,6 +419,7 @@ class Handoffs:
             conversation = await conversations.get(session, handoff.conversation_id)
             for message in held:
                 await self._queue_relay(session, handoff, conversation, message, now)
+        await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_started.txt", now)
         await audit.record(
             session, "handoff_activated", at=now, actor="dispatcher", handoff_session_id=sid,
             conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
@@ -426,6 +427,20 @@ class Handoffs:
             held_messages=len(held) or None,
         )
         return handoff
+
+    async def _tell_subscriber(
+        self, session: AsyncSession, handoff: HandoffSession, template: str, now: datetime, **extra: Any,
+    ) -> None:
+        """The desk's own word to the subscriber (who was asked, that the assistant is back),
+        from a template the owner can reword, so no agent has to remember to say it."""
+        text = self.renderer.render(
+            template, label=handoff.channel_label, idle_timeout=format_duration(self.idle_timeout),
+            estimated_response=handoff.estimated_response or "as soon as someone is available", **extra,
+        ).strip()
+        if text:
+            await conversations.add_message(
+                session, handoff.conversation_id, role="agent", text=text, now=now, handoff_session_id=handoff.id,
+            )
 
     # ------------------------------------------------------------------ relaying
 
@@ -557,6 +572,7 @@ class Handoffs:
             if won and guard is not None:
                 await guard(session, now)
             if won:
+                await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_ended.txt", now, reason=reason)
                 text = resume_message(
                     reason=reason, outcome=outcome, note=note, returned=coerced.values,
                     missing_required=coerced.missing_required, idle_timeout=self.idle_timeout,

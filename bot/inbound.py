@@ -1,4 +1,5 @@
-"""The inbox of recipient events: store first (deduplicated), work after.
+"""The inbox of inbound events (recipients' replies, and subscribers' messages from a
+front): store first (deduplicated), work after.
 
 Providers redeliver: an event they think was not acked comes again, and updates are resent
 after a restart. Each inbound message is inserted under a unique
@@ -9,10 +10,8 @@ left by a crash are processed on the next start.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Hashable
 from datetime import timedelta
 
 import structlog
@@ -26,6 +25,7 @@ from bot.clock import Clock
 from bot.db import Database
 from bot.errors import DeskError
 from bot.handoffs import Handoffs, ReleaseResult
+from bot.locks import KeyedLocks
 from bot.metrics import Metrics
 from bot.models import InboundEvent
 from bot.shared_lines import Route, SharedLines
@@ -38,13 +38,15 @@ class Inbound:
     def __init__(
         self, *, db: Database, clock: Clock, handoffs: Handoffs, metrics: Metrics, background: Background,
         kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool], approvals: Approvals,
+        subscriber: Callable[[int, InboundMessage], Awaitable[str]],
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
         self.lines = lines
         self.approvals = approvals
         self._shared_line = shared_line  # channel id -> whether its handoffs share one line (no threads)
-        self._order_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._subscriber = subscriber  # a subscriber's message from a front (bot/fronts.py)
+        self._order_locks = KeyedLocks()
 
     async def store(self, channel_id: int, message: InboundMessage) -> int | None:
         """Store one event; None when it is a redelivery of one already stored."""
@@ -69,20 +71,22 @@ class Inbound:
         """Store and process in the background (webhooks, pollers)."""
         event_id = await self.store(channel_id, message)
         if event_id is not None:
-            self.background.spawn(self.process(event_id, channel_id), name=f"inbound:{event_id}")
+            self.background.spawn(self.process(event_id, channel_id, _lane(channel_id, message)), name=f"inbound:{event_id}")
 
     async def submit_and_wait(self, channel_id: int, message: InboundMessage) -> str:
         """Store and process now (the owner inbox, which shows the result right away)."""
         event_id = await self.store(channel_id, message)
         if event_id is None:
             return "duplicate"
-        return await self.process(event_id, channel_id)
+        return await self.process(event_id, channel_id, _lane(channel_id, message))
 
-    async def process(self, event_id: int, channel_id: int) -> str:
+    async def process(self, event_id: int, channel_id: int, lane: Hashable | None = None) -> str:
         """Relay or act on one stored event, once: the claim is a conditional update.
-        Events of one channel are handled one at a time, in the order they arrived, so two
-        quick replies reach the subscriber in the order they were written."""
-        async with self._order_locks[channel_id]:
+        Events of one lane are handled one at a time, in the order they arrived, so two
+        quick replies reach the subscriber in the order they were written. A lane is a
+        channel's recipients, or one subscriber's chat on a front: one subscriber waiting
+        for the agent never holds up a person's reply or another subscriber."""
+        async with self._order_locks[channel_id if lane is None else lane]:
             now = self.clock.now()
             async with self.db.transaction() as session:
                 event = (await session.scalars(
@@ -100,6 +104,9 @@ class Inbound:
 
     async def _handle(self, event: InboundEvent) -> str:
         message = InboundMessage.model_validate(event.payload)
+        if message.sender == "subscriber":
+            result = await self._subscriber(event.channel_id, message)
+            return await self._finish(event, "ignored" if result.startswith("ignored") else "done", result)
         if message.decision is not None:
             return await self._decide(event, message)
         route: Route | None = None
@@ -167,11 +174,16 @@ class Inbound:
                 .values(state="pending")
             )
             pending = (await session.execute(
-                select(InboundEvent.id, InboundEvent.channel_id).where(InboundEvent.state == "pending").order_by(InboundEvent.id)
+                select(InboundEvent.id, InboundEvent.channel_id, InboundEvent.payload)
+                .where(InboundEvent.state == "pending").order_by(InboundEvent.id)
             )).all()
-        for event_id, channel_id in pending:
-            await self.process(event_id, channel_id)
+        for event_id, channel_id, payload in pending:
+            await self.process(event_id, channel_id, _lane(channel_id, InboundMessage.model_validate(payload)))
         return len(pending)
+
+
+def _lane(channel_id: int, message: InboundMessage) -> Hashable:
+    return (channel_id, message.thread_key) if message.sender == "subscriber" else channel_id
 
 
 def _unique_key() -> str:

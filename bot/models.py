@@ -32,11 +32,23 @@ def new_id(prefix: str) -> str:
 
 class Conversation(SQLModel, table=True):
     __tablename__ = "conversations"
+    __table_args__ = (
+        # One conversation per chat on a front, enforced where two instances could both
+        # create one for a subscriber's first message.
+        Index(
+            "uq_conversations_front_chat", "front", "subscriber_external_id", unique=True,
+            sqlite_where=text("front IS NOT NULL AND subscriber_external_id IS NOT NULL"),
+            postgresql_where=text("front IS NOT NULL AND subscriber_external_id IS NOT NULL"),
+        ),
+    )
 
     id: str = Field(primary_key=True, max_length=40)
     subscriber_name: str | None = Field(default=None, max_length=200)
     subscriber_email: str | None = Field(default=None, max_length=320)
     subscriber_external_id: str | None = Field(default=None, max_length=200, index=True)
+    # The front the subscriber talks through (config `fronts[].name`: "web", "telegram" …);
+    # on a provider front `subscriber_external_id` is their chat there. None: the HTTP API.
+    front: str | None = Field(default=None, max_length=40)
     # Set when this conversation is a sibling agent serving someone else's handoff: that
     # agent may release exactly this session and nothing else.
     serves_handoff_session_id: str | None = Field(default=None, max_length=40, index=True)

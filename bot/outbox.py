@@ -5,7 +5,9 @@ change it reports (a subscriber message, a release), then delivered after commit
 between the two loses nothing: the worker finds the pending row on the next start.
 
 Rules the worker keeps:
-- per handoff, messages go out in the order they were stored (an item waits while an
+- per handoff (and per conversation, for messages to a subscriber's chat on a front: their
+  items carry the conversation id in `handoff_session_id`, the column that orders them),
+  messages go out in the order they were stored (an item waits while an
   earlier one of the same session is pending), so a retry never reorders a conversation;
 - an item is claimed by a conditional UPDATE with a lease, so several instances never send
   the same item at once, and an instance that dies mid-send gives it back when the lease ends;
@@ -94,6 +96,17 @@ def _claim_next_statement() -> Any:
 # Built once: constructing these expressions costs more than running them.
 _DUE = _due_statement()
 _CLAIM_NEXT = _claim_next_statement()
+
+
+_DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "subscriber": "delivered_to_subscriber"}
+
+
+def _trail_ids(item: OutboxItem) -> dict[str, str | None]:
+    """Where an item's audit records belong: a message to a subscriber is ordered (and
+    filed) by its conversation, everything else by its handoff or approval."""
+    if item.purpose == "subscriber":
+        return {"conversation_id": item.handoff_session_id}
+    return {"handoff_session_id": item.handoff_session_id}
 
 
 class DeliveryFailed(Exception):
@@ -375,7 +388,7 @@ class Outbox:
                 # may now have it twice. Say so in the trail instead of overwriting its record.
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
                 await audit.record(
-                    session, "delivery_claim_lost", at=now, actor="outbox", handoff_session_id=item.handoff_session_id,
+                    session, "delivery_claim_lost", at=now, actor="outbox", **_trail_ids(item),
                     outbox_id=item.id, attempts=item.attempts, channel_message_id=receipt.message_id,
                 )
                 return None, None
@@ -383,9 +396,7 @@ class Outbox:
                 result = await on_sent(session, receipt, now)
             if item.purpose != "dispatch":
                 await audit.note(
-                    session,
-                    "relayed_to_recipient" if item.purpose == "relay" else "notice_delivered",
-                    at=now, actor="outbox", handoff_session_id=item.handoff_session_id,
+                    session, _DELIVERED[item.purpose], at=now, actor="outbox", **_trail_ids(item),
                     outbox_id=item.id, message_id=item.message_id, channel_message_id=receipt.message_id,
                     attempts=item.attempts,
                 )
@@ -428,7 +439,7 @@ class Outbox:
             await audit.note(
                 session,
                 "delivery_failed" if retry_in is None else "delivery_retry_scheduled",
-                at=now, actor="outbox", handoff_session_id=item.handoff_session_id,
+                at=now, actor="outbox", **_trail_ids(item),
                 outbox_id=item.id, purpose=item.purpose, message_id=item.message_id, attempts=item.attempts,
                 error=str(error), error_type=type(error).__name__, hint=error.hint,
                 retry_in_seconds=None if retry_in is None else round(retry_in, 3),

@@ -8,9 +8,7 @@ messages cannot make the agent answer twice in parallel or escalate twice.
 
 from __future__ import annotations
 
-import asyncio
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +23,7 @@ from bot.channel_set import ChannelSet
 from bot.clock import Clock
 from bot.db import Database
 from bot.handoffs import Handoffs
+from bot.locks import KeyedLocks
 from bot.metrics import Metrics
 from bot.models import ACTIVE, HandoffSession, Message
 from bot.outbox import Outbox
@@ -65,19 +64,12 @@ class Router:
         self.user_actions = user_actions
         self.outbox, self.tools, self.agent, self.bus = outbox, tools, agent, bus
         self.background, self.metrics = background, metrics
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-
-    def _lock(self, conversation_id: str) -> asyncio.Lock:
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[conversation_id] = lock
-        return lock
+        self._locks = KeyedLocks()  # one agent turn per conversation at a time
 
     async def subscriber_message(self, conversation_id: str, text: str) -> RouteResult:
         # One message of a conversation at a time: a message arriving while the agent is
         # escalating is routed after the turn ends, to the human if the handoff started.
-        async with self._lock(conversation_id):
+        async with self._locks[conversation_id]:
             now = self.clock.now()
             async with self.db.transaction() as session:
                 conversation = await conversations.get(session, conversation_id)
@@ -116,7 +108,7 @@ class Router:
         """Run one agent turn and store its replies. Returns the replies and the id of a
         handoff the agent started during the turn, if any. `agent` replaces the desk's own
         agent for this turn (a sibling agent in the conversation it serves)."""
-        async with self._lock(conversation_id):
+        async with self._locks[conversation_id]:
             return await self._agent_turn(conversation_id, trigger=trigger, agent=agent)
 
     async def _agent_turn(
@@ -147,6 +139,8 @@ class Router:
         finally:
             self.metrics.agent_turn_seconds.observe(time.perf_counter() - started)
         replies = await self._store_replies(conversation_id, [t for t in texts if t and t.strip()])
+        if turn.tool_calls:  # a tool may have told the subscriber something too (the desk's handoff notice)
+            replies = await self._said_since(conversation_id, int(history[-1].id or 0) if history else 0)
         started_handoff = next(
             (result.get("handoff_session_id") for name, _, result in turn.tool_calls
              if name == "handoff_request" and result.get("ok")),
@@ -158,6 +152,12 @@ class Router:
         result = await self.tools.call(ctx, name, args)
         turn.tool_calls.append((name, args, result))
         return result
+
+    async def _said_since(self, conversation_id: str, after: int) -> list[Message]:
+        """What the subscriber was told after message `after`, in order."""
+        async with self.db.read() as session:
+            said = await conversations.messages_after(session, conversation_id, after, limit=AGENT_HISTORY)
+        return [m for m in said if m.role == "agent"]
 
     async def _store_replies(self, conversation_id: str, texts: list[str]) -> list[Message]:
         if not texts:

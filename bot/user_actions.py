@@ -50,6 +50,7 @@ from bot.models import Conversation, UserAction
 from bot.rendering import Renderer
 from bot.signed_http import post_signed
 from bot.text import CleanStr
+from channels.base import UserActionPrompt
 
 log = structlog.get_logger(__name__)
 
@@ -156,7 +157,7 @@ class UserActions:
                                steps=len(action.steps) or None, background=action.background or None)
             if not action.background:
                 await conversations.add_message(session, conversation.id, role="agent", text=self.instruction(action),
-                                                now=now, author="Assistant")
+                                                now=now, author="Assistant", user_action=prompt_for(action))
         self.bus.notify(conversation.id)
         if action.background:
             self._tell_orchestrator("user_action_requested", action)
@@ -198,7 +199,8 @@ class UserActions:
                                   .values(step=target).execution_options(synchronize_session=False))
             action = await session.get(UserAction, action.id, populate_existing=True) or action
             await conversations.add_message(session, action.conversation_id, role="agent",
-                                            text=self.instruction(action), now=now, author="Assistant")
+                                            text=self.instruction(action), now=now, author="Assistant",
+                                            user_action=prompt_for(action))
         self.bus.notify(action.conversation_id)
         return action
 
@@ -315,6 +317,11 @@ async def pending_in(session: AsyncSession, conversation_id: str) -> UserAction 
     """The conversation's pending user action (at most one: a unique index), in the caller's session."""
     return await session.scalar(select(UserAction).where(
         UserAction.conversation_id == conversation_id, UserAction.state == PENDING))
+
+
+def prompt_for(action: UserAction) -> UserActionPrompt:
+    """What a front needs to offer the action's buttons."""
+    return UserActionPrompt(user_action_id=action.id, steps=len(action.steps), step=action.step)
 
 
 def keyword_outcome(text: str) -> Literal["done", "cancelled"] | None:

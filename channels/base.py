@@ -56,6 +56,7 @@ class Capabilities:
     inbound: bool = False  # recipients can answer through the channel itself
     webhook: bool = False  # receives provider calls on POST /webhooks/{channel_id}
     reconcile: bool = False  # can tell whether a send that timed out went through (find_sent)
+    front: bool = False  # can also serve subscribers (a front): see `ChannelContext.subscribers`
 
 
 class TranscriptLine(BaseModel):
@@ -133,12 +134,34 @@ class Decision(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
 
 
+class UserActionPrompt(BaseModel):
+    """A step only the subscriber can do, asked in their chat: an adapter with buttons offers
+    Done / Cancel (and Previous / Next step when there are several steps) and reports a press
+    as an InboundMessage with `answer`; the text already names the "done" / "cancel" keywords."""
+
+    user_action_id: str
+    steps: int = 0
+    step: int = 0
+
+
+class UserActionAnswer(BaseModel):
+    """A subscriber's button press on a UserActionPrompt."""
+
+    user_action_id: str
+    move: Literal["done", "cancelled", "next", "previous"]
+
+
 class Outbound(BaseModel):
     """One message to deliver. `text` is always a complete plain-text rendering; `brief`
     carries the structure for richer markup. `thread` is the receipt data of the dispatch,
-    so follow-ups land in the handoff's own thread."""
+    so follow-ups land in the handoff's own thread.
 
-    purpose: Literal["dispatch", "relay", "notice"]
+    Purpose "subscriber" is a message to a subscriber through a front: `thread["chat"]` is
+    the subscriber's chat (the `thread_key` their messages came with), `author` is set for a
+    person's reply (None for the assistant), and `handoff_session_id` holds the conversation
+    id, which is what orders the messages of one chat."""
+
+    purpose: Literal["dispatch", "relay", "notice", "subscriber"]
     handoff_session_id: str
     text: str
     subject: str | None = None
@@ -158,6 +181,8 @@ class Outbound(BaseModel):
     # For approval notices: the prompt (notice "approval") or how it ended ("approval_closed",
     # so an adapter can remove the buttons). Then `handoff_session_id` is the approval id.
     approval: ApprovalBrief | None = None
+    # For subscriber messages that ask for a user action: offer its buttons.
+    user_action: UserActionPrompt | None = None
 
     @property
     def short_code(self) -> str:
@@ -185,19 +210,27 @@ class Receipt(BaseModel):
 
 
 class InboundMessage(BaseModel):
-    """A message from a recipient, as the adapter understood it.
+    """A message from a recipient or, through a front, from a subscriber, as the adapter
+    understood it.
 
     `dedupe_key` is the provider's id for the event (update_id, event_id, MessageSid …):
-    the core drops a redelivery carrying a key it has seen. `thread_key` matches the
-    receipt's thread_key of the handoff it belongs to.
+    the core drops a redelivery carrying a key it has seen. From a recipient, `thread_key`
+    matches the receipt's thread_key of the handoff it belongs to; from a subscriber, it is
+    their chat (a private chat id, a phone number): one chat is one conversation, and
+    messages to the subscriber come back with it in `Outbound.thread["chat"]`.
     """
 
     thread_key: str
     text: str
-    author: str | None = None
+    author: str | None = None  # from a subscriber: their profile name
     dedupe_key: str | None = None
+    sender: Literal["recipient", "subscriber"] = "recipient"
     # A press of an approval button: the core decides the approval instead of relaying text.
     decision: Decision | None = None
+    # A subscriber opened the chat (e.g. Telegram's /start): the core greets them.
+    opened: bool = False
+    # A subscriber pressed a user-action button.
+    answer: UserActionAnswer | None = None
 
 
 # --------------------------------------------------------------------------- errors
@@ -281,6 +314,10 @@ class ChannelContext:
     # the desk takes it out of handoff_request, shows the hint at /healthz and, when the
     # error is transient, stops and starts the adapter again on its next sweep.
     lost: Callable[[ChannelError], None] = _nobody_listens
+    # The adapter serves a front too (config `fronts:`): subscribers' own chats with the bot
+    # (Telegram private chats, WhatsApp numbers that are not the staff's) are passed to
+    # `deliver_inbound` with sender="subscriber" instead of being ignored.
+    subscribers: bool = False
 
 
 class ChannelAdapter(ABC):
@@ -290,6 +327,10 @@ class ChannelAdapter(ABC):
     kind: ClassVar[str]
     config_model: ClassVar[type[ChannelConfig]]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # The provider's keys when it serves only subscribers (a front without a staff chat): the
+    # connection part of `config_model`. An adapter built from it is never offered to
+    # handoff_request. None: this provider cannot be a front.
+    front_model: ClassVar[type[ChannelConfig] | None] = None
 
     def __init__(self, config: ChannelConfig) -> None:
         self.config = config
@@ -301,6 +342,13 @@ class ChannelAdapter(ABC):
     @property
     def label(self) -> str:
         return self.config.label
+
+    @classmethod
+    def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
+        """Whether a front and a channel use one provider connection (one bot token, one
+        sender number): then one adapter instance serves both roles, since a provider allows
+        one poller or one webhook per connection."""
+        return False
 
     async def start(self, ctx: ChannelContext) -> None:
         """Connect, register pollers; raise ChannelError when the channel cannot work."""

@@ -61,7 +61,7 @@ async def test_handoff_request_hands_over_and_the_resume_note_reaches_the_model(
     result = await harness.say(cid, "I want to talk to a person about my late order")
     assert result["handoff_session_id"]
     assert [r["text"] for r in result["replies"]] == [
-        "I've asked Owner inbox to join — usually within 1 business day. They'll reply here."
+        "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them."
     ]
     assert len(model.requests) == 1  # a successful handoff_request ends the turn
     sid = result["handoff_session_id"]
@@ -89,7 +89,11 @@ async def test_invalid_arguments_come_back_as_the_tool_result_and_the_model_corr
     model.call("handoff_request", "{not json")
     model.call("handoff_request", VALID_REQUEST, content="Let me get someone for you.")
     result = await harness.say(cid, "a person please")
-    assert [r["text"] for r in result["replies"]] == ["Let me get someone for you."]
+    # the desk's notice was stored when the handoff started, the model's words after its turn
+    assert [r["text"] for r in result["replies"]] == [
+        "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them.",
+        "Let me get someone for you.",
+    ]
     first, second = model.tool_results(model.requests[1]), model.tool_results(model.requests[2])
     assert first[0]["error"] == "invalid_input" and first[0]["details"]["hint"].startswith("channel_id: ")
     assert second[1]["error"] == "invalid_json" and "not valid JSON" in second[1]["details"]["hint"]

@@ -59,8 +59,10 @@ async def test_messages_page_with_after(harness: Harness) -> None:
 async def test_long_poll_returns_when_a_human_replies(harness: Harness) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
-    assert await harness.messages(cid) == []
-    waiting = asyncio.create_task(harness.client.get(f"/api/conversations/{cid}/messages", params={"wait": 20}))
+    told = await harness.messages(cid)  # the desk told the subscriber who was asked
+    assert [m["role"] for m in told] == ["agent"] and told[0]["text"].startswith("I've asked Owner inbox to join")
+    waiting = asyncio.create_task(harness.client.get(
+        f"/api/conversations/{cid}/messages", params={"wait": 20, "after": told[-1]["id"]}))
     for _ in range(50):
         await asyncio.sleep(0)
     assert not waiting.done()
@@ -90,7 +92,8 @@ async def test_webhooks_of_a_channel_without_them_are_404(harness: Harness) -> N
 async def test_health_and_metrics(harness: Harness) -> None:
     health = (await harness.client.get("/healthz")).json()
     assert health["status"] == "ok" and health["database"] == "ok"
-    assert health["channels"] == [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox", "available": True, "problem": None}]
+    assert health["channels"] == [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox", "available": True, "problem": None,
+                                  "serves": ["recipients"]}]
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     await harness.say(cid, "relayed")

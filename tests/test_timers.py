@@ -28,8 +28,10 @@ async def test_idle_release_with_the_real_scheduler(start_desk: StartDesk) -> No
     assert handoff["outcome"] == "unresolved" and handoff["released_by"] == "idle timer"
     await harness.desk.settle()
     messages = await harness.messages(cid)
+    assert messages[-3]["role"] == "agent" and messages[-3]["text"] == (
+        "The conversation with Owner inbox ended after 0.3 seconds without messages, so you're back with the assistant.")
     assert messages[-2]["text"] == "[Bot resumed — the handoff ended after 0.3 seconds without activity. Outcome: unresolved.]"
-    assert messages[-1]["role"] == "agent" and "nobody from the team could answer in time" in messages[-1]["text"]
+    assert messages[-1]["role"] == "agent" and "Ask me to try reaching a person again" in messages[-1]["text"]
 
 
 async def test_activity_pushes_the_deadline_out(harness: Harness) -> None:

@@ -71,9 +71,8 @@ async def run(turn: Turn, ask: Ask, *, max_rounds: int) -> list[str]:
                 ended = results[-1].result
                 break
         if ended is not None:
-            if not replies and ended.get("action") == "handoff_session_started":
-                replies.append(_handed_off(ended))
-            elif not replies and ended.get("status") == "APPROVAL_PENDING":
+            # A started handoff needs no words of the brain's: the desk tells the subscriber who was asked.
+            if not replies and ended.get("status") == "APPROVAL_PENDING":
                 replies.append(WAITING_FOR_APPROVAL)
             return replies
     raise ToolRoundsExhausted(f"still calling tools after {max_rounds} rounds")
@@ -97,7 +96,3 @@ async def _execute(turn: Turn, call: ToolCall) -> dict[str, Any]:
             return tool_error("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
     return await turn.call_tool(call.name, arguments)  # type: ignore[arg-type]
 
-
-def _handed_off(result: dict[str, Any]) -> str:
-    """What the subscriber is told when the brain called handoff_request and said nothing."""
-    return f"I've asked {result['channel_label']} to join — usually {result['estimated_response']}. They'll reply here."

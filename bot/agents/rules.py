@@ -36,7 +36,8 @@ class RulesAgent(Agent):
         if last is None:
             return []
         if _WANTS_PERSON.search(last.text):
-            return [await self._escalate(turn)]
+            failed = await self._escalate(turn)
+            return [failed] if failed else []  # on success the desk tells the subscriber who was asked
         who = turn.subscriber_name or "there"
         if _GREETING.match(last.text):
             return [f"Hi {who}! I'm {self.name}. Ask me anything, or say \"talk to a person\" and I'll bring in our team."]
@@ -47,7 +48,8 @@ class RulesAgent(Agent):
             "\"talk to a person\" and I'll hand you to our team."
         ]
 
-    async def _escalate(self, turn: Turn) -> str:
+    async def _escalate(self, turn: Turn) -> str | None:
+        """Hand off to the first channel; what to say when that failed (None when it worked)."""
         tool = turn.tool("handoff_request")
         if tool is None:
             return "I'm sorry, there is no one I can bring in right now. Please try again later."
@@ -66,20 +68,19 @@ class RulesAgent(Agent):
             ],
         })
         if result.get("ok"):
-            return (f"I've asked {result['channel_label']} to join, usually {result['estimated_response']}. "
-                    "Your messages now go straight to them.")
+            return None
         return ("I'm sorry, I couldn't reach a person just now. "
                 "I'm still here, and you can ask me to try again in a little while.")
 
     def _welcome_back(self, turn: Turn) -> str:
         resumed = next((m for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[Bot resumed")), None)
+        # The desk has already told the subscriber that the assistant is back.
         if resumed is None:
-            return "I'm back. How can I help?"
+            return "How can I help?"
         if "without activity" in resumed.text.splitlines()[0]:
-            return ("I'm sorry, nobody from the team could answer in time, so I'm back. "
-                    "You can ask me to try reaching a person again whenever you like.")
+            return "I'm sorry nobody could finish this with you. Ask me to try reaching a person again whenever you like."
         returned = _returned_data(resumed.text)
-        reply = "Thanks for waiting, I'm back."
+        reply = "Thanks for waiting."
         if "resolution" in returned:
             resolution = returned.pop("resolution").rstrip()
             reply += f" Our team noted: {resolution}" + ("" if resolution.endswith((".", "!", "?")) else ".")

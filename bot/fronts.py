@@ -1,0 +1,137 @@
+"""Provider fronts: subscribers talk to the bot in their own chats with it (a Telegram
+private chat, a WhatsApp number), not only through the HTTP API or the web chat.
+
+A front is served by a channel adapter (bot/channel_set.py says which), so no provider code
+is written twice. Its messages arrive like a recipient's, through the inbound store
+(deduplicated, recovered after a crash), marked `sender="subscriber"`; here each chat
+becomes one conversation and its messages go to the router, exactly as the API's would.
+
+The other way, every message a subscriber should read (the assistant's replies, a person's
+replies during a handoff, the desk's own notices) is queued for their chat by a hook in
+`conversations.add_message`, in the transaction that stores it. The outbox then delivers
+them in order per conversation, with its retries and audit trail, whoever wrote them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot import audit, conversations
+from bot.clock import Clock
+from bot.config import ProviderFront
+from bot.db import Database
+from bot.errors import DeskError
+from bot.models import Conversation, Message
+from bot.outbox import Outbox
+from bot.rendering import Renderer
+from bot.router import Router
+from bot.user_actions import UserActions
+from channels.base import InboundMessage, Outbound, UserActionAnswer, UserActionPrompt
+
+log = structlog.get_logger(__name__)
+
+SHOWN_ROLES = ("agent", "human")  # system messages are for the agent; the subscriber's own are already there
+
+
+class Fronts:
+    def __init__(
+        self, *, db: Database, clock: Clock, fronts: list[ProviderFront], outbox: Outbox, renderer: Renderer,
+        router: Router, user_actions: UserActions,
+    ) -> None:
+        self.db, self.clock, self.outbox, self.renderer = db, clock, outbox, renderer
+        self.router, self.user_actions = router, user_actions
+        self._by_name = {f.name: f for f in fronts}
+        self._by_channel = {f.channel_id: f for f in fronts}
+        if fronts:  # without provider fronts, storing a message costs nothing extra
+            db.message_hooks.append(self.deliver)
+
+    # ------------------------------------------------------------------ from the subscriber
+
+    async def handle(self, channel_id: int, message: InboundMessage) -> str:
+        """One subscriber event from a front's adapter (stored and deduplicated already).
+        Returns what happened, for the inbound record."""
+        front = self._by_channel.get(channel_id)
+        if front is None:
+            return "ignored: this channel serves no front"
+        cid = await self._conversation(front, message)
+        if message.answer is not None:
+            return await self._answer(cid, message.answer, front)
+        if message.opened:
+            await self._say(cid, front.greeting or self.renderer.render(
+                "messages/front_greeting.txt", name=message.author).strip())
+            return "greeted"
+        if not message.text.strip():
+            return "ignored: nothing to read"
+        result = await self.router.subscriber_message(cid, message.text)
+        return f"routed to {result.routed_to}"
+
+    async def _conversation(self, front: ProviderFront, message: InboundMessage) -> str:
+        """The chat's conversation, created on its first message. Two instances may both
+        try: the unique index lets one win, and the other reads the winner's."""
+        chat, name = message.thread_key, (message.author or "").strip()[:200] or None
+        for _ in range(2):
+            try:
+                async with self.db.transaction() as session:
+                    conversation = await conversations.at_front(session, front.name, chat)
+                    if conversation is None:
+                        conversation = await conversations.create(
+                            session, now=self.clock.now(), name=name, external_id=chat, front=front.name,
+                        )
+                        await audit.note(session, "conversation_started", at=self.clock.now(), actor=f"front:{front.name}",
+                                         conversation_id=conversation.id, front=front.name)
+                    elif name and conversation.subscriber_name is None:
+                        conversation.subscriber_name = name
+                    return conversation.id
+            except IntegrityError:
+                continue
+        raise RuntimeError(f"could not create the conversation of a chat on front {front.name}")
+
+    async def _answer(self, cid: str, answer: UserActionAnswer, front: ProviderFront) -> str:
+        """A button pressed on a user-action prompt; a stale button (another action, or
+        one already answered) changes nothing."""
+        try:
+            if answer.move in ("done", "cancelled"):
+                result = await self.user_actions.respond(
+                    answer.user_action_id, answer.move, via=f"front:{front.name}", conversation_id=cid,
+                )
+                return "user action already answered" if result.get("already") else f"user action {answer.move}"
+            action = await self.user_actions.get(answer.user_action_id)
+            if action.conversation_id != cid:
+                return "ignored: not this chat's user action"
+            await self.user_actions.move(action.id, answer.move)
+            return f"user action step {answer.move}"
+        except DeskError as exc:
+            return f"ignored: {exc.message}"
+
+    async def _say(self, cid: str, text: str) -> None:
+        async with self.db.transaction() as session:
+            await conversations.add_message(session, cid, role="agent", text=text, now=self.clock.now())
+        self.router.bus.notify(cid)
+
+    # ------------------------------------------------------------------ to the subscriber
+
+    async def deliver(self, session: AsyncSession, message: Message, user_action: UserActionPrompt | None) -> None:
+        """The message hook: queue a message the subscriber should read for their chat, in
+        the transaction that stored it."""
+        if message.role not in SHOWN_ROLES:
+            return
+        conversation = await session.get(Conversation, message.conversation_id)
+        front = self._by_name.get(conversation.front or "") if conversation is not None else None
+        if conversation is None or front is None or conversation.subscriber_external_id is None:
+            return  # the API, the web chat (it reads the conversation itself) or a front no longer configured
+        author = message.author if message.role == "human" else None
+        outbound = Outbound(
+            purpose="subscriber", handoff_session_id=conversation.id, author=author, body=message.text,
+            text=self.renderer.render("messages/to_subscriber.txt", author=author, text=message.text).strip(),
+            thread={"chat": conversation.subscriber_external_id}, user_action=user_action,
+        )
+        await self.outbox.queue(session, channel_id=front.channel_id, outbound=outbound, now=message.created_at,
+                                message_id=message.id)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"name": f.name, "kind": f.kind, "channel_id": f.channel_id, "shares_channel": f.shares_channel}
+                for f in self._by_name.values()]
