@@ -62,7 +62,7 @@ class Fronts:
             return await self._answer(cid, message.answer, front)
         if message.opened:
             await self._say(cid, front.greeting or self.renderer.render(
-                "messages/front_greeting.txt", name=message.author).strip())
+                "messages/front_greeting.txt", subscriber=message.author).strip())
             return "greeted"
         if not message.text.strip():
             return "ignored: nothing to read"

@@ -13,7 +13,9 @@ from channels.base import (
     Capabilities,
     ChannelAdapter,
     ChannelConfig,
+    ChannelContext,
     ChannelError,
+    InboundMessage,
     Outbound,
     Receipt,
     UncertainDeliveryError,
@@ -88,3 +90,20 @@ class LineChannel(ScriptedChannel):
 
     def routing(self) -> list[str]:
         return [o.text for o in self.sent if o.notice == "routing"]
+
+
+class FrontChannel(ScriptedChannel):
+    """A provider that also serves subscribers (a front): the test hands it their messages
+    with `from_subscriber`, as a poller would, and reads what it was asked to send to each
+    chat."""
+
+    capabilities = Capabilities(threads=True, inbound=True, front=True)
+
+    async def start(self, ctx: ChannelContext) -> None:
+        self.ctx = ctx
+
+    async def from_subscriber(self, chat: str, text: str = "", **fields: object) -> None:
+        await self.ctx.deliver_inbound(InboundMessage(sender="subscriber", thread_key=chat, text=text, **fields))
+
+    def to_chat(self, chat: str) -> list[Outbound]:
+        return [o for o in self.sent if o.purpose == "subscriber" and o.thread.get("chat") == chat]

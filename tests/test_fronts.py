@@ -1,0 +1,207 @@
+"""The core side of provider fronts (bot/fronts.py): a chat is a conversation, everything the
+subscriber should read is delivered to their chat in order, and one adapter can serve both
+roles. The provider here is the scripted one (tests/fakes.py); the Telegram and WhatsApp
+front tests run the same story against fakes of their APIs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from bot.app import create_app
+from bot.clock import ManualClock
+from bot.config import ConfigError, ProviderFront
+from bot.desk import Desk
+from bot.models import Conversation, InboundEvent
+from channels.base import ChannelConfig, TransientChannelError, UserActionAnswer
+from tests.conftest import Harness, make_config
+from tests.fakes import FrontChannel
+
+FRONT_ID = 1001
+PERSON = "talk to a person please"
+
+FrontDesk = Callable[..., Awaitable[tuple[Harness, FrontChannel]]]
+
+
+@pytest.fixture
+async def front_desk(database_url: str) -> AsyncIterator[FrontDesk]:
+    """Factory: a desk whose front is served by a scripted provider, either sharing the one
+    staff channel's adapter (`shared`) or with an adapter of its own beside the owner inbox."""
+    running: list[tuple[Desk, httpx.AsyncClient]] = []
+
+    async def start(*, shared: bool = False, greeting: str | None = None) -> tuple[Harness, FrontChannel]:
+        base = make_config(database_url)
+        if shared:
+            staff = ChannelConfig(id=2, kind="scripted", label="Staff chat", estimated_response="within the hour")
+            front = ProviderFront(kind="scripted", name="chatapp", greeting=greeting, channel_id=2, shares_channel=True,
+                                  settings=staff)
+            config = base.model_copy(update={"channels": [staff], "fronts": [front]})
+        else:
+            own = ChannelConfig(id=FRONT_ID, kind="scripted", label="chatapp")
+            front = ProviderFront(kind="scripted", name="chatapp", greeting=greeting, channel_id=FRONT_ID,
+                                  shares_channel=False, settings=own)
+            config = base.model_copy(update={"fronts": [front]})
+        adapter = FrontChannel(front.settings)
+        desk = Desk(config, clock=ManualClock(), channel_overrides={front.channel_id: adapter}, run_timers=False)
+        await desk.start()
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(desk, manage_desk=False)),
+                                   base_url="http://desk.test")
+        running.append((desk, client))
+        return Harness(desk, client), adapter
+
+    yield start
+    for desk, client in running:
+        await client.aclose()
+        await desk.stop()
+
+
+async def say(harness: Harness, adapter: FrontChannel, chat: str, text: str = "", **fields: Any) -> None:
+    await adapter.from_subscriber(chat, text, **fields)
+    await harness.desk.settle()
+
+
+async def chat_conversation(harness: Harness, chat: str) -> Conversation:
+    async with harness.desk.db.read() as session:
+        found = (await session.scalars(select(Conversation).where(Conversation.subscriber_external_id == chat))).all()
+    assert len(found) == 1
+    return found[0]
+
+
+async def test_each_chat_is_a_conversation_and_the_agent_answers_in_it(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk()
+    await say(harness, adapter, "chat-1", "Hello", author="Ana Lima")
+    await say(harness, adapter, "chat-2", "Hello", author="Ben")
+    await say(harness, adapter, "chat-1", "thanks!", author="Ana Lima")
+
+    ana = await chat_conversation(harness, "chat-1")
+    assert (ana.front, ana.subscriber_name) == ("chatapp", "Ana Lima")
+    assert [o.body for o in adapter.to_chat("chat-1")] == [
+        "Hi Ana Lima! I'm Assistant. Ask me anything, or say \"talk to a person\" and I'll bring in our team.",
+        "You're welcome! Anything else I can do?",
+    ]
+    assert [o.body for o in adapter.to_chat("chat-2")][0].startswith("Hi Ben!")
+    assert all(o.author is None and o.handoff_session_id == ana.id for o in adapter.to_chat("chat-1"))
+    # the owner inbox is still the only channel a handoff can go to
+    specs = await harness.desk.tool_specs(ana.id)
+    handoff = next(s for s in specs if s.name == "handoff_request")
+    assert handoff.input_schema["properties"]["channel_id"]["enum"] == [1]
+    health = (await harness.client.get("/healthz")).json()["channels"]
+    assert {"id": FRONT_ID, "serves": ["subscribers"]}.items() <= next(c for c in health if c["id"] == FRONT_ID).items()
+
+
+async def test_a_redelivered_message_is_answered_once(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk()
+    for _ in range(2):
+        await say(harness, adapter, "chat-1", "Hello", author="Ana", dedupe_key="update-7")
+    assert len(adapter.to_chat("chat-1")) == 1
+    async with harness.desk.db.read() as session:
+        assert len((await session.scalars(select(InboundEvent))).all()) == 1
+
+
+async def test_opening_the_chat_greets_with_the_owners_words(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk(greeting="Welcome to Acme! How can we help?")
+    await say(harness, adapter, "chat-1", "/start", author="Ana", opened=True)
+    assert [o.body for o in adapter.to_chat("chat-1")] == ["Welcome to Acme! How can we help?"]
+
+    plain, plain_adapter = await front_desk()
+    await say(plain, plain_adapter, "chat-9", "/start", author="Ana", opened=True)
+    assert plain_adapter.to_chat("chat-9")[0].body.startswith("Hi Ana! I'm the assistant.")
+
+
+async def test_a_handoff_through_one_adapter_serving_both_roles(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk(shared=True)
+    await say(harness, adapter, "chat-1", "My parcel is lost", author="Ana")
+    await say(harness, adapter, "chat-1", PERSON, author="Ana")
+    dispatch = next(o for o in adapter.sent if o.purpose == "dispatch")
+    sid = dispatch.handoff_session_id
+    assert adapter.to_chat("chat-1")[-1].body == (
+        "I've asked Staff chat to join — usually within the hour. Your messages now go straight to them.")
+
+    await say(harness, adapter, "chat-1", "It was order 1234", author="Ana")
+    assert [o.body for o in adapter.sent if o.purpose == "relay"] == ["It was order 1234"]
+    thread = next(o for o in adapter.sent if o.purpose == "dispatch")
+    assert thread.brief is not None and thread.brief.subscriber_name == "Ana"
+
+    await harness.desk.inbound.submit_and_wait(2, _staff(sid, "Found it, it ships today.", "Sam"))
+    await harness.desk.settle()
+    reply = adapter.to_chat("chat-1")[-1]
+    assert (reply.author, reply.body, reply.text) == ("Sam", "Found it, it ships today.", "Sam: Found it, it ships today.")
+
+    await harness.desk.inbound.submit_and_wait(2, _staff(sid, "/release resolved shipped", "Sam"))
+    await harness.desk.settle()
+    said = [o.body for o in adapter.to_chat("chat-1")]
+    assert said[-2] == "Staff chat has handed the conversation back to the assistant."
+    assert said[-1].startswith("Thanks for waiting.")
+    cid = (await chat_conversation(harness, "chat-1")).id
+    # the system note is for the agent, never for the subscriber's chat
+    assert any(m.startswith("[Bot resumed") for m in await harness.system_texts(cid))
+    assert not any(b.startswith("[Bot resumed") for b in said)
+
+
+def _staff(sid: str, text: str, author: str) -> Any:
+    from channels.base import InboundMessage
+
+    return InboundMessage(thread_key=f"thread-{sid}", text=text, author=author)
+
+
+async def test_messages_wait_in_order_while_the_provider_is_down(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk()
+    adapter.fail_next(TransientChannelError("503 from the provider", retry_after=5))
+    await say(harness, adapter, "chat-1", "Hello", author="Ana")
+    await say(harness, adapter, "chat-1", "thank you", author="Ana")
+    assert adapter.to_chat("chat-1") == []  # the first failed; the second waits behind it
+
+    harness.desk.clock.advance(timedelta(seconds=30))
+    await harness.desk.settle()
+    assert [o.body.split("!")[0] for o in adapter.to_chat("chat-1")] == ["Hi Ana", "You're welcome"]
+    cid = (await chat_conversation(harness, "chat-1")).id
+    async with harness.desk.db.read() as session:
+        from bot.models import HandoffEvent
+
+        kinds = (await session.scalars(select(HandoffEvent.kind).where(HandoffEvent.conversation_id == cid))).all()
+    assert "delivery_retry_scheduled" in kinds and kinds.count("delivered_to_subscriber") == 2
+
+
+async def test_user_action_buttons_answer_the_action_they_were_shown_with(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk()
+    await say(harness, adapter, "chat-1", "Hello", author="Ana")
+    cid = (await chat_conversation(harness, "chat-1")).id
+    asked = await harness.tool(cid, "request_user_action", {
+        "reason": "verification_code", "details": "Enter the code your bank sent you.",
+        "steps": [{"instruction": "Open the bank app"}, {"instruction": "Type the code"}],
+    })
+    await harness.desk.settle()
+    uaid = asked["user_action_id"]
+    prompt = adapter.to_chat("chat-1")[-1]
+    assert prompt.user_action is not None and (prompt.user_action.user_action_id, prompt.user_action.steps) == (uaid, 2)
+    assert "Step 1 of 2: Open the bank app" in prompt.body
+
+    await say(harness, adapter, "chat-1", answer=UserActionAnswer(user_action_id=uaid, move="next"))
+    moved = adapter.to_chat("chat-1")[-1]
+    assert "Step 2 of 2: Type the code" in moved.body and moved.user_action and moved.user_action.step == 1
+
+    await say(harness, adapter, "chat-2", "Hi", author="Eve")  # another chat's button cannot answer it
+    await say(harness, adapter, "chat-2", answer=UserActionAnswer(user_action_id=uaid, move="done"))
+    assert (await harness.desk.user_actions.get(uaid)).state == "pending"
+
+    await say(harness, adapter, "chat-1", answer=UserActionAnswer(user_action_id=uaid, move="done"))
+    assert (await harness.desk.user_actions.get(uaid)).state == "done"
+    assert adapter.to_chat("chat-1")[-1].body == "Thanks, that's done. Let's carry on."
+    before = len(adapter.sent)
+    await say(harness, adapter, "chat-1", answer=UserActionAnswer(user_action_id=uaid, move="cancelled"))
+    assert len(adapter.sent) == before  # a stale button changes nothing
+
+
+def test_fronts_are_validated_with_their_key_paths(sqlite_url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(sqlite_url, fronts=[{"kind": "web"}, {"kind": "web"}, {"kind": "owner_inbox"}, {"title": "x"}, "web"])
+    problems = [str(p) for p in caught.value.problems]
+    assert "fronts[1]: a second web front (also fronts[0])" in problems
+    assert any(p.startswith("fronts[2].kind: 'owner_inbox' cannot serve subscribers (one of: web") for p in problems)
+    assert any(p.startswith("fronts[3].kind: required (one of: web") for p in problems)
+    assert "fronts[4]: must be a mapping such as {kind: web}" in problems
