@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from bot.config import Config, ConfigError, config_warnings, exposure_problems, load_config
+from bot.config import Config, ConfigError, ProviderFront, config_warnings, exposure_problems, load_config
 
 app = typer.Typer(
     help="Handoff Desk: hand a conversation from an AI agent to a person, and back.",
@@ -73,11 +73,28 @@ def check_config(
 ) -> None:
     """Validate a config, naming the key path of every problem. Exits non-zero on any problem."""
     cfg = _load_or_exit(file)
-    typer.echo(f"{file}: OK ({len(cfg.channels)} channel(s), agent: {cfg.agent.kind}, database: {cfg.database_url.split(':', 1)[0]})")
+    typer.echo(f"{file}: OK ({len(cfg.channels)} channel(s), {len(cfg.fronts)} front(s), agent: {cfg.agent.kind}, "
+               f"database: {cfg.database_url.split(':', 1)[0]})")
+    for line in _front_lines(cfg):
+        typer.echo(f"  {line}")
     for warning in config_warnings(cfg):
         typer.echo(f"  warning: {warning}")
     if probe and not asyncio.run(_probe(cfg)):
         raise typer.Exit(code=1)
+
+
+def _front_lines(cfg: Config) -> list[str]:
+    """Where each front is reached, and which adapter serves it."""
+    lines = []
+    for index, front in enumerate(cfg.fronts):
+        if not isinstance(front, ProviderFront):
+            lines.append(f"fronts[{index}] (web): {cfg.public_url}/chat, widget {cfg.public_url}/widget.js")
+        elif front.shares_channel:
+            lines.append(f"fronts[{index}] ({front.kind} '{front.name}'): served by channel {front.channel_id}, same connection")
+        else:
+            lines.append(f"fronts[{index}] ({front.kind} '{front.name}'): adapter id {front.channel_id}, "
+                         f"webhooks at {cfg.public_url}/webhooks/{front.channel_id}")
+    return lines
 
 
 async def _probe(cfg: Config) -> bool:
@@ -85,14 +102,15 @@ async def _probe(cfg: Config) -> bool:
     from channels.base import ChannelError
 
     ok = True
-    for index, channel in enumerate(cfg.channels):
+    own_fronts = [(f"fronts[{cfg.fronts.index(f)}]", f.settings) for f in cfg.provider_fronts if not f.shares_channel]
+    for where, channel in [*((f"channels[{n}]", c) for n, c in enumerate(cfg.channels)), *own_fronts]:
         adapter = adapter_class(channel.kind)(channel)
         try:
             who = await adapter.probe()
-            typer.echo(f"  channels[{index}] ({channel.kind} '{channel.label}'): ok, {who}")
+            typer.echo(f"  {where} ({channel.kind} '{channel.label}'): ok, {who}")
         except ChannelError as exc:
             ok = False
-            typer.echo(f"  channels[{index}] ({channel.kind} '{channel.label}'): FAILED, {exc.hint}", err=True)
+            typer.echo(f"  {where} ({channel.kind} '{channel.label}'): FAILED, {exc.hint}", err=True)
         finally:
             await adapter.stop()
     return ok

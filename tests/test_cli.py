@@ -28,7 +28,8 @@ def test_help_lists_the_commands() -> None:
 def test_check_config_accepts_the_example() -> None:
     result = handoff("check-config", "config.example.yaml")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("config.example.yaml: OK (1 channel(s), agent: rules, database: sqlite)")
+    assert result.stdout.startswith("config.example.yaml: OK (1 channel(s), 1 front(s), agent: rules, database: sqlite)")
+    assert "  fronts[0] (web): http://127.0.0.1:8000/chat, widget http://127.0.0.1:8000/widget.js" in result.stdout
     assert "warning: secret_key: using the development default" in result.stdout
 
 
