@@ -39,6 +39,16 @@ Telegram's 64 bytes). A press is answered with a short confirmation and becomes 
 approval ends, the prompt's keyboard is removed when this process knows the prompt (it sent
 it, or someone pressed on it) and the closing text is posted, replying to the prompt then.
 
+As a front (issue 8; `ctx.subscribers`), the same bot also talks to subscribers: each private
+chat is one conversation (thread_key = the chat id, author = the profile name), `/start`
+opens it (the core greets), a photo or sticker arrives as "[photo] caption" so nobody is left
+wondering, and the desk's messages come back as HTML in that chat, a person's name in bold.
+A user-action prompt gets Done / Cancel (and step) buttons, `ua:<id>:d|c|n|p`, reported as a
+`UserActionAnswer`. One token is one connection (`same_connection`): a front and a channel with
+the same bot_token are one adapter, one poller or webhook. A front of its own is built from
+`TelegramConnection` (no chat_id): it never dispatches and ignores every group. Private chats
+are ignored when the bot serves no front, as before.
+
 Setup: create the bot with @BotFather and add it to the staff group. With privacy mode on
 (the default) a bot still receives replies to its own messages, which is all a plain group
 needs. A forum group needs the bot to be an admin with "Manage topics" (to create a topic
@@ -86,6 +96,8 @@ from channels.base import (
     Receipt,
     TransientChannelError,
     UncertainDeliveryError,
+    UserActionAnswer,
+    UserActionPrompt,
     WebhookReply,
     WebhookRequest,
     pretty_arguments,
@@ -108,6 +120,18 @@ _RELEASE_DATA = re.compile(r"^release(?::(topic:\d+|\d+))?$")
 # 64 bytes of callback_data, an approval id ("ap_" + 16 characters) leaves plenty.
 _APPROVAL_DATA = re.compile(r"^ap:(ap_[A-Za-z0-9_-]{1,56}):([yna])$")
 APPROVAL_CHOICES = {"y": (True, False, "approve"), "n": (False, False, "deny"), "a": (True, True, "always allow")}
+# User-action buttons in a subscriber's chat: `ua:<user action id>:d|c|n|p` (done, cancel,
+# next step, previous step); a user action id ("ua_" + 16 characters) fits 64 bytes easily.
+_USER_ACTION_DATA = re.compile(r"^ua:(ua_[A-Za-z0-9_-]{1,56}):([dcnp])$")
+USER_ACTION_MOVES: dict[str, Literal["done", "cancelled", "next", "previous"]] = {
+    "d": "done", "c": "cancelled", "n": "next", "p": "previous"}
+USER_ACTION_ANSWERS = {"done": "Got it: done.", "cancelled": "Got it: cancelled.", "next": "One moment…", "previous": "One moment…"}
+# What a subscriber's message without text was, so the agent or person reads that something
+# came ("[photo] look at this") instead of nothing; the media themselves are not passed on.
+ATTACHMENTS = (("photo", "photo"), ("video", "video"), ("video_note", "video message"), ("voice", "voice message"),
+               ("audio", "audio"), ("animation", "GIF"), ("document", "file"), ("sticker", "sticker"),
+               ("venue", "place"), ("location", "location"), ("contact", "contact"), ("poll", "poll"), ("dice", "dice"))
+_START = re.compile(r"^/start(?:@\w+)?(?:\s|$)")
 ARGUMENTS_LIMIT = 3000  # characters of pretty JSON shown in a prompt (the rest is announced, never dropped silently)
 PROMPT_CACHE_LIMIT = 1000
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
@@ -123,10 +147,12 @@ def _empty_to_none(value: Any) -> Any:
     return None if isinstance(value, str) and not value.strip() else value
 
 
-class TelegramConfig(ChannelConfig):
+class TelegramConnection(ChannelConfig):
+    """The bot itself: what a front of its own needs (`fronts: [{kind: telegram, …}]`).
+    One token is one connection: a front and a channel with the same token share an adapter."""
+
     kind: Literal["telegram"] = "telegram"
     bot_token: SecretStr = Field(description="The token @BotFather gave the bot (123456:ABC…).")
-    chat_id: int | str = Field(description="The staff group: its numeric id (-100…) or @public_name.")
     mode: Literal["webhook", "polling"] = Field(
         default="webhook", description="webhook (needs an https public_url) or polling (one instance per token)."
     )
@@ -144,17 +170,6 @@ class TelegramConfig(ChannelConfig):
             raise ValueError("does not look like a Telegram bot token (digits, a colon, then letters); copy it from @BotFather")
         return SecretStr(value.get_secret_value().strip())
 
-    @field_validator("chat_id")
-    @classmethod
-    def _chat(cls, value: int | str) -> int | str:
-        if isinstance(value, str):
-            value = value.strip()
-            if re.fullmatch(r"-?\d+", value):  # from ${VAR}, numbers arrive as text
-                return int(value)
-            if not _CHAT_NAME.match(value):
-                raise ValueError("must be the group's numeric id (such as -1001234567890) or its @public_name")
-        return value
-
     @field_validator("api_base_url")
     @classmethod
     def _http(cls, value: str) -> str:
@@ -167,6 +182,23 @@ class TelegramConfig(ChannelConfig):
     def _secret_charset(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and not _SECRET.match(value.get_secret_value()):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's rule)")
+        return value
+
+
+class TelegramConfig(TelegramConnection):
+    """A channel: the bot plus the staff group handoffs go to."""
+
+    chat_id: int | str = Field(description="The staff group: its numeric id (-100…) or @public_name.")
+
+    @field_validator("chat_id")
+    @classmethod
+    def _chat(cls, value: int | str) -> int | str:
+        if isinstance(value, str):
+            value = value.strip()
+            if re.fullmatch(r"-?\d+", value):  # from ${VAR}, numbers arrive as text
+                return int(value)
+            if not _CHAT_NAME.match(value):
+                raise ValueError("must be the group's numeric id (such as -1001234567890) or its @public_name")
         return value
 
 
@@ -266,13 +298,16 @@ class _Parsed:
 class TelegramChannel(ChannelAdapter):
     kind = "telegram"
     config_model = TelegramConfig
+    front_model = TelegramConnection
     # reconcile=False: the Bot API has no way to find a message we sent, so a timed-out
     # send is retried blind (possibly posting twice) rather than lost.
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, front=True)
 
     def __init__(self, config: ChannelConfig) -> None:
         super().__init__(config)
-        self.config: TelegramConfig = config  # type: ignore[assignment]
+        self.config: TelegramConnection = config  # type: ignore[assignment]
+        # The staff group from config; None for a front of its own (built from TelegramConnection).
+        self._staff: int | str | None = config.chat_id if isinstance(config, TelegramConfig) else None
         self._app: Application | None = None
         self._ready = False
         self._ctx: ChannelContext | None = None
@@ -288,14 +323,26 @@ class TelegramChannel(ChannelAdapter):
         # the closing notice can take the buttons away; the Bot API cannot look it up.
         self._prompts: OrderedDict[str, int] = OrderedDict()
 
+    @classmethod
+    def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
+        """One bot token is one bot: Telegram allows it one poller or one webhook."""
+        token = getattr(channel, "bot_token", None)
+        return isinstance(token, SecretStr) and isinstance(front, TelegramConnection) and (
+            token.get_secret_value() == front.bot_token.get_secret_value())
+
+    @property
+    def _subscribers(self) -> bool:
+        return self._ctx is not None and self._ctx.subscribers
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, ctx: ChannelContext) -> None:
         self._ctx = ctx
         try:
             bot = await self._connect()
-            chat = await self._staff_chat(bot)
-            self._chat_id, self._is_forum = chat.id, bool(chat.is_forum)
+            if self._staff is not None:
+                chat = await self._staff_chat(bot)
+                self._chat_id, self._is_forum = chat.id, bool(chat.is_forum)
             if self.config.mode == "webhook":
                 await self._register_webhook(bot, ctx.public_url)
             else:
@@ -304,7 +351,7 @@ class TelegramChannel(ChannelAdapter):
             await self.stop()  # the core only stops channels that started
             raise
         log.info("telegram_started", channel_id=self.id, bot=f"@{self._username}", chat_id=self._chat_id,
-                 forum=self._is_forum, mode=self.config.mode)
+                 forum=self._is_forum, mode=self.config.mode, subscribers=ctx.subscribers)
 
     async def stop(self) -> None:
         if self._poller is not None:
@@ -317,7 +364,10 @@ class TelegramChannel(ChannelAdapter):
             self._app, self._ready = None, False
 
     async def probe(self) -> str:
-        chat = await self._staff_chat(await self._connect())
+        bot = await self._connect()
+        if self._staff is None:
+            return f"@{self._username}, serving subscribers in private chats"
+        chat = await self._staff_chat(bot)
         forum = ", a forum: one topic per handoff" if chat.is_forum else ""
         return f"@{self._username}, posting to '{chat.title or chat.id}'{forum}"
 
@@ -345,15 +395,15 @@ class TelegramChannel(ChannelAdapter):
 
     async def _staff_chat(self, bot: Bot) -> Any:
         try:
-            return await self._call(bot.get_chat(self.config.chat_id), "getChat")
+            return await self._call(bot.get_chat(self._staff), "getChat")
         except ChannelAuthError:
             raise
         except PermanentChannelError as exc:
             raise PermanentChannelError(str(exc), hint=(
-                f"{exc.hint}; check chat_id ({self.config.chat_id}) and that the bot is a member of that group")) from None
+                f"{exc.hint}; check chat_id ({self._staff}) and that the bot is a member of that group")) from None
 
     def _bot(self) -> Bot:
-        if self._app is None or not self._ready or self._chat_id is None:
+        if self._app is None or not self._ready or (self._staff is not None and self._chat_id is None):
             raise TransientChannelError("the Telegram channel is not started", hint="the Telegram channel is not running")
         return self._app.bot
 
@@ -361,6 +411,11 @@ class TelegramChannel(ChannelAdapter):
 
     async def send(self, outbound: Outbound) -> Receipt:
         bot = self._bot()
+        if outbound.purpose == "subscriber":
+            return await self._send_to_subscriber(bot, outbound)
+        if self._chat_id is None:  # a front of its own is never offered to handoff_request or approvals
+            raise PermanentChannelError("this Telegram bot has no staff group", hint=(
+                f"Telegram front '{self.label}' serves subscribers only; give a channel with this bot_token a chat_id"))
         if outbound.notice == "approval":
             return await self._send_prompt(bot, outbound)
         if outbound.notice == "approval_closed":
@@ -437,6 +492,51 @@ class TelegramChannel(ChannelAdapter):
             thread_key=f"{chat_id}:{suffix}" if suffix else None,
             thread=dict(thread),
         )
+
+    # ------------------------------------------------------------------ subscribers (the front)
+
+    async def _send_to_subscriber(self, bot: Bot, outbound: Outbound) -> Receipt:
+        """The assistant's or a person's words in the subscriber's private chat with the bot:
+        HTML with the person's name in bold, escaped by the template, in parts when longer
+        than a message; a user-action prompt gets its buttons under the last part."""
+        from telegram.constants import ParseMode
+
+        chat = str(outbound.thread.get("chat") or "")
+        if not re.fullmatch(r"\d{1,20}", chat):  # private chats have the user's (positive) id
+            raise PermanentChannelError(f"not a Telegram private chat: {chat!r}", hint=(
+                f"internal error: subscriber chat {chat!r} is not a Telegram private chat id"))
+        body = (outbound.body if outbound.body is not None else outbound.text).replace("\x00", "\ufffd")
+        author = clip(outbound.author, 100) if outbound.author else None
+        chunks = split_units(body.strip() or body, MESSAGE_LIMIT - (utf16_len(author) + 4 if author else 0))
+        parts = [self._render("subscriber", author=author, body=chunk) for chunk in chunks]
+        markup = self._user_action_keyboard(outbound.user_action) if outbound.user_action else None
+        first: Message | None = None
+        for index, part in enumerate(parts):  # a failure after the first part makes the retry resend all
+            message = await self._call(bot.send_message(
+                chat_id=int(chat), text=part, parse_mode=ParseMode.HTML, link_preview_options=self._no_preview(),
+                reply_markup=markup if index == len(parts) - 1 else None,
+            ), "sendMessage", subscriber=chat)
+            first = first or message
+        assert first is not None
+        return Receipt(message_id=str(first.message_id), thread={"chat": chat})
+
+    def _user_action_keyboard(self, prompt: UserActionPrompt) -> Any:
+        """Done / Cancel, and the step buttons that lead somewhere (no Previous on the first
+        step); None when the id would not fit callback_data (the text names the keywords)."""
+        from telegram import InlineKeyboardButton
+
+        def button(label: str, move: str) -> Any:
+            return InlineKeyboardButton(label, callback_data=f"ua:{prompt.user_action_id}:{move}")
+
+        rows = [[button("Done", "d"), button("Cancel", "c")]]
+        if prompt.steps > 1:
+            steps = ([button("← Previous step", "p")] if prompt.step > 0 else []) + (
+                [button("Next step →", "n")] if prompt.step < prompt.steps - 1 else [])
+            rows.insert(0, steps)
+        if not _USER_ACTION_DATA.match(f"ua:{prompt.user_action_id}:d"):
+            log.warning("telegram_user_action_without_buttons", channel_id=self.id, user_action_id=prompt.user_action_id)
+            return None
+        return self._inline([row for row in rows if row])
 
     # ------------------------------------------------------------------ approvals
 
@@ -626,11 +726,15 @@ class TelegramChannel(ChannelAdapter):
         return reply
 
     def _parse(self, update: Update) -> _Parsed:
-        """Turn an update into the recipient message it carries, if any."""
+        """Turn an update into the recipient (or subscriber) message it carries, if any."""
         dedupe_key = f"update:{update.update_id}"
         query = update.callback_query
         if query is not None and isinstance(query.data, str) and query.data.startswith("ap:"):
             return self._approval_press(query, dedupe_key)
+        if query is not None and isinstance(query.data, str) and query.data.startswith("ua:"):
+            return self._user_action_press(query, dedupe_key)
+        if update.message is not None and update.message.chat.type == "private" and update.message.chat.id != self._chat_id:
+            return self._from_subscriber(update.message, dedupe_key)  # (a staff "group" may be someone's own chat)
         if query is not None:
             chat = query.message.chat if query.message else None
             suffix = _suffix_from_data(query.data, query.message.message_id) if query.message else None
@@ -665,6 +769,40 @@ class TelegramChannel(ChannelAdapter):
                                  dedupe_key=dedupe_key,
                                  decision=Decision(approval_id=approval_id, approve=approve, always_allow=always))
         return _Parsed(message, query.id, f"Your answer ({word}) is recorded; the first answer counts.")
+
+    def _from_subscriber(self, msg: Message, dedupe_key: str) -> _Parsed:
+        """A message in someone's private chat with the bot: a subscriber talking to the
+        front, when this bot serves one (else ignored, as a staff bot always did)."""
+        user = msg.from_user
+        if not self._subscribers or user is None or user.is_bot:
+            return _Parsed()
+        chat, author = str(msg.chat.id), _person(user)
+        text = (msg.text or "").replace("\x00", "\ufffd")
+        if _START.match(text):  # opening the chat (also `/start <payload>` from a t.me link): the core greets
+            return _Parsed(InboundMessage(thread_key=chat, text=text, author=author, dedupe_key=dedupe_key,
+                                          sender="subscriber", opened=True))
+        if not text.strip():
+            kind = next((label for attribute, label in ATTACHMENTS if getattr(msg, attribute, None)), None)
+            if kind is None:
+                return _Parsed()  # a service message (pinned, payment, …): nothing a person wrote
+            if kind == "sticker" and msg.sticker is not None and msg.sticker.emoji:
+                kind = f"sticker {msg.sticker.emoji}"
+            caption = (msg.caption or "").replace("\x00", "\ufffd").strip()
+            text = f"[{kind}] {caption}" if caption else f"[{kind}]"
+        return _Parsed(InboundMessage(thread_key=chat, text=text, author=author, dedupe_key=dedupe_key, sender="subscriber"))
+
+    def _user_action_press(self, query: Any, dedupe_key: str) -> _Parsed:
+        """Done / Cancel / a step button under a user-action prompt in a subscriber's chat;
+        the core checks that the action is this chat's and still pending."""
+        match = _USER_ACTION_DATA.match(query.data)
+        chat = query.message.chat if query.message else None
+        if (match is None or not self._subscribers or query.from_user.is_bot or chat is None
+                or chat.type != "private" or chat.id == self._chat_id):
+            return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
+        move = USER_ACTION_MOVES[match.group(2)]
+        message = InboundMessage(thread_key=str(chat.id), text="", author=_person(query.from_user), dedupe_key=dedupe_key,
+                                 sender="subscriber", answer=UserActionAnswer(user_action_id=match.group(1), move=move))
+        return _Parsed(message, query.id, USER_ACTION_ANSWERS[move])
 
     def _suffix_of(self, msg: Message) -> str | None:
         """Which handoff thread a staff message belongs to, from the message alone."""
@@ -751,20 +889,21 @@ class TelegramChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ errors
 
-    async def _call(self, awaitable: Any, method: str) -> Any:
+    async def _call(self, awaitable: Any, method: str, *, subscriber: str | None = None) -> Any:
         from telegram.error import TelegramError
 
         try:
             return await awaitable
         except TelegramError as exc:
-            raise self._error(exc, method) from None  # `from None`: PTB's text may hold the token
+            raise self._error(exc, method, subscriber=subscriber) from None  # `from None`: PTB's text may hold the token
 
     def _redact(self, text: str) -> str:
         token = self.config.bot_token.get_secret_value()
         return text.replace(token, "<bot_token>").replace(token.split(":", 1)[-1], "<bot_token>")
 
-    def _error(self, exc: Exception, method: str) -> ChannelError:
-        """Map a python-telegram-bot error to the core's typed errors (hints never hold the token)."""
+    def _error(self, exc: Exception, method: str, *, subscriber: str | None = None) -> ChannelError:
+        """Map a python-telegram-bot error to the core's typed errors (hints never hold the token).
+        `subscriber`: the request went to that subscriber's private chat, not the staff group."""
         import httpx
         from telegram import error as tg
 
@@ -781,9 +920,16 @@ class TelegramChannel(ChannelAdapter):
         if isinstance(exc, tg.ChatMigrated):
             return PermanentChannelError(f"the group moved to {exc.new_chat_id}", hint=(
                 f"the group became a supergroup with a new id; set chat_id: {exc.new_chat_id}"))
+        if isinstance(exc, tg.Forbidden) and subscriber is not None:
+            return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
+                f"Telegram refused to deliver to subscriber chat {subscriber} ({detail}): they blocked the bot or deleted "
+                "their account; nothing reaches them until they unblock it and write again"))
+        if isinstance(exc, tg.BadRequest) and subscriber is not None and "chat not found" in detail.lower():
+            return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
+                f"Telegram does not know subscriber chat {subscriber} ({detail}); the account may be gone"))
         if isinstance(exc, tg.Forbidden):
             return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
-                f"Telegram refused ({detail}): add the bot to chat {self.config.chat_id} again and let it post there"))
+                f"Telegram refused ({detail}): add the bot to chat {self._staff} again and let it post there"))
         if isinstance(exc, tg.Conflict):
             return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
                 f"Telegram answered 409 Conflict ({detail}). Only one process may poll getUpdates per bot token, "
