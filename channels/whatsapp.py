@@ -8,6 +8,15 @@ back to the sender goes to the subscriber; `/release` ends the handoff. It uses 
 `twilio` SDK on its async path (`AsyncTwilioHttpClient` + `create_async`), pointed at
 `api_base_url`.
 
+The same number can be a front too (config `fronts: [{kind: whatsapp, …}]`): subscribers
+write to the sender and talk to the bot. Each sender number is one conversation (thread_key
+`whatsapp:+…`, the name from their WhatsApp profile); the assistant's and people's replies go
+back to that number, a person's name in bold. With a channel on the same account and sender
+(one webhook per sender at Twilio), one adapter does both: the staff numbers in `to` are
+recipients, every other number is a subscriber. A front of its own (built from
+WhatsAppConnection, without `to`) takes every sender as a subscriber and never dispatches.
+WhatsApp has no buttons here: a pending user action names the "done" / "cancel" keywords.
+
 WhatsApp has no threads. Every handoff of a channel shares one line, so every receipt and
 every inbound message carries the same thread_key (`"whatsapp"`), and a reply cannot tell by
 itself which handoff it answers. The core routes it (the most recent handoff, or the one
@@ -18,20 +27,22 @@ What it guards against:
 - **Forged webhooks.** Every call must carry a valid `X-Twilio-Signature` (HMAC-SHA1 of the
   public URL and the form parameters with the auth token, compared in constant time by the
   SDK's RequestValidator): otherwise 403 and nothing is stored. Only messages from the
-  configured recipient numbers to our sender are relayed; anyone else who writes to the
-  business number is ignored (and logged), so a stranger cannot talk to a subscriber.
+  configured recipient numbers to our sender are relayed to a handoff; anyone else who writes
+  to the business number is a subscriber with a conversation of their own when the number is a
+  front, and ignored (and logged) otherwise, so a stranger can never talk to another subscriber.
 - **Redeliveries.** Twilio retries a webhook it thinks failed; MessageSid is the dedupe key.
 - **Restyled text.** WhatsApp turns `*x*`, `_x_`, `~x~` and backticks into formatting, so a
   summary could make its own words look like the desk's. People's text (summary, names,
   transcript, relayed messages) has those markers replaced by look-alike characters where they
   could format, leaving links, e-mail addresses and snake_case words untouched.
 - **The 1600-character limit.** The dispatch is fitted into one message with its link kept
-  (the newest transcript lines that fit, long parts shortened when needed); relays and notices
-  longer than a message go out in numbered parts.
+  (the newest transcript lines that fit, long parts shortened when needed); relays, notices and
+  messages to a subscriber longer than a message go out in numbered parts.
 - **The 24-hour window.** WhatsApp refuses free-form messages to someone who has not written
   to the sender in 24 hours (error 63016). That is a permanent failure whose hint says to set
   `content_sid`: the dispatch then goes out as the approved template (`content_sid` +
   `content_variables`), which opens the conversation; relays follow once the person answers.
+  To a subscriber, the hint says they must write first.
 - **Duplicates.** Twilio's create is not idempotent: a 5xx or a lost answer is an
   UncertainDeliveryError (the message may exist). With several recipients, the numbers that
   already got a message are remembered by its delivery key, so a retry sends only to the rest.
@@ -131,26 +142,17 @@ def _as_list(value: Any) -> Any:
     return value
 
 
-class WhatsAppConfig(ChannelConfig):
+class WhatsAppConnection(ChannelConfig):
+    """One Twilio account and its WhatsApp sender: everything needed to send and to verify
+    webhooks. It is all a front of its own needs (`fronts: [{kind: whatsapp, …}]`); a channel
+    adds the staff numbers (WhatsAppConfig)."""
+
     kind: Literal["whatsapp"] = "whatsapp"
     account_sid: str = Field(description="The Twilio Account SID (AC…), from the Twilio console.")
     auth_token: SecretStr = Field(description="The account's Auth Token: authenticates API calls and verifies webhook signatures.")
     from_number: str = Field(
         validation_alias=AliasChoices("from_number", "from"),
-        description="The WhatsApp sender, E.164 with or without 'whatsapp:' (such as +14155238886).",
-    )
-    to: Annotated[list[str], BeforeValidator(_as_list)] = Field(
-        min_length=1, max_length=20,
-        description="The recipients' WhatsApp numbers (E.164); every message goes to each, and only they may answer.",
-    )
-    content_sid: str | None = Field(
-        default=None,
-        description="An approved WhatsApp template (HX…) to send the dispatch with, so it arrives outside the 24-hour window.",
-    )
-    content_variables: dict[str, TemplateValue] = Field(
-        default_factory=lambda: {"1": "summary", "2": "expected_action", "3": "link"},
-        description="Which value fills each template variable (with content_sid): summary, expected_action, link, "
-        "short_code, urgency, subscriber, contact_back_email.",
+        description="The WhatsApp sender, E.164 with or without 'whatsapp:' (such as +14155238886); `from` works too.",
     )
     status_callback: bool = Field(
         default=False,
@@ -181,6 +183,32 @@ class WhatsAppConfig(ChannelConfig):
     def _from(cls, value: str) -> str:
         return normalise_number(value)
 
+    @field_validator("api_base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        parsed = urlparse(value)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError("must be an http(s) URL such as https://api.twilio.com")
+        return value.rstrip("/")
+
+
+class WhatsAppConfig(WhatsAppConnection):
+    """A channel: the connection plus the staff numbers handoffs go to."""
+
+    to: Annotated[list[str], BeforeValidator(_as_list)] = Field(
+        min_length=1, max_length=20,
+        description="The recipients' WhatsApp numbers (E.164); every message goes to each, and only they may answer.",
+    )
+    content_sid: str | None = Field(
+        default=None,
+        description="An approved WhatsApp template (HX…) to send the dispatch with, so it arrives outside the 24-hour window.",
+    )
+    content_variables: dict[str, TemplateValue] = Field(
+        default_factory=lambda: {"1": "summary", "2": "expected_action", "3": "link"},
+        description="Which value fills each template variable (with content_sid): summary, expected_action, link, "
+        "short_code, urgency, subscriber, contact_back_email.",
+    )
+
     @field_validator("to")
     @classmethod
     def _to(cls, value: list[str]) -> list[str]:
@@ -204,14 +232,6 @@ class WhatsAppConfig(ChannelConfig):
         if not value:
             raise ValueError("must map at least one template variable, such as {'1': summary}")
         return value
-
-    @field_validator("api_base_url")
-    @classmethod
-    def _base_url(cls, value: str) -> str:
-        parsed = urlparse(value)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ValueError("must be an http(s) URL such as https://api.twilio.com")
-        return value.rstrip("/")
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -317,10 +337,11 @@ class _Multi(dict[str, str]):
 class WhatsAppChannel(ChannelAdapter):
     kind = "whatsapp"
     config_model = WhatsAppConfig
+    front_model = WhatsAppConnection
     # No threads: every handoff shares the line (thread_key "whatsapp"); the core routes replies.
     # reconcile=False: a lost answer is retried (possibly sent twice) rather than lost.
-    capabilities = Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False)
-    config: WhatsAppConfig
+    capabilities = Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False, front=True)
+    config: WhatsAppConnection  # a WhatsAppConfig unless it is a front of its own (no staff numbers)
 
     def __init__(self, config: ChannelConfig) -> None:
         super().__init__(config)
@@ -329,6 +350,22 @@ class WhatsAppChannel(ChannelAdapter):
         self._validator: Any = None
         self._sent: OrderedDict[tuple[str, str, int], str] = OrderedDict()
         self.account_name: str | None = None
+
+    @classmethod
+    def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
+        """One account's one sender: Twilio calls one webhook per sender, so one adapter
+        takes both the staff's answers and the subscribers' messages."""
+        return (isinstance(channel, WhatsAppConnection) and isinstance(front, WhatsAppConnection)
+                and channel.account_sid == front.account_sid and channel.from_number == front.from_number)
+
+    @property
+    def staff(self) -> tuple[str, ...]:
+        """The recipients' numbers; none on a front of its own."""
+        return tuple(getattr(self.config, "to", ()))
+
+    @property
+    def _serves_subscribers(self) -> bool:
+        return self._ctx is not None and self._ctx.subscribers
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -352,7 +389,7 @@ class WhatsAppChannel(ChannelAdapter):
         self.account_name = account.friendly_name
         webhook = f"{ctx.public_url.rstrip('/')}/webhooks/{self.id}"
         log.info("whatsapp_started", channel_id=self.id, account=account.friendly_name, sender=self.config.from_number,
-                 recipients=len(self.config.to), webhook=webhook,
+                 recipients=len(self.staff), subscribers=ctx.subscribers, webhook=webhook,
                  hint=f"set the sender's 'A message comes in' webhook to {webhook} (HTTP POST) in the Twilio console")
 
     async def stop(self) -> None:
@@ -369,8 +406,9 @@ class WhatsAppChannel(ChannelAdapter):
         finally:
             if own:
                 await client.http_client.close()  # type: ignore[attr-defined]
-        return (f"Twilio account '{account.friendly_name}' ({account.status}), sending from {self.config.from_number} "
-                f"to {len(self.config.to)} number{'s' if len(self.config.to) != 1 else ''}")
+        staff = len(self.staff)
+        to = f"to {staff} number{'s' if staff != 1 else ''}" if staff else "to subscribers"
+        return f"Twilio account '{account.friendly_name}' ({account.status}), sending from {self.config.from_number} {to}"
 
     async def _fetch_account(self, client: Client) -> Any:
         account = await self._call(client.api.v2010.accounts(self.config.account_sid).fetch_async(), "fetch the account")
@@ -388,11 +426,16 @@ class WhatsAppChannel(ChannelAdapter):
 
     async def send(self, outbound: Outbound) -> Receipt:
         client = self._require_client()
+        if outbound.purpose == "subscriber":
+            return await self._to_subscriber(client, outbound)
+        if not self.staff:
+            raise PermanentChannelError(f"WhatsApp front {self.id} has no staff numbers",
+                                        hint="this WhatsApp front only serves subscribers: handoffs need a channel with `to`")
         if outbound.notice in ("approval", "approval_closed"):
             # Not a handoff: no short code, not on the line's thread (replies route to handoffs).
             text = self.approval_text(outbound.approval) if outbound.notice == "approval" else self._closed_text(outbound)
             sids = await self._to_everyone(client, outbound, [_Message(body=text)])
-            return Receipt(message_id=next((sids[n] for n in self.config.to if n in sids), None))
+            return Receipt(message_id=next((sids[n] for n in self.staff if n in sids), None))
         if outbound.purpose == "dispatch":
             messages = [self._dispatch_message(outbound)]
         elif outbound.purpose == "relay":
@@ -400,8 +443,20 @@ class WhatsAppChannel(ChannelAdapter):
         else:
             messages = [_Message(body=part) for part in self._notice_parts(outbound)]
         sids = await self._to_everyone(client, outbound, messages)
-        first = next((sids[n] for n in self.config.to if n in sids), None)
+        first = next((sids[n] for n in self.staff if n in sids), None)
         return Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
+
+    async def _to_subscriber(self, client: Client, outbound: Outbound) -> Receipt:
+        """A message to one subscriber's chat: the words defused, a person's name in bold,
+        in numbered parts when longer than one message (a part that went out is not sent
+        again when the outbox retries the rest)."""
+        chat = _number_or_none(str(outbound.thread.get("chat") or ""))
+        if chat is None:
+            raise PermanentChannelError(f"no WhatsApp number in the subscriber's chat {outbound.thread.get('chat')!r}",
+                                        hint="internal error: the message to a subscriber named no WhatsApp number")
+        parts = [_Message(body=part) for part in self.subscriber_parts(outbound)]
+        sid = await self._to_one(client, outbound, chat, parts, subscriber=True)
+        return Receipt(message_id=sid, thread={"chat": chat})
 
     async def _to_everyone(self, client: Client, outbound: Outbound, messages: list[_Message]) -> dict[str, str]:
         """Send to every recipient at once (each in order). Succeeds when everyone got it, or
@@ -435,13 +490,14 @@ class WhatsAppChannel(ChannelAdapter):
             raise auth
         raise PermanentChannelError(f"WhatsApp {outbound.purpose}: {hint}", hint=hint)
 
-    async def _to_one(self, client: Client, outbound: Outbound, number: str, messages: list[_Message]) -> str:
+    async def _to_one(self, client: Client, outbound: Outbound, number: str, messages: list[_Message], *,
+                      subscriber: bool = False) -> str:
         first: str | None = None
         for index, message in enumerate(messages):
             key = (outbound.delivery_key, number, index) if outbound.delivery_key else None
             sid = self._sent.get(key) if key else None
             if sid is None:
-                sid = await self._create(client, number, message)
+                sid = await self._create(client, number, message, subscriber=subscriber)
                 if key:
                     self._sent[key] = sid
                     while len(self._sent) > SENT_MEMORY:
@@ -450,7 +506,7 @@ class WhatsAppChannel(ChannelAdapter):
         assert first is not None
         return first
 
-    async def _create(self, client: Client, number: str, message: _Message) -> str:
+    async def _create(self, client: Client, number: str, message: _Message, *, subscriber: bool = False) -> str:
         callback = None
         if self.config.status_callback and self._ctx is not None:
             callback = f"{self._ctx.public_url.rstrip('/')}/webhooks/{self.id}"
@@ -459,6 +515,7 @@ class WhatsAppChannel(ChannelAdapter):
         created = await self._call(
             client.messages.create_async(from_=self.config.from_number, to=number, **kwargs),
             "send a message", may_have_landed=True, number=number, template=message.content_sid is not None,
+            subscriber=subscriber,
         )
         return str(created.sid)
 
@@ -560,6 +617,17 @@ class WhatsAppChannel(ChannelAdapter):
         approval_id = outbound.handoff_session_id
         return self._render("approval_closed", body=approval_id.join(defuse(part) for part in raw.split(approval_id)))
 
+    def subscriber_parts(self, outbound: Outbound) -> list[str]:
+        """A message to a subscriber: their words defused like a relay's (the assistant's too:
+        what an agent was told to say cannot restyle itself), a person's name in bold, and
+        numbered parts of at most 1600 characters, so nothing is cut off."""
+        author = defuse(one_line(outbound.author, 100)) if outbound.author else None
+        body = defuse((outbound.body if outbound.body is not None else outbound.text).strip())
+        head = utf16_len(self._render("to_subscriber", author=author, body="", part="99/99"))
+        chunks = split_text(body, BODY_LIMIT - head - 1)
+        return [self._render("to_subscriber", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
+                for i, chunk in enumerate(chunks, 1)]
+
     def _relay_parts(self, outbound: Outbound) -> list[str]:
         author = defuse(one_line(outbound.author or "Subscriber", 100))
         body = defuse(outbound.body if outbound.body is not None else outbound.text)
@@ -601,7 +669,9 @@ class WhatsAppChannel(ChannelAdapter):
         return reply
 
     def _parse(self, params: dict[str, str]) -> InboundMessage | None:
-        """The recipient message in a (verified) webhook call, if it is one we relay."""
+        """The message in a (verified) webhook call, if it is one we take: from a staff number,
+        a recipient's answer; from any other number, when the adapter serves a front, a
+        subscriber's message in their own chat."""
         if params.get("AccountSid") != self.config.account_sid:
             log.warning("whatsapp_webhook_ignored", channel_id=self.id, reason="another account's message")
             return None
@@ -612,18 +682,16 @@ class WhatsAppChannel(ChannelAdapter):
         if receiver != self.config.from_number:
             log.warning("whatsapp_webhook_ignored", channel_id=self.id, reason=f"addressed to {params.get('To')}, not to our sender")
             return None
-        if sender not in self.config.to:
+        if sender is not None and sender not in self.staff and self._serves_subscribers:
+            return self._subscriber_message(params)
+        if sender not in self.staff:
             log.warning("whatsapp_unknown_sender", channel_id=self.id, sender=params.get("From"),
                         hint="only the numbers in `to` can answer handoffs; add it there to let it answer")
             return None
         sid = params.get("MessageSid") or params.get("SmsMessageSid")
         text = (params.get("Body") or params.get("ButtonText") or "").replace("\x00", "\ufffd").strip()
         extras = []
-        try:
-            media = int(params.get("NumMedia") or 0)
-        except ValueError:
-            media = 0
-        for i in range(media):
+        for i in range(_media_count(params)):
             kind = (params.get(f"MediaContentType{i}") or "file").split("/", 1)[0]
             extras.append(f"({kind} attachment, not forwarded)")
         if params.get("Latitude") and params.get("Longitude"):
@@ -634,17 +702,39 @@ class WhatsAppChannel(ChannelAdapter):
         author = " ".join((params.get("ProfileName") or "").split())[:100] or sender.removeprefix("whatsapp:")
         return InboundMessage(thread_key=LINE_KEY, text=text, author=author, dedupe_key=f"message:{sid}")
 
+    def _subscriber_message(self, params: dict[str, str]) -> InboundMessage | None:
+        """A subscriber writing to the sender: their number is their chat (one conversation),
+        their WhatsApp profile name their name. An attachment is named in brackets ("[image]"),
+        since the desk relays text only."""
+        raw = (params.get("From") or "").strip()
+        sid = params.get("MessageSid") or params.get("SmsMessageSid")
+        if not raw.startswith("whatsapp:") or not sid:  # an SMS to the same number is not a WhatsApp chat
+            log.warning("whatsapp_webhook_ignored", channel_id=self.id, reason="not a WhatsApp message", sender=raw)
+            return None
+        chat = _number_or_none(raw)
+        assert chat is not None
+        text = (params.get("Body") or params.get("ButtonText") or "").replace("\x00", "\ufffd").strip()
+        extras = [f"[{_media_kind(params.get(f'MediaContentType{i}'))}]" for i in range(_media_count(params))]
+        if params.get("Latitude") and params.get("Longitude"):
+            extras.append(f"[location: {params['Latitude']}, {params['Longitude']}]")
+        text = "\n".join([text, *extras] if text else extras)
+        if not text:
+            return None
+        author = " ".join((params.get("ProfileName") or "").split())[:100] or None
+        return InboundMessage(sender="subscriber", thread_key=chat, text=text, author=author, dedupe_key=f"message:{sid}")
+
     def _log_status(self, params: dict[str, str]) -> None:
         status = params.get("MessageStatus") or params.get("SmsStatus")
         if status in ("failed", "undelivered"):
             code = params.get("ErrorCode")
             log.warning("whatsapp_message_failed", channel_id=self.id, message_sid=params.get("MessageSid"), to=params.get("To"),
-                        status=status, error_code=code, hint=_hint_for_code(code, params.get("To") or "", self.config))
+                        status=status, error_code=code, hint=_hint_for_code(code, params.get("To") or "", self.config,
+                                                                            subscriber=_number_or_none(params.get("To")) not in self.staff))
 
     # ------------------------------------------------------------------ errors
 
     async def _call(self, call: Any, what: str, *, may_have_landed: bool = False, number: str | None = None,
-                    template: bool = False) -> Any:
+                    template: bool = False, subscriber: bool = False) -> Any:
         """Await one SDK call and turn every failure into a typed channel error.
         `may_have_landed`: the call creates something, so a lost answer is uncertain."""
         import aiohttp
@@ -654,9 +744,10 @@ class WhatsAppChannel(ChannelAdapter):
         try:
             return await call
         except TwilioRestException as exc:
-            raise self._api_error(what, exc.status, exc.code, exc.msg, may_have_landed, number, template) from None
+            raise self._api_error(what, exc.status, exc.code, exc.msg, may_have_landed, number, template, subscriber) from None
         except TwilioServiceException as exc:
-            raise self._api_error(what, exc.status, exc.code, exc.detail or exc.title, may_have_landed, number, template) from None
+            raise self._api_error(what, exc.status, exc.code, exc.detail or exc.title, may_have_landed, number, template,
+                                  subscriber) from None
         except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
             raise TransientChannelError(f"Twilio: could not connect to {self.config.api_base_url} ({type(exc).__name__})",
                                         hint=f"could not reach the Twilio API at {self.config.api_base_url}") from exc
@@ -671,7 +762,7 @@ class WhatsAppChannel(ChannelAdapter):
                       hint="Twilio's answer could not be read" + ("; the message may have been sent" if may_have_landed else "")) from exc
 
     def _api_error(self, what: str, status: int, code: Any, detail: Any, may_have_landed: bool, number: str | None,
-                   template: bool) -> ChannelError:
+                   template: bool, subscriber: bool = False) -> ChannelError:
         try:
             code = int(code)
         except (TypeError, ValueError):
@@ -688,21 +779,26 @@ class WhatsAppChannel(ChannelAdapter):
             if may_have_landed:
                 return UncertainDeliveryError(message, hint=f"Twilio failed ({status}); the message may have been sent")
             return TransientChannelError(message, hint=f"Twilio is having trouble ({status})")
-        hint = _hint_for_code(str(code), number or "", self.config, template=template)
+        hint = _hint_for_code(str(code), number or "", self.config, template=template, subscriber=subscriber)
         return PermanentChannelError(message, hint=hint or f"Twilio refused to {what}: {detail} ({code})")
 
 
-def _hint_for_code(code: str | None, number: str, config: WhatsAppConfig, *, template: bool = False) -> str | None:
+def _hint_for_code(code: str | None, number: str, config: WhatsAppConnection, *, template: bool = False,
+                   subscriber: bool = False) -> str | None:
     who = number.removeprefix("whatsapp:") or "the recipient"
+    if code == "63016" and subscriber:
+        return (f"WhatsApp refused a free-form message to the subscriber {who}: they have not written to "
+                f"{config.from_number} in the last 24 hours (63016). The subscriber must write first; only an approved "
+                "WhatsApp template can reach them before that")
     if code == "63016":
-        if config.content_sid and not template:
+        if getattr(config, "content_sid", None) and not template:
             return (f"WhatsApp refused a free-form message to {who}: they have not written to {config.from_number} in the last "
                     "24 hours (63016). The dispatch template opens the conversation; messages follow once they answer it")
         return (f"WhatsApp refused a free-form message to {who}: they have not written to {config.from_number} in the last "
                 "24 hours (63016). Configure content_sid with an approved WhatsApp template so dispatches can start the "
                 "conversation, or ask them to message the sender first")
     if code in ("21211", "21614", "63024"):
-        return f"{who} is not a valid WhatsApp number ({code}): check `to`"
+        return f"{who} is not a valid WhatsApp number ({code})" + ("" if subscriber else ": check `to`")
     if code in ("21606", "21212", "63007", "21910"):
         return f"{config.from_number} is not a WhatsApp sender of this Twilio account ({code}): check `from_number`"
     if code == "21610":
@@ -712,6 +808,25 @@ def _hint_for_code(code: str | None, number: str, config: WhatsAppConfig, *, tem
     if code == "21617":
         return "the message is longer than Twilio accepts (21617)"
     return None
+
+
+def _media_count(params: dict[str, str]) -> int:
+    try:
+        return max(0, min(int(params.get("NumMedia") or 0), 10))  # WhatsApp carries at most 10 (usually 1)
+    except ValueError:
+        return 0
+
+
+def _media_kind(content_type: str | None) -> str:
+    """`image/jpeg` → image, `application/pdf` → document, `text/vcard` → contact."""
+    main, _, sub = (content_type or "").lower().partition("/")
+    if main in ("image", "video", "audio"):
+        return main
+    if main == "application":
+        return "document"
+    if "vcard" in sub:
+        return "contact"
+    return "file"
 
 
 def _number_or_none(value: str | None) -> str | None:

@@ -13,7 +13,10 @@ authenticated one, `To` and `From` must both be `whatsapp:` addresses in E.164 (
 `From` must be the account's WhatsApp sender (63007), a message needs a `Body` or a
 `ContentSid` (21619), a body is at most 1600 characters (21617), and `ContentVariables` must
 be a JSON object of strings without line breaks (21656, as WhatsApp refuses those in template
-parameters). Every request is recorded, accepted or not.
+parameters). Every request is recorded, accepted or not. With `session_window=True` it also
+keeps WhatsApp's 24-hour rule: a free-form body (not a template) to a number that has not
+written to the sender (an `inbound(...)` call; `expire(number)` plays the day passing) is
+refused with 63016, as a subscriber's chat on a front would be.
 
 Test hooks: `fail(...)` scripts error answers (63016, 429 with Retry-After, 500, 401 …),
 optionally only for one recipient; `hold()` keeps Messages.json requests unanswered (after
@@ -48,6 +51,8 @@ AUTH_TOKEN = "f00dfeedf00dfeedf00dfeedf00dfeed"
 SENDER = "whatsapp:+14155238886"
 ANA_PHONE = "whatsapp:+34600111222"  # a recipient (support staff)
 BEN_PHONE = "whatsapp:+447700900123"  # another recipient
+CARLA_PHONE = "whatsapp:+15551234567"  # a subscriber, writing to the sender as a front
+DAN_PHONE = "whatsapp:+4915112345678"  # another subscriber
 BODY_LIMIT = 1600
 _E164 = re.compile(r"^whatsapp:\+[1-9]\d{6,14}$")
 
@@ -75,8 +80,11 @@ class Fault:
 
 class FakeTwilio:
     def __init__(self, *, account_sid: str = ACCOUNT_SID, auth_token: str = AUTH_TOKEN, senders: tuple[str, ...] = (SENDER,),
-                 latency: float = 0.0, friendly_name: str = "Acme Support", account_status: str = "active") -> None:
+                 latency: float = 0.0, friendly_name: str = "Acme Support", account_status: str = "active",
+                 session_window: bool = False) -> None:
         self.account_sid, self.auth_token, self.senders, self.latency = account_sid, auth_token, senders, latency
+        self.session_window = session_window
+        self.open_sessions: set[str] = set()  # numbers that wrote to the sender "in the last 24 hours"
         self.friendly_name, self.account_status = friendly_name, account_status
         self.calls: list[Call] = []
         self.messages: list[dict[str, Any]] = []  # every message Twilio accepted, as its resource
@@ -127,6 +135,10 @@ class FakeTwilio:
         self._held = False
         self._release.set()
 
+    def expire(self, number: str) -> None:
+        """A day passes without `number` writing: free-form messages to it fail (session_window)."""
+        self.open_sessions.discard(number)
+
     def requests(self) -> list[dict[str, str]]:
         """The form of every Messages.json request, accepted or refused."""
         return [c.form for c in self.calls if c.path.endswith("/Messages.json")]
@@ -156,6 +168,7 @@ class FakeTwilio:
             params[f"MediaContentType{i}"] = content_type
             params[f"MediaUrl{i}"] = f"https://api.twilio.com/2010-04-01/Accounts/{self.account_sid}/Messages/{sid}/Media/ME{i:032d}"
         params.update(extra)
+        self.open_sessions.add(sender)
         return self.signed(url, params, auth_token=auth_token)
 
     def signed(self, url: str, params: dict[str, str], *, auth_token: str | None = None) -> tuple[bytes, dict[str, str]]:
@@ -239,6 +252,9 @@ class FakeTwilio:
         body, content_sid = form.get("Body"), form.get("ContentSid")
         if not body and not content_sid and not form.get("MediaUrl"):
             return self._error(400, 21619, "A text message body or media urls must be specified.")
+        if self.session_window and not content_sid and to not in self.open_sessions:
+            return self._error(400, 63016, "Failed to send freeform message because you are outside the allowed window. "
+                                           "If you want to send messages outside a session window, please use a Template.")
         if body and len(body) > BODY_LIMIT:
             return self._error(400, 21617, "The concatenated message body exceeds the 1600 character limit.")
         if content_sid:
