@@ -13,14 +13,18 @@ It is strict where Telegram is strict, so the tests catch what production would 
   not loopback ("Wrong HTTP URL");
 - replies to a missing message fail unless `allow_sending_without_reply`; a topic must exist;
 - one getUpdates poller per token: a new request terminates the one in flight with
-  409 Conflict, and getUpdates is refused while a webhook is set;
-- a wrong token gets 401 Unauthorized.
+  409 Conflict, and getUpdates is refused while a webhook is set (`peak_pollers` and
+  `conflicts` tell a test how many pollers there were);
+- a wrong token gets 401 Unauthorized;
+- private chats (subscribers of a front) exist once the user has written to the bot; a send
+  to one the user blocked (`block`) is 403 "bot was blocked by the user", to an unknown one
+  400 "chat not found".
 
 Test hooks: `fail(...)` scripts error answers, `hold(method)` keeps requests of a method
 unanswered until `release()` (a timeout after sending), `latency` delays every answer,
-`message_update` / `callback_update` build updates as Telegram would send them (the replied
-message embedded one level deep, with its reply_markup), and `wait_for` waits on recorded
-traffic instead of sleeping.
+`message_update` / `private_update` / `callback_update` build updates as Telegram would send
+them (the replied message embedded one level deep, with its reply_markup), and `wait_for`
+waits on recorded traffic instead of sleeping.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ BOT_USER = {"id": 7000001, "is_bot": True, "first_name": "Handoff Desk", "userna
 SAM = {"id": 501, "is_bot": False, "first_name": "Sam", "last_name": "Lee", "username": "samlee"}
 KIM = {"id": 502, "is_bot": False, "first_name": "Kim", "username": "kim_ops"}
 OTHER_BOT = {"id": 7000099, "is_bot": True, "first_name": "Other bot", "username": "other_bot"}
+# Subscribers, writing to the bot in their private chats.
+ANA = {"id": 601, "is_bot": False, "first_name": "Ana", "last_name": "Silva", "username": "anasilva", "language_code": "en"}
+BEN = {"id": 602, "is_bot": False, "first_name": "Ben"}
 STAFF_CHAT_ID = -1001234567890
 
 # Telegram's HTML parse mode: these tags and nothing else.
@@ -123,6 +130,9 @@ class FakeTelegram:
         self.topics: dict[int, str] = {}
         self.webhook: dict[str, Any] | None = None
         self.updates: list[dict[str, Any]] = []  # waiting for getUpdates
+        self.private: dict[int, dict[str, Any]] = {}  # private chats, by user id, once the user wrote
+        self.blocked: set[int] = set()
+        self.pollers_in_flight = self.peak_pollers = self.conflicts = 0
         self._failures: list[tuple[str, BotApiError]] = []
         self._held: set[str] = set()
         self._release = asyncio.Event()
@@ -186,6 +196,14 @@ class FakeTelegram:
             async with self._changed:
                 await self._changed.wait_for(predicate)
 
+    def sent_to(self, chat_id: int) -> list[dict[str, Any]]:
+        """Messages the bot posted in one chat, in order."""
+        return [m for m in self.sent() if m["chat"]["id"] == chat_id]
+
+    def block(self, user: dict[str, Any]) -> None:
+        """The user blocks the bot: sends to their chat fail with 403."""
+        self.blocked.add(user["id"])
+
     async def queue(self, update: dict[str, Any]) -> dict[str, Any]:
         """Offer an update to getUpdates (polling mode)."""
         self.updates.append(update)
@@ -211,9 +229,18 @@ class FakeTelegram:
         self.messages[(chat["id"], message["message_id"])] = message
         return {"update_id": update_id if update_id is not None else next(self._update_ids), "message": message}
 
-    def callback_update(self, message_id: int, *, user: dict[str, Any] = SAM, data: str | None = None) -> dict[str, Any]:
-        """A person presses the callback button of one of the bot's messages."""
-        message = self.messages[(self.chat["id"], message_id)]
+    def private_update(self, text: str | None, *, user: dict[str, Any] = ANA, **extra: Any) -> dict[str, Any]:
+        """A subscriber writes to the bot in their private chat (which exists from then on)."""
+        chat = self.private.setdefault(user["id"], {"id": user["id"], "type": "private", **{
+            k: user[k] for k in ("first_name", "last_name", "username") if k in user}})
+        return self.message_update(text, user=user, chat=chat, **extra)
+
+    def callback_update(
+        self, message_id: int, *, user: dict[str, Any] = SAM, data: str | None = None, chat_id: int | None = None,
+    ) -> dict[str, Any]:
+        """A person presses the callback button of one of the bot's messages (in the staff chat,
+        or in the chat `chat_id`)."""
+        message = self.messages[(self.chat["id"] if chat_id is None else chat_id, message_id)]
         if data is None:
             buttons = [b for row in message["reply_markup"]["inline_keyboard"] for b in row if "callback_data" in b]
             data = buttons[0]["callback_data"]
@@ -268,6 +295,10 @@ class FakeTelegram:
             return value
 
     def _check_chat(self, chat_id: Any) -> dict[str, Any]:
+        if chat_id in self.private:
+            if chat_id in self.blocked:
+                raise BotApiError(403, "Forbidden: bot was blocked by the user")
+            return self.private[chat_id]
         if chat_id not in (self.chat["id"], f"@{self.chat['username']}"):
             raise BotApiError(400, "Bad Request: chat not found")
         return self.chat
@@ -372,6 +403,17 @@ class FakeTelegram:
         return True
 
     async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        self.pollers_in_flight += 1
+        self.peak_pollers = max(self.peak_pollers, self.pollers_in_flight)
+        try:
+            return await self._get_updates(params)
+        except BotApiError as exc:
+            self.conflicts += exc.status == 409
+            raise
+        finally:
+            self.pollers_in_flight -= 1
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         if self.webhook:
             raise BotApiError(409, "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first")
         if self._poller and not self._poller.done():  # the newer request wins, as in Telegram
