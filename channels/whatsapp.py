@@ -60,8 +60,9 @@ Errors are mapped, never retried here: 429 → transient with Retry-After; 401/2
 63016, 21211/21614 (bad number), 63007 (wrong sender) and other 4xx → permanent.
 
 Twilio setup: a WhatsApp sender (or the sandbox) whose "A message comes in" webhook is
-`{public_url}/webhooks/{channel id}` (HTTP POST). The recipients must have opted in (for the
-sandbox: sent the join code).
+`{public_url}/webhooks/{channel id}` (HTTP POST; a front of its own: its id, 1000 + its
+position in `fronts` by default). The recipients must have opted in (for the sandbox: sent
+the join code).
 """
 
 from __future__ import annotations
