@@ -106,7 +106,10 @@ async def test_tool_calls_run_through_the_registry_and_a_handoff_ends_the_turn(s
         "channel_id": 1, "summary": "Ana's order 1234 is late.", "expected_action": "Check order 1234.",
     }}])
     result = await harness.say(cid, "where is order 1234?")
-    assert texts(result) == ["Let me bring in a colleague."] and result["handoff_session_id"]
+    assert texts(result) == [  # the desk's notice, stored when the handoff started, then the bot's own words
+        "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them.",
+        "Let me bring in a colleague.",
+    ] and result["handoff_session_id"]
     assert len(bot.turns) == 2
     [unknown] = bot.turns[1]["tool_results"]
     assert unknown["id"] == "a" and unknown["result"]["error"] == "unknown_tool"
