@@ -15,10 +15,10 @@ the API is rate-limited with token buckets: new conversations per client address
 conversation (`max_messages_per_minute`). Over a limit: 429 with Retry-After, in the API's
 error shape; the page says so in plain words and keeps what the visitor typed. The buckets
 live in this process (per instance), take their time from the desk's clock and forget idle
-clients, so memory stays bounded. The client address is the socket peer as the ASGI server
-reports it (uvicorn already resolves X-Forwarded-For from its FORWARDED_ALLOW_IPS, loopback
-by default); the header is read here only from proxies in `server.trusted_proxies`, when the
-server section has that list, walking it from the right.
+clients, so memory stays bounded. The client address is the socket peer, unless that peer
+is one of `server.trusted_proxies`; then X-Forwarded-For is walked from the right. The same
+list is what `handoff serve` gives uvicorn, so behind uvicorn the peer is already resolved
+and this only repeats the rule for other ASGI servers.
 """
 
 from __future__ import annotations
@@ -181,10 +181,7 @@ def _limits(request: Request, desk: Desk) -> ChatLimits:
     front = _front(desk)
     limits: ChatLimits | None = getattr(request.app.state, "chat_limits", None)
     if limits is None or limits.front is not front:
-        # server.trusted_proxies (CIDRs) is the server section's to declare; until it does, no
-        # forwarded header is read here (see client_ip)
-        trusted = getattr(desk.config.server, "trusted_proxies", None) or ()
-        limits = request.app.state.chat_limits = ChatLimits(front, desk.clock, trusted)
+        limits = request.app.state.chat_limits = ChatLimits(front, desk.clock, desk.config.server.trusted_proxies)
     return limits
 
 

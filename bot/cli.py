@@ -61,7 +61,8 @@ def serve(
     typer.echo(f"Handoff Desk on http://{cfg.server.host}:{cfg.server.port}  (inbox: {cfg.public_url}/inbox)", err=True)
     uvicorn.run(
         create_app(Desk(cfg)), host=cfg.server.host, port=cfg.server.port,
-        log_level=cfg.logging.level, proxy_headers=True, server_header=False,
+        log_level=cfg.logging.level, server_header=False,
+        proxy_headers=bool(cfg.server.trusted_proxies), forwarded_allow_ips=[str(n) for n in cfg.server.trusted_proxies],
         timeout_graceful_shutdown=5,  # long-polls would otherwise hold shutdown for up to 30 s
     )
 

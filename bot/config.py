@@ -26,6 +26,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    IPvAnyNetwork,
     SecretStr,
     Tag,
     ValidationError,
@@ -122,6 +123,11 @@ class ServerConfig(_Section):
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Extra Host names the server answers to, besides public_url's host and loopback names.",
+    )
+    trusted_proxies: list[IPvAnyNetwork] = Field(
+        default_factory=lambda: [ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128")],
+        description="Reverse proxies (addresses or CIDRs) whose X-Forwarded-For names the client; "
+                    "only they are believed. The default trusts a proxy on this host.",
     )
 
     @property

@@ -14,8 +14,9 @@ def database_url(sqlite_url: str) -> str:
     return sqlite_url
 
 
-async def chat(start_desk: StartDesk, **front: Any) -> Harness:
-    return await start_desk(fronts=[{"kind": "web", "title": "Acme help", **front}], api={"key": "k-0123456789abcdef0123"})
+async def chat(start_desk: StartDesk, *, server: dict[str, Any] | None = None, **front: Any) -> Harness:
+    return await start_desk(fronts=[{"kind": "web", "title": "Acme help", **front}], api={"key": "k-0123456789abcdef0123"},
+                            **({"server": server} if server is not None else {}))
 
 
 async def begin(harness: Harness) -> dict[str, str]:
@@ -117,7 +118,8 @@ async def test_tokens_are_checked_and_the_chat_can_be_off(start_desk: StartDesk)
 async def test_new_conversations_are_limited_per_client_address(start_desk: StartDesk) -> None:
     from datetime import timedelta
 
-    harness = await chat(start_desk, max_new_conversations_per_minute=3)
+    # the test client's peer is 127.0.0.1, a trusted proxy by default: here it is not one
+    harness = await chat(start_desk, max_new_conversations_per_minute=3, server={"trusted_proxies": []})
     clock = harness.desk.clock
     for _ in range(3):
         await begin(harness)
@@ -125,7 +127,7 @@ async def test_new_conversations_are_limited_per_client_address(start_desk: Star
     assert over.status_code == 429 and over.headers["retry-after"] == "20"  # one every 60/3 s
     assert over.json() == {"error": "rate_limited", "details": {
         "hint": "too many new conversations from your address; try again in 20 s", "retry_after": 20}}
-    # a made-up X-Forwarded-For changes nothing: no trusted proxy is configured
+    # a made-up X-Forwarded-For changes nothing: the peer is not a trusted proxy
     spoofed = await harness.client.post("/chat/api/conversations", json={}, headers={"X-Forwarded-For": "203.0.113.9"})
     assert spoofed.status_code == 429
 
