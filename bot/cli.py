@@ -93,8 +93,8 @@ def _front_lines(cfg: Config) -> list[str]:
         elif front.shares_channel:
             lines.append(f"fronts[{index}] ({front.kind} '{front.name}'): served by channel {front.channel_id}, same connection")
         else:
-            lines.append(f"fronts[{index}] ({front.kind} '{front.name}'): adapter id {front.channel_id}, "
-                         f"webhooks at {cfg.public_url}/webhooks/{front.channel_id}")
+            lines.append(f"fronts[{index}] ({front.kind} '{front.name}'): an adapter of its own, id {front.channel_id} "
+                         f"(provider webhooks, if it takes them: {cfg.public_url}/webhooks/{front.channel_id})")
     return lines
 
 

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import yaml
 from pydantic import (
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -553,7 +554,27 @@ class _FrontKeys(_Section):
 
 
 FRONT_ID_BASE = 1000
-_FRONT_KEYS = set(_FrontKeys.model_fields)
+_FRONT_KEYS = list(_FrontKeys.model_fields)
+# A channel's keys that mean nothing on a front: the core sets id and label itself.
+_CHANNEL_ONLY = {"id", "kind", "label", "estimated_response", "enabled"}
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    """The keys a model takes in a config file: its field names and their aliases."""
+    keys: list[str] = []
+    for name, info in model.model_fields.items():
+        aliases = info.validation_alias.choices if isinstance(info.validation_alias, AliasChoices) else [info.validation_alias]
+        keys.extend(k for k in (name, info.alias, *aliases) if isinstance(k, str) and k not in keys)
+    return keys
+
+
+def _unknown_front_key(path: str, key: str, allowed: list[str], channel_model: type[BaseModel]) -> ConfigProblem:
+    if key in _keys_of(channel_model):
+        return ConfigProblem(path, "belongs on a channel (channels[]), where a handoff is sent; a front only "
+                                   f"takes {', '.join(allowed)}")
+    close = difflib.get_close_matches(key, allowed, n=1)
+    guess = f"; did you mean '{close[0]}'?" if close else ""
+    return ConfigProblem(path, f"unknown key{guess} (allowed: {', '.join(allowed)})")
 
 
 def _validate_fronts(raw: Any, channels: list[ChannelConfig]) -> tuple[list[Any], list[ConfigProblem]]:
@@ -592,19 +613,21 @@ def _validate_front(index: int, entry: Any, channels: list[ChannelConfig]) -> tu
         expected = ", ".join(_front_kinds())
         message = "required" if kind is None else f"'{kind}' cannot serve subscribers"
         return None, [ConfigProblem(f"{where}.kind", f"{message} (one of: {expected})")]
-    problems: list[ConfigProblem] = []
+    connection = [k for k in _keys_of(cls.front_model) if k not in _CHANNEL_ONLY]
+    allowed = [*_FRONT_KEYS, *connection]
+    problems = [_unknown_front_key(f"{where}.{key}", key, allowed, cls.config_model) for key in entry if key not in allowed]
     own = {k: v for k, v in entry.items() if k in _FRONT_KEYS}
     try:
         keys = _FrontKeys.model_validate(own)
     except ValidationError as exc:
-        return None, problems_from(exc, _FrontKeys, prefix=where)
+        return None, problems + problems_from(exc, _FrontKeys, prefix=where)
     name = keys.name or str(kind)
-    provider = {k: v for k, v in entry.items() if k not in _FRONT_KEYS}
+    provider = {k: v for k, v in entry.items() if k in connection}
     own_id = keys.id or FRONT_ID_BASE + index + 1
     try:
         settings = cls.front_model.model_validate({**provider, "id": own_id, "kind": kind, "label": name})
     except ValidationError as exc:
-        return None, problems_from(exc, cls.front_model, prefix=where)
+        return None, problems + problems_from(exc, cls.front_model, prefix=where)
     shared = next(((n, c) for n, c in enumerate(channels) if c.kind == kind and cls.same_connection(c, settings)), None)
     if shared is not None:
         position, channel = shared

@@ -57,7 +57,7 @@ class Fronts:
         front = self._by_channel.get(channel_id)
         if front is None:
             return "ignored: this channel serves no front"
-        cid = await self._conversation(front, message)
+        cid, created = await self._conversation(front, message)
         if message.answer is not None:
             return await self._answer(cid, message.answer, front)
         if message.opened:
@@ -66,10 +66,14 @@ class Fronts:
             return "greeted"
         if not message.text.strip():
             return "ignored: nothing to read"
+        if created and front.greeting:
+            # A provider without an "opened" event (WhatsApp): the owner's greeting comes
+            # before the answer to the first message, which is still the agent's to give.
+            await self._say(cid, front.greeting)
         result = await self.router.subscriber_message(cid, message.text)
         return f"routed to {result.routed_to}"
 
-    async def _conversation(self, front: ProviderFront, message: InboundMessage) -> str:
+    async def _conversation(self, front: ProviderFront, message: InboundMessage) -> tuple[str, bool]:
         """The chat's conversation, created on its first message. Two instances may both
         try: the unique index lets one win, and the other reads the winner's."""
         chat, name = message.thread_key, (message.author or "").strip()[:200] or None
@@ -77,6 +81,7 @@ class Fronts:
             try:
                 async with self.db.transaction() as session:
                     conversation = await conversations.at_front(session, front.name, chat)
+                    created = conversation is None
                     if conversation is None:
                         conversation = await conversations.create(
                             session, now=self.clock.now(), name=name, external_id=chat, front=front.name,
@@ -85,7 +90,7 @@ class Fronts:
                                          conversation_id=conversation.id, front=front.name)
                     elif name and conversation.subscriber_name is None:
                         conversation.subscriber_name = name
-                    return conversation.id
+                    return conversation.id, created
             except IntegrityError:
                 continue
         raise RuntimeError(f"could not create the conversation of a chat on front {front.name}")

@@ -435,7 +435,7 @@ def test_a_front_on_a_channels_token_shares_its_adapter_and_a_front_of_its_own_g
 @pytest.mark.parametrize(("front", "problem"), [
     ({"bot_token": "not a token"}, "fronts[0].bot_token: does not look like a Telegram bot token"),
     ({"bot_token": "123456:SECRET-value", "mode": "poll"}, "fronts[0].mode: Input should be 'webhook' or 'polling'"),
-    ({"bot_token": "123456:SECRET-value", "chat_id": -100123}, "fronts[0].chat_id: unknown key"),
+    ({"bot_token": "123456:SECRET-value", "chat_id": -100123}, "fronts[0].chat_id: belongs on a channel (channels[])"),
     ({"bot_token": "123456:SECRET-value", "api_base_url": "api.telegram.org"}, "fronts[0].api_base_url: must be an http(s) URL"),
     ({"bot_token": "123456:SECRET-value", "webhook_secret": "has spaces!"}, "fronts[0].webhook_secret: must be 1-256 characters"),
     ({"bot_token": TOKEN, "mode": "polling"}, "fronts[0].mode: differs from channels[0].mode"),

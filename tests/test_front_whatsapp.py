@@ -408,8 +408,8 @@ def test_a_front_as_the_issue_writes_it_and_when_it_shares_a_channel() -> None:
 @pytest.mark.parametrize(("entry", "problem"), [
     ({"from": "14155238886"}, "fronts[0].from: '14155238886' is not a phone number in E.164 form"),
     ({"account_sid": "SK1"}, "fronts[0].account_sid: must be the Account SID"),
-    ({"to": [ANA_PHONE]}, "fronts[0].to: unknown key"),
-    ({"content_sid": "HX" + "ab" * 16}, "fronts[0].content_sid: unknown key"),
+    ({"to": [ANA_PHONE]}, "fronts[0].to: belongs on a channel (channels[])"),
+    ({"content_sid": "HX" + "ab" * 16}, "fronts[0].content_sid: belongs on a channel (channels[])"),
     ({"auth_tokn": "x"}, "fronts[0].auth_tokn: unknown key; did you mean 'auth_token'?"),
     ({"api_base_url": "api.twilio.com"}, "fronts[0].api_base_url: must be an http(s) URL"),
     ({"id": 1}, "fronts[0].id: this front is served by channels[0] (id 1); leave id out"),

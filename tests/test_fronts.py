@@ -108,6 +108,12 @@ async def test_opening_the_chat_greets_with_the_owners_words(front_desk: FrontDe
     await say(harness, adapter, "chat-1", "/start", author="Ana", opened=True)
     assert [o.body for o in adapter.to_chat("chat-1")] == ["Welcome to Acme! How can we help?"]
 
+    # a provider without an "opened" event: the owner's greeting precedes the first answer
+    await say(harness, adapter, "chat-2", "Hello", author="Ben")
+    assert [o.body.split("!")[0] for o in adapter.to_chat("chat-2")] == ["Welcome to Acme", "Hi Ben"]
+    await say(harness, adapter, "chat-2", "Hello again", author="Ben")
+    assert len(adapter.to_chat("chat-2")) == 3  # once per conversation
+
     plain, plain_adapter = await front_desk()
     await say(plain, plain_adapter, "chat-9", "/start", author="Ana", opened=True)
     assert plain_adapter.to_chat("chat-9")[0].body.startswith("Hi Ana! I'm the assistant.")
@@ -205,3 +211,15 @@ def test_fronts_are_validated_with_their_key_paths(sqlite_url: str) -> None:
     assert any(p.startswith("fronts[2].kind: 'owner_inbox' cannot serve subscribers (one of: web") for p in problems)
     assert any(p.startswith("fronts[3].kind: required (one of: web") for p in problems)
     assert "fronts[4]: must be a mapping such as {kind: web}" in problems
+
+
+def test_a_front_takes_its_connection_keys_and_says_where_the_rest_belong(sqlite_url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(sqlite_url, fronts=[{"kind": "telegram", "bot_token": "123:abc", "chat_id": -100, "label": "Bot",
+                                         "bot_tokn": "x"}])
+    problems = [str(p) for p in caught.value.problems]
+    assert problems[0].startswith("fronts[0].chat_id: belongs on a channel (channels[]), where a handoff is sent; "
+                                  "a front only takes kind, name, id, greeting, bot_token, mode")
+    assert problems[1].startswith("fronts[0].label: belongs on a channel")
+    assert problems[2].startswith("fronts[0].bot_tokn: unknown key; did you mean 'bot_token'?")
+    assert "123:abc" not in str(caught.value)
