@@ -263,7 +263,7 @@ async def start(request: Request, body: StartBody | None = None) -> dict[str, An
     limits = _limits(request, desk)
     limits.check(limits.conversations, address_key(client_ip(request, limits.trusted_proxies)),
                  "too many new conversations from your address; try again in {seconds} s")
-    cid = await desk.create_conversation(name=(body.name if body else None) or None)
+    cid = await desk.create_conversation(name=(body.name if body else None) or None, front="web")
     return {"token": _tokens(desk).dumps(cid)}
 
 

@@ -71,6 +71,10 @@ async def test_a_conversation_through_the_chat_hides_what_is_for_the_agent(start
         {k: m[k] for k in ("role", "text", "author")} for m in everything["messages"]]
     assert not any(m["text"].startswith("[Bot resumed") for m in everything["messages"])  # for the agent only
     assert everything["person"] is None
+    told = [m["text"] for m in everything["messages"] if m["role"] == "agent"]
+    assert "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them." in told
+    assert "Owner inbox has handed the conversation back to the assistant." in told
+    assert (await harness.desk.conversation((await harness.desk.handoffs.get(sid)).conversation_id)).front == "web"
 
 
 async def test_a_pending_user_action_has_steps_and_done(start_desk: StartDesk) -> None:
