@@ -8,6 +8,8 @@ read and correct. Nothing a tool does starts before its input has validated.
 
 from __future__ import annotations
 
+import copy
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -149,7 +151,14 @@ def errors_result(errors: list[Any], code: str = "invalid_input") -> dict[str, A
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """A pydantic model's JSON Schema, made plain for models: `$ref`s inlined, titles and
-    `null` branches of optional fields dropped (an optional field is simply left out)."""
+    `null` branches of optional fields dropped (an optional field is simply left out).
+    A fresh copy each time (callers may add to it) of one made once per model: generating
+    it costs milliseconds, and every agent turn needs every tool's."""
+    return copy.deepcopy(_plain_schema(model))
+
+
+@functools.cache
+def _plain_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema()
     defs = raw.pop("$defs", {})
     raw.pop("description", None)  # the class docstring is for developers; the tool has its own description

@@ -28,7 +28,8 @@ class HandoffRequestTool(Tool):
             "Available channels:\n" + "\n".join(lines) + "\n"
             "After a successful call the user's messages go straight to the recipient until the handoff is "
             "released; you will then read a system message starting with \"[Bot resumed —\" that carries any "
-            "returned data. Only tell the user a person was notified when the result says human_notified: true. "
+            "returned data. The desk itself tells the user who was asked (and later that you are back); never claim "
+            "a person was notified unless the result says human_notified: true. "
             "Use expected_return to ask for structured data back."
         )
 
