@@ -14,10 +14,25 @@ from collections import defaultdict
 class ConversationBus:
     def __init__(self) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._any: set[asyncio.Event] = set()
 
     def notify(self, conversation_id: str) -> None:
-        for event in self._waiters.get(conversation_id, ()):
+        for event in (*self._waiters.get(conversation_id, ()), *self._any):
             event.set()
+
+    async def wait_any(self, timeout: float) -> bool:
+        """Wait for a notification on any conversation (the inbox list: a handoff may start
+        in a conversation it does not show yet); False on timeout."""
+        event = asyncio.Event()
+        self._any.add(event)
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._any.discard(event)
 
     async def wait(self, conversation_id: str, timeout: float) -> bool:
         """Wait for a notification on this conversation; False on timeout."""

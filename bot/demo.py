@@ -153,7 +153,7 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
     story.note(f"… {format_duration(desk.config.handoff.idle_timeout)} pass without a reply; the idle sweep runs …")
     await desk.timers.sweep()
     await desk.settle()
-    for message in (await client.get(f"/api/conversations/{ben}/messages")).json()["messages"][-2:]:
+    for message in (await client.get(f"/api/conversations/{ben}/messages")).json()["messages"][-3:]:
         story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
 
     await story.step("7. The agent wants to refund Ana: a person must approve that exact call")

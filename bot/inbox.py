@@ -299,8 +299,8 @@ async def _conversation_approvals(desk: Desk, conversation_id: str) -> list[Appr
 # --------------------------------------------------------------------------- the live list
 
 
-async def _list_version(desk: Desk) -> tuple[str, set[str]]:
-    """A short hash of what decides the list's content, and the conversations to wake on.
+async def _list_version(desk: Desk) -> str:
+    """A short hash of what decides the list's content.
 
     Indexed reads only: the newest open handoffs per state (with their deadline and their
     conversation's newest message id, one index seek each), the pending approvals, and the
@@ -310,55 +310,36 @@ async def _list_version(desk: Desk) -> tuple[str, set[str]]:
     newest = (select(func.max(Message.id)).where(Message.conversation_id == HandoffSession.conversation_id)
               .correlate(HandoffSession).scalar_subquery())
     parts: list[Any] = []
-    conversations: set[str] = set()
     async with desk.db.read() as session:
         for state in OPEN_STATES:
             rows = (await session.execute(
-                select(HandoffSession.id, HandoffSession.conversation_id, HandoffSession.idle_deadline, newest)
+                select(HandoffSession.id, HandoffSession.idle_deadline, newest)
                 .where(HandoffSession.state == state).order_by(HandoffSession.created_at.desc()).limit(LIST_LIMIT)
             )).all()
-            parts.append([(sid, str(deadline), last) for sid, _cid, deadline, last in rows])
-            conversations.update(cid for _sid, cid, _deadline, _last in rows)
+            parts.append([(sid, str(deadline), last) for sid, deadline, last in rows])
         pending = (await session.execute(
-            select(Approval.id, Approval.conversation_id, Approval.deadline).where(Approval.state == PENDING)
-            .order_by(Approval.deadline).limit(LIST_LIMIT)
+            select(Approval.id, Approval.deadline).where(Approval.state == PENDING).order_by(Approval.deadline).limit(LIST_LIMIT)
         )).all()
-        live = [(aid, cid) for aid, cid, deadline in pending if deadline > now]
-        parts.append(sorted(aid for aid, _cid in live))
+        parts.append(sorted(aid for aid, deadline in pending if deadline > now))
         running = (await session.execute(
-            select(Approval.id, Approval.conversation_id, Approval.run_state).where(
+            select(Approval.id, Approval.run_state).where(
                 Approval.state == "approved", Approval.deadline > now - timedelta(days=1),
                 or_(Approval.run_state.is_(None), Approval.run_state == "running"))
         )).all()
-        parts.append(sorted((aid, run_state or "") for aid, _cid, run_state in running))
-    conversations.update(cid for _aid, cid in live)
-    conversations.update(cid for _aid, cid, _state in running)
-    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
-    return digest, conversations
-
-
-async def _wake(desk: Desk, conversation_ids: set[str], timeout: float) -> None:
-    """Until something is written to one of these conversations in this process, or timeout."""
-    if not conversation_ids:
-        await asyncio.sleep(timeout)
-        return
-    waits = [asyncio.ensure_future(desk.bus.wait(cid, timeout)) for cid in conversation_ids]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waits:
-            task.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
+        parts.append(sorted((aid, run_state or "") for aid, run_state in running))
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
 
 
 async def _wait_for_list_change(desk: Desk, since: str, wait: float) -> str:
     """The list's version once it differs from `since`, or the same version after `wait` s."""
     loop = asyncio.get_running_loop()
     until = loop.time() + wait
-    version, conversations = await _list_version(desk)
+    version = await _list_version(desk)
     while version == since and (left := until - loop.time()) > 0:
-        await _wake(desk, conversations, min(RECHECK_SECONDS, left))
-        version, conversations = await _list_version(desk)
+        # woken by a write to any conversation in this process (a new handoff's too), and
+        # re-read every few seconds for what other instances write
+        await desk.bus.wait_any(min(RECHECK_SECONDS, left))
+        version = await _list_version(desk)
     return version
 
 
@@ -460,7 +441,7 @@ def _safe_next(target: str) -> str:
 @inbox.get("/inbox", response_class=HTMLResponse, include_in_schema=False)
 async def inbox_list(request: Request, notice: str = "", owner: Owner = Depends(current_owner)) -> HTMLResponse:
     desk = owner.desk
-    version, _conversations = await _list_version(desk)  # before the read: a change in between shows next poll
+    version = await _list_version(desk)  # before the read: a change in between shows next poll
     return _page(
         desk, "inbox/list.html", owner, **await _list_snapshot(desk), version=version,
         open_inbox=desk.config.owner.token is None, notice=notice[:300],
