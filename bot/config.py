@@ -174,6 +174,30 @@ class DeliverySettings(_Section):
     max_backoff: Duration = timedelta(minutes=10)
 
 
+class RetentionSettings(_Section):
+    """How long delivery bookkeeping is kept. The audit trail and the conversations are not
+    pruned; these rows are copies made to deliver and deduplicate, and every subscriber
+    message on a front adds one of each."""
+
+    inbound_events: Duration | None = Field(
+        default=timedelta(days=7),
+        description="Processed inbound events (kept to drop provider redeliveries) older than this are deleted; "
+                    "null keeps them.",
+    )
+    outbox: Duration | None = Field(
+        default=timedelta(days=30),
+        description="Sent or given-up outbox items (copies of the messages) older than this are deleted; null keeps them.",
+    )
+    every: Duration = Field(default=timedelta(hours=1), description="How often the pruning runs.")
+
+    @field_validator("inbound_events")
+    @classmethod
+    def _dedupe_window(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(days=1):
+            raise ValueError("must be at least 1d: providers redeliver events for up to a day")
+        return value
+
+
 class RulesAgentConfig(_Section):
     """The built-in offline agent: polite answers, escalates when asked for a person."""
 
@@ -415,6 +439,7 @@ class Config(_Section):
     owner: OwnerConfig = OwnerConfig()
     handoff: HandoffSettings = HandoffSettings()
     delivery: DeliverySettings = DeliverySettings()
+    retention: RetentionSettings = RetentionSettings()
     agent: AgentConfig = RulesAgentConfig()
     actions: list[ActionConfig] = Field(default_factory=list)
     user_actions: UserActionsConfig = UserActionsConfig()

@@ -31,6 +31,7 @@ from bot.metrics import Metrics
 from bot.models import HandoffEvent, HandoffSession
 from bot.outbox import Outbox
 from bot.rendering import Renderer
+from bot.retention import Retention
 from bot.router import Router
 from bot.shared_lines import SharedLines
 from bot.siblings import Siblings
@@ -129,6 +130,8 @@ class Desk:
         self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
         self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
+        self.retention = Retention(self.db, self.clock, config.retention)
+        self.timers.also_on_sweep.append(self.retention.sweep)
         self.started = False
 
     def _shared_line(self, channel_id: int) -> bool:

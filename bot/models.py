@@ -273,7 +273,10 @@ class InboundEvent(SQLModel, table=True):
     """A recipient message as received, deduplicated on the provider's event id."""
 
     __tablename__ = "inbound_events"
-    __table_args__ = (UniqueConstraint("channel_id", "dedupe_key", name="uq_inbound_events_channel_dedupe"),)
+    __table_args__ = (
+        UniqueConstraint("channel_id", "dedupe_key", name="uq_inbound_events_channel_dedupe"),
+        Index("ix_inbound_events_received_at", "received_at"),  # pruning (bot/retention.py)
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     channel_id: int

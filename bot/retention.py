@@ -1,0 +1,75 @@
+"""Pruning of delivery bookkeeping: processed inbound events and finished outbox items.
+
+Both tables grow with every message (on a front, with every subscriber message too), and
+both hold copies of message text, so keeping them forever costs disk and keeps personal
+data around for no purpose. What matters afterwards is in the conversation and the audit
+trail, which are never pruned here. Inbound events are kept long enough to recognise a
+provider's redelivery; pending or in-flight rows are never touched.
+
+Deletes run in small batches, each its own short transaction, so a first run over a large
+backlog never holds the (SQLite) write lock for long. Several instances may prune at once:
+deleting a row twice is harmless.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+from sqlalchemy import delete, select
+
+from bot.clock import Clock
+from bot.config import RetentionSettings
+from bot.db import Database
+from bot.models import InboundEvent, OutboxItem
+
+log = structlog.get_logger(__name__)
+
+BATCH = 500
+FINISHED_EVENTS = ("done", "ignored", "failed")
+FINISHED_ITEMS = ("sent", "failed")
+
+
+class Retention:
+    def __init__(self, db: Database, clock: Clock, settings: RetentionSettings) -> None:
+        self.db, self.clock, self.settings = db, clock, settings
+        self._next_run: datetime | None = None
+
+    async def sweep(self) -> dict[str, int]:
+        """Run by the periodic sweep; prunes at most once per `every`."""
+        now = self.clock.now()
+        if self._next_run is not None and now < self._next_run:
+            return {}
+        self._next_run = now + self.settings.every
+        return await self.prune()
+
+    async def prune(self) -> dict[str, int]:
+        now = self.clock.now()
+        pruned = {"inbound_events": 0, "outbox": 0}
+        if self.settings.inbound_events is not None:
+            cutoff = now - self.settings.inbound_events
+            pruned["inbound_events"] = await self._in_batches(
+                select(InboundEvent.id).where(InboundEvent.received_at < cutoff, InboundEvent.state.in_(FINISHED_EVENTS)),
+                InboundEvent,
+            )
+        if self.settings.outbox is not None:
+            cutoff = now - self.settings.outbox
+            pruned["outbox"] = await self._in_batches(
+                # not_before is when the item was last scheduled: a finished item's last attempt
+                select(OutboxItem.id).where(OutboxItem.state.in_(FINISHED_ITEMS), OutboxItem.not_before < cutoff),
+                OutboxItem,
+            )
+        if any(pruned.values()):
+            log.info("retention_pruned", **pruned)
+        return pruned
+
+    async def _in_batches(self, ids: object, table: type[InboundEvent] | type[OutboxItem]) -> int:
+        total = 0
+        while True:
+            async with self.db.transaction() as session:
+                batch = list((await session.scalars(ids.limit(BATCH))).all())  # type: ignore[attr-defined]
+                if batch:
+                    await session.execute(delete(table).where(table.id.in_(batch)))  # type: ignore[union-attr]
+            total += len(batch)
+            if len(batch) < BATCH:
+                return total
