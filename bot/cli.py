@@ -159,7 +159,9 @@ class McpTransport(StrEnum):
 
 @app.command()
 def mcp(
-    url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="HANDOFF_URL", help="The running desk's base URL."),
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="The desk's config: its server.public_url and api.key (--url / --api-key win)."),
+    url: str | None = typer.Option(None, "--url", envvar="HANDOFF_URL", help="The running desk's base URL [default: http://127.0.0.1:8000]."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="HANDOFF_API_KEY", help="The desk's api.key, if it has one."),
     transport: McpTransport = typer.Option(McpTransport.stdio, "--transport", help="stdio (Claude Desktop) or http (streamable HTTP at /mcp)."),
     host: str = typer.Option("127.0.0.1", help="With --transport http: the address to listen on (loopback only)."),
@@ -178,6 +180,12 @@ def mcp(
 
     from bot.client import DeskClient
     from bot.mcp_server import McpBridge, http_app, serve_stdio
+
+    if config is not None:
+        cfg = _load_or_exit(config)
+        url = url or cfg.public_url
+        api_key = api_key or (cfg.api.key.get_secret_value() if cfg.api.key else None)
+    url = url or "http://127.0.0.1:8000"
 
     if transport is McpTransport.http:
         try:

@@ -250,6 +250,18 @@ async def test_handoff_mcp_over_stdio_as_claude_desktop_runs_it(live_desk: tuple
     assert (await desk.conversation(started["conversation_id"])).subscriber_name == "Ana"
 
 
+async def test_handoff_mcp_takes_the_desk_from_its_config(live_desk: tuple[Desk, str], tmp_path: Path) -> None:
+    """DESIGN's `handoff mcp --config FILE`: the desk's public_url and api.key come from it."""
+    desk, base = live_desk
+    config = tmp_path / "desk.yaml"
+    config.write_text(f"server: {{public_url: '{base}'}}\napi: {{key: '{KEY}'}}\n")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "bot.cli", "mcp", "--config", str(config)],
+                                   env={}, cwd=str(ROOT))
+    async with Client(params, mode="legacy") as client:
+        started = payload(await client.call_tool("handoff_request", REQUEST))
+    assert (await desk.handoffs.get(started["handoff_session_id"])).state == "active"
+
+
 async def test_streamable_http_gives_each_session_its_own_conversation(start_desk: StartDesk) -> None:
     harness = await keyed_desk(start_desk)
     async with desk_client(harness) as desk:
