@@ -14,6 +14,7 @@ them in order per conversation, with its retries and audit trail, whoever wrote 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import structlog
@@ -34,6 +35,7 @@ from channels.base import InboundMessage, Outbound, UserActionAnswer, UserAction
 
 log = structlog.get_logger(__name__)
 
+KNOWN_CHATS = 10_000  # chats whose conversation id is remembered (the most recently active)
 SHOWN_ROLES = ("agent", "human")  # system messages are for the agent; the subscriber's own are already there
 
 
@@ -46,6 +48,7 @@ class Fronts:
         self.router, self.user_actions = router, user_actions
         self._by_name = {f.name: f for f in fronts}
         self._by_channel = {f.channel_id: f for f in fronts}
+        self._known: OrderedDict[tuple[str, str], str] = OrderedDict()  # (front, chat) -> conversation id
         if fronts:  # without provider fronts, storing a message costs nothing extra
             db.message_hooks.append(self.deliver)
 
@@ -75,8 +78,21 @@ class Fronts:
 
     async def _conversation(self, front: ProviderFront, message: InboundMessage) -> tuple[str, bool]:
         """The chat's conversation, created on its first message. Two instances may both
-        try: the unique index lets one win, and the other reads the winner's."""
+        try: the unique index lets one win, and the other reads the winner's. A chat's
+        conversation never changes (conversations are not deleted), so the answer is kept
+        in memory: a busy chat costs no transaction of its own per message."""
         chat, name = message.thread_key, (message.author or "").strip()[:200] or None
+        known = self._known.get((front.name, chat))
+        if known is not None:
+            self._known.move_to_end((front.name, chat))
+            return known, False
+        cid, created = await self._find_or_create(front, chat, name)
+        self._known[(front.name, chat)] = cid
+        if len(self._known) > KNOWN_CHATS:
+            self._known.popitem(last=False)
+        return cid, created
+
+    async def _find_or_create(self, front: ProviderFront, chat: str, name: str | None) -> tuple[str, bool]:
         for _ in range(2):
             try:
                 async with self.db.transaction() as session:
