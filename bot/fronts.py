@@ -15,7 +15,6 @@ them in order per conversation, with its retries and audit trail, whoever wrote 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
 
 import structlog
 from sqlalchemy.exc import IntegrityError
@@ -141,9 +140,14 @@ class Fronts:
         if message.role not in SHOWN_ROLES:
             return
         conversation = await session.get(Conversation, message.conversation_id)
-        front = self._by_name.get(conversation.front or "") if conversation is not None else None
-        if conversation is None or front is None or conversation.subscriber_external_id is None:
-            return  # the API, the web chat (it reads the conversation itself) or a front no longer configured
+        if conversation is None or conversation.subscriber_external_id is None or conversation.front is None:
+            return  # the API or the web chat: their clients read the conversation themselves
+        front = self._by_name.get(conversation.front)
+        if front is None:
+            log.warning("front_not_configured", conversation_id=conversation.id, front=conversation.front,
+                        hint="this conversation's front was removed or renamed in the config; its subscriber "
+                             "does not receive this message")
+            return
         author = message.author if message.role == "human" else None
         outbound = Outbound(
             purpose="subscriber", handoff_session_id=conversation.id, author=author, body=message.text,
@@ -152,7 +156,3 @@ class Fronts:
         )
         await self.outbox.queue(session, channel_id=front.channel_id, outbound=outbound, now=message.created_at,
                                 message_id=message.id)
-
-    def describe(self) -> list[dict[str, Any]]:
-        return [{"name": f.name, "kind": f.kind, "channel_id": f.channel_id, "shares_channel": f.shares_channel}
-                for f in self._by_name.values()]
