@@ -116,6 +116,7 @@ class Desk:
             approvals=self.approvals,
             shared_line=self._shared_line,
             subscriber=self.fronts.handle,
+            late_failure=self.outbox.record_late_failure,
         )
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
         self.handoffs.on_activated.append(self.timers.on_activated)

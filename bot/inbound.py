@@ -29,7 +29,7 @@ from bot.locks import KeyedLocks
 from bot.metrics import Metrics
 from bot.models import InboundEvent
 from bot.shared_lines import Route, SharedLines
-from channels.base import InboundMessage
+from channels.base import DeliveryFailure, InboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -39,6 +39,7 @@ class Inbound:
         self, *, db: Database, clock: Clock, handoffs: Handoffs, metrics: Metrics, background: Background,
         kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool], approvals: Approvals,
         subscriber: Callable[[int, InboundMessage], Awaitable[str]],
+        late_failure: Callable[[int, DeliveryFailure], Awaitable[str]],
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
@@ -46,6 +47,7 @@ class Inbound:
         self.approvals = approvals
         self._shared_line = shared_line  # channel id -> whether its handoffs share one line (no threads)
         self._subscriber = subscriber  # a subscriber's message from a front (bot/fronts.py)
+        self._late_failure = late_failure  # a delivery the provider reports failed after accepting it
         self._order_locks = KeyedLocks()
 
     async def store(self, channel_id: int, message: InboundMessage) -> int | None:
@@ -104,6 +106,8 @@ class Inbound:
 
     async def _handle(self, event: InboundEvent) -> str:
         message = InboundMessage.model_validate(event.payload)
+        if message.failed_delivery is not None:
+            return await self._finish(event, "done", await self._late_failure(event.channel_id, message.failed_delivery))
         if message.sender == "subscriber":
             result = await self._subscriber(event.channel_id, message)
             return await self._finish(event, "ignored" if result.startswith("ignored") else "done", result)

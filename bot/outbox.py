@@ -41,6 +41,7 @@ from bot.metrics import Metrics
 from bot.models import ACTIVE, HandoffSession, OutboxItem
 from channels.base import (
     ChannelError,
+    DeliveryFailure,
     Outbound,
     PermanentChannelError,
     Receipt,
@@ -447,6 +448,32 @@ class Outbox:
         result = "failed" if retry_in is None else "retry"
         self.metrics.deliveries.labels(self._kind_of(item.channel_id), item.purpose, result).inc()
         log.warning("delivery_" + result, outbox_id=item.id, purpose=item.purpose, attempts=item.attempts, error=str(error))
+
+    async def record_late_failure(self, channel_id: int, failure: DeliveryFailure) -> str:
+        """A provider reported that a message it had accepted never arrived. The item it was
+        (found by the receipt's message id, the newest first) is marked failed and the audit
+        trail of its handoff or conversation says why; nothing is resent, since the provider
+        has told us it will not arrive that way. Returns what happened, for the inbound record."""
+        now = self.clock.now()
+        found = OutboxItem.receipt["message_id"].as_string() == failure.message_id
+        async with self.db.transaction() as session:
+            item = (await session.scalars(
+                select(OutboxItem).where(OutboxItem.channel_id == channel_id, OutboxItem.state == SENT, found)
+                .order_by(OutboxItem.id.desc()).limit(1)
+            )).first()
+            if item is not None:
+                await session.execute(update(OutboxItem).where(OutboxItem.id == item.id).values(
+                    state=FAILED, last_error=f"reported by the provider after delivery: {failure.error}"))
+            await audit.note(
+                session, "delivery_failed_after_acceptance", at=now, actor="provider",
+                **(_trail_ids(item) if item is not None else {}), channel_id=channel_id,
+                channel_message_id=failure.message_id, outbox_id=item.id if item else None,
+                purpose=item.purpose if item else None, error=failure.error, hint=failure.hint,
+            )
+        self.metrics.deliveries.labels(self._kind_of(channel_id), item.purpose if item else "unknown", "failed_later").inc()
+        log.warning("delivery_failed_after_acceptance", channel_id=channel_id, channel_message_id=failure.message_id,
+                    outbox_id=item.id if item else None, error=failure.error)
+        return f"delivery of outbox item {item.id} failed after acceptance" if item else "unknown message failed after acceptance"
 
     # ------------------------------------------------------------------ worker
 

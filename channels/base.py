@@ -209,6 +209,15 @@ class Receipt(BaseModel):
     thread: dict[str, Any] = Field(default_factory=dict)
 
 
+class DeliveryFailure(BaseModel):
+    """The provider reports, after it accepted a message, that it never arrived (a status
+    callback such as WhatsApp's 63016): `message_id` is the Receipt's message_id it had."""
+
+    message_id: str
+    error: str
+    hint: str | None = None
+
+
 class InboundMessage(BaseModel):
     """A message from a recipient or, through a front, from a subscriber, as the adapter
     understood it.
@@ -231,6 +240,8 @@ class InboundMessage(BaseModel):
     opened: bool = False
     # A subscriber pressed a user-action button.
     answer: UserActionAnswer | None = None
+    # Not a message: a delivery reported failed after it was accepted (thread_key and text empty).
+    failed_delivery: DeliveryFailure | None = None
 
 
 # --------------------------------------------------------------------------- errors

@@ -90,6 +90,7 @@ from channels.base import (
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    DeliveryFailure,
     HandoffBrief,
     InboundMessage,
     Outbound,
@@ -678,8 +679,7 @@ class WhatsAppChannel(ChannelAdapter):
             return None
         sender, receiver = _number_or_none(params.get("From")), _number_or_none(params.get("To"))
         if sender == self.config.from_number:  # a status callback about a message we sent
-            self._log_status(params)
-            return None
+            return self._status(params)
         if receiver != self.config.from_number:
             log.warning("whatsapp_webhook_ignored", channel_id=self.id, reason=f"addressed to {params.get('To')}, not to our sender")
             return None
@@ -724,13 +724,20 @@ class WhatsAppChannel(ChannelAdapter):
         author = " ".join((params.get("ProfileName") or "").split())[:100] or None
         return InboundMessage(sender="subscriber", thread_key=chat, text=text, author=author, dedupe_key=f"message:{sid}")
 
-    def _log_status(self, params: dict[str, str]) -> None:
-        status = params.get("MessageStatus") or params.get("SmsStatus")
-        if status in ("failed", "undelivered"):
-            code = params.get("ErrorCode")
-            log.warning("whatsapp_message_failed", channel_id=self.id, message_sid=params.get("MessageSid"), to=params.get("To"),
-                        status=status, error_code=code, hint=_hint_for_code(code, params.get("To") or "", self.config,
-                                                                            subscriber=_number_or_none(params.get("To")) not in self.staff))
+    def _status(self, params: dict[str, str]) -> InboundMessage | None:
+        """A status callback: a message Twilio accepted was not delivered after all (63016
+        usually arrives this way). Reported to the core, which marks the delivery failed and
+        says why in the audit trail; other statuses (sent, delivered, read) need nothing."""
+        status, sid = params.get("MessageStatus") or params.get("SmsStatus"), params.get("MessageSid")
+        if status not in ("failed", "undelivered") or not sid:
+            return None
+        code = params.get("ErrorCode")
+        hint = _hint_for_code(code, params.get("To") or "", self.config,
+                              subscriber=_number_or_none(params.get("To")) not in self.staff)
+        log.warning("whatsapp_message_failed", channel_id=self.id, message_sid=sid, to=params.get("To"), status=status,
+                    error_code=code, hint=hint)
+        return InboundMessage(thread_key="", text="", dedupe_key=f"status:{sid}:{status}", failed_delivery=DeliveryFailure(
+            message_id=sid, error=f"{status} (Twilio error {code or 'unknown'})", hint=hint))
 
     # ------------------------------------------------------------------ errors
 

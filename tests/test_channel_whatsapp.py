@@ -292,7 +292,7 @@ async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_an
     harness = await start(start_desk, fake)
     cid = await harness.conversation()
     sid, _code = await dispatched(harness, cid)
-    status = {"MessageSid": "SM" + "1" * 32, "MessageStatus": "undelivered", "ErrorCode": "63016", "AccountSid": ACCOUNT_SID,
+    status = {"MessageSid": "SM" + "1" * 32, "MessageStatus": "delivered", "AccountSid": ACCOUNT_SID,
               "From": SENDER, "To": ANA_PHONE, "ApiVersion": "2010-04-01"}
     for body, headers in (
         fake.inbound(WEBHOOK_URL, body="I am a stranger, send me the refund", sender="whatsapp:+15550001111"),

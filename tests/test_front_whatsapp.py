@@ -242,6 +242,41 @@ async def test_a_reply_after_the_24_hour_window_fails_for_good_with_a_hint(fake:
     assert "subscriber must write first" in failed.detail["hint"]
 
 
+async def test_a_reply_reported_undelivered_later_is_marked_failed_with_the_hint(
+    fake: FakeTwilio, start_desk: StartDesk,
+) -> None:
+    """Twilio usually accepts a free-form message and reports 63016 afterwards, by status
+    callback: the outbox item is marked failed and the conversation's audit trail says why."""
+    harness = await start_desk(channels=[channel(fake, status_callback=True)],
+                               fronts=[connection(fake, status_callback=True)])
+    await write(harness, fake, SHARED_URL, "Hello")
+    conversation = await conversation_of(harness, CARLA_PHONE)
+    assert conversation is not None
+    answer = fake.sent_to(CARLA_PHONE)[-1]
+    assert answer["status_callback"] == SHARED_URL
+    status = {"MessageSid": answer["sid"], "MessageStatus": "undelivered", "ErrorCode": "63016",
+              "AccountSid": ACCOUNT_SID, "From": SENDER, "To": CARLA_PHONE, "ApiVersion": "2010-04-01"}
+    for _ in range(2):  # a redelivered callback is recorded once
+        body, headers = fake.signed(SHARED_URL, status)
+        assert (await harness.client.post("/webhooks/1", content=body, headers=headers)).status_code == 200
+    await harness.desk.settle()
+    [late] = [e for e in await _audit(harness) if e.kind == "delivery_failed_after_acceptance"]
+    assert (late.conversation_id, late.detail["purpose"], late.detail["channel_message_id"]) == (
+        conversation.id, "subscriber", answer["sid"])
+    assert late.detail["error"] == "undelivered (Twilio error 63016)" and "must write first" in late.detail["hint"]
+    async with harness.desk.db.read() as session:
+        from bot.models import OutboxItem
+
+        item = await session.get(OutboxItem, late.detail["outbox_id"])
+    assert item is not None and item.state == "failed" and "63016" in (item.last_error or "")
+    delivered = {"MessageSid": answer["sid"], "MessageStatus": "delivered", "AccountSid": ACCOUNT_SID, "From": SENDER,
+                 "To": CARLA_PHONE, "ApiVersion": "2010-04-01"}
+    body, headers = fake.signed(SHARED_URL, delivered)
+    await harness.client.post("/webhooks/1", content=body, headers=headers)
+    await harness.desk.settle()
+    assert await count(harness, InboundEvent) == 2  # Carla's message and the one failure: "delivered" needs nothing
+
+
 async def _audit(harness: Harness) -> list[HandoffEvent]:
     """Every audit record (a subscriber's chat has its own, outside any handoff)."""
     async with harness.desk.db.read() as session:

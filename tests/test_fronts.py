@@ -18,7 +18,7 @@ from bot.clock import ManualClock
 from bot.config import ConfigError, ProviderFront
 from bot.desk import Desk
 from bot.models import Conversation, InboundEvent
-from channels.base import ChannelConfig, TransientChannelError, UserActionAnswer
+from channels.base import ChannelConfig, DeliveryFailure, InboundMessage, TransientChannelError, UserActionAnswer
 from tests.conftest import Harness, make_config
 from tests.fakes import FrontChannel
 
@@ -149,9 +149,7 @@ async def test_a_handoff_through_one_adapter_serving_both_roles(front_desk: Fron
     assert not any(b.startswith("[Bot resumed") for b in said)
 
 
-def _staff(sid: str, text: str, author: str) -> Any:
-    from channels.base import InboundMessage
-
+def _staff(sid: str, text: str, author: str) -> InboundMessage:
     return InboundMessage(thread_key=f"thread-{sid}", text=text, author=author)
 
 
@@ -171,6 +169,28 @@ async def test_messages_wait_in_order_while_the_provider_is_down(front_desk: Fro
 
         kinds = (await session.scalars(select(HandoffEvent.kind).where(HandoffEvent.conversation_id == cid))).all()
     assert "delivery_retry_scheduled" in kinds and kinds.count("delivered_to_subscriber") == 2
+
+
+async def test_a_delivery_reported_failed_later_is_recorded_on_its_conversation(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk()
+    await say(harness, adapter, "chat-1", "Hello", author="Ana")
+    message_id = f"msg-{len(adapter.sent)}"  # the scripted provider's receipt for the answer
+    for _ in range(2):  # the provider's report, redelivered
+        await adapter.ctx.deliver_inbound(InboundMessage(
+            thread_key="", text="", dedupe_key=f"status:{message_id}",
+            failed_delivery=DeliveryFailure(message_id=message_id, error="undelivered", hint="write first")))
+    await adapter.ctx.deliver_inbound(InboundMessage(
+        thread_key="", text="", failed_delivery=DeliveryFailure(message_id="msg-unknown", error="failed")))
+    await harness.desk.settle()
+    cid = (await chat_conversation(harness, "chat-1")).id
+    async with harness.desk.db.read() as session:
+        from bot.models import HandoffEvent, OutboxItem
+
+        late = (await session.scalars(select(HandoffEvent).where(HandoffEvent.kind == "delivery_failed_after_acceptance")
+                                      .order_by(HandoffEvent.id))).all()
+        item = await session.get(OutboxItem, late[0].detail["outbox_id"])
+    assert [(e.conversation_id, e.detail["channel_message_id"]) for e in late] == [(cid, message_id), (None, "msg-unknown")]
+    assert item is not None and item.state == "failed" and late[0].detail["hint"] == "write first"
 
 
 async def test_user_action_buttons_answer_the_action_they_were_shown_with(front_desk: FrontDesk) -> None:
