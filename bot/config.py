@@ -550,8 +550,6 @@ class ProviderFront(_Section):
     of its own built from `settings` (the provider's front_model) and never offered to
     handoff_request."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
     kind: str
     name: str
     greeting: str | None = None
@@ -605,15 +603,15 @@ def _unknown_front_key(path: str, key: str, allowed: list[str], channel_model: t
 def _validate_fronts(raw: Any, channels: list[ChannelConfig]) -> tuple[list[Any], list[ConfigProblem]]:
     if not isinstance(raw, list):
         return [], [ConfigProblem("fronts", "must be a list such as [{kind: web}, {kind: telegram, bot_token: …}]")]
-    fronts: list[Any] = []
+    fronts: list[tuple[int, Any]] = []  # with their position in the file, for key paths
     problems: list[ConfigProblem] = []
     for index, entry in enumerate(raw):
         front, found = _validate_front(index, entry, channels)
         problems.extend(found)
         if front is not None:
-            fronts.append(front)
+            fronts.append((index, front))
     problems.extend(_front_cross_checks(fronts, channels))
-    return fronts, problems
+    return [front for _, front in fronts], problems
 
 
 def _front_kinds() -> list[str]:
@@ -671,12 +669,12 @@ def _validate_front(index: int, entry: Any, channels: list[ChannelConfig]) -> tu
     return (None if problems else front), problems
 
 
-def _front_cross_checks(fronts: list[Any], channels: list[ChannelConfig]) -> list[ConfigProblem]:
+def _front_cross_checks(fronts: list[tuple[int, Any]], channels: list[ChannelConfig]) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
     names: dict[str, int] = {}
-    served: dict[int, int] = {}
+    earlier: list[tuple[int, ProviderFront]] = []
     channel_ids = {c.id: n for n, c in enumerate(channels)}
-    for index, front in enumerate(fronts):
+    for index, front in fronts:
         name = front.name if isinstance(front, ProviderFront) else "web"
         if name in names:
             what = "a second web front" if name == "web" else f"duplicate name {name!r}; give one a different name"
@@ -684,11 +682,12 @@ def _front_cross_checks(fronts: list[Any], channels: list[ChannelConfig]) -> lis
         names.setdefault(name, index)
         if not isinstance(front, ProviderFront):
             continue
-        if front.channel_id in served:
-            problems.append(ConfigProblem(
-                f"fronts[{index}]", f"same connection as fronts[{served[front.channel_id]}]: one bot serves one front",
-            ))
-        served.setdefault(front.channel_id, index)
+        twin = next((i for i, other in earlier if other.kind == front.kind and (
+            other.channel_id == front.channel_id or adapter_class(front.kind).same_connection(other.settings, front.settings)
+        )), None)
+        if twin is not None:
+            problems.append(ConfigProblem(f"fronts[{index}]", f"same connection as fronts[{twin}]: one bot serves one front"))
+        earlier.append((index, front))
         if not front.shares_channel and front.channel_id in channel_ids:
             problems.append(ConfigProblem(
                 f"fronts[{index}].id", f"{front.channel_id} is taken by channels[{channel_ids[front.channel_id]}]; "

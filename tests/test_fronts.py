@@ -233,6 +233,13 @@ def test_fronts_are_validated_with_their_key_paths(sqlite_url: str) -> None:
     assert "fronts[4]: must be a mapping such as {kind: web}" in problems
 
 
+def test_two_fronts_on_one_connection_are_refused_with_their_file_positions(sqlite_url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(sqlite_url, fronts=[{"kind": "bogus"}, {"kind": "telegram", "bot_token": "123:abc"},
+                                        {"kind": "telegram", "name": "again", "bot_token": "123:abc"}])
+    assert [str(p) for p in caught.value.problems][1:] == ["fronts[2]: same connection as fronts[1]: one bot serves one front"]
+
+
 def test_a_front_takes_its_connection_keys_and_says_where_the_rest_belong(sqlite_url: str) -> None:
     with pytest.raises(ConfigError) as caught:
         make_config(sqlite_url, fronts=[{"kind": "telegram", "bot_token": "123:abc", "chat_id": -100, "label": "Bot",
