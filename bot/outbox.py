@@ -450,8 +450,8 @@ class Outbox:
         log.warning("delivery_" + result, outbox_id=item.id, purpose=item.purpose, attempts=item.attempts, error=str(error))
 
     async def record_late_failure(self, channel_id: int, failure: DeliveryFailure) -> str:
-        """A provider reported that a message it had accepted never arrived. The item it was
-        (found by the receipt's message id, the newest first) is marked failed and the audit
+        """A provider reported that a message it had accepted never arrived. The item that
+        carried it (found by the receipt's message id, the newest first) is marked failed and the audit
         trail of its handoff or conversation says why; nothing is resent, since the provider
         has told us it will not arrive that way. Returns what happened, for the inbound record."""
         now = self.clock.now()
