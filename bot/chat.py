@@ -27,7 +27,6 @@ import ipaddress
 import json
 import math
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -41,6 +40,7 @@ from bot.config import WebFrontConfig
 from bot.desk import Desk
 from bot.errors import NotFound
 from bot.handoffs import ACTIVE
+from bot.ratelimit import TokenBuckets
 from bot.text import CleanStr
 from bot.web import render_page
 
@@ -121,45 +121,6 @@ class RateLimited(ApiError):
         response = super().response()
         response.headers["Retry-After"] = str(self.retry_after)
         return response
-
-
-class TokenBuckets:
-    """One bucket per key holding up to `per_minute` tokens, refilled evenly over a minute:
-    a key may spend them all at once, then one every 60/per_minute s.
-
-    A bucket that has filled up again is the same as none, so those are dropped once a
-    minute; past `max_keys` (a flood from many addresses) the least recently used go first."""
-
-    def __init__(self, per_minute: int, clock: Clock, max_keys: int = 50_000) -> None:
-        self.capacity, self.rate = float(per_minute), per_minute / 60.0
-        self.clock, self.max_keys = clock, max_keys
-        self._buckets: dict[str, tuple[float, datetime]] = {}  # key → (tokens, as of); oldest use first
-        self._pruned: datetime | None = None
-
-    def __len__(self) -> int:
-        return len(self._buckets)
-
-    def take(self, key: str) -> float:
-        """Spend a token: 0.0 if there was one, else the seconds until there is."""
-        now = self.clock.now()
-        tokens = self._level(key, now)
-        wait = 0.0 if tokens >= 1 else (1 - tokens) / self.rate
-        self._buckets.pop(key, None)
-        self._buckets[key] = (tokens - 1 if not wait else tokens, now)
-        self._prune(now)
-        return wait
-
-    def _level(self, key: str, now: datetime) -> float:
-        tokens, at = self._buckets.get(key, (self.capacity, now))
-        return min(self.capacity, tokens + max(0.0, (now - at).total_seconds()) * self.rate)
-
-    def _prune(self, now: datetime) -> None:
-        if self._pruned is None or (now - self._pruned).total_seconds() >= 60:
-            self._pruned = now
-            for key in [k for k in self._buckets if self._level(k, now) >= self.capacity]:
-                del self._buckets[key]
-        while len(self._buckets) > self.max_keys:
-            del self._buckets[next(iter(self._buckets))]
 
 
 class ChatLimits:

@@ -197,19 +197,3 @@ def test_the_client_address_believes_only_trusted_proxies() -> None:
     assert client_ip(request("10.0.0.2"), proxies) == "10.0.0.2"
     assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2:bbbb::9") == "2001:db8:1:2::/64"
     assert address_key("::ffff:198.51.100.7") == "198.51.100.7" and address_key("198.51.100.7") == "198.51.100.7"
-
-
-def test_the_buckets_stay_small() -> None:
-    from datetime import timedelta
-
-    from bot.chat import TokenBuckets
-    from bot.clock import ManualClock
-
-    clock = ManualClock()
-    buckets = TokenBuckets(10, clock, max_keys=100)
-    for n in range(150):
-        assert buckets.take(f"198.51.100.{n}") == 0
-    assert len(buckets) == 100  # a flood from many addresses: the least recently seen go
-    clock.advance(timedelta(minutes=2))
-    buckets.take("203.0.113.1")
-    assert len(buckets) == 1  # refilled buckets are forgotten: they equal a new one
