@@ -553,6 +553,7 @@ class ProviderFront(_Section):
     kind: str
     name: str
     greeting: str | None = None
+    max_messages_per_minute: int = 30
     channel_id: int
     shares_channel: bool
     settings: ChannelConfig
@@ -573,6 +574,10 @@ class _FrontKeys(_Section):
     )
     greeting: str | None = Field(
         default=None, min_length=1, max_length=1000, description="What the bot says when a subscriber opens the chat.",
+    )
+    max_messages_per_minute: int = Field(
+        default=30, ge=1, le=100_000,
+        description="Messages one chat may send per minute (per server instance); more are stored, not answered.",
     )
 
 
@@ -663,7 +668,8 @@ def _validate_front(index: int, entry: Any, channels: list[ChannelConfig]) -> tu
         if keys.id is not None:
             problems.append(ConfigProblem(f"{where}.id", f"this front is served by channels[{position}] (id {channel.id}); leave id out"))
     front = ProviderFront(
-        kind=str(kind), name=name, greeting=keys.greeting, settings=settings,
+        kind=str(kind), name=name, greeting=keys.greeting, max_messages_per_minute=keys.max_messages_per_minute,
+        settings=settings,
         channel_id=shared[1].id if shared else own_id, shares_channel=shared is not None,
     )
     return (None if problems else front), problems

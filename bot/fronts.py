@@ -14,7 +14,9 @@ them in order per conversation, with its retries and audit trail, whoever wrote 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy.exc import IntegrityError
@@ -27,6 +29,7 @@ from bot.db import Database
 from bot.errors import DeskError
 from bot.models import Conversation, Message
 from bot.outbox import Outbox
+from bot.ratelimit import TokenBuckets
 from bot.rendering import Renderer
 from bot.router import Router
 from bot.user_actions import UserActions
@@ -48,6 +51,11 @@ class Fronts:
         self._by_name = {f.name: f for f in fronts}
         self._by_channel = {f.channel_id: f for f in fronts}
         self._known: OrderedDict[tuple[str, str], str] = OrderedDict()  # (front, chat) -> conversation id
+        # Each message may cost an agent turn (an LLM call) or a person's attention: a chat
+        # sending faster than `max_messages_per_minute` is told to slow down, once, and the
+        # rest is kept in the inbound record but not answered.
+        self._limits = {f.name: TokenBuckets(f.max_messages_per_minute, clock) for f in fronts}
+        self._slowed: dict[tuple[str, str], datetime] = {}  # told to slow down, until
         if fronts:  # without provider fronts, storing a message costs nothing extra
             db.message_hooks.append(self.deliver)
 
@@ -68,6 +76,9 @@ class Fronts:
             return "greeted"
         if not message.text.strip():
             return "ignored: nothing to read"
+        wait = self._limits[front.name].take(message.thread_key)
+        if wait:
+            return await self._slow_down(front, message.thread_key, cid, wait)
         if created and front.greeting:
             # A provider without an "opened" event (WhatsApp): the owner's greeting comes
             # before the answer to the first message, which is still the agent's to give.
@@ -109,6 +120,18 @@ class Fronts:
             except IntegrityError:
                 continue
         raise RuntimeError(f"could not create the conversation of a chat on front {front.name}")
+
+    async def _slow_down(self, front: ProviderFront, chat: str, cid: str, wait: float) -> str:
+        """Over the chat's limit: say so once per spell, drop the rest (still recorded)."""
+        now = self.clock.now()
+        until = self._slowed.get((front.name, chat))
+        if until is None or until <= now:
+            seconds = max(1, math.ceil(wait))
+            self._slowed[(front.name, chat)] = now + timedelta(seconds=seconds)
+            for key in [k for k, end in self._slowed.items() if end <= now]:
+                del self._slowed[key]
+            await self._say(cid, self.renderer.render("messages/front_slow_down.txt", seconds=seconds).strip())
+        return f"ignored: over {front.max_messages_per_minute} messages a minute"
 
     async def _answer(self, cid: str, answer: UserActionAnswer, front: ProviderFront) -> str:
         """A button pressed on a user-action prompt; a stale button (another action, or

@@ -34,17 +34,17 @@ async def front_desk(database_url: str) -> AsyncIterator[FrontDesk]:
     staff channel's adapter (`shared`) or with an adapter of its own beside the owner inbox."""
     running: list[tuple[Desk, httpx.AsyncClient]] = []
 
-    async def start(*, shared: bool = False, greeting: str | None = None) -> tuple[Harness, FrontChannel]:
+    async def start(*, shared: bool = False, greeting: str | None = None, limit: int = 30) -> tuple[Harness, FrontChannel]:
         base = make_config(database_url)
         if shared:
             staff = ChannelConfig(id=2, kind="scripted", label="Staff chat", estimated_response="within the hour")
             front = ProviderFront(kind="scripted", name="chatapp", greeting=greeting, channel_id=2, shares_channel=True,
-                                  settings=staff)
+                                  settings=staff, max_messages_per_minute=limit)
             config = base.model_copy(update={"channels": [staff], "fronts": [front]})
         else:
             own = ChannelConfig(id=FRONT_ID, kind="scripted", label="chatapp")
             front = ProviderFront(kind="scripted", name="chatapp", greeting=greeting, channel_id=FRONT_ID,
-                                  shares_channel=False, settings=own)
+                                  shares_channel=False, settings=own, max_messages_per_minute=limit)
             config = base.model_copy(update={"fronts": [front]})
         adapter = FrontChannel(front.settings)
         desk = Desk(config, clock=ManualClock(), channel_overrides={front.channel_id: adapter}, run_timers=False)
@@ -101,6 +101,24 @@ async def test_a_redelivered_message_is_answered_once(front_desk: FrontDesk) -> 
     assert len(adapter.to_chat("chat-1")) == 1
     async with harness.desk.db.read() as session:
         assert len((await session.scalars(select(InboundEvent))).all()) == 1
+
+
+async def test_a_chat_over_its_limit_is_told_once_and_not_answered(front_desk: FrontDesk) -> None:
+    harness, adapter = await front_desk(limit=2)
+    for n in range(5):
+        await say(harness, adapter, "chat-1", f"question {n}", author="Ana", dedupe_key=f"u{n}")
+    await say(harness, adapter, "chat-2", "Hello", author="Ben")  # another chat has its own allowance
+    said = [o.body for o in adapter.to_chat("chat-1")]
+    assert len(said) == 3 and said[2] == (
+        "You're sending messages faster than I can read them. Please wait 30 seconds, then send your message again.")
+    assert adapter.to_chat("chat-2")[0].body.startswith("Hi Ben!")
+    async with harness.desk.db.read() as session:
+        results = (await session.scalars(select(InboundEvent.result).order_by(InboundEvent.id))).all()
+    assert results[2:5] == ["ignored: over 2 messages a minute"] * 3  # kept, with why
+
+    harness.desk.clock.advance(timedelta(seconds=30))
+    await say(harness, adapter, "chat-1", "thanks", author="Ana", dedupe_key="u5")
+    assert adapter.to_chat("chat-1")[-1].body == "You're welcome! Anything else I can do?"
 
 
 async def test_opening_the_chat_greets_with_the_owners_words(front_desk: FrontDesk) -> None:
@@ -246,7 +264,7 @@ def test_a_front_takes_its_connection_keys_and_says_where_the_rest_belong(sqlite
                                          "bot_tokn": "x"}])
     problems = [str(p) for p in caught.value.problems]
     assert problems[0].startswith("fronts[0].chat_id: belongs on a channel (channels[]), where a handoff is sent; "
-                                  "a front only takes kind, name, id, greeting, bot_token, mode")
+                                  "a front only takes kind, name, id, greeting, max_messages_per_minute, bot_token, mode")
     assert problems[1].startswith("fronts[0].label: belongs on a channel")
     assert problems[2].startswith("fronts[0].bot_tokn: unknown key; did you mean 'bot_token'?")
     assert "123:abc" not in str(caught.value)
