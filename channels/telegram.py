@@ -44,7 +44,7 @@ chat is one conversation (thread_key = the chat id, author = the profile name), 
 opens it (the core greets), a photo or sticker arrives as "[photo] caption" so nobody is left
 wondering, and the desk's messages come back as HTML in that chat, a person's name in bold.
 A user-action prompt gets Done / Cancel (and step) buttons, `ua:<id>:d|c|n|p`, reported as a
-`UserActionAnswer`. One token is one connection (`same_connection`): a front and a channel with
+`UserActionAnswer`; a pressed prompt loses its buttons (what follows is a new message). One token is one connection (`same_connection`): a front and a channel with
 the same bot_token are one adapter, one poller or webhook. A front of its own is built from
 `TelegramConnection` (no chat_id): it never dispatches and ignores every group. Private chats
 are ignored when the bot serves no front, as before.
@@ -290,6 +290,9 @@ class _Parsed:
     message: InboundMessage | None = None
     callback_query_id: str | None = None
     callback_text: str | None = None
+    # A pressed user-action prompt (chat id, message id): its buttons are taken away, since
+    # the answer (or the next step, with buttons of its own) follows as a new message.
+    spent_prompt: tuple[int, int] | None = None
 
 
 # --------------------------------------------------------------------------- the adapter
@@ -715,6 +718,8 @@ class TelegramChannel(ChannelAdapter):
             log.warning("telegram_webhook_unparseable", channel_id=self.id)
             return WebhookReply(status=400, body=b"not a Telegram update")
         parsed = self._parse(update)
+        if parsed.spent_prompt is not None:
+            await self._take_buttons_away(self._app.bot, parsed.spent_prompt)
         reply = WebhookReply(status=200, messages=[parsed.message] if parsed.message else [])
         if parsed.callback_query_id:
             # Answered in the webhook response itself: no extra round trip, and only once the
@@ -802,7 +807,7 @@ class TelegramChannel(ChannelAdapter):
         move = USER_ACTION_MOVES[match.group(2)]
         message = InboundMessage(thread_key=str(chat.id), text="", author=_person(query.from_user), dedupe_key=dedupe_key,
                                  sender="subscriber", answer=UserActionAnswer(user_action_id=match.group(1), move=move))
-        return _Parsed(message, query.id, USER_ACTION_ANSWERS[move])
+        return _Parsed(message, query.id, USER_ACTION_ANSWERS[move], spent_prompt=(chat.id, query.message.message_id))
 
     def _suffix_of(self, msg: Message) -> str | None:
         """Which handoff thread a staff message belongs to, from the message alone."""
@@ -864,6 +869,8 @@ class TelegramChannel(ChannelAdapter):
                     offset = update.update_id + 1
                     if parsed.callback_query_id:
                         await self._answer_callback(bot, parsed)
+                    if parsed.spent_prompt is not None:
+                        await self._take_buttons_away(bot, parsed.spent_prompt)
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -886,6 +893,15 @@ class TelegramChannel(ChannelAdapter):
             await bot.answer_callback_query(parsed.callback_query_id or "", text=parsed.callback_text)
         except TelegramError as exc:  # cosmetic (the button spins a while); the click itself is stored
             log.warning("telegram_callback_answer_failed", channel_id=self.id, error=self._redact(str(exc)))
+
+    async def _take_buttons_away(self, bot: Bot, prompt: tuple[int, int]) -> None:
+        from telegram.error import TelegramError
+
+        chat_id, message_id = prompt
+        try:
+            await bot.edit_message_reply_markup(chat_id=chat_id, message_id=message_id, reply_markup=None)
+        except TelegramError as exc:  # cosmetic: a second press is answered and changes nothing
+            log.warning("telegram_user_action_buttons_kept", channel_id=self.id, error=self._redact(str(exc)))
 
     # ------------------------------------------------------------------ errors
 

@@ -306,6 +306,7 @@ async def test_user_action_buttons_move_through_steps_and_answer_it(fake: FakeTe
                                "text": "One moment…"}
     moved = fake.sent_to(ANA["id"])[-1]
     assert "Step 2 of 2: Type the code" in moved["text"]
+    assert "reply_markup" not in fake.messages[(ANA["id"], prompt["message_id"])]  # the pressed prompt's buttons go
     assert buttons(moved) == [[("← Previous step", f"ua:{uaid}:p")], [("Done", f"ua:{uaid}:d"), ("Cancel", f"ua:{uaid}:c")]]
 
     # a press claiming another chat (or from a bot) answers nothing
@@ -338,6 +339,7 @@ async def test_user_action_presses_arrive_by_polling_too_and_are_answered(fake: 
     assert fake.requests("answerCallbackQuery") == [{"callback_query_id": press["callback_query"]["id"],
                                                      "text": "Got it: cancelled."}]
     assert (await harness.desk.user_actions.get(uaid)).state == "cancelled"
+    await fake.wait_for(lambda: "reply_markup" not in fake.messages[(ANA["id"], prompt["message_id"])])
 
 
 # --------------------------------------------------------------------------- sending to a subscriber
