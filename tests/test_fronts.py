@@ -5,6 +5,7 @@ front tests run the same story against fakes of their APIs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -92,6 +93,21 @@ async def test_each_chat_is_a_conversation_and_the_agent_answers_in_it(front_des
     assert handoff.input_schema["properties"]["channel_id"]["enum"] == [1]
     health = (await harness.client.get("/healthz")).json()["channels"]
     assert {"id": FRONT_ID, "serves": ["subscribers"]}.items() <= next(c for c in health if c["id"] == FRONT_ID).items()
+
+
+async def test_two_instances_meeting_a_new_chat_at_once_make_one_conversation(front_desk: FrontDesk) -> None:
+    """Two servers on one database get the chat's first two messages at the same moment:
+    the unique index lets one create the conversation and the other finds it."""
+    first, first_adapter = await front_desk()
+    second, second_adapter = await front_desk()
+    await asyncio.gather(
+        first.desk.fronts.handle(FRONT_ID, InboundMessage(sender="subscriber", thread_key="chat-1", text="Hi", author="Ana")),
+        second.desk.fronts.handle(FRONT_ID, InboundMessage(sender="subscriber", thread_key="chat-1", text="Hi", author="Ana")),
+    )
+    await first.desk.settle()
+    await second.desk.settle()
+    conversation = await chat_conversation(first, "chat-1")  # exactly one
+    assert len([m for m in await first.messages(conversation.id) if m["role"] == "subscriber"]) == 2
 
 
 async def test_a_redelivered_message_is_answered_once(front_desk: FrontDesk) -> None:
