@@ -72,7 +72,7 @@ async def converse(fake: FakeTelegram, send: Send, subscribers: int, messages: i
             started = time.perf_counter()
             await send(update)
             answered += 1
-            await fake.wait_for(lambda: len(fake.sent_to(user["id"])) >= answered, timeout=120)
+            await fake.wait_for(lambda want=answered: len(fake.sent_to(user["id"])) >= want, timeout=120)
             round_trips.append((time.perf_counter() - started) * 1000)
 
     started = time.perf_counter()
