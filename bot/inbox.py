@@ -23,9 +23,9 @@ Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version
 of a few indexed reads (the open handoffs with their states, deadlines and newest message
 id; the pending approvals; approved ones whose action has not finished), so asking "anything
 newer than X?" costs little; only a changed version builds the whole list. A waiting request
-wakes on this process's ConversationBus for the conversations it shows and re-reads the
-database every 2 s, so what another instance (or a brand-new conversation) writes shows up
-too. The page applies the answer in place with DOM calls (textContent, never markup from
+wakes on any write this process's ConversationBus hears (a handoff starting in a conversation
+the list does not show yet too) and re-reads the database every 2 s, so what another
+instance writes shows up as well. The page applies the answer in place with DOM calls (textContent, never markup from
 data) and never touches a form the owner is typing in.
 """
 
