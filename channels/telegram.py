@@ -72,6 +72,7 @@ import json
 import re
 import warnings
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -134,6 +135,7 @@ ATTACHMENTS = (("photo", "photo"), ("video", "video"), ("video_note", "video mes
 _START = re.compile(r"^/start(?:@\w+)?(?:\s|$)")
 ARGUMENTS_LIMIT = 3000  # characters of pretty JSON shown in a prompt (the rest is announced, never dropped silently)
 PROMPT_CACHE_LIMIT = 1000
+PARTS_MEMORY = 1000  # sent parts of long messages remembered for a retry of the rest
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 _CHAT_NAME = re.compile(r"^@[A-Za-z][A-Za-z0-9_]{3,31}$")
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -325,6 +327,8 @@ class TelegramChannel(ChannelAdapter):
         # approval id -> message id of its prompt (from the send, or from a press on it), so
         # the closing notice can take the buttons away; the Bot API cannot look it up.
         self._prompts: OrderedDict[str, int] = OrderedDict()
+        # (delivery key, part) -> message id of the parts of long messages already sent
+        self._parts_sent: OrderedDict[tuple[str, int], str] = OrderedDict()
 
     @classmethod
     def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
@@ -482,16 +486,12 @@ class TelegramChannel(ChannelAdapter):
             parts = [self._render("notice", body=chunk) for chunk in split_units(body.strip(), MESSAGE_LIMIT - 8)]
             markup = None
         reply = ReplyParameters(message_id=dispatch_id, allow_sending_without_reply=True) if dispatch_id else None
-        first: Message | None = None
-        for part in parts:  # a failure after the first part makes the retry resend all: duplicates, not loss
-            message = await self._call(bot.send_message(
-                chat_id=chat_id, text=part, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_parameters=reply,
-                reply_markup=markup, link_preview_options=self._no_preview(),
-            ), "sendMessage")
-            first = first or message
-        assert first is not None
+        first = await self._send_parts(outbound, parts, lambda _index, part: bot.send_message(
+            chat_id=chat_id, text=part, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_parameters=reply,
+            reply_markup=markup, link_preview_options=self._no_preview(),
+        ))
         return Receipt(
-            message_id=str(first.message_id),
+            message_id=first,
             thread_key=f"{chat_id}:{suffix}" if suffix else None,
             thread=dict(thread),
         )
@@ -513,15 +513,32 @@ class TelegramChannel(ChannelAdapter):
         chunks = split_units(body.strip() or body, MESSAGE_LIMIT - (utf16_len(author) + 4 if author else 0))
         parts = [self._render("subscriber", author=author, body=chunk) for chunk in chunks]
         markup = self._user_action_keyboard(outbound.user_action) if outbound.user_action else None
-        first: Message | None = None
-        for index, part in enumerate(parts):  # a failure after the first part makes the retry resend all
-            message = await self._call(bot.send_message(
-                chat_id=int(chat), text=part, parse_mode=ParseMode.HTML, link_preview_options=self._no_preview(),
-                reply_markup=markup if index == len(parts) - 1 else None,
-            ), "sendMessage", subscriber=chat)
-            first = first or message
+        first = await self._send_parts(outbound, parts, lambda index, part: bot.send_message(
+            chat_id=int(chat), text=part, parse_mode=ParseMode.HTML, link_preview_options=self._no_preview(),
+            reply_markup=markup if index == len(parts) - 1 else None,
+        ), subscriber=chat)
+        return Receipt(message_id=first, thread={"chat": chat})
+
+    async def _send_parts(
+        self, outbound: Outbound, parts: list[str], send: Callable[[int, str], Awaitable[Message]], *,
+        subscriber: str | None = None,
+    ) -> str:
+        """Send one message's parts in order and return the first part's message id. The
+        parts that went out are remembered by the outbox's delivery key (in this process), so
+        when a later part fails the outbox's retry sends only the rest, not all again."""
+        first: str | None = None
+        for index, part in enumerate(parts):
+            key = (outbound.delivery_key, index) if outbound.delivery_key else None
+            sent = self._parts_sent.get(key) if key else None
+            if sent is None:
+                sent = str((await self._call(send(index, part), "sendMessage", subscriber=subscriber)).message_id)
+                if key:
+                    self._parts_sent[key] = sent
+                    while len(self._parts_sent) > PARTS_MEMORY:
+                        self._parts_sent.popitem(last=False)
+            first = first or sent
         assert first is not None
-        return Receipt(message_id=str(first.message_id), thread={"chat": chat})
+        return first
 
     def _user_action_keyboard(self, prompt: UserActionPrompt) -> Any:
         """Done / Cancel, and the step buttons that lead somewhere (no Previous on the first

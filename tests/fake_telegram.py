@@ -133,7 +133,7 @@ class FakeTelegram:
         self.private: dict[int, dict[str, Any]] = {}  # private chats, by user id, once the user wrote
         self.blocked: set[int] = set()
         self.pollers_in_flight = self.peak_pollers = self.conflicts = 0
-        self._failures: list[tuple[str, BotApiError]] = []
+        self._failures: list[list[Any]] = []  # [method, error, calls to let through first]
         self._held: set[str] = set()
         self._release = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -170,10 +170,11 @@ class FakeTelegram:
 
     # ------------------------------------------------------------------ test hooks
 
-    def fail(self, method: str, status: int, description: str, *, times: int = 1, **parameters: Any) -> None:
-        """The next `times` calls of `method` get this error (parameters: retry_after, migrate_to_chat_id)."""
-        for _ in range(times):
-            self._failures.append((method, BotApiError(status, description, parameters or None)))
+    def fail(self, method: str, status: int, description: str, *, times: int = 1, after: int = 0, **parameters: Any) -> None:
+        """The next `times` calls of `method` (once `after` more have gone through) get this
+        error (parameters: retry_after, migrate_to_chat_id)."""
+        for n in range(times):
+            self._failures.append([method, BotApiError(status, description, parameters or None), after if n == 0 else 0])
 
     def hold(self, method: str) -> None:
         """Record calls of `method` but do not answer them until `release()`."""
@@ -268,10 +269,12 @@ class FakeTelegram:
         try:
             if token != self.token:
                 raise BotApiError(401, "Unauthorized")
-            for index, (failing, error) in enumerate(self._failures):
-                if failing == method:
-                    del self._failures[index]
-                    raise error
+            failure = next((f for f in self._failures if f[0] == method), None)
+            if failure is not None and failure[2] > 0:
+                failure[2] -= 1
+            elif failure is not None:
+                self._failures.remove(failure)
+                raise failure[1]
             handler = getattr(self, f"_api_{method}", None)
             if handler is None:
                 raise BotApiError(404, "Not Found")

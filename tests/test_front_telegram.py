@@ -22,6 +22,7 @@ from channels.base import (
     InboundMessage,
     Outbound,
     PermanentChannelError,
+    TransientChannelError,
     UserActionPrompt,
 )
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig, TelegramConnection
@@ -377,6 +378,24 @@ async def test_sent_text_is_escaped_split_when_long_and_buttons_go_under_the_las
     assert len(parts) == 3 and all(p["text"].startswith("Kim: ") and utf16_len(p["text"]) <= MESSAGE_LIMIT for p in parts)
     assert " ".join(p["text"].removeprefix("Kim: ") for p in parts) == long_text
     assert [buttons(p) for p in parts] == [[], [], [[("Done", "ua:ua_abc:d"), ("Cancel", "ua:ua_abc:c")]]]
+
+
+async def test_a_retry_after_a_lost_part_sends_only_the_rest(fake: FakeTelegram) -> None:
+    fake.private_update("hi")
+    adapter = await started(fake, TelegramConnection(id=FRONT_ID, label="telegram", bot_token=TOKEN, mode="polling",
+                                                     api_base_url=fake.base_url, poll_timeout=0))
+    long_text = " ".join(f"w{i:04d}" for i in range(1500))  # three parts
+    outbound = to_ana(long_text).model_copy(update={"delivery_key": "hd_same_every_attempt"})
+    fake.fail("sendMessage", 429, "Too Many Requests: retry after 1", after=1, retry_after=1)
+    try:
+        with pytest.raises(TransientChannelError):
+            await adapter.send(outbound)  # the first part went out, the second was refused
+        receipt = await adapter.send(outbound)  # the outbox's retry, same delivery key
+    finally:
+        await adapter.stop()
+    parts = fake.sent_to(ANA["id"])
+    assert len(parts) == 3 and " ".join(p["text"] for p in parts) == long_text  # each part once, in order
+    assert receipt.message_id == str(parts[0]["message_id"])
 
 
 @pytest.mark.parametrize(("setup", "hint"), [
