@@ -544,8 +544,8 @@ def _validate_channel(index: int, entry: Any) -> tuple[ChannelConfig | None, lis
 
 
 class ProviderFront(_Section):
-    """A front on a provider (Telegram, WhatsApp): subscribers talk to the bot in their own
-    chats with it. `channel_id` names the adapter that serves it: a channel on the same
+    """A front on a provider (a chat app): subscribers talk to the bot in their own chats
+    with it. `channel_id` names the adapter that serves it: a channel on the same
     connection (one bot token used for the staff group and for subscribers), or an adapter
     of its own built from `settings` (the provider's front_model) and never offered to
     handoff_request."""
@@ -607,7 +607,7 @@ def _unknown_front_key(path: str, key: str, allowed: list[str], channel_model: t
 
 def _validate_fronts(raw: Any, channels: list[ChannelConfig]) -> tuple[list[Any], list[ConfigProblem]]:
     if not isinstance(raw, list):
-        return [], [ConfigProblem("fronts", "must be a list such as [{kind: web}, {kind: telegram, bot_token: …}]")]
+        return [], [ConfigProblem("fronts", "must be a list of fronts such as [{kind: web}]")]
     fronts: list[tuple[int, Any]] = []  # with their position in the file, for key paths
     problems: list[ConfigProblem] = []
     for index, entry in enumerate(raw):

@@ -1,5 +1,5 @@
-"""Provider fronts: subscribers talk to the bot in their own chats with it (a Telegram
-private chat, a WhatsApp number), not only through the HTTP API or the web chat.
+"""Provider fronts: subscribers talk to the bot in their own chats with it (a private chat
+with the bot, a phone number), not only through the HTTP API or the web chat.
 
 A front is served by a channel adapter (bot/channel_set.py says which), so no provider code
 is written twice. Its messages arrive like a recipient's, through the inbound store
@@ -80,7 +80,7 @@ class Fronts:
         if wait:
             return await self._slow_down(front, message.thread_key, cid, wait)
         if created and front.greeting:
-            # A provider without an "opened" event (WhatsApp): the owner's greeting comes
+            # A provider without an "opened" event: the owner's greeting comes
             # before the answer to the first message, which is still the agent's to give.
             await self._say(cid, front.greeting)
         result = await self.router.subscriber_message(cid, message.text)

@@ -46,7 +46,7 @@ class Conversation(SQLModel, table=True):
     subscriber_name: str | None = Field(default=None, max_length=200)
     subscriber_email: str | None = Field(default=None, max_length=320)
     subscriber_external_id: str | None = Field(default=None, max_length=200, index=True)
-    # The front the subscriber talks through (config `fronts[].name`: "web", "telegram" …);
+    # The front the subscriber talks through (config `fronts[].name`: "web" or a provider front's);
     # on a provider front `subscriber_external_id` is their chat there. None: the HTTP API.
     front: str | None = Field(default=None, max_length=40)
     # Set when this conversation is a sibling agent serving someone else's handoff: that
