@@ -103,7 +103,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
-from channels.text import Budget, clip, fit_brief, utf16_len
+from channels.text import Budget, SentParts, clip, fit_brief, split, utf16_len
 from forms.fields import preview_line
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
@@ -135,7 +135,6 @@ ATTACHMENTS = (("photo", "photo"), ("video", "video"), ("video_note", "video mes
 _START = re.compile(r"^/start(?:@\w+)?(?:\s|$)")
 ARGUMENTS_LIMIT = 3000  # characters of pretty JSON shown in a prompt (the rest is announced, never dropped silently)
 PROMPT_CACHE_LIMIT = 1000
-PARTS_MEMORY = 1000  # sent parts of long messages remembered for a retry of the rest
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 _CHAT_NAME = re.compile(r"^@[A-Za-z][A-Za-z0-9_]{3,31}$")
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -229,24 +228,6 @@ def defuse(text: str) -> str:
 
 
 
-def split_units(text: str, limit: int) -> list[str]:
-    """Split text into parts of at most `limit` UTF-16 units, at a line break or space when
-    one is near the end, so a long message arrives whole rather than refused."""
-    parts: list[str] = []
-    while utf16_len(text) > limit:
-        cut, units = 0, 0
-        while cut < len(text) and units + utf16_len(text[cut]) <= limit:
-            units += utf16_len(text[cut])
-            cut += 1
-        soft = max(text.rfind("\n", 0, cut), text.rfind(" ", 0, cut))
-        if soft > cut // 2:
-            cut = soft + 1
-        parts.append(text[:cut].rstrip())
-        text = text[cut:]
-    parts.append(text)
-    return [p for p in parts if p.strip()] or [text]
-
-
 def _is_loopback_or_private(host: str) -> bool:
     if host in ("localhost", "") or host.endswith(".localhost"):
         return True
@@ -327,8 +308,7 @@ class TelegramChannel(ChannelAdapter):
         # approval id -> message id of its prompt (from the send, or from a press on it), so
         # the closing notice can take the buttons away; the Bot API cannot look it up.
         self._prompts: OrderedDict[str, int] = OrderedDict()
-        # (delivery key, part) -> message id of the parts of long messages already sent
-        self._parts_sent: OrderedDict[tuple[str, int], str] = OrderedDict()
+        self._parts_sent = SentParts()  # parts of long messages already sent, for a retry of the rest
 
     @classmethod
     def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
@@ -475,7 +455,7 @@ class TelegramChannel(ChannelAdapter):
         if outbound.purpose == "relay":
             body = defuse(body)
             author = defuse(clip(outbound.author or "Subscriber", 100))
-            chunks = split_units(body, MESSAGE_LIMIT - utf16_len(author) - 16)
+            chunks = split(body, MESSAGE_LIMIT - utf16_len(author) - 16)
             parts = [self._render("relay", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
                      for i, chunk in enumerate(chunks, 1)]
             # A Release button that names the dispatch: a reply to this relay maps back to
@@ -483,7 +463,7 @@ class TelegramChannel(ChannelAdapter):
             markup = self._keyboard([self._release_button(suffix)]) if suffix else None
         else:
             # Notices (released, new form link) get no button: a Release under "released" is noise.
-            parts = [self._render("notice", body=chunk) for chunk in split_units(body.strip(), MESSAGE_LIMIT - 8)]
+            parts = [self._render("notice", body=chunk) for chunk in split(body.strip(), MESSAGE_LIMIT - 8)]
             markup = None
         reply = ReplyParameters(message_id=dispatch_id, allow_sending_without_reply=True) if dispatch_id else None
         first = await self._send_parts(outbound, parts, lambda _index, part: bot.send_message(
@@ -510,7 +490,7 @@ class TelegramChannel(ChannelAdapter):
                 f"internal error: subscriber chat {chat!r} is not a Telegram private chat id"))
         body = (outbound.body if outbound.body is not None else outbound.text).replace("\x00", "\ufffd")
         author = clip(outbound.author, 100) if outbound.author else None
-        chunks = split_units(body.strip() or body, MESSAGE_LIMIT - (utf16_len(author) + 4 if author else 0))
+        chunks = split(body.strip() or body, MESSAGE_LIMIT - (utf16_len(author) + 4 if author else 0))
         parts = [self._render("subscriber", author=author, body=chunk) for chunk in chunks]
         markup = self._user_action_keyboard(outbound.user_action) if outbound.user_action else None
         first = await self._send_parts(outbound, parts, lambda index, part: bot.send_message(
@@ -526,19 +506,13 @@ class TelegramChannel(ChannelAdapter):
         """Send one message's parts in order and return the first part's message id. The
         parts that went out are remembered by the outbox's delivery key (in this process), so
         when a later part fails the outbox's retry sends only the rest, not all again."""
-        first: str | None = None
-        for index, part in enumerate(parts):
-            key = (outbound.delivery_key, index) if outbound.delivery_key else None
-            sent = self._parts_sent.get(key) if key else None
-            if sent is None:
-                sent = str((await self._call(send(index, part), "sendMessage", subscriber=subscriber)).message_id)
-                if key:
-                    self._parts_sent[key] = sent
-                    while len(self._parts_sent) > PARTS_MEMORY:
-                        self._parts_sent.popitem(last=False)
-            first = first or sent
-        assert first is not None
-        return first
+        async def one(index: int, part: str) -> str:
+            return str((await self._call(send(index, part), "sendMessage", subscriber=subscriber)).message_id)
+
+        sent = [await self._parts_sent.send((outbound.delivery_key, index) if outbound.delivery_key else None,
+                                            lambda index=index, part=part: one(index, part))
+                for index, part in enumerate(parts)]
+        return sent[0]
 
     def _user_action_keyboard(self, prompt: UserActionPrompt) -> Any:
         """Done / Cancel, and the step buttons that lead somewhere (no Previous on the first

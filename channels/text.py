@@ -1,5 +1,6 @@
-"""Text helpers the adapters share: clipping, UTF-16 lengths, and fitting a brief into one
-message of a provider with a length limit.
+"""Text helpers the adapters share: clipping, UTF-16 lengths, splitting a long message into
+parts (and remembering which parts went out), and fitting a brief into one message of a
+provider with a length limit.
 
 Each adapter still escapes for its own markup and renders its own template; what is the same
 everywhere is how a too-long brief is shortened: first the oldest transcript lines go, then
@@ -8,7 +9,8 @@ the long parts of the brief are cut step by step (the budgets), and the link nev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -26,6 +28,45 @@ def clip(text: str, limit: int | None) -> str:
 def utf16_len(text: str) -> int:
     """Telegram and WhatsApp count message length in UTF-16 code units."""
     return len(text.encode("utf-16-le")) // 2
+
+
+def split(text: str, limit: int) -> list[str]:
+    """Parts of at most `limit` UTF-16 units, cut at a line break or space near the end, so a
+    long message arrives whole, in parts, rather than refused."""
+    parts: list[str] = []
+    while utf16_len(text) > limit:
+        cut, units = 0, 0
+        while cut < len(text) and units + utf16_len(text[cut]) <= limit:
+            units += utf16_len(text[cut])
+            cut += 1
+        soft = max(text.rfind("\n", 0, cut), text.rfind(" ", 0, cut))
+        if soft > cut // 2:
+            cut = soft + 1
+        parts.append(text[:cut].rstrip())
+        text = text[cut:].lstrip("\n")
+    parts.append(text)
+    return [p for p in parts if p.strip()] or [text]
+
+
+class SentParts:
+    """Which parts of a long message already went out, by the outbox's delivery key (stable
+    across its attempts), so a retry after a later part failed sends only the rest. Held in
+    this process, for the most recent `size` parts."""
+
+    def __init__(self, size: int = 1000) -> None:
+        self.size = size
+        self._sent: OrderedDict[Hashable, str] = OrderedDict()
+
+    async def send(self, key: Hashable | None, send: Callable[[], Awaitable[str]]) -> str:
+        """`send()`'s message id, or the one an earlier attempt at this part got."""
+        sent = self._sent.get(key) if key is not None else None
+        if sent is None:
+            sent = await send()
+            if key is not None:
+                self._sent[key] = sent
+                while len(self._sent) > self.size:
+                    self._sent.popitem(last=False)
+        return sent
 
 
 @dataclass(frozen=True)

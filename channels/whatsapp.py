@@ -72,7 +72,6 @@ import base64
 import contextvars
 import json
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -102,7 +101,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
-from channels.text import Budget, clip, fit_brief, utf16_len
+from channels.text import Budget, SentParts, clip, fit_brief, split, utf16_len
 from forms.fields import preview_line
 
 if TYPE_CHECKING:
@@ -280,23 +279,6 @@ def hang(text: str, width: int = 2) -> str:
     return ("\n" + " " * width).join(text.splitlines() or [""])
 
 
-def split_text(text: str, limit: int) -> list[str]:
-    """Parts of at most `limit` UTF-16 units, cut at a line break or space near the end."""
-    parts: list[str] = []
-    while utf16_len(text) > limit:
-        cut, units = 0, 0
-        while cut < len(text) and units + utf16_len(text[cut]) <= limit:
-            units += utf16_len(text[cut])
-            cut += 1
-        soft = max(text.rfind("\n", 0, cut), text.rfind(" ", 0, cut))
-        if soft > cut // 2:
-            cut = soft + 1
-        parts.append(text[:cut].rstrip())
-        text = text[cut:].lstrip("\n")
-    parts.append(text)
-    return [p for p in parts if p.strip()] or [text]
-
-
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds and seconds % 3600 == 0:
@@ -350,7 +332,7 @@ class WhatsAppChannel(ChannelAdapter):
         self._ctx: ChannelContext | None = None
         self._client: Client | None = None
         self._validator: Any = None
-        self._sent: OrderedDict[tuple[str, str, int], str] = OrderedDict()
+        self._sent = SentParts(SENT_MEMORY)  # (delivery key, number, part) → MessageSid
         self.account_name: str | None = None
 
     @classmethod
@@ -494,19 +476,10 @@ class WhatsAppChannel(ChannelAdapter):
 
     async def _to_one(self, client: Client, outbound: Outbound, number: str, messages: list[_Message], *,
                       subscriber: bool = False) -> str:
-        first: str | None = None
-        for index, message in enumerate(messages):
-            key = (outbound.delivery_key, number, index) if outbound.delivery_key else None
-            sid = self._sent.get(key) if key else None
-            if sid is None:
-                sid = await self._create(client, number, message, subscriber=subscriber)
-                if key:
-                    self._sent[key] = sid
-                    while len(self._sent) > SENT_MEMORY:
-                        self._sent.popitem(last=False)
-            first = first or sid
-        assert first is not None
-        return first
+        sids = [await self._sent.send((outbound.delivery_key, number, index) if outbound.delivery_key else None,
+                                      lambda message=message: self._create(client, number, message, subscriber=subscriber))
+                for index, message in enumerate(messages)]
+        return sids[0]
 
     async def _create(self, client: Client, number: str, message: _Message, *, subscriber: bool = False) -> str:
         callback = None
@@ -626,7 +599,7 @@ class WhatsAppChannel(ChannelAdapter):
         author = defuse(one_line(outbound.author, 100)) if outbound.author else None
         body = defuse((outbound.body if outbound.body is not None else outbound.text).strip())
         head = utf16_len(self._render("to_subscriber", author=author, body="", part="99/99"))
-        chunks = split_text(body, BODY_LIMIT - head - 1)
+        chunks = split(body, BODY_LIMIT - head - 1)
         return [self._render("to_subscriber", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
                 for i, chunk in enumerate(chunks, 1)]
 
@@ -634,7 +607,7 @@ class WhatsAppChannel(ChannelAdapter):
         author = defuse(one_line(outbound.author or "Subscriber", 100))
         body = defuse(outbound.body if outbound.body is not None else outbound.text)
         head = utf16_len(self._render("relay", code=outbound.short_code, author=author, body="", part="99/99"))
-        chunks = split_text(body, BODY_LIMIT - head - 1)
+        chunks = split(body, BODY_LIMIT - head - 1)
         return [self._render("relay", code=outbound.short_code, author=author, body=chunk,
                              part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
                 for i, chunk in enumerate(chunks, 1)]
@@ -647,7 +620,7 @@ class WhatsAppChannel(ChannelAdapter):
         body = code.join(defuse(part) for part in raw.split(code))
         tagged = code in raw
         head = 0 if tagged else utf16_len(self._render("notice", code=code, tagged=False, body="")) + 1
-        return [self._render("notice", code=code, tagged=tagged, body=chunk) for chunk in split_text(body, BODY_LIMIT - head)]
+        return [self._render("notice", code=code, tagged=tagged, body=chunk) for chunk in split(body, BODY_LIMIT - head)]
 
     # ------------------------------------------------------------------ inbound
 
