@@ -23,30 +23,26 @@ class ConversationBus:
     async def wait_any(self, timeout: float) -> bool:
         """Wait for a notification on any conversation (the inbox list: a handoff may start
         in a conversation it does not show yet); False on timeout."""
-        event = asyncio.Event()
-        self._any.add(event)
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self._any.discard(event)
+        return await _wait_in(self._any, timeout)
 
     async def wait(self, conversation_id: str, timeout: float) -> bool:
         """Wait for a notification on this conversation; False on timeout."""
-        event = asyncio.Event()
-        self._waiters[conversation_id].add(event)
         try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-            return True
-        except TimeoutError:
-            return False
+            return await _wait_in(self._waiters[conversation_id], timeout)
         finally:
-            waiters = self._waiters.get(conversation_id)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[conversation_id]
+            if conversation_id in self._waiters and not self._waiters[conversation_id]:
+                del self._waiters[conversation_id]  # the last waiter of this conversation left
+
+
+async def _wait_in(waiters: set[asyncio.Event], timeout: float) -> bool:
+    """Wait, as one of `waiters`, until notified or `timeout` seconds pass."""
+    event = asyncio.Event()
+    waiters.add(event)
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        waiters.discard(event)
