@@ -96,6 +96,12 @@ class BriefCut(Generic[Line]):
     transcript_left_out: int
     shortened: bool
 
+    def shown(self) -> dict[str, object]:
+        """What a template renders as it is (the summary and action need the adapter's escaping)."""
+        return {"context": self.context, "context_left_out": self.context_left_out, "fields": self.fields,
+                "fields_left_out": self.fields_left_out, "transcript": self.transcript,
+                "transcript_left_out": self.transcript_left_out, "shortened": self.shortened}
+
 
 def fit_brief(
     *, summary: str, action: str, context: list[tuple[str, str]], fields: list[str], lines: Sequence[Line],
