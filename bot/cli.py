@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -59,12 +60,18 @@ def serve(
     for warning in config_warnings(cfg):
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"Handoff Desk on http://{cfg.server.host}:{cfg.server.port}  (inbox: {cfg.public_url}/inbox)", err=True)
-    uvicorn.run(
-        create_app(Desk(cfg)), host=cfg.server.host, port=cfg.server.port,
-        log_level=cfg.logging.level, server_header=False,
-        proxy_headers=bool(cfg.server.trusted_proxies), forwarded_allow_ips=[str(n) for n in cfg.server.trusted_proxies],
-        timeout_graceful_shutdown=5,  # long-polls would otherwise hold shutdown for up to 30 s
-    )
+    uvicorn.run(create_app(Desk(cfg)), **server_options(cfg))
+
+
+def server_options(cfg: Config) -> dict[str, Any]:
+    """How `serve` runs uvicorn: X-Forwarded-For is believed from server.trusted_proxies
+    only, the same list the chat's rate limits use."""
+    return {
+        "host": cfg.server.host, "port": cfg.server.port, "log_level": cfg.logging.level, "server_header": False,
+        "proxy_headers": bool(cfg.server.trusted_proxies),
+        "forwarded_allow_ips": [str(n) for n in cfg.server.trusted_proxies],
+        "timeout_graceful_shutdown": 5,  # long-polls would otherwise hold shutdown for up to 30 s
+    }
 
 
 @app.command("check-config")

@@ -96,3 +96,15 @@ def test_serve_refuses_a_public_host_given_on_the_command_line() -> None:
     assert "refusing to serve on 0.0.0.0:" in result.stderr
     assert "owner.token: required when server.host (0.0.0.0)" in result.stderr
     assert "secret_key: the development default is public" in result.stderr
+
+
+def test_serve_believes_forwarded_addresses_only_from_trusted_proxies(tmp_path: Path) -> None:
+    from bot.cli import server_options
+    from tests.conftest import make_config
+
+    url = f"sqlite:///{tmp_path / 'desk.db'}"
+    default = server_options(make_config(url))
+    assert default["proxy_headers"] is True and default["forwarded_allow_ips"] == ["127.0.0.1/32", "::1/128"]
+    behind = server_options(make_config(url, server={"trusted_proxies": ["10.0.0.0/8"]}))
+    assert behind["forwarded_allow_ips"] == ["10.0.0.0/8"]
+    assert server_options(make_config(url, server={"trusted_proxies": []}))["proxy_headers"] is False
