@@ -48,7 +48,15 @@ from bot.rendering import Renderer
 from bot.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
 from bot.text import CleanStr
 from channels.base import HandoffBrief, Outbound, Receipt
-from forms.fields import MAX_RETURN_FIELDS, ReturnField, check_unique_names, coerce_returned, preview_line
+from forms.fields import (
+    MAX_RETURN_FIELDS,
+    CoercedReturn,
+    ReturnField,
+    ReturnValuesInvalid,
+    check_unique_names,
+    coerce_returned,
+    preview_line,
+)
 from forms.links import FormLinks
 
 log = structlog.get_logger(__name__)
@@ -130,7 +138,10 @@ class HandoffReleaseInput(BaseModel):
     outcome: Outcome = Field(description="resolved, unresolved or needs_followup.")
     note: CleanStr | None = Field(default=None, max_length=2000, description="One or two sentences for the original agent.")
     return_values: dict[str, Any] | None = Field(
-        default=None, description="Values for the expected return fields, keyed by field name."
+        default=None,
+        description="Values for the expected return fields, keyed by field name: only fields the handoff asked for, "
+                    "each of its type (numbers as JSON numbers, dates as YYYY-MM-DD). Anything else is refused with "
+                    "an error naming the field, and nothing is released until you call again with it corrected.",
     )
 
 
@@ -550,13 +561,15 @@ class Handoffs:
         before the cutoff, so a message that pushed the deadline out wins over a late timer.
         `guard` runs inside the winning transaction (e.g. consuming a form link); if it
         raises, nothing of the release is committed and the exception propagates.
+        Returned values that do not fit the handoff's fields raise ReturnValuesInvalid
+        before anything changes (recorded as `release_refused`), whoever sent them.
         """
         now = self.clock.now()
         outcome = outcome or DEFAULT_OUTCOME[reason]
         note = note.strip() if note and note.strip() else None
+        coerced = await self._checked_return(sid, return_values, reason=reason, actor=actor, now=now)
         async with self.db.transaction() as session:
             handoff = await self._get(session, sid)
-            coerced = coerce_returned(stored_fields(handoff), return_values)
             conditions = [HandoffSession.id == sid, HandoffSession.state == ACTIVE]
             if idle_cutoff is not None:
                 conditions.append(HandoffSession.idle_deadline <= idle_cutoff)
@@ -584,7 +597,7 @@ class Handoffs:
                     session, "handoff_released", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=handoff.conversation_id, reason=reason, outcome=outcome, note=note,
                     returned=coerced.values, missing_required=coerced.missing_required or None,
-                    invalid=coerced.invalid or None, resume_message_id=resume.id,
+                    resume_message_id=resume.id,
                 )
                 notice = self.renderer.render(
                     "messages/released.txt", reason=reason, outcome=outcome, actor=actor,
@@ -614,6 +627,23 @@ class Handoffs:
         self.bus.notify(handoff.conversation_id)
         await _notify(self.on_released, handoff)
         return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
+
+    async def _checked_return(
+        self, sid: str, return_values: dict[str, Any] | None, *, reason: str, actor: str, now: datetime,
+    ) -> CoercedReturn:
+        """The returned values typed against the handoff's fields (which never change), or
+        ReturnValuesInvalid after recording the refused attempt in the audit trail."""
+        async with self.db.read() as session:
+            handoff = await self._get(session, sid)
+        try:
+            return coerce_returned(stored_fields(handoff), return_values)
+        except ReturnValuesInvalid as exc:
+            async with self.db.transaction() as session:
+                await audit.record(
+                    session, "release_refused", at=now, actor=actor, handoff_session_id=sid,
+                    conversation_id=handoff.conversation_id, reason=reason, invalid=exc.problems,
+                )
+            raise
 
     async def reissue_form_link(self, sid: str, *, actor: str) -> str:
         """A fresh return-form link (older unused ones stop working), sent to the recipient

@@ -5,9 +5,10 @@ tool's validation, the plain-text preview in the dispatch message, the return fo
 `Returned data:` block of the resume message. Keeping it in one model means the three can
 never disagree about what a field is.
 
-Validation of *returned* values is best-effort by design (seed: missing required fields never
-block a release): `coerce_returned` keeps what it can, reports what it could not, and the
-caller records both.
+Returned values are checked by one function, `coerce_returned`, for the return form, the
+owner's release API and a sibling agent's `handoff_release` alike: a value that does not fit
+its field, or a field nobody asked for, is refused with a message naming it, never stored
+changed. Missing required fields never block a release (DESIGN.md §3); they are reported.
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bot.errors import DeskError
 from bot.text import CleanStr, scrub
 
 FieldType = Literal["string", "multiline", "number", "boolean", "enum", "date", "url"]
 FIELD_TYPES: tuple[str, ...] = ("string", "multiline", "number", "boolean", "enum", "date", "url")
 MAX_RETURN_FIELDS = 20
+# The value format of the form's date picker (and of JSON): what the error asks for.
+DATE_EXPECTED = "must be a date as YYYY-MM-DD, such as 2026-06-10"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -93,7 +98,126 @@ def check_unique_names(fields: list[ReturnField]) -> list[ReturnField]:
 
 
 class FieldValueError(ValueError):
-    """A returned value does not fit its field's type."""
+    """A returned value does not fit its field's type. The message says what was expected
+    and, where seeing it helps to correct it, what was given."""
+
+
+class ReturnValuesInvalid(DeskError):
+    """Returned values that cannot be stored as given: a wrong type, or a field the handoff
+    never asked for. Nothing is released; the caller corrects and tries again.
+
+    `problems` maps each field name to what is wrong with it (the form shows each next to
+    its input); the JSON error names them as `return_values.<name>`.
+    """
+
+    code = "invalid_return_values"
+    status = 422
+
+    def __init__(self, problems: dict[str, str]) -> None:
+        self.problems = problems
+        fields = {f"return_values.{name}": message for name, message in problems.items()}
+        super().__init__("; ".join(f"{path}: {message}" for path, message in fields.items()), fields=fields)
+
+
+def shown(raw: Any) -> str:
+    """What was given, quoted and cut short, for an error message."""
+    text = " ".join(str(raw).split())
+    return f'"{text[:40]}…"' if len(text) > 40 else f'"{text}"'
+
+
+# --------------------------------------------------------------------------- numbers
+
+DecimalMark = Literal[".", ","]
+_DIGITS = re.compile(r"[0-9]+")
+_EXPONENT = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?[eE][+-]?[0-9]+")
+_SEPARATORS = re.compile(r"([.,]|[ \u00a0\u202f\u2009'\u2019])")  # spaces and apostrophes only ever group digits
+_AN_EXAMPLE = "like 1250 or 12.50"
+
+
+@dataclass(frozen=True)
+class ReadNumber:
+    """A number read from what a person or a client wrote, and the convention it used:
+    `decimal_mark` is "." for a decimal point (or commas between thousands), "," for a
+    decimal comma (or dots between thousands), None when the text used neither."""
+
+    value: int | float
+    decimal_mark: DecimalMark | None = None
+
+
+def read_number(raw: Any) -> ReadNumber:
+    """Read a number without ever changing its magnitude: what could be read two ways is
+    refused with a message that shows it, never guessed.
+
+    Accepted: JSON numbers; `1250`, `-3`, `12.5`, `12,50` (a decimal comma);
+    `1,234,567.5` and `1.234.567,5` (thousands grouped in threes, the last mark is the
+    decimal one); `1 234,5` and `1'234.5` (spaces and apostrophes group thousands).
+    Refused: one `,` or `.` followed by exactly three digits after a one-to-three digit
+    number (`1,250`, `1.250`): a thousands separator in half the world, a decimal mark in
+    the other; a mark used twice after the other one (`1,250.5,3`); groups not of three.
+    """
+    if isinstance(raw, bool):
+        raise FieldValueError(f"must be a number {_AN_EXAMPLE}, not true/false")
+    if isinstance(raw, int):
+        return ReadNumber(raw)
+    if isinstance(raw, float):
+        if not math.isfinite(raw):
+            raise FieldValueError("must be a finite number")
+        return ReadNumber(raw)
+    if not isinstance(raw, str):
+        raise FieldValueError(f"must be a number {_AN_EXAMPLE}")
+    text = raw.strip()
+    if _EXPONENT.fullmatch(text):
+        return ReadNumber(float(text), "." if "." in text else None)
+    return _read_number_text(text)
+
+
+def _read_number_text(text: str) -> ReadNumber:
+    not_a_number = FieldValueError(f"must be a number {_AN_EXAMPLE} (got {shown(text)})")
+    sign = "-" if text.startswith("-") else ""
+    body = text[1:] if text[:1] in "+-" else text
+    runs = _SEPARATORS.split(body)
+    digits, separators = runs[0::2], runs[1::2]
+    lead_ok = _DIGITS.fullmatch(digits[0]) or (digits[0] == "" and len(separators) == 1 and separators[0] in ".,")
+    if not lead_ok or not all(_DIGITS.fullmatch(run) for run in digits[1:]):
+        raise not_a_number
+    kinds = ["." if s == "." else "," if s == "," else " " for s in separators]
+    decimal = _decimal_mark(text, digits, kinds)
+    grouping = kinds[:-1] if decimal else kinds
+    whole, fraction = (digits[:-1], digits[-1]) if decimal else (digits, "")
+    if grouping:
+        if len(set(grouping)) != 1 or decimal in grouping:
+            raise FieldValueError(f"can be read more than one way (got {shown(text)}); write it {_AN_EXAMPLE}")
+        if not (1 <= len(whole[0]) <= 3 and not whole[0].startswith("0") and all(len(g) == 3 for g in whole[1:])):
+            raise FieldValueError(
+                f"must group its digits in threes (got {shown(text)}); or write it without separators, {_AN_EXAMPLE}")
+    number = "".join(whole) or "0"
+    mark: DecimalMark | None = decimal or {",": ".", ".": ","}.get(grouping[0] if grouping else "")  # type: ignore[assignment]
+    value: int | float = float(f"{sign}{number}.{fraction}") if decimal else int(f"{sign}{number}")
+    return ReadNumber(value, mark)
+
+
+def _decimal_mark(text: str, digits: list[str], kinds: list[str]) -> DecimalMark | None:
+    """Which of `.` and `,` is the decimal mark, if any; refuse what reads two ways."""
+    marks = [k for k in kinds if k != " "]
+    if not marks:
+        return None
+    last: DecimalMark = marks[-1]  # type: ignore[assignment]
+    if len(set(marks)) == 2:  # both: the last one is the decimal mark, and it may appear only once
+        if marks.count(last) != 1 or kinds[-1] != last:
+            raise FieldValueError(f"can be read more than one way (got {shown(text)}); write it {_AN_EXAMPLE}")
+        return last
+    if len(marks) > 1:  # the same mark twice or more groups thousands: 1,234,567
+        return None
+    if " " in kinds:  # spaces group, so the one mark is the decimal one: 1 234,5
+        return last
+    whole, fraction = digits[0], digits[1]
+    if len(fraction) == 3 and 1 <= len(whole) <= 3 and not whole.startswith("0"):
+        as_decimal = f"{whole}.{fraction}".rstrip("0").rstrip(".")
+        unambiguous = as_decimal if fraction.endswith("0") else f"{as_decimal}0"  # 1.125 reads two ways, 1.1250 one
+        raise FieldValueError(
+            f"is ambiguous: {shown(text)} could mean {whole}{fraction} or {as_decimal};"
+            f" write {whole}{fraction} or {unambiguous}, whichever you mean")
+    return last
 
 
 def coerce_value(field: ReturnField, raw: Any) -> Any:
@@ -103,6 +227,8 @@ def coerce_value(field: ReturnField, raw: Any) -> Any:
     """
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
+    if isinstance(raw, dict | list):
+        raise FieldValueError("must be a single value, not a list or an object")
     kind = field.type
     if kind in ("string", "multiline"):
         text = scrub(raw if isinstance(raw, str) else str(raw))
@@ -111,19 +237,7 @@ def coerce_value(field: ReturnField, raw: Any) -> Any:
             raise FieldValueError("is longer than 10,000 characters")
         return " ".join(text.split()) if kind == "string" else text.replace("\r\n", "\n")
     if kind == "number":
-        if isinstance(raw, bool):
-            raise FieldValueError("must be a number")
-        if isinstance(raw, int | float):
-            number = raw
-        else:
-            text = str(raw).strip().replace(",", "") if isinstance(raw, str) else raw
-            try:
-                number = int(text) if re.fullmatch(r"[+-]?\d+", str(text)) else float(text)
-            except (TypeError, ValueError):
-                raise FieldValueError("must be a number") from None
-        if isinstance(number, float) and not math.isfinite(number):
-            raise FieldValueError("must be a finite number")
-        return number
+        return read_number(raw).value
     if kind == "boolean":
         if isinstance(raw, bool):
             return raw
@@ -132,11 +246,11 @@ def coerce_value(field: ReturnField, raw: Any) -> Any:
             return True
         if text in ("false", "no", "off", "0", "n"):
             return False
-        raise FieldValueError("must be yes or no")
+        raise FieldValueError(f"must be yes or no (got {shown(raw)})")
     if kind == "enum":
         text = str(raw).strip()
         if text not in (field.enum_values or []):
-            raise FieldValueError(f"must be one of: {', '.join(field.enum_values or [])}")
+            raise FieldValueError(f"must be one of: {', '.join(field.enum_values or [])} (got {shown(raw)})")
         return text
     if kind == "date":
         text = str(raw).strip()
@@ -145,50 +259,69 @@ def coerce_value(field: ReturnField, raw: Any) -> Any:
                 raise ValueError(text)
             return dt.date.fromisoformat(text).isoformat()
         except ValueError:
-            raise FieldValueError("must be a date as YYYY-MM-DD") from None
+            raise FieldValueError(f"{DATE_EXPECTED} (got {shown(raw)})") from None
     if kind == "url":
         text = str(raw).strip()
         parsed = urlparse(text)
         if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in text):
-            raise FieldValueError("must be an http(s) URL")
+            raise FieldValueError(f"must be an http(s) URL (got {shown(raw)})")
         return text
     raise FieldValueError(f"has unknown type {kind!r}")  # unreachable: the model restricts types
 
 
 class CoercedReturn(BaseModel):
-    """The outcome of best-effort validation of returned values."""
+    """Returned values, typed, and the required fields nobody filled."""
 
     values: dict[str, Any]
     missing_required: list[str]
-    invalid: dict[str, str]
 
 
 def coerce_returned(fields: list[ReturnField], raw: dict[str, Any] | None) -> CoercedReturn:
-    """Type what can be typed, keep the rest, and report missing required and invalid fields.
+    """The one check of returned values, for the form, the owner's API and a sibling agent.
 
-    Values for declared fields come first, in declaration order; keys nobody asked for are
-    kept (as given) after them, because dropping data a person typed helps nobody.
-    An invalid value is kept as text so nothing is lost, and reported in `invalid`.
+    Values come back typed, in declaration order. A wrong type, a key the handoff never
+    asked for, or numbers written with both decimal conventions in one answer raise
+    ReturnValuesInvalid naming every such field: a value is never stored changed or
+    unasked. Missing required fields never block (DESIGN.md §3); they are reported.
     """
     raw = dict(raw or {})
+    declared = {f.name for f in fields}
+    problems: dict[str, str] = {}
     values: dict[str, Any] = {}
-    invalid: dict[str, str] = {}
     for field in fields:
-        if field.name not in raw:
-            continue
-        given = raw.pop(field.name)
         try:
-            typed = coerce_value(field, given)
+            typed = coerce_value(field, raw.get(field.name))
         except FieldValueError as exc:
-            invalid[field.name] = str(exc)
-            typed = given if isinstance(given, str | int | float | bool) else str(given)
+            problems[field.name] = str(exc)
+            continue
         if typed is not None:
             values[field.name] = typed
-    for key, given in raw.items():
-        if given is not None and given != "":
-            values[str(key)] = given
+    problems |= _mixed_decimal_marks([f for f in fields if f.name in values], raw)
+    asked = ", ".join(f.name for f in fields)
+    for key in raw:
+        if key not in declared:
+            problems[str(key)] = (f"is not a field this handoff asked for (it asked for: {asked})" if asked else
+                                  "is not a field this handoff asked for (it asked for none; use the note)")
+    if problems:
+        raise ReturnValuesInvalid(problems)
     missing = [f.name for f in fields if f.required and f.name not in values]
-    return CoercedReturn(values=values, missing_required=missing, invalid=invalid)
+    return CoercedReturn(values=values, missing_required=missing)
+
+
+def _mixed_decimal_marks(fields: list[ReturnField], raw: dict[str, Any]) -> dict[str, str]:
+    """One answer writes its numbers one way: a decimal comma in one field and a decimal
+    point in another means at least one of them was not read as meant."""
+    marks = {f: mark for f in fields if f.type == "number" and (mark := read_number(raw[f.name]).decimal_mark)}
+    if len(set(marks.values())) < 2:
+        return {}
+    words = {",": "a decimal comma", ".": "a decimal point"}
+    problems = {}
+    for field, mark in marks.items():
+        other = next(f for f, m in marks.items() if m != mark)
+        problems[field.name] = (
+            f"uses {words[mark]} ({shown(raw[field.name])}) but {other.display_label} uses {words[marks[other]]}"
+            f" ({shown(raw[other.name])}); write every number with the same decimal mark")
+    return problems
 
 
 _KIND_WORDS = {"string": "text", "multiline": "text, several lines", "number": "number", "boolean": "yes/no",

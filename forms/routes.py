@@ -22,7 +22,7 @@ from bot.desk import Desk
 from bot.handoffs import stored_fields
 from bot.models import OUTCOMES, FormLink, HandoffSession
 from bot.web import render_page, same_origin
-from forms.fields import FieldValueError, ReturnField, coerce_value
+from forms.fields import ReturnField, ReturnValuesInvalid, coerce_returned
 from forms.links import FormLinks, LinkUnavailable
 
 router = APIRouter(include_in_schema=False)
@@ -34,6 +34,9 @@ REASON_WORDS = {
     "owner": "released by the owner",
     "idle_timeout": "ended after a period without activity",
 }
+
+
+OUTCOME_WORDS = {"resolved": "Resolved", "unresolved": "Unresolved", "needs_followup": "Needs follow-up"}
 
 
 def _when(moment: datetime | None) -> str:
@@ -62,9 +65,9 @@ async def _load(desk: Desk, token: str) -> tuple[FormLink, HandoffSession] | Non
 
 
 def _status(desk: Desk, status: int, title: str, *lines: str, tone: str = "info", **context: Any) -> HTMLResponse:
-    context.setdefault("returned", {})
-    context.setdefault("missing", [])
-    context.setdefault("labels", {})
+    for key, empty in {"returned": {}, "missing": [], "labels": {}, "outcome": None, "note": None,
+                       "inbox_url": None, "inbox_words": None}.items():
+        context.setdefault(key, empty)
     return render_page(desk, "forms/status.html", status=status, title=title, lines=list(lines), tone=tone, **context)
 
 
@@ -91,10 +94,23 @@ def _unavailable_page(desk: Desk, link: FormLink, handoff: HandoffSession) -> HT
         return _status(desk, 410, "This link was replaced",
                        "A newer link was issued for this handoff. Please use the most recent link you received.")
     if link.expires_at <= now:
-        return _status(desk, 410, "This link has expired",
-                       f"It expired on {_when(link.expires_at)}.",
-                       "Ask the owner to issue a new link from the inbox.")
+        channel = desk.channels.get(handoff.channel_id)
+        lines = [f"It expired on {_when(link.expires_at)}. The handoff is still open."]
+        if channel is not None and channel.capabilities.inbound:
+            lines.append(
+                f"To hand back without the form, reply to the handoff message in {handoff.channel_label} with /release"
+                " (you may add resolved, unresolved or needs_followup, and a note)"
+                + (", or press its Release button." if channel.capabilities.buttons else "."))
+        lines.append("Or ask the owner for a fresh link: it comes to you the same way this one did.")
+        return _status(desk, 410, "This link has expired", *lines, inbox_url=_inbox_url(handoff),
+                       inbox_words="Are you the owner? Make a fresh link on this handoff's page in the inbox")
     return None
+
+
+def _inbox_url(handoff: HandoffSession) -> str:
+    """The owner's page for this handoff; it asks for the owner's login, so it tells a
+    recipient nothing they could use."""
+    return f"/inbox/handoffs/{handoff.id}"
 
 
 def _form_page(
@@ -106,7 +122,7 @@ def _form_page(
     return render_page(
         desk, "forms/form.html", status=status, token=token, h=handoff,
         fields=views or [FieldView(f) for f in fields], errors=errors or {},
-        labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"},
+        labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"}, outcome_words=OUTCOME_WORDS,
         outcome=outcome, note=note, filled_by=filled_by, expires=_when(link.expires_at),
     )
 
@@ -121,22 +137,20 @@ async def show_form(token: str, request: Request) -> HTMLResponse:
     return _unavailable_page(desk, link, handoff) or _form_page(desk, token, link, handoff)
 
 
-def _read_fields(fields: list[ReturnField], form: FormData) -> tuple[list[FieldView], dict[str, Any], dict[str, str]]:
-    views, values, errors = [], {}, {}
-    for field in fields:
-        raw = form.get(f"f_{field.name}")
-        text = raw if isinstance(raw, str) else ""
-        view = FieldView(field, value=text)
-        try:
-            typed = coerce_value(field, text)
-        except FieldValueError as exc:
-            view.error = f"{field.display_label} {exc}."
-            errors[field.name] = str(exc)
-        else:
-            if typed is not None:
-                values[field.name] = typed
-        views.append(view)
-    return views, values, errors
+def _read_fields(fields: list[ReturnField], form: FormData) -> tuple[list[FieldView], dict[str, str], dict[str, str]]:
+    """What was typed (kept as typed, for the page and for the release, which types it) and
+    the problems of each field, checked by the same rules as every other release."""
+    typed = {f.name: text if isinstance(text := form.get(f"f_{f.name}"), str) else "" for f in fields}
+    try:
+        coerce_returned(fields, typed)
+        problems: dict[str, str] = {}
+    except ReturnValuesInvalid as exc:
+        problems = exc.problems
+    views = [
+        FieldView(f, value=typed[f.name], error=f"{f.display_label} {problems[f.name]}." if f.name in problems else None)
+        for f in fields
+    ]
+    return views, typed, problems
 
 
 @router.post("/f/{token}", response_class=HTMLResponse)
@@ -154,7 +168,7 @@ async def submit_form(token: str, request: Request) -> HTMLResponse:
         return unavailable
 
     fields = stored_fields(handoff)
-    views, values, errors = _read_fields(fields, form)
+    views, typed, errors = _read_fields(fields, form)
     outcome = str(form.get("outcome") or "resolved")
     if outcome not in OUTCOMES:
         errors["outcome"] = "must be one of: resolved, unresolved, needs follow-up"
@@ -173,7 +187,7 @@ async def submit_form(token: str, request: Request) -> HTMLResponse:
     try:
         result = await desk.handoffs.release(
             handoff.id, reason="form", actor=actor, outcome=outcome, note=note or None,
-            return_values=values, guard=consume,
+            return_values=typed, guard=consume,
         )
     except LinkUnavailable:
         result = None
@@ -188,6 +202,8 @@ async def submit_form(token: str, request: Request) -> HTMLResponse:
         "The assistant has the conversation again and will continue with your answers.",
         tone="ok", returned={k: _display(v) for k, v in released.returned.items()},
         missing=[labels.get(name, name) for name in released.missing_required], labels=labels,
+        outcome=OUTCOME_WORDS.get(released.outcome or "", released.outcome), note=released.note,
+        inbox_url=_inbox_url(released),
     )
 
 

@@ -68,8 +68,10 @@ async def test_every_field_type_renders_as_its_input(harness: Harness) -> None:
     html = page.text
     assert 'name="f_order_status" value="shipped"' in html and 'type="radio"' in html  # ≤5 enum values: radios
     assert re.search(r'<input id="in-tracking_url" name="f_tracking_url" value=""\s+type="url"', html)
-    assert re.search(r'<input id="in-eta_date" name="f_eta_date" value=""\s+type="date"', html)
-    assert re.search(r'<input id="in-items" name="f_items" value=""\s+type="number"\s+step="any" inputmode="decimal"', html)
+    assert re.search(r'<input id="in-eta_date" name="f_eta_date" value=""\s+type="date"\s+min="0001-01-01" max="9999-12-31"'
+                     r'\s+placeholder="YYYY-MM-DD"', html)  # four-digit years only; the format where there is no picker
+    # a number is text: <input type=number> turns a typed "12,50" into 1250 before we see it
+    assert re.search(r'<input id="in-items" name="f_items" value=""\s+type="text"\s+inputmode="decimal"', html)
     assert 'name="f_refunded" value="yes"' in html and 'name="f_refunded" value="no"' in html
     assert re.search(r'<input id="in-carrier" name="f_carrier" value=""\s+type="text"', html)
     assert '<textarea id="in-notes" name="f_notes"' in html
@@ -90,6 +92,9 @@ async def test_submission_releases_with_typed_values(harness: Harness) -> None:
     response = await submit(harness, path, answers())
     assert response.status_code == 200, response.text
     assert "Thank you, handed back" in response.text
+    assert "<dt>Outcome</dt><dd>Resolved</dd>" in response.text  # what was sent, besides the values
+    assert "<dt>Note for the assistant</dt><dd>Checked with the carrier.</dd>" in response.text
+    assert f'<a href="/inbox/handoffs/{sid}">Are you the owner? See this handoff in the inbox</a>' in response.text
     handoff = await harness.handoff(sid)
     assert (handoff["state"], handoff["release_reason"], handoff["outcome"], handoff["released_by"]) == (
         "released", "form", "resolved", "Sam")
@@ -125,12 +130,32 @@ async def test_wrong_typed_values_come_back_for_correction(harness: Harness) -> 
     assert response.status_code == 422
     html = response.text
     assert "Please check 5 answers" in html
-    assert "Items must be a number." in html and "Eta date must be a date as YYYY-MM-DD." in html
+    assert "Items must be a number like 1250 or 12.50 (got &#34;three&#34;)." in html
+    assert "Eta date must be a date as YYYY-MM-DD, such as 2026-06-10 (got &#34;10/06/2026&#34;)." in html
     assert 'aria-invalid="true"' in html and 'value="three"' in html  # what was typed is kept
+    assert 'value="10/06/2026"' in html and 'value="ftp://x"' in html
     assert 'Note for the assistant' in html and "Checked with the carrier." in html
     assert (await harness.handoff(sid))["state"] == "active"  # nothing consumed, nothing released
     fixed = await submit(harness, path, answers())
     assert fixed.status_code == 200
+
+
+async def test_a_decimal_comma_is_a_decimal_and_what_reads_two_ways_is_refused_as_typed(harness: Harness) -> None:
+    fields = [{"name": "refund", "type": "number", "label": "Refund"}, {"name": "weight", "type": "number"}]
+    cid, sid, path = await open_handoff(harness, fields)
+    ambiguous = await submit(harness, path, {"f_refund": "12,50", "f_weight": "1,250", "outcome": "resolved"})
+    assert ambiguous.status_code == 422
+    assert ("Weight is ambiguous: &#34;1,250&#34; could mean 1250 or 1.25; write 1250 or 1.25, whichever you mean."
+            in ambiguous.text)
+    assert 'value="12,50"' in ambiguous.text and 'value="1,250"' in ambiguous.text  # both kept as typed
+    mixed = await submit(harness, path, {"f_refund": "12,50", "f_weight": "1,234.5", "outcome": "resolved"})
+    assert mixed.status_code == 422 and "Refund uses a decimal comma (&#34;12,50&#34;) but Weight uses a decimal point" in mixed.text
+    assert (await harness.handoff(sid))["state"] == "active"
+    done = await submit(harness, path, {"f_refund": "12,50", "f_weight": "1.250,5", "outcome": "resolved"})
+    assert done.status_code == 200, done.text
+    assert (await harness.handoff(sid))["returned"] == {"refund": 12.5, "weight": 1250.5}
+    [resume] = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
+    assert resume.endswith("Returned data:\n  • refund: 12.5\n  • weight: 1250.5")
 
 
 async def test_get_never_consumes_and_a_second_post_is_refused(harness: Harness) -> None:
@@ -161,7 +186,14 @@ async def test_expired_links_say_when_and_what_to_do(harness: Harness) -> None:
     harness.desk.clock.advance(timedelta(hours=24, seconds=1))
     page = await harness.client.get(path)
     assert page.status_code == 410
-    assert "This link has expired" in page.text and "Ask the owner to issue a new link from the inbox." in page.text
+    assert "This link has expired" in page.text and "The handoff is still open." in page.text
+    # the recipient: what they can still do without the form, in the channel this link came through
+    assert ("To hand back without the form, reply to the handoff message in Owner inbox with /release (you may add"
+            " resolved, unresolved or needs_followup, and a note), or press its Release button.") in page.text
+    assert "Or ask the owner for a fresh link: it comes to you the same way this one did." in page.text
+    # the owner: where the fresh link is made
+    assert (f'<a href="/inbox/handoffs/{sid}">Are you the owner? Make a fresh link on this handoff&#39;s page'
+            " in the inbox</a>") in page.text
     assert (await submit(harness, path, answers())).status_code == 410
     assert (await harness.handoff(sid))["state"] == "active"
 
