@@ -57,7 +57,7 @@ async def test_a_plain_answer_with_the_history_and_the_live_tools(start_desk: St
 
 async def test_handoff_request_hands_over_and_the_resume_note_reaches_the_model(start_desk: StartDesk, model: FakeOpenAI) -> None:
     harness, cid = await start(start_desk, model)
-    model.call("handoff_request", VALID_REQUEST)
+    model.call("handoff_request", {**VALID_REQUEST, "expected_return": [{"name": "eta", "type": "string"}]})
     result = await harness.say(cid, "I want to talk to a person about my late order")
     assert result["handoff_session_id"]
     assert [r["text"] for r in result["replies"]] == [

@@ -45,6 +45,33 @@ async def test_bad_bodies_name_the_field(harness: Harness) -> None:
     assert outcome.status_code == 422 and "outcome" in outcome.json()["details"]["fields"]
 
 
+async def test_owner_release_refuses_wrong_types_and_unasked_fields_naming_each(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid, expected_return=[
+        {"name": "eta_date", "type": "date", "required": True}, {"name": "refund", "type": "number"},
+    ]))["handoff_session_id"]
+    refused = await harness.client.post(f"/api/handoffs/{sid}/release", json={
+        "outcome": "resolved", "return_values": {"eta_date": "next week", "refund": "1,250", "colour": "red"},
+    })
+    assert refused.status_code == 422, refused.text
+    body = refused.json()
+    assert body["error"] == "invalid_return_values"
+    assert body["details"]["fields"] == {
+        "return_values.eta_date": 'must be a date as YYYY-MM-DD, such as 2026-06-10 (got "next week")',
+        "return_values.refund": 'is ambiguous: "1,250" could mean 1250 or 1.25; write 1250 or 1.25, whichever you mean',
+        "return_values.colour": "is not a field this handoff asked for (it asked for: eta_date, refund)",
+    }
+    assert (await harness.handoff(sid))["state"] == "active"  # nothing released, nothing stored
+    assert [m for m in await harness.messages(cid) if m["role"] == "system"] == []
+    [event] = [e for e in await harness.events(sid) if e["kind"] == "release_refused"]
+    assert event["actor"] == "owner (API)" and set(event["detail"]["invalid"]) == {"eta_date", "refund", "colour"}
+
+    # corrected; a missing required field still never blocks
+    fixed = await harness.client.post(f"/api/handoffs/{sid}/release", json={"return_values": {"refund": "12,50"}})
+    assert fixed.status_code == 200, fixed.text
+    assert (fixed.json()["handoff"]["returned"], fixed.json()["handoff"]["missing_required"]) == ({"refund": 12.5}, ["eta_date"])
+
+
 async def test_messages_page_with_after(harness: Harness) -> None:
     cid = await harness.conversation()
     await harness.say(cid, "one")

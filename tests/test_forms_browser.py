@@ -29,13 +29,13 @@ FIELDS = [
 ]
 
 
-async def start(api: httpx.AsyncClient) -> tuple[str, str]:
+async def start(api: httpx.AsyncClient, fields: list[dict[str, Any]] = FIELDS) -> tuple[str, str]:
     cid = (await api.post("/api/conversations", json={"subscriber": {"name": "Ana", "email": "ana@example.com"}})).json()["conversation_id"]
     result = (await api.post(f"/api/conversations/{cid}/tools/handoff_request", json={
         "channel_id": 1, "urgency": "high",
         "summary": "Ana (ana@example.com) says order #1234 was due Monday and has not arrived.",
         "expected_action": "Check the carrier, then tell us where the parcel is and when it arrives.",
-        "expected_return": FIELDS,
+        "expected_return": fields,
     })).json()
     sid = result["handoff_session_id"]
     return sid, (await api.get(f"/api/handoffs/{sid}")).json()["form_url"]
@@ -92,3 +92,39 @@ async def test_wrong_values_are_shown_for_correction_on_a_phone(served: tuple[De
         assert await page.input_value("#in-tracking_url") == "not a link"
         await shot(page, "form-phone-error")
         assert (await api.get(f"/api/handoffs/{sid}")).json()["state"] == "active"
+
+
+async def test_a_decimal_comma_typed_in_the_page_comes_back_as_a_decimal(served: tuple[Desk, str], page: Any) -> None:
+    _desk, base = served
+    async with httpx.AsyncClient(base_url=base) as api:
+        sid, url = await start(api, [{"name": "refund", "type": "number", "label": "Refund"},
+                                     {"name": "eta_date", "type": "date", "label": "Expected delivery"}])
+        await page.goto(url)
+        await page.type("#in-refund", "1,250")  # typed key by key, as a person does
+        await page.click("button[type=submit]")
+        await page.wait_for_selector("text=Please check 1 answer")
+        assert await page.inner_text("#err-refund") == (
+            'Refund is ambiguous: "1,250" could mean 1250 or 1.25; write 1250 or 1.25, whichever you mean.')
+        assert await page.input_value("#in-refund") == "1,250"  # what was typed is still there
+
+        await page.fill("#in-refund", "")
+        await page.type("#in-refund", "12,50")
+        await page.focus("#in-eta_date")
+        await page.keyboard.type("06")  # the month only: a picker left half-filled submits as empty
+        await page.click("button[type=submit]")
+        assert await page.inner_text("#err-eta_date") == (
+            "Expected delivery is not a whole date: fill in its day, month and year, or clear it.")
+        assert await page.get_attribute("#in-eta_date", "aria-invalid") == "true"
+        assert (await api.get(f"/api/handoffs/{sid}")).json()["state"] == "active"  # nothing was sent
+
+        await page.fill("#in-eta_date", "2026-06-10")
+        await page.click("button[type=submit]")
+        await page.wait_for_selector("h1:has-text('Thank you, handed back')")
+        handoff = (await api.get(f"/api/handoffs/{sid}")).json()
+        assert handoff["returned"] == {"refund": 12.5, "eta_date": "2026-06-10"}
+        cid = handoff["conversation_id"]
+        [resume] = [m["text"] for m in (await api.get(f"/api/conversations/{cid}/messages")).json()["messages"]
+                    if m["role"] == "system"]
+        assert "  • refund: 12.5\n" in resume
+    # the only console line allowed is Chromium noting the corrected page's 422 status
+    assert all("status of 422" in problem for problem in page.problems), page.problems

@@ -173,7 +173,7 @@ async def test_owner_release_writes_one_resume_message_with_returned_data(harnes
 
 async def test_the_agent_resumes_after_release(harness: Harness) -> None:
     cid = await harness.conversation()
-    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    sid = (await harness.start_handoff(cid, expected_return=[{"name": "resolution", "type": "multiline"}]))["handoff_session_id"]
     await harness.client.post(f"/api/handoffs/{sid}/release", json={"return_values": {"resolution": "Refunded"}})
     await harness.desk.settle()
     roles = [(m["role"], m["text"]) for m in await harness.messages(cid)]

@@ -110,7 +110,7 @@ async def test_lists_the_desks_tools_with_the_live_channel_enum(start_desk: Star
 async def test_a_handoff_through_mcp_from_request_to_resume(start_desk: StartDesk) -> None:
     harness = await keyed_desk(start_desk)
     async with connected(harness, subscriber_name="Ana", subscriber_email="ana@example.com") as client:
-        started = await client.call_tool("handoff_request", REQUEST)
+        started = await client.call_tool("handoff_request", {**REQUEST, "expected_return": [{"name": "eta", "type": "string"}]})
         assert not started.is_error, started.content
         result = payload(started)
         assert result["ok"] is True and result["human_notified"] is True

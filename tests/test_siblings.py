@@ -99,6 +99,30 @@ async def test_subscriber_and_sibling_talk_until_the_sibling_hands_back(start_de
     assert (await harness.say(cid, "thanks"))["routed_to"] == "agent"
 
 
+async def test_a_wrongly_typed_release_is_a_tool_error_the_sibling_corrects(start_desk: StartDesk, sibling: FakeOpenAI) -> None:
+    harness = await start(start_desk, sibling)
+    cid, sid = await escalate(harness, sibling)
+    sibling.call("handoff_release", {
+        "handoff_session_id": sid, "outcome": "resolved",
+        "return_values": {"order_status": "shipped", "eta": "next week", "carrier": "DHL"},
+    })
+    sibling.call("handoff_release", {
+        "handoff_session_id": sid, "outcome": "resolved", "note": "Carrier is DHL.",
+        "return_values": {"order_status": "shipped", "eta": "2026-12-02"},
+    })
+    await harness.say(cid, "any news?")
+    await harness.desk.settle()
+    [refused] = sibling.tool_results(sibling.requests[-1])  # what the model read before its second call
+    assert refused["error"] == "invalid_return_values"
+    assert refused["details"]["fields"] == {
+        "return_values.eta": 'must be a date as YYYY-MM-DD, such as 2026-06-10 (got "next week")',
+        "return_values.carrier": "is not a field this handoff asked for (it asked for: order_status, eta)",
+    }
+    handoff = await harness.handoff(sid)
+    assert handoff["state"] == "released" and handoff["returned"] == {"order_status": "shipped", "eta": "2026-12-02"}
+    assert "release_refused" in await harness.kinds(sid)
+
+
 async def test_the_sibling_cannot_release_someone_elses_handoff(start_desk: StartDesk, sibling: FakeOpenAI) -> None:
     harness = await start(start_desk, sibling)
     cid, sid = await escalate(harness, sibling)
