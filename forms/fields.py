@@ -172,16 +172,17 @@ def read_number(raw: Any) -> ReadNumber:
 
 
 def _read_number_text(text: str) -> ReadNumber:
-    not_a_number = FieldValueError(f"must be a number {_AN_EXAMPLE} (got {shown(text)})")
     sign = "-" if text.startswith("-") else ""
     body = text[1:] if text[:1] in "+-" else text
     runs = _SEPARATORS.split(body)
-    digits, separators = runs[0::2], runs[1::2]
-    lead_ok = _DIGITS.fullmatch(digits[0]) or (digits[0] == "" and len(separators) == 1 and separators[0] in ".,")
-    if not lead_ok or not all(_DIGITS.fullmatch(run) for run in digits[1:]):
-        raise not_a_number
-    kinds = ["." if s == "." else "," if s == "," else " " for s in separators]
+    digits, separators = runs[0::2], runs[1::2]  # digits, then what stands between them
+    starts_with_decimal = digits[0] == "" and separators in ([","], ["."])  # ,5 or .5
+    if not (_DIGITS.fullmatch(digits[0]) or starts_with_decimal) or not all(_DIGITS.fullmatch(d) for d in digits[1:]):
+        raise FieldValueError(f"must be a number {_AN_EXAMPLE} (got {shown(text)})")
+    kinds = [s if s in ".," else " " for s in separators]
     decimal = _decimal_mark(text, digits, kinds)
+    if decimal and kinds[-1] != decimal:  # nothing may follow the decimals: 1,5 000
+        raise FieldValueError(f"can be read more than one way (got {shown(text)}); write it {_AN_EXAMPLE}")
     grouping = kinds[:-1] if decimal else kinds
     whole, fraction = (digits[:-1], digits[-1]) if decimal else (digits, "")
     if grouping:
@@ -191,19 +192,23 @@ def _read_number_text(text: str) -> ReadNumber:
             raise FieldValueError(
                 f"must group its digits in threes (got {shown(text)}); or write it without separators, {_AN_EXAMPLE}")
     number = "".join(whole) or "0"
-    mark: DecimalMark | None = decimal or {",": ".", ".": ","}.get(grouping[0] if grouping else "")  # type: ignore[assignment]
-    value: int | float = float(f"{sign}{number}.{fraction}") if decimal else int(f"{sign}{number}")
-    return ReadNumber(value, mark)
+    if decimal:
+        return ReadNumber(float(f"{sign}{number}.{fraction}"), decimal)
+    thousands = grouping[0] if grouping else " "
+    return ReadNumber(int(f"{sign}{number}"), _OTHER_MARK.get(thousands))
+
+
+_OTHER_MARK: dict[str, DecimalMark] = {",": ".", ".": ","}  # commas between thousands go with a decimal point
 
 
 def _decimal_mark(text: str, digits: list[str], kinds: list[str]) -> DecimalMark | None:
     """Which of `.` and `,` is the decimal mark, if any; refuse what reads two ways."""
-    marks = [k for k in kinds if k != " "]
+    marks: list[DecimalMark] = [k for k in kinds if k in (".", ",")]  # type: ignore[misc]
     if not marks:
         return None
-    last: DecimalMark = marks[-1]  # type: ignore[assignment]
+    last = marks[-1]
     if len(set(marks)) == 2:  # both: the last one is the decimal mark, and it may appear only once
-        if marks.count(last) != 1 or kinds[-1] != last:
+        if marks.count(last) != 1:
             raise FieldValueError(f"can be read more than one way (got {shown(text)}); write it {_AN_EXAMPLE}")
         return last
     if len(marks) > 1:  # the same mark twice or more groups thousands: 1,234,567
