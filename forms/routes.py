@@ -65,9 +65,9 @@ async def _load(desk: Desk, token: str) -> tuple[FormLink, HandoffSession] | Non
 
 
 def _status(desk: Desk, status: int, title: str, *lines: str, tone: str = "info", **context: Any) -> HTMLResponse:
-    for key, empty in {"returned": {}, "missing": [], "labels": {}, "outcome": None, "note": None,
-                       "inbox_url": None, "inbox_words": None}.items():
-        context.setdefault(key, empty)
+    context.setdefault("returned", {})
+    context.setdefault("missing", [])
+    context.setdefault("labels", {})
     return render_page(desk, "forms/status.html", status=status, title=title, lines=list(lines), tone=tone, **context)
 
 
