@@ -225,7 +225,7 @@ async def _form_link_state(desk: Desk, handoff: HandoffSession) -> FormLinkState
                              + (f" (since {_when(since)})." if since else "."))
     hours = int((link.expires_at - now).total_seconds() // 3600)
     left = f"{hours} h left" if hours else _time_left(desk, link.expires_at)
-    return FormLinkState(desk.forms.url(link.id), "valid", f"Return-form link valid until {_when(link.expires_at)} ({left}).")
+    return FormLinkState(desk.forms.url(link.id), "valid", f"Link valid until {_when(link.expires_at)} ({left}).")
 
 
 def _shown(value: Any) -> str:

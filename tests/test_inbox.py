@@ -546,7 +546,7 @@ async def test_an_expired_form_link_is_shown_as_expired_and_replaced_in_one_clic
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     first = form_link_of(page)
-    assert first and "Return-form link valid until" in page and "(10 min left)" in page and ">New form link</button>" in page
+    assert first and "Link valid until" in page and "(10 min left)" in page and ">New form link</button>" in page
 
     harness.desk.clock.advance(timedelta(minutes=11))
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
