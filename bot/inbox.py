@@ -19,6 +19,13 @@ through what, the argument hash) and what running the action returned, on the li
 on the handoff page of their conversation. The owner decides any approval, whichever
 channels its prompt went to: the inbox is the owner's own console, like the HTTP API.
 
+Who is speaking: replies from the inbox carry the name this browser chose (bot/owner_name.py,
+"Support" until then), so subscribers and the chat's "joined" line see a person, not a role.
+
+Return-form link: the handoff page shows the current link's state as forms/links.py decides
+it and offers the link only while it works; a fresh one is a CSRF-protected POST that
+supersedes the older links (`reissue_form_link`, audited as `form_link_issued`).
+
 Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version is a hash
 of a few indexed reads (the open handoffs with their states, deadlines and newest message
 id; the pending approvals; approved ones whose action has not finished), so asking "anything
@@ -166,6 +173,10 @@ def _redirect(url: str) -> RedirectResponse:
 # --------------------------------------------------------------------------- view helpers
 
 
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _time_left(desk: Desk, deadline: datetime | None) -> str:
     if deadline is None:
         return ""
@@ -197,10 +208,6 @@ class FormLinkState:
     url: str | None
     status: str  # "valid", or why not: "expired", "already used", "replaced by a newer link", "missing"
     text: str
-
-
-def _when(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 async def _form_link_state(desk: Desk, handoff: HandoffSession) -> FormLinkState | None:
@@ -261,7 +268,7 @@ def _ago(desk: Desk, moment: datetime | None) -> str:
         return f"{int(seconds // 60)} min ago"
     if seconds < 86400:
         return f"{int(seconds // 3600)} h ago"
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
+    return _when(moment)
 
 
 class Preview:
@@ -344,7 +351,7 @@ async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[st
             "open": a.state == PENDING and a.deadline > now,
             "time_left": _approval_time_left(desk, a.deadline),
             "deadline": a.deadline.isoformat(),
-            "deadline_text": a.deadline.strftime("%Y-%m-%d %H:%M UTC"),
+            "deadline_text": _when(a.deadline),
             "decided_at": a.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if a.decided_at else "",
             "ended": ENDED.get(a.state, a.state),
             "via": via,
