@@ -19,6 +19,13 @@ through what, the argument hash) and what running the action returned, on the li
 on the handoff page of their conversation. The owner decides any approval, whichever
 channels its prompt went to: the inbox is the owner's own console, like the HTTP API.
 
+Who is speaking: replies from the inbox carry the name this browser chose (bot/owner_name.py,
+"Support" until then), so subscribers and the chat's "joined" line see a person, not a role.
+
+Return-form link: the handoff page shows the current link's state as forms/links.py decides
+it and offers the link only while it works; a fresh one is a CSRF-protected POST that
+supersedes the older links (`reissue_form_link`, audited as `form_link_issued`).
+
 Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version is a hash
 of a few indexed reads (the open handoffs with their states, deadlines and newest message
 id; the pending approvals; approved ones whose action has not finished), so asking "anything
@@ -36,6 +43,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -50,12 +58,15 @@ from bot.conversations import message_view, speaker
 from bot.desk import Desk
 from bot.errors import DeskError
 from bot.handoffs import stored_fields
-from bot.models import ACTIVE, OPEN_STATES, Approval, Conversation, HandoffSession, Message
+from bot.models import ACTIVE, OPEN_STATES, Approval, Conversation, FormLink, HandoffSession, Message
+from bot.owner_name import COOKIE as NAME_COOKIE
+from bot.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
 from bot.paths import TEMPLATES_DIR
 from bot.web import render_page, same_origin, secure_headers
 from channels.base import InboundMessage, pretty_arguments
 from channels.text import clip
 from forms.fields import preview_line
+from forms.links import FormLinks, LinkUnavailable
 
 COOKIE = "handoff_owner"
 SESSION_MAX_AGE = 12 * 3600
@@ -84,10 +95,10 @@ def _serializer(desk: Desk, purpose: str) -> URLSafeTimedSerializer:
 
 
 class Owner:
-    """The signed-in owner's browser session."""
+    """The signed-in owner's browser session, and the name this browser replies as."""
 
-    def __init__(self, desk: Desk, session_id: str, new_cookie: str | None = None) -> None:
-        self.desk, self.session_id, self.new_cookie = desk, session_id, new_cookie
+    def __init__(self, desk: Desk, session_id: str, name: str = DEFAULT_NAME, new_cookie: str | None = None) -> None:
+        self.desk, self.session_id, self.name, self.new_cookie = desk, session_id, name, new_cookie
 
     @property
     def csrf(self) -> str:
@@ -106,17 +117,22 @@ def _issue_cookie(desk: Desk) -> tuple[str, str]:
     return session_id, _serializer(desk, "session").dumps(session_id)
 
 
+def _name_cookie(desk: Desk) -> NameCookie:
+    return NameCookie(desk.config.signing_keys, secure=desk.config.public_url.startswith("https://"))
+
+
 def current_owner(request: Request) -> Owner:
     desk = _desk(request)
+    name = _name_cookie(desk).read(request.cookies.get(NAME_COOKIE))
     cookie = request.cookies.get(COOKIE)
     if cookie:
         try:
-            return Owner(desk, str(_serializer(desk, "session").loads(cookie, max_age=SESSION_MAX_AGE)))
+            return Owner(desk, str(_serializer(desk, "session").loads(cookie, max_age=SESSION_MAX_AGE)), name)
         except BadSignature:
             pass
     if desk.config.owner.token is None and request.method == "GET":
         session_id, value = _issue_cookie(desk)
-        return Owner(desk, session_id, new_cookie=value)
+        return Owner(desk, session_id, name, new_cookie=value)
     raise NeedsLogin()
 
 
@@ -134,7 +150,8 @@ class Forbidden(Exception):
 
 
 def _page(desk: Desk, template: str, owner: Owner | None = None, status: int = 200, **context: Any) -> HTMLResponse:
-    response = render_page(desk, template, status=status, csrf=owner.csrf if owner else "", **context)
+    response = render_page(desk, template, status=status, csrf=owner.csrf if owner else "",
+                           reply_name=owner.name if owner else "", **context)
     if owner and owner.new_cookie:
         set_owner_cookie(response, desk, owner.new_cookie)
     return response
@@ -156,6 +173,10 @@ def _redirect(url: str) -> RedirectResponse:
 # --------------------------------------------------------------------------- view helpers
 
 
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _time_left(desk: Desk, deadline: datetime | None) -> str:
     if deadline is None:
         return ""
@@ -173,10 +194,60 @@ def _card(desk: Desk, handoff: HandoffSession, preview: Preview | None = None) -
         "time_left": _time_left(desk, handoff.idle_deadline) if handoff.state == ACTIVE else "",
         "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == ACTIVE else "",
         "field_lines": [preview_line(f) for f in fields],
-        "form_url": desk.forms.url_for(handoff),
         "can_reply": handoff.state == ACTIVE and handoff.channel_kind == "owner_inbox",
         "p": preview or Preview(),
         **_last_line(desk, preview),
+    }
+
+
+@dataclass(frozen=True)
+class FormLinkState:
+    """What the handoff page says about the handoff's current return-form link: its URL only
+    while the link still works, and in words why it does not when it does not."""
+
+    url: str | None
+    status: str  # "valid", or why not: "expired", "already used", "replaced by a newer link", "missing"
+    text: str
+
+
+async def _form_link_state(desk: Desk, handoff: HandoffSession) -> FormLinkState | None:
+    """The link's state as forms/links.py decides it (expiry, single use, superseded), so
+    the inbox never offers a link the form would refuse. None once the handoff has ended."""
+    if handoff.state != ACTIVE:
+        return None
+    link = None
+    if handoff.form_link_id:
+        async with desk.db.read() as session:
+            link = await session.get(FormLink, handoff.form_link_id)
+    if link is None:
+        return FormLinkState(None, "missing", "This handoff has no return-form link.")
+    now = desk.clock.now()
+    try:
+        FormLinks.check(link, now)
+    except LinkUnavailable as exc:
+        since = {"expired": link.expires_at, "already used": link.consumed_at,
+                 "replaced by a newer link": link.superseded_at}.get(exc.reason)
+        by = f" by {link.consumed_by}" if exc.reason == "already used" and link.consumed_by else ""
+        return FormLinkState(None, exc.reason, f"The return-form link is {exc.reason}{by}"
+                             + (f" (since {_when(since)})." if since else "."))
+    hours = int((link.expires_at - now).total_seconds() // 3600)
+    left = f"{hours} h left" if hours else _time_left(desk, link.expires_at)
+    return FormLinkState(desk.forms.url(link.id), "valid", f"Link valid until {_when(link.expires_at)} ({left}).")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _returned_view(handoff: HandoffSession) -> dict[str, Any]:
+    """What came back, under the labels the form showed ("What was done", not `resolution`);
+    a key nobody declared keeps its name."""
+    labels = {f.name: f.display_label for f in stored_fields(handoff)}
+    return {
+        "returned": [(labels.get(key, key), _shown(value)) for key, value in (handoff.returned or {}).items()],
+        "missing": [labels.get(name, name) for name in handoff.missing_required or []],
     }
 
 
@@ -197,7 +268,7 @@ def _ago(desk: Desk, moment: datetime | None) -> str:
         return f"{int(seconds // 60)} min ago"
     if seconds < 86400:
         return f"{int(seconds // 3600)} h ago"
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
+    return _when(moment)
 
 
 class Preview:
@@ -280,7 +351,7 @@ async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[st
             "open": a.state == PENDING and a.deadline > now,
             "time_left": _approval_time_left(desk, a.deadline),
             "deadline": a.deadline.isoformat(),
-            "deadline_text": a.deadline.strftime("%Y-%m-%d %H:%M UTC"),
+            "deadline_text": _when(a.deadline),
             "decided_at": a.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if a.decided_at else "",
             "ended": ENDED.get(a.state, a.state),
             "via": via,
@@ -433,6 +504,27 @@ async def logout(owner: Owner = Depends(verified_post)) -> Response:
     return response
 
 
+@inbox.get("/inbox/name", response_class=HTMLResponse, include_in_schema=False)
+async def name_page(next: str = "/inbox", owner: Owner = Depends(current_owner)) -> HTMLResponse:
+    return _page(owner.desk, "inbox/name.html", owner, next=_safe_next(next), typed=owner.name, problem="")
+
+
+@inbox.post("/inbox/name", include_in_schema=False)
+async def set_name(name: str = Form(default=""), next: str = Form(default="/inbox"),
+                   owner: Owner = Depends(verified_post)) -> Response:
+    """Remember, in this browser, the name subscribers see on this owner's replies."""
+    try:
+        chosen = parse_name(name)
+    except InvalidName as exc:
+        return _page(owner.desk, "inbox/name.html", owner, status=400, next=_safe_next(next), typed=name[:200],
+                     problem=exc.message)
+    target = _safe_next(next)
+    notice = quote(f"Subscribers now see your replies as {chosen}.")
+    response = _redirect(f"{target}{'&' if '?' in target else '?'}notice={notice}")
+    _name_cookie(owner.desk).store(response, chosen)
+    return response
+
+
 def _safe_next(target: str) -> str:
     """Only local paths: a login link must not bounce the owner to another site."""
     return target if target.startswith("/inbox") and "//" not in target and "\\" not in target else "/inbox"
@@ -482,6 +574,8 @@ async def handoff_page(sid: str, request: Request, notice: str = "", owner: Owne
     return _page(
         desk, "inbox/handoff.html", owner,
         card=_card(desk, handoff),
+        form_link=await _form_link_state(desk, handoff),
+        **_returned_view(handoff),
         conversation=conversation,
         messages=[{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
         last_id=messages[-1].id if messages else 0,
@@ -527,7 +621,7 @@ async def reply(
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Replies to this handoff go through its own channel.')}")
     outcome = await desk.inbound.submit_and_wait(
         handoff.channel_id,
-        InboundMessage(thread_key=handoff.thread_key, text=text[:10_000], author="Owner", dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
+        InboundMessage(thread_key=handoff.thread_key, text=text[:10_000], author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
     )
     notice = "" if outcome in ("relayed", "duplicate") else outcome
     return _redirect(f"/inbox/handoffs/{sid}" + (f"?notice={quote(notice)}" if notice else ""))

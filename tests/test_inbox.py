@@ -108,7 +108,7 @@ async def test_owner_replies_and_releases_from_the_inbox(harness: Harness) -> No
     # a double submit of the same form relays once
     await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf, "nonce": nonce, "text": "Hi Ana, Sam here."})
     humans = [m for m in await harness.messages(cid) if m["role"] == "human"]
-    assert [(m["author"], m["text"]) for m in humans] == [("Owner", "Hi Ana, Sam here.")]
+    assert [(m["author"], m["text"]) for m in humans] == [("Support", "Hi Ana, Sam here.")]  # until the owner names themself
 
     released = await harness.client.post(
         f"/inbox/handoffs/{sid}/release", data={"csrf": csrf, "outcome": "needs_followup", "note": "Call on Monday"}
@@ -373,7 +373,7 @@ async def test_the_list_updates_carry_what_the_list_shows(harness: Harness) -> N
     await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(handoff_page), "nonce": "n", "text": "Hi!"})
     answered = await list_updates(harness.client, body["version"])
     [card] = answered["handoffs"]
-    assert answered["changed"] is True and card["last_who"] == "Owner" and card["said"]["text"].startswith("Hello?")
+    assert answered["changed"] is True and card["last_who"] == "Support" and card["said"]["text"].startswith("Hello?")
     assert card["last_id"] > card["said"]["id"]
 
     # released: it leaves the list and shows under "recently ended"
@@ -444,3 +444,150 @@ async def test_a_waiting_list_request_sees_what_another_instance_wrote(start_des
     await second.say(cid, "Written elsewhere")
     body = await asyncio.wait_for(waiting, timeout=8)  # the 2 s re-read finds it
     assert body["changed"] is True and body["handoffs"][0]["said"]["text"] == "Written elsewhere"
+
+
+# --------------------------------------------------------------------------- who is speaking
+
+
+async def set_name(client: httpx.AsyncClient, name: str, next: str = "/inbox") -> httpx.Response:
+    page = (await client.get("/inbox/name", params={"next": next})).text
+    return await client.post("/inbox/name", data={"csrf": csrf_of(page), "name": name, "next": next})
+
+
+async def reply_in_inbox(harness: Harness, sid: str, text: str) -> None:
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    sent = await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(page), "nonce": nonce_of(page), "text": text})
+    assert sent.status_code == 303 and "notice" not in sent.headers["location"], sent.headers["location"]
+
+
+async def test_replies_carry_the_name_the_owner_chose(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert "Subscribers see <strong>Support</strong>" in page and f'href="/inbox/name?next=/inbox/handoffs/{sid}"' in page
+    saved = await set_name(harness.client, "  Sam from Acme ", next=f"/inbox/handoffs/{sid}")
+    assert saved.status_code == 303
+    assert saved.headers["location"] == f"/inbox/handoffs/{sid}?notice=Subscribers%20now%20see%20your%20replies%20as%20Sam%20from%20Acme."
+    cookie = saved.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/inbox" in cookie and "max-age=34560000" in cookie
+    await reply_in_inbox(harness, sid, "Hi Ana, I'm looking at it now.")
+    [reply] = [m for m in await harness.messages(cid) if m["role"] == "human"]
+    assert (reply["author"], reply["text"]) == ("Sam from Acme", "Hi Ana, I'm looking at it now.")
+    detail = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert "Replying as <strong>Sam from Acme</strong>" in detail and '<span class="who">Sam from Acme</span>' in detail
+
+
+async def test_the_name_is_remembered_across_logins_in_this_browser_only(start_desk: StartDesk) -> None:
+    harness = await start_desk(owner={"token": "owner-secret"})
+    await login(harness.client)
+    assert (await set_name(harness.client, "Kim")).status_code == 303
+    page = (await harness.client.get("/inbox")).text
+    await harness.client.post("/inbox/logout", data={"csrf": csrf_of(page)})
+    assert (await harness.client.get("/inbox")).status_code == 303  # signed out ...
+    await login(harness.client)
+    assert "Replying as <strong>Kim</strong>" in (await harness.client.get("/inbox")).text  # ... and still Kim
+
+    colleague = httpx.AsyncClient(transport=harness.client._transport, base_url="http://desk.test")
+    await login(colleague)  # the same token in another browser speaks under its own name
+    assert "Replying as <strong>Support</strong>" in (await colleague.get("/inbox")).text
+    await colleague.aclose()
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("", "name: expected 1–40 characters, got an empty name"),
+    ("   ", "name: expected 1–40 characters, got an empty name"),
+    ("S" * 41, "name: expected at most 40 characters, got 41"),
+    ("Sam\nOwner", "name: expected letters, digits, spaces or punctuation, got the control character U+000A"),
+    ("Sam\u202eemoS", "name: expected letters, digits, spaces or punctuation, got the control character U+202E"),
+])
+async def test_a_bad_name_is_refused_and_nothing_changes(harness: Harness, name: str, problem: str) -> None:
+    assert (await set_name(harness.client, "Kim")).status_code == 303
+    refused = await set_name(harness.client, name)
+    assert refused.status_code == 400 and "set-cookie" not in refused.headers
+    assert f'<p class="error" id="name-problem" role="alert">{problem}</p>' in refused.text
+    assert "Replying as <strong>Kim</strong>" in (await harness.client.get("/inbox")).text
+
+
+async def test_a_hostile_name_is_text_everywhere(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    assert (await set_name(harness.client, '<img src=x onerror="alert(1)">')).status_code == 303
+    await reply_in_inbox(harness, sid, "Hello")
+    for path in ("/inbox", f"/inbox/handoffs/{sid}", "/inbox/name"):
+        html = (await harness.client.get(path)).text
+        assert "<img src=x" not in html and "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html, path
+    assert [m["author"] for m in await harness.messages(cid) if m["role"] == "human"] == ['<img src=x onerror="alert(1)">']
+
+
+async def test_setting_the_name_is_a_protected_post(harness: Harness) -> None:
+    assert (await harness.client.get("/inbox/name", params={"name": "Eve"})).status_code == 200  # GET only shows the form
+    assert "Replying as <strong>Support</strong>" in (await harness.client.get("/inbox")).text
+    assert (await harness.client.post("/inbox/name", data={"name": "Eve"})).status_code == 403
+    page = (await harness.client.get("/inbox/name")).text
+    cross = await harness.client.post("/inbox/name", data={"csrf": csrf_of(page), "name": "Eve"}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert cross.status_code == 403 and "set-cookie" not in cross.headers
+    away = await harness.client.post("/inbox/name", data={"csrf": csrf_of(page), "name": "Sam", "next": "//evil.example/"})
+    assert away.headers["location"].startswith("/inbox?notice=")
+
+
+# --------------------------------------------------------------------------- the return-form link
+
+
+def form_link_of(html: str) -> str | None:
+    match = re.search(r'<a class="button secondary" href="([^"]+)">Fill return form</a>', html)
+    return match.group(1) if match else None
+
+
+async def test_an_expired_form_link_is_shown_as_expired_and_replaced_in_one_click(start_desk: StartDesk) -> None:
+    from datetime import timedelta
+
+    harness = await start_desk(handoff={"form_link_ttl": "10m"})
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    first = form_link_of(page)
+    assert first and "Link valid until" in page and "(10 min left)" in page and ">New form link</button>" in page
+
+    harness.desk.clock.advance(timedelta(minutes=11))
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert form_link_of(page) is None and first not in page  # no way to open the dead link from the inbox
+    assert "The return-form link is expired (since " in page and ">Make a fresh link</button>" in page
+    assert (await harness.handoff(sid))["state"] == "active"  # reading the page changed nothing
+
+    fresh = await harness.client.post(f"/inbox/handoffs/{sid}/form-link", data={"csrf": csrf_of(page)})
+    assert fresh.status_code == 303 and "older%20links%20no%20longer%20work" in fresh.headers["location"]
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    second = form_link_of(page)
+    assert second and second != first and "(10 min left)" in page
+    assert (await harness.client.get(second.removeprefix("http://desk.test"))).status_code == 200
+    assert (await harness.client.get(first.removeprefix("http://desk.test"))).status_code == 410  # the old one stays dead
+    assert "form_link_issued" in await harness.kinds(sid)
+
+
+# --------------------------------------------------------------------------- ended handoffs
+
+
+async def test_recently_ended_has_column_headers(harness: Harness) -> None:
+    empty = (await harness.client.get("/inbox")).text
+    assert 'id="recent-table" hidden' in empty and "Nothing yet." in empty
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
+    html = (await harness.client.get("/inbox")).text
+    assert "<thead><tr><th>Handoff</th><th>Summary</th><th>Channel</th><th>How it ended</th></tr></thead>" in html
+    assert 'id="recent-table" hidden' not in html
+
+
+async def test_a_released_handoff_shows_field_labels_not_keys(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid, expected_return=[
+        {"name": "resolution", "type": "multiline", "label": "What was done", "required": True},
+        {"name": "follow_up_needed", "type": "boolean"},
+        {"name": "eta_date", "type": "date", "required": True},
+    ]))["handoff_session_id"]
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={
+        "return_values": {"resolution": "Re-shipped <b>express</b>", "follow_up_needed": False, "ticket": "T-9"}})
+    html = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert ("<dt>What was done</dt><dd>Re-shipped &lt;b&gt;express&lt;/b&gt;</dd>"
+            "<dt>Follow up needed</dt><dd>no</dd><dt>ticket</dt><dd>T-9</dd>") in html
+    assert "Missing required: Eta date" in html and "<dt>resolution</dt>" not in html

@@ -55,11 +55,20 @@ async def test_owner_works_a_handoff_in_the_browser(served: tuple[Desk, str], pa
         await api.post(f"/api/conversations/{cid}/messages", json={"text": "It was due on Monday."})
         await page.wait_for_selector("#transcript >> text=It was due on Monday.", timeout=10_000)
 
-        await page.fill("#reply-text", "Hi Ana, Sam here. It was re-shipped today by express.")
+        # the owner says who is speaking before answering; the browser remembers it
+        assert "Subscribers see Support" in await page.inner_text(".reply")
+        await page.click(".reply a[href^='/inbox/name']")
+        await page.fill("#reply-name", "Sam")
+        await page.click("button[type=submit] >> text=Save")
+        await page.wait_for_selector("text=Subscribers now see your replies as Sam.")
+        assert "Subscribers see Sam" in await page.inner_text(".reply")
+
+        await page.fill("#reply-text", "Hi Ana, it was re-shipped today by express.")
         await page.click(".reply button[type=submit]")
-        await page.wait_for_selector("#transcript >> text=Sam here", timeout=10_000)
+        await page.wait_for_selector("#transcript >> text=re-shipped today", timeout=10_000)
         messages = (await api.get(f"/api/conversations/{cid}/messages")).json()["messages"]
-        assert messages[-1]["role"] == "human" and messages[-1]["author"] == "Owner"
+        assert messages[-1]["role"] == "human" and messages[-1]["author"] == "Sam"
+        assert await page.locator("#transcript .role-human .who").last.inner_text() == "Sam"
         await shot(page, "inbox-handoff")
 
         # a human message from another path (a channel) also shows up live
@@ -256,4 +265,84 @@ async def test_a_form_being_filled_in_survives_live_updates(
         await desk.settle()
         view = (await api.get(f"/api/approvals/{second['approval_id']}")).json()
         assert (view["state"], view["receipt"]["via"]) == ("approved", "inbox")
+    assert page.problems == []
+
+
+# --------------------------------------------------------------------------- phone width
+
+PHONE = {"width": 375, "height": 812}
+
+# Every element whose box reaches past the right edge of the viewport, for the failure message.
+WIDER_THAN_THE_VIEWPORT = """() => Array.from(document.querySelectorAll("body *"))
+  .filter((node) => node.getBoundingClientRect().right > innerWidth + 0.5)
+  .slice(0, 8).map((node) => node.tagName.toLowerCase() + (node.className ? "." + node.className : "")
+    + " right=" + Math.round(node.getBoundingClientRect().right))"""
+
+# Is the field inside the viewport, and does its placeholder fit without being cut? The
+# placeholder's own text is typed in as the value for a moment: a value that needs no
+# scrolling in the field is a placeholder the field shows whole (an input shows one line,
+# a textarea wraps it into its rows).
+FIELD_SHOWS_ITS_PLACEHOLDER = """(selector) => {
+  const field = document.querySelector(selector);
+  const box = field.getBoundingClientRect();
+  const typed = field.value;
+  field.value = field.placeholder;
+  const result = {placeholder: field.placeholder, left: box.left, right: box.right, viewport: innerWidth,
+                  scrollWidth: field.scrollWidth, clientWidth: field.clientWidth,
+                  scrollHeight: field.scrollHeight, clientHeight: field.clientHeight};
+  field.value = typed;
+  return result;
+}"""
+
+
+async def assert_fits_the_phone(page: Any, what: str) -> None:
+    wide, viewport = await page.evaluate("() => [document.documentElement.scrollWidth, innerWidth]")
+    assert wide <= viewport, f"{what} is {wide} px wide in a {viewport} px viewport: {await page.evaluate(WIDER_THAN_THE_VIEWPORT)}"
+
+
+async def assert_field_shows_its_placeholder(page: Any, selector: str) -> None:
+    field = await page.evaluate(FIELD_SHOWS_ITS_PLACEHOLDER, selector)
+    assert field["placeholder"], f"{selector} has no placeholder"
+    assert 0 <= field["left"] and field["right"] <= field["viewport"], f"{selector} is not fully on screen: {field}"
+    assert field["scrollWidth"] <= field["clientWidth"] and field["scrollHeight"] <= field["clientHeight"], (
+        f"{selector} cuts its placeholder off: {field}")
+
+
+async def test_the_inbox_fits_a_phone(served_with_actions: tuple[Desk, str], page: Any) -> None:
+    desk, base = served_with_actions
+    await page.set_viewport_size(PHONE)
+    async with httpx.AsyncClient(base_url=base) as api:
+        ana = (await api.post("/api/conversations", json={"subscriber": {"name": "Ana García"}})).json()["conversation_id"]
+        await api.post(f"/api/conversations/{ana}/messages", json={"text": "Can I talk to a person?"})
+        await api.post(f"/api/conversations/{ana}/messages", json={
+            "text": "My order #1234 was due on Monday and the tracking page has said 'label created' for nine days now, "
+                    "https://carrier.example/track/ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGHIJ"})
+        sid = (await api.get(f"/api/conversations/{ana}/messages")).json()["messages"][-1]["handoff_session_id"]
+        ben = (await api.post("/api/conversations", json={"subscriber": {"name": "Ben"}})).json()["conversation_id"]
+        approval = (await api.post(f"/api/conversations/{ben}/tools/refund_order", json={
+            "order_id": "INV-2231-DUPLICATE-CHARGE-0000000000", "amount": 480,
+            "reason": "Charged twice for the same invoice; the bank statement shows both"})).json()
+        assert approval["status"] == "APPROVAL_PENDING"
+        for name in ("Cleo", "Dev"):
+            other = (await api.post("/api/conversations", json={"subscriber": {"name": name}})).json()["conversation_id"]
+            ended = (await api.post(f"/api/conversations/{other}/tools/handoff_request", json={
+                "channel_id": 1,
+                "summary": f"{name} asked why the invoice for the annual plan shows the monthly price and wants a corrected copy.",
+                "expected_action": "Send a corrected invoice."})).json()
+            await api.post(f"/api/handoffs/{ended['handoff_session_id']}/release", json={"outcome": "resolved"})
+        await desk.settle()
+
+        await page.goto(f"{base}/inbox")
+        await page.wait_for_selector(f"[data-handoff='{sid}'] [data-f=said]")
+        assert await page.locator(".approval-card").count() == 1 and await page.locator("#recent-rows tr").count() == 2
+        await assert_fits_the_phone(page, "the inbox list")
+        await assert_field_shows_its_placeholder(page, f"#reason-{approval['approval_id']}")
+        await shot(page, "inbox-list-phone")
+
+        await page.goto(f"{base}/inbox/handoffs/{sid}")
+        await page.wait_for_selector("#transcript >> text=label created")
+        await assert_fits_the_phone(page, "the handoff page")
+        await assert_field_shows_its_placeholder(page, "#reply-text")
+        await assert_field_shows_its_placeholder(page, "#note")
+        await shot(page, "inbox-handoff-phone")
     assert page.problems == []
