@@ -586,8 +586,8 @@ async def test_a_released_handoff_shows_field_labels_not_keys(harness: Harness) 
         {"name": "eta_date", "type": "date", "required": True},
     ]))["handoff_session_id"]
     await harness.client.post(f"/api/handoffs/{sid}/release", json={
-        "return_values": {"resolution": "Re-shipped <b>express</b>", "follow_up_needed": False, "ticket": "T-9"}})
+        "return_values": {"resolution": "Re-shipped <b>express</b>", "follow_up_needed": False}})
     html = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     assert ("<dt>What was done</dt><dd>Re-shipped &lt;b&gt;express&lt;/b&gt;</dd>"
-            "<dt>Follow up needed</dt><dd>no</dd><dt>ticket</dt><dd>T-9</dd>") in html
+            "<dt>Follow up needed</dt><dd>no</dd>") in html
     assert "Missing required: Eta date" in html and "<dt>resolution</dt>" not in html
