@@ -40,11 +40,10 @@ def serve(
     port: int | None = typer.Option(None, help="Override server.port."),
 ) -> None:
     """Run the server. Creates or upgrades the database schema on start."""
-    import uvicorn
-
     from bot.app import create_app
     from bot.desk import Desk
     from bot.logs import configure_logging
+    from bot.server import serve_until_stopped
 
     cfg = _load_or_exit(config)
     if host or port:
@@ -60,7 +59,8 @@ def serve(
     for warning in config_warnings(cfg):
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"Handoff Desk on http://{cfg.server.host}:{cfg.server.port}  (inbox: {cfg.public_url}/inbox)", err=True)
-    uvicorn.run(create_app(Desk(cfg)), **server_options(cfg))
+    desk = Desk(cfg)
+    serve_until_stopped(create_app(desk), before_shutdown=desk.bus.close, **server_options(cfg))
 
 
 def server_options(cfg: Config) -> dict[str, Any]:
@@ -70,7 +70,9 @@ def server_options(cfg: Config) -> dict[str, Any]:
         "host": cfg.server.host, "port": cfg.server.port, "log_level": cfg.logging.level, "server_header": False,
         "proxy_headers": bool(cfg.server.trusted_proxies),
         "forwarded_allow_ips": [str(n) for n in cfg.server.trusted_proxies],
-        "timeout_graceful_shutdown": 5,  # long-polls would otherwise hold shutdown for up to 30 s
+        # Long-polls are answered as shutdown begins (bot/server.py); this bounds the wait
+        # for other requests still running, below the 10 s a container stop allows.
+        "timeout_graceful_shutdown": 5,
     }
 
 
