@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import textwrap
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ def _load_or_exit(path: Path) -> Config:
     except ConfigError as exc:
         typer.echo(f"{path}: {len(exc.problems)} problem(s):", err=True)
         for problem in exc.problems:
-            typer.echo(f"  {problem}", err=True)
+            typer.echo(textwrap.indent(str(problem), "  "), err=True)  # a YAML problem shows its lines below it
         raise typer.Exit(code=2) from None
 
 
@@ -81,14 +82,18 @@ def check_config(
     file: Path = typer.Argument(..., help="The YAML config to check."),
     probe: bool = typer.Option(False, "--probe", help="Also check each channel's credentials against its provider."),
 ) -> None:
-    """Validate a config, naming the key path of every problem. Exits non-zero on any problem."""
+    """Validate a config, naming the key path of every problem. Exits non-zero on any problem;
+    warnings alone (a development default, an open inbox, a hosted API) exit 0."""
     cfg = _load_or_exit(file)
     typer.echo(f"{file}: OK ({len(cfg.channels)} channel(s), {len(cfg.fronts)} front(s), agent: {cfg.agent.kind}, "
                f"database: {cfg.database_url.split(':', 1)[0]})")
     for line in _front_lines(cfg):
         typer.echo(f"  {line}")
-    for warning in config_warnings(cfg):
-        typer.echo(f"  warning: {warning}")
+    warnings = config_warnings(cfg)
+    if warnings:  # the config is valid (exit 0); these are worth a look before going live
+        typer.echo(f"{file}: {len(warnings)} warning(s):")
+        for warning in warnings:
+            typer.echo(f"  warning: {warning}")
     if probe and not asyncio.run(_probe(cfg)):
         raise typer.Exit(code=1)
 

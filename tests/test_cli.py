@@ -43,6 +43,37 @@ def test_check_config_accepts_the_example() -> None:
     assert "warning: secret_key: using the development default" in result.stdout
 
 
+def test_check_config_prints_warnings_apart_from_problems_and_exits_0(tmp_path: Path) -> None:
+    module = f"desk_hooks_{tmp_path.name}"
+    (tmp_path / f"{module}.py").write_text("def lookup(arguments):\n    return {}\n")
+    path = tmp_path / "desk.yaml"
+    path.write_text("agent: {kind: openai, model: gpt-4o-mini}\n"
+                    "channels: [{id: 1, kind: owner_inbox, label: Inbox}]\n"
+                    f"actions: [{{id: lookup, description: Look an order up, policy: none, run: {{callable: '{module}:lookup'}}}}]\n")
+    result = handoff("check-config", str(path))  # the callable beside the config is found: no problem
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    head, warnings = result.stdout.split(f"{path}: 4 warning(s):\n")
+    assert head.startswith(f"{path}: OK (1 channel(s), 0 front(s), agent: openai")
+    assert warnings.splitlines()[-1].startswith("  warning: agent.base_url: not set, so the agent calls OpenAI's hosted API")
+
+
+def test_check_config_shows_the_yaml_line_and_the_likely_cause(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("server:\n  host: 127.0.0.1\n port: 8000\n")
+    result = handoff("check-config", str(path))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[1:] == [
+        f"  {path} is not valid YAML: line 3, column 2: expected <block end>, but found '<block mapping start>'; "
+        "probably indentation: the keys of one mapping start in the same column, a nested key further right than its parent",
+        "      1 | server:",
+        "        | ^ started here",
+        "      2 |   host: 127.0.0.1",
+        "      3 |  port: 8000",
+        "        |  ^",
+    ]
+
+
 def test_check_config_names_every_problem(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(
