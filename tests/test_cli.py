@@ -204,13 +204,15 @@ async def test_serve_answers_open_long_polls_and_stops_cleanly(tmp_path: Path, s
         async with httpx.AsyncClient(base_url=served.base_url, timeout=30) as client:
             cid = (await client.post("/api/conversations", json={})).json()["conversation_id"]
             token = (await client.post("/chat/api/conversations", json={})).json()["token"]
+            version = (await client.get("/inbox/updates", params={"wait": 0})).json()["version"]  # an open inbox
             polls = [
                 asyncio.create_task(client.get(f"/api/conversations/{cid}/messages", params={"after": 10**6, "wait": 25})),
                 asyncio.create_task(client.get("/chat/api/messages", params={"after": 10**6, "wait": 25},
                                                headers={"X-Chat-Token": token})),
+                asyncio.create_task(client.get("/inbox/updates", params={"since": version, "wait": 25})),
             ]
-            async with asyncio.timeout(20):  # both requests parked on the server's bus
-                while "handoff_long_polls_waiting 2.0" not in (await client.get("/metrics")).text:
+            async with asyncio.timeout(20):  # the three requests parked on the server's bus
+                while "handoff_long_polls_waiting 3.0" not in (await client.get("/metrics")).text:
                     await asyncio.sleep(0.05)
             stopped_at = time.monotonic()
             served.process.send_signal(stop)
