@@ -41,10 +41,3 @@ async def test_close_answers_every_parked_wait_at_once_and_refuses_new_ones() ->
     with pytest.raises(ShuttingDown):
         await bus.wait_any(30)
 
-
-def test_shutting_down_is_a_503_that_says_when_to_poll_again() -> None:
-    error = ShuttingDown()
-    assert error.status == 503
-    assert error.headers() == {"Retry-After": "2"}
-    assert error.to_json() == {"error": "shutting_down",
-                               "details": {"hint": "the server is restarting; poll again in a moment"}}
