@@ -56,7 +56,7 @@ class ShuttingDown(DeskError):
     retry_after_seconds = 2
 
     def __init__(self) -> None:
-        super().__init__("the server is restarting; poll again in a moment")
+        super().__init__("the server is shutting down; poll again in a moment (it or another instance will answer)")
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_seconds)}
