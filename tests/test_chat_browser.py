@@ -164,3 +164,91 @@ async def test_on_a_phone_the_newest_message_stays_above_the_composer(served: tu
     await page.wait_for_function(NEWEST_IN_VIEW)
     assert_phone_layout(await page.evaluate(LAYOUT), "375x420, keyboard open")
     assert page.problems == []
+
+
+# --------------------------------------------------------------------------- the desk out of reach
+
+
+async def subscriber_texts(desk: Desk, text: str) -> int:
+    """How many times the desk stored this subscriber message."""
+    from sqlalchemy import func, select
+
+    from bot.models import Message
+
+    async with desk.db.read() as session:
+        return int(await session.scalar(
+            select(func.count()).select_from(Message).where(Message.role == "subscriber", Message.text == text)) or 0)
+
+
+def is_a_stored_check(request: Any) -> bool:
+    """A retry's first step: reading the conversation (no long-poll wait) to see whether the
+    unanswered attempt was stored after all."""
+    return request.method == "GET" and "/chat/api/messages?after=" in request.url and "wait=" not in request.url
+
+
+async def test_a_send_that_cannot_reach_the_desk_says_so_and_is_retried(served: tuple[Desk, str], page: Any) -> None:
+    desk, base = served
+    await page.clock.install()  # the page's timers: the retry's backoff runs when the test says so
+    await page.goto(f"{base}/chat")
+    await page.fill("#text", "Hi!")
+    await page.press("#text", "Enter")
+    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
+    await page.clock.pause_at(await page.evaluate("Date.now()") + 100)
+
+    tried: list[str] = []
+
+    async def down(route: Any) -> None:  # nothing reaches the desk
+        tried.append(f"{route.request.method} {route.request.url.removeprefix(base)}")
+        await route.abort("connectionrefused")
+
+    await page.route("**/chat/api/**", down)
+    text = "Is my parcel on its way?"
+    await page.fill("#text", text)
+    await page.press("#text", "Enter")
+    await page.wait_for_selector("#error >> text=Can't reach the desk — retrying…")
+    assert "Failed to fetch" not in await page.inner_text("body")
+    assert await page.input_value("#text") == text  # kept
+    assert [t for t in tried if not t.endswith("&wait=25")] == ["POST /chat/api/messages"]  # the long-poll aside
+
+    async with page.expect_request(is_a_stored_check):
+        await page.clock.fast_forward(1000)  # the first backoff: it tries again on its own, looking first
+    assert await page.locator("#retry").is_visible()
+
+    await page.unroute("**/chat/api/**")
+    await page.click("#retry")  # the desk is back: "Retry now" sends it
+    await page.wait_for_selector(f".msg.subscriber >> text={text}")
+    await page.wait_for_selector("#error-box", state="hidden")
+    assert await page.input_value("#text") == ""
+    assert await subscriber_texts(desk, text) == 1
+    assert all("net::ERR_CONNECTION_REFUSED" in problem for problem in page.problems), page.problems
+
+
+async def test_a_send_whose_answer_was_lost_is_not_stored_twice(served: tuple[Desk, str], page: Any) -> None:
+    desk, base = served
+    await page.clock.install()
+    await page.goto(f"{base}/chat")
+    await page.fill("#text", "Hi!")
+    await page.press("#text", "Enter")
+    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
+    await page.clock.pause_at(await page.evaluate("Date.now()") + 100)
+
+    async def answer_lost(route: Any) -> None:  # the desk stores the message, then the connection breaks
+        if route.request.method != "POST":
+            await route.continue_()
+            return
+        await route.fetch()
+        await route.abort("connectionreset")
+
+    await page.route("**/chat/api/messages", answer_lost)
+    text = "Please send it to my office instead."
+    await page.fill("#text", text)
+    await page.press("#text", "Enter")
+    await page.wait_for_selector("#error >> text=Can't reach the desk — retrying…")
+    assert await subscriber_texts(desk, text) == 1  # it did arrive; the page cannot know
+    async with page.expect_request(is_a_stored_check):
+        await page.clock.fast_forward(1000)  # the retry finds it stored and does not send it again
+    await page.wait_for_selector("#error-box", state="hidden")
+    assert await page.input_value("#text") == ""
+    assert await page.locator(f".msg.subscriber >> text={text}").count() == 1
+    assert await subscriber_texts(desk, text) == 1
+    assert all("net::ERR_CONNECTION_RESET" in problem for problem in page.problems), page.problems
