@@ -180,6 +180,21 @@ async def subscriber_texts(desk: Desk, text: str) -> int:
             select(func.count()).select_from(Message).where(Message.role == "subscriber", Message.text == text)) or 0)
 
 
+async def send(page: Any, text: str) -> None:
+    await page.fill("#text", text)
+    await page.press("#text", "Enter")
+
+
+async def chat_with_the_clock_paused(page: Any, base: str) -> None:
+    """A started chat (one exchange) whose timers then stand still: a retry's backoff runs
+    only when the test moves the page's clock, so nothing here waits for real seconds."""
+    await page.clock.install()
+    await page.goto(f"{base}/chat")
+    await send(page, "Hi!")
+    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
+    await page.clock.pause_at(await page.evaluate("Date.now()") + 100)
+
+
 def is_a_stored_check(request: Any) -> bool:
     """A retry's first step: reading the conversation (no long-poll wait) to see whether the
     unanswered attempt was stored after all."""
@@ -188,12 +203,7 @@ def is_a_stored_check(request: Any) -> bool:
 
 async def test_a_send_that_cannot_reach_the_desk_says_so_and_is_retried(served: tuple[Desk, str], page: Any) -> None:
     desk, base = served
-    await page.clock.install()  # the page's timers: the retry's backoff runs when the test says so
-    await page.goto(f"{base}/chat")
-    await page.fill("#text", "Hi!")
-    await page.press("#text", "Enter")
-    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
-    await page.clock.pause_at(await page.evaluate("Date.now()") + 100)
+    await chat_with_the_clock_paused(page, base)
 
     tried: list[str] = []
 
@@ -203,8 +213,7 @@ async def test_a_send_that_cannot_reach_the_desk_says_so_and_is_retried(served: 
 
     await page.route("**/chat/api/**", down)
     text = "Is my parcel on its way?"
-    await page.fill("#text", text)
-    await page.press("#text", "Enter")
+    await send(page, text)
     await page.wait_for_selector("#error >> text=Can't reach the desk — retrying…")
     assert "Failed to fetch" not in await page.inner_text("body")
     assert await page.input_value("#text") == text  # kept
@@ -225,12 +234,7 @@ async def test_a_send_that_cannot_reach_the_desk_says_so_and_is_retried(served: 
 
 async def test_a_send_whose_answer_was_lost_is_not_stored_twice(served: tuple[Desk, str], page: Any) -> None:
     desk, base = served
-    await page.clock.install()
-    await page.goto(f"{base}/chat")
-    await page.fill("#text", "Hi!")
-    await page.press("#text", "Enter")
-    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
-    await page.clock.pause_at(await page.evaluate("Date.now()") + 100)
+    await chat_with_the_clock_paused(page, base)
 
     async def answer_lost(route: Any) -> None:  # the desk stores the message, then the connection breaks
         if route.request.method != "POST":
@@ -241,8 +245,7 @@ async def test_a_send_whose_answer_was_lost_is_not_stored_twice(served: tuple[De
 
     await page.route("**/chat/api/messages", answer_lost)
     text = "Please send it to my office instead."
-    await page.fill("#text", text)
-    await page.press("#text", "Enter")
+    await send(page, text)
     await page.wait_for_selector("#error >> text=Can't reach the desk — retrying…")
     assert await subscriber_texts(desk, text) == 1  # it did arrive; the page cannot know
     async with page.expect_request(is_a_stored_check):
