@@ -41,7 +41,9 @@ class ChannelConfig(BaseModel):
 
     id: int = Field(ge=1, description="Stable id the agent uses as channel_id.")
     kind: str
-    label: str = Field(min_length=1, max_length=80, description="Internal name, shown to the model and to the people who take handoffs.")
+    label: str = Field(
+        min_length=1, max_length=80, description="Internal name, shown to the model and to the people who take handoffs.",
+    )
     estimated_response: str = Field(
         default="as soon as someone is available", min_length=1, max_length=200,
         description="Told to the model and the subscriber, e.g. 'within 1 business day'.",

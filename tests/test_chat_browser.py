@@ -119,7 +119,8 @@ def assert_phone_layout(layout: dict[str, Any], when: str) -> None:
     assert layout["scrollWidth"] <= layout["innerWidth"], f"{when}: the page scrolls sideways: {layout}"
     assert layout["messagesHeight"] > layout["innerHeight"], f"{when}: too few messages to scroll; this proves nothing: {layout}"
     assert last["bottom"] <= composer["top"], f"{when}: the newest message ends under the composer: {layout}"
-    assert log["top"] <= last["top"] and last["bottom"] <= log["bottom"] + 1, f"{when}: the newest message is not in view: {layout}"
+    assert log["top"] <= last["top"] and last["bottom"] <= log["bottom"] + 1, (
+        f"{when}: the newest message is not in view: {layout}")
     assert composer["bottom"] <= layout["innerHeight"], f"{when}: the composer is below the screen: {layout}"
     assert layout["header"]["top"] == 0 and layout["banner"]["top"] >= layout["header"]["bottom"], (
         f"{when}: the header or the banner scrolled away: {layout}")
