@@ -108,8 +108,6 @@ class HandoffBrief(BaseModel):
     idle_timeout_seconds: float = 1800
 
 
-
-
 def pretty_arguments(arguments: dict[str, Any], limit: int | None = None, *, also_escape: str = "") -> tuple[str, int]:
     """Approval arguments as pretty JSON for people, at most `limit` characters (cut at a line
     break where possible), and how many characters were left out. Invisible and control
