@@ -36,6 +36,8 @@ async def test_the_page_carries_no_api_key_and_a_strict_policy(start_desk: Start
     page = await harness.client.get("/chat")
     assert page.status_code == 200 and "Acme help" in page.text and "Hi! Ask us anything." in page.text
     assert "k-0123456789abcdef0123" not in page.text
+    # the on-screen keyboard shrinks the page instead of covering its composer
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1, interactive-widget=resizes-content">' in page.text
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"] and page.headers["x-frame-options"] == "DENY"
 
 
