@@ -91,6 +91,21 @@ def test_unknown_channel_kind_suggests_the_closest() -> None:
     ]
 
 
+def test_a_channels_public_name_defaults_to_our_team_and_must_read_as_one_line() -> None:
+    inbox = {"id": 1, "kind": "owner_inbox", "label": "Owner inbox"}
+    assert Config.from_mapping({"channels": [inbox]}).channels[0].public_name == "our team"
+    named = Config.from_mapping({"channels": [{**inbox, "public_name": "the Acme support team"}]})
+    assert named.channels[0].public_name == "the Acme support team"
+    with pytest.raises(ConfigError) as caught:
+        Config.from_mapping({"channels": [{**inbox, "public_name": "our\nteam"}, {**inbox, "id": 2, "public_name": " us"},
+                                          {**inbox, "id": 3, "public_name": ""}]})
+    assert [str(p) for p in caught.value.problems] == [
+        "channels[0].public_name: must be one line of plain text (no line breaks or control characters)",
+        "channels[1].public_name: must not start or end with spaces",  # refused, never trimmed behind the owner's back
+        "channels[2].public_name: String should have at least 1 character",
+    ]
+
+
 def test_every_problem_is_reported_at_once_with_paths() -> None:
     data = {
         "secret_key": "short",

@@ -32,7 +32,7 @@ async def test_idle_release_with_the_real_scheduler(start_desk: StartDesk) -> No
     await harness.desk.settle()
     messages = await harness.messages(cid)
     assert messages[-3]["role"] == "agent" and messages[-3]["text"] == (
-        "The conversation with Owner inbox ended after 0.3 seconds without messages, so you're back with the assistant.")
+        "The conversation with our team ended after 0.3 seconds without messages, so you're back with the assistant.")
     assert messages[-2]["text"] == "[Bot resumed — the handoff ended after 0.3 seconds without activity. Outcome: unresolved.]"
     assert messages[-1]["role"] == "agent" and "Ask me to try reaching a person again" in messages[-1]["text"]
 
