@@ -63,7 +63,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
 
     @app.exception_handler(DeskError)
     async def _desk_error(_request: Request, exc: DeskError) -> JSONResponse:
-        return JSONResponse(exc.to_json(), status_code=exc.status)
+        return JSONResponse(exc.to_json(), status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

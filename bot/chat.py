@@ -39,7 +39,6 @@ from bot.clock import Clock
 from bot.config import WebFrontConfig
 from bot.desk import Desk
 from bot.errors import NotFound
-from bot.handoffs import ACTIVE
 from bot.ratelimit import TokenBuckets
 from bot.text import CleanStr
 from bot.web import render_page
@@ -252,12 +251,15 @@ async def updates(
 
 
 async def _state(desk: Desk, cid: str) -> dict[str, Any]:
-    """What the page shows besides messages: a person on the line, a step to do."""
-    async with desk.db.read() as session:
-        handoff = await desk.handoffs.open_session(session, cid)
+    """What the page shows besides messages: who is on the line (or awaited), a step to do."""
+    line = await desk.handoffs.on_the_line(cid)
     action = await desk.user_actions.pending_for(cid)
     return {
-        "person": {"label": handoff.channel_label} if handoff is not None and handoff.state == ACTIVE else None,
+        "person": None if line is None else {
+            "joined": line.joined, "name": line.name,
+            "text": desk.renderer.render("chat/banner.txt", joined=line.joined, who=line.name,
+                                         estimated_response=line.estimated_response).strip(),
+        },
         "user_action": None if action is None else {
             "id": action.id, "reason": action.reason, "suggested_action": action.suggested_action,
             "steps": action.steps, "step": action.step,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import textwrap
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ def _load_or_exit(path: Path) -> Config:
     except ConfigError as exc:
         typer.echo(f"{path}: {len(exc.problems)} problem(s):", err=True)
         for problem in exc.problems:
-            typer.echo(f"  {problem}", err=True)
+            typer.echo(textwrap.indent(str(problem), "  "), err=True)  # a YAML problem shows its lines below it
         raise typer.Exit(code=2) from None
 
 
@@ -40,11 +41,10 @@ def serve(
     port: int | None = typer.Option(None, help="Override server.port."),
 ) -> None:
     """Run the server. Creates or upgrades the database schema on start."""
-    import uvicorn
-
     from bot.app import create_app
     from bot.desk import Desk
     from bot.logs import configure_logging
+    from bot.server import serve_until_stopped
 
     cfg = _load_or_exit(config)
     if host or port:
@@ -60,7 +60,8 @@ def serve(
     for warning in config_warnings(cfg):
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"Handoff Desk on http://{cfg.server.host}:{cfg.server.port}  (inbox: {cfg.public_url}/inbox)", err=True)
-    uvicorn.run(create_app(Desk(cfg)), **server_options(cfg))
+    desk = Desk(cfg)
+    serve_until_stopped(create_app(desk), before_shutdown=desk.bus.close, **server_options(cfg))
 
 
 def server_options(cfg: Config) -> dict[str, Any]:
@@ -70,7 +71,9 @@ def server_options(cfg: Config) -> dict[str, Any]:
         "host": cfg.server.host, "port": cfg.server.port, "log_level": cfg.logging.level, "server_header": False,
         "proxy_headers": bool(cfg.server.trusted_proxies),
         "forwarded_allow_ips": [str(n) for n in cfg.server.trusted_proxies],
-        "timeout_graceful_shutdown": 5,  # long-polls would otherwise hold shutdown for up to 30 s
+        # Long-polls are answered as shutdown begins (bot/server.py); this bounds the wait
+        # for other requests still running, below the 10 s a container stop allows.
+        "timeout_graceful_shutdown": 5,
     }
 
 
@@ -79,14 +82,18 @@ def check_config(
     file: Path = typer.Argument(..., help="The YAML config to check."),
     probe: bool = typer.Option(False, "--probe", help="Also check each channel's credentials against its provider."),
 ) -> None:
-    """Validate a config, naming the key path of every problem. Exits non-zero on any problem."""
+    """Validate a config, naming the key path of every problem. Exits non-zero on any problem;
+    warnings alone (a development default, an open inbox, a hosted API) exit 0."""
     cfg = _load_or_exit(file)
     typer.echo(f"{file}: OK ({len(cfg.channels)} channel(s), {len(cfg.fronts)} front(s), agent: {cfg.agent.kind}, "
                f"database: {cfg.database_url.split(':', 1)[0]})")
     for line in _front_lines(cfg):
         typer.echo(f"  {line}")
-    for warning in config_warnings(cfg):
-        typer.echo(f"  warning: {warning}")
+    warnings = config_warnings(cfg)
+    if warnings:  # the config is valid (exit 0); these are worth a look before going live
+        typer.echo(f"{file}: {len(warnings)} warning(s):")
+        for warning in warnings:
+            typer.echo(f"  warning: {warning}")
     if probe and not asyncio.run(_probe(cfg)):
         raise typer.Exit(code=1)
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import ipaddress
 import os
 import re
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -21,6 +24,7 @@ from urllib.parse import urlparse
 
 import yaml
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -31,6 +35,7 @@ from pydantic import (
     SecretStr,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -91,6 +96,17 @@ def _empty_to_none(value: Any) -> Any:
 
 
 OptionalSecret = Annotated[SecretStr | None, BeforeValidator(_empty_to_none)]
+
+
+def _at_least_16(value: SecretStr) -> SecretStr:
+    if len(value.get_secret_value()) < 16:
+        raise ValueError("must be at least 16 characters (generate one with: openssl rand -hex 32)")
+    return value
+
+
+# A shared HMAC key the owner makes up and gives both sides (webhook agent, action endpoint).
+SigningSecret = Annotated[SecretStr, AfterValidator(_at_least_16)]
+SIGNING_SECRET_HELP = "a random value you make up (openssl rand -hex 32) and give the other side too"
 
 
 # --------------------------------------------------------------------------- models
@@ -224,7 +240,10 @@ class OpenAIAgentConfig(_Section):
         description="The API root, e.g. http://127.0.0.1:11434/v1 for Ollama or http://gpu-box:8000/v1 for vLLM.",
     )
     model: str = Field(min_length=1, max_length=200)
-    api_key: SecretStr | None = Field(default=None, description="Leave out for local servers that need none.")
+    api_key: SecretStr | None = Field(
+        default=None, description="The server's API key (for OpenAI: platform.openai.com → API keys); "
+        "leave out for local servers that need none.",
+    )
     system_prompt: str = Field(default=DEFAULT_SYSTEM_PROMPT, min_length=1, max_length=20_000)
     temperature: float | None = Field(default=None, ge=0, le=2)
     timeout: Duration = Field(default=timedelta(seconds=60), description="Per request, before retries.")
@@ -245,7 +264,9 @@ class WebhookAgentConfig(_Section):
 
     kind: Literal["webhook"]
     url: str = Field(description="Where turns are POSTed, e.g. https://bot.example.com/handoff-desk/turn.")
-    secret: SecretStr = Field(description="Shared HMAC secret (at least 16 characters); the bot checks X-Handoff-Signature with it.")
+    secret: SigningSecret = Field(
+        description=f"The HMAC key your bot checks X-Handoff-Signature with, at least 16 characters: {SIGNING_SECRET_HELP}.",
+    )
     timeout: Duration = Field(default=timedelta(seconds=30), description="Per request, before retries.")
     max_retries: int = Field(default=2, ge=0, le=10, description="Retries of connection errors, timeouts, 429 and 5xx.")
     max_tool_rounds: int = Field(default=5, ge=1, le=20)
@@ -254,13 +275,6 @@ class WebhookAgentConfig(_Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         return http_url(value, "https://bot.example.com/handoff-desk/turn")
-
-    @field_validator("secret")
-    @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < 16:
-            raise ValueError("must be at least 16 characters (generate one with: openssl rand -hex 32)")
-        return value
 
 
 AgentConfig = Annotated[RulesAgentConfig | OpenAIAgentConfig | WebhookAgentConfig, Field(discriminator="kind")]
@@ -274,7 +288,9 @@ class HttpActionRun(_Section):
     the webhook agent's turns (X-Handoff-Signature over timestamp + body)."""
 
     url: str
-    secret: SecretStr
+    secret: SigningSecret = Field(
+        description=f"The HMAC key the endpoint checks X-Handoff-Signature with, at least 16 characters: {SIGNING_SECRET_HELP}.",
+    )
     timeout: Duration = timedelta(seconds=30)
 
     @field_validator("url")
@@ -282,32 +298,58 @@ class HttpActionRun(_Section):
     def _http_url(cls, value: str) -> str:
         return http_url(value, "https://shop.example.com/hooks/refund")
 
-    @field_validator("secret")
-    @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < 16:
-            raise ValueError("must be at least 16 characters (generate one with: openssl rand -hex 32)")
-        return value
-
 
 class CallableActionRun(_Section):
     """Run the action by calling a Python function (sync or async) with the arguments."""
 
-    callable: str = Field(description='"package.module:function", importable by the server.')
+    callable: str = Field(
+        description='"package.module:function", from PYTHONPATH, the installed packages or the config file\'s folder.',
+    )
 
     @field_validator("callable")
     @classmethod
-    def _importable(cls, value: str) -> str:
-        module_name, _, attribute = value.partition(":")
-        if not module_name or not attribute:
-            raise ValueError('must look like "package.module:function"')
-        try:
-            target = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"cannot import {value!r} ({type(exc).__name__}: {exc})") from None
-        if not callable(target):
-            raise ValueError(f"{value!r} is not callable")
+    def _importable(cls, value: str, info: ValidationInfo) -> str:
+        _import_callable(value, (info.context or {}).get("config_dir"))
         return value
+
+
+def _import_callable(spec: str, config_dir: Path | None) -> Callable[..., Any]:
+    """Import "package.module:function" from where the server looks: the import path
+    (PYTHONPATH, the installed packages), then the config file's folder. The folder is added
+    at the end of the path, so a module kept beside the config (and its own imports of its
+    neighbours) works under the `handoff` script, whose path does not hold the current
+    directory, and never shadows an installed module of the same name."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError('must look like "package.module:function"')
+    folder = str(config_dir.resolve()) if config_dir is not None else None
+    try:
+        if folder and folder not in sys.path and importlib.util.find_spec(module_name.partition(".")[0]) is None:
+            sys.path.append(folder)
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and f"{module_name}.".startswith(f"{exc.name}."):
+            raise ValueError(f"cannot import {spec!r}: no module named {exc.name!r}; looked in {_import_places(folder)}") from None
+        raise ValueError(f"cannot import {spec!r}: importing {module_name} failed ({type(exc).__name__}: {exc})") from None
+    except Exception as exc:  # the owner's module may raise anything while it loads
+        raise ValueError(f"cannot import {spec!r}: importing {module_name} failed ({type(exc).__name__}: {exc})") from None
+    target = getattr(module, attribute, None)
+    if target is None:
+        close = difflib.get_close_matches(attribute, [n for n in dir(module) if not n.startswith("_")], n=1)
+        guess = f"; did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"cannot import {spec!r}: {module_name} ({getattr(module, '__file__', None) or 'a namespace'}) "
+                         f"has no {attribute!r}{guess}")
+    if not callable(target):
+        raise ValueError(f"{spec!r} is not callable")
+    return target
+
+
+def _import_places(config_folder: str | None) -> str:
+    python_path = os.environ.get("PYTHONPATH", "")
+    places = [f"PYTHONPATH ({python_path or 'not set'})", "the installed packages"]
+    if config_folder:
+        places.append(f"the config file's folder ({config_folder})")
+    return ", ".join(places[:-1]) + " and " + places[-1]
 
 
 def _run_form(value: Any) -> str:
@@ -488,9 +530,10 @@ class Config(_Section):
         return next((c for c in self.channels if c.id == channel_id), None)
 
     @classmethod
-    def from_mapping(cls, data: Any) -> Config:
+    def from_mapping(cls, data: Any, *, config_dir: Path | None = None) -> Config:
         """Validate a parsed mapping (after `${VAR}` expansion); raise ConfigError listing
-        every problem with its key path."""
+        every problem with its key path. `config_dir` is the config file's folder, where
+        `run: {callable: …}` modules are also looked for."""
         if not isinstance(data, dict):
             raise ConfigError([ConfigProblem("", "the config must be a mapping of keys to values")])
         problems: list[ConfigProblem] = []
@@ -499,7 +542,7 @@ class Config(_Section):
         top = {k: v for k, v in data.items() if k not in ("channels", "fronts")}
         config: Config | None = None
         try:
-            config = cls.model_validate(top)
+            config = cls.model_validate(top, context={"config_dir": config_dir})
         except ValidationError as exc:
             problems.extend(problems_from(exc, cls))
         channels: list[ChannelConfig] = []
@@ -584,7 +627,7 @@ class _FrontKeys(_Section):
 FRONT_ID_BASE = 1000
 _FRONT_KEYS = list(_FrontKeys.model_fields)
 # A channel's keys that mean nothing on a front: the core sets id and label itself.
-_CHANNEL_ONLY = {"id", "kind", "label", "estimated_response", "enabled"}
+_CHANNEL_ONLY = {"id", "kind", "label", "estimated_response", "public_name", "enabled"}
 
 
 def _keys_of(model: type[BaseModel]) -> list[str]:
@@ -765,11 +808,16 @@ def exposure_problems(config: Config) -> list[ConfigProblem]:
 
 @dataclass(frozen=True)
 class ConfigProblem:
+    """One problem at one key path. `about` says what a missing secret is and where its
+    owner finds it (its config field's description, so each provider says it once)."""
+
     path: str
     message: str
+    about: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return f"{text} — {self.about}" if self.about else text
 
 
 class ConfigError(Exception):
@@ -790,9 +838,9 @@ def format_path(loc: tuple[Any, ...], prefix: str = "") -> str:
     return path
 
 
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The keys the model accepts at `loc` (for 'unknown key' messages). `loc` keeps the
-    tags of discriminated unions (`agent.openai.model`), which pick the member."""
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model that holds the keys at `loc`. `loc` keeps the tags of discriminated unions
+    (`agent.openai.model`), which pick the member."""
     current: Any = model
     for part in loc:
         if isinstance(part, int):
@@ -803,10 +851,30 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
             current = tagged[0]
             continue
         if len(members) != 1 or part not in members[0][1].model_fields:
-            return []
+            return None
         current = members[0][1].model_fields[part].annotation
     members = _members(current)
-    return list(members[0][1].model_fields) if len(members) == 1 else []
+    return members[0][1] if len(members) == 1 else None
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model accepts at `loc` (for 'unknown key' messages)."""
+    found = _model_at(model, loc)
+    return list(found.model_fields) if found is not None else []
+
+
+def _secret_help(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
+    """What the secret at `loc` is and where to find it: its field's description; None
+    when the key holds no secret."""
+    while loc and isinstance(loc[-1], int):  # an item of a list of secrets
+        loc = loc[:-1]
+    holder = _model_at(model, loc[:-1]) if loc else None
+    field = holder.model_fields.get(str(loc[-1])) if holder is not None else None
+    return field.description if field is not None and _holds_secret(field.annotation) else None
+
+
+def _holds_secret(annotation: Any) -> bool:
+    return annotation is SecretStr or any(_holds_secret(arg) for arg in get_args(annotation))
 
 
 def _members(annotation: Any) -> list[tuple[str | None, type[BaseModel]]]:
@@ -842,12 +910,18 @@ def _without_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def problems_from(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[ConfigProblem]:
-    """Turn pydantic errors into key-path problems without echoing the input (it may be a secret)."""
+    """Turn pydantic errors into key-path problems without echoing the input (it may be a
+    secret; it is only looked at to tell an empty secret from a malformed one)."""
     problems = []
-    for error in exc.errors(include_input=False, include_url=False):
+    for error in exc.errors(include_url=False):
         loc = _without_union_tags(error["loc"])
         kind = error["type"]
-        if kind == "union_tag_invalid":
+        about = None
+        if kind == "missing" or _blank(error.get("input")):
+            about = _secret_help(model, error["loc"])
+        if about is not None:
+            message = "required"  # an empty secret too, whatever its format check says
+        elif kind == "union_tag_invalid":
             loc = (*loc, "kind")
             message = f"unknown kind '{error['ctx']['tag']}' (expected one of: {error['ctx']['expected_tags']})"
         elif kind == "union_tag_not_found":
@@ -863,8 +937,14 @@ def problems_from(exc: ValidationError, model: type[BaseModel], prefix: str = ""
             message = "required"
         else:
             message = error["msg"].removeprefix("Value error, ")
-        problems.append(ConfigProblem(format_path(loc, prefix), message))
+        problems.append(ConfigProblem(format_path(loc, prefix), message, about))
     return problems
+
+
+def _blank(value: Any) -> bool:
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    return isinstance(value, str) and not value.strip()
 
 
 # --------------------------------------------------------------------------- loading
@@ -915,19 +995,83 @@ def load_config(path: str | Path, env: dict[str, str] | None = None) -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError([ConfigProblem("", f"{path} is not valid YAML: {where}{getattr(exc, 'problem', exc)}")]) from None
+        raise ConfigError([yaml_problem(path, text, exc)]) from None
     if data is None:
         data = {}
-    expanded, problems = expand_env(data, env)
+    expanded, unset = expand_env(data, env)
     try:
-        config = Config.from_mapping(expanded)
+        config = Config.from_mapping(expanded, config_dir=path.parent)
     except ConfigError as exc:
-        raise ConfigError(problems + exc.problems) from None
-    if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_causes_once(unset, exc.problems)) from None
+    if unset:
+        raise ConfigError(unset)
     return config
+
+
+def _causes_once(unset: list[ConfigProblem], problems: list[ConfigProblem]) -> list[ConfigProblem]:
+    """An unset variable leaves its key empty, so the key also fails validation: report the
+    cause alone, with what the key is when validation could tell."""
+    causes = {p.path: p for p in unset}
+    kept = []
+    for problem in problems:
+        cause = causes.get(problem.path)
+        if cause is None:
+            kept.append(problem)
+        elif problem.about and not cause.about:
+            causes[problem.path] = replace(cause, about=problem.about)
+    return [*causes.values(), *kept]
+
+
+# A YAML error names the token the parser choked on; what people did is usually one of these
+# (the first that matches the error's text wins).
+_INDENTATION = "probably indentation: the keys of one mapping start in the same column, a nested key further right than its parent"
+_YAML_HINTS = (
+    ("'\\t'", "a tab: YAML indents with spaces only"),
+    ("got ':'", "a value holds ': ' and needs quotes"),
+    ("mapping values are not allowed", f"{_INDENTATION} (or a value holds ': ' and needs quotes)"),
+    ("expected <block end>", _INDENTATION),
+    ("could not find expected ':'", "a key without ': ' after it, or a value that goes on without quotes"),
+    ("flow sequence", "a [ that is not closed"),
+    ("flow mapping", "a { that is not closed"),
+    ("quoted scalar", "a quote that is not closed"),
+)
+_SECRET_ASSIGNMENT = re.compile(r"(\b[\w-]*(?:token|secret|password|passwd|key|auth)[\w-]*\s*:\s*)([^\s,}\]]+)", re.I)
+
+
+def yaml_problem(path: Path, text: str, exc: yaml.YAMLError) -> ConfigProblem:
+    """A YAML syntax error as people can act on it: the line, a caret under the spot, and
+    the likely cause. Values of secret-looking keys on the shown lines are masked."""
+    problem = str(getattr(exc, "problem", None) or exc)
+    context = str(getattr(exc, "context", None) or "")
+    hint = next((h for needle, h in _YAML_HINTS if needle in f"{problem} {context}"), None)
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return ConfigProblem("", f"{path} is not valid YAML: {problem}")
+    message = f"{path} is not valid YAML: line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    if hint:
+        message += f"; {hint}"
+    lines = text.splitlines()
+    start = getattr(exc, "context_mark", None)
+    carets = {mark.line: (mark.column, "")}
+    if start is not None and start.line < mark.line:
+        carets[start.line] = (start.column, " started here")
+    shown = sorted({*carets, *([mark.line - 1] if mark.line else [])} & set(range(len(lines))))
+    for position, number in enumerate(shown):
+        if position and number > shown[position - 1] + 1:
+            message += "\n  …"
+        message += f"\n{number + 1:>5} | {_masked(lines[number])}"
+        if number in carets:
+            column, label = carets[number]
+            message += f"\n      | {' ' * column}^{label}"
+    return ConfigProblem("", message)
+
+
+def _masked(line: str) -> str:
+    """The line with secret-looking values (not ${VAR} references) replaced by asterisks, and
+    tabs shown as → (one column each, as YAML counts them, so the caret stays in place)."""
+    return _SECRET_ASSIGNMENT.sub(
+        lambda m: m.group(0) if m.group(2).startswith("${") else m.group(1) + "*" * len(m.group(2)), line,
+    ).replace("\t", "→")
 
 
 def config_warnings(config: Config) -> list[str]:
@@ -945,4 +1089,10 @@ def config_warnings(config: Config) -> list[str]:
         if action.policy != "none" and not action.approval_channels:
             warnings.append(f"actions[{index}].approval_channels: empty, so every call of {action.id} is denied "
                             "(fail closed); name a channel that can ask a person")
+    agents = [("agent", config.agent), *((f"channels[{n}].agent", getattr(c, "agent", None)) for n, c in enumerate(config.channels))]
+    for where, agent in agents:
+        if isinstance(agent, OpenAIAgentConfig) and "base_url" not in agent.model_fields_set:
+            warnings.append(f"{where}.base_url: not set, so the agent calls OpenAI's hosted API ({agent.base_url}) "
+                            "and sends it the conversations; set base_url to your own server (such as "
+                            "http://127.0.0.1:11434/v1), or write that address as base_url if you mean it")
     return warnings

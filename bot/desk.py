@@ -63,6 +63,7 @@ class Desk:
         self.db = Database(config.database_url)
         self.metrics = Metrics()
         self.bus = ConversationBus()
+        self.metrics.waiting_polls.set_function(self.bus.waiting)
         self.background = Background()
         self.renderer = Renderer()
         self.channels = ChannelSet(

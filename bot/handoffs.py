@@ -47,7 +47,7 @@ from bot.outbox import DeliveryFailed, Outbox
 from bot.rendering import Renderer
 from bot.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
 from bot.text import CleanStr
-from channels.base import HandoffBrief, Outbound, Receipt
+from channels.base import DEFAULT_PUBLIC_NAME, HandoffBrief, Outbound, Receipt
 from forms.fields import (
     MAX_RETURN_FIELDS,
     CoercedReturn,
@@ -160,6 +160,18 @@ class NotActive(Conflict):
 
 
 Listener = Callable[[HandoffSession], Awaitable[None] | None]
+UNKNOWN_WAIT = "as soon as someone is available"  # a handoff row from before estimated_response was kept
+
+
+@dataclass(frozen=True)
+class OnTheLine:
+    """Who an active handoff's subscriber is talking to. Until a person has written in it,
+    nobody has joined: the subscriber waits for the channel's public name, usually within
+    `estimated_response`. After the first reply, `name` is that reply's author."""
+
+    joined: bool
+    name: str
+    estimated_response: str
 
 
 # --------------------------------------------------------------------------- the service
@@ -210,6 +222,30 @@ class Handoffs:
             HandoffSession.conversation_id == conversation_id, HandoffSession.state.in_(OPEN_STATES)
         ).execution_options(populate_existing=True)  # a re-read in the same session must see the new state
         return (await session.scalars(query)).first()
+
+    def public_name(self, handoff: HandoffSession) -> str:
+        """What the subscriber is told the channel is called (its `public_name`; the default
+        when the channel has since left the config). Its `label` is for the owner only."""
+        adapter = self.channels.get(handoff.channel_id)
+        return adapter.config.public_name if adapter is not None else DEFAULT_PUBLIC_NAME
+
+    async def on_the_line(self, conversation_id: str) -> OnTheLine | None:
+        """Who is on the line in the conversation's active handoff, if it has one. "Joined"
+        is decided by what happened (a person's reply is stored), never assumed at dispatch."""
+        async with self.db.read() as session:
+            handoff = await self.open_session(session, conversation_id)
+            if handoff is None or handoff.state != ACTIVE:
+                return None
+            first_reply = (await session.scalars(
+                select(Message)
+                .where(Message.conversation_id == conversation_id, Message.handoff_session_id == handoff.id,
+                       Message.role == "human")
+                .order_by(Message.id).limit(1)
+            )).first()
+        waited = handoff.estimated_response or UNKNOWN_WAIT
+        if first_reply is None:
+            return OnTheLine(joined=False, name=self.public_name(handoff), estimated_response=waited)
+        return OnTheLine(joined=True, name=first_reply.author or self.public_name(handoff), estimated_response=waited)
 
     async def by_thread(self, channel_id: int, thread_key: str) -> HandoffSession | None:
         """The active session a recipient's reply in this thread belongs to."""
@@ -445,8 +481,9 @@ class Handoffs:
         """The desk's own word to the subscriber (who was asked, that the assistant is back),
         from a template the owner can reword, so no agent has to remember to say it."""
         text = self.renderer.render(
-            template, label=handoff.channel_label, idle_timeout=format_duration(self.idle_timeout),
-            estimated_response=handoff.estimated_response or "as soon as someone is available", **extra,
+            template, public_name=self.public_name(handoff), label=handoff.channel_label,
+            idle_timeout=format_duration(self.idle_timeout),
+            estimated_response=handoff.estimated_response or UNKNOWN_WAIT, **extra,
         ).strip()
         if text:
             await conversations.add_message(

@@ -34,6 +34,9 @@ class Metrics:
         self.user_actions = Counter(
             "handoff_user_actions", "User actions by how they ended (requested, done, cancelled, timeout, failed)",
             ["reason", "result"], registry=r)
+        self.waiting_polls = Gauge(
+            "handoff_long_polls_waiting", "Requests parked on a long-poll in this process (answered at once on shutdown)",
+            registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
 
     def exposition(self) -> bytes:

@@ -26,6 +26,12 @@ def hang(text: str, width: int = 4) -> str:
     return "\n".join(line if i == 0 else " " * width + line for i, line in enumerate(str(text).splitlines() or [""]))
 
 
+def capfirst(text: str) -> str:
+    """Upper-case only the first letter, for a name that may open a sentence ("our team" →
+    "Our team"); unlike jinja's `capitalize` it leaves the rest alone ("Sam O'Neil", "ACME")."""
+    return text[:1].upper() + text[1:]
+
+
 class Renderer:
     def __init__(self, directory: Path = TEMPLATES_DIR) -> None:
         self.env = Environment(
@@ -38,6 +44,7 @@ class Renderer:
         )
         self.env.filters["hang"] = hang
         self.env.filters["one_line"] = one_line
+        self.env.filters["capfirst"] = capfirst
 
     def render(self, name: str, **context: Any) -> str:
         return self.env.get_template(name).render(**context)

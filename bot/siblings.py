@@ -149,7 +149,8 @@ class Siblings:
         replies, _ = await self.router.agent_turn(cid, trigger="message", agent=channel.agent)
         for reply in replies:
             try:
-                await self.handoffs.recipient_message(sid, reply.text, author=channel.label, via=f"agent:{channel.id}")
+                await self.handoffs.recipient_message(
+                    sid, reply.text, author=channel.config.public_name, via=f"agent:{channel.id}")
             except DeskError as exc:
                 # It released the handoff in this very turn: its last words stay in its own
                 # conversation; the note it released with reaches the first agent instead.

@@ -41,9 +41,11 @@ class IdleTimers:
             job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1}, timezone=UTC
         )
         self._running: set[asyncio.Task[object]] = set()
+        self._stopping = False
         self.also_on_sweep: list[Callable[[], Awaitable[object]]] = []
 
     def start(self) -> None:
+        self._stopping = False
         self.scheduler.start()
         self.scheduler.add_job(
             self._run_sweep, "interval", seconds=self.sweep_interval.total_seconds(), id="idle-sweep",
@@ -53,6 +55,7 @@ class IdleTimers:
     async def stop(self) -> None:
         """Stop scheduling and wait out (cancel) jobs in flight: APScheduler's shutdown does
         not, and a job still holding a database connection would outlive the engine."""
+        self._stopping = True
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         running = [task for task in self._running if not task.done()]
@@ -66,6 +69,12 @@ class IdleTimers:
         self._running.add(task)
         try:
             await work
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            # Cut short by stop(): nothing is lost (the next sweep redoes it), and a job that
+            # ends in CancelledError is logged by the scheduler as failed, with a traceback.
+            log.info("timer_job_stopped")
         finally:
             self._running.discard(task)
 

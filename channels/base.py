@@ -18,11 +18,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from forms.fields import ReturnField
 
 # --------------------------------------------------------------------------- config
+
+# Subscribers are told about a channel by this name unless its config sets `public_name`:
+# the channel's `label` is the owner's internal name ("Owner inbox"), not for subscribers.
+DEFAULT_PUBLIC_NAME = "our team"
+_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}  # control, format (bidi, zero-width) and line/paragraph separators
 
 
 class ChannelConfig(BaseModel):
@@ -36,12 +41,29 @@ class ChannelConfig(BaseModel):
 
     id: int = Field(ge=1, description="Stable id the agent uses as channel_id.")
     kind: str
-    label: str = Field(min_length=1, max_length=80, description="Name shown to the model and to people.")
+    label: str = Field(
+        min_length=1, max_length=80, description="Internal name, shown to the model and to the people who take handoffs.",
+    )
     estimated_response: str = Field(
         default="as soon as someone is available", min_length=1, max_length=200,
         description="Told to the model and the subscriber, e.g. 'within 1 business day'.",
     )
+    public_name: str = Field(
+        default=DEFAULT_PUBLIC_NAME, min_length=1, max_length=80,
+        description="Who subscribers are told they are waiting for, mid-sentence: \"I've asked our team to join\".",
+    )
     enabled: bool = True
+
+    @field_validator("public_name")
+    @classmethod
+    def _readable_in_a_sentence(cls, value: str) -> str:
+        """The name is set into sentences the subscriber reads, so it must be one plain line;
+        it is refused rather than trimmed, so what the owner wrote is what subscribers see."""
+        if value != value.strip():
+            raise ValueError("must not start or end with spaces")
+        if any(unicodedata.category(c) in _HIDDEN for c in value):
+            raise ValueError("must be one line of plain text (no line breaks or control characters)")
+        return value
 
 
 # --------------------------------------------------------------------------- what crosses the interface
@@ -84,9 +106,6 @@ class HandoffBrief(BaseModel):
     transcript: list[TranscriptLine] = Field(default_factory=list)
     form_url: str | None = None
     idle_timeout_seconds: float = 1800
-
-
-_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
 
 
 def pretty_arguments(arguments: dict[str, Any], limit: int | None = None, *, also_escape: str = "") -> tuple[str, int]:

@@ -152,7 +152,9 @@ PROMPT_LOOKUP_LIMIT = 100  # newest channel messages searched for a prompt this 
 
 class DiscordConfig(ChannelConfig):
     kind: Literal["discord"] = "discord"
-    bot_token: SecretStr = Field(description="The bot's token (Developer Portal → your application → Bot → Reset Token).")
+    bot_token: SecretStr = Field(
+        description="The bot's token: discord.com/developers/applications → your application → Bot → Reset Token.",
+    )
     channel_id: int = Field(description="Id of the staff text channel handoffs are posted to (a snowflake such as 1234567890123456789).")
     application_public_key: str | None = Field(
         default=None,

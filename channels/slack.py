@@ -121,8 +121,13 @@ RELAYED_SUBTYPES = {None, "thread_broadcast", "file_share"}
 
 class SlackConfig(ChannelConfig):
     kind: Literal["slack"] = "slack"
-    bot_token: SecretStr = Field(description="The app's Bot User OAuth Token (xoxb-…), from OAuth & Permissions.")
-    signing_secret: SecretStr = Field(description="The app's Signing Secret (Basic Information), to verify callbacks.")
+    bot_token: SecretStr = Field(
+        description="The app's Bot User OAuth Token (xoxb-…): api.slack.com/apps → your app → OAuth & Permissions.",
+    )
+    signing_secret: SecretStr = Field(
+        description="The app's Signing Secret, which verifies Slack's callbacks: api.slack.com/apps → your app → "
+        "Basic Information → App Credentials.",
+    )
     channel: str = Field(description="Id of the channel handoffs are posted to, such as C0123ABCD.")
     api_base_url: str = Field(default="https://slack.com/api/", description="Slack Web API base URL.")
     request_timeout: float = Field(
@@ -143,7 +148,7 @@ class SlackConfig(ChannelConfig):
     @classmethod
     def _signing_secret(cls, value: SecretStr) -> SecretStr:
         if not value.get_secret_value().strip():
-            raise ValueError("required: the Signing Secret from the app's Basic Information page")
+            raise ValueError("required")  # check-config adds the description: what it is, where to find it
         return value
 
     @field_validator("channel")

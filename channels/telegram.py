@@ -153,7 +153,9 @@ class TelegramConnection(ChannelConfig):
     One token is one connection: a front and a channel with the same token share an adapter."""
 
     kind: Literal["telegram"] = "telegram"
-    bot_token: SecretStr = Field(description="The token @BotFather gave the bot (123456:ABC…).")
+    bot_token: SecretStr = Field(
+        description="The bot's token (123456:ABC…): in Telegram, @BotFather gives it on /newbot and shows it again on /token.",
+    )
     mode: Literal["webhook", "polling"] = Field(
         default="webhook", description="webhook (needs an https public_url) or polling (one instance per token)."
     )

@@ -149,8 +149,11 @@ class WhatsAppConnection(ChannelConfig):
     adds the staff numbers (WhatsAppConfig)."""
 
     kind: Literal["whatsapp"] = "whatsapp"
-    account_sid: str = Field(description="The Twilio Account SID (AC…), from the Twilio console.")
-    auth_token: SecretStr = Field(description="The account's Auth Token: authenticates API calls and verifies webhook signatures.")
+    account_sid: str = Field(description="The Twilio Account SID (AC…): Twilio Console → Account Info.")
+    auth_token: SecretStr = Field(
+        description="The Twilio account's Auth Token, which authenticates API calls and verifies webhook signatures: "
+        "Twilio Console → Account Info.",
+    )
     from_number: str = Field(
         validation_alias=AliasChoices("from_number", "from"),
         description="The WhatsApp sender, E.164 with or without 'whatsapp:' (such as +14155238886); `from` works too.",
@@ -176,7 +179,7 @@ class WhatsAppConnection(ChannelConfig):
     def _auth_token(cls, value: SecretStr) -> SecretStr:
         token = value.get_secret_value().strip()
         if not token:
-            raise ValueError("required: the account's Auth Token (Twilio console → Account info)")
+            raise ValueError("required")  # check-config adds the description: what it is, where to find it
         return SecretStr(token)
 
     @field_validator("from_number")

@@ -61,7 +61,7 @@ async def test_handoff_request_hands_over_and_the_resume_note_reaches_the_model(
     result = await harness.say(cid, "I want to talk to a person about my late order")
     assert result["handoff_session_id"]
     assert [r["text"] for r in result["replies"]] == [
-        "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them."
+        "I've asked our team to join — usually within 1 business day. Your messages now go straight to them."
     ]
     assert len(model.requests) == 1  # a successful handoff_request ends the turn
     sid = result["handoff_session_id"]
@@ -91,7 +91,7 @@ async def test_invalid_arguments_come_back_as_the_tool_result_and_the_model_corr
     result = await harness.say(cid, "a person please")
     # the desk's notice was stored when the handoff started, the model's words after its turn
     assert [r["text"] for r in result["replies"]] == [
-        "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them.",
+        "I've asked our team to join — usually within 1 business day. Your messages now go straight to them.",
         "Let me get someone for you.",
     ]
     first, second = model.tool_results(model.requests[1]), model.tool_results(model.requests[2])

@@ -107,7 +107,7 @@ async def test_tool_calls_run_through_the_registry_and_a_handoff_ends_the_turn(s
     }}])
     result = await harness.say(cid, "where is order 1234?")
     assert texts(result) == [  # the desk's notice, stored when the handoff started, then the bot's own words
-        "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them.",
+        "I've asked our team to join — usually within 1 business day. Your messages now go straight to them.",
         "Let me bring in a colleague.",
     ] and result["handoff_session_id"]
     assert len(bot.turns) == 2

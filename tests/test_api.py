@@ -87,7 +87,7 @@ async def test_long_poll_returns_when_a_human_replies(harness: Harness) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     told = await harness.messages(cid)  # the desk told the subscriber who was asked
-    assert [m["role"] for m in told] == ["agent"] and told[0]["text"].startswith("I've asked Owner inbox to join")
+    assert [m["role"] for m in told] == ["agent"] and told[0]["text"].startswith("I've asked our team to join")
     waiting = asyncio.create_task(harness.client.get(
         f"/api/conversations/{cid}/messages", params={"wait": 20, "after": told[-1]["id"]}))
     for _ in range(50):

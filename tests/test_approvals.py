@@ -345,7 +345,8 @@ def test_config_names_what_is_wrong_with_an_action() -> None:
         ], "actions": [refund(approval_channels=[7, 3]), refund(id="refund_order", run={"urll": "x"})]})
     assert str(caught.value).splitlines() == [
         "actions[1].run.url: required",
-        "actions[1].run.secret: required",
+        "actions[1].run.secret: required — The HMAC key the endpoint checks X-Handoff-Signature with, at least "
+        "16 characters: a random value you make up (openssl rand -hex 32) and give the other side too.",
         "actions[1].run.urll: unknown key; did you mean 'url'? (allowed: url, secret, timeout)",
     ]
     with pytest.raises(ConfigError) as caught:

@@ -592,7 +592,7 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
     asked = await h.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
     assert asked["routed_to"] == "agent" and sid
-    assert asked["replies"][0]["text"].startswith("I've asked Discord support to join — usually within the hour.")
+    assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.posts(STAFF_CHANNEL)
     handoff = await h.handoff(sid)
     assert dispatch["embeds"][0]["title"] == escape(f"Handoff {handoff['short_code']}: Ana needs a person")

@@ -587,7 +587,7 @@ async def test_the_whole_story_through_the_http_api(smtp: FakeSMTP, start_desk: 
     await harness.say(cid, "My parcel 1234 is lost")
     asked = await harness.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked Support mail to join")
+    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked our team to join")
     dispatch = smtp.messages[-1]
     assert "Ana: My parcel 1234 is lost" in dispatch.part("text/plain")
 

@@ -550,7 +550,7 @@ async def test_the_whole_story_through_slack(start_desk: StartDesk, fake: FakeSl
     asked = await h.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
     assert asked["routed_to"] == "agent" and sid
-    assert asked["replies"][0]["text"].startswith("I've asked Sales support to join — usually within the hour.")
+    assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.top_level(CHANNEL)
     handoff = await h.handoff(sid)
     assert dispatch["blocks"][0]["text"]["text"] == f"Handoff {handoff['short_code']}: Ana needs a person"

@@ -597,7 +597,7 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTelegram, start_de
     await harness.say(cid, "My parcel 1234 is lost")
     asked = await harness.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked Support (Telegram) to join")
+    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked our team to join")
     dispatch = fake.sent()[-1]
     assert "Ana: My parcel 1234 is lost" in dispatch["text"]
 

@@ -528,7 +528,7 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTwilio, start_desk
     await harness.say(cid, "My parcel 1234 is lost")
     asked = await harness.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked On-call (WhatsApp) to join")
+    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked our team to join")
     code = (await harness.handoff(sid))["short_code"]
     dispatch = bodies(fake, ANA_PHONE)[-1]
     assert f"*Handoff #{code}*" in dispatch and "Ana: My parcel 1234 is lost" in dispatch

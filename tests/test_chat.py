@@ -36,6 +36,8 @@ async def test_the_page_carries_no_api_key_and_a_strict_policy(start_desk: Start
     page = await harness.client.get("/chat")
     assert page.status_code == 200 and "Acme help" in page.text and "Hi! Ask us anything." in page.text
     assert "k-0123456789abcdef0123" not in page.text
+    # the on-screen keyboard shrinks the page instead of covering its composer
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1, interactive-widget=resizes-content">' in page.text
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"] and page.headers["x-frame-options"] == "DENY"
 
 
@@ -59,10 +61,16 @@ async def test_a_conversation_through_the_chat_hides_what_is_for_the_agent(start
 
     await harness.client.post("/chat/api/messages", json={"text": "Can I talk to a person?"}, headers=token)
     state = await updates(harness, token, first["last_id"])
-    assert state["person"] == {"label": "Owner inbox"}
+    # asked, not joined: nobody has written yet, so the banner says who is awaited and how soon
+    assert state["person"] == {"joined": False, "name": "our team",
+                               "text": "Waiting for our team to join — usually within 1 business day."}
     [sid] = [h["handoff_session_id"] for h in (await harness.client.get(
         "/api/handoffs", headers={"Authorization": "Bearer k-0123456789abcdef0123"})).json()["handoffs"]]
     await harness.desk.handoffs.recipient_message(sid, "Hello, Sam here.", author="Sam", via="test")
+    await harness.desk.handoffs.recipient_message(sid, "Looking into it.", author="Kim", via="test")
+    # joined once a person wrote, named by the first reply's author
+    assert (await updates(harness, token))["person"] == {"joined": True, "name": "Sam",
+                                                         "text": "Sam has joined the conversation."}
     await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"},
                               headers={"Authorization": "Bearer k-0123456789abcdef0123"})
     await harness.desk.settle()
@@ -72,9 +80,26 @@ async def test_a_conversation_through_the_chat_hides_what_is_for_the_agent(start
     assert not any(m["text"].startswith("[Bot resumed") for m in everything["messages"])  # for the agent only
     assert everything["person"] is None
     told = [m["text"] for m in everything["messages"] if m["role"] == "agent"]
-    assert "I've asked Owner inbox to join — usually within 1 business day. Your messages now go straight to them." in told
-    assert "Owner inbox has handed the conversation back to the assistant." in told
+    assert "I've asked our team to join — usually within 1 business day. Your messages now go straight to them." in told
+    assert "Our team has handed the conversation back to the assistant." in told
     assert (await harness.desk.conversation((await harness.desk.handoffs.get(sid)).conversation_id)).front == "web"
+
+
+async def test_the_subscriber_is_told_the_public_name_never_the_label(start_desk: StartDesk) -> None:
+    harness = await start_desk(fronts=[{"kind": "web"}], api={"key": "k-0123456789abcdef0123"}, channels=[{
+        "id": 1, "kind": "owner_inbox", "label": "Owner inbox", "public_name": "the Acme support team",
+        "estimated_response": "within the hour"}])
+    token = await begin(harness)
+    await harness.client.post("/chat/api/messages", json={"text": "Can I talk to a person?"}, headers=token)
+    state = await updates(harness, token)
+    assert state["person"]["text"] == "Waiting for the Acme support team to join — usually within the hour."
+    [sid] = [h["handoff_session_id"] for h in (await harness.client.get(
+        "/api/handoffs", headers={"Authorization": "Bearer k-0123456789abcdef0123"})).json()["handoffs"]]
+    await harness.desk.handoffs.release(sid, reason="owner", actor="test")
+    told = [m["text"] for m in (await updates(harness, token))["messages"] if m["role"] == "agent"]
+    assert "I've asked the Acme support team to join — usually within the hour. Your messages now go straight to them." in told
+    assert "The Acme support team has handed the conversation back to the assistant." in told
+    assert not any("Owner inbox" in text for text in told)  # the label is the owner's name for it
 
 
 async def test_a_pending_user_action_has_steps_and_done(start_desk: StartDesk) -> None:

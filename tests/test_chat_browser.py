@@ -46,9 +46,10 @@ async def test_a_subscriber_and_the_owner_side_by_side(served: tuple[Desk, str],
     await say("Hi!")
     await subscriber.wait_for_selector(".msg.agent >> text=I'm Assistant")
     await say("My parcel is late. Can I talk to a person?")
-    await subscriber.wait_for_selector(".msg.agent >> text=I've asked Owner inbox to join")
-    await subscriber.wait_for_selector("#person >> text=Owner inbox has joined the conversation.")
-    assert await subscriber.locator(".msg.agent >> text=I've asked Owner inbox to join").count() == 1  # once, not per poll
+    await subscriber.wait_for_selector(".msg.agent >> text=I've asked our team to join")
+    # nobody has joined yet: the banner says who is awaited and how soon
+    await subscriber.wait_for_selector("#person >> text=Waiting for our team to join — usually within 1 business day.")
+    assert await subscriber.locator(".msg.agent >> text=I've asked our team to join").count() == 1  # once, not per poll
 
     await owner.goto(f"{base}/inbox")
     await owner.click(".card a")
@@ -56,6 +57,8 @@ async def test_a_subscriber_and_the_owner_side_by_side(served: tuple[Desk, str],
     await owner.fill("#reply-text", "Hi, Sam here. Your parcel left the depot this morning.")
     await owner.click(".reply button[type=submit]")
     await subscriber.wait_for_selector(".msg.human >> text=Sam here", timeout=15_000)  # live, no reload
+    author = await subscriber.inner_text(".msg.human .author")  # whatever name the inbox signs replies with
+    await subscriber.wait_for_selector(f"#person >> text={author} has joined the conversation.")
     await shot(subscriber, "chat-handoff")
 
     await say("Thank you!")
@@ -89,3 +92,167 @@ async def test_over_the_limit_the_page_says_so_and_keeps_the_text(served: tuple[
     assert await page.locator(".msg.subscriber").count() == 1
     # the browser logs the refused request itself; nothing else went wrong
     assert all("429" in problem for problem in page.problems), page.problems
+
+
+# --------------------------------------------------------------------------- on a phone
+
+LAYOUT = """() => {
+  const box = (element) => element.getBoundingClientRect().toJSON();
+  const log = document.getElementById("log");
+  return {
+    scrollWidth: document.documentElement.scrollWidth, innerWidth, innerHeight,
+    messagesHeight: log.scrollHeight, log: box(log),
+    last: box([...log.querySelectorAll(".msg")].pop()), composer: box(document.getElementById("form")),
+    banner: box(document.getElementById("person")), header: box(document.querySelector(".top")),
+  };
+}"""
+NEWEST_IN_VIEW = """() => {
+  const log = document.getElementById("log").getBoundingClientRect();
+  const last = [...document.querySelectorAll("#log .msg")].pop().getBoundingClientRect();
+  const composer = document.getElementById("form").getBoundingClientRect();
+  return last.bottom <= composer.top && last.bottom <= log.bottom + 1 && composer.bottom <= innerHeight;
+}"""
+
+
+def assert_phone_layout(layout: dict[str, Any], when: str) -> None:
+    last, composer, log = layout["last"], layout["composer"], layout["log"]
+    assert layout["scrollWidth"] <= layout["innerWidth"], f"{when}: the page scrolls sideways: {layout}"
+    assert layout["messagesHeight"] > layout["innerHeight"], f"{when}: too few messages to scroll; this proves nothing: {layout}"
+    assert last["bottom"] <= composer["top"], f"{when}: the newest message ends under the composer: {layout}"
+    assert log["top"] <= last["top"] and last["bottom"] <= log["bottom"] + 1, (
+        f"{when}: the newest message is not in view: {layout}")
+    assert composer["bottom"] <= layout["innerHeight"], f"{when}: the composer is below the screen: {layout}"
+    assert layout["header"]["top"] == 0 and layout["banner"]["top"] >= layout["header"]["bottom"], (
+        f"{when}: the header or the banner scrolled away: {layout}")
+    assert layout["banner"]["bottom"] <= log["top"], f"{when}: the banner covers messages: {layout}"
+
+
+async def test_on_a_phone_the_newest_message_stays_above_the_composer(served: tuple[Desk, str], page: Any) -> None:
+    from sqlalchemy import select
+
+    from bot.models import HandoffSession
+
+    desk, base = served
+    await page.set_viewport_size({"width": 375, "height": 812})
+    await page.goto(f"{base}/chat")
+    await page.fill("#text", "My parcel is late. Can I talk to a person?")
+    await page.press("#text", "Enter")
+    await page.wait_for_selector("#person >> text=Waiting for our team to join — usually within 1 business day.")
+    async with desk.db.read() as session:
+        handoff = (await session.scalars(select(HandoffSession))).one()
+    conversation = [
+        "Hi, Sam here. Let me look up your order.", "Thanks! It's order 1234.",
+        "Found it: it left the depot this morning.", "Great, when will it arrive?",
+        "Tomorrow before noon. Tracking: https://carrier.example/track/" + "A1B2C3D4" * 12,  # one long unbreakable word
+        "Can I change the address?", "Yes — what's the new one?", "12 Harbour Street, flat 3.",
+        "Done: the driver has the new address.", "Perfect, thank you so much!",
+        "You're welcome! Anything else I can help with?",
+    ]
+    for n, text in enumerate(conversation):
+        if n % 2:
+            await desk.router.subscriber_message(handoff.conversation_id, text)
+        else:
+            await desk.handoffs.recipient_message(handoff.id, text, author="Sam", via="test")
+    await page.wait_for_selector(f".msg.human >> text={conversation[-1]}")
+    await page.wait_for_selector("#person >> text=Sam has joined the conversation.")
+    await page.wait_for_function(NEWEST_IN_VIEW)
+    assert_phone_layout(await page.evaluate(LAYOUT), "375x812")
+    await shot(page, "chat-phone")
+
+    # the on-screen keyboard: the composer has focus and the viewport gets shorter
+    await page.focus("#text")
+    await page.set_viewport_size({"width": 375, "height": 420})
+    await page.wait_for_function(NEWEST_IN_VIEW)
+    assert_phone_layout(await page.evaluate(LAYOUT), "375x420, keyboard open")
+    assert page.problems == []
+
+
+# --------------------------------------------------------------------------- the desk out of reach
+
+
+async def subscriber_texts(desk: Desk, text: str) -> int:
+    """How many times the desk stored this subscriber message."""
+    from sqlalchemy import func, select
+
+    from bot.models import Message
+
+    async with desk.db.read() as session:
+        return int(await session.scalar(
+            select(func.count()).select_from(Message).where(Message.role == "subscriber", Message.text == text)) or 0)
+
+
+async def send(page: Any, text: str) -> None:
+    await page.fill("#text", text)
+    await page.press("#text", "Enter")
+
+
+async def chat_with_the_clock_paused(page: Any, base: str) -> None:
+    """A started chat (one exchange) whose timers then stand still: a retry's backoff runs
+    only when the test moves the page's clock, so nothing here waits for real seconds."""
+    await page.clock.install()
+    await page.goto(f"{base}/chat")
+    await send(page, "Hi!")
+    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
+    await page.clock.pause_at(await page.evaluate("Date.now()") + 100)
+
+
+def is_a_stored_check(request: Any) -> bool:
+    """A retry's first step: reading the conversation (no long-poll wait) to see whether the
+    unanswered attempt was stored after all."""
+    return request.method == "GET" and "/chat/api/messages?after=" in request.url and "wait=" not in request.url
+
+
+async def test_a_send_that_cannot_reach_the_desk_says_so_and_is_retried(served: tuple[Desk, str], page: Any) -> None:
+    desk, base = served
+    await chat_with_the_clock_paused(page, base)
+
+    tried: list[str] = []
+
+    async def down(route: Any) -> None:  # nothing reaches the desk
+        tried.append(f"{route.request.method} {route.request.url.removeprefix(base)}")
+        await route.abort("connectionrefused")
+
+    await page.route("**/chat/api/**", down)
+    text = "Is my parcel on its way?"
+    await send(page, text)
+    await page.wait_for_selector("#error >> text=Can't reach the desk — retrying…")
+    assert "Failed to fetch" not in await page.inner_text("body")
+    assert await page.input_value("#text") == text  # kept
+    assert [t for t in tried if not t.endswith("&wait=25")] == ["POST /chat/api/messages"]  # the long-poll aside
+
+    async with page.expect_request(is_a_stored_check):
+        await page.clock.fast_forward(1000)  # the first backoff: it tries again on its own, looking first
+    assert await page.locator("#retry").is_visible()
+
+    await page.unroute("**/chat/api/**")
+    await page.click("#retry")  # the desk is back: "Retry now" sends it
+    await page.wait_for_selector(f".msg.subscriber >> text={text}")
+    await page.wait_for_selector("#error-box", state="hidden")
+    assert await page.input_value("#text") == ""
+    assert await subscriber_texts(desk, text) == 1
+    assert all("net::ERR_CONNECTION_REFUSED" in problem for problem in page.problems), page.problems
+
+
+async def test_a_send_whose_answer_was_lost_is_not_stored_twice(served: tuple[Desk, str], page: Any) -> None:
+    desk, base = served
+    await chat_with_the_clock_paused(page, base)
+
+    async def answer_lost(route: Any) -> None:  # the desk stores the message, then the connection breaks
+        if route.request.method != "POST":
+            await route.continue_()
+            return
+        await route.fetch()
+        await route.abort("connectionreset")
+
+    await page.route("**/chat/api/messages", answer_lost)
+    text = "Please send it to my office instead."
+    await send(page, text)
+    await page.wait_for_selector("#error >> text=Can't reach the desk — retrying…")
+    assert await subscriber_texts(desk, text) == 1  # it did arrive; the page cannot know
+    async with page.expect_request(is_a_stored_check):
+        await page.clock.fast_forward(1000)  # the retry finds it stored and does not send it again
+    await page.wait_for_selector("#error-box", state="hidden")
+    assert await page.input_value("#text") == ""
+    assert await page.locator(f".msg.subscriber >> text={text}").count() == 1
+    assert await subscriber_texts(desk, text) == 1
+    assert all("net::ERR_CONNECTION_RESET" in problem for problem in page.problems), page.problems

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import httpx
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +41,37 @@ def test_check_config_accepts_the_example() -> None:
     assert result.stdout.startswith("config.example.yaml: OK (1 channel(s), 1 front(s), agent: rules, database: sqlite)")
     assert "  fronts[0] (web): http://127.0.0.1:8000/chat, widget http://127.0.0.1:8000/widget.js" in result.stdout
     assert "warning: secret_key: using the development default" in result.stdout
+
+
+def test_check_config_prints_warnings_apart_from_problems_and_exits_0(tmp_path: Path) -> None:
+    module = f"desk_hooks_{tmp_path.name}"
+    (tmp_path / f"{module}.py").write_text("def lookup(arguments):\n    return {}\n")
+    path = tmp_path / "desk.yaml"
+    path.write_text("agent: {kind: openai, model: gpt-4o-mini}\n"
+                    "channels: [{id: 1, kind: owner_inbox, label: Inbox}]\n"
+                    f"actions: [{{id: lookup, description: Look an order up, policy: none, run: {{callable: '{module}:lookup'}}}}]\n")
+    result = handoff("check-config", str(path))  # the callable beside the config is found: no problem
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    head, warnings = result.stdout.split(f"{path}: 4 warning(s):\n")
+    assert head.startswith(f"{path}: OK (1 channel(s), 0 front(s), agent: openai")
+    assert warnings.splitlines()[-1].startswith("  warning: agent.base_url: not set, so the agent calls OpenAI's hosted API")
+
+
+def test_check_config_shows_the_yaml_line_and_the_likely_cause(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("server:\n  host: 127.0.0.1\n port: 8000\n")
+    result = handoff("check-config", str(path))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[1:] == [
+        f"  {path} is not valid YAML: line 3, column 2: expected <block end>, but found '<block mapping start>'; "
+        "probably indentation: the keys of one mapping start in the same column, a nested key further right than its parent",
+        "      1 | server:",
+        "        | ^ started here",
+        "      2 |   host: 127.0.0.1",
+        "      3 |  port: 8000",
+        "        |  ^",
+    ]
 
 
 def test_check_config_names_every_problem(tmp_path: Path) -> None:
@@ -108,3 +149,83 @@ def test_serve_believes_forwarded_addresses_only_from_trusted_proxies(tmp_path: 
     behind = server_options(make_config(url, server={"trusted_proxies": ["10.0.0.0/8"]}))
     assert behind["forwarded_allow_ips"] == ["10.0.0.0/8"]
     assert server_options(make_config(url, server={"trusted_proxies": []}))["proxy_headers"] is False
+
+
+class Served:
+    """A `handoff serve` subprocess and what it printed (read by threads, so it never blocks)."""
+
+    def __init__(self, process: subprocess.Popen[str], base_url: str) -> None:
+        self.process, self.base_url = process, base_url
+        self.started = threading.Event()
+        self.output: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.readers = [threading.Thread(target=self._read, args=(name,), daemon=True) for name in self.output]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, name: str) -> None:
+        for line in getattr(self.process, name):
+            self.output[name].append(line)
+            if "Application startup complete" in line:
+                self.started.set()
+
+    def printed(self, name: str) -> str:
+        for reader in self.readers:
+            reader.join(timeout=10)
+        return "".join(self.output[name])
+
+
+@contextmanager
+def serving(tmp_path: Path) -> Iterator[Served]:
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "desk.yaml"
+    config.write_text(f"server: {{host: 127.0.0.1, port: {port}}}\n"
+                      f"database_url: sqlite:///{tmp_path / 'desk.db'}\n"
+                      "fronts: [{kind: web}]\n"
+                      "channels: [{id: 1, kind: owner_inbox, label: Owner inbox}]\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve", "--config", str(config)], cwd=ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"},
+    )
+    served = Served(process, f"http://127.0.0.1:{port}")
+    try:
+        assert served.started.wait(60), f"the server did not start: {served.output['stderr']}"
+        yield served
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+async def test_serve_answers_open_long_polls_and_stops_cleanly(tmp_path: Path, stop: signal.Signals) -> None:
+    with serving(tmp_path) as served:
+        async with httpx.AsyncClient(base_url=served.base_url, timeout=30) as client:
+            cid = (await client.post("/api/conversations", json={})).json()["conversation_id"]
+            token = (await client.post("/chat/api/conversations", json={})).json()["token"]
+            version = (await client.get("/inbox/updates", params={"wait": 0})).json()["version"]  # an open inbox
+            polls = [
+                asyncio.create_task(client.get(f"/api/conversations/{cid}/messages", params={"after": 10**6, "wait": 25})),
+                asyncio.create_task(client.get("/chat/api/messages", params={"after": 10**6, "wait": 25},
+                                               headers={"X-Chat-Token": token})),
+                asyncio.create_task(client.get("/inbox/updates", params={"since": version, "wait": 25})),
+            ]
+            async with asyncio.timeout(20):  # the three requests parked on the server's bus
+                while "handoff_long_polls_waiting 3.0" not in (await client.get("/metrics")).text:
+                    await asyncio.sleep(0.05)
+            stopped_at = time.monotonic()
+            served.process.send_signal(stop)
+            async with asyncio.timeout(3):  # 25 s were left: answered at once, not held or cut off
+                answers = await asyncio.gather(*polls)
+        for answer in answers:
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "2"
+            assert answer.json()["error"] == "shutting_down"
+        assert served.process.wait(10) == 0
+        assert time.monotonic() - stopped_at < 5, "the shutdown waited for something"
+    stderr = served.printed("stderr")
+    assert "Traceback" not in stderr + served.printed("stdout")
+    assert "graceful shutdown exceeded" not in stderr
+    assert " 500 " not in stderr
+    assert "Application shutdown complete" in stderr

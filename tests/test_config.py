@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, get_args
 
 import pytest
+from pydantic import BaseModel, SecretStr
 
-from bot.config import Config, ConfigError, config_warnings, expand_env, format_duration, load_config, parse_duration
+from bot.config import (
+    Config,
+    ConfigError,
+    HttpActionRun,
+    OpenAIAgentConfig,
+    WebhookAgentConfig,
+    config_warnings,
+    expand_env,
+    format_duration,
+    load_config,
+    parse_duration,
+)
+from channels import adapter_class, known_kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {"secret_key": "0123456789abcdef0123", "channels": [{"id": 1, "kind": "owner_inbox", "label": "Inbox"}]}
@@ -75,6 +91,21 @@ def test_unknown_channel_kind_suggests_the_closest() -> None:
     ]
 
 
+def test_a_channels_public_name_defaults_to_our_team_and_must_read_as_one_line() -> None:
+    inbox = {"id": 1, "kind": "owner_inbox", "label": "Owner inbox"}
+    assert Config.from_mapping({"channels": [inbox]}).channels[0].public_name == "our team"
+    named = Config.from_mapping({"channels": [{**inbox, "public_name": "the Acme support team"}]})
+    assert named.channels[0].public_name == "the Acme support team"
+    with pytest.raises(ConfigError) as caught:
+        Config.from_mapping({"channels": [{**inbox, "public_name": "our\nteam"}, {**inbox, "id": 2, "public_name": " us"},
+                                          {**inbox, "id": 3, "public_name": ""}]})
+    assert [str(p) for p in caught.value.problems] == [
+        "channels[0].public_name: must be one line of plain text (no line breaks or control characters)",
+        "channels[1].public_name: must not start or end with spaces",  # refused, never trimmed behind the owner's back
+        "channels[2].public_name: String should have at least 1 character",
+    ]
+
+
 def test_every_problem_is_reported_at_once_with_paths() -> None:
     data = {
         "secret_key": "short",
@@ -131,12 +162,159 @@ def test_secrets_are_masked_in_repr_and_warnings_explain_defaults() -> None:
     assert any(w.startswith("channels: no enabled channel") for w in warnings)
 
 
-def test_yaml_syntax_errors_name_the_line(tmp_path: Path) -> None:
+def yaml_problem_of(tmp_path: Path, text: str) -> str:
     path = tmp_path / "bad.yaml"
-    path.write_text("server:\n  host: [unclosed\n")
+    path.write_text(text)
     with pytest.raises(ConfigError) as caught:
         load_config(path, env={})
-    assert "is not valid YAML: line 3" in str(caught.value)
+    [problem] = caught.value.problems
+    return str(problem)
+
+
+def test_yaml_syntax_errors_name_the_line(tmp_path: Path) -> None:
+    problem = yaml_problem_of(tmp_path, "server:\n  host: [unclosed\n")
+    assert "is not valid YAML: line 3, column 1: expected ',' or ']', but got '<stream end>'; a [ that is not closed" in problem
+    assert problem.endswith("    2 |   host: [unclosed\n      |         ^ started here")
+
+
+def test_a_yaml_indentation_error_says_so_and_shows_the_line(tmp_path: Path) -> None:
+    problem = yaml_problem_of(tmp_path, "channels:\n  - id: 1\n    kind: slack\n    bot_token: xoxb-1-SECRET\n   label: Sales\n")
+    first, *shown = problem.splitlines()
+    assert first.endswith("line 5, column 4: expected <block end>, but found '<block mapping start>'; probably indentation: "
+                          "the keys of one mapping start in the same column, a nested key further right than its parent")
+    assert shown == [
+        "    2 |   - id: 1",
+        "      |   ^ started here",
+        "  …",
+        "    4 |     bot_token: *************",  # shown lines mask secret-looking values
+        "    5 |    label: Sales",
+        "      |    ^",
+    ]
+
+
+def test_a_tab_in_yaml_is_named(tmp_path: Path) -> None:
+    problem = yaml_problem_of(tmp_path, "server:\n\thost: 127.0.0.1\n")
+    assert "line 2, column 1: found character '\\t' that cannot start any token; a tab: YAML indents with spaces only" in problem
+    assert problem.endswith("    2 | →host: 127.0.0.1\n      | ^")
+
+
+# --------------------------------------------------------------------------- missing secrets
+
+
+def secret_fields(model: type[BaseModel], where: str) -> Iterator[tuple[str, Any]]:
+    """Every required secret of a model and of the models it holds, with its key path."""
+    for name, field in model.model_fields.items():
+        inner = [a for a in (field.annotation, *get_args(field.annotation)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        for nested in inner:
+            yield from secret_fields(nested, f"{where}.{name}")
+        if field.is_required() and SecretStr in (field.annotation, *get_args(field.annotation)):
+            yield f"{where}.{name}", field
+
+
+def every_required_secret() -> list[tuple[str, Any]]:
+    models: list[tuple[str, type[BaseModel]]] = [(f"agent({m.__name__})", m) for m in (OpenAIAgentConfig, WebhookAgentConfig)]
+    models.append(("run", HttpActionRun))
+    for kind in known_kinds():
+        adapter = adapter_class(kind)
+        models += [(kind, adapter.config_model)] + ([(f"{kind} front", adapter.front_model)] if adapter.front_model else [])
+    return [found for where, model in models for found in secret_fields(model, where)]
+
+
+def test_every_required_secret_says_what_it_is_and_where_to_find_it() -> None:
+    """The descriptions are what check-config shows for a missing secret: "what it is: where it comes from"."""
+    secrets = every_required_secret()
+    assert {where for where, _ in secrets} >= {
+        "telegram.bot_token", "slack.bot_token", "slack.signing_secret", "discord.bot_token", "whatsapp.auth_token",
+        "agent(WebhookAgentConfig).secret", "run.secret",
+    }
+    unexplained = [where for where, field in secrets if ": " not in (field.description or "")]
+    assert unexplained == [], "these secrets do not say what they are and where their value comes from"
+
+
+@pytest.mark.parametrize(("channel", "key", "where"), [
+    ({"kind": "telegram", "chat_id": -1001234}, "bot_token", "@BotFather gives it on /newbot"),
+    ({"kind": "slack", "bot_token": "xoxb-1-2", "channel": "C0123"}, "signing_secret", "Basic Information → App Credentials"),
+    ({"kind": "discord", "channel_id": 123456789012345678}, "bot_token", "Bot → Reset Token"),
+    ({"kind": "whatsapp", "account_sid": "AC" + "0" * 32, "from": "+14155238886", "to": "+34600111222"},
+     "auth_token", "Twilio Console → Account Info"),
+])
+def test_a_missing_or_empty_secret_says_what_it_is_and_where_to_find_it(channel: dict, key: str, where: str) -> None:
+    for value in ({}, {key: ""}):  # left out, or set to an empty string
+        [problem] = problems({**BASE, "channels": [{"id": 1, "label": "Desk", **channel, **value}]})
+        assert problem.startswith(f"channels[0].{key}: required — "), problem
+        assert where in problem
+
+
+def test_an_unset_variable_is_reported_once_with_what_the_key_is(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("secret_key: 0123456789abcdef0123\nserver: {port: '${PORT}'}\n"
+                    "channels: [{id: 1, kind: telegram, label: T, chat_id: -1001234, bot_token: '${TELEGRAM_BOT_TOKEN}'}]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert [str(p) for p in caught.value.problems] == [
+        "server.port: environment variable PORT is not set (use ${PORT:-default} for a default)",
+        "channels[0].bot_token: environment variable TELEGRAM_BOT_TOKEN is not set (use ${TELEGRAM_BOT_TOKEN:-default} "
+        "for a default) — The bot's token (123456:ABC…): in Telegram, @BotFather gives it on /newbot and shows it again on /token.",
+    ]
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def test_an_openai_agent_without_base_url_is_warned_that_it_calls_the_hosted_api() -> None:
+    sibling = {"id": 7, "kind": "agent", "label": "Orders", "agent": {"kind": "openai", "model": "gpt-4o-mini"}}
+    config = Config.from_mapping({**BASE, "agent": {"kind": "openai", "model": "gpt-4o-mini"},
+                                  "channels": [*BASE["channels"], sibling]})
+    hosted = [w for w in config_warnings(config) if "OpenAI's hosted API" in w]
+    assert [w.split(":", 1)[0] for w in hosted] == ["agent.base_url", "channels[1].agent.base_url"]
+    assert "(https://api.openai.com/v1) and sends it the conversations" in hosted[0]
+    local = Config.from_mapping({**BASE, "agent": {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:11434/v1"}})
+    meant = Config.from_mapping({**BASE, "agent": {"kind": "openai", "model": "m", "base_url": "https://api.openai.com/v1"}})
+    assert not [w for w in config_warnings(local) + config_warnings(meant) if "hosted API" in w]
+
+
+# --------------------------------------------------------------------------- action callables
+
+
+def action_config(tmp_path: Path, spec: str) -> Path:
+    path = tmp_path / "desk.yaml"
+    path.write_text(f"secret_key: 0123456789abcdef0123\nchannels: [{{id: 1, kind: owner_inbox, label: Inbox}}]\n"
+                    f"actions: [{{id: lookup, description: Look an order up, policy: none, run: {{callable: '{spec}'}}}}]\n")
+    return path
+
+
+def test_a_callable_beside_the_config_file_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    module = f"desk_actions_{tmp_path.name}"
+    (tmp_path / f"{module}.py").write_text("def lookup(arguments):\n    return {'found': True}\n")
+    config = load_config(action_config(tmp_path, f"{module}:lookup"), env={})
+    assert config.actions[0].run.callable == f"{module}:lookup"
+    assert sys.path[-1] == str(tmp_path.resolve())  # after the installed packages: it shadows none of them
+
+
+def test_a_callable_that_cannot_be_imported_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    monkeypatch.setenv("PYTHONPATH", "/opt/desk-hooks")
+    with pytest.raises(ConfigError) as caught:
+        load_config(action_config(tmp_path, "no_such_hooks.orders:lookup"), env={})
+    assert [str(p) for p in caught.value.problems] == [
+        "actions[0].run.callable: cannot import 'no_such_hooks.orders:lookup': no module named 'no_such_hooks'; looked in "
+        f"PYTHONPATH (/opt/desk-hooks), the installed packages and the config file's folder ({tmp_path.resolve()})"
+    ]
+
+
+def test_a_callable_module_that_fails_or_lacks_the_function_says_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [*sys.path])
+    broken, module = f"desk_broken_{tmp_path.name}", f"desk_hooks_{tmp_path.name}"
+    (tmp_path / f"{broken}.py").write_text("import no_such_dependency\n")
+    (tmp_path / f"{module}.py").write_text("def lookup_order(arguments):\n    return {}\n")
+    for spec, expected in (
+        (f"{broken}:lookup", f"importing {broken} failed (ModuleNotFoundError: No module named 'no_such_dependency')"),
+        (f"{module}:lookup_ordr", f"{module} ({tmp_path.resolve() / module}.py) has no 'lookup_ordr'; did you mean 'lookup_order'?"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            load_config(action_config(tmp_path, spec), env={})
+        assert [str(p) for p in caught.value.problems] == [f"actions[0].run.callable: cannot import {spec!r}: {expected}"]
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

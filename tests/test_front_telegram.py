@@ -129,7 +129,7 @@ async def test_one_bot_serves_the_subscriber_and_the_staff_group_through_one_web
     assert dispatch["text"].startswith("Handoff ") and "Ana Silva needs a person" in dispatch["text"]
     assert "Ana Silva: My parcel 1234 is lost" in dispatch["text"]
     assert said_to(fake, ANA)[-1] == (
-        "I've asked Support (Telegram) to join — usually within the hour. Your messages now go straight to them.")
+        "I've asked our team to join — usually within the hour. Your messages now go straight to them.")
     [handoff] = [m for m in await harness.messages(conversation.id) if m.get("handoff_session_id")][:1]
     sid = handoff["handoff_session_id"]
 
@@ -150,7 +150,7 @@ async def test_one_bot_serves_the_subscriber_and_the_staff_group_through_one_web
     await deliver(harness, fake.message_update("/release resolved Re-shipped", reply_to=dispatch["message_id"], user=KIM))
     assert (await harness.handoff(sid))["state"] == "released"
     assert said_to(fake, ANA)[-2:] == [
-        "Support (Telegram) has handed the conversation back to the assistant.",
+        "Our team has handed the conversation back to the assistant.",
         "Thanks for waiting. Anything else I can help with?",
     ]
     assert not any(text.startswith("[Bot resumed") for text in said_to(fake, ANA))  # that note is for the agent
@@ -199,7 +199,7 @@ async def test_a_front_of_its_own_greets_answers_and_hands_off_to_another_channe
     # group traffic means nothing to a bot without a staff group, and nothing is sent there
     await fake.queue(fake.message_update("/release", user=SAM))
     await fake.queue(fake.private_update(PERSON))
-    await fake.wait_for(lambda: said_to(fake, ANA)[-1].startswith("I've asked Owner inbox to join"))
+    await fake.wait_for(lambda: said_to(fake, ANA)[-1].startswith("I've asked our team to join"))
     await harness.desk.settle()
     assert fake.sent_to(STAFF_CHAT_ID) == [] and await stored_events(harness) == 3
 
@@ -214,7 +214,7 @@ async def test_a_front_of_its_own_greets_answers_and_hands_off_to_another_channe
     response = await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
     assert response.status_code == 200, response.text
     await harness.desk.settle()
-    assert "Owner inbox has handed the conversation back to the assistant." in said_to(fake, ANA)
+    assert "Our team has handed the conversation back to the assistant." in said_to(fake, ANA)
     assert await harness.desk.channels.get(FRONT_ID).probe() == "@handoff_desk_bot, serving subscribers in private chats"
 
 

@@ -125,7 +125,7 @@ async def test_the_whole_story_on_one_number_staff_answer_and_everyone_else_is_a
     dispatch = chat(fake, ANA_PHONE)[-1]
     code = dispatch.split("*Handoff #", 1)[1].split("*", 1)[0]
     assert dispatch.startswith(f"*Handoff #{code}*: Carla needs a person")
-    assert chat(fake, CARLA_PHONE)[-1] == ("I've asked On-call (WhatsApp) to join — usually within the hour. "
+    assert chat(fake, CARLA_PHONE)[-1] == ("I've asked our team to join — usually within the hour. "
                                            "Your messages now go straight to them.")
 
     # the subscriber's words reach the staff, defused, with the short code
@@ -139,7 +139,7 @@ async def test_the_whole_story_on_one_number_staff_answer_and_everyone_else_is_a
     # /release: the subscriber hears the assistant is back, then the assistant itself
     await write(harness, fake, SHARED_URL, "/release resolved Parcel re-routed", sender=ANA_PHONE, profile_name="Sam")
     back, welcome = chat(fake, CARLA_PHONE)[-2:]
-    assert back == "On-call (WhatsApp) has handed the conversation back to the assistant."
+    assert back == "Our team has handed the conversation back to the assistant."
     assert welcome.endswith("Anything else I can help with?")
     assert chat(fake, ANA_PHONE)[-1].startswith(f"Handoff {code} released (resolved)")
     [resumed] = await harness.system_texts(cid)
@@ -297,7 +297,7 @@ async def test_a_front_of_its_own_takes_every_number_as_a_subscriber_and_is_neve
     await write(harness, fake, OWN_URL, "Hello", sender=ANA_PHONE, profile_name="Ana")  # no staff numbers: a subscriber
     assert chat(fake, ANA_PHONE)[-1].startswith("Hi Ana! I'm Assistant.")
     await write(harness, fake, OWN_URL, "I want to talk to a person")
-    assert chat(fake, CARLA_PHONE) == ["I've asked Owner inbox to join — usually within 1 business day. "
+    assert chat(fake, CARLA_PHONE) == ["I've asked our team to join — usually within 1 business day. "
                                        "Your messages now go straight to them."]
     conversation = await conversation_of(harness, CARLA_PHONE)
     assert conversation is not None
@@ -310,7 +310,7 @@ async def test_a_front_of_its_own_takes_every_number_as_a_subscriber_and_is_neve
     released = await harness.client.post(f"/api/handoffs/{handoff_id}/release", json={"outcome": "resolved"})
     assert released.status_code == 200, released.text
     await harness.desk.settle()
-    assert chat(fake, CARLA_PHONE)[-2] == "Owner inbox has handed the conversation back to the assistant."
+    assert chat(fake, CARLA_PHONE)[-2] == "Our team has handed the conversation back to the assistant."
 
 
 async def test_a_front_of_its_own_ignores_what_is_not_a_whatsapp_message(fake: FakeTwilio, start_desk: StartDesk) -> None:

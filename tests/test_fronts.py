@@ -38,7 +38,8 @@ async def front_desk(database_url: str) -> AsyncIterator[FrontDesk]:
     async def start(*, shared: bool = False, greeting: str | None = None, limit: int = 30) -> tuple[Harness, FrontChannel]:
         base = make_config(database_url)
         if shared:
-            staff = ChannelConfig(id=2, kind="scripted", label="Staff chat", estimated_response="within the hour")
+            staff = ChannelConfig(id=2, kind="scripted", label="Staff chat", public_name="the Acme team",
+                                  estimated_response="within the hour")
             front = ProviderFront(kind="scripted", name="chatapp", greeting=greeting, channel_id=2, shares_channel=True,
                                   settings=staff, max_messages_per_minute=limit)
             config = base.model_copy(update={"channels": [staff], "fronts": [front]})
@@ -159,8 +160,8 @@ async def test_a_handoff_through_one_adapter_serving_both_roles(front_desk: Fron
     await say(harness, adapter, "chat-1", PERSON, author="Ana")
     dispatch = next(o for o in adapter.sent if o.purpose == "dispatch")
     sid = dispatch.handoff_session_id
-    assert adapter.to_chat("chat-1")[-1].body == (
-        "I've asked Staff chat to join — usually within the hour. Your messages now go straight to them.")
+    assert adapter.to_chat("chat-1")[-1].body == (  # the channel's public name: "Staff chat" is the owner's label
+        "I've asked the Acme team to join — usually within the hour. Your messages now go straight to them.")
 
     await say(harness, adapter, "chat-1", "It was order 1234", author="Ana")
     assert [o.body for o in adapter.sent if o.purpose == "relay"] == ["It was order 1234"]
@@ -175,7 +176,7 @@ async def test_a_handoff_through_one_adapter_serving_both_roles(front_desk: Fron
     await harness.desk.inbound.submit_and_wait(2, _staff(sid, "/release resolved shipped", "Sam"))
     await harness.desk.settle()
     said = [o.body for o in adapter.to_chat("chat-1")]
-    assert said[-2] == "Staff chat has handed the conversation back to the assistant."
+    assert said[-2] == "The Acme team has handed the conversation back to the assistant."
     assert said[-1].startswith("Thanks for waiting.")
     cid = (await chat_conversation(harness, "chat-1")).id
     # the system note is for the agent, never for the subscriber's chat
@@ -277,10 +278,11 @@ def test_two_fronts_on_one_connection_are_refused_with_their_file_positions(sqli
 def test_a_front_takes_its_connection_keys_and_says_where_the_rest_belong(sqlite_url: str) -> None:
     with pytest.raises(ConfigError) as caught:
         make_config(sqlite_url, fronts=[{"kind": "telegram", "bot_token": "123:abc", "chat_id": -100, "label": "Bot",
-                                         "bot_tokn": "x"}])
+                                         "public_name": "us", "bot_tokn": "x"}])
     problems = [str(p) for p in caught.value.problems]
     assert problems[0].startswith("fronts[0].chat_id: belongs on a channel (channels[]), where a handoff is sent; "
                                   "a front only takes kind, name, id, greeting, max_messages_per_minute, bot_token, mode")
     assert problems[1].startswith("fronts[0].label: belongs on a channel")
-    assert problems[2].startswith("fronts[0].bot_tokn: unknown key; did you mean 'bot_token'?")
+    assert problems[2].startswith("fronts[0].public_name: belongs on a channel")  # who subscribers wait for
+    assert problems[3].startswith("fronts[0].bot_tokn: unknown key; did you mean 'bot_token'?")
     assert "123:abc" not in str(caught.value)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from bot.handoffs import parse_release_command
+from bot.handoffs import OnTheLine, parse_release_command
 from bot.models import HandoffSession, Message
 from channels.base import InboundMessage, PermanentChannelError, TransientChannelError
 from tests.conftest import Harness, StartDesk
@@ -44,6 +44,22 @@ async def test_handoff_request_starts_an_active_session(harness: Harness) -> Non
     events = await harness.events(sid)
     assert [e["kind"] for e in events] == ["handoff_requested", "handoff_activated"]
     assert events[0]["id"] == result["handoff_event_id"]
+
+
+async def test_who_is_on_the_line_is_decided_by_replies_not_by_the_dispatch(harness: Harness) -> None:
+    handoffs = harness.desk.handoffs
+    cid = await harness.conversation()
+    assert await handoffs.on_the_line(cid) is None
+    first = (await harness.start_handoff(cid))["handoff_session_id"]
+    waiting = OnTheLine(joined=False, name="our team", estimated_response="within 1 business day")
+    assert await handoffs.on_the_line(cid) == waiting  # notified is not joined
+    await handoffs.recipient_message(first, "Hi, Sam here.", author="Sam", via="test")
+    await handoffs.recipient_message(first, "Kim too.", author="Kim", via="test")
+    assert await handoffs.on_the_line(cid) == OnTheLine(joined=True, name="Sam", estimated_response="within 1 business day")
+    await harness.client.post(f"/api/handoffs/{first}/release", json={})
+    assert await handoffs.on_the_line(cid) is None
+    await harness.start_handoff(cid)
+    assert await handoffs.on_the_line(cid) == waiting  # the earlier handoff's replies do not count for this one
 
 
 async def test_dispatch_text_carries_the_brief_and_transcript(start_desk: StartDesk, scripted) -> None:

@@ -56,7 +56,8 @@ TRANSCRIPT_FILES = {
     "bad.yaml": "handoff: {idle_timeout: forever}\n"
                 "channels:\n"
                 "  - {id: 1, kind: owner_inbox, label: Owner inbox}\n"
-                "  - {id: 2, kind: owner_inbx, label: Backup inbox}\n",
+                "  - {id: 2, kind: owner_inbx, label: Backup inbox}\n"
+                "  - {id: 3, kind: slack, label: Sales, bot_token: xoxb-1, channel: C0123}\n",
 }
 
 

@@ -25,7 +25,7 @@ async def test_asking_for_a_person_starts_a_handoff_through_the_rules_agent(harn
     body = await harness.say(cid, "Can I talk to a person please?")
     sid = body["handoff_session_id"]
     assert body["routed_to"] == "agent" and sid
-    assert body["replies"][0]["text"].startswith("I've asked Owner inbox to join — usually within 1 business day.")
+    assert body["replies"][0]["text"].startswith("I've asked our team to join — usually within 1 business day.")
     handoff = await harness.handoff(sid)
     assert handoff["state"] == "active"
     assert '"My parcel 1234 is lost"' in handoff["summary"] and "Ana (ana@example.com)" in handoff["summary"]

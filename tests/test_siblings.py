@@ -67,6 +67,8 @@ async def test_the_sibling_gets_the_brief_and_speaks_first(start_desk: StartDesk
     names = [t["function"]["name"] for t in first["tools"]]
     assert "handoff_release" in names and "handoff_request" not in names  # no ping-pong
     assert human_texts(await harness.messages(cid)) == ["Hi Ana, I'm checking order 1234 now."]
+    # signed with the name subscribers know the channel by, not the owner's label for it
+    assert [m["author"] for m in await harness.messages(cid) if m["role"] == "human"] == ["our team"]
 
 
 async def test_subscriber_and_sibling_talk_until_the_sibling_hands_back(start_desk: StartDesk, sibling: FakeOpenAI) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from bot.clock import Clock, ManualClock
 from bot.models import HandoffSession
@@ -29,7 +32,7 @@ async def test_idle_release_with_the_real_scheduler(start_desk: StartDesk) -> No
     await harness.desk.settle()
     messages = await harness.messages(cid)
     assert messages[-3]["role"] == "agent" and messages[-3]["text"] == (
-        "The conversation with Owner inbox ended after 0.3 seconds without messages, so you're back with the assistant.")
+        "The conversation with our team ended after 0.3 seconds without messages, so you're back with the assistant.")
     assert messages[-2]["text"] == "[Bot resumed — the handoff ended after 0.3 seconds without activity. Outcome: unresolved.]"
     assert messages[-1]["role"] == "agent" and "Ask me to try reaching a person again" in messages[-1]["text"]
 
@@ -111,3 +114,20 @@ async def test_a_dispatch_interrupted_by_a_crash_is_failed_by_the_sweep(start_de
     result = await request
     assert result["error"] == "dispatch_failed" and result["details"]["human_notified"] is False
     assert (await harness.say(cid, "hello"))["routed_to"] == "agent"
+
+
+async def test_stopping_while_a_sweep_runs_ends_it_quietly(start_desk: StartDesk, caplog: pytest.LogCaptureFixture) -> None:
+    harness = await start_desk(clock=Clock(), run_timers=True)
+    timers = harness.desk.timers
+    entered, never = asyncio.Event(), asyncio.Event()
+
+    async def slow_step() -> None:
+        entered.set()
+        await never.wait()  # still running when the server stops
+
+    timers.also_on_sweep.append(slow_step)
+    timers.scheduler.modify_job("idle-sweep", next_run_time=datetime.now(UTC))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    await timers.stop()
+    assert not timers._running
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [], "stopping logged a failed job"
