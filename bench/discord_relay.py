@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 
 from bench.relay_harness import ACTION, SUMMARY, desk_with_handoffs, post_all  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
 from tests.fake_discord import BOT_USER, STAFF_CHANNEL, FakeDiscord  # noqa: E402
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.BeNcH1.discord-bot-token-for-bench"
@@ -66,7 +66,7 @@ async def bench_desk(fake: FakeDiscord, tmp: Path, conversations: int, messages:
 
 
 async def bench_adapter(fake: FakeDiscord, conversations: int, messages: int) -> tuple[float, list[float]]:
-    from bot.rendering import Renderer
+    from bot.domain.rendering import Renderer
     from channels.base import ChannelContext, HandoffBrief, Outbound
     from channels.discord import DiscordChannel, DiscordConfig
 

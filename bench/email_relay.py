@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 import aiosmtplib  # noqa: E402
 
 from bench.relay_harness import desk_with_handoffs, percentile, post_all  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
 from tests.fake_smtp import FakeSMTP  # noqa: E402
 
 LATENCY_SAMPLES = 100
@@ -71,7 +71,7 @@ async def bench_desk(server: FakeSMTP, tmp: Path, conversations: int, messages: 
 
 
 async def bench_adapter(server: FakeSMTP, conversations: int, messages: int) -> float:
-    from bot.rendering import Renderer
+    from bot.domain.rendering import Renderer
     from channels.base import ChannelContext, Outbound
     from channels.email import EmailChannel, EmailConfig
 

@@ -27,10 +27,10 @@ import httpx  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import HTMLResponse  # noqa: E402
 
-from bot.app import create_app  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
+from bot.web.app import create_app  # noqa: E402
 
 FIELDS = [
     {"name": "order_status", "type": "enum", "enum_values": ["shipped", "delayed", "lost"], "required": True},

@@ -63,11 +63,11 @@ from sqlalchemy import event, func, insert, select, text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine  # noqa: E402
 from sqlmodel import SQLModel  # noqa: E402
 
-from bot.app import create_app  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
-from bot.models import Conversation, HandoffEvent, HandoffSession, Message, OutboxItem  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
+from bot.store.models import Conversation, HandoffEvent, HandoffSession, Message, OutboxItem  # noqa: E402
+from bot.web.app import create_app  # noqa: E402
 
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
 ACTION = "Look up order #1234 and tell Ana when it will arrive."

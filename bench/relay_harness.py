@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 import httpx  # noqa: E402
 
-from bot.app import create_app  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
+from bot.web.app import create_app  # noqa: E402
 
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
 ACTION = "Look up order #1234 and tell Ana when it will arrive."

@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 
-from bot.app import create_app  # noqa: E402
-from bot.clock import Clock  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
+from bot.runtime.clock import Clock  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
+from bot.web.app import create_app  # noqa: E402
 from channels.base import Outbound  # noqa: E402
 from tests.fake_slack import FakeSlack  # noqa: E402
 

@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 import httpx  # noqa: E402
 
 from bench.relay_harness import percentile  # noqa: E402
-from bot.app import create_app  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
+from bot.web.app import create_app  # noqa: E402
 from tests.fake_telegram import FakeTelegram  # noqa: E402
 
 TOKEN = "123456:BENCH-token_abcdefghijklmnop"

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 
 from bench.relay_harness import desk_with_handoffs, post_all  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
 from tests.fake_telegram import STAFF_CHAT_ID, FakeTelegram  # noqa: E402
 
 TOKEN = "123456:BENCH-token_abcdefghijklmnop"
@@ -94,7 +94,7 @@ async def bench_bare(fake: FakeTelegram, conversations: int, messages: int) -> f
 async def bench_adapter(fake: FakeTelegram, conversations: int, messages: int) -> float:
     """The same relays through TelegramChannel.send alone (rendering, escaping, error
     mapping), without the core: what the adapter adds to the bare SDK."""
-    from bot.rendering import Renderer
+    from bot.domain.rendering import Renderer
     from channels.base import ChannelContext, Outbound
     from channels.telegram import TelegramChannel, TelegramConfig
 

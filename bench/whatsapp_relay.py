@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 
 from bench.relay_harness import desk_with_handoffs, percentile, post_all  # noqa: E402
-from bot.logs import configure_logging  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio  # noqa: E402
 
 TEXT = "c{c} message {k}: is there any news on my order? It was due on *Monday* & I need it soon."

@@ -41,10 +41,10 @@ def serve(
     port: int | None = typer.Option(None, help="Override server.port."),
 ) -> None:
     """Run the server. Creates or upgrades the database schema on start."""
-    from bot.app import create_app
     from bot.desk import Desk
-    from bot.logs import configure_logging
-    from bot.server import serve_until_stopped
+    from bot.runtime.logs import configure_logging
+    from bot.web.app import create_app
+    from bot.web.server import serve_until_stopped
 
     cfg = _load_or_exit(config)
     if host or port:
@@ -71,7 +71,7 @@ def server_options(cfg: Config) -> dict[str, Any]:
         "host": cfg.server.host, "port": cfg.server.port, "log_level": cfg.logging.level, "server_header": False,
         "proxy_headers": bool(cfg.server.trusted_proxies),
         "forwarded_allow_ips": [str(n) for n in cfg.server.trusted_proxies],
-        # Long-polls are answered as shutdown begins (bot/server.py); this bounds the wait
+        # Long-polls are answered as shutdown begins (bot/web/server.py); this bounds the wait
         # for other requests still running, below the 10 s a container stop allows.
         "timeout_graceful_shutdown": 5,
     }
@@ -137,7 +137,7 @@ def db_upgrade(
     database_url: str | None = typer.Option(None, "--database-url", envvar="HANDOFF_DATABASE_URL", help="Or give the URL."),
 ) -> None:
     """Apply the database migrations (alembic) up to the newest."""
-    from bot.db import Database
+    from bot.store.db import Database
 
     if config is None and database_url is None:
         typer.echo("give --config FILE or --database-url URL", err=True)
@@ -192,8 +192,8 @@ def mcp(
     """
     import ipaddress
 
-    from bot.client import DeskClient
-    from bot.mcp_server import McpBridge, http_app, serve_stdio
+    from bot.clients.client import DeskClient
+    from bot.clients.mcp_server import McpBridge, http_app, serve_stdio
 
     if config is not None:
         cfg = _load_or_exit(config)

@@ -21,12 +21,12 @@ from rich.panel import Panel
 from rich.text import Text
 from sqlalchemy import select
 
-from bot.app import create_app
-from bot.clock import ManualClock
 from bot.config import Config, format_duration
 from bot.desk import Desk
-from bot.logs import configure_logging
-from bot.models import OutboxItem
+from bot.runtime.clock import ManualClock
+from bot.runtime.logs import configure_logging
+from bot.store.models import OutboxItem
+from bot.web.app import create_app
 from channels.base import InboundMessage
 
 ROLE_STYLE = {"subscriber": "bold cyan", "agent": "bold green", "human": "bold magenta", "system": "bold yellow"}

@@ -15,32 +15,33 @@ from typing import Any
 import structlog
 from sqlalchemy import select
 
-from bot import audit, conversations
 from bot.agents import Agent, build_agent
-from bot.approvals import Approvals
-from bot.background import Background
-from bot.bus import ConversationBus
-from bot.channel_set import ChannelSet
-from bot.clock import Clock
 from bot.config import Config
-from bot.db import Database
-from bot.fronts import Fronts
-from bot.handoffs import Handoffs
-from bot.inbound import Inbound
-from bot.metrics import Metrics
-from bot.models import HandoffEvent, HandoffSession
-from bot.outbox import Outbox
-from bot.rendering import Renderer
-from bot.retention import Retention
-from bot.router import Router
-from bot.shared_lines import SharedLines
-from bot.siblings import Siblings
-from bot.timers import IdleTimers
+from bot.delivery.channel_set import ChannelSet
+from bot.delivery.outbox import Outbox
+from bot.delivery.retention import Retention
+from bot.domain import conversations
+from bot.domain.approvals import Approvals
+from bot.domain.handoffs import Handoffs
+from bot.domain.rendering import Renderer
+from bot.domain.timers import IdleTimers
+from bot.domain.user_actions import UserActions
+from bot.flow.fronts import Fronts
+from bot.flow.inbound import Inbound
+from bot.flow.router import Router
+from bot.flow.shared_lines import SharedLines
+from bot.flow.siblings import Siblings
+from bot.runtime.background import Background
+from bot.runtime.bus import ConversationBus
+from bot.runtime.clock import Clock
+from bot.runtime.metrics import Metrics
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import HandoffEvent, HandoffSession
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
 from bot.tools.user_actions import RequestUserActionTool, ResponseUserActionTool
-from bot.user_actions import UserActions
 from channels.base import ChannelAdapter, ChannelContext
 from forms.links import FormLinks
 
@@ -137,7 +138,7 @@ class Desk:
         self.started = False
 
     def _shared_line(self, channel_id: int) -> bool:
-        """A channel without threads puts all its handoffs on one line (bot/shared_lines.py)."""
+        """A channel without threads puts all its handoffs on one line (bot/flow/shared_lines.py)."""
         adapter = self.channels.get(channel_id)
         return adapter is not None and not adapter.capabilities.threads
 

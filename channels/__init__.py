@@ -12,7 +12,7 @@ from channels.base import ChannelAdapter
 
 # kind -> "module:Class". Add a provider by adding its module and one line here.
 ADAPTERS: dict[str, str] = {
-    "agent": "bot.siblings:AgentChannel",  # a sibling agent: core, not a provider
+    "agent": "bot.flow.siblings:AgentChannel",  # a sibling agent: core, not a provider
     "discord": "channels.discord:DiscordChannel",
     "email": "channels.email:EmailChannel",
     "owner_inbox": "channels.owner_inbox:OwnerInboxChannel",

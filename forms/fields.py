@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bot.errors import DeskError
-from bot.text import CleanStr, scrub
+from bot.runtime.text import CleanStr, scrub
 
 FieldType = Literal["string", "multiline", "number", "boolean", "enum", "date", "url"]
 FIELD_TYPES: tuple[str, ...] = ("string", "multiline", "number", "boolean", "enum", "date", "url")

@@ -25,7 +25,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.errors import DeskError
-from bot.models import FormLink, HandoffSession
+from bot.store.models import FormLink, HandoffSession
 
 SALT = "handoff-desk.return-form.v1"
 

@@ -19,9 +19,9 @@ from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 
 from bot.desk import Desk
-from bot.handoffs import stored_fields
-from bot.models import OUTCOMES, FormLink, HandoffSession
-from bot.web import render_page, same_origin
+from bot.domain.handoffs import stored_fields
+from bot.store.models import OUTCOMES, FormLink, HandoffSession
+from bot.web.pages import render_page, same_origin
 from forms.fields import ReturnField, ReturnValuesInvalid, coerce_returned
 from forms.links import FormLinks, LinkUnavailable
 

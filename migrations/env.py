@@ -15,8 +15,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlmodel import SQLModel
 
-import bot.models  # noqa: F401  (registers the tables on SQLModel.metadata)
-from bot.db import async_url
+import bot.store.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from bot.store.db import async_url
 
 target_metadata = SQLModel.metadata
 

@@ -20,10 +20,10 @@ import httpx
 import pytest
 import uvicorn
 
-from bot.app import create_app
-from bot.clock import Clock, ManualClock
 from bot.config import Config
 from bot.desk import Desk
+from bot.runtime.clock import Clock, ManualClock
+from bot.web.app import create_app
 from channels.base import ChannelAdapter
 from tests.fakes import ScriptedChannel
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.config import Config, ConfigError
-from bot.router import FALLBACK_REPLY
+from bot.flow.router import FALLBACK_REPLY
 from tests.conftest import SECRET, Harness, StartDesk
 from tests.fake_openai import FakeOpenAI
 
@@ -167,5 +167,5 @@ async def test_nothing_runs_after_a_call_that_ended_the_turn(start_desk: StartDe
     async with harness.desk.db.read() as session:
         from sqlalchemy import func, select
 
-        from bot.models import UserAction
+        from bot.store.models import UserAction
         assert await session.scalar(select(func.count()).select_from(UserAction)) == 0

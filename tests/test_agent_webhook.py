@@ -13,7 +13,7 @@ from aiohttp import web
 
 from bot.agents.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidSignature, sign, verify
 from bot.config import Config, ConfigError
-from bot.router import FALLBACK_REPLY
+from bot.flow.router import FALLBACK_REPLY
 from tests.conftest import SECRET, Harness, StartDesk
 
 BOT_SECRET = "owner-bot-secret-0123456789"

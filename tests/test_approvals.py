@@ -56,7 +56,7 @@ async def kinds(harness: Harness) -> list[str]:
     async with harness.desk.db.read() as session:
         from sqlalchemy import select
 
-        from bot.models import HandoffEvent
+        from bot.store.models import HandoffEvent
         return list((await session.scalars(select(HandoffEvent.kind).order_by(HandoffEvent.id))).all())
 
 
@@ -242,7 +242,7 @@ async def test_a_failing_action_is_reported_not_retried(start_desk: StartDesk) -
     async with harness.desk.db.read() as session:
         from sqlalchemy import select
 
-        from bot.models import HandoffEvent
+        from bot.store.models import HandoffEvent
         failed = (await session.scalars(select(HandoffEvent).where(HandoffEvent.kind == "action_failed"))).one()
     assert failed.detail["detail"] == "payment provider said no"
 
@@ -284,7 +284,7 @@ async def test_an_http_action_gets_a_signed_request_with_the_approved_arguments(
 async def test_a_decision_a_crash_interrupted_is_finished_or_reported_on_the_next_sweep(start_desk: StartDesk) -> None:
     from sqlalchemy import update
 
-    from bot.models import Approval
+    from bot.store.models import Approval
 
     harness, _, cid = await start(start_desk)
     unstarted = (await call(harness, cid, order_id="1", amount=5))["approval_id"]

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from bot.bus import ConversationBus
 from bot.errors import ShuttingDown
+from bot.runtime.bus import ConversationBus
 
 
 async def parked(bus: ConversationBus, count: int) -> None:

@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import Config, ConfigError
-from bot.models import InboundEvent
-from bot.rendering import Renderer
+from bot.domain.rendering import Renderer
+from bot.store.models import InboundEvent
 from channels.base import (
     ChannelAuthError,
     ChannelContext,
@@ -837,7 +837,7 @@ async def test_without_the_prompts_receipt_the_closing_notice_searches_the_chann
 ) -> None:
     from sqlalchemy import update
 
-    from bot.models import OutboxItem
+    from bot.store.models import OutboxItem
 
     h = await approvals_desk(start_desk, fake)
     cid = await h.conversation("Ana")

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import ConfigError
-from bot.models import InboundEvent
-from bot.rendering import Renderer
+from bot.domain.rendering import Renderer
+from bot.store.models import InboundEvent
 from channels.base import (
     ChannelAuthError,
     ChannelContext,

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import Config, ConfigError
-from bot.models import InboundEvent
-from bot.rendering import Renderer
+from bot.domain.rendering import Renderer
+from bot.store.models import InboundEvent
 from channels.base import ChannelAuthError, ChannelContext, Outbound, TranscriptLine
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
 from tests.approval_actions import refund_action as shared_refund_action

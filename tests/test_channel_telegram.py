@@ -22,8 +22,8 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import func, select
 
-from bot.models import InboundEvent
-from bot.rendering import Renderer
+from bot.domain.rendering import Renderer
+from bot.store.models import InboundEvent
 from channels.base import (
     ChannelAuthError,
     ChannelContext,

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from bot.models import InboundEvent
-from bot.rendering import Renderer
+from bot.domain.rendering import Renderer
+from bot.store.models import InboundEvent
 from channels.base import (
     ChannelAuthError,
     ChannelContext,

@@ -109,7 +109,7 @@ async def test_a_pending_user_action_has_steps_and_done(start_desk: StartDesk) -
     async with harness.desk.db.read() as session:  # the page never learns its conversation id; the test looks it up
         from sqlalchemy import select
 
-        from bot.models import Conversation
+        from bot.store.models import Conversation
         cid = (await session.scalars(select(Conversation.id))).one()
     await harness.desk.call_tool(cid, "request_user_action", {
         "reason": "permission_confirmation", "details": "Your browser will ask to share your location.",
@@ -204,7 +204,7 @@ def test_the_client_address_believes_only_trusted_proxies() -> None:
 
     from starlette.requests import Request
 
-    from bot.chat import address_key, client_ip
+    from bot.web.chat import address_key, client_ip
 
     def request(peer: str, *forwarded: str) -> Request:
         headers = [(b"x-forwarded-for", value.encode()) for value in forwarded]

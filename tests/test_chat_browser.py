@@ -130,7 +130,7 @@ def assert_phone_layout(layout: dict[str, Any], when: str) -> None:
 async def test_on_a_phone_the_newest_message_stays_above_the_composer(served: tuple[Desk, str], page: Any) -> None:
     from sqlalchemy import select
 
-    from bot.models import HandoffSession
+    from bot.store.models import HandoffSession
 
     desk, base = served
     await page.set_viewport_size({"width": 375, "height": 812})
@@ -174,7 +174,7 @@ async def subscriber_texts(desk: Desk, text: str) -> int:
     """How many times the desk stored this subscriber message."""
     from sqlalchemy import func, select
 
-    from bot.models import Message
+    from bot.store.models import Message
 
     async with desk.db.read() as session:
         return int(await session.scalar(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from bot.app import create_app
-from bot.client import DeskApiError, DeskClient
+from bot.clients.client import DeskApiError, DeskClient
+from bot.web.app import create_app
 from tests.conftest import Harness, StartDesk
 
 

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from bot import conversations
-from bot.db import Database
-from bot.models import HandoffSession
+from bot.domain import conversations
+from bot.store.db import Database
+from bot.store.models import HandoffSession
 
 
 async def test_the_database_allows_one_open_handoff_per_conversation(database_url: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from bot.models import Message
+from bot.store.models import Message
 from forms.links import FormLinks
 from tests.conftest import Harness, StartDesk
 
@@ -249,8 +249,8 @@ async def test_pages_carry_security_headers_and_escape_everything(harness: Harne
 
 
 def test_every_html_template_is_autoescaped() -> None:
-    from bot.paths import TEMPLATES_DIR
-    from bot.rendering import Renderer
+    from bot.domain.rendering import Renderer
+    from bot.runtime.paths import TEMPLATES_DIR
 
     env = Renderer().env
     html_templates = [p.relative_to(TEMPLATES_DIR).as_posix() for p in TEMPLATES_DIR.rglob("*.html")]

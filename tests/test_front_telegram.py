@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import ConfigError
-from bot.models import Conversation, HandoffEvent, InboundEvent
-from bot.rendering import Renderer
+from bot.domain.rendering import Renderer
+from bot.store.models import Conversation, HandoffEvent, InboundEvent
 from channels.base import (
     ChannelContext,
     InboundMessage,

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from bot import conversations
 from bot.config import ConfigError, ProviderFront
-from bot.models import Conversation, HandoffEvent, InboundEvent
-from bot.rendering import Renderer
+from bot.domain import conversations
+from bot.domain.rendering import Renderer
+from bot.store.models import Conversation, HandoffEvent, InboundEvent
 from channels.base import (
     ChannelContext,
     HandoffBrief,
@@ -265,7 +265,7 @@ async def test_a_reply_reported_undelivered_later_is_marked_failed_with_the_hint
         conversation.id, "subscriber", answer["sid"])
     assert late.detail["error"] == "undelivered (Twilio error 63016)" and "must write first" in late.detail["hint"]
     async with harness.desk.db.read() as session:
-        from bot.models import OutboxItem
+        from bot.store.models import OutboxItem
 
         item = await session.get(OutboxItem, late.detail["outbox_id"])
     assert item is not None and item.state == "failed" and "63016" in (item.last_error or "")

@@ -1,4 +1,4 @@
-"""The core side of provider fronts (bot/fronts.py): a chat is a conversation, everything the
+"""The core side of provider fronts (bot/flow/fronts.py): a chat is a conversation, everything the
 subscriber should read is delivered to their chat in order, and one adapter can serve both
 roles. The provider here is the scripted one (tests/fakes.py); the Telegram and WhatsApp
 front tests run the same story against fakes of their APIs."""
@@ -14,11 +14,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from bot.app import create_app
-from bot.clock import ManualClock
 from bot.config import ConfigError, ProviderFront
 from bot.desk import Desk
-from bot.models import Conversation, InboundEvent
+from bot.runtime.clock import ManualClock
+from bot.store.models import Conversation, InboundEvent
+from bot.web.app import create_app
 from channels.base import ChannelConfig, DeliveryFailure, InboundMessage, TransientChannelError, UserActionAnswer
 from tests.conftest import Harness, make_config
 from tests.fakes import FrontChannel
@@ -200,7 +200,7 @@ async def test_messages_wait_in_order_while_the_provider_is_down(front_desk: Fro
     assert [o.body.split("!")[0] for o in adapter.to_chat("chat-1")] == ["Hi Ana", "You're welcome"]
     cid = (await chat_conversation(harness, "chat-1")).id
     async with harness.desk.db.read() as session:
-        from bot.models import HandoffEvent
+        from bot.store.models import HandoffEvent
 
         kinds = (await session.scalars(select(HandoffEvent.kind).where(HandoffEvent.conversation_id == cid))).all()
     assert "delivery_retry_scheduled" in kinds and kinds.count("delivered_to_subscriber") == 2
@@ -219,7 +219,7 @@ async def test_a_delivery_reported_failed_later_is_recorded_on_its_conversation(
     await harness.desk.settle()
     cid = (await chat_conversation(harness, "chat-1")).id
     async with harness.desk.db.read() as session:
-        from bot.models import HandoffEvent, OutboxItem
+        from bot.store.models import HandoffEvent, OutboxItem
 
         late = (await session.scalars(select(HandoffEvent).where(HandoffEvent.kind == "delivery_failed_after_acceptance")
                                       .order_by(HandoffEvent.id))).all()

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from bot.handoffs import OnTheLine, parse_release_command
-from bot.models import HandoffSession, Message
+from bot.domain.handoffs import OnTheLine, parse_release_command
+from bot.store.models import HandoffSession, Message
 from channels.base import InboundMessage, PermanentChannelError, TransientChannelError
 from tests.conftest import Harness, StartDesk
 

@@ -213,7 +213,7 @@ async def decide_in_inbox(harness: Harness, aid: str, decision: str, **form: str
 async def test_pending_approvals_wait_in_the_inbox_with_escaped_arguments(start_desk: StartDesk) -> None:
     from sqlalchemy import select
 
-    from bot.models import OutboxItem
+    from bot.store.models import OutboxItem
 
     harness = await approval_desk(start_desk)
     cid = await harness.conversation(name="Ana <img src=x onerror=alert(1)>")
@@ -409,7 +409,7 @@ async def test_the_list_version_follows_handoffs_and_approvals(start_desk: Start
 async def test_a_waiting_list_request_returns_as_soon_as_a_message_arrives(
     harness: Harness, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bot import inbox
+    from bot.web import inbox
 
     monkeypatch.setattr(inbox, "RECHECK_SECONDS", 60.0)  # so only the bus can wake it within the test
     cid = await harness.conversation()

@@ -17,9 +17,9 @@ import httpx
 import pytest
 import uvicorn
 
-from bot.app import create_app
-from bot.clock import Clock
 from bot.desk import Desk
+from bot.runtime.clock import Clock
+from bot.web.app import create_app
 from channels.base import InboundMessage
 from tests import approval_actions
 from tests.conftest import CHROMIUM, make_config, shot

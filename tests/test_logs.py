@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from bot.logs import redact
+from bot.runtime.logs import redact
 
 TG = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 
@@ -19,7 +19,7 @@ def test_tokens_are_masked() -> None:
 
 def test_library_log_lines_are_masked_and_http_chatter_is_quiet() -> None:
     script = (
-        "import logging; from bot.logs import configure_logging; configure_logging('debug', 'console'); "
+        "import logging; from bot.runtime.logs import configure_logging; configure_logging('debug', 'console'); "
         f"logging.getLogger('httpx').warning('HTTP Request: POST https://api.telegram.org/bot{TG}/sendMessage'); "
         f"logging.getLogger('httpx').info('HTTP Request: POST https://api.telegram.org/bot{TG}/getMe'); "
         f"logging.getLogger('telegram.ext').error('failed with bot{TG}')"

@@ -18,11 +18,11 @@ import pytest
 import uvicorn
 from mcp import Client, MCPError, StdioServerParameters
 
-from bot.app import create_app
-from bot.client import DeskClient
-from bot.clock import Clock
+from bot.clients.client import DeskClient
+from bot.clients.mcp_server import McpBridge, http_app
 from bot.desk import Desk
-from bot.mcp_server import McpBridge, http_app
+from bot.runtime.clock import Clock
+from bot.web.app import create_app
 from channels.base import InboundMessage
 from tests.conftest import Harness, StartDesk, make_config
 

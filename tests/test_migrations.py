@@ -6,8 +6,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
-import bot.models  # noqa: F401
-from bot.db import Database
+import bot.store.models  # noqa: F401
+from bot.store.db import Database
 
 
 async def test_migrations_match_the_models(database_url: str) -> None:

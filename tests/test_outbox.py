@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from bot.models import OutboxItem
+from bot.store.models import OutboxItem
 from channels.base import Outbound, TransientChannelError
 from tests.conftest import StartDesk
 
@@ -188,7 +188,7 @@ async def test_an_expired_claim_is_taken_over_with_a_check_first(start_desk: Sta
 
 
 async def test_a_backlog_longer_than_one_chain_is_delivered_and_nothing_stays_claimed(start_desk: StartDesk, scripted) -> None:
-    from bot.outbox import CHAIN_LIMIT
+    from bot.delivery.outbox import CHAIN_LIMIT
 
     harness = await start_desk(adapters={1: scripted})
     cid = await harness.conversation()

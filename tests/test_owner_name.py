@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.responses import Response
 
-from bot.owner_name import COOKIE, DEFAULT_NAME, InvalidName, NameCookie, parse_name
+from bot.web.owner_name import COOKIE, DEFAULT_NAME, InvalidName, NameCookie, parse_name
 
 
 def test_a_name_keeps_what_the_owner_typed_inside_its_surrounding_spaces() -> None:

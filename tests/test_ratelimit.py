@@ -1,12 +1,12 @@
-"""Token buckets (bot/ratelimit.py): the whole allowance at once, then an even refill, and a
+"""Token buckets (bot/runtime/ratelimit.py): the whole allowance at once, then an even refill, and a
 bounded memory."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.clock import ManualClock
-from bot.ratelimit import TokenBuckets
+from bot.runtime.clock import ManualClock
+from bot.runtime.ratelimit import TokenBuckets
 
 
 def test_a_bucket_allows_a_burst_then_one_per_interval() -> None:

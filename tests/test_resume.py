@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.resume import resume_message
+from bot.domain.resume import resume_message
 
 
 def test_design_example_format() -> None:

@@ -1,4 +1,4 @@
-"""Pruning of delivery bookkeeping (bot/retention.py): finished rows past their age go,
+"""Pruning of delivery bookkeeping (bot/delivery/retention.py): finished rows past their age go,
 pending ones and the audit trail stay."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import ConfigError
-from bot.models import HandoffEvent, InboundEvent, OutboxItem
+from bot.store.models import HandoffEvent, InboundEvent, OutboxItem
 from channels.base import InboundMessage
 from tests.conftest import Harness, StartDesk, make_config
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from bot.models import OutboxItem
+from bot.store.models import OutboxItem
 from channels.base import InboundMessage
 from tests.conftest import Harness, StartDesk
 
@@ -190,7 +190,7 @@ async def test_multi_line_messages_cannot_pass_for_another_speaker(start_desk: S
 
 
 async def test_an_event_that_cannot_be_handled_is_marked_failed_not_stuck(harness: Harness) -> None:
-    from bot.models import InboundEvent
+    from bot.store.models import InboundEvent
 
     async with harness.desk.db.transaction() as session:
         event = InboundEvent(channel_id=1, dedupe_key="broken", payload={"not": "a message"}, received_at=harness.desk.clock.now())

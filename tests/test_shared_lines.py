@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from bot.models import InboundEvent
+from bot.store.models import InboundEvent
 from channels.base import InboundMessage, short_code_of
 from tests.conftest import Harness, StartDesk
 from tests.fakes import LineChannel, ScriptedChannel

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.config import Config, ConfigError
-from bot.models import Conversation
+from bot.store.models import Conversation
 from tests.conftest import SECRET, Harness, StartDesk
 from tests.fake_openai import FakeOpenAI
 

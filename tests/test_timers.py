@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.clock import Clock, ManualClock
-from bot.models import HandoffSession
+from bot.runtime.clock import Clock, ManualClock
+from bot.store.models import HandoffSession
 from tests.conftest import Harness, StartDesk
 
 

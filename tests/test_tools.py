@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from bot.models import HandoffSession
+from bot.store.models import HandoffSession
 from tests.conftest import Harness, StartDesk
 
 VALID = {
@@ -121,7 +121,7 @@ async def test_rejections_are_audited(harness: Harness) -> None:
     cid = await harness.conversation()
     await harness.tool(cid, "handoff_request", {**VALID, "summary": "short"})
     async with harness.desk.db.transaction() as session:
-        from bot.models import HandoffEvent
+        from bot.store.models import HandoffEvent
 
         events = (await session.scalars(select(HandoffEvent).where(HandoffEvent.conversation_id == cid))).all()
     assert [(e.kind, e.detail["error"]) for e in events] == [("handoff_request_rejected", "invalid_input")]

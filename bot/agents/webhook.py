@@ -14,7 +14,7 @@ and the bot answers `{"replies": ["…"], "tool_calls": [{"id": "1", "name": "ha
 `tool_results` (the loop in bot/agents/loop.py). The bot may also call the HTTP API's tool
 endpoints itself, at any time.
 
-Signature, for the owner to check with `verify()` (bot/signed_http.py, importable from here too):
+Signature, for the owner to check with `verify()` (bot/runtime/signed_http.py, importable from here too):
 `X-Handoff-Signature: v1=<hex HMAC-SHA256(secret, "<X-Handoff-Timestamp>." + raw body)>`;
 a request older than five minutes must be refused. `X-Handoff-Delivery` is the same for
 every retry of one request, so the bot can drop a repeat.
@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bot.agents import loop
 from bot.agents.base import Agent, Turn
 from bot.config import WebhookAgentConfig
-from bot.signed_http import (  # noqa: F401 - the owner's side imports verify from here
+from bot.runtime.signed_http import (  # noqa: F401 - the owner's side imports verify from here
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

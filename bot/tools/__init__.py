@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ValidationError
 
 from bot.errors import DeskError
-from bot.models import Conversation
+from bot.store.models import Conversation
 
 if TYPE_CHECKING:
-    from bot.channel_set import ChannelSet
-    from bot.handoffs import Handoffs
+    from bot.delivery.channel_set import ChannelSet
+    from bot.domain.handoffs import Handoffs
 
 
 class InvalidToolInput(Exception):

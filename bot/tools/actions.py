@@ -8,8 +8,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from bot.approvals import Approvals
 from bot.config import ActionConfig
+from bot.domain.approvals import Approvals
 from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result
 
 _GATE = (

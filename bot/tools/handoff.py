@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.handoffs import HandoffReleaseInput, HandoffRequestInput
+from bot.domain.handoffs import HandoffReleaseInput, HandoffRequestInput
 from bot.tools import Tool, ToolContext, model_schema, tool_error
 
 

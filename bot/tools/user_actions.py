@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.domain.user_actions import RequestUserActionInput, ResponseUserActionInput, UserActions
 from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result, model_schema
-from bot.user_actions import RequestUserActionInput, ResponseUserActionInput, UserActions
 
 
 class RequestUserActionTool(Tool):

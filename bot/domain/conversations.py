@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db import MESSAGE_HOOKS
 from bot.errors import NotFound
-from bot.models import Conversation, Message, new_id
-from bot.text import scrub
+from bot.runtime.text import scrub
+from bot.store.db import MESSAGE_HOOKS
+from bot.store.models import Conversation, Message, new_id
 from channels.base import TranscriptLine, UserActionPrompt
 
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}

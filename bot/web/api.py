@@ -16,13 +16,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 from sqlalchemy import text
 
-from bot.approvals import approval_view
-from bot.conversations import message_view
 from bot.desk import Desk
-from bot.handoffs import Outcome
-from bot.metrics import CONTENT_TYPE
-from bot.text import CleanStr
-from bot.user_actions import view as user_action_view
+from bot.domain.approvals import approval_view
+from bot.domain.conversations import message_view
+from bot.domain.handoffs import Outcome
+from bot.domain.user_actions import view as user_action_view
+from bot.runtime.metrics import CONTENT_TYPE
+from bot.runtime.text import CleanStr
 from channels.base import WebhookRequest
 
 MAX_WAIT_SECONDS = 30.0

@@ -18,10 +18,10 @@ from datetime import datetime
 import structlog
 from sqlalchemy import delete, select
 
-from bot.clock import Clock
 from bot.config import RetentionSettings
-from bot.db import Database
-from bot.models import InboundEvent, OutboxItem
+from bot.runtime.clock import Clock
+from bot.store.db import Database
+from bot.store.models import InboundEvent, OutboxItem
 
 log = structlog.get_logger(__name__)
 

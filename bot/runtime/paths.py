@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # bot/runtime/paths.py → the checkout (or site-packages)
 TEMPLATES_DIR = ROOT / "templates"
 MIGRATIONS_DIR = ROOT / "migrations"

@@ -26,9 +26,9 @@ import structlog
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.clock import Clock
-from bot.handoffs import Handoffs
-from bot.models import HandoffSession
+from bot.domain.handoffs import Handoffs
+from bot.runtime.clock import Clock
+from bot.store.models import HandoffSession
 
 log = structlog.get_logger(__name__)
 

@@ -19,7 +19,7 @@ through what, the argument hash) and what running the action returned, on the li
 on the handoff page of their conversation. The owner decides any approval, whichever
 channels its prompt went to: the inbox is the owner's own console, like the HTTP API.
 
-Who is speaking: replies from the inbox carry the name this browser chose (bot/owner_name.py,
+Who is speaking: replies from the inbox carry the name this browser chose (bot/web/owner_name.py,
 "Support" until then), so subscribers and the chat's "joined" line see a person, not a role.
 
 Return-form link: the handoff page shows the current link's state as forms/links.py decides
@@ -53,16 +53,16 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlalchemy import func, or_, select
 
-from bot.approvals import PENDING
-from bot.conversations import message_view, speaker
 from bot.desk import Desk
+from bot.domain.approvals import PENDING
+from bot.domain.conversations import message_view, speaker
+from bot.domain.handoffs import stored_fields
 from bot.errors import DeskError
-from bot.handoffs import stored_fields
-from bot.models import ACTIVE, OPEN_STATES, Approval, Conversation, FormLink, HandoffSession, Message
-from bot.owner_name import COOKIE as NAME_COOKIE
-from bot.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
-from bot.paths import TEMPLATES_DIR
-from bot.web import render_page, same_origin, secure_headers
+from bot.runtime.paths import TEMPLATES_DIR
+from bot.store.models import ACTIVE, OPEN_STATES, Approval, Conversation, FormLink, HandoffSession, Message
+from bot.web.owner_name import COOKIE as NAME_COOKIE
+from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
+from bot.web.pages import render_page, same_origin, secure_headers
 from channels.base import InboundMessage, pretty_arguments
 from channels.text import clip
 from forms.fields import preview_line

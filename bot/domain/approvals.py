@@ -35,19 +35,20 @@ from jsonschema import Draft202012Validator
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from bot import audit, conversations
-from bot.actions import ActionFailed, run_action
-from bot.background import Background
-from bot.bus import ConversationBus
-from bot.channel_set import ChannelSet
-from bot.clock import Clock
 from bot.config import ActionConfig
-from bot.db import Database
+from bot.delivery.channel_set import ChannelSet
+from bot.delivery.outbox import Outbox
+from bot.domain import conversations
+from bot.domain.actions import ActionFailed, run_action
+from bot.domain.rendering import Renderer
 from bot.errors import NotFound
-from bot.metrics import Metrics
-from bot.models import Approval, ApprovalGrant, Conversation, OutboxItem
-from bot.outbox import Outbox
-from bot.rendering import Renderer
+from bot.runtime.background import Background
+from bot.runtime.bus import ConversationBus
+from bot.runtime.clock import Clock
+from bot.runtime.metrics import Metrics
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import Approval, ApprovalGrant, Conversation, OutboxItem
 from channels.base import ApprovalBrief, Outbound, pretty_arguments
 
 log = structlog.get_logger(__name__)

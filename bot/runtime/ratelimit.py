@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from bot.clock import Clock
+from bot.runtime.clock import Clock
 
 
 class TokenBuckets:

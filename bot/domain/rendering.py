@@ -12,8 +12,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from bot.paths import TEMPLATES_DIR
-from bot.resume import one_line
+from bot.domain.resume import one_line
+from bot.runtime.paths import TEMPLATES_DIR
 
 
 def _autoescape(name: str | None) -> bool:

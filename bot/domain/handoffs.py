@@ -23,15 +23,20 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot import audit, conversations
-from bot.bus import ConversationBus
-from bot.channel_set import ChannelSet
-from bot.clock import Clock
 from bot.config import HandoffSettings, format_duration
-from bot.db import Database
+from bot.delivery.channel_set import ChannelSet
+from bot.delivery.outbox import DeliveryFailed, Outbox
+from bot.domain import conversations
+from bot.domain.rendering import Renderer
+from bot.domain.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
 from bot.errors import Conflict, NotFound, ToolFailure
-from bot.metrics import Metrics
-from bot.models import (
+from bot.runtime.bus import ConversationBus
+from bot.runtime.clock import Clock
+from bot.runtime.metrics import Metrics
+from bot.runtime.text import CleanStr
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import (
     ACTIVE,
     DISPATCHING,
     FAILED,
@@ -43,10 +48,6 @@ from bot.models import (
     OutboxItem,
     new_id,
 )
-from bot.outbox import DeliveryFailed, Outbox
-from bot.rendering import Renderer
-from bot.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
-from bot.text import CleanStr
 from channels.base import DEFAULT_PUBLIC_NAME, HandoffBrief, Outbound, Receipt
 from forms.fields import (
     MAX_RETURN_FIELDS,

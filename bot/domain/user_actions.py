@@ -37,19 +37,20 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot import audit, conversations
-from bot.actions import ActionFailed, run_action
-from bot.background import Background
-from bot.bus import ConversationBus
-from bot.clock import Clock
 from bot.config import Config
-from bot.db import Database
+from bot.domain import conversations
+from bot.domain.actions import ActionFailed, run_action
+from bot.domain.rendering import Renderer
 from bot.errors import DeskError, NotFound
-from bot.metrics import Metrics
-from bot.models import Conversation, UserAction
-from bot.rendering import Renderer
-from bot.signed_http import post_signed
-from bot.text import CleanStr
+from bot.runtime.background import Background
+from bot.runtime.bus import ConversationBus
+from bot.runtime.clock import Clock
+from bot.runtime.metrics import Metrics
+from bot.runtime.signed_http import post_signed
+from bot.runtime.text import CleanStr
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import Conversation, UserAction
 from channels.base import UserActionPrompt
 
 log = structlog.get_logger(__name__)

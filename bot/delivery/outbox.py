@@ -33,12 +33,12 @@ from sqlalchemy import and_, bindparam, event, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from bot import audit
-from bot.channel_set import ChannelSet
-from bot.clock import Clock
-from bot.db import Database
-from bot.metrics import Metrics
-from bot.models import ACTIVE, HandoffSession, OutboxItem
+from bot.delivery.channel_set import ChannelSet
+from bot.runtime.clock import Clock
+from bot.runtime.metrics import Metrics
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import ACTIVE, HandoffSession, OutboxItem
 from channels.base import (
     ChannelError,
     DeliveryFailure,

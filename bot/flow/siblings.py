@@ -23,20 +23,20 @@ import structlog
 from pydantic import Field
 from sqlalchemy import select
 
-from bot import conversations
 from bot.agents import Agent, build_agent
-from bot.background import Background
-from bot.clock import Clock
 from bot.config import AgentConfig
-from bot.db import Database
+from bot.domain import conversations
+from bot.domain.rendering import Renderer
 from bot.errors import DeskError
-from bot.models import Conversation, HandoffSession
-from bot.rendering import Renderer
+from bot.runtime.background import Background
+from bot.runtime.clock import Clock
+from bot.store.db import Database
+from bot.store.models import Conversation, HandoffSession
 from channels.base import Capabilities, ChannelAdapter, ChannelConfig, ChannelError, Outbound, Receipt
 
 if TYPE_CHECKING:
-    from bot.handoffs import Handoffs
-    from bot.router import Router
+    from bot.domain.handoffs import Handoffs
+    from bot.flow.router import Router
 
 log = structlog.get_logger(__name__)
 

@@ -11,14 +11,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from bot.api import ApiError, api, decisions, public
-from bot.approval_pages import router as approval_pages
-from bot.chat import chat_api
-from bot.chat import router as chat_page_routes
 from bot.desk import Desk
 from bot.errors import DeskError
-from bot.inbox import inbox, install_inbox_errors
 from bot.tools import errors_result
+from bot.web.api import ApiError, api, decisions, public
+from bot.web.approval_pages import router as approval_pages
+from bot.web.chat import chat_api
+from bot.web.chat import router as chat_page_routes
+from bot.web.inbox import inbox, install_inbox_errors
 from forms.routes import router as form_pages
 
 

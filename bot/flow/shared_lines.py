@@ -25,12 +25,12 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
-from bot import audit
-from bot.clock import Clock
-from bot.db import Database
-from bot.models import ACTIVE, Conversation, HandoffSession
-from bot.outbox import Outbox
-from bot.rendering import Renderer
+from bot.delivery.outbox import Outbox
+from bot.domain.rendering import Renderer
+from bot.runtime.clock import Clock
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import ACTIVE, Conversation, HandoffSession
 from channels.base import Outbound
 
 # "#A7F3 text", "#a7f3: text", "#A7F3" — short codes are 4 letters or digits (channels.base.short_code_of).

@@ -34,14 +34,14 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from itsdangerous import BadSignature, URLSafeSerializer
 from pydantic import BaseModel, ConfigDict, Field
 
-from bot.api import ApiError, require_json
-from bot.clock import Clock
 from bot.config import WebFrontConfig
 from bot.desk import Desk
 from bot.errors import NotFound
-from bot.ratelimit import TokenBuckets
-from bot.text import CleanStr
-from bot.web import render_page
+from bot.runtime.clock import Clock
+from bot.runtime.ratelimit import TokenBuckets
+from bot.runtime.text import CleanStr
+from bot.web.api import ApiError, require_json
+from bot.web.pages import render_page
 
 router = APIRouter(include_in_schema=False)
 

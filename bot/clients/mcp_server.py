@@ -40,7 +40,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bot.client import DeskApiError, DeskClient
+from bot.clients.client import DeskApiError, DeskClient
 from bot.tools import errors_result, model_schema, tool_error
 
 # Tool names and ids become URL path segments of the desk's API: one segment each, or a name

@@ -14,21 +14,21 @@ from typing import Any, Literal
 
 import structlog
 
-from bot import conversations
 from bot.agents import Agent, Turn, TurnMessage
 from bot.agents.base import Trigger
-from bot.background import Background
-from bot.bus import ConversationBus
-from bot.channel_set import ChannelSet
-from bot.clock import Clock
-from bot.db import Database
-from bot.handoffs import Handoffs
-from bot.locks import KeyedLocks
-from bot.metrics import Metrics
-from bot.models import ACTIVE, HandoffSession, Message
-from bot.outbox import Outbox
+from bot.delivery.channel_set import ChannelSet
+from bot.delivery.outbox import Outbox
+from bot.domain import conversations
+from bot.domain.handoffs import Handoffs
+from bot.domain.user_actions import UserActions, keyword_outcome, pending_in
+from bot.runtime.background import Background
+from bot.runtime.bus import ConversationBus
+from bot.runtime.clock import Clock
+from bot.runtime.locks import KeyedLocks
+from bot.runtime.metrics import Metrics
+from bot.store.db import Database
+from bot.store.models import ACTIVE, HandoffSession, Message
 from bot.tools import ToolContext, ToolRegistry
-from bot.user_actions import UserActions, keyword_outcome, pending_in
 
 log = structlog.get_logger(__name__)
 

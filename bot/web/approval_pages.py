@@ -12,11 +12,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from bot.approvals import PENDING
 from bot.desk import Desk
+from bot.domain.approvals import PENDING
 from bot.errors import NotFound
-from bot.models import Approval
-from bot.web import render_page, same_origin
+from bot.store.models import Approval
+from bot.web.pages import render_page, same_origin
 from channels.base import pretty_arguments
 
 router = APIRouter(include_in_schema=False)

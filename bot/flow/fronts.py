@@ -1,7 +1,7 @@
 """Provider fronts: subscribers talk to the bot in their own chats with it (a private chat
 with the bot, a phone number), not only through the HTTP API or the web chat.
 
-A front is served by a channel adapter (bot/channel_set.py says which), so no provider code
+A front is served by a channel adapter (bot/delivery/channel_set.py says which), so no provider code
 is written twice. Its messages arrive like a recipient's, through the inbound store
 (deduplicated, recovered after a crash), marked `sender="subscriber"`; here each chat
 becomes one conversation and its messages go to the router, exactly as the API's would.
@@ -22,17 +22,18 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot import audit, conversations
-from bot.clock import Clock
 from bot.config import ProviderFront
-from bot.db import Database
+from bot.delivery.outbox import Outbox
+from bot.domain import conversations
+from bot.domain.rendering import Renderer
+from bot.domain.user_actions import UserActions
 from bot.errors import DeskError
-from bot.models import Conversation, Message
-from bot.outbox import Outbox
-from bot.ratelimit import TokenBuckets
-from bot.rendering import Renderer
-from bot.router import Router
-from bot.user_actions import UserActions
+from bot.flow.router import Router
+from bot.runtime.clock import Clock
+from bot.runtime.ratelimit import TokenBuckets
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import Conversation, Message
 from channels.base import InboundMessage, Outbound, UserActionAnswer, UserActionPrompt
 
 log = structlog.get_logger(__name__)

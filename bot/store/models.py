@@ -275,7 +275,7 @@ class InboundEvent(SQLModel, table=True):
     __tablename__ = "inbound_events"
     __table_args__ = (
         UniqueConstraint("channel_id", "dedupe_key", name="uq_inbound_events_channel_dedupe"),
-        Index("ix_inbound_events_received_at", "received_at"),  # pruning (bot/retention.py)
+        Index("ix_inbound_events_received_at", "received_at"),  # pruning (bot/delivery/retention.py)
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from bot.config import CallableActionRun, HttpActionRun
-from bot.signed_http import post_signed
+from bot.runtime.signed_http import post_signed
 
 
 class ActionFailed(Exception):

@@ -25,7 +25,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from bot.paths import MIGRATIONS_DIR
+from bot.runtime.paths import MIGRATIONS_DIR
 
 _READ_ONLY = "handoff_desk_read_only"
 MESSAGE_HOOKS = "handoff_desk_message_hooks"
@@ -82,7 +82,7 @@ class Database:
         self._read_sessions = async_sessionmaker(self.engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
         # Called with (session, message, extras) for every conversation message stored, in the
-        # storing transaction (bot.conversations.add_message): how messages reach a
+        # storing transaction (bot.domain.conversations.add_message): how messages reach a
         # subscriber's chat on a front without every writer knowing about fronts.
         self.message_hooks: list[Any] = []
 

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.models import HandoffEvent
+from bot.store.models import HandoffEvent
 
 
 def _row(kind: str, at: datetime, actor: str, handoff_session_id: str | None, conversation_id: str | None,

@@ -18,17 +18,17 @@ import structlog
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from bot import audit
-from bot.approvals import Approvals
-from bot.background import Background
-from bot.clock import Clock
-from bot.db import Database
+from bot.domain.approvals import Approvals
+from bot.domain.handoffs import Handoffs, ReleaseResult
 from bot.errors import DeskError
-from bot.handoffs import Handoffs, ReleaseResult
-from bot.locks import KeyedLocks
-from bot.metrics import Metrics
-from bot.models import InboundEvent
-from bot.shared_lines import Route, SharedLines
+from bot.flow.shared_lines import Route, SharedLines
+from bot.runtime.background import Background
+from bot.runtime.clock import Clock
+from bot.runtime.locks import KeyedLocks
+from bot.runtime.metrics import Metrics
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import InboundEvent
 from channels.base import DeliveryFailure, InboundMessage
 
 log = structlog.get_logger(__name__)
@@ -46,7 +46,7 @@ class Inbound:
         self.lines = lines
         self.approvals = approvals
         self._shared_line = shared_line  # channel id -> whether its handoffs share one line (no threads)
-        self._subscriber = subscriber  # a subscriber's message from a front (bot/fronts.py)
+        self._subscriber = subscriber  # a subscriber's message from a front (bot/flow/fronts.py)
         self._late_failure = late_failure  # a delivery the provider reports failed after accepting it
         self._order_locks = KeyedLocks()
 
