@@ -4,6 +4,8 @@ Every problem is reported with its key path (`channels[1].kind: …`) and all pr
 reported at once, so an owner fixes a config in one pass instead of one error per restart.
 Secrets are `SecretStr` and error messages never include the offending input, so a
 misplaced token is not echoed to a terminal or a log.
+
+Layer 2 of bot/: may import bot.errors, bot.runtime and channels/ (the registry and the port).
 """
 
 from __future__ import annotations
