@@ -21,6 +21,7 @@ from starlette.datastructures import FormData
 from bot.desk import Desk
 from bot.domain.handoffs import stored_fields
 from bot.store.models import OUTCOMES, FormLink, HandoffSession
+from bot.web.deps import DeskDep
 from bot.web.pages import render_page, same_origin
 from forms.fields import ReturnField, ReturnValuesInvalid, coerce_returned
 from forms.links import FormLinks, LinkUnavailable
@@ -48,10 +49,6 @@ class FieldView:
     field: ReturnField
     value: str = ""
     error: str | None = None
-
-
-def _desk(request: Request) -> Desk:
-    return request.app.state.desk
 
 
 async def _load(desk: Desk, token: str) -> tuple[FormLink, HandoffSession] | None:
@@ -128,8 +125,7 @@ def _form_page(
 
 
 @router.get("/f/{token}", response_class=HTMLResponse)
-async def show_form(token: str, request: Request) -> HTMLResponse:
-    desk = _desk(request)
+async def show_form(token: str, desk: DeskDep) -> HTMLResponse:
     found = await _load(desk, token)
     if found is None:
         return _not_found(desk)
@@ -154,8 +150,7 @@ def _read_fields(fields: list[ReturnField], form: FormData) -> tuple[list[FieldV
 
 
 @router.post("/f/{token}", response_class=HTMLResponse)
-async def submit_form(token: str, request: Request) -> HTMLResponse:
-    desk = _desk(request)
+async def submit_form(token: str, request: Request, desk: DeskDep) -> HTMLResponse:
     form = await request.form()
     if not same_origin(request, desk.config.public_url) or form.get("token") != token:
         return _status(desk, 403, "Refused", "Please submit the form from its own page.")

@@ -16,32 +16,28 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 from sqlalchemy import text
 
-from bot.desk import Desk
 from bot.domain.approvals import approval_view
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import Outcome
 from bot.domain.user_actions import view as user_action_view
 from bot.runtime.metrics import CONTENT_TYPE
 from bot.runtime.text import CleanStr
+from bot.web.deps import DeskDep
 from channels.base import WebhookRequest
 
 MAX_WAIT_SECONDS = 30.0
 MAX_ID = 2**63 - 1
 
 
-def get_desk(request: Request) -> Desk:
-    return request.app.state.desk
+def require_api_key(request: Request, desk: DeskDep) -> None:
+    _require_bearer(request, desk.config.api.key, "api.key")
 
 
-def require_api_key(request: Request) -> None:
-    _require_bearer(request, get_desk(request).config.api.key, "api.key")
-
-
-def require_owner_token(request: Request) -> None:
+def require_owner_token(request: Request, desk: DeskDep) -> None:
     """Deciding an approval is the owner's act, not the agent's: the agent side holds
     api.key (the webhook bot, DeskClient, the MCP bridge) and must not approve its own
     calls. With owner.token set, only it decides; without one, api.key does."""
-    config = get_desk(request).config
+    config = desk.config
     if config.owner.token is not None:
         _require_bearer(request, config.owner.token, "owner.token")
     else:
@@ -109,7 +105,7 @@ api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key), Depends(r
 
 
 @api.post("/conversations", status_code=201)
-async def create_conversation(body: CreateConversation | None = None, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def create_conversation(desk: DeskDep, body: CreateConversation | None = None) -> dict[str, Any]:
     body = body or CreateConversation()
     if body.serves_handoff_session_id:
         await desk.handoffs.get(body.serves_handoff_session_id)  # 404 when unknown
@@ -123,7 +119,7 @@ async def create_conversation(body: CreateConversation | None = None, desk: Desk
 
 
 @api.post("/conversations/{cid}/messages")
-async def post_message(cid: str, body: PostMessage, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def post_message(cid: str, body: PostMessage, desk: DeskDep) -> dict[str, Any]:
     result = await desk.router.subscriber_message(cid, body.text)
     return {
         "message_id": result.message_id,
@@ -136,10 +132,10 @@ async def post_message(cid: str, body: PostMessage, desk: Desk = Depends(get_des
 @api.get("/conversations/{cid}/messages")
 async def list_messages(
     cid: str,
+    desk: DeskDep,
     after: int = Query(default=0, ge=0, le=MAX_ID, description="Only messages with a larger id."),
     limit: int = Query(default=200, ge=1, le=500),
     wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds for a new message."),
-    desk: Desk = Depends(get_desk),
 ) -> dict[str, Any]:
     messages = await desk.wait_for_messages(cid, after, limit, wait)
     return {"messages": [message_view(m) for m in messages]}
@@ -147,13 +143,13 @@ async def list_messages(
 
 @api.get("/conversations/{cid}/tools")
 async def list_tools(
-    cid: str, format: Literal["plain", "openai", "anthropic"] = "plain", desk: Desk = Depends(get_desk)
+    cid: str, desk: DeskDep, format: Literal["plain", "openai", "anthropic"] = "plain"
 ) -> dict[str, Any]:
     return {"tools": [spec.render(format) for spec in await desk.tool_specs(cid)]}
 
 
 @api.post("/conversations/{cid}/tools/{name}")
-async def call_tool(cid: str, name: str, request: Request, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def call_tool(cid: str, name: str, request: Request, desk: DeskDep) -> dict[str, Any]:
     raw = await request.body()
     try:
         args = json.loads(raw) if raw.strip() else {}
@@ -164,26 +160,26 @@ async def call_tool(cid: str, name: str, request: Request, desk: Desk = Depends(
 
 @api.get("/handoffs")
 async def list_handoffs(
+    desk: DeskDep,
     state: Literal["open", "active", "dispatching", "released", "failed"] = "open",
     limit: int = Query(default=100, ge=1, le=500),
-    desk: Desk = Depends(get_desk),
 ) -> dict[str, Any]:
     states = ("dispatching", "active") if state == "open" else (state,)
     return {"handoffs": [desk.handoff_view(h) for h in await desk.handoff_list(states=states, limit=limit)]}
 
 
 @api.get("/handoffs/{sid}")
-async def get_handoff(sid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def get_handoff(sid: str, desk: DeskDep) -> dict[str, Any]:
     return desk.handoff_view(await desk.handoffs.get(sid))
 
 
 @api.get("/handoffs/{sid}/events")
-async def handoff_events(sid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def handoff_events(sid: str, desk: DeskDep) -> dict[str, Any]:
     return {"events": [desk.event_view(e) for e in await desk.events(sid)]}
 
 
 @api.post("/handoffs/{sid}/release")
-async def release_handoff(sid: str, body: ReleaseBody | None = None, desk: Desk = Depends(get_desk)) -> Any:
+async def release_handoff(sid: str, desk: DeskDep, body: ReleaseBody | None = None) -> Any:
     body = body or ReleaseBody()
     result = await desk.handoffs.release(
         sid, reason="owner", actor="owner (API)", outcome=body.outcome, note=body.note, return_values=body.return_values
@@ -206,15 +202,15 @@ class DecisionBody(_Body):
 
 @api.get("/approvals")
 async def list_approvals(
+    desk: DeskDep,
     state: Literal["pending", "approved", "denied", "expired", "unrouted", "cleared"] | None = None,
     limit: int = Query(default=100, ge=1, le=500),
-    desk: Desk = Depends(get_desk),
 ) -> dict[str, Any]:
     return {"approvals": [approval_view(a) for a in await desk.approvals.listing(state=state, limit=limit)]}
 
 
 @api.get("/approvals/{aid}")
-async def get_approval(aid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def get_approval(aid: str, desk: DeskDep) -> dict[str, Any]:
     return approval_view(await desk.approvals.get(aid))
 
 
@@ -222,7 +218,7 @@ decisions = APIRouter(prefix="/api", dependencies=[Depends(require_owner_token),
 
 
 @decisions.post("/approvals/{aid}/decision")
-async def decide_approval(aid: str, body: DecisionBody, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def decide_approval(aid: str, body: DecisionBody, desk: DeskDep) -> dict[str, Any]:
     result = await desk.approvals.decide(
         aid, approve=body.decision == "approve", by=body.decided_by, via="api", reason=body.reason,
         always_allow=body.always_allow,
@@ -242,17 +238,17 @@ class UserActionResponseBody(_Body):
 
 
 @api.get("/user_actions/{uaid}")
-async def get_user_action(uaid: str, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def get_user_action(uaid: str, desk: DeskDep) -> dict[str, Any]:
     return user_action_view(await desk.user_actions.get(uaid))
 
 
 @api.post("/user_actions/{uaid}/step")
-async def move_user_action_step(uaid: str, body: StepBody, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def move_user_action_step(uaid: str, body: StepBody, desk: DeskDep) -> dict[str, Any]:
     return user_action_view(await desk.user_actions.move(uaid, body.move))
 
 
 @api.post("/user_actions/{uaid}/response")
-async def respond_user_action(uaid: str, body: UserActionResponseBody, desk: Desk = Depends(get_desk)) -> dict[str, Any]:
+async def respond_user_action(uaid: str, body: UserActionResponseBody, desk: DeskDep) -> dict[str, Any]:
     """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
     return await desk.user_actions.respond(uaid, body.outcome, via="api")
 
@@ -263,7 +259,7 @@ public = APIRouter()
 
 
 @public.post("/webhooks/{channel_id}")
-async def webhook(channel_id: int, request: Request, desk: Desk = Depends(get_desk)) -> Response:
+async def webhook(channel_id: int, request: Request, desk: DeskDep) -> Response:
     """Provider callbacks: the adapter verifies the signature on the raw body; messages are
     stored (deduplicated) before the answer, relayed after it."""
     adapter = desk.channels.get(channel_id)
@@ -281,7 +277,7 @@ async def webhook(channel_id: int, request: Request, desk: Desk = Depends(get_de
 
 
 @public.get("/healthz")
-async def healthz(desk: Desk = Depends(get_desk)) -> JSONResponse:
+async def healthz(desk: DeskDep) -> JSONResponse:
     try:
         async with desk.db.read() as session:
             await session.execute(text("SELECT 1"))
@@ -293,5 +289,5 @@ async def healthz(desk: Desk = Depends(get_desk)) -> JSONResponse:
 
 
 @public.get("/metrics")
-async def metrics(desk: Desk = Depends(get_desk)) -> Response:
+async def metrics(desk: DeskDep) -> Response:
     return Response(desk.metrics.exposition(), media_type=CONTENT_TYPE)

@@ -16,6 +16,7 @@ from bot.desk import Desk
 from bot.domain.approvals import PENDING
 from bot.errors import NotFound
 from bot.store.models import Approval
+from bot.web.deps import DeskDep
 from bot.web.pages import render_page, same_origin
 from channels.base import pretty_arguments
 
@@ -28,10 +29,6 @@ ENDED = {
     "unrouted": "It was denied: nobody could be asked",
     "cleared": "The prompt was cleared, so it was denied",
 }
-
-
-def _desk(request: Request) -> Desk:
-    return request.app.state.desk
 
 
 async def _load(desk: Desk, token: str) -> Approval | None:
@@ -62,15 +59,13 @@ def _not_found(desk: Desk) -> HTMLResponse:
 
 
 @router.get("/a/{token}", response_class=HTMLResponse)
-async def show(token: str, request: Request) -> HTMLResponse:
-    desk = _desk(request)
+async def show(token: str, desk: DeskDep) -> HTMLResponse:
     approval = await _load(desk, token)
     return await _page(desk, approval, token) if approval else _not_found(desk)
 
 
 @router.post("/a/{token}", response_class=HTMLResponse)
-async def decide(token: str, request: Request) -> HTMLResponse:
-    desk = _desk(request)
+async def decide(token: str, request: Request, desk: DeskDep) -> HTMLResponse:
     approval = await _load(desk, token)
     if approval is None:
         return _not_found(desk)

@@ -41,6 +41,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
 from bot.runtime.text import CleanStr
 from bot.web.api import ApiError, require_json
+from bot.web.deps import DeskDep
 from bot.web.pages import render_page
 
 router = APIRouter(include_in_schema=False)
@@ -48,10 +49,6 @@ router = APIRouter(include_in_schema=False)
 SALT = "handoff-desk.chat-conversation.v1"
 VISIBLE_ROLES = ("subscriber", "agent", "human")
 MAX_WAIT_SECONDS = 25.0
-
-
-def _desk(request: Request) -> Desk:
-    return request.app.state.desk
 
 
 def _front(desk: Desk) -> WebFrontConfig:
@@ -65,9 +62,8 @@ def _tokens(desk: Desk) -> URLSafeSerializer:
     return URLSafeSerializer(desk.config.signing_keys, salt=SALT)
 
 
-async def _conversation(request: Request, x_chat_token: str = Header(default="")) -> str:
+async def _conversation(desk: DeskDep, x_chat_token: str = Header(default="")) -> str:
     """The visitor's conversation, from the signed token the page keeps."""
-    desk = _desk(request)
     _front(desk)
     try:
         cid = _tokens(desk).loads(x_chat_token)
@@ -186,8 +182,7 @@ def address_key(ip: str) -> str:
 
 
 @router.get("/chat", response_class=HTMLResponse)
-async def chat_page(request: Request, embed: bool = False) -> HTMLResponse:
-    desk = _desk(request)
+async def chat_page(desk: DeskDep, embed: bool = False) -> HTMLResponse:
     front = desk.config.web_front
     if front is None:
         return render_page(desk, "forms/status.html", status=404, title="There is no chat here", tone="info",
@@ -202,8 +197,7 @@ async def chat_page(request: Request, embed: bool = False) -> HTMLResponse:
 
 
 @router.get("/widget.js")
-async def widget(request: Request) -> Response:
-    desk = _desk(request)
+async def widget(desk: DeskDep) -> Response:
     front = _front(desk)
     script = desk.renderer.render("chat/widget.js.txt", chat_url=json.dumps(f"{desk.config.public_url}/chat?embed=1"),
                                   title=json.dumps(front.title))
@@ -218,8 +212,7 @@ chat_api = APIRouter(prefix="/chat/api", include_in_schema=False, dependencies=[
 
 
 @chat_api.post("/conversations", status_code=201)
-async def start(request: Request, body: StartBody | None = None) -> dict[str, Any]:
-    desk = _desk(request)
+async def start(request: Request, desk: DeskDep, body: StartBody | None = None) -> dict[str, Any]:
     limits = _limits(request, desk)
     limits.check(limits.conversations, address_key(client_ip(request, limits.trusted_proxies)),
                  "too many new conversations from your address; try again in {seconds} s")
@@ -228,8 +221,7 @@ async def start(request: Request, body: StartBody | None = None) -> dict[str, An
 
 
 @chat_api.post("/messages")
-async def say(request: Request, body: SayBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    desk = _desk(request)
+async def say(request: Request, desk: DeskDep, body: SayBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
     limits = _limits(request, desk)
     limits.check(limits.messages, cid, "too many messages in this conversation; try again in {seconds} s")
     result = await desk.router.subscriber_message(cid, body.text)
@@ -238,10 +230,9 @@ async def say(request: Request, body: SayBody, cid: str = Depends(_conversation)
 
 @chat_api.get("/messages")
 async def updates(
-    request: Request, after: int = Query(default=0, ge=0), wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS),
+    desk: DeskDep, after: int = Query(default=0, ge=0), wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS),
     cid: str = Depends(_conversation),
 ) -> JSONResponse:
-    desk = _desk(request)
     messages = await desk.wait_for_messages(cid, after, 200, wait)
     last = max([after, *(int(m.id or 0) for m in messages)])
     shown = [{"id": m.id, "role": m.role, "text": m.text, "author": m.author if m.role == "human" else None}
@@ -268,14 +259,12 @@ async def _state(desk: Desk, cid: str) -> dict[str, Any]:
 
 
 @chat_api.post("/user_actions/{uaid}/response")
-async def answer(request: Request, uaid: str, body: AnswerBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    desk = _desk(request)
+async def answer(desk: DeskDep, uaid: str, body: AnswerBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
     return await desk.user_actions.respond(uaid, body.outcome, via="subscriber", conversation_id=cid)
 
 
 @chat_api.post("/user_actions/{uaid}/step")
-async def step(request: Request, uaid: str, body: StepBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    desk = _desk(request)
+async def step(desk: DeskDep, uaid: str, body: StepBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
     action = await desk.user_actions.get(uaid)
     if action.conversation_id != cid:
         raise NotFound("user action", uaid)

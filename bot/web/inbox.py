@@ -60,6 +60,7 @@ from bot.domain.handoffs import stored_fields
 from bot.errors import DeskError
 from bot.runtime.paths import TEMPLATES_DIR
 from bot.store.models import ACTIVE, OPEN_STATES, Approval, Conversation, FormLink, HandoffSession, Message
+from bot.web.deps import DeskDep, desk_of
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
 from bot.web.pages import render_page, same_origin, secure_headers
@@ -80,10 +81,6 @@ inbox = APIRouter()
 
 class NeedsLogin(Exception):
     pass
-
-
-def _desk(request: Request) -> Desk:
-    return request.app.state.desk
 
 
 def _serializer(desk: Desk, purpose: str) -> URLSafeTimedSerializer:
@@ -121,8 +118,7 @@ def _name_cookie(desk: Desk) -> NameCookie:
     return NameCookie(desk.config.signing_keys, secure=desk.config.public_url.startswith("https://"))
 
 
-def current_owner(request: Request) -> Owner:
-    desk = _desk(request)
+def current_owner(request: Request, desk: DeskDep) -> Owner:
     name = _name_cookie(desk).read(request.cookies.get(NAME_COOKIE))
     cookie = request.cookies.get(COOKIE)
     if cookie:
@@ -478,14 +474,12 @@ async def stylesheet() -> FileResponse:
 
 
 @inbox.get("/inbox/login", include_in_schema=False)
-async def login_page(request: Request, next: str = "/inbox", failed: bool = False) -> HTMLResponse:
-    desk = _desk(request)
+async def login_page(desk: DeskDep, next: str = "/inbox", failed: bool = False) -> HTMLResponse:
     return _page(desk, "inbox/login.html", next=_safe_next(next), failed=failed, status=401 if failed else 200)
 
 
 @inbox.post("/inbox/login", include_in_schema=False)
-async def login(request: Request, token: str = Form(default=""), next: str = Form(default="/inbox")) -> Response:
-    desk = _desk(request)
+async def login(request: Request, desk: DeskDep, token: str = Form(default=""), next: str = Form(default="/inbox")) -> Response:
     expected = desk.config.owner.token
     if not same_origin(request, desk.config.public_url):
         return _page(desk, "inbox/error.html", status=403, title="Refused", message="Cross-site login refused.")
@@ -699,7 +693,7 @@ def install_inbox_errors(app: Any) -> None:
 
     @app.exception_handler(Forbidden)
     async def _forbidden(request: Request, _exc: Forbidden) -> Response:
-        desk = _desk(request)
+        desk = desk_of(request)
         return _page(desk, "inbox/error.html", status=403, title="Refused",
                      message="This form expired or came from another site. Go back, reload the page and try again.")
 
