@@ -6,7 +6,8 @@ provider: it builds an adapter from its config, calls `send()` with an `Outbound
 the core's outbox owns retries, ordering and the audit trail, so a flaky provider can never
 corrupt a session or drop a message.
 
-What a provider cannot do is a capability flag, not a method that raises.
+What a provider cannot do is a capability flag, not a method that raises. docs/architecture.md
+("The channel port") walks through the types below and how to add a provider.
 """
 
 from __future__ import annotations

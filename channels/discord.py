@@ -38,7 +38,7 @@ fight). Instead each adapter rewrites the URLs of its own client only: `api_base
 replaces the default prefix of each route's URL in its HTTPClient's `request`, and
 `gateway_url` the default gateway in its `ws_connect`. The globals are never touched.
 
-Approval prompts (issue 7) are messages in the staff channel itself (no thread: they
+Approval prompts are messages in the staff channel itself (no thread: they
 belong to no handoff): an embed with the question, the risk, the deadline (also as a
 Discord timestamp, in each reader's time zone) and the exact arguments in a code block
 (backticks and invisible characters shown as JSON escapes, so nothing can break out or

@@ -168,7 +168,7 @@ class SmtpSettings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _starttls_shorthand(cls, data: Any) -> Any:
-        """DESIGN.md's first sketch said `starttls: true`; it keeps working as a shorthand."""
+        """Early configs said `starttls: true` (the documented sketch did); it keeps working as a shorthand."""
         if isinstance(data, dict) and "starttls" in data:
             data = dict(data)
             flag = data.pop("starttls")

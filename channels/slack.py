@@ -22,7 +22,7 @@ What it guards against:
 - slow acks: Slack wants an answer within 3 s, so `handle_webhook` makes no Slack call;
   display names come from a cache filled at start and, for newcomers, in the background.
 
-Approval prompts (issue 7) are top-level posts of their own, in no handoff's thread: what
+Approval prompts are top-level posts of their own, in no handoff's thread: what
 the assistant wants to run, for whom, how risky, the exact arguments as preformatted rich
 text (literal: nothing in them can ping or link), the deadline, Approve / Deny / Always
 allow buttons (action_id says which, value carries the approval id) and the decision page

@@ -30,7 +30,7 @@ What it guards against:
 - **Leaking the token.** python-telegram-bot puts the token into some error texts
   (InvalidToken); every hint and message is scrubbed of it.
 
-Approval prompts (issue 7) are messages of their own in the staff chat (no handoff's reply
+Approval prompts are messages of their own in the staff chat (no handoff's reply
 chain, no topic): the question, the risk, the exact arguments in a <pre> block (cut with a
 note when they would not fit, never silently), the deadline and the decision page link,
 with Approve / Deny / Always allow callback buttons (`ap:<approval id>:y|n|a`, well within
@@ -39,7 +39,7 @@ Telegram's 64 bytes). A press is answered with a short confirmation and becomes 
 approval ends, the prompt's keyboard is removed when this process knows the prompt (it sent
 it, or someone pressed on it) and the closing text is posted, replying to the prompt then.
 
-As a front (issue 8; `ctx.subscribers`), the same bot also talks to subscribers: each private
+As a front (`ctx.subscribers`), the same bot also talks to subscribers: each private
 chat is one conversation (thread_key = the chat id, author = the profile name), `/start`
 opens it (the core greets), a photo or sticker arrives as "[photo] caption" so nobody is left
 wondering, and the desk's messages come back as HTML in that chat, a person's name in bold.

@@ -8,7 +8,7 @@ never disagree about what a field is.
 Returned values are checked by one function, `coerce_returned`, for the return form, the
 owner's release API and a sibling agent's `handoff_release` alike: a value that does not fit
 its field, or a field nobody asked for, is refused with a message naming it, never stored
-changed. Missing required fields never block a release (DESIGN.md §3); they are reported.
+changed. Missing required fields never block a release; they are reported.
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def coerce_returned(fields: list[ReturnField], raw: dict[str, Any] | None) -> Co
     Values come back typed, in declaration order. A wrong type, a key the handoff never
     asked for, or numbers written with both decimal conventions in one answer raise
     ReturnValuesInvalid naming every such field: a value is never stored changed or
-    unasked. Missing required fields never block (DESIGN.md §3); they are reported.
+    unasked. Missing required fields never block; they are reported.
     """
     raw = dict(raw or {})
     declared = {f.name for f in fields}

@@ -173,7 +173,7 @@ def test_a_minimal_config_takes_the_documented_defaults() -> None:
         {"id": 4, "kind": "email", "label": "Mail", "to": [TEAM], "from_address": DESK, "smtp": {"host": "smtp.example.com"}},
         {"id": 5, "kind": "email", "label": "Mail 2", "to": [TEAM], "from": DESK, "reply_to": "replies@example.com",
          "smtp": {"host": "smtp.example.com", "security": "tls", "username": "u", "password": "p"}, "inbound": {}},
-        # DESIGN.md's sketch of an email channel keeps working (`from`, `starttls: true`)
+        # the early documented sketch of an email channel keeps working (`from`, `starttls: true`)
         {"id": 6, "kind": "email", "label": "Support mail", "from": "bot@example.com", "to": ["team@example.com"],
          "smtp": {"host": "smtp.example.com", "port": 587, "starttls": True, "username": "u", "password": "p"},
          "inbound": {"host": "0.0.0.0", "port": 2525}},

@@ -251,7 +251,7 @@ async def test_handoff_mcp_over_stdio_as_claude_desktop_runs_it(live_desk: tuple
 
 
 async def test_handoff_mcp_takes_the_desk_from_its_config(live_desk: tuple[Desk, str], tmp_path: Path) -> None:
-    """DESIGN's `handoff mcp --config FILE`: the desk's public_url and api.key come from it."""
+    """The documented `handoff mcp --config FILE`: the desk's public_url and api.key come from it."""
     desk, base = live_desk
     config = tmp_path / "desk.yaml"
     config.write_text(f"server: {{public_url: '{base}'}}\napi: {{key: '{KEY}'}}\n")

@@ -1,4 +1,4 @@
-"""A small Python client for the desk's HTTP API (DESIGN.md §4), for agents that run
+"""A small Python client for the desk's HTTP API (docs/architecture.md, "Contracts"), for agents that run
 elsewhere: LangGraph, the OpenAI Agents SDK, the Anthropic SDK, or the `handoff mcp` bridge.
 
     async with DeskClient("http://127.0.0.1:8000", api_key="…") as desk:

@@ -76,8 +76,9 @@ def _not_bool(value: Any) -> Any:
 
 
 class HandoffRequestInput(BaseModel):
-    """Input of `handoff_request` (DESIGN.md §2). `channel_id` is checked against the
-    channels available at call time, which a static model cannot know."""
+    """Input of `handoff_request`, a contract clients depend on (docs/architecture.md).
+    `channel_id` is checked against the channels available at call time, which a static
+    model cannot know."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 

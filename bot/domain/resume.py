@@ -1,6 +1,6 @@
 """The `[Bot resumed — …]` system message the agent reads after a handoff ends.
 
-Its format is a contract (DESIGN.md §3): agents are prompted to read the `Returned data:`
+Its format is a contract (docs/architecture.md, "Contracts"): agents are prompted to read the `Returned data:`
 block and use the field names as given. Everything a person typed is flattened or
 indented here, so a note or a value can never forge a line of its own (a fake
 `Returned data:` header or a second `[Bot resumed …]`).

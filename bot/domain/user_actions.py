@@ -207,7 +207,7 @@ class UserActions:
 
     async def respond(self, user_action_id: str, outcome: Literal["done", "cancelled"], *, via: str,
                       conversation_id: str | None = None, tell_agent: bool = True) -> dict[str, Any]:
-        """The answer to a user action; returns the tool result (DESIGN §2). `conversation_id`
+        """The answer to a user action; returns the tool result. `conversation_id`
         restricts it to one conversation (a tool call may only answer its own)."""
         action = await self.get(user_action_id)
         if conversation_id is not None and action.conversation_id != conversation_id:

@@ -17,7 +17,7 @@ from sqlmodel import Field, SQLModel
 
 from channels.base import short_code_of
 
-# Handoff states (DESIGN.md §3). A conversation has at most one OPEN session.
+# Handoff states (docs/architecture.md, "The life of a release"). A conversation has at most one OPEN session.
 DISPATCHING, ACTIVE, RELEASED, FAILED = "dispatching", "active", "released", "failed"
 OPEN_STATES = (DISPATCHING, ACTIVE)
 RELEASE_REASONS = ("form", "release_token", "agent", "owner", "idle_timeout")

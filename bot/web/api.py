@@ -1,4 +1,4 @@
-"""The JSON HTTP API (DESIGN.md §4).
+"""The JSON HTTP API: its routes are a contract clients depend on (docs/architecture.md, "Contracts").
 
 Errors are always `{"error": code, "details": {"hint": …}}` with a fitting status; request
 bodies are validated by pydantic models that forbid unknown keys, so a misspelt field is
