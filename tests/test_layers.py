@@ -37,7 +37,7 @@ HIGHEST_BESIDE_BOT = 5  # channels/ and forms/ may import errors … domain
 
 # Known upward arrows, (importer, imported) → why it stays for now. Keep this short.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("forms.routes", "bot.desk"): "the return-form pages are web routes (layer 10) that DESIGN.md §1 keeps in forms/",
+    ("forms.routes", "bot.desk"): "the return-form pages are web routes (layer 10) that the fixed layout keeps in forms/ (docs/architecture.md, Layers)",
     ("forms.routes", "bot.web.deps"): "… and get the desk through the web layer's dependency",
     ("forms.routes", "bot.web.pages"): "… and share the page helpers of the other web pages",
 }
