@@ -17,6 +17,7 @@ from datetime import datetime
 
 import structlog
 from sqlalchemy import delete, select
+from sqlmodel import col
 
 from bot.clock import Clock
 from bot.config import RetentionSettings
@@ -49,14 +50,14 @@ class Retention:
         if self.settings.inbound_events is not None:
             cutoff = now - self.settings.inbound_events
             pruned["inbound_events"] = await self._in_batches(
-                select(InboundEvent.id).where(InboundEvent.received_at < cutoff, InboundEvent.state.in_(FINISHED_EVENTS)),
+                select(col(InboundEvent.id)).where(col(InboundEvent.received_at) < cutoff, col(InboundEvent.state).in_(FINISHED_EVENTS)),
                 InboundEvent,
             )
         if self.settings.outbox is not None:
             cutoff = now - self.settings.outbox
             pruned["outbox"] = await self._in_batches(
                 # not_before is when the item was last scheduled: a finished item's last attempt
-                select(OutboxItem.id).where(OutboxItem.state.in_(FINISHED_ITEMS), OutboxItem.not_before < cutoff),
+                select(col(OutboxItem.id)).where(col(OutboxItem.state).in_(FINISHED_ITEMS), col(OutboxItem.not_before) < cutoff),
                 OutboxItem,
             )
         if any(pruned.values()):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 from pydantic import Field
 from sqlalchemy import select
+from sqlmodel import col
 
 from bot import conversations
 from bot.agents import Agent, build_agent
@@ -123,7 +124,7 @@ class Siblings:
         now = self.clock.now()
         async with self.db.transaction() as session:
             existing = await session.scalar(
-                select(Conversation.id).where(Conversation.serves_handoff_session_id == brief.handoff_session_id)
+                select(col(Conversation.id)).where(col(Conversation.serves_handoff_session_id) == brief.handoff_session_id)
             )
             if existing:
                 return existing

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from bot import audit, conversations
 from bot.actions import ActionFailed, run_action
@@ -195,7 +196,7 @@ class UserActions:
             return action  # already at the first / last step
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(update(UserAction).where(UserAction.id == action.id, UserAction.state == PENDING)
+            await session.execute(update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                                   .values(step=target).execution_options(synchronize_session=False))
             action = await session.get(UserAction, action.id, populate_existing=True) or action
             await conversations.add_message(session, action.conversation_id, role="agent",
@@ -238,7 +239,7 @@ class UserActions:
         """No answer in time: HANDOFF_TIMEOUT (run by the sweep)."""
         async with self.db.read() as session:
             due = (await session.scalars(select(UserAction).where(
-                UserAction.state == PENDING, UserAction.deadline <= self.clock.now()))).all()
+                col(UserAction.state) == PENDING, col(UserAction.deadline) <= self.clock.now()))).all()
         closed = 0
         for action in due:
             result = await self._close(action, "timeout", via="timer", observed=None, tell_agent=True)
@@ -250,7 +251,7 @@ class UserActions:
         now = self.clock.now()
         async with self.db.transaction() as session:
             changed = await session.execute(
-                update(UserAction).where(UserAction.id == action.id, UserAction.state == PENDING)
+                update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                 .values(state=state, resolved_at=now, resolved_via=via, observed=observed)
                 .execution_options(synchronize_session=False)
             )
@@ -316,7 +317,7 @@ class UserActions:
 async def pending_in(session: AsyncSession, conversation_id: str) -> UserAction | None:
     """The conversation's pending user action (at most one: a unique index), in the caller's session."""
     return await session.scalar(select(UserAction).where(
-        UserAction.conversation_id == conversation_id, UserAction.state == PENDING))
+        col(UserAction.conversation_id) == conversation_id, col(UserAction.state) == PENDING))
 
 
 def prompt_for(action: UserAction) -> UserActionPrompt:

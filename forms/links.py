@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from itsdangerous import BadSignature, URLSafeSerializer
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from bot.errors import DeskError
 from bot.models import FormLink, HandoffSession
@@ -71,9 +72,9 @@ class FormLinks:
         await session.execute(
             update(FormLink)
             .where(
-                FormLink.handoff_session_id == handoff.id,
-                FormLink.consumed_at.is_(None),
-                FormLink.superseded_at.is_(None),
+                col(FormLink.handoff_session_id) == handoff.id,
+                col(FormLink.consumed_at).is_(None),
+                col(FormLink.superseded_at).is_(None),
             )
             .values(superseded_at=now)
         )
@@ -100,10 +101,10 @@ class FormLinks:
         used = await session.execute(
             update(FormLink)
             .where(
-                FormLink.id == link_id,
-                FormLink.consumed_at.is_(None),
-                FormLink.superseded_at.is_(None),
-                FormLink.expires_at > now,
+                col(FormLink.id) == link_id,
+                col(FormLink.consumed_at).is_(None),
+                col(FormLink.superseded_at).is_(None),
+                col(FormLink.expires_at) > now,
             )
             .values(consumed_at=now, consumed_by=by)
         )
