@@ -43,7 +43,7 @@ from bot.bus import ConversationBus
 from bot.channel_set import ChannelSet
 from bot.clock import Clock
 from bot.config import ActionConfig
-from bot.db import Database
+from bot.db import Database, execute_dml
 from bot.errors import NotFound
 from bot.metrics import Metrics
 from bot.models import Approval, ApprovalGrant, Conversation, OutboxItem
@@ -197,7 +197,7 @@ class Approvals:
     def _brief(self, approval: Approval, subscriber_name: str | None) -> ApprovalBrief:
         return ApprovalBrief(
             approval_id=approval.id, action_id=approval.action_id, description=approval.description,
-            risk=approval.risk, arguments=approval.arguments, conversation_id=approval.conversation_id,  # type: ignore[arg-type]
+            risk=approval.risk, arguments=approval.arguments, conversation_id=approval.conversation_id,
             subscriber_name=subscriber_name, decision_url=self.decision_url(approval.id),
             allow_always=approval.policy == "ask", expires_at=approval.deadline.isoformat(),
         )
@@ -236,7 +236,7 @@ class Approvals:
             if approval is None:
                 raise NotFound("approval", approval_id)
             always = bool(approve and always_allow and approval.policy == "ask")
-            changed = await session.execute(
+            changed = await execute_dml(session,
                 update(Approval)
                 .where(col(Approval.id) == approval_id, col(Approval.state) == PENDING, col(Approval.deadline) > now)
                 .values(state=APPROVED if approve else DENIED, decided_at=now, decided_by=by, decided_via=via,
@@ -282,7 +282,7 @@ class Approvals:
         """Run exactly the stored arguments of this approval, once (a conditional claim);
         None when it was not ours to run."""
         async with self.db.transaction() as session:
-            claimed = await session.execute(
+            claimed = await execute_dml(session,
                 update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
                 .values(run_state="running").execution_options(synchronize_session=False)
             )
@@ -334,7 +334,7 @@ class Approvals:
             self.background.spawn(self._run_and_settle(approval_id), name=f"approved:{approval_id}")
         for approval in stuck:
             async with self.db.transaction() as session:
-                changed = await session.execute(
+                changed = await execute_dml(session,
                     update(Approval).where(col(Approval.id) == approval.id, col(Approval.run_state) == "running")
                     .values(run_state="failed", error="interrupted: the desk stopped while it ran, so it may or may not "
                                                       "have taken effect").execution_options(synchronize_session=False))
@@ -364,7 +364,7 @@ class Approvals:
         closed = 0
         for approval_id in ids:
             async with self.db.transaction() as session:
-                changed = await session.execute(
+                changed = await execute_dml(session,
                     update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == PENDING)
                     .values(state=state, decided_at=now, decided_by="desk", decided_via=state)
                     .execution_options(synchronize_session=False)

@@ -29,7 +29,7 @@ from bot.bus import ConversationBus
 from bot.channel_set import ChannelSet
 from bot.clock import Clock
 from bot.config import HandoffSettings, format_duration
-from bot.db import Database
+from bot.db import Database, execute_dml
 from bot.errors import Conflict, NotFound, ToolFailure
 from bot.metrics import Metrics
 from bot.models import (
@@ -401,7 +401,7 @@ class Handoffs:
             subscriber_email=conversation.subscriber_email,
             summary=handoff.summary,
             expected_action=handoff.expected_action,
-            urgency=handoff.urgency,  # type: ignore[arg-type]
+            urgency=handoff.urgency,
             contact_back_email=handoff.contact_back_email,
             extra_context=handoff.extra_context,
             expected_return=stored_fields(handoff),
@@ -413,7 +413,7 @@ class Handoffs:
     async def _fail(self, sid: str, *, error: str, hint: str, attempts: int | None = None, actor: str = "dispatcher") -> bool:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await session.execute(
+            changed = await execute_dml(session,
                 update(HandoffSession)
                 .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
                 .values(state=FAILED, failure=hint)
@@ -443,7 +443,7 @@ class Handoffs:
     async def _activate(self, session: AsyncSession, sid: str, receipt: Receipt, now: datetime) -> HandoffSession | None:
         """dispatching → active, in the caller's transaction; None when the session left
         `dispatching` meanwhile (the sweep failed it as stuck)."""
-        changed = await session.execute(
+        changed = await execute_dml(session,
             update(HandoffSession)
             .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
             .values(
@@ -498,7 +498,7 @@ class Handoffs:
 
         This UPDATE doubles as the activity check, so a message racing a release is either
         part of the session or refused — never relayed into a released one."""
-        changed = await session.execute(
+        changed = await execute_dml(session,
             update(HandoffSession)
             .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE)
             .values(last_activity_at=now, idle_deadline=now + self.idle_timeout)
@@ -518,7 +518,7 @@ class Handoffs:
         if handoff is None:
             return None
         if handoff.state == DISPATCHING:
-            held = await session.execute(
+            held = await execute_dml(session,
                 update(HandoffSession)
                 .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == DISPATCHING)
                 .values(last_activity_at=now)
@@ -611,7 +611,7 @@ class Handoffs:
             conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE]
             if idle_cutoff is not None:
                 conditions.append(col(HandoffSession.idle_deadline) <= idle_cutoff)
-            changed = await session.execute(
+            changed = await execute_dml(session,
                 update(HandoffSession)
                 .where(*conditions)
                 .values(

@@ -37,7 +37,7 @@ from sqlmodel import col
 from bot import audit
 from bot.channel_set import ChannelSet
 from bot.clock import Clock
-from bot.db import Database
+from bot.db import Database, execute_dml
 from bot.metrics import Metrics
 from bot.models import ACTIVE, HandoffSession, OutboxItem
 from channels.base import (
@@ -208,7 +208,7 @@ class Outbox:
     def _track(self, item_id: int, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work, name=f"outbox:{item_id}")
         self._in_flight[item_id] = task
-        task.add_done_callback(lambda _t, key=item_id: self._chain_done(key))
+        task.add_done_callback(lambda _task: self._chain_done(item_id))
 
     def kick(self) -> None:
         self._kick.set()
@@ -377,7 +377,7 @@ class Outbox:
         now = self.clock.now()
         result, following = None, None
         async with self.db.transaction() as session:
-            recorded = await session.execute(
+            recorded = await execute_dml(session,
                 update(OutboxItem)
                 .where(*self._still_ours(item))
                 .values(
@@ -434,7 +434,7 @@ class Outbox:
                 values["state"] = FAILED
             else:
                 values.update(state=PENDING, not_before=now + timedelta(seconds=retry_in))
-            recorded = await session.execute(update(OutboxItem).where(*self._still_ours(item)).values(**values))
+            recorded = await execute_dml(session, update(OutboxItem).where(*self._still_ours(item)).values(**values))
             if recorded.rowcount != 1:
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
                 return

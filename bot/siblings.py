@@ -61,7 +61,7 @@ class AgentChannel(ChannelAdapter):
     capabilities = Capabilities(threads=True, inbound=True)
     config: AgentChannelConfig
 
-    def __init__(self, config: AgentChannelConfig) -> None:  # type: ignore[override]
+    def __init__(self, config: AgentChannelConfig) -> None:
         super().__init__(config)
         self.agent: Agent = build_agent(config.agent)
         self._deliver: Deliver | None = None
@@ -69,7 +69,7 @@ class AgentChannel(ChannelAdapter):
     def bind(self, deliver: Deliver) -> None:
         self._deliver = deliver
 
-    async def start(self, ctx: object) -> None:  # type: ignore[override]
+    async def start(self, ctx: object) -> None:
         if self._deliver is None:
             raise ChannelError("the sibling agent channel was not bound to a desk")
 

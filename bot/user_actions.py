@@ -44,7 +44,7 @@ from bot.background import Background
 from bot.bus import ConversationBus
 from bot.clock import Clock
 from bot.config import Config
-from bot.db import Database
+from bot.db import Database, execute_dml
 from bot.errors import DeskError, NotFound
 from bot.metrics import Metrics
 from bot.models import Conversation, UserAction
@@ -250,7 +250,7 @@ class UserActions:
                      tell_agent: bool) -> dict[str, Any]:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await session.execute(
+            changed = await execute_dml(session,
                 update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                 .values(state=state, resolved_at=now, resolved_via=via, observed=observed)
                 .execution_options(synchronize_session=False)

@@ -25,6 +25,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from bot.db import execute_dml
 from bot.errors import DeskError
 from bot.models import FormLink, HandoffSession
 
@@ -98,7 +99,7 @@ class FormLinks:
     async def consume(session: AsyncSession, link_id: str, now: datetime, by: str) -> None:
         """Use the link up, once, in the caller's transaction; raise LinkUnavailable when a
         concurrent submission (or expiry, or a re-issue) got there first."""
-        used = await session.execute(
+        used = await execute_dml(session,
             update(FormLink)
             .where(
                 col(FormLink.id) == link_id,

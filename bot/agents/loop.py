@@ -94,5 +94,5 @@ async def _execute(turn: Turn, call: ToolCall) -> dict[str, Any]:
             arguments = json.loads(arguments or "{}")
         except ValueError as exc:
             return tool_error("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
-    return await turn.call_tool(call.name, arguments)  # type: ignore[arg-type]
+    return await turn.call_tool(call.name, arguments)
 

@@ -47,13 +47,13 @@ class OpenAIAgent(Agent):
             )
             completion = await self.client.chat.completions.create(
                 model=self.config.model,
-                messages=messages,  # type: ignore[arg-type]
+                messages=messages,
                 **({"tools": tools} if tools else {}),
                 **({"temperature": self.config.temperature} if self.config.temperature is not None else {}),
             )
             answer = completion.choices[0].message
             calls = [
-                loop.ToolCall(call.id, call.function.name, call.function.arguments)  # type: ignore[union-attr]
+                loop.ToolCall(call.id, call.function.name, call.function.arguments)
                 for call in answer.tool_calls or []
             ]
             if calls:  # the model's own message, so the tool results that follow answer it
