@@ -30,7 +30,8 @@ MAX_ID = 2**63 - 1
 
 
 def get_desk(request: Request) -> Desk:
-    return request.app.state.desk
+    desk: Desk = request.app.state.desk  # Starlette's app.state is untyped
+    return desk
 
 
 def require_api_key(request: Request) -> None:

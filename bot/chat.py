@@ -51,7 +51,8 @@ MAX_WAIT_SECONDS = 25.0
 
 
 def _desk(request: Request) -> Desk:
-    return request.app.state.desk
+    desk: Desk = request.app.state.desk  # Starlette's app.state is untyped
+    return desk
 
 
 def _front(desk: Desk) -> WebFrontConfig:

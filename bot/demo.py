@@ -96,7 +96,7 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
 
     async def ana(text: str) -> dict[str, Any]:
         story.say("subscriber", "Ana", text)
-        body = (await client.post(f"/api/conversations/{cid}/messages", json={"text": text})).json()
+        body: dict[str, Any] = (await client.post(f"/api/conversations/{cid}/messages", json={"text": text})).json()
         for reply in body["replies"]:
             story.say(reply["role"], "Assistant", reply["text"])
         return body

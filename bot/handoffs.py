@@ -731,7 +731,8 @@ class Handoffs:
                 .order_by(col(HandoffSession.idle_deadline))
                 .limit(limit)
             )
-            return [(sid, deadline) for sid, deadline in (await session.execute(query)).all()]
+            # `<= horizon` already left out sessions without a deadline; the filter tells mypy so
+            return [(sid, deadline) for sid, deadline in (await session.execute(query)).all() if deadline is not None]
 
     async def fail_stale_dispatches(self) -> int:
         """Sessions stuck in `dispatching` (the server stopped mid-dispatch) become `failed`,

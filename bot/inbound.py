@@ -110,8 +110,8 @@ class Inbound:
         if message.failed_delivery is not None:
             return await self._finish(event, "done", await self._late_failure(event.channel_id, message.failed_delivery))
         if message.sender == "subscriber":
-            result = await self._subscriber(event.channel_id, message)
-            return await self._finish(event, "ignored" if result.startswith("ignored") else "done", result)
+            said = await self._subscriber(event.channel_id, message)
+            return await self._finish(event, "ignored" if said.startswith("ignored") else "done", said)
         if message.decision is not None:
             return await self._decide(event, message)
         route: Route | None = None

@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlalchemy import func, or_, select
@@ -84,7 +84,8 @@ class NeedsLogin(Exception):
 
 
 def _desk(request: Request) -> Desk:
-    return request.app.state.desk
+    desk: Desk = request.app.state.desk  # Starlette's app.state is untyped
+    return desk
 
 
 def _serializer(desk: Desk, purpose: str) -> URLSafeTimedSerializer:
@@ -689,7 +690,7 @@ async def decide_approval(
     return _redirect(f"/inbox?notice={quote(notice[:300])}#approvals")
 
 
-def install_inbox_errors(app: Any) -> None:
+def install_inbox_errors(app: FastAPI) -> None:
     """Login redirects and CSRF refusals as pages, not JSON."""
 
     @app.exception_handler(NeedsLogin)

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, bindparam, event, exists, or_, select, update
+from sqlalchemy import BindParameter, and_, bindparam, event, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlmodel import col
@@ -59,7 +59,7 @@ CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others ge
 
 def _due_statement() -> Any:
     """Due relays and notices that are next in their handoff (nothing earlier unsent)."""
-    now = bindparam("now")
+    now: BindParameter[datetime] = bindparam("now")
     earlier = aliased(OutboxItem)
     blocked = exists().where(
         col(earlier.handoff_session_id) == col(OutboxItem.handoff_session_id),
@@ -330,7 +330,7 @@ class Outbox:
         """Seconds to wait before the next attempt, or None to give up."""
         if not isinstance(error, TransientChannelError) or attempts >= self.max_attempts:
             return None
-        backoff = min(self.max_backoff, self.base_backoff * 2 ** (attempts - 1))
+        backoff = min(self.max_backoff, self.base_backoff * 2.0 ** (attempts - 1))
         backoff *= 0.8 + 0.4 * random.random()  # spread retries of many items
         return max(backoff, error.retry_after or 0.0)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlmodel import col
@@ -46,7 +47,7 @@ class OpenHandoff:
     short_code: str
     subscriber: str
     summary: str
-    thread: dict
+    thread: dict[str, Any]
 
 
 @dataclass(frozen=True)

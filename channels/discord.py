@@ -490,10 +490,11 @@ class DiscordChannel(ChannelAdapter):
         from discord.http import Route
 
         route = Route("GET", "/channels/{channel_id}", channel_id=self.config.channel_id)
-        data = await self._call("get channel", client.http.request(route), target="channel")
+        data: dict[str, Any] = await self._call("get channel", client.http.request(route), target="channel")
         kind = data.get("type")
         if kind not in TEXT_CHANNEL_TYPES:
-            what = CHANNEL_KINDS.get(kind, "thread or direct message" if kind in (1, 3, 10, 11, 12) else f"channel of type {kind}")
+            known = CHANNEL_KINDS.get(kind) if isinstance(kind, int) else None
+            what = known or ("thread or direct message" if kind in (1, 3, 10, 11, 12) else f"channel of type {kind}")
             raise PermanentChannelError(f"channel {self.config.channel_id} is a {what}", hint=(
                 f"channel_id {self.config.channel_id} is a {what}; handoffs need a text channel (threads are started in it)"))
         self.guild_id = int(data["guild_id"]) if data.get("guild_id") else None
@@ -645,8 +646,9 @@ class DiscordChannel(ChannelAdapter):
         if "nonce" in payload:
             payload["enforce_nonce"] = True
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel_id)
-        return await self._call(f"post {what}", client.http.request(route, json=payload), may_have_landed=True,
-                                target="channel" if what == "dispatch" else "thread")
+        posted: dict[str, Any] = await self._call(f"post {what}", client.http.request(route, json=payload), may_have_landed=True,
+                                                  target="channel" if what == "dispatch" else "thread")
+        return posted
 
     async def _retire_release_button(self, client: discord.Client, outbound: Outbound) -> None:
         """After a release, leave only the form link on the dispatch. Cosmetic: a failure is
@@ -736,9 +738,10 @@ class DiscordChannel(ChannelAdapter):
         known = self._prompts.get(approval_id) or thread.get("message_id")
         try:
             if known is not None:
-                return await self._call("get approval prompt", client.http.request(Route(
+                prompt: dict[str, Any] = await self._call("get approval prompt", client.http.request(Route(
                     "GET", "/channels/{channel_id}/messages/{message_id}", channel_id=channel_id, message_id=int(known))))
-            recent = await self._call("list messages", client.http.request(
+                return prompt
+            recent: list[dict[str, Any]] | None = await self._call("list messages", client.http.request(
                 Route("GET", "/channels/{channel_id}/messages", channel_id=channel_id), params={"limit": PROMPT_LOOKUP_LIMIT}))
         except TransientChannelError:
             raise
@@ -845,7 +848,7 @@ class DiscordChannel(ChannelAdapter):
             text = self._transcript(brief.transcript, room)
             if text:
                 embed.description = f"{core}\n\n{text}"
-        data = embed.to_dict()
+        data: dict[str, Any] = {**embed.to_dict()}
         data.pop("type", None)
         return data
 

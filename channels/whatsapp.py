@@ -839,11 +839,13 @@ def _http_client_class() -> type:
     from twilio.http.async_http_client import AsyncTwilioHttpClient
     from twilio.http.response import Response as TwilioResponse
 
-    class HttpClient(AsyncTwilioHttpClient):  # type: ignore[misc]
+    class HttpClient(AsyncTwilioHttpClient):  # type: ignore[misc]  # twilio ships no type information: the base is Any
         """The SDK's aiohttp client interface, sent to `api_base_url` instead of api.twilio.com,
         with a real timeout on every call (the SDK passes none unless asked), one connection
         pool made inside the event loop, basic auth as a header (aiohttp deprecates its
         BasicAuth), and the last answer kept for the error mapping (Retry-After)."""
+
+        session: aiohttp.ClientSession | None  # set by the SDK's __init__ (None), which mypy cannot see: no stubs
 
         def __init__(self, base_url: str, timeout: float) -> None:
             super().__init__(pool_connections=False, timeout=timeout)

@@ -51,7 +51,8 @@ class FieldView:
 
 
 def _desk(request: Request) -> Desk:
-    return request.app.state.desk
+    desk: Desk = request.app.state.desk  # Starlette's app.state is untyped
+    return desk
 
 
 async def _load(desk: Desk, token: str) -> tuple[FormLink, HandoffSession] | None:

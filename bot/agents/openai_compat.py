@@ -45,7 +45,8 @@ class OpenAIAgent(Agent):
             messages.extend(
                 {"role": "tool", "tool_call_id": r.call.id, "content": json.dumps(r.result)} for r in results
             )
-            completion = await self.client.chat.completions.create(
+            # Our messages and tools are plain dicts in the wire format, not the SDK's TypedDicts.
+            completion = await self.client.chat.completions.create(  # type: ignore[call-overload]
                 model=self.config.model,
                 messages=messages,
                 **({"tools": tools} if tools else {}),
