@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import structlog
-from sqlalchemy import delete, select
+from sqlalchemy import Select, delete, select
 from sqlmodel import col
 
 from bot.clock import Clock
@@ -64,13 +64,13 @@ class Retention:
             log.info("retention_pruned", **pruned)
         return pruned
 
-    async def _in_batches(self, ids: object, table: type[InboundEvent] | type[OutboxItem]) -> int:
+    async def _in_batches(self, ids: Select[int | None], table: type[InboundEvent] | type[OutboxItem]) -> int:
         total = 0
         while True:
             async with self.db.transaction() as session:
-                batch = list((await session.scalars(ids.limit(BATCH))).all())  # type: ignore[attr-defined]
+                batch = list((await session.scalars(ids.limit(BATCH))).all())
                 if batch:
-                    await session.execute(delete(table).where(table.id.in_(batch)))  # type: ignore[union-attr]
+                    await session.execute(delete(table).where(col(table.id).in_(batch)))
             total += len(batch)
             if len(batch) < BATCH:
                 return total

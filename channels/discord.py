@@ -321,8 +321,10 @@ def _trouble_class() -> type[Exception]:
 
             def retry_after(self) -> float | None:
                 for candidate in (self.data().get("retry_after"), self.headers.get("Retry-After")):
+                    if candidate is None:
+                        continue
                     try:
-                        return max(0.0, float(candidate))  # type: ignore[arg-type]
+                        return max(0.0, float(candidate))
                     except (TypeError, ValueError):
                         continue
                 return None
@@ -429,7 +431,7 @@ class DiscordChannel(ChannelAdapter):
                     route.url = base + route.url[len(default_base):]
                 return await original_request(route, **kwargs)
 
-            http.request = request  # type: ignore[method-assign]
+            http.request = request  # type: ignore[method-assign]  # discord.py has no base-URL option: wrap its one HTTP entry
 
         gateway = self.config.gateway_url
         default_gateway = DiscordWebSocket.DEFAULT_GATEWAY
@@ -444,7 +446,7 @@ class DiscordChannel(ChannelAdapter):
                     url = str(yarl.URL(gateway).with_query(target.query))
                 return await original_connect(url, compress=compress)
 
-            http.ws_connect = ws_connect  # type: ignore[method-assign]
+            http.ws_connect = ws_connect  # type: ignore[method-assign]  # nor a gateway-URL option: wrap its connect
 
         async def on_socket_event_type(event_type: str) -> None:
             if event_type in ("READY", "RESUMED"):
@@ -453,10 +455,11 @@ class DiscordChannel(ChannelAdapter):
         async def on_disconnect() -> None:
             self._session_ready.clear()
 
-        # discord.py dispatches an event to the `on_<event>` attribute of the client.
-        client.on_message = self._on_gateway_message  # type: ignore[attr-defined]
-        client.on_socket_event_type = on_socket_event_type  # type: ignore[attr-defined]
-        client.on_disconnect = on_disconnect  # type: ignore[attr-defined]
+        # discord.py dispatches an event to the `on_<event>` attribute of the client, which its
+        # Client class does not declare (`client.event` would need the function to bear that name).
+        client.on_message = self._on_gateway_message  # type: ignore[attr-defined]  # see above
+        client.on_socket_event_type = on_socket_event_type  # type: ignore[attr-defined]  # see above
+        client.on_disconnect = on_disconnect  # type: ignore[attr-defined]  # see above
         return client
 
     # ------------------------------------------------------------------ lifecycle

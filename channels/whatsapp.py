@@ -460,7 +460,7 @@ class WhatsAppChannel(ChannelAdapter):
         for error in failed.values():
             if not isinstance(error, ChannelError):
                 raise error
-        errors: dict[str, ChannelError] = failed  # type: ignore[assignment]
+        errors = {n: e for n, e in failed.items() if isinstance(e, ChannelError)}  # all of them, after the loop above
         if not errors:
             return sent
         hint = "; ".join(e.hint for e in errors.values()) if len(errors) > 1 else next(iter(errors.values())).hint

@@ -53,7 +53,7 @@ class ToolContext:
 
 
 class Tool(ABC):
-    name: ClassVar[str]
+    name: str  # set on the class, except by ActionTool: its name is the declared action's id
     input_model: ClassVar[type[BaseModel]]
 
     def available(self, ctx: ToolContext) -> bool:
