@@ -455,11 +455,11 @@ class DiscordChannel(ChannelAdapter):
         async def on_disconnect() -> None:
             self._session_ready.clear()
 
-        # discord.py dispatches an event to the `on_<event>` attribute of the client, which its
-        # Client class does not declare (`client.event` would need the function to bear that name).
-        client.on_message = self._on_gateway_message  # type: ignore[attr-defined]  # see above
-        client.on_socket_event_type = on_socket_event_type  # type: ignore[attr-defined]  # see above
-        client.on_disconnect = on_disconnect  # type: ignore[attr-defined]  # see above
+        # discord.py dispatches an event to the `on_<event>` attribute of the client
+        # (`client.event` would need each function to bear that name).
+        client.on_message = self._on_gateway_message  # type: ignore[attr-defined]  # a hook Client does not declare
+        client.on_socket_event_type = on_socket_event_type  # type: ignore[attr-defined]  # a hook Client does not declare
+        client.on_disconnect = on_disconnect  # type: ignore[attr-defined]  # a hook Client does not declare
         return client
 
     # ------------------------------------------------------------------ lifecycle
