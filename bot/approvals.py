@@ -236,7 +236,8 @@ class Approvals:
             if approval is None:
                 raise NotFound("approval", approval_id)
             always = bool(approve and always_allow and approval.policy == "ask")
-            changed = await execute_dml(session,
+            changed = await execute_dml(
+                session,
                 update(Approval)
                 .where(col(Approval.id) == approval_id, col(Approval.state) == PENDING, col(Approval.deadline) > now)
                 .values(state=APPROVED if approve else DENIED, decided_at=now, decided_by=by, decided_via=via,
@@ -282,7 +283,8 @@ class Approvals:
         """Run exactly the stored arguments of this approval, once (a conditional claim);
         None when it was not ours to run."""
         async with self.db.transaction() as session:
-            claimed = await execute_dml(session,
+            claimed = await execute_dml(
+                session,
                 update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
                 .values(run_state="running").execution_options(synchronize_session=False)
             )
@@ -334,7 +336,8 @@ class Approvals:
             self.background.spawn(self._run_and_settle(approval_id), name=f"approved:{approval_id}")
         for approval in stuck:
             async with self.db.transaction() as session:
-                changed = await execute_dml(session,
+                changed = await execute_dml(
+                    session,
                     update(Approval).where(col(Approval.id) == approval.id, col(Approval.run_state) == "running")
                     .values(run_state="failed", error="interrupted: the desk stopped while it ran, so it may or may not "
                                                       "have taken effect").execution_options(synchronize_session=False))
@@ -364,7 +367,8 @@ class Approvals:
         closed = 0
         for approval_id in ids:
             async with self.db.transaction() as session:
-                changed = await execute_dml(session,
+                changed = await execute_dml(
+                    session,
                     update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == PENDING)
                     .values(state=state, decided_at=now, decided_by="desk", decided_via=state)
                     .execution_options(synchronize_session=False)

@@ -413,7 +413,8 @@ class Handoffs:
     async def _fail(self, sid: str, *, error: str, hint: str, attempts: int | None = None, actor: str = "dispatcher") -> bool:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await execute_dml(session,
+            changed = await execute_dml(
+                session,
                 update(HandoffSession)
                 .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
                 .values(state=FAILED, failure=hint)
@@ -443,7 +444,8 @@ class Handoffs:
     async def _activate(self, session: AsyncSession, sid: str, receipt: Receipt, now: datetime) -> HandoffSession | None:
         """dispatching → active, in the caller's transaction; None when the session left
         `dispatching` meanwhile (the sweep failed it as stuck)."""
-        changed = await execute_dml(session,
+        changed = await execute_dml(
+            session,
             update(HandoffSession)
             .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
             .values(
@@ -498,7 +500,8 @@ class Handoffs:
 
         This UPDATE doubles as the activity check, so a message racing a release is either
         part of the session or refused — never relayed into a released one."""
-        changed = await execute_dml(session,
+        changed = await execute_dml(
+            session,
             update(HandoffSession)
             .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE)
             .values(last_activity_at=now, idle_deadline=now + self.idle_timeout)
@@ -518,7 +521,8 @@ class Handoffs:
         if handoff is None:
             return None
         if handoff.state == DISPATCHING:
-            held = await execute_dml(session,
+            held = await execute_dml(
+                session,
                 update(HandoffSession)
                 .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == DISPATCHING)
                 .values(last_activity_at=now)
@@ -611,7 +615,8 @@ class Handoffs:
             conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE]
             if idle_cutoff is not None:
                 conditions.append(col(HandoffSession.idle_deadline) <= idle_cutoff)
-            changed = await execute_dml(session,
+            changed = await execute_dml(
+                session,
                 update(HandoffSession)
                 .where(*conditions)
                 .values(

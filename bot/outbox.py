@@ -377,7 +377,8 @@ class Outbox:
         now = self.clock.now()
         result, following = None, None
         async with self.db.transaction() as session:
-            recorded = await execute_dml(session,
+            recorded = await execute_dml(
+                session,
                 update(OutboxItem)
                 .where(*self._still_ours(item))
                 .values(

@@ -250,7 +250,8 @@ class UserActions:
                      tell_agent: bool) -> dict[str, Any]:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await execute_dml(session,
+            changed = await execute_dml(
+                session,
                 update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                 .values(state=state, resolved_at=now, resolved_via=via, observed=observed)
                 .execution_options(synchronize_session=False)

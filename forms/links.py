@@ -99,7 +99,8 @@ class FormLinks:
     async def consume(session: AsyncSession, link_id: str, now: datetime, by: str) -> None:
         """Use the link up, once, in the caller's transaction; raise LinkUnavailable when a
         concurrent submission (or expiry, or a re-issue) got there first."""
-        used = await execute_dml(session,
+        used = await execute_dml(
+            session,
             update(FormLink)
             .where(
                 col(FormLink.id) == link_id,
