@@ -312,7 +312,7 @@ class Outbox:
                 if adapter.capabilities.reconcile and item.uncertain:
                     earlier = await adapter.find_sent(outbound)  # the last attempt may have arrived
                     if earlier is not None:
-                        log.info("outbox_reconciled", outbox_id=item.id, channel_message_id=col(earlier.message_id))
+                        log.info("outbox_reconciled", outbox_id=item.id, channel_message_id=earlier.message_id)
                         return earlier
                 return await adapter.send(outbound)
         except ChannelError:
