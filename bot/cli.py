@@ -139,10 +139,13 @@ def db_upgrade(
     """Apply the database migrations (alembic) up to the newest."""
     from bot.store.db import Database
 
-    if config is None and database_url is None:
+    if database_url:
+        url = database_url
+    elif config is not None:
+        url = _load_or_exit(config).database_url
+    else:
         typer.echo("give --config FILE or --database-url URL", err=True)
         raise typer.Exit(code=2)
-    url = database_url or _load_or_exit(config).database_url  # type: ignore[arg-type]
 
     async def run() -> None:
         db = Database(url)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 from sqlalchemy import select
+from sqlmodel import col
 
 from bot.config import Config, format_duration
 from bot.desk import Desk
@@ -95,7 +96,7 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
 
     async def ana(text: str) -> dict[str, Any]:
         story.say("subscriber", "Ana", text)
-        body = (await client.post(f"/api/conversations/{cid}/messages", json={"text": text})).json()
+        body: dict[str, Any] = (await client.post(f"/api/conversations/{cid}/messages", json={"text": text})).json()
         for reply in body["replies"]:
             story.say(reply["role"], "Assistant", reply["text"])
         return body
@@ -114,7 +115,7 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
     await story.step("3. What the support team receives")
     async with desk.db.transaction() as session:
         dispatch = (await session.scalars(
-            select(OutboxItem).where(OutboxItem.handoff_session_id == sid, OutboxItem.purpose == "dispatch")
+            select(OutboxItem).where(col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch")
         )).one()
     console.print(Panel(Text(dispatch.payload["text"]), title=f"dispatch to {handoff['channel_label']}", expand=False))
 
@@ -164,7 +165,7 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
     await desk.settle()
     async with desk.db.transaction() as session:
         prompt = (await session.scalars(
-            select(OutboxItem).where(OutboxItem.handoff_session_id == pending["approval_id"])
+            select(OutboxItem).where(col(OutboxItem.handoff_session_id) == pending["approval_id"])
         )).first()
     assert prompt is not None
     console.print(Panel(Text(prompt.payload["text"]), title="approval prompt to the Support team", expand=False))

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 from sqlalchemy import select
+from sqlmodel import col
 
 from bot.agents import Agent, build_agent
 from bot.config import Config
@@ -224,7 +225,7 @@ class Desk:
     async def events(self, handoff_session_id: str) -> list[HandoffEvent]:
         await self.handoffs.get(handoff_session_id)
         async with self.db.read() as session:
-            query = select(HandoffEvent).where(HandoffEvent.handoff_session_id == handoff_session_id).order_by(HandoffEvent.id)
+            query = select(HandoffEvent).where(col(HandoffEvent.handoff_session_id) == handoff_session_id).order_by(col(HandoffEvent.id))
             return list((await session.scalars(query)).all())
 
     async def handoff_list(self, *, states: tuple[str, ...], limit: int = 100) -> list[HandoffSession]:
@@ -234,8 +235,8 @@ class Desk:
         async with self.db.read() as session:
             for state in states:
                 query = (
-                    select(HandoffSession).where(HandoffSession.state == state)
-                    .order_by(HandoffSession.created_at.desc()).limit(limit)
+                    select(HandoffSession).where(col(HandoffSession.state) == state)
+                    .order_by(col(HandoffSession.created_at).desc()).limit(limit)
                 )
                 found.extend((await session.scalars(query)).all())
         return sorted(found, key=lambda h: h.created_at, reverse=True)[:limit]

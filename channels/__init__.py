@@ -37,4 +37,5 @@ def adapter_class(kind: str) -> type[ChannelAdapter]:
     except KeyError:
         raise UnknownChannelKind(kind) from None
     module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    adapter: type[ChannelAdapter] = getattr(importlib.import_module(module_name), class_name)
+    return adapter

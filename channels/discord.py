@@ -321,8 +321,10 @@ def _trouble_class() -> type[Exception]:
 
             def retry_after(self) -> float | None:
                 for candidate in (self.data().get("retry_after"), self.headers.get("Retry-After")):
+                    if candidate is None:
+                        continue
                     try:
-                        return max(0.0, float(candidate))  # type: ignore[arg-type]
+                        return max(0.0, float(candidate))
                     except (TypeError, ValueError):
                         continue
                 return None
@@ -429,7 +431,7 @@ class DiscordChannel(ChannelAdapter):
                     route.url = base + route.url[len(default_base):]
                 return await original_request(route, **kwargs)
 
-            http.request = request  # type: ignore[method-assign]
+            http.request = request  # type: ignore[method-assign]  # discord.py has no base-URL option: wrap its one HTTP entry
 
         gateway = self.config.gateway_url
         default_gateway = DiscordWebSocket.DEFAULT_GATEWAY
@@ -444,7 +446,7 @@ class DiscordChannel(ChannelAdapter):
                     url = str(yarl.URL(gateway).with_query(target.query))
                 return await original_connect(url, compress=compress)
 
-            http.ws_connect = ws_connect  # type: ignore[method-assign]
+            http.ws_connect = ws_connect  # type: ignore[method-assign]  # nor a gateway-URL option: wrap its connect
 
         async def on_socket_event_type(event_type: str) -> None:
             if event_type in ("READY", "RESUMED"):
@@ -453,10 +455,11 @@ class DiscordChannel(ChannelAdapter):
         async def on_disconnect() -> None:
             self._session_ready.clear()
 
-        # discord.py dispatches an event to the `on_<event>` attribute of the client.
-        client.on_message = self._on_gateway_message  # type: ignore[attr-defined]
-        client.on_socket_event_type = on_socket_event_type  # type: ignore[attr-defined]
-        client.on_disconnect = on_disconnect  # type: ignore[attr-defined]
+        # discord.py dispatches an event to the `on_<event>` attribute of the client
+        # (`client.event` would need each function to bear that name).
+        client.on_message = self._on_gateway_message  # type: ignore[attr-defined]  # a hook Client does not declare
+        client.on_socket_event_type = on_socket_event_type  # type: ignore[attr-defined]  # a hook Client does not declare
+        client.on_disconnect = on_disconnect  # type: ignore[attr-defined]  # a hook Client does not declare
         return client
 
     # ------------------------------------------------------------------ lifecycle
@@ -490,10 +493,11 @@ class DiscordChannel(ChannelAdapter):
         from discord.http import Route
 
         route = Route("GET", "/channels/{channel_id}", channel_id=self.config.channel_id)
-        data = await self._call("get channel", client.http.request(route), target="channel")
+        data: dict[str, Any] = await self._call("get channel", client.http.request(route), target="channel")
         kind = data.get("type")
         if kind not in TEXT_CHANNEL_TYPES:
-            what = CHANNEL_KINDS.get(kind, "thread or direct message" if kind in (1, 3, 10, 11, 12) else f"channel of type {kind}")
+            known = CHANNEL_KINDS.get(kind) if isinstance(kind, int) else None
+            what = known or ("thread or direct message" if kind in (1, 3, 10, 11, 12) else f"channel of type {kind}")
             raise PermanentChannelError(f"channel {self.config.channel_id} is a {what}", hint=(
                 f"channel_id {self.config.channel_id} is a {what}; handoffs need a text channel (threads are started in it)"))
         self.guild_id = int(data["guild_id"]) if data.get("guild_id") else None
@@ -645,8 +649,9 @@ class DiscordChannel(ChannelAdapter):
         if "nonce" in payload:
             payload["enforce_nonce"] = True
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel_id)
-        return await self._call(f"post {what}", client.http.request(route, json=payload), may_have_landed=True,
-                                target="channel" if what == "dispatch" else "thread")
+        posted: dict[str, Any] = await self._call(f"post {what}", client.http.request(route, json=payload), may_have_landed=True,
+                                                  target="channel" if what == "dispatch" else "thread")
+        return posted
 
     async def _retire_release_button(self, client: discord.Client, outbound: Outbound) -> None:
         """After a release, leave only the form link on the dispatch. Cosmetic: a failure is
@@ -736,9 +741,10 @@ class DiscordChannel(ChannelAdapter):
         known = self._prompts.get(approval_id) or thread.get("message_id")
         try:
             if known is not None:
-                return await self._call("get approval prompt", client.http.request(Route(
+                prompt: dict[str, Any] = await self._call("get approval prompt", client.http.request(Route(
                     "GET", "/channels/{channel_id}/messages/{message_id}", channel_id=channel_id, message_id=int(known))))
-            recent = await self._call("list messages", client.http.request(
+                return prompt
+            recent: list[dict[str, Any]] | None = await self._call("list messages", client.http.request(
                 Route("GET", "/channels/{channel_id}/messages", channel_id=channel_id), params={"limit": PROMPT_LOOKUP_LIMIT}))
         except TransientChannelError:
             raise
@@ -845,7 +851,7 @@ class DiscordChannel(ChannelAdapter):
             text = self._transcript(brief.transcript, room)
             if text:
                 embed.description = f"{core}\n\n{text}"
-        data = embed.to_dict()
+        data: dict[str, Any] = {**embed.to_dict()}
         data.pop("type", None)
         return data
 

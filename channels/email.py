@@ -760,7 +760,7 @@ class EmailChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ errors
 
-    async def _run(self, stage: str, call: Any, *, body_sent: bool = False, passthrough: tuple[type, ...] = ()) -> Any:
+    async def _run(self, stage: str, call: Any, *, body_sent: bool = False, passthrough: tuple[type[BaseException], ...] = ()) -> Any:
         """Await one SMTP step and turn every failure into a typed channel error."""
         try:
             return await call

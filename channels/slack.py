@@ -49,6 +49,7 @@ import asyncio
 import json
 import re
 from collections import OrderedDict
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
 
@@ -345,16 +346,16 @@ class SlackChannel(ChannelAdapter):
         if outbound.purpose == "dispatch" or outbound.notice in ("approval", "approval_closed"):
             # Approval prompts (and a closing notice posted because its prompt was not found)
             # are top-level messages; a closing notice that edited its prompt is idempotent.
-            method, pages, args = "conversations.history", HISTORY_PAGES, {"channel": self.config.channel, "limit": HISTORY_PAGE_SIZE}
-            fetch = client.conversations_history
+            method, pages, channel = "conversations.history", HISTORY_PAGES, self.config.channel
+            fetch = partial(client.conversations_history, channel=channel, limit=HISTORY_PAGE_SIZE)
         else:
             channel, thread_ts = self._thread_of(outbound)
-            method, pages, args = "conversations.replies", REPLIES_PAGES, {"channel": channel, "ts": thread_ts, "limit": REPLIES_PAGE_SIZE}
-            fetch = client.conversations_replies
+            method, pages = "conversations.replies", REPLIES_PAGES
+            fetch = partial(client.conversations_replies, channel=channel, ts=thread_ts, limit=REPLIES_PAGE_SIZE)
         cursor = None
         for _ in range(pages):
             try:
-                response = await self._call(method, fetch(include_all_metadata=True, cursor=cursor, **args))
+                response = await self._call(method, fetch(include_all_metadata=True, cursor=cursor))
             except TransientChannelError as exc:
                 # Still unknown whether the earlier attempt landed: keep it "uncertain", so the
                 # next attempt looks again instead of posting blindly.
@@ -366,7 +367,7 @@ class SlackChannel(ChannelAdapter):
                 return None
             for message in response.get("messages") or []:
                 if self._is_attempt_of(message, outbound):
-                    return self._receipt(outbound, args["channel"], str(message["ts"]))
+                    return self._receipt(outbound, channel, str(message["ts"]))
             cursor = (response.get("response_metadata") or {}).get("next_cursor")
             if not cursor:
                 break

@@ -75,6 +75,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlparse
 
@@ -108,7 +109,7 @@ from forms.fields import preview_line
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
     from telegram import Bot, Message, Update
-    from telegram.ext import Application
+    from telegram.ext import Application, ExtBot
 
 log = structlog.get_logger(__name__)
 
@@ -290,13 +291,14 @@ class TelegramChannel(ChannelAdapter):
     # reconcile=False: the Bot API has no way to find a message we sent, so a timed-out
     # send is retried blind (possibly posting twice) rather than lost.
     capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, front=True)
+    config: TelegramConnection  # a TelegramConfig unless it is a front of its own (no staff group)
 
     def __init__(self, config: ChannelConfig) -> None:
         super().__init__(config)
-        self.config: TelegramConnection = config  # type: ignore[assignment]
         # The staff group from config; None for a front of its own (built from TelegramConnection).
         self._staff: int | str | None = config.chat_id if isinstance(config, TelegramConfig) else None
-        self._app: Application | None = None
+        # Its context and data types are PTB's defaults; this adapter keeps no per-chat data there.
+        self._app: Application[ExtBot[None], Any, Any, Any, Any, Any] | None = None
         self._ready = False
         self._ctx: ChannelContext | None = None
         self._chat_id: int | None = None  # numeric, from getChat: updates carry the number even when config says @name
@@ -330,7 +332,7 @@ class TelegramChannel(ChannelAdapter):
         try:
             bot = await self._connect()
             if self._staff is not None:
-                chat = await self._staff_chat(bot)
+                chat = await self._staff_chat(bot, self._staff)
                 self._chat_id, self._is_forum = chat.id, bool(chat.is_forum)
             if self.config.mode == "webhook":
                 await self._register_webhook(bot, ctx.public_url)
@@ -356,7 +358,7 @@ class TelegramChannel(ChannelAdapter):
         bot = await self._connect()
         if self._staff is None:
             return f"@{self._username}, serving subscribers in private chats"
-        chat = await self._staff_chat(bot)
+        chat = await self._staff_chat(bot, self._staff)
         forum = ", a forum: one topic per handoff" if chat.is_forum else ""
         return f"@{self._username}, posting to '{chat.title or chat.id}'{forum}"
 
@@ -382,14 +384,14 @@ class TelegramChannel(ChannelAdapter):
             self._ready = True
         return self._app.bot
 
-    async def _staff_chat(self, bot: Bot) -> Any:
+    async def _staff_chat(self, bot: Bot, staff: int | str) -> Any:
         try:
-            return await self._call(bot.get_chat(self._staff), "getChat")
+            return await self._call(bot.get_chat(staff), "getChat")
         except ChannelAuthError:
             raise
         except PermanentChannelError as exc:
             raise PermanentChannelError(str(exc), hint=(
-                f"{exc.hint}; check chat_id ({self._staff}) and that the bot is a member of that group")) from None
+                f"{exc.hint}; check chat_id ({staff}) and that the bot is a member of that group")) from None
 
     def _bot(self) -> Bot:
         if self._app is None or not self._ready or (self._staff is not None and self._chat_id is None):
@@ -449,6 +451,7 @@ class TelegramChannel(ChannelAdapter):
         from telegram import ReplyParameters
         from telegram.constants import ParseMode
 
+        assert self._chat_id is not None  # send() refused staff messages before the staff group was known
         thread = outbound.thread
         chat_id = thread.get("chat_id") or self._chat_id
         dispatch_id, topic_id = thread.get("message_id"), thread.get("topic_id")
@@ -512,7 +515,7 @@ class TelegramChannel(ChannelAdapter):
             return str((await self._call(send(index, part), "sendMessage", subscriber=subscriber)).message_id)
 
         sent = [await self._parts_sent.send((outbound.delivery_key, index) if outbound.delivery_key else None,
-                                            lambda index=index, part=part: one(index, part))
+                                            partial(one, index, part))
                 for index, part in enumerate(parts)]
         return sent[0]
 
@@ -545,11 +548,12 @@ class TelegramChannel(ChannelAdapter):
         approval = outbound.approval
         if approval is None:
             raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
+        assert self._chat_id is not None  # send() refused staff messages before the staff group was known
         choices = [("Approve", "y"), ("Deny", "n")] + ([("Always allow", "a")] if approval.allow_always else [])
         rows = [[InlineKeyboardButton(label, callback_data=f"ap:{approval.approval_id}:{code}") for label, code in choices[:2]]]
         if len(choices) > 2:
             rows.append([InlineKeyboardButton(choices[2][0], callback_data=f"ap:{approval.approval_id}:a")])
-        fits = all(len(b.callback_data.encode()) <= 64 for row in rows for b in row)  # else: the link alone
+        fits = all(len(f"ap:{approval.approval_id}:{code}".encode()) <= 64 for _label, code in choices)  # else: the link alone
         message = await self._call(bot.send_message(
             chat_id=self._chat_id, text=self._prompt_html(approval, buttons=fits), parse_mode=ParseMode.HTML,
             reply_markup=self._inline(rows) if fits else None, link_preview_options=self._no_preview(),
@@ -564,6 +568,7 @@ class TelegramChannel(ChannelAdapter):
         from telegram import ReplyParameters
         from telegram.constants import ParseMode
 
+        assert self._chat_id is not None  # send() refused staff messages before the staff group was known
         approval_id = outbound.handoff_session_id
         # Remembered from the send or a press; or the prompt's receipt, should the core pass it.
         prompt_id = self._prompts.get(approval_id) or outbound.thread.get("message_id")

@@ -74,7 +74,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlparse
 
@@ -121,6 +121,10 @@ APPROVAL_DESCRIPTION = 400  # characters of an action's description in a prompt
 _E164 = re.compile(r"^\+[1-9]\d{6,14}$")
 _SEPARATORS = re.compile(r"[\s().\-\u00a0]")
 TemplateValue = Literal["summary", "expected_action", "link", "short_code", "urgency", "subscriber", "contact_back_email"]
+
+
+def _default_template_variables() -> dict[str, TemplateValue]:
+    return {"1": "summary", "2": "expected_action", "3": "link"}
 
 # The last HTTP answer of the current task: the SDK's exceptions drop the headers (Retry-After).
 _last_response: contextvars.ContextVar[Response | None] = contextvars.ContextVar("whatsapp_last_response", default=None)
@@ -208,7 +212,7 @@ class WhatsAppConfig(WhatsAppConnection):
         description="An approved WhatsApp template (HX…) to send the dispatch with, so it arrives outside the 24-hour window.",
     )
     content_variables: dict[str, TemplateValue] = Field(
-        default_factory=lambda: {"1": "summary", "2": "expected_action", "3": "link"},
+        default_factory=_default_template_variables,
         description="Which value fills each template variable (with content_sid): summary, expected_action, link, "
         "short_code, urgency, subscriber, contact_back_email.",
     )
@@ -381,7 +385,7 @@ class WhatsAppChannel(ChannelAdapter):
 
     async def stop(self) -> None:
         if self._client is not None:
-            await self._client.http_client.close()  # type: ignore[attr-defined]
+            await self._client.http_client.close()
             self._client = None
 
     async def probe(self) -> str:
@@ -392,7 +396,7 @@ class WhatsAppChannel(ChannelAdapter):
             account = await self._fetch_account(client)
         finally:
             if own:
-                await client.http_client.close()  # type: ignore[attr-defined]
+                await client.http_client.close()
         staff = len(self.staff)
         to = f"to {staff} number{'s' if staff != 1 else ''}" if staff else "to subscribers"
         return f"Twilio account '{account.friendly_name}' ({account.status}), sending from {self.config.from_number} {to}"
@@ -449,14 +453,14 @@ class WhatsAppChannel(ChannelAdapter):
         """Send to every recipient at once (each in order). Succeeds when everyone got it, or
         when some did and the rest refused for good; a retryable failure is raised so the core
         retries, and the retry skips the numbers already reached."""
-        numbers = self.config.to
+        numbers = self.staff
         results = await asyncio.gather(*(self._to_one(client, outbound, n, messages) for n in numbers), return_exceptions=True)
         sent = {n: r for n, r in zip(numbers, results, strict=True) if isinstance(r, str)}
         failed = {n: r for n, r in zip(numbers, results, strict=True) if not isinstance(r, str)}
         for error in failed.values():
             if not isinstance(error, ChannelError):
                 raise error
-        errors: dict[str, ChannelError] = failed  # type: ignore[assignment]
+        errors = {n: e for n, e in failed.items() if isinstance(e, ChannelError)}  # all of them, after the loop above
         if not errors:
             return sent
         hint = "; ".join(e.hint for e in errors.values()) if len(errors) > 1 else next(iter(errors.values())).hint
@@ -480,7 +484,7 @@ class WhatsAppChannel(ChannelAdapter):
     async def _to_one(self, client: Client, outbound: Outbound, number: str, messages: list[_Message], *,
                       subscriber: bool = False) -> str:
         sids = [await self._sent.send((outbound.delivery_key, number, index) if outbound.delivery_key else None,
-                                      lambda message=message: self._create(client, number, message, subscriber=subscriber))
+                                      partial(self._create, client, number, message, subscriber=subscriber))
                 for index, message in enumerate(messages)]
         return sids[0]
 
@@ -507,11 +511,13 @@ class WhatsAppChannel(ChannelAdapter):
         brief = outbound.brief
         if brief is None:
             raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
-        if self.config.content_sid:
-            return _Message(content_sid=self.config.content_sid, content_variables=json.dumps(self._template_values(brief)))
+        config = self.config
+        if isinstance(config, WhatsAppConfig) and config.content_sid:  # a front of its own dispatches nothing
+            variables = self._template_values(brief, config.content_variables)
+            return _Message(content_sid=config.content_sid, content_variables=json.dumps(variables))
         return _Message(body=self.dispatch_text(brief))
 
-    def _template_values(self, brief: HandoffBrief) -> dict[str, str]:
+    def _template_values(self, brief: HandoffBrief, variables: dict[str, TemplateValue]) -> dict[str, str]:
         values = {
             "summary": one_line(defuse(brief.summary), 600),
             "expected_action": one_line(defuse(brief.expected_action), 300),
@@ -521,7 +527,7 @@ class WhatsAppChannel(ChannelAdapter):
             "subscriber": one_line(defuse(brief.subscriber_name or "a subscriber"), 100),
             "contact_back_email": brief.contact_back_email or "(none)",
         }
-        return {number: values[name] for number, name in self.config.content_variables.items()}
+        return {number: values[name] for number, name in variables.items()}
 
     def dispatch_text(self, brief: HandoffBrief) -> str:
         """The dispatch as one message: everything when it fits, else the newest transcript
@@ -833,11 +839,13 @@ def _http_client_class() -> type:
     from twilio.http.async_http_client import AsyncTwilioHttpClient
     from twilio.http.response import Response as TwilioResponse
 
-    class HttpClient(AsyncTwilioHttpClient):  # type: ignore[misc]
+    class HttpClient(AsyncTwilioHttpClient):  # type: ignore[misc]  # twilio ships no type information: the base is Any
         """The SDK's aiohttp client interface, sent to `api_base_url` instead of api.twilio.com,
         with a real timeout on every call (the SDK passes none unless asked), one connection
         pool made inside the event loop, basic auth as a header (aiohttp deprecates its
         BasicAuth), and the last answer kept for the error mapping (Retry-After)."""
+
+        session: aiohttp.ClientSession | None  # set by the SDK's __init__ (None), which mypy cannot see: no stubs
 
         def __init__(self, base_url: str, timeout: float) -> None:
             super().__init__(pool_connections=False, timeout=timeout)

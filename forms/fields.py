@@ -17,7 +17,7 @@ import datetime as dt
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -201,9 +201,13 @@ def _read_number_text(text: str) -> ReadNumber:
 _OTHER_MARK: dict[str, DecimalMark] = {",": ".", ".": ","}  # commas between thousands go with a decimal point
 
 
+def _is_mark(kind: str) -> TypeGuard[DecimalMark]:
+    return kind in (".", ",")
+
+
 def _decimal_mark(text: str, digits: list[str], kinds: list[str]) -> DecimalMark | None:
     """Which of `.` and `,` is the decimal mark, if any; refuse what reads two ways."""
-    marks: list[DecimalMark] = [k for k in kinds if k in (".", ",")]  # type: ignore[misc]
+    marks = [k for k in kinds if _is_mark(k)]
     if not marks:
         return None
     last = marks[-1]

@@ -23,8 +23,10 @@ from datetime import datetime, timedelta
 from itsdangerous import BadSignature, URLSafeSerializer
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from bot.errors import DeskError
+from bot.store.db import execute_dml
 from bot.store.models import FormLink, HandoffSession
 
 SALT = "handoff-desk.return-form.v1"
@@ -71,9 +73,9 @@ class FormLinks:
         await session.execute(
             update(FormLink)
             .where(
-                FormLink.handoff_session_id == handoff.id,
-                FormLink.consumed_at.is_(None),
-                FormLink.superseded_at.is_(None),
+                col(FormLink.handoff_session_id) == handoff.id,
+                col(FormLink.consumed_at).is_(None),
+                col(FormLink.superseded_at).is_(None),
             )
             .values(superseded_at=now)
         )
@@ -97,13 +99,14 @@ class FormLinks:
     async def consume(session: AsyncSession, link_id: str, now: datetime, by: str) -> None:
         """Use the link up, once, in the caller's transaction; raise LinkUnavailable when a
         concurrent submission (or expiry, or a re-issue) got there first."""
-        used = await session.execute(
+        used = await execute_dml(
+            session,
             update(FormLink)
             .where(
-                FormLink.id == link_id,
-                FormLink.consumed_at.is_(None),
-                FormLink.superseded_at.is_(None),
-                FormLink.expires_at > now,
+                col(FormLink.id) == link_id,
+                col(FormLink.consumed_at).is_(None),
+                col(FormLink.superseded_at).is_(None),
+                col(FormLink.expires_at) > now,
             )
             .values(consumed_at=now, consumed_by=by)
         )

@@ -115,6 +115,13 @@ def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
     assert again.returncode == 0
 
 
+def test_db_upgrade_with_an_empty_url_and_no_config_says_what_to_give() -> None:
+    result = handoff("db", "upgrade", "--database-url", "", env={"HANDOFF_DATABASE_URL": ""})
+    assert result.returncode == 2
+    assert "give --config FILE or --database-url URL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_demo_tells_the_whole_story() -> None:
     result = handoff("demo", "--pause", "0")
     assert result.returncode == 0, result.stderr

@@ -59,3 +59,14 @@ async def test_ids_cannot_climb_to_another_route(start_desk: StartDesk) -> None:
         assert caught.value.status == 404
         with pytest.raises(ValueError):
             await desk.handoff("..")
+
+
+async def test_an_answer_that_is_not_a_json_object_is_an_invalid_response() -> None:
+    """Every route answers an object; a proxy's JSON list (or a wrong base URL) is named as
+    such instead of failing later on a missing key."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=["not", "an", "object"]))
+    async with DeskClient("http://desk.test", transport=transport) as desk:
+        with pytest.raises(DeskApiError) as caught:
+            await desk.handoff("hs_1")
+    assert caught.value.status == 200
+    assert caught.value.code == "invalid_response"

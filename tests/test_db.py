@@ -7,12 +7,13 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
 
 from bot.domain import conversations
-from bot.store.db import Database
-from bot.store.models import HandoffSession
+from bot.store.db import Database, execute_dml
+from bot.store.models import Conversation, HandoffSession
 
 
 async def test_the_database_allows_one_open_handoff_per_conversation(database_url: str) -> None:
@@ -54,4 +55,22 @@ async def test_sqlite_readers_do_not_wait_for_a_writer(sqlite_url: str) -> None:
     finally:
         done.set()
         await task
+        await db.dispose()
+
+
+async def test_execute_dml_reports_how_many_rows_a_guarded_update_changed(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    await db.upgrade()
+    now = datetime.now(UTC)
+    try:
+        async with db.transaction() as session:
+            first = (await conversations.create(session, now=now)).id
+            await conversations.create(session, now=now)
+        async with db.transaction() as session:
+            everyone = await execute_dml(session, update(Conversation).values(subscriber_name="Ana"))
+            assert everyone.rowcount == 2
+            guarded = update(Conversation).where(col(Conversation.id) == first, col(Conversation.subscriber_name) == "Bo")
+            missed = await execute_dml(session, guarded.values(subscriber_name="Cy"))
+            assert missed.rowcount == 0
+    finally:
         await db.dispose()

@@ -63,7 +63,7 @@ async def run(turn: Turn, ask: Ask, *, max_rounds: int) -> list[str]:
         replies.extend(t.strip() for t in answer.text if t and t.strip())
         if not answer.calls:
             return replies
-        results: list[ToolResult] = []
+        results = []
         ended: dict[str, Any] | None = None
         for call in answer.calls:  # one at a time: nothing runs after a call that ended the turn
             results.append(ToolResult(call, await _execute(turn, call)))
@@ -92,7 +92,7 @@ async def _execute(turn: Turn, call: ToolCall) -> dict[str, Any]:
     if arguments is None or isinstance(arguments, str):
         try:
             arguments = json.loads(arguments or "{}")
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             return tool_error("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
-    return await turn.call_tool(call.name, arguments)  # type: ignore[arg-type]
+    return await turn.call_tool(call.name, arguments)
 

@@ -14,9 +14,10 @@ A successful `handoff_request` ends the turn: from then on a person has the conv
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, omit
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 from bot.agents import loop
 from bot.agents.base import Agent, Turn, TurnMessage
@@ -47,14 +48,16 @@ class OpenAIAgent(Agent):
             )
             completion = await self.client.chat.completions.create(
                 model=self.config.model,
-                messages=messages,  # type: ignore[arg-type]
-                **({"tools": tools} if tools else {}),
-                **({"temperature": self.config.temperature} if self.config.temperature is not None else {}),
+                # Built as plain dicts in the wire format, which the SDK's TypedDicts describe.
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                tools=cast("list[ChatCompletionToolUnionParam]", tools) if tools else omit,
+                temperature=self.config.temperature if self.config.temperature is not None else omit,
             )
             answer = completion.choices[0].message
             calls = [
-                loop.ToolCall(call.id, call.function.name, call.function.arguments)  # type: ignore[union-attr]
+                loop.ToolCall(call.id, call.function.name, call.function.arguments)
                 for call in answer.tool_calls or []
+                if call.type == "function"  # the only kind of tool offered: a custom-tool call cannot answer one
             ]
             if calls:  # the model's own message, so the tool results that follow answer it
                 messages.append(answer.model_dump(include={"role", "content", "tool_calls"}, exclude_none=True))

@@ -100,4 +100,6 @@ class DeskClient:
         if response.status_code >= 400:
             details = data.get("details", {}) if isinstance(data, dict) else {}
             raise DeskApiError(response.status_code, str(data.get("error", "error")), str(details.get("hint", "")))
+        if not isinstance(data, dict):  # every route answers a JSON object
+            raise DeskApiError(response.status_code, "invalid_response", response.text[:200])
         return data

@@ -343,7 +343,8 @@ def _import_callable(spec: str, config_dir: Path | None) -> Callable[..., Any]:
                          f"has no {attribute!r}{guess}")
     if not callable(target):
         raise ValueError(f"{spec!r} is not callable")
-    return target
+    function: Callable[..., Any] = target
+    return function
 
 
 def _import_places(config_folder: str | None) -> str:

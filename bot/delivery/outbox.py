@@ -29,15 +29,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, bindparam, event, exists, or_, select, update
+from sqlalchemy import BindParameter, and_, bindparam, event, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
+from sqlmodel import col
 
 from bot.delivery.channel_set import ChannelSet
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.store import audit
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import ACTIVE, HandoffSession, OutboxItem
 from channels.base import (
     ChannelError,
@@ -58,38 +59,38 @@ CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others ge
 
 def _due_statement() -> Any:
     """Due relays and notices that are next in their handoff (nothing earlier unsent)."""
-    now = bindparam("now")
+    now: BindParameter[datetime] = bindparam("now")
     earlier = aliased(OutboxItem)
     blocked = exists().where(
-        earlier.handoff_session_id == OutboxItem.handoff_session_id,
-        earlier.state.in_((PENDING, SENDING)),
-        earlier.id < OutboxItem.id,
+        col(earlier.handoff_session_id) == col(OutboxItem.handoff_session_id),
+        col(earlier.state).in_((PENDING, SENDING)),
+        col(earlier.id) < col(OutboxItem.id),
     )
     due = or_(
-        and_(OutboxItem.state == PENDING, OutboxItem.not_before <= now),
-        and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now),
+        and_(col(OutboxItem.state) == PENDING, col(OutboxItem.not_before) <= now),
+        and_(col(OutboxItem.state) == SENDING, col(OutboxItem.lease_until) < now),
     )
-    return select(OutboxItem.id).where(due, OutboxItem.purpose != "dispatch", ~blocked).order_by(OutboxItem.id).limit(200)
+    return select(col(OutboxItem.id)).where(due, col(OutboxItem.purpose) != "dispatch", ~blocked).order_by(col(OutboxItem.id)).limit(200)
 
 
 def _claim_next_statement() -> Any:
     """Claim the pending item that follows `after` in its handoff — only if it is due: a
     later item never overtakes one that is waiting."""
     following = (
-        select(OutboxItem.id)
+        select(col(OutboxItem.id))
         .where(
-            OutboxItem.handoff_session_id == bindparam("session_id"),
-            OutboxItem.id > bindparam("after"),
-            OutboxItem.state == PENDING,
+            col(OutboxItem.handoff_session_id) == bindparam("session_id"),
+            col(OutboxItem.id) > bindparam("after"),
+            col(OutboxItem.state) == PENDING,
         )
-        .order_by(OutboxItem.id)
+        .order_by(col(OutboxItem.id))
         .limit(1)
         .scalar_subquery()
     )
     return (
         update(OutboxItem)
-        .where(OutboxItem.id == following, OutboxItem.state == PENDING, OutboxItem.not_before <= bindparam("now"))
-        .values(state=SENDING, lease_until=bindparam("lease_until"), attempts=OutboxItem.attempts + 1)
+        .where(col(OutboxItem.id) == following, col(OutboxItem.state) == PENDING, col(OutboxItem.not_before) <= bindparam("now"))
+        .values(state=SENDING, lease_until=bindparam("lease_until"), attempts=col(OutboxItem.attempts) + 1)
         .returning(OutboxItem)
     )
 
@@ -184,7 +185,7 @@ class Outbox:
             self._worker is None
             or len(self._in_flight) >= self.concurrency
             or await session.scalar(select(exists().where(
-                OutboxItem.handoff_session_id == outbound.handoff_session_id, OutboxItem.state.in_((PENDING, SENDING)),
+                col(OutboxItem.handoff_session_id) == outbound.handoff_session_id, col(OutboxItem.state).in_((PENDING, SENDING)),
             )))
         )
         item = self.enqueue(session, channel_id=channel_id, outbound=outbound, now=now, message_id=message_id, claimed=not ahead)
@@ -207,7 +208,7 @@ class Outbox:
     def _track(self, item_id: int, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work, name=f"outbox:{item_id}")
         self._in_flight[item_id] = task
-        task.add_done_callback(lambda _t, key=item_id: self._chain_done(key))
+        task.add_done_callback(lambda _task: self._chain_done(item_id))
 
     def kick(self) -> None:
         self._kick.set()
@@ -329,7 +330,7 @@ class Outbox:
         """Seconds to wait before the next attempt, or None to give up."""
         if not isinstance(error, TransientChannelError) or attempts >= self.max_attempts:
             return None
-        backoff = min(self.max_backoff, self.base_backoff * 2 ** (attempts - 1))
+        backoff = min(self.max_backoff, self.base_backoff * 2.0 ** (attempts - 1))
         backoff *= 0.8 + 0.4 * random.random()  # spread retries of many items
         return max(backoff, error.retry_after or 0.0)
 
@@ -345,13 +346,13 @@ class Outbox:
         claimed = await session.scalars(
             update(OutboxItem)
             .where(
-                OutboxItem.id == item_id,
-                or_(OutboxItem.state == PENDING, and_(OutboxItem.state == SENDING, OutboxItem.lease_until < now)),
+                col(OutboxItem.id) == item_id,
+                or_(col(OutboxItem.state) == PENDING, and_(col(OutboxItem.state) == SENDING, col(OutboxItem.lease_until) < now)),
             )
             .values(
-                state=SENDING, lease_until=now + self.lease, attempts=OutboxItem.attempts + 1,
+                state=SENDING, lease_until=now + self.lease, attempts=col(OutboxItem.attempts) + 1,
                 # taking over an expired claim: that attempt may have reached the provider
-                uncertain=or_(OutboxItem.uncertain, OutboxItem.state == SENDING),
+                uncertain=or_(col(OutboxItem.uncertain), col(OutboxItem.state) == SENDING),
             )
             .returning(OutboxItem)
             .execution_options(populate_existing=True)
@@ -362,7 +363,7 @@ class Outbox:
     def _still_ours(item: OutboxItem) -> tuple[Any, ...]:
         """Fencing: record an outcome only while the claim this attempt made still holds
         (after a lease ran out another instance may have re-claimed the item)."""
-        return (OutboxItem.id == item.id, OutboxItem.state == SENDING, OutboxItem.attempts == item.attempts)
+        return (col(OutboxItem.id) == item.id, col(OutboxItem.state) == SENDING, col(OutboxItem.attempts) == item.attempts)
 
     def _kind_of(self, channel_id: int) -> str:
         adapter = self.channels.get(channel_id)
@@ -376,7 +377,8 @@ class Outbox:
         now = self.clock.now()
         result, following = None, None
         async with self.db.transaction() as session:
-            recorded = await session.execute(
+            recorded = await execute_dml(
+                session,
                 update(OutboxItem)
                 .where(*self._still_ours(item))
                 .values(
@@ -425,7 +427,7 @@ class Outbox:
             if retry_in is None and item.purpose == "relay" and isinstance(error, TransientChannelError):
                 # A person is waiting for this message: keep trying while the handoff lasts.
                 state = await session.scalar(
-                    select(HandoffSession.state).where(HandoffSession.id == item.handoff_session_id)
+                    select(col(HandoffSession.state)).where(col(HandoffSession.id) == item.handoff_session_id)
                 )
                 if state == ACTIVE:
                     retry_in = self.max_backoff
@@ -433,7 +435,7 @@ class Outbox:
                 values["state"] = FAILED
             else:
                 values.update(state=PENDING, not_before=now + timedelta(seconds=retry_in))
-            recorded = await session.execute(update(OutboxItem).where(*self._still_ours(item)).values(**values))
+            recorded = await execute_dml(session, update(OutboxItem).where(*self._still_ours(item)).values(**values))
             if recorded.rowcount != 1:
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
                 return
@@ -455,14 +457,14 @@ class Outbox:
         trail of its handoff or conversation says why; nothing is resent, since the provider
         has told us it will not arrive that way. Returns what happened, for the inbound record."""
         now = self.clock.now()
-        found = OutboxItem.receipt["message_id"].as_string() == failure.message_id
+        found = col(OutboxItem.receipt)["message_id"].as_string() == failure.message_id
         async with self.db.transaction() as session:
             item = (await session.scalars(
-                select(OutboxItem).where(OutboxItem.channel_id == channel_id, OutboxItem.state == SENT, found)
-                .order_by(OutboxItem.id.desc()).limit(1)
+                select(OutboxItem).where(col(OutboxItem.channel_id) == channel_id, col(OutboxItem.state) == SENT, found)
+                .order_by(col(OutboxItem.id).desc()).limit(1)
             )).first()
             if item is not None:
-                await session.execute(update(OutboxItem).where(OutboxItem.id == item.id).values(
+                await session.execute(update(OutboxItem).where(col(OutboxItem.id) == item.id).values(
                     state=FAILED, last_error=f"reported by the provider after delivery: {failure.error}"))
             await audit.note(
                 session, "delivery_failed_after_acceptance", at=now, actor="provider",

@@ -16,7 +16,8 @@ from __future__ import annotations
 from datetime import datetime
 
 import structlog
-from sqlalchemy import delete, select
+from sqlalchemy import Select, delete, select
+from sqlmodel import col
 
 from bot.config import RetentionSettings
 from bot.runtime.clock import Clock
@@ -49,27 +50,27 @@ class Retention:
         if self.settings.inbound_events is not None:
             cutoff = now - self.settings.inbound_events
             pruned["inbound_events"] = await self._in_batches(
-                select(InboundEvent.id).where(InboundEvent.received_at < cutoff, InboundEvent.state.in_(FINISHED_EVENTS)),
+                select(col(InboundEvent.id)).where(col(InboundEvent.received_at) < cutoff, col(InboundEvent.state).in_(FINISHED_EVENTS)),
                 InboundEvent,
             )
         if self.settings.outbox is not None:
             cutoff = now - self.settings.outbox
             pruned["outbox"] = await self._in_batches(
                 # not_before is when the item was last scheduled: a finished item's last attempt
-                select(OutboxItem.id).where(OutboxItem.state.in_(FINISHED_ITEMS), OutboxItem.not_before < cutoff),
+                select(col(OutboxItem.id)).where(col(OutboxItem.state).in_(FINISHED_ITEMS), col(OutboxItem.not_before) < cutoff),
                 OutboxItem,
             )
         if any(pruned.values()):
             log.info("retention_pruned", **pruned)
         return pruned
 
-    async def _in_batches(self, ids: object, table: type[InboundEvent] | type[OutboxItem]) -> int:
+    async def _in_batches(self, ids: Select[int | None], table: type[InboundEvent] | type[OutboxItem]) -> int:
         total = 0
         while True:
             async with self.db.transaction() as session:
-                batch = list((await session.scalars(ids.limit(BATCH))).all())  # type: ignore[attr-defined]
+                batch = list((await session.scalars(ids.limit(BATCH))).all())
                 if batch:
-                    await session.execute(delete(table).where(table.id.in_(batch)))  # type: ignore[union-attr]
+                    await session.execute(delete(table).where(col(table.id).in_(batch)))
             total += len(batch)
             if len(batch) < BATCH:
                 return total

@@ -34,6 +34,7 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from jsonschema import Draft202012Validator
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
 
 from bot.config import ActionConfig
 from bot.delivery.channel_set import ChannelSet
@@ -47,7 +48,7 @@ from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.store import audit
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import Approval, ApprovalGrant, Conversation, OutboxItem
 from channels.base import ApprovalBrief, Outbound, pretty_arguments
 
@@ -171,9 +172,9 @@ class Approvals:
 
     async def _granted(self, conversation_id: str, action: ActionConfig, arguments: dict[str, Any]) -> bool:
         async with self.db.read() as session:
-            found = await session.scalar(select(ApprovalGrant.id).where(
-                ApprovalGrant.conversation_id == conversation_id, ApprovalGrant.action_id == action.id,
-                ApprovalGrant.shape == shape_of(arguments),
+            found = await session.scalar(select(col(ApprovalGrant.id)).where(
+                col(ApprovalGrant.conversation_id) == conversation_id, col(ApprovalGrant.action_id) == action.id,
+                col(ApprovalGrant.shape) == shape_of(arguments),
             ))
         return found is not None
 
@@ -197,7 +198,7 @@ class Approvals:
     def _brief(self, approval: Approval, subscriber_name: str | None) -> ApprovalBrief:
         return ApprovalBrief(
             approval_id=approval.id, action_id=approval.action_id, description=approval.description,
-            risk=approval.risk, arguments=approval.arguments, conversation_id=approval.conversation_id,  # type: ignore[arg-type]
+            risk=approval.risk, arguments=approval.arguments, conversation_id=approval.conversation_id,
             subscriber_name=subscriber_name, decision_url=self.decision_url(approval.id),
             allow_always=approval.policy == "ask", expires_at=approval.deadline.isoformat(),
         )
@@ -213,9 +214,9 @@ class Approvals:
 
     async def listing(self, *, state: str | None, limit: int) -> list[Approval]:
         async with self.db.read() as session:
-            query = select(Approval).order_by(Approval.created_at.desc()).limit(limit)
+            query = select(Approval).order_by(col(Approval.created_at).desc()).limit(limit)
             if state is not None:
-                query = query.where(Approval.state == state)
+                query = query.where(col(Approval.state) == state)
             return list((await session.scalars(query)).all())
 
     async def get(self, approval_id: str) -> Approval:
@@ -236,9 +237,10 @@ class Approvals:
             if approval is None:
                 raise NotFound("approval", approval_id)
             always = bool(approve and always_allow and approval.policy == "ask")
-            changed = await session.execute(
+            changed = await execute_dml(
+                session,
                 update(Approval)
-                .where(Approval.id == approval_id, Approval.state == PENDING, Approval.deadline > now)
+                .where(col(Approval.id) == approval_id, col(Approval.state) == PENDING, col(Approval.deadline) > now)
                 .values(state=APPROVED if approve else DENIED, decided_at=now, decided_by=by, decided_via=via,
                         reason=reason, always_allow=always)
                 .execution_options(synchronize_session=False)
@@ -282,8 +284,9 @@ class Approvals:
         """Run exactly the stored arguments of this approval, once (a conditional claim);
         None when it was not ours to run."""
         async with self.db.transaction() as session:
-            claimed = await session.execute(
-                update(Approval).where(Approval.id == approval_id, Approval.state == APPROVED, Approval.run_state.is_(None))
+            claimed = await execute_dml(
+                session,
+                update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
                 .values(run_state="running").execution_options(synchronize_session=False)
             )
             approval = await session.get(Approval, approval_id)
@@ -309,7 +312,7 @@ class Approvals:
         now = self.clock.now()
         async with self.db.transaction() as session:
             if values:
-                await session.execute(update(Approval).where(Approval.id == approval.id).values(**values)
+                await session.execute(update(Approval).where(col(Approval.id) == approval.id).values(**values)
                                       .execution_options(synchronize_session=False))
             approval = await session.get(Approval, approval.id, populate_existing=True) or approval
             await audit.record(session, "action_ran" if approval.run_state == "succeeded" else "action_failed", at=now,
@@ -325,17 +328,18 @@ class Approvals:
         reported as interrupted, so the agent is never left waiting (start and sweep)."""
         now = self.clock.now()
         async with self.db.read() as session:
-            unstarted = list((await session.scalars(select(Approval.id).where(
-                Approval.state == APPROVED, Approval.run_state.is_(None)))).all())
+            unstarted = list((await session.scalars(select(col(Approval.id)).where(
+                col(Approval.state) == APPROVED, col(Approval.run_state).is_(None)))).all())
             stuck = list((await session.scalars(select(Approval).where(
-                Approval.state == APPROVED, Approval.run_state == "running",
-                Approval.decided_at < now - RUN_GRACE))).all())
+                col(Approval.state) == APPROVED, col(Approval.run_state) == "running",
+                col(Approval.decided_at) < now - RUN_GRACE))).all())
         for approval_id in unstarted:
             self.background.spawn(self._run_and_settle(approval_id), name=f"approved:{approval_id}")
         for approval in stuck:
             async with self.db.transaction() as session:
-                changed = await session.execute(
-                    update(Approval).where(Approval.id == approval.id, Approval.run_state == "running")
+                changed = await execute_dml(
+                    session,
+                    update(Approval).where(col(Approval.id) == approval.id, col(Approval.run_state) == "running")
                     .values(run_state="failed", error="interrupted: the desk stopped while it ran, so it may or may not "
                                                       "have taken effect").execution_options(synchronize_session=False))
             if changed.rowcount == 1:
@@ -347,25 +351,26 @@ class Approvals:
 
     async def expire_due(self) -> int:
         """Deny the approvals nobody answered in time (run by the sweep)."""
-        return await self._close_where(EXPIRED, Approval.deadline <= self.clock.now())
+        return await self._close_where(EXPIRED, col(Approval.deadline) <= self.clock.now())
 
     async def clear_unanswerable(self) -> int:
         """At start: a pending prompt whose channels all left the config can never be
         answered; it is denied now instead of waiting for its deadline."""
         async with self.db.read() as session:
-            pending = (await session.scalars(select(Approval).where(Approval.state == PENDING))).all()
+            pending = (await session.scalars(select(Approval).where(col(Approval.state) == PENDING))).all()
         orphans = [a.id for a in pending if not any(self.channels.get(cid) for cid in a.channel_ids)]
-        return await self._close_where(CLEARED, Approval.id.in_(orphans)) if orphans else 0
+        return await self._close_where(CLEARED, col(Approval.id).in_(orphans)) if orphans else 0
 
     async def _close_where(self, state: str, condition: Any) -> int:
         now = self.clock.now()
         async with self.db.read() as session:
-            ids = list((await session.scalars(select(Approval.id).where(Approval.state == PENDING, condition))).all())
+            ids = list((await session.scalars(select(col(Approval.id)).where(col(Approval.state) == PENDING, condition))).all())
         closed = 0
         for approval_id in ids:
             async with self.db.transaction() as session:
-                changed = await session.execute(
-                    update(Approval).where(Approval.id == approval_id, Approval.state == PENDING)
+                changed = await execute_dml(
+                    session,
+                    update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == PENDING)
                     .values(state=state, decided_at=now, decided_by="desk", decided_via=state)
                     .execution_options(synchronize_session=False)
                 )
@@ -391,10 +396,10 @@ class Approvals:
         prompt went out, the prompt's receipt: an adapter can edit it in place, even after a restart."""
         text = self.renderer.render("messages/approval_closed.txt", approval=approval).strip()
         brief = self._brief(approval, await session.scalar(
-            select(Conversation.subscriber_name).where(Conversation.id == approval.conversation_id)))
+            select(col(Conversation.subscriber_name)).where(col(Conversation.id) == approval.conversation_id)))
         sent = dict((await session.execute(
-            select(OutboxItem.channel_id, OutboxItem.receipt).where(
-                OutboxItem.handoff_session_id == approval.id, OutboxItem.state == "sent", OutboxItem.receipt.is_not(None))
+            select(col(OutboxItem.channel_id), col(OutboxItem.receipt)).where(
+                col(OutboxItem.handoff_session_id) == approval.id, col(OutboxItem.state) == "sent", col(OutboxItem.receipt).is_not(None))
         )).all())
         for channel_id in approval.channel_ids:
             if self.channels.get(channel_id) is not None:

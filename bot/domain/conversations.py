@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from bot.errors import NotFound
 from bot.runtime.text import scrub
@@ -75,7 +76,7 @@ async def add_message(
         created_at=now,
     )
     session.add(message)
-    await session.execute(update(Conversation).where(Conversation.id == conversation_id).values(last_message_at=now))
+    await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
     await session.flush()
     for hook in session.info.get(MESSAGE_HOOKS, ()):
         await hook(session, message, user_action)
@@ -84,15 +85,15 @@ async def add_message(
 
 async def at_front(session: AsyncSession, front: str, chat: str) -> Conversation | None:
     """The conversation of one chat on a front."""
-    query = select(Conversation).where(Conversation.front == front, Conversation.subscriber_external_id == chat)
+    query = select(Conversation).where(col(Conversation.front) == front, col(Conversation.subscriber_external_id) == chat)
     return (await session.scalars(query)).first()
 
 
 async def messages_after(session: AsyncSession, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
     query = (
         select(Message)
-        .where(Message.conversation_id == conversation_id, Message.id > after)
-        .order_by(Message.id)
+        .where(col(Message.conversation_id) == conversation_id, col(Message.id) > after)
+        .order_by(col(Message.id))
         .limit(limit)
     )
     return list((await session.scalars(query)).all())
@@ -102,7 +103,7 @@ async def recent_messages(session: AsyncSession, conversation_id: str, limit: in
     """The last `limit` messages, oldest first."""
     if limit <= 0:
         return []
-    query = select(Message).where(Message.conversation_id == conversation_id).order_by(Message.id.desc()).limit(limit)
+    query = select(Message).where(col(Message.conversation_id) == conversation_id).order_by(col(Message.id).desc()).limit(limit)
     return list(reversed((await session.scalars(query)).all()))
 
 

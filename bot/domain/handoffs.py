@@ -22,6 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, Va
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from bot.config import HandoffSettings, format_duration
 from bot.delivery.channel_set import ChannelSet
@@ -35,7 +36,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.text import CleanStr
 from bot.store import audit
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import (
     ACTIVE,
     DISPATCHING,
@@ -221,7 +222,7 @@ class Handoffs:
     @staticmethod
     async def open_session(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
         query = select(HandoffSession).where(
-            HandoffSession.conversation_id == conversation_id, HandoffSession.state.in_(OPEN_STATES)
+            col(HandoffSession.conversation_id) == conversation_id, col(HandoffSession.state).in_(OPEN_STATES)
         ).execution_options(populate_existing=True)  # a re-read in the same session must see the new state
         return (await session.scalars(query)).first()
 
@@ -240,9 +241,9 @@ class Handoffs:
                 return None
             first_reply = (await session.scalars(
                 select(Message)
-                .where(Message.conversation_id == conversation_id, Message.handoff_session_id == handoff.id,
-                       Message.role == "human")
-                .order_by(Message.id).limit(1)
+                .where(col(Message.conversation_id) == conversation_id, col(Message.handoff_session_id) == handoff.id,
+                       col(Message.role) == "human")
+                .order_by(col(Message.id)).limit(1)
             )).first()
         waited = handoff.estimated_response or UNKNOWN_WAIT
         if first_reply is None:
@@ -253,9 +254,9 @@ class Handoffs:
         """The active session a recipient's reply in this thread belongs to."""
         async with self.db.read() as session:
             query = select(HandoffSession).where(
-                HandoffSession.channel_id == channel_id,
-                HandoffSession.thread_key == thread_key,
-                HandoffSession.state == ACTIVE,
+                col(HandoffSession.channel_id) == channel_id,
+                col(HandoffSession.thread_key) == thread_key,
+                col(HandoffSession.state) == ACTIVE,
             )
             return (await session.scalars(query)).first()
 
@@ -402,7 +403,7 @@ class Handoffs:
             subscriber_email=conversation.subscriber_email,
             summary=handoff.summary,
             expected_action=handoff.expected_action,
-            urgency=handoff.urgency,  # type: ignore[arg-type]
+            urgency=handoff.urgency,
             contact_back_email=handoff.contact_back_email,
             extra_context=handoff.extra_context,
             expected_return=stored_fields(handoff),
@@ -414,9 +415,10 @@ class Handoffs:
     async def _fail(self, sid: str, *, error: str, hint: str, attempts: int | None = None, actor: str = "dispatcher") -> bool:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await session.execute(
+            changed = await execute_dml(
+                session,
                 update(HandoffSession)
-                .where(HandoffSession.id == sid, HandoffSession.state == DISPATCHING)
+                .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
                 .values(state=FAILED, failure=hint)
             )
             if changed.rowcount != 1:
@@ -424,12 +426,12 @@ class Handoffs:
             handoff = await self._get(session, sid)
             await session.execute(
                 update(OutboxItem)
-                .where(OutboxItem.handoff_session_id == sid, OutboxItem.purpose == "dispatch", OutboxItem.state != "sent")
+                .where(col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch", col(OutboxItem.state) != "sent")
                 .values(state="failed", lease_until=None)
             )
             held = await session.scalar(
                 select(func.count()).select_from(Message)
-                .where(Message.handoff_session_id == sid, Message.role == "subscriber")
+                .where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber")
             )
             await audit.record(
                 session, "dispatch_failed", at=now, actor=actor, handoff_session_id=sid,
@@ -444,9 +446,10 @@ class Handoffs:
     async def _activate(self, session: AsyncSession, sid: str, receipt: Receipt, now: datetime) -> HandoffSession | None:
         """dispatching → active, in the caller's transaction; None when the session left
         `dispatching` meanwhile (the sweep failed it as stuck)."""
-        changed = await session.execute(
+        changed = await execute_dml(
+            session,
             update(HandoffSession)
-            .where(HandoffSession.id == sid, HandoffSession.state == DISPATCHING)
+            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
             .values(
                 state=ACTIVE,
                 channel_message_id=receipt.message_id,
@@ -462,7 +465,7 @@ class Handoffs:
             return None
         handoff = await self._get(session, sid)
         held = (await session.scalars(
-            select(Message).where(Message.handoff_session_id == sid, Message.role == "subscriber").order_by(Message.id)
+            select(Message).where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber").order_by(col(Message.id))
         )).all()
         if held:  # written while the dispatch was in flight
             conversation = await conversations.get(session, handoff.conversation_id)
@@ -499,9 +502,10 @@ class Handoffs:
 
         This UPDATE doubles as the activity check, so a message racing a release is either
         part of the session or refused — never relayed into a released one."""
-        changed = await session.execute(
+        changed = await execute_dml(
+            session,
             update(HandoffSession)
-            .where(HandoffSession.id == sid, HandoffSession.state == ACTIVE)
+            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE)
             .values(last_activity_at=now, idle_deadline=now + self.idle_timeout)
         )
         return changed.rowcount == 1
@@ -519,9 +523,10 @@ class Handoffs:
         if handoff is None:
             return None
         if handoff.state == DISPATCHING:
-            held = await session.execute(
+            held = await execute_dml(
+                session,
                 update(HandoffSession)
-                .where(HandoffSession.id == handoff.id, HandoffSession.state == DISPATCHING)
+                .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == DISPATCHING)
                 .values(last_activity_at=now)
             )
             if held.rowcount == 1:
@@ -609,10 +614,11 @@ class Handoffs:
         coerced = await self._checked_return(sid, return_values, reason=reason, actor=actor, now=now)
         async with self.db.transaction() as session:
             handoff = await self._get(session, sid)
-            conditions = [HandoffSession.id == sid, HandoffSession.state == ACTIVE]
+            conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE]
             if idle_cutoff is not None:
-                conditions.append(HandoffSession.idle_deadline <= idle_cutoff)
-            changed = await session.execute(
+                conditions.append(col(HandoffSession.idle_deadline) <= idle_cutoff)
+            changed = await execute_dml(
+                session,
                 update(HandoffSession)
                 .where(*conditions)
                 .values(
@@ -716,9 +722,9 @@ class Handoffs:
         now = self.clock.now()
         async with self.db.read() as session:
             query = (
-                select(HandoffSession.id)
-                .where(HandoffSession.state == ACTIVE, HandoffSession.idle_deadline <= now)
-                .order_by(HandoffSession.idle_deadline)
+                select(col(HandoffSession.id))
+                .where(col(HandoffSession.state) == ACTIVE, col(HandoffSession.idle_deadline) <= now)
+                .order_by(col(HandoffSession.idle_deadline))
                 .limit(limit)
             )
             return list((await session.scalars(query)).all())
@@ -727,19 +733,20 @@ class Handoffs:
         """Active sessions whose idle deadline falls before `horizon`, soonest first."""
         async with self.db.read() as session:
             query = (
-                select(HandoffSession.id, HandoffSession.idle_deadline)
-                .where(HandoffSession.state == ACTIVE, HandoffSession.idle_deadline <= horizon)
-                .order_by(HandoffSession.idle_deadline)
+                select(col(HandoffSession.id), col(HandoffSession.idle_deadline))
+                .where(col(HandoffSession.state) == ACTIVE, col(HandoffSession.idle_deadline) <= horizon)
+                .order_by(col(HandoffSession.idle_deadline))
                 .limit(limit)
             )
-            return [(sid, deadline) for sid, deadline in (await session.execute(query)).all()]
+            # `<= horizon` already left out sessions without a deadline; the filter tells mypy so
+            return [(sid, deadline) for sid, deadline in (await session.execute(query)).all() if deadline is not None]
 
     async def fail_stale_dispatches(self) -> int:
         """Sessions stuck in `dispatching` (the server stopped mid-dispatch) become `failed`,
         so the conversation is not blocked from a new handoff forever."""
         cutoff = self.clock.now() - (self.settings.dispatch_timeout * 2 + timedelta(seconds=30))
         async with self.db.read() as session:
-            query = select(HandoffSession.id).where(HandoffSession.state == DISPATCHING, HandoffSession.created_at < cutoff)
+            query = select(col(HandoffSession.id)).where(col(HandoffSession.state) == DISPATCHING, col(HandoffSession.created_at) < cutoff)
             stale = list((await session.scalars(query)).all())
         failed = 0
         for sid in stale:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from bot.config import Config
 from bot.domain import conversations
@@ -49,7 +50,7 @@ from bot.runtime.metrics import Metrics
 from bot.runtime.signed_http import post_signed
 from bot.runtime.text import CleanStr
 from bot.store import audit
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import Conversation, UserAction
 from channels.base import UserActionPrompt
 
@@ -196,7 +197,7 @@ class UserActions:
             return action  # already at the first / last step
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(update(UserAction).where(UserAction.id == action.id, UserAction.state == PENDING)
+            await session.execute(update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                                   .values(step=target).execution_options(synchronize_session=False))
             action = await session.get(UserAction, action.id, populate_existing=True) or action
             await conversations.add_message(session, action.conversation_id, role="agent",
@@ -239,7 +240,7 @@ class UserActions:
         """No answer in time: HANDOFF_TIMEOUT (run by the sweep)."""
         async with self.db.read() as session:
             due = (await session.scalars(select(UserAction).where(
-                UserAction.state == PENDING, UserAction.deadline <= self.clock.now()))).all()
+                col(UserAction.state) == PENDING, col(UserAction.deadline) <= self.clock.now()))).all()
         closed = 0
         for action in due:
             result = await self._close(action, "timeout", via="timer", observed=None, tell_agent=True)
@@ -250,8 +251,9 @@ class UserActions:
                      tell_agent: bool) -> dict[str, Any]:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await session.execute(
-                update(UserAction).where(UserAction.id == action.id, UserAction.state == PENDING)
+            changed = await execute_dml(
+                session,
+                update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                 .values(state=state, resolved_at=now, resolved_via=via, observed=observed)
                 .execution_options(synchronize_session=False)
             )
@@ -317,7 +319,7 @@ class UserActions:
 async def pending_in(session: AsyncSession, conversation_id: str) -> UserAction | None:
     """The conversation's pending user action (at most one: a unique index), in the caller's session."""
     return await session.scalar(select(UserAction).where(
-        UserAction.conversation_id == conversation_id, UserAction.state == PENDING))
+        col(UserAction.conversation_id) == conversation_id, col(UserAction.state) == PENDING))
 
 
 def prompt_for(action: UserAction) -> UserActionPrompt:

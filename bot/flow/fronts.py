@@ -138,7 +138,7 @@ class Fronts:
         """A button pressed on a user-action prompt; a stale button (another action, or
         one already answered) changes nothing."""
         try:
-            if answer.move in ("done", "cancelled"):
+            if answer.move == "done" or answer.move == "cancelled":  # `==` narrows the Literal for move() below
                 result = await self.user_actions.respond(
                     answer.user_action_id, answer.move, via=f"front:{front.name}", conversation_id=cid,
                 )

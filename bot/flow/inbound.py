@@ -17,6 +17,7 @@ from datetime import timedelta
 import structlog
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
 
 from bot.domain.approvals import Approvals
 from bot.domain.handoffs import Handoffs, ReleaseResult
@@ -92,7 +93,7 @@ class Inbound:
             now = self.clock.now()
             async with self.db.transaction() as session:
                 event = (await session.scalars(
-                    update(InboundEvent).where(InboundEvent.id == event_id, InboundEvent.state == "pending")
+                    update(InboundEvent).where(col(InboundEvent.id) == event_id, col(InboundEvent.state) == "pending")
                     .values(state="processing", processed_at=now)
                     .returning(InboundEvent)
                 )).first()
@@ -109,8 +110,8 @@ class Inbound:
         if message.failed_delivery is not None:
             return await self._finish(event, "done", await self._late_failure(event.channel_id, message.failed_delivery))
         if message.sender == "subscriber":
-            result = await self._subscriber(event.channel_id, message)
-            return await self._finish(event, "ignored" if result.startswith("ignored") else "done", result)
+            said = await self._subscriber(event.channel_id, message)
+            return await self._finish(event, "ignored" if said.startswith("ignored") else "done", said)
         if message.decision is not None:
             return await self._decide(event, message)
         route: Route | None = None
@@ -158,7 +159,7 @@ class Inbound:
     async def _finish(self, event: InboundEvent, state: str, result: str, handoff_session_id: str | None = None) -> str:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(update(InboundEvent).where(InboundEvent.id == event.id).values(state=state, result=result))
+            await session.execute(update(InboundEvent).where(col(InboundEvent.id) == event.id).values(state=state, result=result))
             if state in ("ignored", "failed"):
                 await audit.record(
                     session, f"inbound_{state}", at=now, actor=event.payload.get("author") or "recipient",
@@ -174,12 +175,12 @@ class Inbound:
             stale = self.clock.now() - timedelta(minutes=5)
             await session.execute(
                 update(InboundEvent)
-                .where(InboundEvent.state == "processing", InboundEvent.processed_at < stale)
+                .where(col(InboundEvent.state) == "processing", col(InboundEvent.processed_at) < stale)
                 .values(state="pending")
             )
             pending = (await session.execute(
-                select(InboundEvent.id, InboundEvent.channel_id, InboundEvent.payload)
-                .where(InboundEvent.state == "pending").order_by(InboundEvent.id)
+                select(col(InboundEvent.id), col(InboundEvent.channel_id), col(InboundEvent.payload))
+                .where(col(InboundEvent.state) == "pending").order_by(col(InboundEvent.id))
             )).all()
         for event_id, channel_id, payload in pending:
             await self.process(event_id, channel_id, _lane(channel_id, InboundMessage.model_validate(payload)))

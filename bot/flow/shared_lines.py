@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select, update
+from sqlmodel import col
 
 from bot.delivery.outbox import Outbox
 from bot.domain.rendering import Renderer
@@ -45,7 +47,7 @@ class OpenHandoff:
     short_code: str
     subscriber: str
     summary: str
-    thread: dict
+    thread: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -111,15 +113,15 @@ class SharedLines:
         """The line's active handoffs, the focused one first."""
         async with self.db.read() as session:
             rows = (await session.execute(
-                select(HandoffSession, Conversation.subscriber_name)
-                .join(Conversation, Conversation.id == HandoffSession.conversation_id)
+                select(HandoffSession, col(Conversation.subscriber_name))
+                .join(Conversation, col(Conversation.id) == col(HandoffSession.conversation_id))
                 .where(
-                    HandoffSession.channel_id == channel_id,
-                    HandoffSession.thread_key == thread_key,
-                    HandoffSession.state == ACTIVE,
+                    col(HandoffSession.channel_id) == channel_id,
+                    col(HandoffSession.thread_key) == thread_key,
+                    col(HandoffSession.state) == ACTIVE,
                 )
-                .order_by(HandoffSession.focused_at.desc(),  # set on activation (and backfilled by migration 0005)
-                          HandoffSession.created_at.desc())
+                .order_by(col(HandoffSession.focused_at).desc(),  # set on activation (and backfilled by migration 0005)
+                          col(HandoffSession.created_at).desc())
             )).all()
         return [_view(handoff, name) for handoff, name in rows]
 
@@ -127,15 +129,15 @@ class SharedLines:
         since = self.clock.now() - _RECENTLY_ENDED
         async with self.db.read() as session:
             rows = (await session.execute(
-                select(HandoffSession, Conversation.subscriber_name)
-                .join(Conversation, Conversation.id == HandoffSession.conversation_id)
+                select(HandoffSession, col(Conversation.subscriber_name))
+                .join(Conversation, col(Conversation.id) == col(HandoffSession.conversation_id))
                 .where(
-                    HandoffSession.channel_id == channel_id,
-                    HandoffSession.thread_key == thread_key,
-                    HandoffSession.state != ACTIVE,
-                    HandoffSession.released_at >= since,
+                    col(HandoffSession.channel_id) == channel_id,
+                    col(HandoffSession.thread_key) == thread_key,
+                    col(HandoffSession.state) != ACTIVE,
+                    col(HandoffSession.released_at) >= since,
                 )
-                .order_by(HandoffSession.released_at.desc())
+                .order_by(col(HandoffSession.released_at).desc())
                 .limit(200)
             )).all()
         return next((_view(h, name) for h, name in rows if h.short_code == code), None)
@@ -144,7 +146,7 @@ class SharedLines:
         now = self.clock.now()
         async with self.db.transaction() as session:
             await session.execute(
-                update(HandoffSession).where(HandoffSession.id == handoff.id, HandoffSession.state == ACTIVE)
+                update(HandoffSession).where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == ACTIVE)
                 .values(focused_at=now)
             )
 

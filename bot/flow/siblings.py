@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 from pydantic import Field
 from sqlalchemy import select
+from sqlmodel import col
 
 from bot.agents import Agent, build_agent
 from bot.config import AgentConfig
@@ -60,7 +61,7 @@ class AgentChannel(ChannelAdapter):
     capabilities = Capabilities(threads=True, inbound=True)
     config: AgentChannelConfig
 
-    def __init__(self, config: AgentChannelConfig) -> None:  # type: ignore[override]
+    def __init__(self, config: AgentChannelConfig) -> None:
         super().__init__(config)
         self.agent: Agent = build_agent(config.agent)
         self._deliver: Deliver | None = None
@@ -68,7 +69,7 @@ class AgentChannel(ChannelAdapter):
     def bind(self, deliver: Deliver) -> None:
         self._deliver = deliver
 
-    async def start(self, ctx: object) -> None:  # type: ignore[override]
+    async def start(self, ctx: object) -> None:
         if self._deliver is None:
             raise ChannelError("the sibling agent channel was not bound to a desk")
 
@@ -123,7 +124,7 @@ class Siblings:
         now = self.clock.now()
         async with self.db.transaction() as session:
             existing = await session.scalar(
-                select(Conversation.id).where(Conversation.serves_handoff_session_id == brief.handoff_session_id)
+                select(col(Conversation.id)).where(col(Conversation.serves_handoff_session_id) == brief.handoff_session_id)
             )
             if existing:
                 return existing

@@ -45,7 +45,7 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def _redact_event(_logger: object, _name: str, event: dict[str, object]) -> dict[str, object]:
+def _redact_event(_logger: object, _name: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
     return {k: redact(v) if isinstance(v, str) else v for k, v in event.items()}
 
 

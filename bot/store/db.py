@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.sql.dml import UpdateBase
 
 from bot.runtime.paths import MIGRATIONS_DIR
 
@@ -56,6 +57,13 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
     def _on_begin(connection: Connection) -> None:
         readonly = connection.get_execution_options().get(_READ_ONLY, False)
         connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+
+async def execute_dml(session: AsyncSession, statement: UpdateBase) -> CursorResult[Any]:
+    """Run an UPDATE, DELETE or INSERT and keep its `rowcount`, the compare-and-set answer the
+    state machines rely on ("did my guarded update win?"). SQLAlchemy returns a CursorResult
+    for these statements, but `AsyncSession.execute` is typed as the generic `Result`."""
+    return cast(CursorResult[Any], await session.execute(statement))
 
 
 def alembic_config(url: str | None = None) -> AlembicConfig:

@@ -53,7 +53,7 @@ class ToolContext:
 
 
 class Tool(ABC):
-    name: ClassVar[str]
+    name: str  # set on the class, except by ActionTool: its name is the declared action's id
     input_model: ClassVar[type[BaseModel]]
 
     def available(self, ctx: ToolContext) -> bool:
@@ -162,7 +162,8 @@ def _plain_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema()
     defs = raw.pop("$defs", {})
     raw.pop("description", None)  # the class docstring is for developers; the tool has its own description
-    return _clean(raw, defs)
+    schema: dict[str, Any] = _clean(raw, defs)
+    return schema
 
 
 def _clean(node: Any, defs: dict[str, Any], *, in_properties: bool = False) -> Any:

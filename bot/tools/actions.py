@@ -26,7 +26,7 @@ class ActionTool(Tool):
 
     def __init__(self, action: ActionConfig, approvals: Approvals) -> None:
         self.action, self.approvals = action, approvals
-        self.name = action.id  # type: ignore[misc]
+        self.name = action.id
         self._validator = Draft202012Validator(action.input_schema)
 
     def available(self, ctx: ToolContext) -> bool:

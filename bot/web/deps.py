@@ -17,7 +17,8 @@ from bot.desk import Desk
 
 def desk_of(request: Request) -> Desk:
     """The desk the app was built around (`create_app` sets `app.state.desk`)."""
-    return request.app.state.desk
+    desk: Desk = request.app.state.desk  # Starlette's app.state is untyped
+    return desk
 
 
 DeskDep = Annotated[Desk, Depends(desk_of)]

@@ -48,10 +48,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlalchemy import func, or_, select
+from sqlmodel import col
 
 from bot.desk import Desk
 from bot.domain.approvals import PENDING
@@ -292,15 +293,15 @@ async def _previews(desk: Desk, conversation_ids: list[str]) -> dict[str, Previe
     each a backwards walk of the (conversation_id, id) index per conversation."""
     if not conversation_ids:
         return {}
-    last_id = (select(func.max(Message.id)).where(Message.conversation_id == Conversation.id)
+    last_id = (select(func.max(col(Message.id))).where(col(Message.conversation_id) == col(Conversation.id))
                .correlate(Conversation).scalar_subquery())
-    said_id = (select(Message.id).where(Message.conversation_id == Conversation.id, Message.role == "subscriber")
-               .order_by(Message.id.desc()).limit(1).correlate(Conversation).scalar_subquery())
+    said_id = (select(col(Message.id)).where(col(Message.conversation_id) == col(Conversation.id), col(Message.role) == "subscriber")
+               .order_by(col(Message.id).desc()).limit(1).correlate(Conversation).scalar_subquery())
     async with desk.db.read() as session:
         rows = (await session.execute(
-            select(Conversation, last_id, said_id).where(Conversation.id.in_(conversation_ids)))).all()
+            select(Conversation, last_id, said_id).where(col(Conversation.id).in_(conversation_ids)))).all()
         wanted = {i for _c, a, b in rows for i in (a, b) if i is not None}
-        found = {m.id: m for m in (await session.scalars(select(Message).where(Message.id.in_(wanted)))).all()} if wanted else {}
+        found = {m.id: m for m in (await session.scalars(select(Message).where(col(Message.id).in_(wanted)))).all()} if wanted else {}
     return {
         c.id: Preview(c.subscriber_name, found.get(a) if a else None, found.get(b) if b else None, c)
         for c, a, b in rows
@@ -326,7 +327,7 @@ async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[st
     if conversation_ids:
         async with desk.db.read() as session:
             rows = await session.execute(
-                select(Conversation.id, Conversation.subscriber_name).where(Conversation.id.in_(conversation_ids))
+                select(col(Conversation.id), col(Conversation.subscriber_name)).where(col(Conversation.id).in_(conversation_ids))
             )
             names = {cid: name for cid, name in rows.all()}
     now = desk.clock.now()
@@ -359,7 +360,7 @@ async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[st
 
 async def _conversation_approvals(desk: Desk, conversation_id: str) -> list[Approval]:
     async with desk.db.read() as session:
-        query = select(Approval).where(Approval.conversation_id == conversation_id).order_by(Approval.created_at)
+        query = select(Approval).where(col(Approval.conversation_id) == conversation_id).order_by(col(Approval.created_at))
         return list((await session.scalars(query)).all())
 
 
@@ -374,24 +375,24 @@ async def _list_version(desk: Desk) -> str:
     approved ones of the last day whose action has not finished (its result shows up on the
     list). Anything the list shows changes one of these."""
     now = desk.clock.now()
-    newest = (select(func.max(Message.id)).where(Message.conversation_id == HandoffSession.conversation_id)
+    newest = (select(func.max(col(Message.id))).where(col(Message.conversation_id) == col(HandoffSession.conversation_id))
               .correlate(HandoffSession).scalar_subquery())
     parts: list[Any] = []
     async with desk.db.read() as session:
         for state in OPEN_STATES:
             rows = (await session.execute(
-                select(HandoffSession.id, HandoffSession.idle_deadline, newest)
-                .where(HandoffSession.state == state).order_by(HandoffSession.created_at.desc()).limit(LIST_LIMIT)
+                select(col(HandoffSession.id), col(HandoffSession.idle_deadline), newest)
+                .where(col(HandoffSession.state) == state).order_by(col(HandoffSession.created_at).desc()).limit(LIST_LIMIT)
             )).all()
             parts.append([(sid, str(deadline), last) for sid, deadline, last in rows])
         pending = (await session.execute(
-            select(Approval.id, Approval.deadline).where(Approval.state == PENDING).order_by(Approval.deadline).limit(LIST_LIMIT)
+            select(col(Approval.id), col(Approval.deadline)).where(col(Approval.state) == PENDING).order_by(col(Approval.deadline)).limit(LIST_LIMIT)
         )).all()
         parts.append(sorted(aid for aid, deadline in pending if deadline > now))
         running = (await session.execute(
-            select(Approval.id, Approval.run_state).where(
-                Approval.state == "approved", Approval.deadline > now - timedelta(days=1),
-                or_(Approval.run_state.is_(None), Approval.run_state == "running"))
+            select(col(Approval.id), col(Approval.run_state)).where(
+                col(Approval.state) == "approved", col(Approval.deadline) > now - timedelta(days=1),
+                or_(col(Approval.run_state).is_(None), col(Approval.run_state) == "running"))
         )).all()
         parts.append(sorted((aid, run_state or "") for aid, run_state in running))
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
@@ -682,7 +683,7 @@ async def decide_approval(
     return _redirect(f"/inbox?notice={quote(notice[:300])}#approvals")
 
 
-def install_inbox_errors(app: Any) -> None:
+def install_inbox_errors(app: FastAPI) -> None:
     """Login redirects and CSRF refusals as pages, not JSON."""
 
     @app.exception_handler(NeedsLogin)
