@@ -36,9 +36,11 @@ from bot.runtime.background import Background
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
+from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import HandoffEvent, HandoffSession
+from bot.store.vocabulary import HandoffState
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
@@ -228,7 +230,7 @@ class Desk:
             query = select(HandoffEvent).where(col(HandoffEvent.handoff_session_id) == handoff_session_id).order_by(col(HandoffEvent.id))
             return list((await session.scalars(query)).all())
 
-    async def handoff_list(self, *, states: tuple[str, ...], limit: int = 100) -> list[HandoffSession]:
+    async def handoff_list(self, *, states: tuple[HandoffState, ...], limit: int = 100) -> list[HandoffSession]:
         """Newest first. One indexed query per state, merged: an IN over states would make
         SQLite sort every matching row before taking the first `limit`."""
         found: list[HandoffSession] = []
@@ -242,9 +244,6 @@ class Desk:
         return sorted(found, key=lambda h: h.created_at, reverse=True)[:limit]
 
     def handoff_view(self, handoff: HandoffSession) -> dict[str, Any]:
-        def iso(value: Any) -> str | None:
-            return value.isoformat() if value else None
-
         return {
             "handoff_session_id": handoff.id,
             "short_code": handoff.short_code,
@@ -272,7 +271,7 @@ class Desk:
             "created_at": iso(handoff.created_at),
             "activated_at": iso(handoff.activated_at),
             "last_activity_at": iso(handoff.last_activity_at),
-            "idle_deadline": iso(handoff.idle_deadline) if handoff.state == "active" else None,
+            "idle_deadline": iso(handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else None,
             "released_at": iso(handoff.released_at),
         }
 

@@ -20,7 +20,8 @@ from starlette.datastructures import FormData
 
 from bot.desk import Desk
 from bot.domain.handoffs import stored_fields
-from bot.store.models import OUTCOMES, FormLink, HandoffSession
+from bot.store.models import FormLink, HandoffSession
+from bot.store.vocabulary import OUTCOMES_SPOKEN, HandoffState, Outcome, ReleaseReason
 from bot.web.deps import DeskDep
 from bot.web.pages import render_page, same_origin
 from forms.fields import ReturnField, ReturnValuesInvalid, coerce_returned
@@ -28,16 +29,6 @@ from forms.links import FormLinks, LinkUnavailable
 
 router = APIRouter(include_in_schema=False)
 
-REASON_WORDS = {
-    "form": "handed back through the return form",
-    "release_token": "released by the recipient",
-    "agent": "handed back by the sibling agent",
-    "owner": "released by the owner",
-    "idle_timeout": "ended after a period without activity",
-}
-
-
-OUTCOME_WORDS = {"resolved": "Resolved", "unresolved": "Unresolved", "needs_followup": "Needs follow-up"}
 
 
 def _when(moment: datetime | None) -> str:
@@ -81,10 +72,11 @@ def _unavailable_page(desk: Desk, link: FormLink, handoff: HandoffSession) -> HT
                        f"It was submitted on {_when(link.consumed_at)}"
                        + (f" by {link.consumed_by}" if link.consumed_by and link.consumed_by != "return form" else "") + ".",
                        "The assistant has resumed the conversation with the returned data.")
-    if handoff.state != "active":
-        if handoff.state == "released":
+    if handoff.state != HandoffState.ACTIVE:
+        if handoff.state == HandoffState.RELEASED:
+            how = ReleaseReason(handoff.release_reason).page_phrase if handoff.release_reason in tuple(ReleaseReason) else "released"
             return _status(desk, 410, "This handoff has already ended",
-                           f"It was {REASON_WORDS.get(handoff.release_reason or '', 'released')} on {_when(handoff.released_at)}.",
+                           f"It was {how} on {_when(handoff.released_at)}.",
                            "The assistant has the conversation again, so there is nothing left to hand back.")
         return _status(desk, 410, "This handoff is not active", "There is nothing to hand back here.")
     if link.superseded_at is not None:
@@ -96,7 +88,7 @@ def _unavailable_page(desk: Desk, link: FormLink, handoff: HandoffSession) -> HT
         if channel is not None and channel.capabilities.inbound:
             lines.append(
                 f"To hand back without the form, reply to the handoff message in {handoff.channel_label} with /release"
-                " (you may add resolved, unresolved or needs_followup, and a note)"
+                f" (you may add {OUTCOMES_SPOKEN}, and a note)"
                 + (", or press its Release button." if channel.capabilities.buttons else "."))
         lines.append("Or ask the owner for a fresh link: it comes to you the same way this one did.")
         return _status(desk, 410, "This link has expired", *lines, inbox_url=_inbox_url(handoff),
@@ -119,7 +111,7 @@ def _form_page(
     return render_page(
         desk, "forms/form.html", status=status, token=token, h=handoff,
         fields=views or [FieldView(f) for f in fields], errors=errors or {},
-        labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"}, outcome_words=OUTCOME_WORDS,
+        labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"}, outcomes=list(Outcome),
         outcome=outcome, note=note, filled_by=filled_by, expires=_when(link.expires_at),
     )
 
@@ -164,10 +156,10 @@ async def submit_form(token: str, request: Request, desk: DeskDep) -> HTMLRespon
 
     fields = stored_fields(handoff)
     views, typed, errors = _read_fields(fields, form)
-    outcome = str(form.get("outcome") or "resolved")
-    if outcome not in OUTCOMES:
+    outcome = str(form.get("outcome") or Outcome.RESOLVED)
+    if outcome not in tuple(Outcome):
         errors["outcome"] = "must be one of: resolved, unresolved, needs follow-up"
-        outcome = "resolved"
+        outcome = Outcome.RESOLVED
     note = str(form.get("note") or "").strip()[:2000]
     filled_by = " ".join(str(form.get("filled_by") or "").split())[:100]
     if errors:  # wrong-typed answers come back for correction; nothing is consumed
@@ -181,7 +173,7 @@ async def submit_form(token: str, request: Request, desk: DeskDep) -> HTMLRespon
 
     try:
         result = await desk.handoffs.release(
-            handoff.id, reason="form", actor=actor, outcome=outcome, note=note or None,
+            handoff.id, reason=ReleaseReason.FORM, actor=actor, outcome=Outcome(outcome), note=note or None,
             return_values=typed, guard=consume,
         )
     except LinkUnavailable:
@@ -197,7 +189,7 @@ async def submit_form(token: str, request: Request, desk: DeskDep) -> HTMLRespon
         "The assistant has the conversation again and will continue with your answers.",
         tone="ok", returned={k: _display(v) for k, v in released.returned.items()},
         missing=[labels.get(name, name) for name in released.missing_required], labels=labels,
-        outcome=OUTCOME_WORDS.get(released.outcome or "", released.outcome), note=released.note,
+        outcome=Outcome(released.outcome).label if released.outcome in tuple(Outcome) else released.outcome, note=released.note,
         inbox_url=_inbox_url(released),
     )
 

@@ -22,6 +22,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnio
 from bot.agents import loop
 from bot.agents.base import Agent, Turn, TurnMessage
 from bot.config import OpenAIAgentConfig
+from bot.store.vocabulary import Role
 
 
 class OpenAIAgent(Agent):
@@ -75,11 +76,11 @@ class OpenAIAgent(Agent):
 
 
 def _chat_message(message: TurnMessage) -> dict[str, Any]:
-    if message.role == "subscriber":
+    if message.role == Role.SUBSCRIBER:
         return {"role": "user", "content": message.text}
-    if message.role == "agent":
+    if message.role == Role.AGENT:
         return {"role": "assistant", "content": message.text}
-    if message.role == "human":
+    if message.role == Role.HUMAN:
         who = message.author or "A person from the team"
         return {"role": "system", "content": f"{who} (a person from the team) wrote to the customer: {message.text}"}
     return {"role": "system", "content": message.text}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from bot.agents.base import Agent, Turn, TurnMessage
+from bot.store.vocabulary import Role
 
 _WANTS_PERSON = re.compile(
     r"\b(human|person|someone|somebody|agent|operator|representative|staff|manager)\b"
@@ -32,7 +33,7 @@ class RulesAgent(Agent):
             return [_approval_outcome(turn)]
         if turn.trigger == "user_action":
             return [_user_action_outcome(turn)]
-        last = next((m for m in reversed(turn.history) if m.role == "subscriber"), None)
+        last = next((m for m in reversed(turn.history) if m.role == Role.SUBSCRIBER), None)
         if last is None:
             return []
         if _WANTS_PERSON.search(last.text):
@@ -73,7 +74,7 @@ class RulesAgent(Agent):
                 "I'm still here, and you can ask me to try again in a little while.")
 
     def _welcome_back(self, turn: Turn) -> str:
-        resumed = next((m for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[Bot resumed")), None)
+        resumed = next((m for m in reversed(turn.history) if m.role == Role.SYSTEM and m.text.startswith("[Bot resumed")), None)
         # The desk has already told the subscriber that the assistant is back.
         if resumed is None:
             return "How can I help?"
@@ -94,7 +95,7 @@ class RulesAgent(Agent):
 
 
 def _approval_outcome(turn: Turn) -> str:
-    note = next((m.text for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[Approval")), "")
+    note = next((m.text for m in reversed(turn.history) if m.role == Role.SYSTEM and m.text.startswith("[Approval")), "")
     if "PERMISSION_DENIED" in note:
         return "I'm sorry: that wasn't approved, so I haven't done it."
     if "approved and ran" in note:
@@ -103,7 +104,7 @@ def _approval_outcome(turn: Turn) -> str:
 
 
 def _user_action_outcome(turn: Turn) -> str:
-    note = next((m.text for m in reversed(turn.history) if m.role == "system" and m.text.startswith("[User action")), "")
+    note = next((m.text for m in reversed(turn.history) if m.role == Role.SYSTEM and m.text.startswith("[User action")), "")
     if "HANDOFF_CANCELLED" in note:
         return "No problem, we'll leave that for now. Is there anything else I can help with?"
     if "HANDOFF_TIMEOUT" in note:
@@ -114,7 +115,7 @@ def _user_action_outcome(turn: Turn) -> str:
 
 
 def _summary(turn: Turn) -> str:
-    said = [m.text.strip() for m in turn.history if m.role == "subscriber"][-3:]
+    said = [m.text.strip() for m in turn.history if m.role == Role.SUBSCRIBER][-3:]
     who = turn.subscriber_name or "A subscriber"
     if turn.subscriber_email:
         who += f" ({turn.subscriber_email})"

@@ -39,7 +39,8 @@ from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.store import audit
 from bot.store.db import Database, execute_dml
-from bot.store.models import ACTIVE, HandoffSession, OutboxItem
+from bot.store.models import HandoffSession, OutboxItem
+from bot.store.vocabulary import HandoffState
 from channels.base import (
     ChannelError,
     DeliveryFailure,
@@ -429,7 +430,7 @@ class Outbox:
                 state = await session.scalar(
                     select(col(HandoffSession.state)).where(col(HandoffSession.id) == item.handoff_session_id)
                 )
-                if state == ACTIVE:
+                if state == HandoffState.ACTIVE:
                     retry_in = self.max_backoff
             if retry_in is None:
                 values["state"] = FAILED

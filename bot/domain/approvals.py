@@ -47,9 +47,11 @@ from bot.runtime.background import Background
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
+from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import Approval, ApprovalGrant, Conversation, OutboxItem
+from bot.store.vocabulary import Role
 from channels.base import ApprovalBrief, Outbound, pretty_arguments
 
 log = structlog.get_logger(__name__)
@@ -77,9 +79,6 @@ def shape_of(arguments: dict[str, Any]) -> str:
 
 def approval_view(approval: Approval) -> dict[str, Any]:
     """For the owner: the invocation, its state, the receipt and what running it returned."""
-    def iso(value: datetime | None) -> str | None:
-        return value.isoformat() if value else None
-
     return {
         "approval_id": approval.id, "conversation_id": approval.conversation_id, "action": approval.action_id,
         "description": approval.description, "risk": approval.risk, "policy": approval.policy,
@@ -416,7 +415,7 @@ class Approvals:
             "messages/approval_outcome.txt", approval=approval, outcome=outcome,
             result=json.dumps(approval.result, ensure_ascii=False) if approval.result is not None else None,
         ).strip()
-        await conversations.add_message(session, approval.conversation_id, role="system", text=text, now=now)
+        await conversations.add_message(session, approval.conversation_id, role=Role.SYSTEM, text=text, now=now)
 
     def _settled(self, approval: Approval) -> None:
         self.bus.notify(approval.conversation_id)

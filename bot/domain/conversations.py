@@ -13,6 +13,7 @@ from bot.errors import NotFound
 from bot.runtime.text import scrub
 from bot.store.db import MESSAGE_HOOKS
 from bot.store.models import Conversation, Message, new_id
+from bot.store.vocabulary import Role
 from channels.base import TranscriptLine, UserActionPrompt
 
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
@@ -56,7 +57,7 @@ async def add_message(
     session: AsyncSession,
     conversation_id: str,
     *,
-    role: str,
+    role: Role,
     text: str,
     now: datetime,
     author: str | None = None,
@@ -108,9 +109,9 @@ async def recent_messages(session: AsyncSession, conversation_id: str, limit: in
 
 
 def speaker(message: Message, conversation: Conversation) -> str:
-    if message.role == "subscriber":
+    if message.role == Role.SUBSCRIBER:
         return conversation.subscriber_name or "Subscriber"
-    if message.role == "human":
+    if message.role == Role.HUMAN:
         return message.author or "Human"
     return ROLE_LABELS.get(message.role, message.role)
 
@@ -120,7 +121,7 @@ def transcript(messages: list[Message], conversation: Conversation) -> list[Tran
     return [
         TranscriptLine(role=m.role, author=speaker(m, conversation), text=m.text, at=m.created_at.isoformat())
         for m in messages
-        if m.role != "system"
+        if m.role != Role.SYSTEM
     ]
 
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import structlog
-from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, WithJsonSchema, field_validator
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,26 +29,22 @@ from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import DeliveryFailed, Outbox
 from bot.domain import conversations
 from bot.domain.rendering import Renderer
-from bot.domain.resume import DEFAULT_OUTCOME, MAX_NOTE, one_line, resume_message
+from bot.domain.resume import MAX_NOTE, resume_message
 from bot.errors import Conflict, NotFound, ToolFailure
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
-from bot.runtime.text import CleanStr
+from bot.runtime.text import CleanStr, one_line
 from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import (
-    ACTIVE,
-    DISPATCHING,
-    FAILED,
-    OPEN_STATES,
-    RELEASED,
     Conversation,
     HandoffSession,
     Message,
     OutboxItem,
     new_id,
 )
+from bot.store.vocabulary import OPEN_STATES, OUTCOMES_SPOKEN, HandoffState, Outcome, ReleaseReason, Role
 from channels.base import DEFAULT_PUBLIC_NAME, HandoffBrief, Outbound, Receipt
 from forms.fields import (
     MAX_RETURN_FIELDS,
@@ -63,7 +59,12 @@ from forms.links import FormLinks
 
 log = structlog.get_logger(__name__)
 
-Outcome = Literal["resolved", "unresolved", "needs_followup"]
+OutcomeInput = Annotated[
+    Outcome, WithJsonSchema({"enum": [outcome.value for outcome in Outcome], "type": "string"})
+]
+"""An outcome as the tools and the API take it. The schema is the one clients know: the words
+inline, not a `$ref` to an enum definition carrying the class docstring (a field using it
+names its title, which the replaced schema no longer derives)."""
 EXTRA_CONTEXT_MAX_BYTES = 4096
 
 
@@ -138,7 +139,7 @@ class HandoffReleaseInput(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     handoff_session_id: str = Field(min_length=1, max_length=40, description="The handoff you are serving.")
-    outcome: Outcome = Field(description="resolved, unresolved or needs_followup.")
+    outcome: OutcomeInput = Field(title="Outcome", description=f"{OUTCOMES_SPOKEN}.")
     note: CleanStr | None = Field(default=None, max_length=2000, description="One or two sentences for the original agent.")
     return_values: dict[str, Any] | None = Field(
         default=None,
@@ -237,7 +238,7 @@ class Handoffs:
         is decided by what happened (a person's reply is stored), never assumed at dispatch."""
         async with self.db.read() as session:
             handoff = await self.open_session(session, conversation_id)
-            if handoff is None or handoff.state != ACTIVE:
+            if handoff is None or handoff.state != HandoffState.ACTIVE:
                 return None
             first_reply = (await session.scalars(
                 select(Message)
@@ -256,7 +257,7 @@ class Handoffs:
             query = select(HandoffSession).where(
                 col(HandoffSession.channel_id) == channel_id,
                 col(HandoffSession.thread_key) == thread_key,
-                col(HandoffSession.state) == ACTIVE,
+                col(HandoffSession.state) == HandoffState.ACTIVE,
             )
             return (await session.scalars(query)).first()
 
@@ -296,7 +297,7 @@ class Handoffs:
                     channel_id=adapter.id,
                     channel_kind=adapter.kind,
                     channel_label=adapter.label,
-                    state=DISPATCHING,
+                    state=HandoffState.DISPATCHING,
                     urgency=req.urgency,
                     summary=req.summary,
                     expected_action=req.expected_action,
@@ -418,8 +419,8 @@ class Handoffs:
             changed = await execute_dml(
                 session,
                 update(HandoffSession)
-                .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
-                .values(state=FAILED, failure=hint)
+                .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING)
+                .values(state=HandoffState.FAILED, failure=hint)
             )
             if changed.rowcount != 1:
                 return False
@@ -449,9 +450,9 @@ class Handoffs:
         changed = await execute_dml(
             session,
             update(HandoffSession)
-            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == DISPATCHING)
+            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING)
             .values(
-                state=ACTIVE,
+                state=HandoffState.ACTIVE,
                 channel_message_id=receipt.message_id,
                 thread_key=receipt.thread_key,
                 thread=receipt.thread,
@@ -492,7 +493,7 @@ class Handoffs:
         ).strip()
         if text:
             await conversations.add_message(
-                session, handoff.conversation_id, role="agent", text=text, now=now, handoff_session_id=handoff.id,
+                session, handoff.conversation_id, role=Role.AGENT, text=text, now=now, handoff_session_id=handoff.id,
             )
 
     # ------------------------------------------------------------------ relaying
@@ -505,7 +506,7 @@ class Handoffs:
         changed = await execute_dml(
             session,
             update(HandoffSession)
-            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE)
+            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.ACTIVE)
             .values(last_activity_at=now, idle_deadline=now + self.idle_timeout)
         )
         return changed.rowcount == 1
@@ -522,25 +523,25 @@ class Handoffs:
         handoff = await self.open_session(session, conversation.id)
         if handoff is None:
             return None
-        if handoff.state == DISPATCHING:
+        if handoff.state == HandoffState.DISPATCHING:
             held = await execute_dml(
                 session,
                 update(HandoffSession)
-                .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == DISPATCHING)
+                .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == HandoffState.DISPATCHING)
                 .values(last_activity_at=now)
             )
             if held.rowcount == 1:
                 message = await conversations.add_message(
-                    session, conversation.id, role="subscriber", text=text, now=now, handoff_session_id=handoff.id
+                    session, conversation.id, role=Role.SUBSCRIBER, text=text, now=now, handoff_session_id=handoff.id
                 )
                 return message, handoff
             handoff = await self.open_session(session, conversation.id)  # it was activated (or failed) meanwhile
-            if handoff is None or handoff.state != ACTIVE:
+            if handoff is None or handoff.state != HandoffState.ACTIVE:
                 return None
         if not await self.bump(session, handoff.id, now):
             return None
         message = await conversations.add_message(
-            session, conversation.id, role="subscriber", text=text, now=now, handoff_session_id=handoff.id
+            session, conversation.id, role=Role.SUBSCRIBER, text=text, now=now, handoff_session_id=handoff.id
         )
         await self._queue_relay(session, handoff, conversation, message, now)
         return message, handoff
@@ -565,7 +566,7 @@ class Handoffs:
         command = parse_release_command(text)
         if command is not None:
             outcome, note = command
-            return await self.release(sid, reason="release_token", actor=author, outcome=outcome, note=note)
+            return await self.release(sid, reason=ReleaseReason.RELEASE_TOKEN, actor=author, outcome=outcome, note=note)
         now = self.clock.now()
         async with self.db.transaction() as session:
             if not await self.bump(session, sid, now):
@@ -575,7 +576,7 @@ class Handoffs:
                 raise NotActive(f"handoff {sid} is {handoff.state}; the message was not relayed", state=handoff.state)
             handoff = await self._get(session, sid)
             message = await conversations.add_message(
-                session, handoff.conversation_id, role="human", text=text, now=now, author=author, handoff_session_id=sid
+                session, handoff.conversation_id, role=Role.HUMAN, text=text, now=now, author=author, handoff_session_id=sid
             )
             await audit.note(
                 session, "relayed_to_subscriber", at=now, actor=author, handoff_session_id=sid,
@@ -591,9 +592,9 @@ class Handoffs:
         self,
         sid: str,
         *,
-        reason: str,
+        reason: ReleaseReason,
         actor: str,
-        outcome: str | None = None,
+        outcome: Outcome | None = None,
         note: str | None = None,
         return_values: dict[str, Any] | None = None,
         idle_cutoff: datetime | None = None,
@@ -609,12 +610,13 @@ class Handoffs:
         before anything changes (recorded as `release_refused`), whoever sent them.
         """
         now = self.clock.now()
-        outcome = outcome or DEFAULT_OUTCOME[reason]
+        reason = ReleaseReason(reason)  # callers outside the type checker pass the plain word
+        outcome = Outcome(outcome) if outcome else reason.default_outcome
         note = note.strip() if note and note.strip() else None
         coerced = await self._checked_return(sid, return_values, reason=reason, actor=actor, now=now)
         async with self.db.transaction() as session:
             handoff = await self._get(session, sid)
-            conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == ACTIVE]
+            conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.ACTIVE]
             if idle_cutoff is not None:
                 conditions.append(col(HandoffSession.idle_deadline) <= idle_cutoff)
             changed = await execute_dml(
@@ -622,7 +624,7 @@ class Handoffs:
                 update(HandoffSession)
                 .where(*conditions)
                 .values(
-                    state=RELEASED, released_at=now, release_reason=reason, released_by=actor, outcome=outcome,
+                    state=HandoffState.RELEASED, released_at=now, release_reason=reason, released_by=actor, outcome=outcome,
                     note=note, returned=coerced.values, missing_required=coerced.missing_required,
                 )
             )
@@ -636,7 +638,7 @@ class Handoffs:
                     missing_required=coerced.missing_required, idle_timeout=self.idle_timeout,
                 )
                 resume = await conversations.add_message(
-                    session, handoff.conversation_id, role="system", text=text, now=now, handoff_session_id=sid
+                    session, handoff.conversation_id, role=Role.SYSTEM, text=text, now=now, handoff_session_id=sid
                 )
                 await audit.record(
                     session, "handoff_released", at=now, actor=actor, handoff_session_id=sid,
@@ -674,7 +676,7 @@ class Handoffs:
         return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
 
     async def _checked_return(
-        self, sid: str, return_values: dict[str, Any] | None, *, reason: str, actor: str, now: datetime,
+        self, sid: str, return_values: dict[str, Any] | None, *, reason: ReleaseReason, actor: str, now: datetime,
     ) -> CoercedReturn:
         """The returned values typed against the handoff's fields (which never change), or
         ReturnValuesInvalid after recording the refused attempt in the audit trail."""
@@ -696,7 +698,7 @@ class Handoffs:
         now = self.clock.now()
         async with self.db.transaction() as session:
             handoff = await self._get(session, sid)
-            if handoff.state != ACTIVE:
+            if handoff.state != HandoffState.ACTIVE:
                 raise NotActive(f"handoff {sid} is {handoff.state}; it has no return form any more", state=handoff.state)
             link = await self.forms.issue(session, handoff, now)
             url = self.forms.url(link.id) or ""
@@ -716,14 +718,14 @@ class Handoffs:
         return url
 
     async def release_if_idle(self, sid: str) -> ReleaseResult:
-        return await self.release(sid, reason="idle_timeout", actor="idle timer", idle_cutoff=self.clock.now())
+        return await self.release(sid, reason=ReleaseReason.IDLE_TIMEOUT, actor="idle timer", idle_cutoff=self.clock.now())
 
     async def overdue(self, limit: int = 500) -> list[str]:
         now = self.clock.now()
         async with self.db.read() as session:
             query = (
                 select(col(HandoffSession.id))
-                .where(col(HandoffSession.state) == ACTIVE, col(HandoffSession.idle_deadline) <= now)
+                .where(col(HandoffSession.state) == HandoffState.ACTIVE, col(HandoffSession.idle_deadline) <= now)
                 .order_by(col(HandoffSession.idle_deadline))
                 .limit(limit)
             )
@@ -734,7 +736,7 @@ class Handoffs:
         async with self.db.read() as session:
             query = (
                 select(col(HandoffSession.id), col(HandoffSession.idle_deadline))
-                .where(col(HandoffSession.state) == ACTIVE, col(HandoffSession.idle_deadline) <= horizon)
+                .where(col(HandoffSession.state) == HandoffState.ACTIVE, col(HandoffSession.idle_deadline) <= horizon)
                 .order_by(col(HandoffSession.idle_deadline))
                 .limit(limit)
             )
@@ -746,7 +748,7 @@ class Handoffs:
         so the conversation is not blocked from a new handoff forever."""
         cutoff = self.clock.now() - (self.settings.dispatch_timeout * 2 + timedelta(seconds=30))
         async with self.db.read() as session:
-            query = select(col(HandoffSession.id)).where(col(HandoffSession.state) == DISPATCHING, col(HandoffSession.created_at) < cutoff)
+            query = select(col(HandoffSession.id)).where(col(HandoffSession.state) == HandoffState.DISPATCHING, col(HandoffSession.created_at) < cutoff)
             stale = list((await session.scalars(query)).all())
         failed = 0
         for sid in stale:
@@ -782,7 +784,7 @@ def stored_fields(handoff: HandoffSession) -> list[ReturnField]:
     return fields
 
 
-def parse_release_command(text: str) -> tuple[str | None, str | None] | None:
+def parse_release_command(text: str) -> tuple[Outcome | None, str | None] | None:
     """`/release`, `/release resolved`, `/release needs_followup call back Monday`.
 
     Returns (outcome, note) or None when the text is not a release command. An unknown
@@ -793,6 +795,6 @@ def parse_release_command(text: str) -> tuple[str | None, str | None] | None:
         return None
     rest = words[1].strip() if len(words) > 1 else ""
     parts = rest.split(maxsplit=1)
-    if parts and parts[0].lower() in ("resolved", "unresolved", "needs_followup"):
-        return parts[0].lower(), (parts[1].strip() if len(parts) > 1 else "")[:MAX_NOTE] or None
+    if parts and parts[0].lower() in tuple(Outcome):
+        return Outcome(parts[0].lower()), (parts[1].strip() if len(parts) > 1 else "")[:MAX_NOTE] or None
     return None, rest[:MAX_NOTE] or None

@@ -13,28 +13,10 @@ from datetime import timedelta
 from typing import Any
 
 from bot.config import format_duration
-
-_REASON_PHRASES = {
-    "form": "the recipient submitted the return form",
-    "release_token": "the recipient released the conversation",
-    "agent": "the sibling agent has handed control back",
-    "owner": "the owner released the conversation",
-}
-
-DEFAULT_OUTCOME = {
-    "form": "resolved",
-    "release_token": "resolved",
-    "agent": "resolved",
-    "owner": "resolved",
-    "idle_timeout": "unresolved",
-}
+from bot.runtime.text import one_line
+from bot.store.vocabulary import ReleaseReason
 
 MAX_NOTE = 500
-
-
-def one_line(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _format_value(value: Any) -> str:
@@ -50,18 +32,14 @@ def _format_value(value: Any) -> str:
 
 def resume_message(
     *,
-    reason: str,
+    reason: ReleaseReason,
     outcome: str,
     note: str | None,
     returned: dict[str, Any],
     missing_required: list[str],
     idle_timeout: timedelta | None = None,
 ) -> str:
-    if reason == "idle_timeout":
-        span = format_duration(idle_timeout) if idle_timeout else "a while"
-        phrase = f"the handoff ended after {span} without activity"
-    else:
-        phrase = _REASON_PHRASES[reason]
+    phrase = ReleaseReason(reason).resume_phrase(format_duration(idle_timeout) if idle_timeout else "a while")
     head = f"[Bot resumed — {phrase}. Outcome: {outcome}."
     if note and note.strip():
         head += " " + one_line(note, MAX_NOTE).replace("]", ")")

@@ -48,10 +48,11 @@ from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signed_http import post_signed
-from bot.runtime.text import CleanStr
+from bot.runtime.text import CleanStr, iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import Conversation, UserAction
+from bot.store.vocabulary import Role
 from channels.base import UserActionPrompt
 
 log = structlog.get_logger(__name__)
@@ -158,7 +159,7 @@ class UserActions:
                                user_action_id=action.id, reason=args.reason, expectation=args.expectation,
                                steps=len(action.steps) or None, background=action.background or None)
             if not action.background:
-                await conversations.add_message(session, conversation.id, role="agent", text=self.instruction(action),
+                await conversations.add_message(session, conversation.id, role=Role.AGENT, text=self.instruction(action),
                                                 now=now, author="Assistant", user_action=prompt_for(action))
         self.bus.notify(conversation.id)
         if action.background:
@@ -200,7 +201,7 @@ class UserActions:
             await session.execute(update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                                   .values(step=target).execution_options(synchronize_session=False))
             action = await session.get(UserAction, action.id, populate_existing=True) or action
-            await conversations.add_message(session, action.conversation_id, role="agent",
+            await conversations.add_message(session, action.conversation_id, role=Role.AGENT,
                                             text=self.instruction(action), now=now, author="Assistant",
                                             user_action=prompt_for(action))
         self.bus.notify(action.conversation_id)
@@ -265,7 +266,7 @@ class UserActions:
                                user_action_id=action.id, reason=action.reason, observed=observed)
             if tell_agent:
                 text = self.renderer.render("messages/user_action_outcome.txt", action=action).strip()
-                await conversations.add_message(session, action.conversation_id, role="system", text=text, now=now)
+                await conversations.add_message(session, action.conversation_id, role=Role.SYSTEM, text=text, now=now)
         self.bus.notify(action.conversation_id)
         if action.background:
             self._tell_orchestrator("user_action_resolved", action)
@@ -345,9 +346,6 @@ class NotPending(DeskError):
 
 
 def view(action: UserAction) -> dict[str, Any]:
-    def iso(value: Any) -> str | None:
-        return value.isoformat() if value else None
-
     return {
         "user_action_id": action.id, "conversation_id": action.conversation_id, "reason": action.reason,
         "details": action.details, "suggested_action": action.suggested_action, "steps": action.steps,

@@ -34,12 +34,13 @@ from bot.runtime.ratelimit import TokenBuckets
 from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import Conversation, Message
+from bot.store.vocabulary import Role
 from channels.base import InboundMessage, Outbound, UserActionAnswer, UserActionPrompt
 
 log = structlog.get_logger(__name__)
 
 KNOWN_CHATS = 10_000  # chats whose conversation id is remembered (the most recently active)
-SHOWN_ROLES = ("agent", "human")  # system messages are for the agent; the subscriber's own are already there
+SHOWN_ROLES = (Role.AGENT, Role.HUMAN)  # system messages are for the agent; the subscriber's own are already there
 
 
 class Fronts:
@@ -153,7 +154,7 @@ class Fronts:
 
     async def _say(self, cid: str, text: str) -> None:
         async with self.db.transaction() as session:
-            await conversations.add_message(session, cid, role="agent", text=text, now=self.clock.now())
+            await conversations.add_message(session, cid, role=Role.AGENT, text=text, now=self.clock.now())
         self.router.bus.notify(cid)
 
     # ------------------------------------------------------------------ to the subscriber
@@ -172,7 +173,7 @@ class Fronts:
                         hint="this conversation's front was removed or renamed in the config; its subscriber "
                              "does not receive this message")
             return
-        author = message.author if message.role == "human" else None
+        author = message.author if message.role == Role.HUMAN else None
         outbound = Outbound(
             purpose="subscriber", handoff_session_id=conversation.id, author=author, body=message.text,
             text=self.renderer.render("messages/to_subscriber.txt", author=author, text=message.text).strip(),

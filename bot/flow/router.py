@@ -27,7 +27,8 @@ from bot.runtime.clock import Clock
 from bot.runtime.locks import KeyedLocks
 from bot.runtime.metrics import Metrics
 from bot.store.db import Database
-from bot.store.models import ACTIVE, HandoffSession, Message
+from bot.store.models import HandoffSession, Message
+from bot.store.vocabulary import HandoffState, Role
 from bot.tools import ToolContext, ToolRegistry
 
 log = structlog.get_logger(__name__)
@@ -78,11 +79,11 @@ class Router:
                 text = redaction.text  # a code or password is never stored, relayed or shown to the agent
                 routed = await self.handoffs.route_subscriber_message(session, conversation, text, now)
                 if routed is None:
-                    stored = await conversations.add_message(session, conversation_id, role="subscriber", text=text, now=now)
+                    stored = await conversations.add_message(session, conversation_id, role=Role.SUBSCRIBER, text=text, now=now)
                 reminder = None
                 if redaction.redacted and waiting is not None:
                     reminder = await conversations.add_message(
-                        session, conversation_id, role="agent", text=self.user_actions.reminder(waiting), now=now,
+                        session, conversation_id, role=Role.AGENT, text=self.user_actions.reminder(waiting), now=now,
                         author="Assistant",
                     )
             self.bus.notify(conversation_id)
@@ -118,7 +119,7 @@ class Router:
             conversation = await conversations.get(session, conversation_id)
             history = await conversations.recent_messages(session, conversation_id, AGENT_HISTORY)
             open_handoff = await self.handoffs.open_session(session, conversation_id)
-        if open_handoff is not None and open_handoff.state == ACTIVE:
+        if open_handoff is not None and open_handoff.state == HandoffState.ACTIVE:
             return [], None  # a person has the conversation now (e.g. a new handoff began before a resume turn)
         ctx = self.tool_context(conversation)
         turn = Turn(
@@ -157,7 +158,7 @@ class Router:
         """What the subscriber was told after message `after`, in order."""
         async with self.db.read() as session:
             said = await conversations.messages_after(session, conversation_id, after, limit=AGENT_HISTORY)
-        return [m for m in said if m.role == "agent"]
+        return [m for m in said if m.role == Role.AGENT]
 
     async def _store_replies(self, conversation_id: str, texts: list[str]) -> list[Message]:
         if not texts:
@@ -165,7 +166,7 @@ class Router:
         now = self.clock.now()
         async with self.db.transaction() as session:
             replies = [
-                await conversations.add_message(session, conversation_id, role="agent", text=text, now=now)
+                await conversations.add_message(session, conversation_id, role=Role.AGENT, text=text, now=now)
                 for text in texts
             ]
         self.bus.notify(conversation_id)

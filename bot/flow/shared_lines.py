@@ -32,7 +32,8 @@ from bot.domain.rendering import Renderer
 from bot.runtime.clock import Clock
 from bot.store import audit
 from bot.store.db import Database
-from bot.store.models import ACTIVE, Conversation, HandoffSession
+from bot.store.models import Conversation, HandoffSession
+from bot.store.vocabulary import HandoffState
 from channels.base import Outbound
 
 # "#A7F3 text", "#a7f3: text", "#A7F3" — short codes are 4 letters or digits (channels.base.short_code_of).
@@ -118,7 +119,7 @@ class SharedLines:
                 .where(
                     col(HandoffSession.channel_id) == channel_id,
                     col(HandoffSession.thread_key) == thread_key,
-                    col(HandoffSession.state) == ACTIVE,
+                    col(HandoffSession.state) == HandoffState.ACTIVE,
                 )
                 .order_by(col(HandoffSession.focused_at).desc(),  # set on activation (and backfilled by migration 0005)
                           col(HandoffSession.created_at).desc())
@@ -134,7 +135,7 @@ class SharedLines:
                 .where(
                     col(HandoffSession.channel_id) == channel_id,
                     col(HandoffSession.thread_key) == thread_key,
-                    col(HandoffSession.state) != ACTIVE,
+                    col(HandoffSession.state) != HandoffState.ACTIVE,
                     col(HandoffSession.released_at) >= since,
                 )
                 .order_by(col(HandoffSession.released_at).desc())
@@ -146,7 +147,7 @@ class SharedLines:
         now = self.clock.now()
         async with self.db.transaction() as session:
             await session.execute(
-                update(HandoffSession).where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == ACTIVE)
+                update(HandoffSession).where(col(HandoffSession.id) == handoff.id, col(HandoffSession.state) == HandoffState.ACTIVE)
                 .values(focused_at=now)
             )
 

@@ -33,6 +33,7 @@ from bot.runtime.background import Background
 from bot.runtime.clock import Clock
 from bot.store.db import Database
 from bot.store.models import Conversation, HandoffSession
+from bot.store.vocabulary import Role
 from channels.base import Capabilities, ChannelAdapter, ChannelConfig, ChannelError, Outbound, Receipt
 
 if TYPE_CHECKING:
@@ -102,10 +103,10 @@ class Siblings:
         if not cid:
             raise ChannelError(f"handoff {outbound.handoff_session_id} has no sibling conversation")
         if outbound.purpose == "relay":
-            message_id = await self._store(cid, role="subscriber", text=outbound.body or outbound.text)
+            message_id = await self._store(cid, role=Role.SUBSCRIBER, text=outbound.body or outbound.text)
             self._answer(channel, cid, outbound.handoff_session_id)
         else:  # notices: what happened to the handoff, for the sibling's record
-            message_id = await self._store(cid, role="system", text=outbound.text)
+            message_id = await self._store(cid, role=Role.SYSTEM, text=outbound.text)
         return Receipt(message_id=f"{cid}:{message_id}", thread_key=cid)
 
     def on_activated(self, handoff: HandoffSession) -> None:
@@ -133,10 +134,10 @@ class Siblings:
                 serves_handoff_session_id=brief.handoff_session_id,
             )
             text = self.renderer.render("messages/sibling_brief.txt", brief=brief, label=channel.label).strip()
-            await conversations.add_message(session, conversation.id, role="system", text=text, now=now)
+            await conversations.add_message(session, conversation.id, role=Role.SYSTEM, text=text, now=now)
             return conversation.id
 
-    async def _store(self, cid: str, *, role: str, text: str) -> int:
+    async def _store(self, cid: str, *, role: Role, text: str) -> int:
         async with self.db.transaction() as session:
             message = await conversations.add_message(session, cid, role=role, text=text, now=self.clock.now())
             return int(message.id or 0)

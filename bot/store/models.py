@@ -17,12 +17,8 @@ from sqlmodel import Field, SQLModel
 
 from channels.base import short_code_of
 
-# Handoff states (docs/architecture.md, "The life of a release"). A conversation has at most one OPEN session.
-DISPATCHING, ACTIVE, RELEASED, FAILED = "dispatching", "active", "released", "failed"
-OPEN_STATES = (DISPATCHING, ACTIVE)
-RELEASE_REASONS = ("form", "release_token", "agent", "owner", "idle_timeout")
-OUTCOMES = ("resolved", "unresolved", "needs_followup")
-ROLES = ("subscriber", "agent", "human", "system")
+# The words stored in `state`, `role`, `release_reason` and `outcome` are the StrEnums of
+# bot/store/vocabulary.py; the columns stay plain strings, and a member compares equal to its value.
 
 
 def new_id(prefix: str) -> str:

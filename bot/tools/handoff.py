@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.domain.handoffs import HandoffReleaseInput, HandoffRequestInput
+from bot.store.vocabulary import ReleaseReason
 from bot.tools import Tool, ToolContext, model_schema, tool_error
 
 
@@ -75,7 +76,7 @@ class HandoffReleaseTool(Tool):
                 field="handoff_session_id",
             )
         result = await ctx.handoffs.release(
-            args.handoff_session_id, reason="agent", actor=f"agent:{ctx.conversation.id}",
+            args.handoff_session_id, reason=ReleaseReason.AGENT, actor=f"agent:{ctx.conversation.id}",
             outcome=args.outcome, note=args.note, return_values=args.return_values,
         )
         session = result.session

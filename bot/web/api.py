@@ -18,10 +18,11 @@ from sqlalchemy import text
 
 from bot.domain.approvals import approval_view
 from bot.domain.conversations import message_view
-from bot.domain.handoffs import Outcome
+from bot.domain.handoffs import OutcomeInput
 from bot.domain.user_actions import view as user_action_view
 from bot.runtime.metrics import CONTENT_TYPE
 from bot.runtime.text import CleanStr
+from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
 from bot.web.deps import DeskDep
 from channels.base import WebhookRequest
 
@@ -87,7 +88,7 @@ class PostMessage(_Body):
 
 
 class ReleaseBody(_Body):
-    outcome: Outcome | None = None
+    outcome: OutcomeInput | None = Field(default=None, title="Outcome")
     note: CleanStr | None = Field(default=None, max_length=2000)
     return_values: dict[str, Any] | None = None
 
@@ -164,7 +165,7 @@ async def list_handoffs(
     state: Literal["open", "active", "dispatching", "released", "failed"] = "open",
     limit: int = Query(default=100, ge=1, le=500),
 ) -> dict[str, Any]:
-    states = ("dispatching", "active") if state == "open" else (state,)
+    states = OPEN_STATES if state == "open" else (HandoffState(state),)
     return {"handoffs": [desk.handoff_view(h) for h in await desk.handoff_list(states=states, limit=limit)]}
 
 
@@ -182,7 +183,7 @@ async def handoff_events(sid: str, desk: DeskDep) -> dict[str, Any]:
 async def release_handoff(sid: str, desk: DeskDep, body: ReleaseBody | None = None) -> Any:
     body = body or ReleaseBody()
     result = await desk.handoffs.release(
-        sid, reason="owner", actor="owner (API)", outcome=body.outcome, note=body.note, return_values=body.return_values
+        sid, reason=ReleaseReason.OWNER, actor="owner (API)", outcome=body.outcome, note=body.note, return_values=body.return_values
     )
     view = desk.handoff_view(result.session)
     if not result.released:

@@ -40,6 +40,7 @@ from bot.errors import NotFound
 from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
 from bot.runtime.text import CleanStr
+from bot.store.vocabulary import Role
 from bot.web.api import ApiError, require_json
 from bot.web.deps import DeskDep
 from bot.web.pages import render_page
@@ -47,7 +48,7 @@ from bot.web.pages import render_page
 router = APIRouter(include_in_schema=False)
 
 SALT = "handoff-desk.chat-conversation.v1"
-VISIBLE_ROLES = ("subscriber", "agent", "human")
+VISIBLE_ROLES = (Role.SUBSCRIBER, Role.AGENT, Role.HUMAN)
 MAX_WAIT_SECONDS = 25.0
 
 
@@ -235,7 +236,7 @@ async def updates(
 ) -> JSONResponse:
     messages = await desk.wait_for_messages(cid, after, 200, wait)
     last = max([after, *(int(m.id or 0) for m in messages)])
-    shown = [{"id": m.id, "role": m.role, "text": m.text, "author": m.author if m.role == "human" else None}
+    shown = [{"id": m.id, "role": m.role, "text": m.text, "author": m.author if m.role == Role.HUMAN else None}
              for m in messages if m.role in VISIBLE_ROLES]
     return JSONResponse({"messages": shown, "last_id": last, **await _state(desk, cid)},
                         headers={"Cache-Control": "no-store"})

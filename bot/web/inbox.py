@@ -60,7 +60,8 @@ from bot.domain.conversations import message_view, speaker
 from bot.domain.handoffs import stored_fields
 from bot.errors import DeskError
 from bot.runtime.paths import TEMPLATES_DIR
-from bot.store.models import ACTIVE, OPEN_STATES, Approval, Conversation, FormLink, HandoffSession, Message
+from bot.store.models import Approval, Conversation, FormLink, HandoffSession, Message
+from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState, Outcome, ReleaseReason
 from bot.web.deps import DeskDep, desk_of
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
@@ -188,10 +189,10 @@ def _card(desk: Desk, handoff: HandoffSession, preview: Preview | None = None) -
     fields = stored_fields(handoff)
     return {
         "h": handoff,
-        "time_left": _time_left(desk, handoff.idle_deadline) if handoff.state == ACTIVE else "",
-        "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == ACTIVE else "",
+        "time_left": _time_left(desk, handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else "",
+        "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == HandoffState.ACTIVE else "",
         "field_lines": [preview_line(f) for f in fields],
-        "can_reply": handoff.state == ACTIVE and handoff.channel_kind == "owner_inbox",
+        "can_reply": handoff.state == HandoffState.ACTIVE and handoff.channel_kind == "owner_inbox",
         "p": preview or Preview(),
         **_last_line(desk, preview),
     }
@@ -210,7 +211,7 @@ class FormLinkState:
 async def _form_link_state(desk: Desk, handoff: HandoffSession) -> FormLinkState | None:
     """The link's state as forms/links.py decides it (expiry, single use, superseded), so
     the inbox never offers a link the form would refuse. None once the handoff has ended."""
-    if handoff.state != ACTIVE:
+    if handoff.state != HandoffState.ACTIVE:
         return None
     link = None
     if handoff.form_link_id:
@@ -414,7 +415,7 @@ async def _wait_for_list_change(desk: Desk, since: str, wait: float) -> str:
 async def _list_snapshot(desk: Desk) -> dict[str, Any]:
     """Everything the list page shows, for the page and for its live updates alike."""
     active = await desk.handoff_list(states=OPEN_STATES, limit=LIST_LIMIT)
-    recent = await desk.handoff_list(states=("released", "failed"), limit=20)
+    recent = await desk.handoff_list(states=ENDED_STATES, limit=20)
     now = desk.clock.now()
     pending = [a for a in await desk.approvals.listing(state=PENDING, limit=LIST_LIMIT) if a.deadline > now]
     pending.reverse()  # the oldest first: it runs out first
@@ -440,9 +441,9 @@ def _handoff_json(desk: Desk, card: dict[str, Any]) -> dict[str, Any]:
 def _ended_json(card: dict[str, Any]) -> dict[str, Any]:
     h = card["h"]
     return {"id": h.id, "code": h.short_code, "summary": h.summary, "channel": h.channel_label,
-            "ended": "failed" if h.state == "failed" else
+            "ended": "failed" if h.state == HandoffState.FAILED else
             f"{(h.release_reason or '').replace('_', ' ')} · {(h.outcome or '').replace('_', ' ')}",
-            "failed": h.state == "failed"}
+            "failed": h.state == HandoffState.FAILED}
 
 
 def _approval_json(card: dict[str, Any]) -> dict[str, Any]:
@@ -568,7 +569,7 @@ async def handoff_page(sid: str, request: Request, notice: str = "", owner: Owne
     events = await desk.events(sid)
     return _page(
         desk, "inbox/handoff.html", owner,
-        card=_card(desk, handoff),
+        card=_card(desk, handoff), outcomes=list(Outcome),
         form_link=await _form_link_state(desk, handoff),
         **_returned_view(handoff),
         conversation=conversation,
@@ -627,10 +628,11 @@ async def release(
     sid: str, outcome: str = Form(default="resolved"), note: str = Form(default=""), owner: Owner = Depends(verified_post)
 ) -> Response:
     desk = owner.desk
-    if outcome not in ("resolved", "unresolved", "needs_followup"):
-        outcome = "resolved"
+    chosen = Outcome(outcome) if outcome in tuple(Outcome) else Outcome.RESOLVED
     try:
-        result = await desk.handoffs.release(sid, reason="owner", actor="owner (inbox)", outcome=outcome, note=note[:2000])
+        result = await desk.handoffs.release(
+            sid, reason=ReleaseReason.OWNER, actor="owner (inbox)", outcome=chosen, note=note[:2000]
+        )
     except DeskError as exc:
         return _page(desk, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
                      title="Could not release", message=exc.message)
