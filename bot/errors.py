@@ -1,9 +1,17 @@
-"""Typed errors of the core. The HTTP layer maps them to status codes; the tool layer to
-`{"error": code, "details": {...}}` results the model can read."""
+"""Typed errors of the core, and the one shape every error answer has. The HTTP layer maps
+the errors to status codes; the tool layer to `{"error": code, "details": {"hint": …}}`
+results the model can read (`error_body`)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+
+def error_body(code: str, hint: str, **details: Any) -> dict[str, Any]:
+    """`{"error": code, "details": {"hint": hint, …}}`: what the API answers and a tool returns
+    when something did not work. Clients and models read `error` to branch and `hint` to
+    correct, so every error is built here and the two can never drift apart."""
+    return {"error": code, "details": {"hint": hint, **details}}
 
 
 class DeskError(Exception):
@@ -16,7 +24,7 @@ class DeskError(Exception):
         self.details = details
 
     def to_json(self) -> dict[str, Any]:
-        return {"error": self.code, "details": {"hint": self.message, **self.details}}
+        return error_body(self.code, self.message, **self.details)
 
     def headers(self) -> dict[str, str]:
         """HTTP headers the answer carries besides the JSON (Retry-After, …)."""

@@ -28,6 +28,7 @@ from sqlmodel import col
 from bot.errors import DeskError
 from bot.store.db import execute_dml
 from bot.store.models import FormLink, HandoffSession
+from bot.store.vocabulary import HandoffState
 
 SALT = "handoff-desk.return-form.v1"
 
@@ -57,7 +58,7 @@ class FormLinks:
         return f"{self.public_url}/f/{self.token(link_id)}" if link_id else None
 
     def url_for(self, handoff: HandoffSession) -> str | None:
-        return self.url(handoff.form_link_id) if handoff.state == "active" else None
+        return self.url(handoff.form_link_id) if handoff.state == HandoffState.ACTIVE else None
 
     def link_id(self, token: str) -> str | None:
         """The link id inside a token, or None when it was not signed by us."""

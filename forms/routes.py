@@ -105,7 +105,7 @@ def _inbox_url(handoff: HandoffSession) -> str:
 def _form_page(
     desk: Desk, token: str, link: FormLink, handoff: HandoffSession, *, status: int = 200,
     views: list[FieldView] | None = None, errors: dict[str, str] | None = None,
-    outcome: str = "resolved", note: str = "", filled_by: str = "",
+    outcome: str = Outcome.RESOLVED, note: str = "", filled_by: str = "",
 ) -> HTMLResponse:
     fields = stored_fields(handoff)
     return render_page(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.agents.base import Turn
-from bot.tools import tool_error
+from bot.errors import error_body
 
 # After these succeed the conversation is someone else's: a person's, or the first agent's.
 ENDS_THE_TURN = ("handoff_request", "handoff_release")
@@ -93,6 +93,6 @@ async def _execute(turn: Turn, call: ToolCall) -> dict[str, Any]:
         try:
             arguments = json.loads(arguments or "{}")
         except json.JSONDecodeError as exc:
-            return tool_error("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
+            return error_body("invalid_json", f"the arguments were not valid JSON ({exc.msg} at character {exc.pos}); send a JSON object")
     return await turn.call_tool(call.name, arguments)
 

@@ -41,7 +41,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.clients.client import DeskApiError, DeskClient
-from bot.tools import errors_result, model_schema, tool_error
+from bot.errors import error_body
+from bot.tools import errors_result, model_schema
 
 # Tool names and ids become URL path segments of the desk's API: one segment each, or a name
 # such as "../../handoffs/h_1/release" would reach an endpoint the bridge never offers.
@@ -173,16 +174,16 @@ class McpBridge:
             if params.name in BRIDGE_TOOLS:
                 return await self._bridge_tool(ctx, params.name, arguments)
             if not SAFE_ID.fullmatch(params.name):
-                return _result(tool_error("unknown_tool", f"no tool named {params.name!r}; list the tools to see the names"))
+                return _result(error_body("unknown_tool", f"no tool named {params.name!r}; list the tools to see the names"))
             cid = arguments.pop("conversation_id", None)
             if cid is not None and not (isinstance(cid, str) and SAFE_ID.fullmatch(cid)):
-                return _result(tool_error("invalid_input", "conversation_id: must be a conversation id such as c_…",
+                return _result(error_body("invalid_input", "conversation_id: must be a conversation id such as c_…",
                                           fields={"conversation_id": "must be a conversation id such as c_…"}))
             cid = cid or await self._conversation(ctx)
             result = await self.desk.call_tool(cid, params.name, arguments)
             return _result({**result, "conversation_id": result.get("conversation_id", cid)})
         except (DeskApiError, httpx.HTTPError) as exc:
-            return _result(tool_error("desk_unavailable" if isinstance(exc, httpx.HTTPError) else exc.code,
+            return _result(error_body("desk_unavailable" if isinstance(exc, httpx.HTTPError) else exc.code,
                                       self._desk_problem(exc)))
 
     async def _bridge_tool(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -197,7 +198,7 @@ class McpBridge:
         assert isinstance(args, ConversationMessagesInput)
         if args.conversation_id is None and self._session_key(ctx) == STATELESS:
             hint = "conversation_id: required without an MCP session; pass the conversation_id an earlier result returned"
-            return _result(tool_error("invalid_input", hint, fields={"conversation_id": "is required without an MCP session"}))
+            return _result(error_body("invalid_input", hint, fields={"conversation_id": "is required without an MCP session"}))
         cid = args.conversation_id or await self._conversation(ctx)
         messages = await self.desk.messages(cid, after=args.after, wait=args.wait or None)
         last_id = messages[-1]["id"] if messages else args.after

@@ -42,7 +42,7 @@ from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action
 from bot.domain.rendering import Renderer
-from bot.errors import NotFound
+from bot.errors import NotFound, error_body
 from bot.runtime.background import Background
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
@@ -93,7 +93,7 @@ def approval_view(approval: Approval) -> dict[str, Any]:
 
 
 def permission_denied(approval_id: str | None, hint: str, **details: Any) -> dict[str, Any]:
-    return {"error": "PERMISSION_DENIED", "details": {"hint": hint, "approval_id": approval_id, **details}}
+    return error_body("PERMISSION_DENIED", hint, approval_id=approval_id, **details)
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class Approvals:
                 await audit.record(session, "action_failed", at=now, actor=actor, conversation_id=conversation.id,
                                    action=action.id, arguments_hash=arguments_hash(arguments), why=why, error=str(exc),
                                    detail=exc.detail)
-            return {"error": "action_failed", "details": {"hint": str(exc)}}
+            return error_body("action_failed", str(exc))
         async with self.db.transaction() as session:
             await audit.record(session, "action_ran", at=now, actor=actor, conversation_id=conversation.id,
                                action=action.id, arguments_hash=arguments_hash(arguments), why=why)

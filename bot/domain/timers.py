@@ -29,6 +29,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from bot.domain.handoffs import Handoffs
 from bot.runtime.clock import Clock
 from bot.store.models import HandoffSession
+from bot.store.vocabulary import HandoffState
 
 log = structlog.get_logger(__name__)
 
@@ -112,7 +113,7 @@ class IdleTimers:
 
     async def _fire(self, sid: str) -> None:
         result = await self.handoffs.release_if_idle(sid)
-        if not result.released and result.session.state == "active" and result.session.idle_deadline:
+        if not result.released and result.session.state == HandoffState.ACTIVE and result.session.idle_deadline:
             self.arm(sid, result.session.idle_deadline)  # activity moved the deadline
 
     async def sweep(self) -> int:

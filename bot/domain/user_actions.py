@@ -42,7 +42,7 @@ from bot.config import Config
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action
 from bot.domain.rendering import Renderer
-from bot.errors import DeskError, NotFound
+from bot.errors import DeskError, NotFound, error_body
 from bot.runtime.background import Background
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
@@ -145,7 +145,7 @@ class UserActions:
                                    user_action_id=pending.id, identical=same)
                 hint = (f"the same request is already pending ({pending.id}); wait for the subscriber" if same else
                         f"another user action is pending ({pending.id}); wait for it to end before asking for more")
-                return {"error": "user_action_pending", "details": {"hint": hint, "user_action_id": pending.id}}
+                return error_body("user_action_pending", hint, user_action_id=pending.id)
             action = UserAction(
                 id=f"ua_{secrets.token_urlsafe(12)}", conversation_id=conversation.id, reason=args.reason,
                 details=args.details, suggested_action=args.suggested_action,
@@ -364,8 +364,7 @@ def _result(action: UserAction, *, already: bool = False) -> dict[str, Any]:
             "timeout": "no answer in time; the subscriber may still be in the middle of it — look before acting",
             "failed": f"the expected result was not observed ({action.observed or 'no detail'}); look before acting",
         }.get(action.state, f"the user action is {action.state}")
-        result = {"error": OUTCOME_ERRORS.get(action.state, "user_action_not_pending"),
-                  "details": {"hint": hint, "user_action_id": action.id}}
+        result = error_body(OUTCOME_ERRORS.get(action.state, "user_action_not_pending"), hint, user_action_id=action.id)
     if already:
         result["already"] = True
     return result

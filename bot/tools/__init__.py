@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from bot.errors import DeskError
+from bot.errors import DeskError, error_body
 from bot.store.models import Conversation
 
 if TYPE_CHECKING:
@@ -102,9 +102,9 @@ class ToolRegistry:
         tool = self._tools.get(name)
         if tool is None or not tool.available(ctx):
             offered = [t.name for t in self._tools.values() if t.available(ctx)]
-            return tool_error("unknown_tool", f"no tool named {name!r} is available here; available: {offered}")
+            return error_body("unknown_tool", f"no tool named {name!r} is available here; available: {offered}")
         if not isinstance(raw, dict):
-            return await tool.rejected(ctx, tool_error("invalid_input", "the tool input must be a JSON object"))
+            return await tool.rejected(ctx, error_body("invalid_input", "the tool input must be a JSON object"))
         try:
             args = tool.parse(ctx, raw)
         except InvalidToolInput as exc:
@@ -113,10 +113,6 @@ class ToolRegistry:
             return await tool.run(ctx, args)
         except DeskError as exc:
             return exc.to_json()
-
-
-def tool_error(code: str, hint: str, **details: Any) -> dict[str, Any]:
-    return {"error": code, "details": {"hint": hint, **details}}
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -143,7 +139,7 @@ def errors_result(errors: list[Any], code: str = "invalid_input") -> dict[str, A
             message = "is required"
         fields.setdefault(path, message)
     hint = "; ".join(f"{path}: {message}" for path, message in fields.items())
-    return tool_error(code, hint, fields=fields)
+    return error_body(code, hint, fields=fields)
 
 
 # --------------------------------------------------------------------------- JSON Schema

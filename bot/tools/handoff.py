@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from bot.domain.handoffs import HandoffReleaseInput, HandoffRequestInput
+from bot.errors import error_body
 from bot.store.vocabulary import ReleaseReason
-from bot.tools import Tool, ToolContext, model_schema, tool_error
+from bot.tools import Tool, ToolContext, model_schema
 
 
 class HandoffRequestTool(Tool):
@@ -70,7 +71,7 @@ class HandoffReleaseTool(Tool):
 
     async def run(self, ctx: ToolContext, args: HandoffReleaseInput) -> dict[str, Any]:
         if args.handoff_session_id != ctx.conversation.serves_handoff_session_id:
-            return tool_error(
+            return error_body(
                 "invalid_input",
                 f"you can only release the handoff you serve ({ctx.conversation.serves_handoff_session_id})",
                 field="handoff_session_id",
@@ -81,7 +82,7 @@ class HandoffReleaseTool(Tool):
         )
         session = result.session
         if not result.released:
-            return tool_error(
+            return error_body(
                 "handoff_not_active",
                 f"the handoff is already {session.state}"
                 + (f" (released: {session.release_reason})" if session.release_reason else ""),

@@ -20,6 +20,7 @@ from bot.domain.approvals import approval_view
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import OutcomeInput
 from bot.domain.user_actions import view as user_action_view
+from bot.errors import error_body
 from bot.runtime.metrics import CONTENT_TYPE
 from bot.runtime.text import CleanStr
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
@@ -61,7 +62,7 @@ class ApiError(Exception):
 
     def response(self) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse({"error": self.code, "details": {"hint": self.hint, **self.details}}, self.status, headers=headers)
+        return JSONResponse(error_body(self.code, self.hint, **self.details), self.status, headers=headers)
 
 
 class _Body(BaseModel):

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from bot.desk import Desk
-from bot.errors import DeskError
+from bot.errors import DeskError, error_body
 from bot.tools import errors_result
 from bot.web.api import ApiError, api, decisions, public
 from bot.web.approval_pages import router as approval_pages
@@ -74,6 +74,6 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse({"error": code, "details": {"hint": str(exc.detail)}}, status_code=exc.status_code)
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
 
     return app

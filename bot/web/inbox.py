@@ -58,7 +58,7 @@ from bot.desk import Desk
 from bot.domain.approvals import PENDING
 from bot.domain.conversations import message_view, speaker
 from bot.domain.handoffs import stored_fields
-from bot.errors import DeskError
+from bot.errors import DeskError, error_body
 from bot.runtime.paths import TEMPLATES_DIR
 from bot.store.models import Approval, Conversation, FormLink, HandoffSession, Message
 from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState, Outcome, ReleaseReason
@@ -625,7 +625,7 @@ async def reply(
 
 @inbox.post("/inbox/handoffs/{sid}/release", include_in_schema=False)
 async def release(
-    sid: str, outcome: str = Form(default="resolved"), note: str = Form(default=""), owner: Owner = Depends(verified_post)
+    sid: str, outcome: str = Form(default=Outcome.RESOLVED), note: str = Form(default=""), owner: Owner = Depends(verified_post)
 ) -> Response:
     desk = owner.desk
     chosen = Outcome(outcome) if outcome in tuple(Outcome) else Outcome.RESOLVED
@@ -691,7 +691,7 @@ def install_inbox_errors(app: FastAPI) -> None:
     @app.exception_handler(NeedsLogin)
     async def _needs_login(request: Request, _exc: NeedsLogin) -> Response:
         if request.method != "GET" or request.url.path.endswith("/updates"):
-            return JSONResponse({"error": "unauthorized", "details": {"hint": "log in to the inbox"}}, status_code=401)
+            return JSONResponse(error_body("unauthorized", "log in to the inbox"), status_code=401)
         return _redirect(f"/inbox/login?next={quote(request.url.path)}")
 
     @app.exception_handler(Forbidden)
