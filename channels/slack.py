@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections import OrderedDict
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
@@ -56,6 +55,8 @@ from urllib.parse import parse_qs
 import structlog
 from pydantic import Field, SecretStr, field_validator
 
+from bot.runtime.bounded import BoundedDict
+from bot.runtime.text import hang
 from channels.base import (
     ApprovalBrief,
     Capabilities,
@@ -77,6 +78,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
+from channels.text import short_duration
 from forms.fields import preview_line
 
 if TYPE_CHECKING:
@@ -191,12 +193,6 @@ def clip_escaped(text: str, limit: int) -> str:
     return cut + "…"
 
 
-def hang(text: str, width: int = 4) -> str:
-    """Indent continuation lines, so a line a person wrote cannot pass for another
-    speaker's line in a transcript."""
-    return ("\n" + " " * width).join(text.splitlines() or [""])
-
-
 def chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
@@ -246,7 +242,7 @@ class SlackChannel(ChannelAdapter):
         self._lookups: dict[str, asyncio.Task[None]] = {}
         # approval id -> (channel, ts, blocks) of its prompt, so the closing notice can edit
         # it without a lookup; after a restart it is found in the channel's history instead.
-        self._prompts: OrderedDict[str, tuple[str, str, list[dict[str, Any]]]] = OrderedDict()
+        self._prompts: BoundedDict[str, tuple[str, str, list[dict[str, Any]]]] = BoundedDict(PROMPT_CACHE_LIMIT)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -444,7 +440,7 @@ class SlackChannel(ChannelAdapter):
             ]})
             blocks.append({"type": "section", "text": plain(text)})
         blocks.append({"type": "actions", "block_id": "handoff_actions", "elements": self._buttons(brief)})
-        help_text = self._render("help.txt", who=escape(who), idle=_duration(brief.idle_timeout_seconds))
+        help_text = self._render("help.txt", who=escape(who), idle=short_duration(brief.idle_timeout_seconds))
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": help_text, "verbatim": True}]})
         return blocks
 
@@ -565,8 +561,6 @@ class SlackChannel(ChannelAdapter):
 
     def _remember_prompt(self, approval_id: str, channel: str, ts: str, blocks: list[dict[str, Any]]) -> None:
         self._prompts[approval_id] = (channel, ts, blocks)
-        while len(self._prompts) > PROMPT_CACHE_LIMIT:
-            self._prompts.popitem(last=False)
 
     def _prompt_blocks(self, approval: ApprovalBrief) -> list[dict[str, Any]]:
         """Readable on a phone: what, for whom, how risky, the exact arguments, until when,
@@ -867,10 +861,3 @@ def _retry_after(response: Any) -> float | None:
         return None
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"

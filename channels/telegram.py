@@ -71,7 +71,6 @@ import ipaddress
 import json
 import re
 import warnings
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -82,6 +81,7 @@ from urllib.parse import urlparse
 import structlog
 from pydantic import BeforeValidator, Field, SecretStr, field_validator
 
+from bot.runtime.bounded import BoundedDict
 from channels.base import (
     ApprovalBrief,
     Capabilities,
@@ -311,7 +311,7 @@ class TelegramChannel(ChannelAdapter):
         self._topics: dict[str, int] = {}
         # approval id -> message id of its prompt (from the send, or from a press on it), so
         # the closing notice can take the buttons away; the Bot API cannot look it up.
-        self._prompts: OrderedDict[str, int] = OrderedDict()
+        self._prompts: BoundedDict[str, int] = BoundedDict(PROMPT_CACHE_LIMIT)
         self._parts_sent = SentParts()  # parts of long messages already sent, for a retry of the rest
 
     @classmethod
@@ -606,9 +606,6 @@ class TelegramChannel(ChannelAdapter):
 
     def _remember_prompt(self, approval_id: str, message_id: int) -> None:
         self._prompts[approval_id] = message_id
-        self._prompts.move_to_end(approval_id)
-        while len(self._prompts) > PROMPT_CACHE_LIMIT:
-            self._prompts.popitem(last=False)
 
     @staticmethod
     def _inline(rows: list[list[Any]]) -> Any:

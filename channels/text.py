@@ -9,10 +9,11 @@ the long parts of the brief are cut step by step (the budgets), and the link nev
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from bot.runtime.bounded import BoundedDict
 
 Line = TypeVar("Line")
 
@@ -30,14 +31,15 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def split(text: str, limit: int) -> list[str]:
-    """Parts of at most `limit` UTF-16 units, cut at a line break or space near the end, so a
-    long message arrives whole, in parts, rather than refused."""
+def split(text: str, limit: int, *, measure: Callable[[str], int] = utf16_len) -> list[str]:
+    """Parts of at most `limit` units, cut at a line break or space near the end, so a long
+    message arrives whole, in parts, rather than refused. A provider counts length its own
+    way: `measure` is a character's cost (UTF-16 units by default; `len` counts characters)."""
     parts: list[str] = []
-    while utf16_len(text) > limit:
+    while sum(measure(ch) for ch in text) > limit:
         cut, units = 0, 0
-        while cut < len(text) and units + utf16_len(text[cut]) <= limit:
-            units += utf16_len(text[cut])
+        while cut < len(text) and units + measure(text[cut]) <= limit:
+            units += measure(text[cut])
             cut += 1
         soft = max(text.rfind("\n", 0, cut), text.rfind(" ", 0, cut))
         if soft > cut // 2:
@@ -48,6 +50,21 @@ def split(text: str, limit: int) -> list[str]:
     return [p for p in parts if p.strip()] or [text]
 
 
+def short_duration(seconds: float, *, at_least_a_minute: bool = False) -> str:
+    """A duration as a chat message's help line says it: "2 h", "30 min", "45 s" (whole
+    seconds). `bot.config.format_duration` spells units out ("30 minutes") for the core's own
+    texts; these short units are what the provider templates have always shown.
+    `at_least_a_minute`: under a second reads "1 min" rather than "0 h" (WhatsApp's rule)."""
+    whole = int(seconds)
+    if at_least_a_minute and whole == 0:
+        return "1 min"
+    if whole % 3600 == 0:
+        return f"{whole // 3600} h"
+    if whole % 60 == 0:
+        return f"{whole // 60} min"
+    return f"{whole} s"
+
+
 class SentParts:
     """Which parts of a long message already went out, by the outbox's delivery key (stable
     across its attempts), so a retry after a later part failed sends only the rest. Held in
@@ -55,7 +72,7 @@ class SentParts:
 
     def __init__(self, size: int = 1000) -> None:
         self.size = size
-        self._sent: OrderedDict[Hashable, str] = OrderedDict()
+        self._sent: BoundedDict[Hashable, str] = BoundedDict(size)
 
     async def send(self, key: Hashable | None, send: Callable[[], Awaitable[str]]) -> str:
         """`send()`'s message id, or the one an earlier attempt at this part got."""
@@ -64,8 +81,6 @@ class SentParts:
             sent = await send()
             if key is not None:
                 self._sent[key] = sent
-                while len(self._sent) > self.size:
-                    self._sent.popitem(last=False)
         return sent
 
 

@@ -81,6 +81,7 @@ from urllib.parse import parse_qsl, urlparse
 import structlog
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 
+from bot.runtime.text import hang, one_line
 from channels.base import (
     ApprovalBrief,
     Capabilities,
@@ -101,7 +102,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
-from channels.text import Budget, SentParts, clip, fit_brief, split, utf16_len
+from channels.text import Budget, SentParts, clip, fit_brief, short_duration, split, utf16_len
 from forms.fields import preview_line
 
 if TYPE_CHECKING:
@@ -276,23 +277,12 @@ def defuse(text: str) -> str:
 
 
 
-def one_line(text: str, limit: int) -> str:
-    """A template variable: WhatsApp refuses line breaks, tabs and runs of spaces in them."""
-    return clip(" ".join(text.split()), limit)
+def template_value(text: str, limit: int) -> str:
+    """A template variable: WhatsApp refuses line breaks, tabs and runs of spaces in them
+    (and `clip` cuts a trailing blank before its ellipsis)."""
+    return clip(one_line(text), limit)
 
 
-def hang(text: str, width: int = 2) -> str:
-    """Continuation lines indented, so a line someone wrote cannot pass for another speaker's."""
-    return ("\n" + " " * width).join(text.splitlines() or [""])
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds and seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{max(1, seconds // 60)} min"
-    return f"{seconds} s"
 
 
 _BUDGETS = (
@@ -519,12 +509,12 @@ class WhatsAppChannel(ChannelAdapter):
 
     def _template_values(self, brief: HandoffBrief, variables: dict[str, TemplateValue]) -> dict[str, str]:
         values = {
-            "summary": one_line(defuse(brief.summary), 600),
-            "expected_action": one_line(defuse(brief.expected_action), 300),
+            "summary": template_value(defuse(brief.summary), 600),
+            "expected_action": template_value(defuse(brief.expected_action), 300),
             "link": brief.form_url or "(no return form)",
             "short_code": f"#{brief.short_code}",
             "urgency": brief.urgency,
-            "subscriber": one_line(defuse(brief.subscriber_name or "a subscriber"), 100),
+            "subscriber": template_value(defuse(brief.subscriber_name or "a subscriber"), 100),
             "contact_back_email": brief.contact_back_email or "(none)",
         }
         return {number: values[name] for number, name in variables.items()}
@@ -533,7 +523,7 @@ class WhatsAppChannel(ChannelAdapter):
         """The dispatch as one message: everything when it fits, else the newest transcript
         lines that fit and, when the brief alone is too long, its long parts shortened.
         The link and the short code are never cut."""
-        lines = [(defuse(line.author or line.role), hang(defuse(clip(line.text, TRANSCRIPT_LINE)))) for line in brief.transcript]
+        lines = [(defuse(line.author or line.role), hang(defuse(clip(line.text, TRANSCRIPT_LINE)), width=2)) for line in brief.transcript]
         context = [(defuse(k), defuse(v)) for k, v in brief.extra_context.items()]
         fields = [defuse(preview_line(f)) for f in brief.expected_return]
         fitted = fit_brief(
@@ -543,11 +533,11 @@ class WhatsAppChannel(ChannelAdapter):
                 "dispatch",
                 brief=brief,
                 code=brief.short_code,
-                subscriber=defuse(one_line(brief.subscriber_name, 100)) if brief.subscriber_name else None,
+                subscriber=defuse(template_value(brief.subscriber_name, 100)) if brief.subscriber_name else None,
                 summary=defuse(cut.summary),
                 action=defuse(cut.action),
                 **cut.shown(),
-                idle=_duration(brief.idle_timeout_seconds),
+                idle=short_duration(brief.idle_timeout_seconds, at_least_a_minute=True),
             ),
         )
         if fitted is not None:
@@ -569,7 +559,7 @@ class WhatsAppChannel(ChannelAdapter):
         def render(kept: int) -> str:
             return self._render(
                 "approval", a=brief, action=defuse(brief.action_id), description=defuse(clip(brief.description, APPROVAL_DESCRIPTION)),
-                who=defuse(one_line(brief.subscriber_name, 100)) if brief.subscriber_name else None,
+                who=defuse(template_value(brief.subscriber_name, 100)) if brief.subscriber_name else None,
                 arguments=arguments[:kept].rstrip() if kept < len(arguments) else arguments,
                 left_out=len(arguments) - kept, deadline=deadline,
             )
@@ -599,7 +589,7 @@ class WhatsAppChannel(ChannelAdapter):
         """A message to a subscriber: their words defused like a relay's (the assistant's too:
         what an agent was told to say cannot restyle itself), a person's name in bold, and
         numbered parts of at most 1600 characters, so nothing is cut off."""
-        author = defuse(one_line(outbound.author, 100)) if outbound.author else None
+        author = defuse(template_value(outbound.author, 100)) if outbound.author else None
         body = defuse((outbound.body if outbound.body is not None else outbound.text).strip())
         head = utf16_len(self._render("to_subscriber", author=author, body="", part="99/99"))
         chunks = split(body, BODY_LIMIT - head - 1)
@@ -607,7 +597,7 @@ class WhatsAppChannel(ChannelAdapter):
                 for i, chunk in enumerate(chunks, 1)]
 
     def _relay_parts(self, outbound: Outbound) -> list[str]:
-        author = defuse(one_line(outbound.author or "Subscriber", 100))
+        author = defuse(template_value(outbound.author or "Subscriber", 100))
         body = defuse(outbound.body if outbound.body is not None else outbound.text)
         head = utf16_len(self._render("relay", code=outbound.short_code, author=author, body="", part="99/99"))
         chunks = split(body, BODY_LIMIT - head - 1)

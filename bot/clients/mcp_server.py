@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -42,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.clients.client import DeskApiError, DeskClient
 from bot.errors import error_body
+from bot.runtime.bounded import BoundedDict
 from bot.tools import errors_result, model_schema
 
 # Tool names and ids become URL path segments of the desk's API: one segment each, or a name
@@ -115,7 +115,7 @@ class McpBridge:
     ) -> None:
         self.desk, self.url = desk, url
         self.subscriber_name, self.subscriber_email = subscriber_name, subscriber_email
-        self._conversations: OrderedDict[str, str] = OrderedDict()
+        self._conversations: BoundedDict[str, str] = BoundedDict(MAX_SESSIONS, refresh_on_read=True)
         self._creating = anyio.Lock()
         self._schemas: dict[str, dict[str, Any]] = {}
         self.server: Server[Any] = Server(
@@ -142,9 +142,6 @@ class McpBridge:
             cid = self._conversations.get(key)
             if cid is None:
                 cid = self._conversations[key] = await self._create_conversation()
-                while len(self._conversations) > MAX_SESSIONS:
-                    self._conversations.popitem(last=False)
-            self._conversations.move_to_end(key)
             return cid
 
     async def _create_conversation(self) -> str:

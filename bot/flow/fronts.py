@@ -15,7 +15,6 @@ them in order per conversation, with its retries and audit trail, whoever wrote 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from datetime import datetime, timedelta
 
 import structlog
@@ -29,6 +28,7 @@ from bot.domain.rendering import Renderer
 from bot.domain.user_actions import UserActions
 from bot.errors import DeskError
 from bot.flow.router import Router
+from bot.runtime.bounded import BoundedDict
 from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
 from bot.store import audit
@@ -52,7 +52,7 @@ class Fronts:
         self.router, self.user_actions = router, user_actions
         self._by_name = {f.name: f for f in fronts}
         self._by_channel = {f.channel_id: f for f in fronts}
-        self._known: OrderedDict[tuple[str, str], str] = OrderedDict()  # (front, chat) -> conversation id
+        self._known: BoundedDict[tuple[str, str], str] = BoundedDict(KNOWN_CHATS, refresh_on_read=True)  # (front, chat) -> conversation id
         # Each message may cost an agent turn (an LLM call) or a person's attention: a chat
         # sending faster than `max_messages_per_minute` is told to slow down, once, and the
         # rest is kept in the inbound record but not answered.
@@ -96,12 +96,9 @@ class Fronts:
         chat, name = message.thread_key, (message.author or "").strip()[:200] or None
         known = self._known.get((front.name, chat))
         if known is not None:
-            self._known.move_to_end((front.name, chat))
             return known, False
         cid, created = await self._find_or_create(front, chat, name)
         self._known[(front.name, chat)] = cid
-        if len(self._known) > KNOWN_CHATS:
-            self._known.popitem(last=False)
         return cid, created
 
     async def _find_or_create(self, front: ProviderFront, chat: str, name: str | None) -> tuple[str, bool]:

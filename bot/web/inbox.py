@@ -175,14 +175,16 @@ def _when(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _time_left(desk: Desk, deadline: datetime | None) -> str:
+def _time_left(desk: Desk, deadline: datetime | None, *, when_past: str = "releasing now") -> str:
+    """"12 min left", "40 s left", or `when_past` once the deadline has passed (a handoff is
+    about to be released by its timer; an approval has expired)."""
     if deadline is None:
         return ""
-    left = deadline - desk.clock.now()
-    if left.total_seconds() <= 0:
-        return "releasing now"
-    minutes = int(left.total_seconds() // 60)
-    return f"{minutes} min left" if minutes else f"{int(left.total_seconds())} s left"
+    left = (deadline - desk.clock.now()).total_seconds()
+    if left <= 0:
+        return when_past
+    minutes = int(left // 60)
+    return f"{minutes} min left" if minutes else f"{int(left)} s left"
 
 
 def _card(desk: Desk, handoff: HandoffSession, preview: Preview | None = None) -> dict[str, Any]:
@@ -313,14 +315,6 @@ ENDED = {"approved": "approved", "denied": "denied", "expired": "expired (nobody
          "unrouted": "denied (nobody could be asked)", "cleared": "denied (prompt cleared)"}
 
 
-def _approval_time_left(desk: Desk, deadline: datetime) -> str:
-    left = (deadline - desk.clock.now()).total_seconds()
-    if left <= 0:
-        return "expired"
-    minutes = int(left // 60)
-    return f"{minutes} min left" if minutes else f"{int(left)} s left"
-
-
 async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[str, Any]]:
     """What the inbox shows of approvals: the invocation, who it is for, and the receipt."""
     conversation_ids = {a.conversation_id for a in approvals}
@@ -347,7 +341,7 @@ async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[st
             "subscriber": names.get(a.conversation_id),
             "arguments": pretty_arguments(a.arguments)[0],
             "open": a.state == PENDING and a.deadline > now,
-            "time_left": _approval_time_left(desk, a.deadline),
+            "time_left": _time_left(desk, a.deadline, when_past="expired"),
             "deadline": a.deadline.isoformat(),
             "deadline_text": _when(a.deadline),
             "decided_at": a.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if a.decided_at else "",
