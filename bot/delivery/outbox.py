@@ -40,7 +40,7 @@ from bot.runtime.metrics import Metrics
 from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import HandoffSession, OutboxItem
-from bot.store.vocabulary import HandoffState
+from bot.store.vocabulary import HandoffState, OutboxState
 from channels.base import (
     ChannelError,
     DeliveryFailure,
@@ -53,7 +53,6 @@ from channels.base import (
 
 log = structlog.get_logger(__name__)
 
-PENDING, SENDING, SENT, FAILED = "pending", "sending", "sent", "failed"
 OnSent = Callable[[AsyncSession, Receipt, datetime], Awaitable[Any]]
 CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others get a turn
 
@@ -64,12 +63,12 @@ def _due_statement() -> Any:
     earlier = aliased(OutboxItem)
     blocked = exists().where(
         col(earlier.handoff_session_id) == col(OutboxItem.handoff_session_id),
-        col(earlier.state).in_((PENDING, SENDING)),
+        col(earlier.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
         col(earlier.id) < col(OutboxItem.id),
     )
     due = or_(
-        and_(col(OutboxItem.state) == PENDING, col(OutboxItem.not_before) <= now),
-        and_(col(OutboxItem.state) == SENDING, col(OutboxItem.lease_until) < now),
+        and_(col(OutboxItem.state) == OutboxState.PENDING, col(OutboxItem.not_before) <= now),
+        and_(col(OutboxItem.state) == OutboxState.SENDING, col(OutboxItem.lease_until) < now),
     )
     return select(col(OutboxItem.id)).where(due, col(OutboxItem.purpose) != "dispatch", ~blocked).order_by(col(OutboxItem.id)).limit(200)
 
@@ -82,7 +81,7 @@ def _claim_next_statement() -> Any:
         .where(
             col(OutboxItem.handoff_session_id) == bindparam("session_id"),
             col(OutboxItem.id) > bindparam("after"),
-            col(OutboxItem.state) == PENDING,
+            col(OutboxItem.state) == OutboxState.PENDING,
         )
         .order_by(col(OutboxItem.id))
         .limit(1)
@@ -90,8 +89,8 @@ def _claim_next_statement() -> Any:
     )
     return (
         update(OutboxItem)
-        .where(col(OutboxItem.id) == following, col(OutboxItem.state) == PENDING, col(OutboxItem.not_before) <= bindparam("now"))
-        .values(state=SENDING, lease_until=bindparam("lease_until"), attempts=col(OutboxItem.attempts) + 1)
+        .where(col(OutboxItem.id) == following, col(OutboxItem.state) == OutboxState.PENDING, col(OutboxItem.not_before) <= bindparam("now"))
+        .values(state=OutboxState.SENDING, lease_until=bindparam("lease_until"), attempts=col(OutboxItem.attempts) + 1)
         .returning(OutboxItem)
     )
 
@@ -168,7 +167,7 @@ class Outbox:
             created_at=now,
         )
         if claimed:
-            item.state, item.attempts, item.lease_until = SENDING, 1, now + self.lease
+            item.state, item.attempts, item.lease_until = OutboxState.SENDING, 1, now + self.lease
         session.add(item)
         return item
 
@@ -186,7 +185,7 @@ class Outbox:
             self._worker is None
             or len(self._in_flight) >= self.concurrency
             or await session.scalar(select(exists().where(
-                col(OutboxItem.handoff_session_id) == outbound.handoff_session_id, col(OutboxItem.state).in_((PENDING, SENDING)),
+                col(OutboxItem.handoff_session_id) == outbound.handoff_session_id, col(OutboxItem.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
             )))
         )
         item = self.enqueue(session, channel_id=channel_id, outbound=outbound, now=now, message_id=message_id, claimed=not ahead)
@@ -348,12 +347,12 @@ class Outbox:
             update(OutboxItem)
             .where(
                 col(OutboxItem.id) == item_id,
-                or_(col(OutboxItem.state) == PENDING, and_(col(OutboxItem.state) == SENDING, col(OutboxItem.lease_until) < now)),
+                or_(col(OutboxItem.state) == OutboxState.PENDING, and_(col(OutboxItem.state) == OutboxState.SENDING, col(OutboxItem.lease_until) < now)),
             )
             .values(
-                state=SENDING, lease_until=now + self.lease, attempts=col(OutboxItem.attempts) + 1,
+                state=OutboxState.SENDING, lease_until=now + self.lease, attempts=col(OutboxItem.attempts) + 1,
                 # taking over an expired claim: that attempt may have reached the provider
-                uncertain=or_(col(OutboxItem.uncertain), col(OutboxItem.state) == SENDING),
+                uncertain=or_(col(OutboxItem.uncertain), col(OutboxItem.state) == OutboxState.SENDING),
             )
             .returning(OutboxItem)
             .execution_options(populate_existing=True)
@@ -364,7 +363,7 @@ class Outbox:
     def _still_ours(item: OutboxItem) -> tuple[Any, ...]:
         """Fencing: record an outcome only while the claim this attempt made still holds
         (after a lease ran out another instance may have re-claimed the item)."""
-        return (col(OutboxItem.id) == item.id, col(OutboxItem.state) == SENDING, col(OutboxItem.attempts) == item.attempts)
+        return (col(OutboxItem.id) == item.id, col(OutboxItem.state) == OutboxState.SENDING, col(OutboxItem.attempts) == item.attempts)
 
     def _kind_of(self, channel_id: int) -> str:
         adapter = self.channels.get(channel_id)
@@ -383,7 +382,7 @@ class Outbox:
                 update(OutboxItem)
                 .where(*self._still_ours(item))
                 .values(
-                    state=SENT, sent_at=now, lease_until=None, last_error=None, uncertain=False,
+                    state=OutboxState.SENT, sent_at=now, lease_until=None, last_error=None, uncertain=False,
                     receipt=receipt.model_dump(mode="json"),
                 )
             )
@@ -433,9 +432,9 @@ class Outbox:
                 if state == HandoffState.ACTIVE:
                     retry_in = self.max_backoff
             if retry_in is None:
-                values["state"] = FAILED
+                values["state"] = OutboxState.FAILED
             else:
-                values.update(state=PENDING, not_before=now + timedelta(seconds=retry_in))
+                values.update(state=OutboxState.PENDING, not_before=now + timedelta(seconds=retry_in))
             recorded = await execute_dml(session, update(OutboxItem).where(*self._still_ours(item)).values(**values))
             if recorded.rowcount != 1:
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
@@ -461,12 +460,12 @@ class Outbox:
         found = col(OutboxItem.receipt)["message_id"].as_string() == failure.message_id
         async with self.db.transaction() as session:
             item = (await session.scalars(
-                select(OutboxItem).where(col(OutboxItem.channel_id) == channel_id, col(OutboxItem.state) == SENT, found)
+                select(OutboxItem).where(col(OutboxItem.channel_id) == channel_id, col(OutboxItem.state) == OutboxState.SENT, found)
                 .order_by(col(OutboxItem.id).desc()).limit(1)
             )).first()
             if item is not None:
                 await session.execute(update(OutboxItem).where(col(OutboxItem.id) == item.id).values(
-                    state=FAILED, last_error=f"reported by the provider after delivery: {failure.error}"))
+                    state=OutboxState.FAILED, last_error=f"reported by the provider after delivery: {failure.error}"))
             await audit.note(
                 session, "delivery_failed_after_acceptance", at=now, actor="provider",
                 **(_trail_ids(item) if item is not None else {}), channel_id=channel_id,

@@ -51,7 +51,7 @@ from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import Approval, ApprovalGrant, Conversation, OutboxItem
-from bot.store.vocabulary import Role
+from bot.store.vocabulary import OutboxState, Role
 from channels.base import ApprovalBrief, Outbound, pretty_arguments
 
 log = structlog.get_logger(__name__)
@@ -398,7 +398,7 @@ class Approvals:
             select(col(Conversation.subscriber_name)).where(col(Conversation.id) == approval.conversation_id)))
         sent = dict((await session.execute(
             select(col(OutboxItem.channel_id), col(OutboxItem.receipt)).where(
-                col(OutboxItem.handoff_session_id) == approval.id, col(OutboxItem.state) == "sent", col(OutboxItem.receipt).is_not(None))
+                col(OutboxItem.handoff_session_id) == approval.id, col(OutboxItem.state) == OutboxState.SENT, col(OutboxItem.receipt).is_not(None))
         )).all())
         for channel_id in approval.channel_ids:
             if self.channels.get(channel_id) is not None:

@@ -44,7 +44,7 @@ from bot.store.models import (
     OutboxItem,
     new_id,
 )
-from bot.store.vocabulary import OPEN_STATES, OUTCOMES_SPOKEN, HandoffState, Outcome, ReleaseReason, Role
+from bot.store.vocabulary import OPEN_STATES, OUTCOMES_SPOKEN, HandoffState, OutboxState, Outcome, ReleaseReason, Role
 from channels.base import DEFAULT_PUBLIC_NAME, HandoffBrief, Outbound, Receipt
 from forms.fields import (
     MAX_RETURN_FIELDS,
@@ -427,8 +427,8 @@ class Handoffs:
             handoff = await self._get(session, sid)
             await session.execute(
                 update(OutboxItem)
-                .where(col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch", col(OutboxItem.state) != "sent")
-                .values(state="failed", lease_until=None)
+                .where(col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch", col(OutboxItem.state) != OutboxState.SENT)
+                .values(state=OutboxState.FAILED, lease_until=None)
             )
             held = await session.scalar(
                 select(func.count()).select_from(Message)

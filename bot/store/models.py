@@ -178,7 +178,7 @@ class OutboxItem(SQLModel, table=True):
     # An attempt may have reached the provider: the next one asks `find_sent` first.
     uncertain: bool = False
     payload: dict[str, Any] = Field(sa_type=JSON)
-    state: str = Field(default="pending", max_length=16)  # pending | sending | sent | failed
+    state: str = Field(default="pending", max_length=16)  # an OutboxState (bot/store/vocabulary.py)
     attempts: int = 0
     not_before: datetime
     lease_until: datetime | None = None

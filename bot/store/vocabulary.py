@@ -27,6 +27,15 @@ OPEN_STATES: tuple[HandoffState, ...] = (HandoffState.DISPATCHING, HandoffState.
 ENDED_STATES: tuple[HandoffState, ...] = (HandoffState.RELEASED, HandoffState.FAILED)
 
 
+class OutboxState(StrEnum):
+    """Where an outbox item is: waiting, leased by one sender, delivered, or given up."""
+
+    PENDING = "pending"
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
 class Role(StrEnum):
     """Who wrote a stored message."""
 
