@@ -34,13 +34,11 @@ def utf16_len(text: str) -> int:
 def split(text: str, limit: int, *, measure: Callable[[str], int] = utf16_len) -> list[str]:
     """Parts of at most `limit` units, cut at a line break or space near the end, so a long
     message arrives whole, in parts, rather than refused. A provider counts length its own
-    way: `measure` is a character's cost (UTF-16 units by default; `len` counts characters)."""
+    way: `measure` is a text's length as it counts it (UTF-16 units by default; `len` counts
+    characters; the length of the escaped text for a markup), growing with the text."""
     parts: list[str] = []
-    while sum(measure(ch) for ch in text) > limit:
-        cut, units = 0, 0
-        while cut < len(text) and units + measure(text[cut]) <= limit:
-            units += measure(text[cut])
-            cut += 1
+    while measure(text) > limit:
+        cut = _longest_prefix_within(text, limit, measure)
         soft = max(text.rfind("\n", 0, cut), text.rfind(" ", 0, cut))
         if soft > cut // 2:
             cut = soft + 1
@@ -63,6 +61,19 @@ def short_duration(seconds: float, *, at_least_a_minute: bool = False) -> str:
     if whole % 60 == 0:
         return f"{whole // 60} min"
     return f"{whole} s"
+
+
+def _longest_prefix_within(text: str, limit: int, measure: Callable[[str], int]) -> int:
+    """How many characters of `text` fit in `limit` (a binary search: `measure` grows with
+    the prefix, but need not add up character by character, as escaping does not)."""
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if measure(text[:middle]) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 class SentParts:

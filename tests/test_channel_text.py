@@ -26,7 +26,7 @@ def test_split_counts_utf16_units_by_default_and_characters_when_asked() -> None
 
 
 def test_split_measures_what_the_provider_counts() -> None:
-    def escaped(ch: str) -> int:  # a markup where each `*` is sent as `\*`
-        return 2 if ch == "*" else 1
+    def escaped(text: str) -> int:  # a markup where each `*` is sent as `\*`
+        return len(text) + text.count("*")
 
     assert split("**** ab", 6, measure=escaped) == ["***", "* ab"]
