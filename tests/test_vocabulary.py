@@ -7,13 +7,15 @@ import json
 
 import pytest
 
-from bot.store.vocabulary import OPEN_STATES, HandoffState, OutboxState, Outcome, ReleaseReason, Role
+from bot.store.vocabulary import OPEN_STATES, HandoffState, InboundState, OutboxState, Outcome, ReleaseReason, Role
 
 
 def test_the_values_are_the_words_clients_and_templates_already_use() -> None:
     assert [s.value for s in HandoffState] == ["dispatching", "active", "released", "failed"]
     assert OPEN_STATES == ("dispatching", "active")
     assert [s.value for s in OutboxState] == ["pending", "sending", "sent", "failed"]
+    assert [s.value for s in InboundState] == ["pending", "processing", "done", "ignored", "failed"]
+    assert f"inbound_{InboundState.IGNORED}" == "inbound_ignored"  # the audit event's name
     assert [r.value for r in Role] == ["subscriber", "agent", "human", "system"]
     assert [o.value for o in Outcome] == ["resolved", "unresolved", "needs_followup"]
     assert [r.value for r in ReleaseReason] == ["form", "release_token", "agent", "owner", "idle_timeout"]

@@ -23,12 +23,12 @@ from bot.config import RetentionSettings
 from bot.runtime.clock import Clock
 from bot.store.db import Database
 from bot.store.models import InboundEvent, OutboxItem
-from bot.store.vocabulary import OutboxState
+from bot.store.vocabulary import InboundState, OutboxState
 
 log = structlog.get_logger(__name__)
 
 BATCH = 500
-FINISHED_EVENTS = ("done", "ignored", "failed")
+FINISHED_EVENTS = (InboundState.DONE, InboundState.IGNORED, InboundState.FAILED)
 FINISHED_ITEMS = (OutboxState.SENT, OutboxState.FAILED)
 
 

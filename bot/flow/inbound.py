@@ -30,6 +30,7 @@ from bot.runtime.metrics import Metrics
 from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import InboundEvent
+from bot.store.vocabulary import InboundState
 from channels.base import DeliveryFailure, InboundMessage
 
 log = structlog.get_logger(__name__)
@@ -93,8 +94,8 @@ class Inbound:
             now = self.clock.now()
             async with self.db.transaction() as session:
                 event = (await session.scalars(
-                    update(InboundEvent).where(col(InboundEvent.id) == event_id, col(InboundEvent.state) == "pending")
-                    .values(state="processing", processed_at=now)
+                    update(InboundEvent).where(col(InboundEvent.id) == event_id, col(InboundEvent.state) == InboundState.PENDING)
+                    .values(state=InboundState.PROCESSING, processed_at=now)
                     .returning(InboundEvent)
                 )).first()
             if event is None:
@@ -103,39 +104,39 @@ class Inbound:
                 return await self._handle(event)
             except Exception as exc:  # never leave an event stuck in "processing"
                 log.exception("inbound_failed", inbound_event_id=event_id)
-                return await self._finish(event, "failed", f"internal error ({type(exc).__name__})")
+                return await self._finish(event, InboundState.FAILED, f"internal error ({type(exc).__name__})")
 
     async def _handle(self, event: InboundEvent) -> str:
         message = InboundMessage.model_validate(event.payload)
         if message.failed_delivery is not None:
-            return await self._finish(event, "done", await self._late_failure(event.channel_id, message.failed_delivery))
+            return await self._finish(event, InboundState.DONE, await self._late_failure(event.channel_id, message.failed_delivery))
         if message.sender == "subscriber":
             said = await self._subscriber(event.channel_id, message)
-            return await self._finish(event, "ignored" if said.startswith("ignored") else "done", said)
+            return await self._finish(event, InboundState.IGNORED if said.startswith("ignored") else InboundState.DONE, said)
         if message.decision is not None:
             return await self._decide(event, message)
         route: Route | None = None
         if self._shared_line(event.channel_id):
             route = await self.lines.route(event.channel_id, message.thread_key, message.text)
             if route.to is None:
-                return await self._finish(event, "done" if route.answered else "ignored", route.result)
+                return await self._finish(event, InboundState.DONE if route.answered else InboundState.IGNORED, route.result)
             sid, text = route.to.id, route.text
         else:
             handoff = await self.handoffs.by_thread(event.channel_id, message.thread_key)
             if handoff is None:
-                return await self._finish(event, "ignored", "no active handoff in this thread")
+                return await self._finish(event, InboundState.IGNORED, "no active handoff in this thread")
             sid, text = handoff.id, message.text
         author = message.author or "recipient"
         try:
             result = await self.handoffs.recipient_message(sid, text, author=author, via=f"channel:{event.channel_id}")
         except DeskError as exc:
-            return await self._finish(event, "ignored", exc.message, handoff_session_id=sid)
+            return await self._finish(event, InboundState.IGNORED, exc.message, handoff_session_id=sid)
         if isinstance(result, ReleaseResult):
             outcome = "released" if result.released else "release was a no-op"
-            return await self._finish(event, "done", outcome, handoff_session_id=sid)
+            return await self._finish(event, InboundState.DONE, outcome, handoff_session_id=sid)
         if route is not None and route.ambiguous:
             await self.lines.acknowledge(event.channel_id, route)
-        return await self._finish(event, "done", "relayed", handoff_session_id=sid)
+        return await self._finish(event, InboundState.DONE, "relayed", handoff_session_id=sid)
 
     async def _decide(self, event: InboundEvent, message: InboundMessage) -> str:
         """An Approve / Deny button pressed in a channel; it counts only in a channel the
@@ -145,22 +146,22 @@ class Inbound:
         try:
             approval = await self.approvals.get(decision.approval_id)
         except DeskError as exc:
-            return await self._finish(event, "ignored", exc.message)
+            return await self._finish(event, InboundState.IGNORED, exc.message)
         if event.channel_id not in approval.channel_ids:
-            return await self._finish(event, "ignored", f"approval {approval.id} was not asked in this channel")
+            return await self._finish(event, InboundState.IGNORED, f"approval {approval.id} was not asked in this channel")
         result = await self.approvals.decide(
             approval.id, approve=decision.approve, by=message.author or "recipient", via=f"channel:{event.channel_id}",
             reason=decision.reason, always_allow=decision.always_allow,
         )
         if not result.changed:
-            return await self._finish(event, "ignored", f"approval {approval.id} is already {result.approval.state}")
-        return await self._finish(event, "done", f"approval {result.approval.state}")
+            return await self._finish(event, InboundState.IGNORED, f"approval {approval.id} is already {result.approval.state}")
+        return await self._finish(event, InboundState.DONE, f"approval {result.approval.state}")
 
-    async def _finish(self, event: InboundEvent, state: str, result: str, handoff_session_id: str | None = None) -> str:
+    async def _finish(self, event: InboundEvent, state: InboundState, result: str, handoff_session_id: str | None = None) -> str:
         now = self.clock.now()
         async with self.db.transaction() as session:
             await session.execute(update(InboundEvent).where(col(InboundEvent.id) == event.id).values(state=state, result=result))
-            if state in ("ignored", "failed"):
+            if state in (InboundState.IGNORED, InboundState.FAILED):
                 await audit.record(
                     session, f"inbound_{state}", at=now, actor=event.payload.get("author") or "recipient",
                     handoff_session_id=handoff_session_id, channel_id=event.channel_id, inbound_event_id=event.id,
@@ -175,12 +176,12 @@ class Inbound:
             stale = self.clock.now() - timedelta(minutes=5)
             await session.execute(
                 update(InboundEvent)
-                .where(col(InboundEvent.state) == "processing", col(InboundEvent.processed_at) < stale)
-                .values(state="pending")
+                .where(col(InboundEvent.state) == InboundState.PROCESSING, col(InboundEvent.processed_at) < stale)
+                .values(state=InboundState.PENDING)
             )
             pending = (await session.execute(
                 select(col(InboundEvent.id), col(InboundEvent.channel_id), col(InboundEvent.payload))
-                .where(col(InboundEvent.state) == "pending").order_by(col(InboundEvent.id))
+                .where(col(InboundEvent.state) == InboundState.PENDING).order_by(col(InboundEvent.id))
             )).all()
         for event_id, channel_id, payload in pending:
             await self.process(event_id, channel_id, _lane(channel_id, InboundMessage.model_validate(payload)))

@@ -278,7 +278,7 @@ class InboundEvent(SQLModel, table=True):
     channel_id: int
     dedupe_key: str = Field(max_length=200)
     payload: dict[str, Any] = Field(sa_type=JSON)
-    state: str = Field(default="pending", max_length=16)  # pending | done | ignored
+    state: str = Field(default="pending", max_length=16)  # an InboundState (bot/store/vocabulary.py)
     result: str | None = Field(default=None, sa_type=Text)
     received_at: datetime
     processed_at: datetime | None = None

@@ -36,6 +36,17 @@ class OutboxState(StrEnum):
     FAILED = "failed"
 
 
+class InboundState(StrEnum):
+    """Where a stored inbound event is: waiting, claimed by one lane, or finished (handled,
+    ignored with a reason, or failed inside the desk)."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    DONE = "done"
+    IGNORED = "ignored"
+    FAILED = "failed"
+
+
 class Role(StrEnum):
     """Who wrote a stored message."""
 
