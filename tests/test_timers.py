@@ -131,3 +131,36 @@ async def test_stopping_while_a_sweep_runs_ends_it_quietly(start_desk: StartDesk
     await timers.stop()
     assert not timers._running
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [], "stopping logged a failed job"
+
+
+async def test_stopping_cancels_a_running_job_once_so_its_cleanup_can_finish(start_desk: StartDesk) -> None:
+    # Database work cut short cleans up on the way out: SQLAlchemy closes the interrupted
+    # connection under asyncio.shield. A second cancel landing in that cleanup orphans the close,
+    # and the orphan later hangs the event loop's shutdown. This step cleans up the same way.
+    harness = await start_desk(clock=Clock(), run_timers=True)
+    timers = harness.desk.timers
+    entered = asyncio.Event()
+    answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    cleanups_cut_short: list[str] = []
+
+    async def close_the_connection() -> None:
+        for _ in range(3):  # a few loop passes, like a round trip to the database thread
+            await asyncio.sleep(0)
+
+    async def step_that_cleans_up() -> None:
+        entered.set()
+        try:
+            await answer
+        except asyncio.CancelledError:
+            try:
+                await asyncio.shield(close_the_connection())
+            except asyncio.CancelledError:
+                cleanups_cut_short.append("cancelled again while closing")
+            raise
+
+    timers.also_on_sweep.append(step_that_cleans_up)
+    timers.scheduler.modify_job("idle-sweep", next_run_time=datetime.now(UTC))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    answer.set_result(None)  # the database answered, and the server stops before the job wakes
+    await timers.stop()
+    assert cleanups_cut_short == [], "stop() cancelled the job a second time, in its cleanup"
