@@ -9,6 +9,8 @@ people who reply are aiosmtplib clients writing to the channel's own receiver.
 
 from __future__ import annotations
 
+import ast
+import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from email.message import EmailMessage
@@ -809,3 +811,32 @@ async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_witho
         await fresh.stop()
     finally:
         await adapter.stop()
+
+
+EMAIL_PACKAGE = Path(__file__).resolve().parent.parent / "channels" / "email"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or inside functions and TYPE_CHECKING blocks."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_email_package_keeps_sending_receiving_and_parsing_apart() -> None:
+    """channels/email/ is split by concern: only the SMTP client talks to the mail server
+    (aiosmtplib), only the receiver listens (aiosmtpd), and the reply parser is pure (the
+    standard library and the package's own text helpers), so each can be read alone."""
+    imports = {path.stem: _imported_modules(path) for path in EMAIL_PACKAGE.glob("*.py")}
+
+    def users_of(library: str) -> list[str]:
+        return sorted(name for name, modules in imports.items() if any(m.split(".")[0] == library for m in modules))
+
+    assert users_of("aiosmtplib") == ["smtp"]
+    assert users_of("aiosmtpd") == ["receiver"]
+    outside = {m for m in imports["replies"] if m.split(".")[0] not in sys.stdlib_module_names and m != "channels.email.text"}
+    assert outside == set(), f"the reply parser imports {sorted(outside)}"
