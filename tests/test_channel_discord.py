@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +46,7 @@ from tests.fake_discord import (
     FakeDiscord,
     Fault,
 )
+from tests.imports import importers_of
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -864,3 +866,20 @@ async def test_a_prompt_that_is_gone_gets_the_closing_text_as_a_new_message(
     [closing] = fake.posts(STAFF_CHANNEL)
     assert closing["content"] == f"Denied by Sam \\*the\\* \\<@1>: refund\\_order ({escape(aid)}) will not run."
     assert closing["request"]["allowed_mentions"] == {"parse": []} and "nonce" in closing["request"]
+
+
+DISCORD_PACKAGE = Path(__file__).resolve().parent.parent / "channels" / "discord"
+
+
+def test_the_discord_package_keeps_rest_gateway_interactions_and_sdk_patching_apart() -> None:
+    """channels/discord/ is split by concern: only the interactions endpoint verifies
+    signatures (PyNaCl), only the SDK module rewrites discord.py's gateway and REST entry
+    points, and the config and Discord's numbers import no SDK at all (config validation
+    works without discord.py installed)."""
+    assert importers_of(DISCORD_PACKAGE, "nacl") == ["interactions"]
+    assert importers_of(DISCORD_PACKAGE, "discord.gateway") == ["sdk"]
+    assert importers_of(DISCORD_PACKAGE, "yarl") == ["sdk"]
+    for sdk in ("discord", "aiohttp", "nacl"):
+        users = importers_of(DISCORD_PACKAGE, sdk)
+        assert "config" not in users, f"channels/discord/config.py imports {sdk}"
+        assert "protocol" not in users, f"channels/discord/protocol.py imports {sdk}"

@@ -9,6 +9,7 @@ people who reply are aiosmtplib clients writing to the channel's own receiver.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from email.message import EmailMessage
@@ -37,6 +38,7 @@ from channels.email import EmailChannel, EmailConfig, html_to_text, one_line, st
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_smtp import FakeSMTP, Received, self_signed_certificate
+from tests.imports import imported_modules, importers_of
 
 TEAM = "team@example.com"
 LEAD = "lead@example.com"
@@ -809,3 +811,17 @@ async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_witho
         await fresh.stop()
     finally:
         await adapter.stop()
+
+
+EMAIL_PACKAGE = Path(__file__).resolve().parent.parent / "channels" / "email"
+
+
+def test_the_email_package_keeps_sending_receiving_and_parsing_apart() -> None:
+    """channels/email/ is split by concern: only the SMTP client talks to the mail server
+    (aiosmtplib), only the receiver listens (aiosmtpd), and the reply parser is pure (the
+    standard library and the package's own text helpers), so each can be read alone."""
+    assert importers_of(EMAIL_PACKAGE, "aiosmtplib") == ["smtp"]
+    assert importers_of(EMAIL_PACKAGE, "aiosmtpd") == ["receiver"]
+    parser_imports = imported_modules(EMAIL_PACKAGE / "replies.py")
+    outside = {m for m in parser_imports if m.split(".")[0] not in sys.stdlib_module_names and m != "channels.email.text"}
+    assert outside == set(), f"the reply parser imports {sorted(outside)}"

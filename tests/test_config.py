@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -11,6 +13,7 @@ from typing import Any, get_args
 import pytest
 from pydantic import BaseModel, SecretStr
 
+import bot.config
 from bot.config import (
     Config,
     ConfigError,
@@ -320,3 +323,31 @@ def test_a_callable_module_that_fails_or_lacks_the_function_says_which(tmp_path:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "nope.yaml")
+
+
+def _defined_public_names(path: Path) -> list[str]:
+    """The public names a module defines at its top level (classes, functions, constants),
+    read from its source so that names it merely imports are left out."""
+    names: list[str] = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [target.id for target in node.targets if isinstance(target, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [name for name in names if not name.startswith("_")]
+
+
+def test_every_public_name_of_the_config_package_is_exported_by_bot_config() -> None:
+    """bot/config/ is split by concern, but `from bot.config import X` stays the one import
+    path: each module's public names are in the package's __all__, as the same objects."""
+    modules = sorted(p for p in (ROOT / "bot" / "config").glob("*.py") if p.name != "__init__.py")
+    assert modules, "bot/config/ holds no modules besides __init__.py"
+    for path in modules:
+        module = importlib.import_module(f"bot.config.{path.stem}")
+        for name in _defined_public_names(path):
+            assert name in bot.config.__all__, f"bot.config.__all__ lacks {name} (defined in {path.name})"
+            assert getattr(bot.config, name) is getattr(module, name), f"bot.config.{name} is not {module.__name__}.{name}"
+    for name in bot.config.__all__:
+        assert hasattr(bot.config, name), f"bot.config.__all__ names {name}, which bot.config does not define"
