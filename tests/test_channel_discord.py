@@ -391,22 +391,6 @@ async def test_a_missing_permission_fails_the_dispatch_at_once_with_a_hint(desk:
     assert TOKEN not in json.dumps(result)
 
 
-async def test_a_rate_limited_relay_waits_as_long_as_discord_asks_then_goes_out_once(desk: Harness, fake: FakeDiscord) -> None:
-    cid = await desk.conversation()
-    sid, dispatch = await handoff_in_discord(desk, fake, cid)
-    fake.fail_next(MESSAGES, Fault(429, {"message": "You are being rate limited.", "retry_after": 7.0, "global": False},
-                                   {"Retry-After": "7", "Via": "1.1 google"}))
-    await desk.say(cid, "Hello?")
-    await desk.desk.settle()
-    assert fake.posts(dispatch["id"]) == []
-    retry = next(e for e in await desk.events(sid) if e["kind"] == "delivery_retry_scheduled")
-    assert retry["detail"]["error_type"] == "TransientChannelError" and retry["detail"]["retry_in_seconds"] >= 7
-    desk.desk.clock.advance(timedelta(seconds=8))
-    await desk.desk.settle()
-    assert [m["content"] for m in fake.posts(dispatch["id"])] == ["💬 **Ana**: Hello?"]
-    assert len(message_posts(fake)) == 3  # dispatch, 429, the relay
-
-
 @pytest.mark.parametrize(("entry", "problem"), [
     ({"bot_token": "MTAwMDAwMDAwMDAwMDAwMDAw.revoked.token-0000"}, "Discord refused bot_token of channel 5 (401 Unauthorized)"),
     ({"channel_id": 900_000_000_000_000_999}, "Discord has no channel 900000000000000999 the bot can see (Unknown Channel)"),
@@ -500,15 +484,6 @@ async def test_what_is_not_a_person_s_reply_in_a_handoff_thread_is_ignored(desk:
     await reply(desk, fake, thread, "the only real reply", author=KIM)  # the gateway is ordered: the rest came before
     assert await inbound_count(desk) == 1
     assert await human_texts(desk, ana) == [("Kim", "the only real reply")]
-
-
-async def test_the_same_message_redelivered_is_relayed_once(desk: Harness, fake: FakeDiscord) -> None:
-    cid = await desk.conversation()
-    _, dispatch = await handoff_in_discord(desk, fake, cid)
-    message = await fake.human_message(dispatch["id"], "Only once, please")
-    await fake._dispatch("MESSAGE_CREATE", message)  # as after a gateway RESUME replays it
-    await reply(desk, fake, dispatch["id"], "next")
-    assert await human_texts(desk, cid) == [("Sam", "Only once, please"), ("Sam", "next")]
 
 
 async def test_release_typed_in_the_thread_releases(desk: Harness, fake: FakeDiscord) -> None:

@@ -295,17 +295,6 @@ async def test_a_wrong_or_missing_secret_token_gets_403_and_nothing_is_stored(fa
     assert await stored_events(harness) == 0 and await human_texts(harness, cid) == []
 
 
-async def test_a_redelivered_update_is_relayed_once(fake: FakeTelegram, start_desk: StartDesk) -> None:
-    harness = await start(start_desk, fake)
-    cid = await harness.conversation()
-    _sid, dispatch = await dispatch_of(harness, fake, cid)
-    update = fake.message_update("Only once, please.", reply_to=dispatch["message_id"])
-    await deliver(harness, update)
-    await deliver(harness, update)  # Telegram resends when it did not see our answer in time
-    assert await human_texts(harness, cid) == [("Sam Lee", "Only once, please.")]
-    assert await stored_events(harness) == 1
-
-
 async def test_bots_other_chats_service_messages_and_side_talk_are_not_relayed(fake: FakeTelegram, start_desk: StartDesk) -> None:
     harness = await start(start_desk, fake)
     cid = await harness.conversation()
@@ -329,25 +318,6 @@ async def test_bots_other_chats_service_messages_and_side_talk_are_not_relayed(f
 
 
 # --------------------------------------------------------------------------- provider failures
-
-
-async def test_flood_control_is_retried_by_the_core_after_the_delay_telegram_asked_for(
-    fake: FakeTelegram, start_desk: StartDesk,
-) -> None:
-    harness = await start(start_desk, fake, delivery={"base_backoff": "1ms"})
-    cid = await harness.conversation()
-    sid, _dispatch = await dispatch_of(harness, fake, cid)
-    fake.fail("sendMessage", 429, "Too Many Requests: retry after 7", retry_after=7)
-    await harness.say(cid, "Is anyone there?")
-    await harness.desk.settle()
-    retry = [e for e in await harness.events(sid) if e["kind"] == "delivery_retry_scheduled"]
-    assert len(retry) == 1 and retry[0]["detail"]["retry_in_seconds"] == 7.0
-    assert retry[0]["detail"]["error_type"] == "TransientChannelError"
-    assert [m["text"] for m in fake.sent()][-1] != "Ana: Is anyone there?"
-    harness.desk.clock.advance(timedelta(seconds=8))
-    await harness.desk.settle()
-    assert [m["text"] for m in fake.sent()].count("Ana: Is anyone there?") == 1
-    assert len(fake.requests("sendMessage")) == 3  # dispatch, refused relay, relay
 
 
 async def test_a_dispatch_survives_a_telegram_5xx(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -436,14 +406,6 @@ async def test_a_bad_token_fails_the_probe_and_check_config_says_so(fake: FakeTe
     code, out, err = await check_config(TOKEN)
     assert code == 0, out + err
     assert "channels[0] (telegram 'Support'): ok, @handoff_desk_bot, posting to 'Support staff'" in out
-
-
-async def test_a_channel_with_a_bad_token_is_unavailable_with_the_reason(fake: FakeTelegram, start_desk: StartDesk) -> None:
-    harness = await start(start_desk, fake, channel={"bot_token": "123456:WRONG-token_zyxwvutsrqponm"})
-    health = (await harness.client.get("/healthz")).json()
-    [state] = health["channels"]
-    assert state["available"] is False and state["problem"].startswith("Telegram refused bot_token")
-    assert "WRONG" not in str(health)
 
 
 async def test_a_group_the_bot_cannot_see_makes_the_channel_unavailable(fake: FakeTelegram, start_desk: StartDesk) -> None:

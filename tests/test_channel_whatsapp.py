@@ -275,17 +275,6 @@ async def test_a_forged_webhook_gets_403_and_nothing_is_stored(fake: FakeTwilio,
     assert await stored_events(harness) == 0 and await human_texts(harness, cid) == []
 
 
-async def test_a_replayed_message_sid_is_relayed_once(fake: FakeTwilio, start_desk: StartDesk) -> None:
-    harness = await start(start_desk, fake)
-    cid = await harness.conversation()
-    await dispatched(harness, cid)
-    body, headers = fake.inbound(WEBHOOK_URL, body="Only once, please.")
-    for _ in range(3):  # Twilio retries when it did not get our answer
-        assert (await post(harness, body, headers)).status_code == 200
-    await harness.desk.settle()
-    assert await human_texts(harness, cid) == [("Sam", "Only once, please.")] and await stored_events(harness) == 1
-
-
 async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_and_ignored(
     fake: FakeTwilio, start_desk: StartDesk,
 ) -> None:
@@ -476,12 +465,6 @@ async def test_probe_fetches_the_account_and_a_bad_token_is_an_auth_error(fake: 
     assert wrong not in output and AUTH_TOKEN not in output
     code, output = await check_config(AUTH_TOKEN)
     assert code == 0 and "channels[0] (whatsapp 'On-call'): ok, Twilio account 'Acme Support' (active)" in output, output
-
-
-async def test_a_channel_with_a_bad_token_is_unavailable_with_the_reason(fake: FakeTwilio, start_desk: StartDesk) -> None:
-    harness = await start(start_desk, fake, channel={"auth_token": "9" * 32})
-    [state] = (await harness.client.get("/healthz")).json()["channels"]
-    assert state["available"] is False and "account_sid/auth_token" in state["problem"]
 
 
 @pytest.mark.parametrize(("entry", "problem"), [
