@@ -63,11 +63,20 @@ class Provider:
     refused_problem: ClassVar[str] = ""  # how /healthz starts to explain refused credentials
     leaked: ClassVar[str] = ""  # a part of the refused credential that must never be shown
 
+    fake: Any = None
+
+    def new_fake(self) -> Any:
+        """The provider's fake server, not started yet (None: the desk is its own provider)."""
+        return None
+
     async def open(self) -> None:
         """Start the fake server (before the desk, so it outlives it)."""
+        fake = self.new_fake()
+        self.fake = None if fake is None else await fake.start()
 
     async def close(self) -> None:
-        """Stop the fake server."""
+        if self.fake is not None:
+            await self.fake.stop()
 
     def entry(self, **overrides: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -117,11 +126,8 @@ class Telegram(Provider):
     bad_credentials = {"bot_token": "123456:WRONG-token_zyxwvutsrqponm"}
     refused_problem, leaked = "Telegram refused bot_token (401/404)", "WRONG"
 
-    async def open(self) -> None:
-        self.fake = await FakeTelegram(token=self.token).start()
-
-    async def close(self) -> None:
-        await self.fake.stop()
+    def new_fake(self) -> Any:
+        return FakeTelegram(token=self.token)
 
     def entry(self, **overrides: Any) -> dict[str, Any]:
         return {"kind": "telegram", "bot_token": self.token, "chat_id": STAFF_CHAT_ID,
@@ -172,11 +178,8 @@ class Slack(Provider):
     bad_credentials = {"bot_token": "xoxb-revoked-0000"}
     refused_problem, leaked = "Slack refused the bot token (invalid_auth)", "xoxb-revoked-0000"
 
-    async def open(self) -> None:
-        self.fake = await FakeSlack(token=self.token, channels=(self.channel,), users={"U0SAM": "Sam", "U0KIM": "Kim"}).start()
-
-    async def close(self) -> None:
-        await self.fake.stop()
+    def new_fake(self) -> Any:
+        return FakeSlack(token=self.token, channels=(self.channel,), users={"U0SAM": "Sam", "U0KIM": "Kim"})
 
     def entry(self, **overrides: Any) -> dict[str, Any]:
         return {"kind": "slack", "bot_token": self.token, "signing_secret": self.signing_secret, "channel": self.channel,
@@ -224,11 +227,8 @@ class Discord(Provider):
     bad_credentials = {"bot_token": "MTAwMDAwMDAwMDAwMDAwMDAw.revoked.token-0000"}
     refused_problem, leaked = f"Discord refused bot_token of channel {CHANNEL_ID} (401 Unauthorized)", "revoked"
 
-    async def open(self) -> None:
-        self.fake = await FakeDiscord(token=self.token).start()
-
-    async def close(self) -> None:
-        await self.fake.stop()
+    def new_fake(self) -> Any:
+        return FakeDiscord(token=self.token)
 
     def entry(self, **overrides: Any) -> dict[str, Any]:
         return {"kind": "discord", "bot_token": self.token, "channel_id": STAFF_CHANNEL,
@@ -278,7 +278,19 @@ class Discord(Provider):
         await h.desk.settle()
 
 
-class WhatsApp(Provider):
+class HoldingFake:
+    """For fakes whose hold() stores the next messages and answers none until release()."""
+
+    fake: Any = None
+
+    def lose_next_answer(self) -> None:
+        self.fake.hold()
+
+    def answer_again(self) -> None:
+        self.fake.release()
+
+
+class WhatsApp(HoldingFake, Provider):
     """One number on the line: the contract is about one handoff's thread, not fan-out."""
 
     kind, person = "whatsapp", "Sam"
@@ -287,11 +299,8 @@ class WhatsApp(Provider):
     leaked = "9" * 32
     webhook_url = f"http://desk.test/webhooks/{CHANNEL_ID}"
 
-    async def open(self) -> None:
-        self.fake = await FakeTwilio().start()
-
-    async def close(self) -> None:
-        await self.fake.stop()
+    def new_fake(self) -> Any:
+        return FakeTwilio()
 
     def entry(self, **overrides: Any) -> dict[str, Any]:
         return {"kind": "whatsapp", "account_sid": ACCOUNT_SID, "auth_token": AUTH_TOKEN, "from": "+1 415 523 8886",
@@ -323,14 +332,8 @@ class WhatsApp(Provider):
     def rate_limit_next_send(self, seconds: int) -> None:
         self.fake.fail(429, 20429, "Too Many Requests", retry_after=seconds)
 
-    def lose_next_answer(self) -> None:
-        self.fake.hold()
 
-    def answer_again(self) -> None:
-        self.fake.release()
-
-
-class Email(Provider):
+class Email(HoldingFake, Provider):
     kind, person = "email", "Sam Lee"
     rate_limits = False  # SMTP has no retry-after; its 4xx are covered in test_channel_email.py
     team, desk_address, password = "team@example.com", "desk@example.com", "s3cret-pass"
@@ -339,12 +342,12 @@ class Email(Provider):
     refused_problem = "the SMTP server refused smtp.username / smtp.password (535"
     leaked = "WRONG-pass"
 
-    async def open(self) -> None:
-        self.fake = await FakeSMTP(username="desk", password=self.password).start()
-        self.bad_credentials = {"smtp": {**self.bad_credentials["smtp"], "port": self.fake.port}}
+    def new_fake(self) -> Any:
+        return FakeSMTP(username="desk", password=self.password)
 
-    async def close(self) -> None:
-        await self.fake.stop()
+    async def open(self) -> None:
+        await super().open()
+        self.bad_credentials = {"smtp": {**self.bad_credentials["smtp"], "port": self.fake.port}}
 
     def smtp(self, **overrides: Any) -> dict[str, Any]:
         return {"host": "127.0.0.1", "port": self.fake.port, "security": "none", "username": "desk",
@@ -391,12 +394,6 @@ class Email(Provider):
 
     def sends(self) -> int:
         return len(self.fake.messages)
-
-    def lose_next_answer(self) -> None:
-        self.fake.hold()
-
-    def answer_again(self) -> None:
-        self.fake.release()
 
 
 class OwnerInbox(Provider):

@@ -79,46 +79,37 @@ def test_blank_parts_are_dropped() -> None:
 # --------------------------------------------------------------------------- SentParts
 
 
+class Provider:
+    """Posts a part and answers with a new message id each time: "1", "2", …"""
+
+    def __init__(self) -> None:
+        self.posted = 0
+
+    async def post(self) -> str:
+        self.posted += 1
+        return str(self.posted)
+
+
 async def test_a_part_already_sent_under_its_key_is_not_sent_again() -> None:
-    sent: list[str] = []
-
-    async def post() -> str:
-        sent.append("posted")
-        return f"msg-{len(sent)}"
-
-    parts = SentParts()
-    assert await parts.send(("hd_1", 0), post) == "msg-1"
-    assert await parts.send(("hd_1", 0), post) == "msg-1"  # a retry of the same part
-    assert await parts.send(("hd_1", 1), post) == "msg-2"
-    assert len(sent) == 2
+    provider, parts = Provider(), SentParts()
+    assert await parts.send(("hd_1", 0), provider.post) == "1"
+    assert await parts.send(("hd_1", 0), provider.post) == "1"  # a retry of the same part
+    assert await parts.send(("hd_1", 1), provider.post) == "2"
+    assert provider.posted == 2
 
 
 async def test_without_a_key_every_send_goes_out() -> None:
-    count = 0
-
-    async def post() -> str:
-        nonlocal count
-        count += 1
-        return str(count)
-
-    parts = SentParts()
-    assert [await parts.send(None, post) for _ in range(3)] == ["1", "2", "3"]
+    provider, parts = Provider(), SentParts()
+    assert [await parts.send(None, provider.post) for _ in range(3)] == ["1", "2", "3"]
 
 
 async def test_only_the_most_recent_parts_are_remembered() -> None:
-    count = 0
-
-    async def post() -> str:
-        nonlocal count
-        count += 1
-        return str(count)
-
-    parts = SentParts(size=2)
+    provider, parts = Provider(), SentParts(size=2)
     for key in ("a", "b", "c"):
-        await parts.send(key, post)
-    assert await parts.send("c", post) == "3"  # still remembered
-    assert await parts.send("a", post) == "4"  # forgotten, the oldest: sent again
-    assert count == 4
+        await parts.send(key, provider.post)
+    assert await parts.send("c", provider.post) == "3"  # still remembered
+    assert await parts.send("a", provider.post) == "4"  # forgotten, the oldest: sent again
+    assert provider.posted == 4
 
 
 async def test_a_failed_send_is_not_remembered() -> None:
