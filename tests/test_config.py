@@ -44,7 +44,8 @@ def test_example_config_runs_as_is() -> None:
     assert config.agent.kind == "rules"
     assert config.handoff.idle_timeout == timedelta(minutes=30)
     assert config.database_url == "sqlite:///./handoff.db"
-    assert config.api.key is None and config.owner.token is None  # empty env defaults mean "off"
+    assert config.api.key is None
+    assert config.owner.token is None  # empty env defaults mean "off"
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -159,7 +160,8 @@ def test_in_memory_sqlite_is_refused() -> None:
 def test_secrets_are_masked_in_repr_and_warnings_explain_defaults() -> None:
     config = Config.from_mapping({**BASE, "api": {"key": "api-key-value"}, "owner": {"token": ""}})
     assert "api-key-value" not in repr(config)
-    assert config.api.key is not None and config.api.key.get_secret_value() == "api-key-value"
+    assert config.api.key is not None
+    assert config.api.key.get_secret_value() == "api-key-value"
     warnings = config_warnings(Config.from_mapping({"channels": []}))
     assert any(w.startswith("secret_key: using the development default") for w in warnings)
     assert any(w.startswith("channels: no enabled channel") for w in warnings)
