@@ -46,9 +46,11 @@ async def test_a_plain_answer_with_the_history_and_the_live_tools(start_desk: St
     harness, cid = await start(start_desk, model, system_prompt="You are Acme's assistant.", temperature=0.2)
     model.reply("Hi Ana! How can I help?")
     result = await harness.say(cid, "hello")
-    assert result["routed_to"] == "agent" and [r["text"] for r in result["replies"]] == ["Hi Ana! How can I help?"]
+    assert result["routed_to"] == "agent"
+    assert [r["text"] for r in result["replies"]] == ["Hi Ana! How can I help?"]
     [sent] = model.requests
-    assert sent["model"] == "test-model" and sent["temperature"] == 0.2
+    assert sent["model"] == "test-model"
+    assert sent["temperature"] == 0.2
     assert sent["messages"][0] == {"role": "system", "content": "You are Acme's assistant.\n\nThe customer: Ana, <ana@example.com>."}
     assert sent["messages"][1:] == [{"role": "user", "content": "hello"}]
     [tool] = [t for t in sent["tools"] if t["function"]["name"] == "handoff_request"]
@@ -76,7 +78,9 @@ async def test_handoff_request_hands_over_and_the_resume_note_reaches_the_model(
     await harness.desk.settle()
     resumed = model.requests[-1]["messages"]
     notes = [m["content"] for m in resumed if m["role"] == "system" and m["content"].startswith("[Bot resumed")]
-    assert len(notes) == 1 and "Ships Friday" in notes[0] and "eta: Friday" in notes[0]
+    assert len(notes) == 1
+    assert "Ships Friday" in notes[0]
+    assert "eta: Friday" in notes[0]
     assert resumed[-1]["role"] == "system"  # the agent picks up on the resume note, unprompted
     assert (await harness.messages(cid))[-1]["text"] == "Welcome back! Your order arrives Friday."
 
@@ -95,8 +99,10 @@ async def test_invalid_arguments_come_back_as_the_tool_result_and_the_model_corr
         "Let me get someone for you.",
     ]
     first, second = model.tool_results(model.requests[1]), model.tool_results(model.requests[2])
-    assert first[0]["error"] == "invalid_input" and first[0]["details"]["hint"].startswith("channel_id: ")
-    assert second[1]["error"] == "invalid_json" and "not valid JSON" in second[1]["details"]["hint"]
+    assert first[0]["error"] == "invalid_input"
+    assert first[0]["details"]["hint"].startswith("channel_id: ")
+    assert second[1]["error"] == "invalid_json"
+    assert "not valid JSON" in second[1]["details"]["hint"]
     assert result["handoff_session_id"]
 
 
@@ -107,7 +113,8 @@ async def test_an_unknown_tool_is_answered_and_the_turn_goes_on(start_desk: Star
     result = await harness.say(cid, "refund order 1234")
     assert [r["text"] for r in result["replies"]] == ["I can't do refunds myself, but I can bring in a person."]
     [answer] = model.tool_results(model.requests[1])
-    assert answer["error"] == "unknown_tool" and "handoff_request" in answer["details"]["hint"]
+    assert answer["error"] == "unknown_tool"
+    assert "handoff_request" in answer["details"]["hint"]
 
 
 async def test_a_rate_limit_is_retried_after_the_delay_the_server_asks(start_desk: StartDesk, model: FakeOpenAI) -> None:

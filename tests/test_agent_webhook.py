@@ -91,11 +91,14 @@ async def test_each_turn_is_a_signed_post_with_the_conversation_and_tools(start_
     bot.answer(["Hi Ana!", "What can I do for you?"])
     assert texts(await harness.say(cid, "hello")) == ["Hi Ana!", "What can I do for you?"]
     [turn] = bot.turns
-    assert turn["type"] == "turn" and turn["trigger"] == "message" and turn["round"] == 1
+    assert turn["type"] == "turn"
+    assert turn["trigger"] == "message"
+    assert turn["round"] == 1
     assert turn["subscriber"] == {"name": "Ana", "email": "ana@example.com"}
     assert turn["messages"] == [{"role": "subscriber", "text": "hello", "author": None}]
     tool = turn["tools"][0]
-    assert tool["name"] == "handoff_request" and tool["input_schema"]["properties"]["channel_id"]["enum"] == [1]
+    assert tool["name"] == "handoff_request"
+    assert tool["input_schema"]["properties"]["channel_id"]["enum"] == [1]
     assert turn["tool_results"] == []
 
 
@@ -109,10 +112,12 @@ async def test_tool_calls_run_through_the_registry_and_a_handoff_ends_the_turn(s
     assert texts(result) == [  # the desk's notice, stored when the handoff started, then the bot's own words
         "I've asked our team to join — usually within 1 business day. Your messages now go straight to them.",
         "Let me bring in a colleague.",
-    ] and result["handoff_session_id"]
+    ]
+    assert result["handoff_session_id"]
     assert len(bot.turns) == 2
     [unknown] = bot.turns[1]["tool_results"]
-    assert unknown["id"] == "a" and unknown["result"]["error"] == "unknown_tool"
+    assert unknown["id"] == "a"
+    assert unknown["result"]["error"] == "unknown_tool"
     assert (await harness.say(cid, "hello?"))["routed_to"] == "human"  # the bypass: the bot is not asked
     assert len(bot.turns) == 2
 
@@ -125,7 +130,8 @@ async def test_the_resume_note_starts_a_turn(start_desk: StartDesk, bot: OwnersB
     await harness.desk.settle()
     [turn] = bot.turns
     assert turn["trigger"] == "resumed"
-    assert turn["messages"][-1]["role"] == "system" and turn["messages"][-1]["text"].startswith("[Bot resumed")
+    assert turn["messages"][-1]["role"] == "system"
+    assert turn["messages"][-1]["text"].startswith("[Bot resumed")
     assert (await harness.messages(cid))[-1]["text"] == "Welcome back, Ana."
 
 
@@ -143,7 +149,8 @@ async def test_a_bot_with_another_secret_refuses_and_the_subscriber_gets_the_fal
 ) -> None:
     harness, cid = await start(start_desk, bot, secret="not-the-bots-secret-at-all")
     assert texts(await harness.say(cid, "hello")) == [FALLBACK_REPLY]
-    assert bot.refused == ["the signature does not match the body"] and bot.turns == []
+    assert bot.refused == ["the signature does not match the body"]
+    assert bot.turns == []
 
 
 async def test_an_unusable_answer_fails_the_turn_cleanly(start_desk: StartDesk, bot: OwnersBot) -> None:

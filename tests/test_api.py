@@ -12,11 +12,13 @@ async def test_api_key_is_required_when_configured(start_desk: StartDesk) -> Non
     harness = await start_desk(api={"key": "k-123456"})
     missing = await harness.client.post("/api/conversations", json={})
     assert missing.status_code == 401
-    assert missing.json()["error"] == "unauthorized" and missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json()["error"] == "unauthorized"
+    assert missing.headers["www-authenticate"] == "Bearer"
     wrong = await harness.client.post("/api/conversations", json={}, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
     ok = await harness.client.post("/api/conversations", json={}, headers={"Authorization": "Bearer k-123456"})
-    assert ok.status_code == 201 and ok.json()["conversation_id"].startswith("c_")
+    assert ok.status_code == 201
+    assert ok.json()["conversation_id"].startswith("c_")
     assert (await harness.client.get("/healthz")).status_code == 200  # liveness stays open for probes
 
 
@@ -28,7 +30,8 @@ async def test_unknown_ids_are_json_404s(harness: Harness) -> None:
     ]:
         response = await harness.client.request(method, path, json={"text": "hi"})
         assert response.status_code == 404, path
-        assert response.json()["error"] == "not_found" and "not found" in response.json()["details"]["hint"]
+        assert response.json()["error"] == "not_found"
+        assert "not found" in response.json()["details"]["hint"]
     assert (await harness.client.get("/api/nothing-here")).json()["error"] == "not_found"
 
 
@@ -36,13 +39,16 @@ async def test_bad_bodies_name_the_field(harness: Harness) -> None:
     cid = await harness.conversation()
     empty = await harness.client.post(f"/api/conversations/{cid}/messages", json={"text": "   "})
     assert empty.status_code == 422
-    assert empty.json()["error"] == "invalid_request" and "text" in empty.json()["details"]["fields"]
+    assert empty.json()["error"] == "invalid_request"
+    assert "text" in empty.json()["details"]["fields"]
     extra = await harness.client.post(f"/api/conversations/{cid}/messages", json={"text": "hi", "txt": "x"})
     assert extra.json()["details"]["fields"] == {"txt": "is not a known field"}
     email = await harness.client.post("/api/conversations", json={"subscriber": {"email": "nope"}})
-    assert email.status_code == 422 and "subscriber.email" in email.json()["details"]["fields"]
+    assert email.status_code == 422
+    assert "subscriber.email" in email.json()["details"]["fields"]
     outcome = await harness.client.post("/api/handoffs/hs_x/release", json={"outcome": "great"})
-    assert outcome.status_code == 422 and "outcome" in outcome.json()["details"]["fields"]
+    assert outcome.status_code == 422
+    assert "outcome" in outcome.json()["details"]["fields"]
 
 
 async def test_owner_release_refuses_wrong_types_and_unasked_fields_naming_each(harness: Harness) -> None:
@@ -64,7 +70,8 @@ async def test_owner_release_refuses_wrong_types_and_unasked_fields_naming_each(
     assert (await harness.handoff(sid))["state"] == "active"  # nothing released, nothing stored
     assert [m for m in await harness.messages(cid) if m["role"] == "system"] == []
     [event] = [e for e in await harness.events(sid) if e["kind"] == "release_refused"]
-    assert event["actor"] == "owner (API)" and set(event["detail"]["invalid"]) == {"eta_date", "refund", "colour"}
+    assert event["actor"] == "owner (API)"
+    assert set(event["detail"]["invalid"]) == {"eta_date", "refund", "colour"}
 
     # corrected; a missing required field still never blocks
     fixed = await harness.client.post(f"/api/handoffs/{sid}/release", json={"return_values": {"refund": "12,50"}})
@@ -87,7 +94,8 @@ async def test_long_poll_returns_when_a_human_replies(harness: Harness) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     told = await harness.messages(cid)  # the desk told the subscriber who was asked
-    assert [m["role"] for m in told] == ["agent"] and told[0]["text"].startswith("I've asked our team to join")
+    assert [m["role"] for m in told] == ["agent"]
+    assert told[0]["text"].startswith("I've asked our team to join")
     waiting = asyncio.create_task(harness.client.get(
         f"/api/conversations/{cid}/messages", params={"wait": 20, "after": told[-1]["id"]}))
     for _ in range(50):
@@ -112,13 +120,15 @@ async def test_handoff_list_and_view(harness: Harness) -> None:
 
 async def test_webhooks_of_a_channel_without_them_are_404(harness: Harness) -> None:
     response = await harness.client.post("/webhooks/1", content=b"{}")
-    assert response.status_code == 404 and response.json()["error"] == "not_found"
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
     assert (await harness.client.post("/webhooks/99", content=b"{}")).status_code == 404
 
 
 async def test_health_and_metrics(harness: Harness) -> None:
     health = (await harness.client.get("/healthz")).json()
-    assert health["status"] == "ok" and health["database"] == "ok"
+    assert health["status"] == "ok"
+    assert health["database"] == "ok"
     assert health["channels"] == [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox", "available": True, "problem": None,
                                   "serves": ["recipients"]}]
     cid = await harness.conversation()
@@ -152,7 +162,8 @@ async def test_api_posts_must_be_json(harness: Harness) -> None:
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     # simple cross-site requests (no preflight) cannot carry application/json
     form = await harness.client.post(f"/api/handoffs/{sid}/release", content=b"", headers={"content-type": "application/x-www-form-urlencoded"})
-    assert form.status_code == 415 and form.json()["error"] == "unsupported_media_type"
+    assert form.status_code == 415
+    assert form.json()["error"] == "unsupported_media_type"
     text = await harness.client.post(f"/api/conversations/{cid}/tools/handoff_request", content=b"{}", headers={"content-type": "text/plain"})
     assert text.status_code == 415
     assert (await harness.handoff(sid))["state"] == "active"
@@ -161,9 +172,11 @@ async def test_api_posts_must_be_json(harness: Harness) -> None:
 async def test_nul_characters_and_huge_ids_are_clear_errors(harness: Harness) -> None:
     cid = await harness.conversation()
     nul = await harness.client.post(f"/api/conversations/{cid}/messages", json={"text": "hi\u0000there"})
-    assert nul.status_code == 422 and nul.json()["details"]["fields"]["text"] == "must not contain NUL characters"
+    assert nul.status_code == 422
+    assert nul.json()["details"]["fields"]["text"] == "must not contain NUL characters"
     huge = await harness.client.get(f"/api/conversations/{cid}/messages", params={"after": 10**20})
-    assert huge.status_code == 422 and "after" in huge.json()["details"]["fields"]
+    assert huge.status_code == 422
+    assert "after" in huge.json()["details"]["fields"]
     tool = await harness.tool(cid, "handoff_request", {
         "channel_id": True, "summary": "Null \u0000 byte in an otherwise long summary", "expected_action": "Do the thing now.",
     })

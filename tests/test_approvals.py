@@ -63,14 +63,18 @@ async def kinds(harness: Harness) -> list[str]:
 async def test_a_gated_call_waits_runs_exactly_what_was_approved_and_tells_the_agent(start_desk: StartDesk) -> None:
     harness, approvers, cid = await start(start_desk)
     result = await call(harness, cid, order_id="1234", amount=25.5)
-    assert result["status"] == "APPROVAL_PENDING" and result["action"] == "refund_order"
+    assert result["status"] == "APPROVAL_PENDING"
+    assert result["action"] == "refund_order"
     aid = result["approval_id"]
     await harness.desk.settle()
     [prompt] = prompts(approvers)
-    assert prompt.approval is not None and prompt.approval.arguments == {"order_id": "1234", "amount": 25.5}
-    assert prompt.approval.risk == "high" and prompt.approval.allow_always is True
+    assert prompt.approval is not None
+    assert prompt.approval.arguments == {"order_id": "1234", "amount": 25.5}
+    assert prompt.approval.risk == "high"
+    assert prompt.approval.allow_always is True
     assert prompt.text.startswith("[HIGH RISK] Approval needed: may the assistant run refund_order for Ana?")
-    assert prompt.approval.decision_url in prompt.text and '"order_id": "1234"' in prompt.text
+    assert prompt.approval.decision_url in prompt.text
+    assert '"order_id": "1234"' in prompt.text
     assert approval_actions.CALLS == []
 
     decided = await decide(harness, aid, "approve", decided_by="Kim")
@@ -78,13 +82,18 @@ async def test_a_gated_call_waits_runs_exactly_what_was_approved_and_tells_the_a
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
     view = (await harness.client.get(f"/api/approvals/{aid}")).json()
-    assert view["state"] == "approved" and view["run_state"] == "succeeded" and view["result"]["refund_id"] == "rf_1"
+    assert view["state"] == "approved"
+    assert view["run_state"] == "succeeded"
+    assert view["result"]["refund_id"] == "rf_1"
     receipt = view["receipt"]
-    assert receipt["decided_by"] == "Kim" and receipt["via"] == "api" and len(receipt["arguments_hash"]) == 64
+    assert receipt["decided_by"] == "Kim"
+    assert receipt["via"] == "api"
+    assert len(receipt["arguments_hash"]) == 64
     notes = await harness.system_texts(cid)
     assert notes == ['[Approval — refund_order was approved and ran with the arguments you gave. Result: '
                      '{"refund_id": "rf_1", "amount": 25.5}]']
-    assert "Kim" not in notes[0] and receipt["arguments_hash"] not in notes[0]  # the receipt stays with the owner
+    assert "Kim" not in notes[0]
+    assert receipt["arguments_hash"] not in notes[0]  # the receipt stays with the owner
     assert (await harness.messages(cid))[-1]["text"] == "Good news: that was approved and it's done."
     assert "Approved by Kim" in prompts(approvers, "approval_closed")[0].text
     assert kinds_in_order(await kinds(harness), "approval_requested", "approval_approved", "action_ran")
@@ -120,16 +129,20 @@ async def test_no_answer_in_time_is_a_denial_and_a_late_answer_changes_nothing(s
     assert approval_actions.CALLS == []
     assert (await harness.system_texts(cid))[-1].startswith("[Approval — refund_order: PERMISSION_DENIED. Nobody approved it in time.")
     late = await decide(harness, aid, "approve")
-    assert late.status_code == 409 and late.json()["details"]["approval"]["state"] == "expired"
-    assert "approval_expired" in await kinds(harness) and "approval_decision_ignored" in await kinds(harness)
+    assert late.status_code == 409
+    assert late.json()["details"]["approval"]["state"] == "expired"
+    assert "approval_expired" in await kinds(harness)
+    assert "approval_decision_ignored" in await kinds(harness)
     assert "Nobody answered in time" in prompts(approvers, "approval_closed")[0].text
 
 
 async def test_no_available_approval_channel_denies_at_once(start_desk: StartDesk) -> None:
     harness, _, cid = await start(start_desk, refund(approval_channels=[]))
     result = await call(harness, cid, order_id="1234", amount=5)
-    assert result["error"] == "PERMISSION_DENIED" and "no approval channel" in result["details"]["hint"]
-    assert approval_actions.CALLS == [] and "approval_unrouted" in await kinds(harness)
+    assert result["error"] == "PERMISSION_DENIED"
+    assert "no approval channel" in result["details"]["hint"]
+    assert approval_actions.CALLS == []
+    assert "approval_unrouted" in await kinds(harness)
 
 
 async def test_a_prompt_nobody_can_answer_after_a_restart_is_denied(start_desk: StartDesk, database_url: str) -> None:
@@ -140,7 +153,8 @@ async def test_a_prompt_nobody_can_answer_after_a_restart_is_denied(start_desk: 
     again = await start_desk(url=database_url, channels=CHANNELS[:1], actions=[refund(approval_channels=[])])
     await again.desk.settle()
     view = (await again.client.get(f"/api/approvals/{aid}")).json()
-    assert view["state"] == "cleared" and approval_actions.CALLS == []
+    assert view["state"] == "cleared"
+    assert approval_actions.CALLS == []
     assert (await again.system_texts(cid))[-1].startswith("[Approval — refund_order: PERMISSION_DENIED. The approval prompt was cleared")
 
 
@@ -161,7 +175,8 @@ async def test_always_allow_covers_the_same_shape_in_the_conversation_only(start
     await decide(harness, aid, "approve", always_allow=True)
     await harness.desk.settle()
     again = await call(harness, cid, order_id="2", amount=7)
-    assert again["status"] == "done" and again["result"]["refund_id"] == "rf_2"
+    assert again["status"] == "done"
+    assert again["result"]["refund_id"] == "rf_2"
     other = await harness.conversation("Ben", None)
     assert (await call(harness, other, order_id="3", amount=1))["status"] == "APPROVAL_PENDING"
 
@@ -189,8 +204,10 @@ async def test_the_tool_tells_the_model_a_gate_exists(start_desk: StartDesk) -> 
     harness, _, cid = await start(start_desk)
     tools = (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]
     [tool] = [t for t in tools if t["name"] == "refund_order"]
-    assert tool["input_schema"] == SCHEMA and "APPROVAL_PENDING" in tool["description"]
-    assert "PERMISSION_DENIED" in tool["description"] and "(risk: high)" in tool["description"]
+    assert tool["input_schema"] == SCHEMA
+    assert "APPROVAL_PENDING" in tool["description"]
+    assert "PERMISSION_DENIED" in tool["description"]
+    assert "(risk: high)" in tool["description"]
 
 
 async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: StartDesk) -> None:
@@ -200,16 +217,20 @@ async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: S
     url = prompts(approvers)[0].approval.decision_url  # type: ignore[union-attr]
     path = url.removeprefix("http://desk.test")
     page = await harness.client.get(path)
-    assert page.status_code == 200 and "refund_order</code> for Ana?" in page.text
+    assert page.status_code == 200
+    assert "refund_order</code> for Ana?" in page.text
     assert "&#34;order_id&#34;: &#34;1234&#34;" in page.text
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"  # GET decided nothing
     token = path.rsplit("/", 1)[1]
     posted = await harness.client.post(path, data={"token": token, "decision": "approve", "name": "Kim"})
-    assert posted.status_code == 200 and "your decision is recorded" in posted.text
+    assert posted.status_code == 200
+    assert "your decision is recorded" in posted.text
     again = await harness.client.post(path, data={"token": token, "decision": "deny"})
-    assert again.status_code == 410 and "changed nothing" in again.text
+    assert again.status_code == 410
+    assert "changed nothing" in again.text
     view = (await harness.client.get(f"/api/approvals/{aid}")).json()
-    assert view["state"] == "approved" and view["receipt"]["via"] == "link"
+    assert view["state"] == "approved"
+    assert view["receipt"]["via"] == "link"
     assert view["receipt"]["decided_by"] == "Kim (decision link)"
     assert (await harness.client.get(path[:-3] + "abc")).status_code == 404  # a tampered token
 
@@ -301,7 +322,8 @@ async def test_a_decision_a_crash_interrupted_is_finished_or_reported_on_the_nex
     assert approval_actions.CALLS == [{"order_id": "1", "amount": 5}]  # the unstarted one ran, once
     assert await harness.desk.approvals.recover_interrupted() == 0
     view = (await harness.client.get(f"/api/approvals/{cut_short}")).json()
-    assert view["run_state"] == "failed" and view["error"].startswith("interrupted")
+    assert view["run_state"] == "failed"
+    assert view["error"].startswith("interrupted")
     notes = await harness.system_texts(cid)
     assert any("refund_order was approved and ran" in n for n in notes)
     assert any("approved but failed: interrupted" in n for n in notes)
@@ -315,11 +337,13 @@ async def test_the_agents_api_key_cannot_approve_its_own_calls(start_desk: Start
     cid = await harness.conversation()
     aid = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
     refused = await decide(harness, aid, "approve")
-    assert refused.status_code == 401 and "owner.token" in refused.json()["details"]["hint"]
+    assert refused.status_code == 401
+    assert "owner.token" in refused.json()["details"]["hint"]
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
     decided = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny"},
                                         headers={"Authorization": f"Bearer {owner}"})
-    assert decided.status_code == 200 and decided.json()["state"] == "denied"
+    assert decided.status_code == 200
+    assert decided.json()["state"] == "denied"
 
 
 async def test_invisible_characters_in_arguments_are_shown_not_hidden(start_desk: StartDesk) -> None:
@@ -328,9 +352,11 @@ async def test_invisible_characters_in_arguments_are_shown_not_hidden(start_desk
     aid = (await call(harness, cid, iban="DE89\u202e3704")).get("approval_id")
     await harness.desk.settle()
     [prompt] = prompts(approvers)
-    assert '"iban": "DE89\\u202e3704"' in prompt.text and "\u202e" not in prompt.text
+    assert '"iban": "DE89\\u202e3704"' in prompt.text
+    assert "\u202e" not in prompt.text
     page = await harness.client.get(prompt.approval.decision_url.removeprefix("http://desk.test"))  # type: ignore[union-attr]
-    assert "DE89\\u202e3704" in page.text and "\u202e" not in page.text
+    assert "DE89\\u202e3704" in page.text
+    assert "\u202e" not in page.text
     assert aid is not None
 
 

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +46,7 @@ from tests.fake_discord import (
     FakeDiscord,
     Fault,
 )
+from tests.imports import importers_of
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -173,7 +175,8 @@ def test_a_valid_config_has_defaults_and_keeps_the_token_secret() -> None:
     assert isinstance(discord_config, DiscordConfig)
     assert discord_config.channel_id == STAFF_CHANNEL  # from ${VAR}, ids arrive as text
     assert discord_config.bot_token.get_secret_value() == TOKEN  # a pasted "Bot " prefix is dropped
-    assert discord_config.application_public_key is None and discord_config.gateway is True
+    assert discord_config.application_public_key is None
+    assert discord_config.gateway is True
     assert (discord_config.api_base_url, discord_config.gateway_url) == ("https://discord.com/api/v10", "wss://gateway.discord.gg/")
     assert TOKEN not in repr(discord_config)
 
@@ -216,7 +219,8 @@ async def test_the_dispatch_is_an_embed_with_buttons_a_thread_and_nothing_that_p
     assert post.path == f"/channels/{STAFF_CHANNEL}/messages"
     sent = post.json
     assert sent["allowed_mentions"] == {"parse": []}
-    assert sent["enforce_nonce"] is True and 1 <= len(sent["nonce"]) <= 25
+    assert sent["enforce_nonce"] is True
+    assert 1 <= len(sent["nonce"]) <= 25
     assert sent["content"] == f"🔴 URGENT · Handoff {escape(code)}: Ana @\u200beveryone needs a person"
 
     [embed] = sent["embeds"]
@@ -233,7 +237,8 @@ async def test_the_dispatch_is_an_embed_with_buttons_a_thread_and_nothing_that_p
         "Please hand back": "• Eta date [date, YYYY-MM-DD] (required) — When it \\*arrives\\*",
         "Context": "• **order**: \\<@\u200b&900000000000000400> #1234\n• **plan**: gold",
     }
-    assert "send /release" in embed["footer"]["text"] and "press Release" in embed["footer"]["text"]
+    assert "send /release" in embed["footer"]["text"]
+    assert "press Release" in embed["footer"]["text"]
 
     [row] = sent["components"]
     form, release = row["components"]
@@ -254,7 +259,8 @@ async def test_the_dispatch_is_an_embed_with_buttons_a_thread_and_nothing_that_p
     await desk.desk.settle()
     [relay] = fake.posts(dispatch["id"])
     assert relay["request"]["content"] == "💬 **Ana @\u200beveryone**: @\u200beveryone look: \\*\\*bold\\*\\* https://shop.example/x"
-    assert relay["request"]["allowed_mentions"] == {"parse": []} and relay["request"]["flags"] == 4
+    assert relay["request"]["allowed_mentions"] == {"parse": []}
+    assert relay["request"]["flags"] == 4
     assert all(c.json["allowed_mentions"] == {"parse": []} for c in message_posts(fake))
 
 
@@ -271,13 +277,15 @@ async def test_a_huge_brief_fits_discord_s_embed_limits(desk: Harness, fake: Fak
     [embed] = post.json["embeds"]
     size = (len(embed["title"]) + len(embed["description"]) + len(embed["footer"]["text"])
             + sum(len(f["name"]) + len(f["value"]) for f in embed["fields"]))
-    assert size <= 6000 and len(embed["description"]) <= 4096
+    assert size <= 6000
+    assert len(embed["description"]) <= 4096
     assert all(len(f["value"]) <= 1024 for f in embed["fields"])
     fields = {f["name"]: f["value"] for f in embed["fields"]}
     assert fields["Please hand back"].endswith("more on the return form")
     assert embed["description"].split("**What to do**\n")[1].startswith("\\`" * 499)
     # the newest transcript lines are kept, with a count of the older ones left out
-    assert "message 14 " in embed["description"] and "message 00 " not in embed["description"]
+    assert "message 14 " in embed["description"]
+    assert "message 00 " not in embed["description"]
     assert " earlier messages not shown" in embed["description"]
 
 
@@ -298,7 +306,8 @@ async def test_a_thread_that_failed_to_start_is_started_on_retry_without_posting
     fake.fail_next(THREADS, Fault(status=502, body={"message": "Bad Gateway", "code": 0}))
     cid = await desk.conversation()
     sid, dispatch = await handoff_in_discord(desk, fake, cid)
-    assert len(fake.posts(STAFF_CHANNEL)) == 1 and len(message_posts(fake)) == 1
+    assert len(fake.posts(STAFF_CHANNEL)) == 1
+    assert len(message_posts(fake)) == 1
     assert len(fake.calls_to(THREADS)) == 2
     assert (await desk.desk.handoffs.get(sid)).thread_key == dispatch["id"]
 
@@ -313,7 +322,8 @@ async def test_a_post_retried_with_its_nonce_is_not_posted_twice(adapter: Any, f
         await channel.send(relay)
     receipt = await channel.send(relay)  # the retry carries the same nonce: Discord returns the first message
     [message] = fake.posts(GENERAL_CHANNEL)
-    assert receipt.message_id == message["id"] and len(message_posts(fake)) == 2
+    assert receipt.message_id == message["id"]
+    assert len(message_posts(fake)) == 2
 
 
 # --------------------------------------------------------------------------- errors
@@ -364,7 +374,8 @@ async def test_an_unreachable_discord_is_transient_and_a_lost_answer_uncertain(f
     closed = DiscordChannel(adapter_config(fake, gateway=False, api_base_url="http://127.0.0.1:9/api/v10"))
     with pytest.raises(TransientChannelError) as caught:
         await closed.start(ctx)
-    assert type(caught.value) is TransientChannelError and "could not reach the Discord API" in caught.value.hint
+    assert type(caught.value) is TransientChannelError
+    assert "could not reach the Discord API" in caught.value.hint
 
     channel = DiscordChannel(adapter_config(fake, gateway=False, request_timeout=0.3))
     await channel.start(ctx)
@@ -377,7 +388,8 @@ async def test_an_unreachable_discord_is_transient_and_a_lost_answer_uncertain(f
     # the retry finds the thread started by the lost attempt (its id is the message's)
     receipt = await channel.send(Outbound(purpose="dispatch", handoff_session_id="hs_lost1", text=SUMMARY, brief=brief,
                                           delivery_key="hd_lost"))
-    assert receipt.thread_key == receipt.message_id and len(fake.posts(STAFF_CHANNEL)) == 1
+    assert receipt.thread_key == receipt.message_id
+    assert len(fake.posts(STAFF_CHANNEL)) == 1
     await channel.stop()
 
 
@@ -389,22 +401,6 @@ async def test_a_missing_permission_fails_the_dispatch_at_once_with_a_hint(desk:
     assert f"the bot may not do this in channel {STAFF_CHANNEL} (Missing Permissions)" in result["details"]["hint"]
     assert len(message_posts(fake)) == 1  # permanent: never retried
     assert TOKEN not in json.dumps(result)
-
-
-async def test_a_rate_limited_relay_waits_as_long_as_discord_asks_then_goes_out_once(desk: Harness, fake: FakeDiscord) -> None:
-    cid = await desk.conversation()
-    sid, dispatch = await handoff_in_discord(desk, fake, cid)
-    fake.fail_next(MESSAGES, Fault(429, {"message": "You are being rate limited.", "retry_after": 7.0, "global": False},
-                                   {"Retry-After": "7", "Via": "1.1 google"}))
-    await desk.say(cid, "Hello?")
-    await desk.desk.settle()
-    assert fake.posts(dispatch["id"]) == []
-    retry = next(e for e in await desk.events(sid) if e["kind"] == "delivery_retry_scheduled")
-    assert retry["detail"]["error_type"] == "TransientChannelError" and retry["detail"]["retry_in_seconds"] >= 7
-    desk.desk.clock.advance(timedelta(seconds=8))
-    await desk.desk.settle()
-    assert [m["content"] for m in fake.posts(dispatch["id"])] == ["💬 **Ana**: Hello?"]
-    assert len(message_posts(fake)) == 3  # dispatch, 429, the relay
 
 
 @pytest.mark.parametrize(("entry", "problem"), [
@@ -502,15 +498,6 @@ async def test_what_is_not_a_person_s_reply_in_a_handoff_thread_is_ignored(desk:
     assert await human_texts(desk, ana) == [("Kim", "the only real reply")]
 
 
-async def test_the_same_message_redelivered_is_relayed_once(desk: Harness, fake: FakeDiscord) -> None:
-    cid = await desk.conversation()
-    _, dispatch = await handoff_in_discord(desk, fake, cid)
-    message = await fake.human_message(dispatch["id"], "Only once, please")
-    await fake._dispatch("MESSAGE_CREATE", message)  # as after a gateway RESUME replays it
-    await reply(desk, fake, dispatch["id"], "next")
-    assert await human_texts(desk, cid) == [("Sam", "Only once, please"), ("Sam", "next")]
-
-
 async def test_release_typed_in_the_thread_releases(desk: Harness, fake: FakeDiscord) -> None:
     cid = await desk.conversation()
     sid, dispatch = await handoff_in_discord(desk, fake, cid)
@@ -531,7 +518,8 @@ async def test_release_typed_in_the_thread_releases(desk: Harness, fake: FakeDis
 
 async def test_ping_is_answered_and_forged_or_stale_calls_get_401(desk: Harness, fake: FakeDiscord) -> None:
     response = await interaction(desk, fake, {"type": 1, "id": "1", "application_id": "2"})
-    assert response.status_code == 200 and response.json() == {"type": 1}
+    assert response.status_code == 200
+    assert response.json() == {"type": 1}
     assert response.headers["content-type"].startswith("application/json")
 
     body, headers = fake.signed({"type": 1})
@@ -556,7 +544,9 @@ async def test_the_release_button_releases_and_answers_the_clicker_privately(des
     response = await interaction(desk, fake, click)
     assert response.status_code == 200
     answer = response.json()
-    assert answer["type"] == 4 and answer["data"]["flags"] == 64 and answer["data"]["allowed_mentions"] == {"parse": []}
+    assert answer["type"] == 4
+    assert answer["data"]["flags"] == 64
+    assert answer["data"]["allowed_mentions"] == {"parse": []}
     await desk.desk.settle()
     again = await interaction(desk, fake, click)  # Discord retried the same interaction: deduplicated
     assert again.status_code == 200
@@ -572,7 +562,8 @@ async def test_a_click_from_elsewhere_releases_nothing(desk: Harness, fake: Fake
     sid, _ = await handoff_in_discord(desk, fake, cid)
     stranger = await fake.human_message(GENERAL_CHANNEL, "some other bot message", author=OTHER_BOT)
     response = await interaction(desk, fake, fake.button_click(stranger, f"handoff_release:{sid}"))
-    assert response.status_code == 200 and "does not belong" in response.json()["data"]["content"]
+    assert response.status_code == 200
+    assert "does not belong" in response.json()["data"]["content"]
     command = await interaction(desk, fake, {"type": 2, "id": "5", "data": {"name": "release"}})
     assert command.json()["data"]["flags"] == 64
     await desk.desk.settle()
@@ -591,7 +582,8 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
     # the subscriber asks for a person: the agent hands off to the Discord channel
     asked = await h.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent" and sid
+    assert asked["routed_to"] == "agent"
+    assert sid
     assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.posts(STAFF_CHANNEL)
     handoff = await h.handoff(sid)
@@ -672,10 +664,12 @@ async def test_an_approval_prompt_is_an_embed_in_the_channel_with_buttons_and_no
     aid, prompt = await ask(h, fake, cid, order_id="<@900000000000000302> *1234*", amount=25.5, note="```\n@here\u202e")
     request = prompt["request"]
     assert fake.calls_to(MESSAGES)[0].path == f"/channels/{STAFF_CHANNEL}/messages"  # the channel, not a thread
-    assert fake.calls_to(THREADS) == [] and request["allowed_mentions"] == {"parse": []}
+    assert fake.calls_to(THREADS) == []
+    assert request["allowed_mentions"] == {"parse": []}
     assert request["content"] == "🔴 HIGH RISK · Approval needed: refund\\_order for Ana \\*\\*@\u200beveryone\\*\\*"
     [embed] = prompt["embeds"]
-    assert embed["title"] == request["content"] and embed["color"] == 0xED4245
+    assert embed["title"] == request["content"]
+    assert embed["color"] == 0xED4245
     assert embed["url"].startswith("http://desk.test/a/")
     description = embed["description"]
     assert description.startswith("May the assistant run refund\\_order for Ana \\*\\*@\u200beveryone\\*\\*?\n\n"
@@ -686,13 +680,15 @@ async def test_an_approval_prompt_is_an_embed_in_the_channel_with_buttons_and_no
     assert description.count("```") == 2
     deadline = (await approval_view(h, aid))["deadline"]
     fields = {f["name"]: f["value"] for f in embed["fields"]}
-    assert fields["Risk"] == "high" and fields["Answer by"].startswith(deadline[:16].replace("T", " ") + " UTC (<t:")
+    assert fields["Risk"] == "high"
+    assert fields["Answer by"].startswith(deadline[:16].replace("T", " ") + " UTC (<t:")
     assert embed["footer"]["text"].startswith(f"Approval {aid} · the first answer counts")
     approve, deny, always, link = components(prompt)
     assert (approve["label"], approve["style"], approve["custom_id"]) == ("Approve", 3, f"approval:{aid}:approve")
     assert (deny["label"], deny["style"], deny["custom_id"]) == ("Deny", 4, f"approval:{aid}:deny")
     assert (always["label"], always["custom_id"]) == ("Always allow", f"approval:{aid}:always")
-    assert (link["style"], link["url"]) == (5, embed["url"]) and calls == []
+    assert (link["style"], link["url"]) == (5, embed["url"])
+    assert calls == []
 
 
 async def test_approve_in_discord_runs_the_action_answers_privately_and_retires_the_buttons(
@@ -704,20 +700,26 @@ async def test_approve_in_discord_runs_the_action_answers_privately_and_retires_
     click = fake.button_click(prompt, f"approval:{aid}:approve", user=KIM)
     response = await interaction(h, fake, click)
     answer = response.json()
-    assert answer["type"] == 4 and answer["data"]["flags"] == 64 and answer["data"]["allowed_mentions"] == {"parse": []}
+    assert answer["type"] == 4
+    assert answer["data"]["flags"] == 64
+    assert answer["data"]["allowed_mentions"] == {"parse": []}
     assert answer["data"]["content"].startswith("Your answer (approve) is recorded")
     await h.desk.settle()
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await h.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                           'Result: {"refund_id": "rf_1", "amount": 25.5}]']
     view = await approval_view(h, aid)
-    assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Kim" and view["receipt"]["via"] == "channel:5"
+    assert view["state"] == "approved"
+    assert view["receipt"]["decided_by"] == "Kim"
+    assert view["receipt"]["via"] == "channel:5"
 
     # the prompt is edited in place: no buttons, the outcome in its embed; nothing new is posted
     [edit] = fake.calls_to(EDIT)
-    assert edit.path == f"/channels/{STAFF_CHANNEL}/messages/{prompt['id']}" and edit.json["components"] == []
+    assert edit.path == f"/channels/{STAFF_CHANNEL}/messages/{prompt['id']}"
+    assert edit.json["components"] == []
     edited = fake.posts(STAFF_CHANNEL)[-1]
-    assert edited["id"] == prompt["id"] and components(edited) == []
+    assert edited["id"] == prompt["id"]
+    assert components(edited) == []
     outcome = edited["embeds"][0]["fields"][-1]
     assert outcome == {"name": "Outcome", "value": f"Approved by Kim: refund\\_order ({escape(aid)}) will run.", "inline": False}
     assert edited["embeds"][0]["description"] == prompt["embeds"][0]["description"]  # still shows what was approved
@@ -726,7 +728,8 @@ async def test_approve_in_discord_runs_the_action_answers_privately_and_retires_
     await interaction(h, fake, click)
     await press(h, fake, prompt, "deny", user=SAM)
     await h.desk.settle()
-    assert calls == [{"order_id": "1234", "amount": 25.5}] and len(await h.system_texts(cid)) == 1
+    assert calls == [{"order_id": "1234", "amount": 25.5}]
+    assert len(await h.system_texts(cid)) == 1
     assert await inbound_count(h) == 2  # the retried interaction was dropped
 
 
@@ -754,7 +757,8 @@ async def test_forged_foreign_or_late_presses_change_nothing(
     forged = await interaction(h, fake, click, timestamp=int(time.time()) - 600)  # a replay of an old press
     other = FakeDiscord(token=TOKEN)
     body, headers = other.signed(click)  # signed by another application's key
-    assert forged.status_code == 401 and (await h.client.post("/webhooks/5", content=body, headers=headers)).status_code == 401
+    assert forged.status_code == 401
+    assert (await h.client.post("/webhooks/5", content=body, headers=headers)).status_code == 401
     stranger = await fake.human_message(GENERAL_CHANNEL, "elsewhere", author=OTHER_BOT)
     refused = [
         fake.button_click(stranger, f"approval:{aid}:approve"),  # not our channel
@@ -763,16 +767,19 @@ async def test_forged_foreign_or_late_presses_change_nothing(
     ]
     for payload in refused:
         response = await interaction(h, fake, payload)
-        assert response.status_code == 200 and "does not belong" in response.json()["data"]["content"]
+        assert response.status_code == 200
+        assert "does not belong" in response.json()["data"]["content"]
     await h.desk.settle()
-    assert await inbound_count(h) == 0 and calls == []
+    assert await inbound_count(h) == 0
+    assert calls == []
 
     h.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
     assert await h.desk.approvals.expire_due() == 1
     await h.desk.settle()
     assert fake.posts(STAFF_CHANNEL)[0]["embeds"][0]["fields"][-1]["value"].startswith("Nobody answered in time")
     await press(h, fake, prompt, "approve")  # too late
-    assert calls == [] and (await approval_view(h, aid))["state"] == "expired"
+    assert calls == []
+    assert (await approval_view(h, aid))["state"] == "expired"
 
 
 async def test_always_allow_in_discord_lets_the_same_shape_run_without_asking(
@@ -783,7 +790,8 @@ async def test_always_allow_in_discord_lets_the_same_shape_run_without_asking(
     aid, prompt = await ask(h, fake, cid, order_id="1", amount=5)
     await press(h, fake, prompt, "always")
     assert (await approval_view(h, aid))["receipt"]["always_allow"] is True
-    assert (await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done" and len(calls) == 2
+    assert (await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done"
+    assert len(calls) == 2
 
 
 async def test_without_an_interactions_endpoint_the_prompt_has_the_decision_link_only(
@@ -809,7 +817,8 @@ async def test_huge_arguments_fit_the_embed_and_say_what_was_cut(start_desk: Sta
     assert len(description) <= 4096  # and the fake checked every Discord limit
     full = json.dumps({"order_id": "1", "amount": 5, "note": "*_~ " * 3000}, indent=2)
     shown = description.split("```json\n", 1)[1].split("\n```", 1)[0]
-    assert full.startswith(shown) and len(shown) > 2000
+    assert full.startswith(shown)
+    assert len(shown) > 2000
     assert description.endswith(f"*[… cut here: {len(full) - len(shown)} more characters. "
                                 "The decision page shows every argument.]*")
 
@@ -829,7 +838,8 @@ async def test_after_a_restart_the_closing_notice_finds_its_prompt_in_the_channe
     assert calls == [{"order_id": "1234", "amount": 5}]
     assert fake.calls_to("GET /channels/{id}/messages") == []
     [edit] = fake.calls_to(EDIT)
-    assert edit.path.endswith(f"/messages/{prompt['id']}") and components(fake.posts(STAFF_CHANNEL)[0]) == []
+    assert edit.path.endswith(f"/messages/{prompt['id']}")
+    assert components(fake.posts(STAFF_CHANNEL)[0]) == []
 
 
 async def test_without_the_prompts_receipt_the_closing_notice_searches_the_channel(
@@ -850,7 +860,8 @@ async def test_without_the_prompts_receipt_the_closing_notice_searches_the_chann
     await again.desk.settle()
     assert fake.calls_to("GET /channels/{id}/messages")[-1].path == f"/channels/{STAFF_CHANNEL}/messages"
     [edit] = fake.calls_to(EDIT)
-    assert edit.path.endswith(f"/messages/{prompt['id']}") and calls == []
+    assert edit.path.endswith(f"/messages/{prompt['id']}")
+    assert calls == []
 
 
 async def test_a_prompt_that_is_gone_gets_the_closing_text_as_a_new_message(
@@ -863,4 +874,22 @@ async def test_a_prompt_that_is_gone_gets_the_closing_text_as_a_new_message(
     await press(h, fake, prompt, "deny", user={**SAM, "global_name": "Sam *the* <@1>"})
     [closing] = fake.posts(STAFF_CHANNEL)
     assert closing["content"] == f"Denied by Sam \\*the\\* \\<@1>: refund\\_order ({escape(aid)}) will not run."
-    assert closing["request"]["allowed_mentions"] == {"parse": []} and "nonce" in closing["request"]
+    assert closing["request"]["allowed_mentions"] == {"parse": []}
+    assert "nonce" in closing["request"]
+
+
+DISCORD_PACKAGE = Path(__file__).resolve().parent.parent / "channels" / "discord"
+
+
+def test_the_discord_package_keeps_rest_gateway_interactions_and_sdk_patching_apart() -> None:
+    """channels/discord/ is split by concern: only the interactions endpoint verifies
+    signatures (PyNaCl), only the SDK module rewrites discord.py's gateway and REST entry
+    points, and the config and Discord's numbers import no SDK at all (config validation
+    works without discord.py installed)."""
+    assert importers_of(DISCORD_PACKAGE, "nacl") == ["interactions"]
+    assert importers_of(DISCORD_PACKAGE, "discord.gateway") == ["sdk"]
+    assert importers_of(DISCORD_PACKAGE, "yarl") == ["sdk"]
+    for sdk in ("discord", "aiohttp", "nacl"):
+        users = importers_of(DISCORD_PACKAGE, sdk)
+        assert "config" not in users, f"channels/discord/config.py imports {sdk}"
+        assert "protocol" not in users, f"channels/discord/protocol.py imports {sdk}"

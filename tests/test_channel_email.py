@@ -9,6 +9,7 @@ people who reply are aiosmtplib clients writing to the channel's own receiver.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from email.message import EmailMessage
@@ -37,6 +38,7 @@ from channels.email import EmailChannel, EmailConfig, html_to_text, one_line, st
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_smtp import FakeSMTP, Received, self_signed_certificate
+from tests.imports import imported_modules, importers_of
 
 TEAM = "team@example.com"
 LEAD = "lead@example.com"
@@ -179,8 +181,10 @@ def test_a_minimal_config_takes_the_documented_defaults() -> None:
          "inbound": {"host": "0.0.0.0", "port": 2525}},
     ])
     first, second, sketch = config.channels
-    assert isinstance(sketch, EmailConfig) and (sketch.smtp.security, sketch.from_address) == ("starttls", "bot@example.com")
-    assert isinstance(first, EmailConfig) and isinstance(second, EmailConfig)
+    assert isinstance(sketch, EmailConfig)
+    assert (sketch.smtp.security, sketch.from_address) == ("starttls", "bot@example.com")
+    assert isinstance(first, EmailConfig)
+    assert isinstance(second, EmailConfig)
     assert (first.smtp.security, first.smtp.effective_port, first.smtp.timeout, first.inbound) == ("starttls", 587, 30.0, None)
     assert (first.reply_mailbox, first.accept_forwarded, first.from_name) == (DESK, True, "Handoff Desk")
     assert (second.smtp.effective_port, second.inbound.host, second.inbound.port) == (465, "127.0.0.1", 2525)
@@ -249,28 +253,40 @@ async def test_the_dispatch_is_multipart_text_and_escaped_html_with_a_signed_rep
     # headers: a one-line subject (the CR/LF of the summary could have added a Bcc), ours Message-ID
     subject = str(message["Subject"])
     assert subject.startswith(f"[URGENT] [Handoff {handoff['short_code']}] Ana wrote <script>")
-    assert "\n" not in subject and "\r" not in subject and message["Bcc"] is None
+    assert "\n" not in subject
+    assert "\r" not in subject
+    assert message["Bcc"] is None
     assert b"\nBcc:" not in mail.raw.split(b"\r\n\r\n", 1)[0]  # the summary's "Bcc:" line stayed in the body
-    assert str(message["From"]) == f"Handoff Desk <{DESK}>" and str(message["To"]) == f"{TEAM}, {LEAD}"
+    assert str(message["From"]) == f"Handoff Desk <{DESK}>"
+    assert str(message["To"]) == f"{TEAM}, {LEAD}"
     assert message["Auto-Submitted"] == "auto-generated"
     adapter = adapter_of(harness)
     token = adapter.token_of(sid)
     assert str(message["Reply-To"]) == f"desk+{token}@example.com"
-    assert str(message["Message-ID"]).startswith(f"<hd.{token}.") and str(message["Message-ID"]).endswith("@example.com>")
+    assert str(message["Message-ID"]).startswith(f"<hd.{token}.")
+    assert str(message["Message-ID"]).endswith("@example.com>")
     assert handoff["short_code"].lower() not in token  # the token is not the guessable short code
     # HTML: every user-derived string escaped
     html = mail.part("text/html")
-    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "&lt;b&gt;bold&lt;/b&gt; &#34;quotes&#34;" in html
-    assert "Ana &lt;Admin&gt; needs a person" in html and "Check &lt;carrier&gt; &amp; tell Ana" in html
-    assert "&lt;pro&gt; &amp; gold" in html and "My order &lt;b&gt;1234&lt;/b&gt; &amp; co never came" in html
-    assert f'<a href="{handoff["form_url"]}"' in html and "ETA [date, YYYY-MM-DD] (required)" in html
+    assert "Ana &lt;Admin&gt; needs a person" in html
+    assert "Check &lt;carrier&gt; &amp; tell Ana" in html
+    assert "&lt;pro&gt; &amp; gold" in html
+    assert "My order &lt;b&gt;1234&lt;/b&gt; &amp; co never came" in html
+    assert f'<a href="{handoff["form_url"]}"' in html
+    assert "ETA [date, YYYY-MM-DD] (required)" in html
     assert ">URGENT<" in html
     # text: the same, as typed
     text = mail.part("text/plain")
-    assert "[URGENT] Handoff" in text and "Ana wrote <script>alert(1)</script> & <b>bold</b>" in text
-    assert "Ana <Admin>: My order <b>1234</b> & co never came" in text and handoff["form_url"] in text
-    assert "• plan: <pro> & gold" in text and "Reply to this email to answer Ana <Admin>" in text and "/release" in text
+    assert "[URGENT] Handoff" in text
+    assert "Ana wrote <script>alert(1)</script> & <b>bold</b>" in text
+    assert "Ana <Admin>: My order <b>1234</b> & co never came" in text
+    assert handoff["form_url"] in text
+    assert "• plan: <pro> & gold" in text
+    assert "Reply to this email to answer Ana <Admin>" in text
+    assert "/release" in text
 
 
 async def test_relays_and_notices_are_replies_in_the_dispatch_thread(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -293,7 +309,8 @@ async def test_relays_and_notices_are_replies_in_the_dispatch_thread(smtp: FakeS
     assert response.status_code == 200, response.text
     await harness.desk.settle()
     notice = smtp.messages[-1]
-    assert notice.message["In-Reply-To"] == root and "released by the owner (resolved)" in notice.part("text/plain")
+    assert notice.message["In-Reply-To"] == root
+    assert "released by the owner (resolved)" in notice.part("text/plain")
 
 
 async def test_a_standalone_adapter_collapses_a_hostile_subject_without_a_core_subject(smtp: FakeSMTP) -> None:
@@ -305,7 +322,8 @@ async def test_a_standalone_adapter_collapses_a_hostile_subject_without_a_core_s
         await adapter.stop()
     message = smtp.messages[-1].message
     assert message["Subject"] == "[Handoff STAN] line one Subject: forged line two"
-    assert receipt.message_id == message["Message-ID"] and receipt.thread_key == adapter.thread_key_of("hs_standalone")
+    assert receipt.message_id == message["Message-ID"]
+    assert receipt.thread_key == adapter.thread_key_of("hs_standalone")
     assert receipt.thread == {"message_id": receipt.message_id, "subject": message["Subject"]}
 
 
@@ -318,7 +336,8 @@ async def test_a_4xx_is_retried_by_the_core(smtp: FakeSMTP, start_desk: StartDes
     cid = await harness.conversation()
     sid, mail = await dispatch_of(harness, smtp, cid)
     retry = [e for e in await harness.events(sid) if e["kind"] == "delivery_retry_scheduled"]
-    assert len(retry) == 1 and retry[0]["detail"]["error_type"] == "TransientChannelError"
+    assert len(retry) == 1
+    assert retry[0]["detail"]["error_type"] == "TransientChannelError"
     assert "451 4.3.0 Mailbox temporarily unavailable" in retry[0]["detail"]["hint"]
     assert len(smtp.messages) == 1
 
@@ -338,7 +357,8 @@ async def test_a_5xx_fails_the_dispatch_at_once_with_the_servers_words(
     cid = await harness.conversation()
     result = await harness.tool(cid, "handoff_request", {
         "channel_id": 4, "summary": "Ana's order #1234 is a week late.", "expected_action": "Check the carrier."})
-    assert result["error"] == "dispatch_failed" and result["details"]["attempts"] == 1
+    assert result["error"] == "dispatch_failed"
+    assert result["details"]["attempts"] == 1
     assert hint in result["details"]["hint"]
     assert (await harness.handoff(result["details"]["handoff_session_id"]))["state"] == "failed"
     assert smtp.messages == []
@@ -355,8 +375,10 @@ async def test_one_refused_recipient_of_two_still_delivers_to_the_other(smtp: Fa
             await adapter.send(brief_outbound())
     finally:
         await adapter.stop()
-    assert smtp.messages[-1].rcpt_tos == [LEAD] and len(smtp.messages) == 1
-    assert "452 4.2.2 mailbox full" in deferred.value.hint and not isinstance(deferred.value, UncertainDeliveryError)
+    assert smtp.messages[-1].rcpt_tos == [LEAD]
+    assert len(smtp.messages) == 1
+    assert "452 4.2.2 mailbox full" in deferred.value.hint
+    assert not isinstance(deferred.value, UncertainDeliveryError)
 
 
 async def test_refused_credentials_are_an_auth_error_and_the_channel_is_unavailable_with_the_reason(
@@ -372,13 +394,15 @@ async def test_refused_credentials_are_an_auth_error_and_the_channel_is_unavaila
     harness = await start(start_desk, smtp, smtp={"host": "127.0.0.1", "port": smtp.port, "security": "none",
                                                   "username": "desk", "password": "WRONG-pass"})
     [state] = (await harness.client.get("/healthz")).json()["channels"]
-    assert state["available"] is False and "refused smtp.username / smtp.password" in state["problem"]
+    assert state["available"] is False
+    assert "refused smtp.username / smtp.password" in state["problem"]
     assert adapter_of(harness).inbound_port is None  # the receiver was never started
 
 
 async def test_probe_logs_in_and_says_who_we_are(smtp: FakeSMTP) -> None:
     assert await standalone(smtp).probe() == f"127.0.0.1:{smtp.port} (no encryption) as desk, sending as {DESK}"
-    assert smtp.logins == [("desk", True)] and smtp.messages == []
+    assert smtp.logins == [("desk", True)]
+    assert smtp.messages == []
 
 
 async def test_a_server_without_auth_works_with_security_none() -> None:
@@ -391,7 +415,8 @@ async def test_a_server_without_auth_works_with_security_none() -> None:
         await adapter.stop()
     finally:
         await server.stop()
-    assert len(server.messages) == 1 and server.logins == []
+    assert len(server.messages) == 1
+    assert server.logins == []
 
 
 async def test_an_unreachable_server_is_transient() -> None:
@@ -428,7 +453,8 @@ async def test_tls_and_starttls_with_a_trusted_self_signed_certificate(tmp_path:
         untrusted = standalone(server, smtp=settings, inbound=None)
         with pytest.raises(PermanentChannelError) as caught:
             await untrusted.probe()
-        assert "is not trusted" in caught.value.hint and "smtp.ca_file" in caught.value.hint
+        assert "is not trusted" in caught.value.hint
+        assert "smtp.ca_file" in caught.value.hint
 
         adapter = standalone(server, smtp={**settings, "ca_file": str(certificate[0])}, inbound=None)
         described = await adapter.probe()
@@ -438,7 +464,8 @@ async def test_tls_and_starttls_with_a_trusted_self_signed_certificate(tmp_path:
     finally:
         await server.stop()
     assert described.startswith(f"127.0.0.1:{server.port} ({'TLS' if security == 'tls' else 'STARTTLS'}) as desk")
-    assert len(server.messages) == 1 and ("desk", True) in server.logins
+    assert len(server.messages) == 1
+    assert ("desk", True) in server.logins
 
 
 @pytest.mark.parametrize(("security", "hint"), [
@@ -451,7 +478,8 @@ async def test_a_security_mode_the_server_does_not_speak_is_permanent_and_names_
     adapter = standalone(smtp, smtp={"host": "127.0.0.1", "port": smtp.port, "security": security, "timeout": 5}, inbound=None)
     with pytest.raises(PermanentChannelError) as caught:
         await adapter.probe()
-    assert hint in caught.value.hint and not isinstance(caught.value, ChannelAuthError)
+    assert hint in caught.value.hint
+    assert not isinstance(caught.value, ChannelAuthError)
 
 
 # --------------------------------------------------------------------------- inbound
@@ -510,21 +538,26 @@ async def test_strangers_forged_tokens_and_other_mailboxes_are_refused_during_th
 
     with pytest.raises(aiosmtplib.SMTPDataError) as stranger:
         await mail_in(harness, reply_to(dispatch, "I am not on the team.", sender="Mallory <mallory@evil.example>"))
-    assert stranger.value.code == 550 and "is not a recipient of this desk's handoffs" in stranger.value.message
+    assert stranger.value.code == 550
+    assert "is not a recipient of this desk's handoffs" in stranger.value.message
     with pytest.raises(aiosmtplib.SMTPDataError) as no_thread:
         fresh = reply_to(dispatch, "A new mail, not a reply.", to=DESK)
         del fresh["In-Reply-To"], fresh["References"]
         await mail_in(harness, fresh)
-    assert no_thread.value.code == 550 and "no handoff found" in no_thread.value.message
+    assert no_thread.value.code == 550
+    assert "no handoff found" in no_thread.value.message
     with pytest.raises(aiosmtplib.SMTPDataError) as bad_mac:
         forged_reply = reply_to(dispatch, "Forged token.", to=f"desk+{forged}@example.com", sender="x@evil.example")
         del forged_reply["In-Reply-To"], forged_reply["References"]
         await mail_in(harness, forged_reply)
-    assert bad_mac.value.code == 550 and "may not write to this desk" in bad_mac.value.message
+    assert bad_mac.value.code == 550
+    assert "may not write to this desk" in bad_mac.value.message
     with pytest.raises(aiosmtplib.SMTPRecipientsRefused) as elsewhere:
         await mail_in(harness, reply_to(dispatch, "Relay me onwards.", to="someone@else.example"))
-    assert elsewhere.value.recipients[0].code == 550 and "no such mailbox here" in elsewhere.value.recipients[0].message
-    assert await stored_events(harness) == 0 and await human_texts(harness, cid) == []
+    assert elsewhere.value.recipients[0].code == 550
+    assert "no such mailbox here" in elsewhere.value.recipients[0].message
+    assert await stored_events(harness) == 0
+    assert await human_texts(harness, cid) == []
 
 
 async def test_a_forwarded_handoff_may_be_answered_by_a_colleague_holding_the_token(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -587,7 +620,8 @@ async def test_the_whole_story_through_the_http_api(smtp: FakeSMTP, start_desk: 
     await harness.say(cid, "My parcel 1234 is lost")
     asked = await harness.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked our team to join")
+    assert asked["routed_to"] == "agent"
+    assert asked["replies"][0]["text"].startswith("I've asked our team to join")
     dispatch = smtp.messages[-1]
     assert "Ana: My parcel 1234 is lost" in dispatch.part("text/plain")
 
@@ -604,9 +638,11 @@ async def test_the_whole_story_through_the_http_api(smtp: FakeSMTP, start_desk: 
     assert (handoff["state"], handoff["release_reason"], handoff["outcome"], handoff["note"], handoff["released_by"]) == (
         "released", "release_token", "resolved", "Parcel re-routed", "Sam Lee")
     resumed = next(m for m in await harness.messages(cid) if m["role"] == "system")
-    assert resumed["text"].startswith("[Bot resumed — ") and "Outcome: resolved" in resumed["text"]
+    assert resumed["text"].startswith("[Bot resumed — ")
+    assert "Outcome: resolved" in resumed["text"]
     notice = smtp.messages[-1]
-    assert "released (resolved)" in notice.part("text/plain") and notice.message["In-Reply-To"] == dispatch.message["Message-ID"]
+    assert "released (resolved)" in notice.part("text/plain")
+    assert notice.message["In-Reply-To"] == dispatch.message["Message-ID"]
     assert (await harness.say(cid, "Thanks!"))["routed_to"] == "agent"
     # a late reply to a released handoff is stored but relays nothing
     await mail_in(harness, reply_to(dispatch, "One more thing…"))
@@ -673,21 +709,30 @@ async def test_an_approval_prompt_is_a_new_escaped_mail_with_the_arguments_and_t
     message = prompt.message
     assert (prompt.mail_from, prompt.rcpt_tos) == (DESK, [TEAM, LEAD])
     assert str(message["Subject"]) == "[Approval needed] refund_order (high risk)"
-    assert message["In-Reply-To"] is None and message["References"] is None  # not a reply in any thread
-    assert message["Message-ID"] == adapter_of(harness).approval_message_id(aid) and message["Message-ID"].startswith("<ap.")
-    assert message["Reply-To"] == "desk+approval@example.com" and message["Auto-Submitted"] == "auto-generated"
+    assert message["In-Reply-To"] is None
+    assert message["References"] is None  # not a reply in any thread
+    assert message["Message-ID"] == adapter_of(harness).approval_message_id(aid)
+    assert message["Message-ID"].startswith("<ap.")
+    assert message["Reply-To"] == "desk+approval@example.com"
+    assert message["Auto-Submitted"] == "auto-generated"
     assert [p.get_content_type() for p in message.iter_parts()] == ["text/plain", "text/html"]
     text, html = prompt.part("text/plain"), prompt.part("text/html")
     path = decision_path(prompt)
     assert text.startswith("[HIGH RISK] Approval needed: may the assistant run refund_order for Ana <b>VIP</b> Bcc: x@evil.example?")
     assert '"order_id": "<script>alert(1)</script> & 1234",\n  "amount": 25.5' in text
-    assert "Risk:      high" in text and "Deadline:  " in text and f"http://desk.test{path}" in text
+    assert "Risk:      high" in text
+    assert "Deadline:  " in text
+    assert f"http://desk.test{path}" in text
     # the HTML part: every value escaped, the arguments as pretty JSON in <pre>, one prominent link
-    assert "<script>" not in html and "<b>VIP" not in html
+    assert "<script>" not in html
+    assert "<b>VIP" not in html
     assert "&#34;order_id&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt; &amp; 1234&#34;" in html
     assert "Refund an order &lt;to&gt; the original payment method &amp; notify" in html
-    assert f'<a href="http://desk.test{path}"' in html and ">Approve or deny</a>" in html and "<pre" in html
-    assert "HIGH RISK" in html and "no answer by then means denied" in html
+    assert f'<a href="http://desk.test{path}"' in html
+    assert ">Approve or deny</a>" in html
+    assert "<pre" in html
+    assert "HIGH RISK" in html
+    assert "no answer by then means denied" in html
     assert (await harness.client.get(path)).status_code == 200  # the link opens the signed page
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
     assert (await harness.handoff(sid))["state"] == "active"
@@ -714,10 +759,12 @@ async def test_approving_on_the_page_runs_the_action_and_the_closing_mail_answer
     assert "no longer accepts answers" in closed.part("text/html")
     # a replayed or forged press changes nothing
     replay = await decide_on_page(harness, path, "deny")
-    assert replay.status_code == 410 and "changed nothing" in replay.text
+    assert replay.status_code == 410
+    assert "changed nothing" in replay.text
     assert (await decide_on_page(harness, path[:-4] + "abcd", "deny")).status_code == 404
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "approved"
-    assert len(approval_actions.CALLS) == 1 and len(smtp.messages) == 2
+    assert len(approval_actions.CALLS) == 1
+    assert len(smtp.messages) == 2
 
 
 async def test_denying_on_the_page_is_permission_denied_and_the_closing_mail_says_so(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -758,19 +805,23 @@ async def test_replies_to_approval_mails_are_refused_and_never_count_as_a_decisi
     aid, prompt = await gated_call(harness, smtp, cid, order_id="1234", amount=5)
     with pytest.raises(aiosmtplib.SMTPDataError) as by_address:
         await mail_in(harness, reply_to(prompt, "Yes, approved!"))
-    assert by_address.value.code == 550 and "open the decision link" in by_address.value.message
+    assert by_address.value.code == 550
+    assert "open the decision link" in by_address.value.message
     with pytest.raises(aiosmtplib.SMTPDataError) as by_headers:  # written to the plain mailbox, in the prompt's thread
         await mail_in(harness, reply_to(prompt, "Approve", to=DESK))
-    assert by_headers.value.code == 550 and "not answered by email" in by_headers.value.message
+    assert by_headers.value.code == 550
+    assert "not answered by email" in by_headers.value.message
     with pytest.raises(aiosmtplib.SMTPDataError) as stranger:
         await mail_in(harness, reply_to(prompt, "approve", sender="mallory@evil.example"))
-    assert stranger.value.code == 550 and "not answered by email" in stranger.value.message
+    assert stranger.value.code == 550
+    assert "not answered by email" in stranger.value.message
     # the address written to decides: a reply to the handoff address in a mixed thread is a handoff reply
     mixed = reply_to(dispatch, "Handoff answer.")
     mixed.replace_header("References", f"{dispatch.message['Message-ID']} {prompt.message['Message-ID']}")
     await mail_in(harness, mixed)
     assert await human_texts(harness, cid) == [("Sam Lee", "Handoff answer.")]
-    assert await stored_events(harness) == 1 and approval_actions.CALLS == []
+    assert await stored_events(harness) == 1
+    assert approval_actions.CALLS == []
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
     # our own prompt coming back (a recipient list that includes the desk) is dropped quietly
     echo = reply_to(prompt, "echo")
@@ -792,7 +843,8 @@ async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_witho
         text = smtp.messages[-1].part("text/plain")
         assert str(smtp.messages[-1].message["Subject"]) == "[Approval needed] import_rows (low risk)"
         assert "Deadline:  14 Mar 2026, 10:05 UTC" in text
-        assert "[… cut here: " in text and "The decision page shows every argument.]" in text
+        assert "[… cut here: " in text
+        assert "The decision page shows every argument.]" in text
         assert "http://desk.test/a/t" in text
         with pytest.raises(PermanentChannelError):  # a prompt without its brief is a bug, not a retry
             await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_x", text="…"))
@@ -805,7 +857,22 @@ async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_witho
         closed = smtp.messages[-1].message
         assert closed["In-Reply-To"] == fresh.approval_message_id("ap_old") == adapter.approval_message_id("ap_old")
         assert str(closed["Subject"]) == f"[Approval closed] {closed_text}"
-        assert receipt.message_id == closed["Message-ID"] and receipt.thread_key is None
+        assert receipt.message_id == closed["Message-ID"]
+        assert receipt.thread_key is None
         await fresh.stop()
     finally:
         await adapter.stop()
+
+
+EMAIL_PACKAGE = Path(__file__).resolve().parent.parent / "channels" / "email"
+
+
+def test_the_email_package_keeps_sending_receiving_and_parsing_apart() -> None:
+    """channels/email/ is split by concern: only the SMTP client talks to the mail server
+    (aiosmtplib), only the receiver listens (aiosmtpd), and the reply parser is pure (the
+    standard library and the package's own text helpers), so each can be read alone."""
+    assert importers_of(EMAIL_PACKAGE, "aiosmtplib") == ["smtp"]
+    assert importers_of(EMAIL_PACKAGE, "aiosmtpd") == ["receiver"]
+    parser_imports = imported_modules(EMAIL_PACKAGE / "replies.py")
+    outside = {m for m in parser_imports if m.split(".")[0] not in sys.stdlib_module_names and m != "channels.email.text"}
+    assert outside == set(), f"the reply parser imports {sorted(outside)}"

@@ -39,7 +39,8 @@ def gauge(harness: Harness) -> str:
 async def test_a_lost_connection_is_reported_and_restarted_by_the_sweep(start_desk: StartDesk) -> None:
     harness = await start_desk(adapters={1: Reconnecting})
     adapter: Reconnecting = harness.desk.channels.get(1)  # type: ignore[assignment]
-    assert adapter.ctx is not None and gauge(harness).endswith(" 1.0")
+    assert adapter.ctx is not None
+    assert gauge(harness).endswith(" 1.0")
 
     adapter.ctx.lost(TransientChannelError("socket closed", hint="the gateway connection dropped"))
     assert not harness.desk.channels.is_available(1)
@@ -51,7 +52,8 @@ async def test_a_lost_connection_is_reported_and_restarted_by_the_sweep(start_de
 
     await harness.desk.channels.retry_unavailable()
     assert (adapter.stops, adapter.starts) == (1, 2)  # stopped cleanly before starting again
-    assert harness.desk.channels.is_available(1) and gauge(harness).endswith(" 1.0")
+    assert harness.desk.channels.is_available(1)
+    assert gauge(harness).endswith(" 1.0")
 
 
 async def test_a_permanent_loss_waits_for_a_fixed_config(start_desk: StartDesk) -> None:
@@ -61,6 +63,7 @@ async def test_a_permanent_loss_waits_for_a_fixed_config(start_desk: StartDesk) 
     adapter.ctx.lost(PermanentChannelError("token revoked"))
     adapter.ctx.lost(TransientChannelError("and then a blip"))  # a second report changes nothing
     await harness.desk.channels.retry_unavailable()
-    assert adapter.starts == 1 and harness.desk.channels.health()[0]["problem"] == "token revoked"
+    assert adapter.starts == 1
+    assert harness.desk.channels.health()[0]["problem"] == "token revoked"
     await harness.desk.stop()
     assert adapter.stops == 1  # a lost adapter is still stopped on shutdown

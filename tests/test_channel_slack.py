@@ -141,7 +141,9 @@ def test_config_problems_are_named_and_secrets_never_echoed(change: dict[str, An
         Config.from_mapping({"secret_key": DESK_SECRET, "channels": [entry]})
     text = str(caught.value)
     assert problem in text
-    assert "SECRET-1" not in text and "SIGNSECRET" not in text and "xoxp-user-token" not in text
+    assert "SECRET-1" not in text
+    assert "SIGNSECRET" not in text
+    assert "xoxp-user-token" not in text
 
 
 def test_a_valid_config_keeps_secrets_secret() -> None:
@@ -149,8 +151,10 @@ def test_a_valid_config_keeps_secrets_secret() -> None:
         {"id": 3, "kind": "slack", "label": "Sales", "bot_token": "xoxb-1-2-abc", "signing_secret": "s3cr3t", "channel": "C0123"}]})
     slack = config.channel(3)
     assert isinstance(slack, SlackConfig)
-    assert slack.api_base_url == "https://slack.com/api/" and slack.request_timeout == 10
-    assert "xoxb-1-2-abc" not in repr(slack) and "s3cr3t" not in repr(slack)
+    assert slack.api_base_url == "https://slack.com/api/"
+    assert slack.request_timeout == 10
+    assert "xoxb-1-2-abc" not in repr(slack)
+    assert "s3cr3t" not in repr(slack)
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -170,7 +174,8 @@ async def test_the_dispatch_is_a_thread_starter_with_buttons_metadata_and_nothin
     )
     call = fake.calls_to("chat.postMessage")[0]
     assert call.token == TOKEN
-    assert call.args["channel"] == CHANNEL and "thread_ts" not in call.args
+    assert call.args["channel"] == CHANNEL
+    assert "thread_ts" not in call.args
     assert (call.args["parse"], call.args["link_names"], call.args["unfurl_links"]) == ("none", False, False)
     assert dispatch["metadata"]["event_type"] == "handoff_desk_message"
     assert dispatch["metadata"]["event_payload"]["handoff"] == sid
@@ -179,11 +184,13 @@ async def test_the_dispatch_is_a_thread_starter_with_buttons_metadata_and_nothin
     blocks = dispatch["blocks"]
     header = blocks[0]
     handoff = await desk.handoff(sid)
-    assert header["type"] == "header" and header["text"]["type"] == "plain_text"
+    assert header["type"] == "header"
+    assert header["text"]["type"] == "plain_text"
     assert header["text"]["text"] == f"🔴 URGENT · Handoff {handoff['short_code']}: Ana <!here> needs a person"
     # mrkdwn everywhere is escaped: no mention, link or broadcast can come from user text
     for text in mrkdwn_texts(blocks) + [dispatch["text"]]:
-        assert "<" not in text and ">" not in text, text
+        assert "<" not in text, text
+        assert ">" not in text, text
     summary, action = section_texts(dispatch, "mrkdwn")[:2]
     assert summary == "*Summary*\nAna says &lt;!channel&gt; &amp; &lt;@U1&gt; must check order #1234, a week late."
     assert action == "*What to do*\nCheck the carrier &lt;https://evil.example|here&gt; and tell Ana."
@@ -224,7 +231,8 @@ async def test_a_long_transcript_keeps_the_newest_lines_and_says_how_many_are_le
     transcript = section_texts(dispatch, "plain_text")[0]
     assert len(transcript) <= 3000
     assert transcript.splitlines()[-1].startswith("Assistant: ")  # the agent answered last
-    assert "message 11 " in transcript and "message 00 " not in transcript
+    assert "message 11 " in transcript
+    assert "message 00 " not in transcript
     kept = len(transcript.splitlines())
     label = next(b for b in dispatch["blocks"] if b["type"] == "context")["elements"][0]["text"]
     assert label == f"*Recent conversation* · {20 - kept} earlier messages not shown"
@@ -233,7 +241,9 @@ async def test_a_long_transcript_keeps_the_newest_lines_and_says_how_many_are_le
 def test_a_single_huge_message_is_cut_to_fit_a_section() -> None:
     lines = [TranscriptLine(role="subscriber", author="Ana", text="x" * 5000, at="2025-01-01T00:00:00Z")]
     text, omitted = transcript_text(lines)
-    assert len(text) == 3000 and text.endswith("…") and omitted == 0
+    assert len(text) == 3000
+    assert text.endswith("…")
+    assert omitted == 0
 
 
 async def test_an_unknown_channel_fails_the_dispatch_with_a_hint_naming_it(start_desk: StartDesk, fake: FakeSlack) -> None:
@@ -258,7 +268,8 @@ async def test_refusals_fail_the_dispatch_at_once_with_a_hint_naming_the_problem
     fake.fail_next("chat.postMessage", Fault(error=error))
     cid = await desk.conversation()
     result = await desk.tool(cid, "handoff_request", {"channel_id": 2, "summary": SUMMARY, "expected_action": ACTION})
-    assert result["error"] == "dispatch_failed" and hint in result["details"]["hint"]
+    assert result["error"] == "dispatch_failed"
+    assert hint in result["details"]["hint"]
     assert TOKEN not in json.dumps(result)
     assert len(fake.calls_to("chat.postMessage")) == 1  # permanent: never retried
     assert (await desk.handoff(result["details"]["handoff_session_id"]))["state"] == "failed"
@@ -330,18 +341,6 @@ async def test_a_newcomer_is_named_once_slack_has_told_us_who_they_are(desk: Har
     await reply(desk, dispatch["ts"], "second", user="U0NEW")
     assert await human_texts(desk, cid) == [("U0NEW", "first"), ("Noor", "second")]
     assert [c.args["user"] for c in fake.calls_to("users.info")] == ["U0NEW"]  # cached
-
-
-async def test_the_same_event_delivered_three_times_is_relayed_once(desk: Harness, fake: FakeSlack) -> None:
-    cid = await desk.conversation()
-    _, dispatch = await handoff_in_slack(desk, fake, cid)
-    body = message_event(channel=CHANNEL, text="Only once, please", user="U0SAM", thread_ts=dispatch["ts"], event_id="Ev0DUP")
-    for retry in (None, 1, 2):
-        response = await webhook(desk, body, retry_num=retry)
-        assert response.status_code == 200
-    await desk.desk.settle()
-    assert await human_texts(desk, cid) == [("Sam", "Only once, please")]
-    assert await inbound_count(desk) == 1
 
 
 # --------------------------------------------------------------------------- release
@@ -430,25 +429,6 @@ async def test_url_verification_is_answered_with_the_challenge(desk: Harness) ->
 # --------------------------------------------------------------------------- failures
 
 
-async def test_a_rate_limited_relay_waits_as_long_as_slack_asks_then_goes_out_once(desk: Harness, fake: FakeSlack) -> None:
-    cid = await desk.conversation()
-    sid, dispatch = await handoff_in_slack(desk, fake, cid)
-    fake.fail_next("chat.postMessage", Fault(status=429, error="ratelimited", headers={"Retry-After": "7"}))
-    await desk.say(cid, "Hello?")
-    await desk.desk.settle()
-    assert fake.posts(CHANNEL, thread_ts=dispatch["ts"]) == []
-    retry = next(e for e in await desk.events(sid) if e["kind"] == "delivery_retry_scheduled")
-    assert retry["detail"]["error_type"] == "TransientChannelError" and retry["detail"]["retry_in_seconds"] >= 7
-
-    desk.desk.clock.advance(timedelta(seconds=6))
-    await desk.desk.settle()
-    assert fake.posts(CHANNEL, thread_ts=dispatch["ts"]) == []  # still inside Slack's wait
-    desk.desk.clock.advance(timedelta(seconds=2))
-    await desk.desk.settle()
-    assert [section_texts(m, "plain_text") for m in fake.posts(CHANNEL, thread_ts=dispatch["ts"])] == [["Hello?"]]
-    assert len(fake.calls_to("chat.postMessage")) == 3  # dispatch, 429, the relay
-
-
 async def test_a_server_error_on_the_dispatch_is_retried_after_checking_it_did_not_land(
     desk: Harness, fake: FakeSlack
 ) -> None:
@@ -460,7 +440,8 @@ async def test_a_server_error_on_the_dispatch_is_retried_after_checking_it_did_n
         "auth.test", "users.list", "chat.postMessage", "conversations.history", "chat.postMessage"]
     assert fake.calls_to("conversations.history")[0].args["include_all_metadata"] in ("1", "true")
     kinds = await desk.kinds(sid)
-    assert "delivery_retry_scheduled" in kinds and "handoff_activated" in kinds
+    assert "delivery_retry_scheduled" in kinds
+    assert "handoff_activated" in kinds
 
 
 async def test_a_post_that_landed_but_timed_out_is_reconciled_not_posted_twice(
@@ -470,7 +451,8 @@ async def test_a_post_that_landed_but_timed_out_is_reconciled_not_posted_twice(
     fake.fail_next("chat.postMessage", Fault(lose_answer=True))
     cid = await h.conversation()
     sid, dispatch = await handoff_in_slack(h, fake, cid)
-    assert len(fake.top_level(CHANNEL)) == 1 and len(fake.calls_to("chat.postMessage")) == 1
+    assert len(fake.top_level(CHANNEL)) == 1
+    assert len(fake.calls_to("chat.postMessage")) == 1
     assert (await h.desk.handoffs.get(sid)).thread_key == f"{CHANNEL}:{dispatch['ts']}"
     retry = next(e for e in await h.events(sid) if e["kind"] == "delivery_retry_scheduled")
     assert retry["detail"]["error_type"] == "UncertainDeliveryError"
@@ -488,18 +470,11 @@ async def test_a_post_that_landed_but_timed_out_is_reconciled_not_posted_twice(
     assert (await h.kinds(sid)).count("relayed_to_recipient") == 1
 
 
-async def test_a_refused_token_makes_the_channel_unavailable_and_the_probe_fail(
-    start_desk: StartDesk, fake: FakeSlack
-) -> None:
-    h = await start_desk(channels=[slack_entry(fake, bot_token="xoxb-revoked-0000")])
-    [health] = (await h.client.get("/healthz")).json()["channels"]
-    assert health["available"] is False
-    assert health["problem"].startswith("Slack refused the bot token (invalid_auth)")
-    assert "xoxb-revoked-0000" not in health["problem"]
-    tools = (await h.client.get(f"/api/conversations/{await h.conversation()}/tools")).json()["tools"]
-    assert "handoff_request" not in [t["name"] for t in tools]  # the model is not offered a dead channel
-
-    adapter = SlackChannel(h.desk.config.channel(2))
+async def test_a_refused_token_fails_the_probe_without_echoing_it(fake: FakeSlack) -> None:
+    """The channel this leaves unavailable is a case of tests/test_channel_contract.py."""
+    entry = slack_entry(fake, bot_token="xoxb-revoked-0000")
+    entry.pop("kind")
+    adapter = SlackChannel(SlackConfig.model_validate(entry))
     with pytest.raises(ChannelAuthError) as caught:
         await adapter.probe()
     assert "Slack refused the bot token (invalid_auth)" in caught.value.hint
@@ -549,7 +524,8 @@ async def test_the_whole_story_through_slack(start_desk: StartDesk, fake: FakeSl
     # the subscriber asks for a person: the agent hands off to the Slack channel
     asked = await h.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent" and sid
+    assert asked["routed_to"] == "agent"
+    assert sid
     assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.top_level(CHANNEL)
     handoff = await h.handoff(sid)
@@ -603,7 +579,8 @@ async def test_notices_link_only_the_desks_own_urls(fake: FakeSlack) -> None:
     thread = {"channel": CHANNEL, "thread_ts": "1700000000.000001"}
     receipt = await adapter.send(Outbound(purpose="notice", handoff_session_id="hs_1", text=text, body=text,
                                           thread=thread, delivery_key="hd-9"))
-    assert receipt.thread_key == f"{CHANNEL}:1700000000.000001" and receipt.thread == thread
+    assert receipt.thread_key == f"{CHANNEL}:1700000000.000001"
+    assert receipt.thread == thread
     [notice] = fake.posts(CHANNEL, thread_ts="1700000000.000001")
     assert section_texts(notice, "mrkdwn") == ["Handoff K7: a new return-form link:\n<http://desk.test/f/abc.def>\n"
                                                "not https://evil.example/x &amp; &lt;!here&gt;"]
@@ -617,7 +594,8 @@ async def test_a_new_form_link_from_the_owner_arrives_in_the_thread_as_a_link(de
     await desk.desk.settle()
     [notice] = fake.posts(CHANNEL, thread_ts=dispatch["ts"])
     [text] = section_texts(notice, "mrkdwn")
-    assert f"<{url}>" in text and url.startswith("http://desk.test/f/")
+    assert f"<{url}>" in text
+    assert url.startswith("http://desk.test/f/")
 
 
 # --------------------------------------------------------------------------- approvals
@@ -678,7 +656,8 @@ async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_t
     cid = await h.conversation(name="Ana <!here>")
     aid, prompt = await ask(h, fake, cid, order_id="<!channel> #1234", amount=25.5, note="to <@U0KIM> & co\u202eevil")
     post = fake.calls_to("chat.postMessage")[0]
-    assert post.args["channel"] == CHANNEL and "thread_ts" not in post.args  # in no handoff's thread
+    assert post.args["channel"] == CHANNEL
+    assert "thread_ts" not in post.args  # in no handoff's thread
     assert (post.args["parse"], post.args["link_names"], post.args["unfurl_links"]) == ("none", False, False)
     assert prompt["metadata"]["event_payload"]["notice"] == "approval"
     blocks = prompt["blocks"]
@@ -693,10 +672,15 @@ async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_t
                                     '  "note": "to <@U0KIM> & co\\u202eevil"\n}')
     # mrkdwn only for our own words: nothing a person or the agent wrote is in it
     for text in mrkdwn_texts(blocks):
-        assert "!here" not in text and "!channel" not in text and "@U0KIM" not in text and "Ana" not in text
+        assert "!here" not in text
+        assert "!channel" not in text
+        assert "@U0KIM" not in text
+        assert "Ana" not in text
     help_text = mrkdwn_texts(blocks)[-1]
     url = re.search(r"http://desk\.test/a/\S+", prompt["text"]).group()  # type: ignore[union-attr]
-    assert f"<{url}|decision page>" in help_text and aid in help_text and f"{deadline} UTC" in help_text
+    assert f"<{url}|decision page>" in help_text
+    assert aid in help_text
+    assert f"{deadline} UTC" in help_text
     approve, deny, always = prompt_buttons(prompt)
     assert (approve["action_id"], approve["text"]["text"], approve["style"], approve["value"]) == (
         "approval_approve", "Approve", "primary", aid)
@@ -705,7 +689,8 @@ async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_t
     assert "for the rest of this conversation" in always["confirm"]["text"]["text"]
     # the notification fallback is the core's full prompt, escaped for mrkdwn
     assert prompt["text"].startswith("[HIGH RISK] Approval needed: may the assistant run refund_order for Ana &lt;!here&gt;?")
-    assert "<" not in prompt["text"].replace("&lt;", "") and calls == []
+    assert "<" not in prompt["text"].replace("&lt;", "")
+    assert calls == []
 
 
 async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_buttons(
@@ -715,18 +700,22 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     cid = await h.conversation()
     aid, prompt = await ask(h, fake, cid, order_id="1234", amount=25.5)
     response = await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
-    assert response.status_code == 200 and response.text == ""  # acknowledged at once, no Slack call in between
+    assert response.status_code == 200
+    assert response.text == ""  # acknowledged at once, no Slack call in between
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await h.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                           'Result: {"refund_id": "rf_1", "amount": 25.5}]']
     view = await approval(h, aid)
-    assert view["state"] == "approved" and view["receipt"]["decided_by"] == "Sam" and view["receipt"]["via"] == "channel:2"
+    assert view["state"] == "approved"
+    assert view["receipt"]["decided_by"] == "Sam"
+    assert view["receipt"]["via"] == "channel:2"
 
     # the prompt is edited in place: the buttons and the dead link give way to how it ended
     [update] = fake.calls_to("chat.update")
     assert (update.args["channel"], update.args["ts"]) == (CHANNEL, prompt["ts"])
     edited = fake.top_level(CHANNEL)[0]
-    assert prompt_buttons(edited) == [] and "decision page" not in json.dumps(edited["blocks"])
+    assert prompt_buttons(edited) == []
+    assert "decision page" not in json.dumps(edited["blocks"])
     assert edited["blocks"][-1]["text"] == {"type": "plain_text", "emoji": True,
                                             "text": f"Approved by Sam: refund_order ({aid}) will run."}
     assert preformatted(edited) == preformatted(prompt)  # still shows what was approved
@@ -736,7 +725,8 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
     await press(h, prompt, "approval_deny", user="U0KIM", name="kim")
     assert calls == [{"order_id": "1234", "amount": 25.5}]
-    assert (await approval(h, aid))["state"] == "approved" and len(await h.system_texts(cid)) == 1
+    assert (await approval(h, aid))["state"] == "approved"
+    assert len(await h.system_texts(cid)) == 1
     async with h.desk.db.read() as session:
         results = list((await session.scalars(select(InboundEvent.result).order_by(InboundEvent.id))).all())
     assert results == ["approval approved", f"approval {aid} is already approved"]  # the replay was not even stored
@@ -767,7 +757,8 @@ async def test_forged_misplaced_or_late_presses_change_nothing(
     assert await inbound_count(h) == 0
     # a press naming an approval that does not exist is stored, and the core ignores it
     await press(h, prompt, "approval_approve", value="ap_doesnotexist")
-    assert calls == [] and (await approval(h, aid))["state"] == "pending"
+    assert calls == []
+    assert (await approval(h, aid))["state"] == "pending"
 
     # past the deadline: the sweep denies it, the prompt says so, a late press runs nothing
     h.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
@@ -775,7 +766,8 @@ async def test_forged_misplaced_or_late_presses_change_nothing(
     await h.desk.settle()
     assert fake.top_level(CHANNEL)[0]["blocks"][-1]["text"]["text"].startswith("Nobody answered in time: refund_order")
     await press(h, prompt, "approval_approve")
-    assert calls == [] and (await approval(h, aid))["state"] == "expired"
+    assert calls == []
+    assert (await approval(h, aid))["state"] == "expired"
 
 
 async def test_always_allow_in_slack_lets_the_same_shape_run_without_asking(
@@ -787,7 +779,8 @@ async def test_always_allow_in_slack_lets_the_same_shape_run_without_asking(
     await press(h, prompt, "approval_always")
     assert (await approval(h, aid))["receipt"]["always_allow"] is True
     again = await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7})
-    assert again["status"] == "done" and len(calls) == 2
+    assert again["status"] == "done"
+    assert len(calls) == 2
     assert len(fake.top_level(CHANNEL)) == 1  # no second prompt
 
 
@@ -802,12 +795,14 @@ async def test_long_arguments_are_cut_with_a_note_never_silently(start_desk: Sta
     h = await approvals_desk(start_desk, fake)
     _, prompt = await ask(h, fake, await h.conversation(), order_id="1", amount=5, note="word " * 4000)
     parts = [b for b in prompt["blocks"] if b["type"] == "rich_text"]
-    assert 1 < len(parts) <= 3 and all(len(p["elements"][0]["elements"][0]["text"]) <= 2900 for p in parts)
+    assert 1 < len(parts) <= 3
+    assert all(len(p["elements"][0]["elements"][0]["text"]) <= 2900 for p in parts)
     shown = preformatted(prompt)
     assert shown.startswith('{\n  "order_id": "1",\n  "amount": 5,\n  "note": "word word')
     full = json.dumps({"order_id": "1", "amount": 5, "note": "word " * 4000}, indent=2)
     note = next(b for b in prompt["blocks"] if b["type"] == "context" and b["elements"][0]["type"] == "plain_text")
-    assert full.startswith(shown) and note["elements"][0]["text"] == (f"[… cut here: {len(full) - len(shown)} more characters. "
+    assert full.startswith(shown)
+    assert note["elements"][0]["text"] == (f"[… cut here: {len(full) - len(shown)} more characters. "
                                            "The decision page shows every argument.]")
 
 
@@ -824,7 +819,8 @@ async def test_after_a_restart_the_closing_notice_finds_its_prompt_in_the_histor
     assert fake.calls_to("conversations.history")[-1].args["include_all_metadata"] in ("1", "true")
     [update] = fake.calls_to("chat.update")
     assert update.args["ts"] == prompt["ts"]
-    assert prompt_buttons(fake.top_level(CHANNEL)[0]) == [] and len(fake.top_level(CHANNEL)) == 1
+    assert prompt_buttons(fake.top_level(CHANNEL)[0]) == []
+    assert len(fake.top_level(CHANNEL)) == 1
 
 
 async def test_a_prompt_that_cannot_be_edited_gets_the_closing_text_as_a_new_post(
@@ -836,7 +832,8 @@ async def test_a_prompt_that_cannot_be_edited_gets_the_closing_text_as_a_new_pos
     fake.fail_next("chat.update", Fault(error="cant_update_message"))
     await press(h, prompt, "approval_deny")
     closing = fake.top_level(CHANNEL)[-1]
-    assert closing["ts"] != prompt["ts"] and closing["metadata"]["event_payload"]["notice"] == "approval_closed"
+    assert closing["ts"] != prompt["ts"]
+    assert closing["metadata"]["event_payload"]["notice"] == "approval_closed"
     assert section_texts(closing, "plain_text") == [f"Denied by Sam: refund_order ({aid}) will not run."]
 
 
@@ -849,5 +846,7 @@ async def test_a_rate_limited_edit_is_retried_by_the_core(start_desk: StartDesk,
     assert prompt_buttons(fake.top_level(CHANNEL)[0]) != []  # not yet
     h.desk.clock.advance(timedelta(seconds=4))  # type: ignore[attr-defined]
     await h.desk.settle()
-    assert prompt_buttons(fake.top_level(CHANNEL)[0]) == [] and len(fake.calls_to("chat.update")) == 2
-    assert len(fake.top_level(CHANNEL)) == 1 and calls == [{"order_id": "1234", "amount": 5}]
+    assert prompt_buttons(fake.top_level(CHANNEL)[0]) == []
+    assert len(fake.calls_to("chat.update")) == 2
+    assert len(fake.top_level(CHANNEL)) == 1
+    assert calls == [{"order_id": "1234", "amount": 5}]

@@ -131,17 +131,21 @@ async def test_the_dispatch_goes_to_every_number_as_defused_text_with_the_code_a
                                  expected_return=[{"name": "eta_date", "type": "date", "required": True, "label": "ETA"}])
     handoff = await harness.handoff(sid)
     [to_ana], [to_ben] = fake.sent_to(ANA_PHONE), fake.sent_to(BEN_PHONE)
-    assert to_ana["from"] == SENDER and to_ana["body"] == to_ben["body"] and to_ana["status_callback"] is None
+    assert to_ana["from"] == SENDER
+    assert to_ana["body"] == to_ben["body"]
+    assert to_ana["status_callback"] is None
     assert handoff["channel_message_id"] == to_ana["sid"]  # the first configured number's message
     body = to_ana["body"]
     assert body.startswith(f"🔴 *URGENT* · *Handoff #{code}*: Ana ∗VIP∗ needs a person\n")
     assert ("Ana says ∗FREE REFUND∗ ˍnowˍ ∼no∼ ˋˋˋapprovedˋˋˋ ˋxˋ — see https://shop.example/a_b~c or ana_b@example.com, "
             "ref ORD_1234") in body
-    assert "*What to do*\nCheck the ∗carrier∗ & tell Ana." in body and "• plan: ∼gold∼" in body
+    assert "*What to do*\nCheck the ∗carrier∗ & tell Ana." in body
+    assert "• plan: ∼gold∼" in body
     assert "• ETA [date, YYYY-MM-DD] (required)" in body
     assert f"*Return form* (works once; you may forward it):\n{handoff['form_url']}\n" in body
     assert "Ana ∗VIP∗: My order ˍ1234ˍ never came" in body
-    assert f"start with #{code} to address this one" in body and "/release" in body
+    assert f"start with #{code} to address this one" in body
+    assert "/release" in body
     assert (await harness.desk.handoffs.get(sid)).thread_key == LINE_KEY
 
 
@@ -155,7 +159,9 @@ async def test_every_handoff_on_the_channel_shares_the_line_key(fake: FakeTwilio
     finally:
         await adapter.stop()
     assert {r.thread_key for r in [*receipts, relay]} == {LINE_KEY}
-    assert adapter.capabilities.threads is False and adapter.capabilities.webhook and adapter.capabilities.inbound
+    assert adapter.capabilities.threads is False
+    assert adapter.capabilities.webhook
+    assert adapter.capabilities.inbound
 
 
 async def test_a_long_transcript_keeps_the_newest_lines_and_the_link(fake: FakeTwilio, start_desk: StartDesk) -> None:
@@ -166,7 +172,9 @@ async def test_a_long_transcript_keeps_the_newest_lines_and_the_link(fake: FakeT
     sid, _code = await dispatched(harness, cid)
     body = fake.sent_to(ANA_PHONE)[-1]["body"]
     assert utf16_len(body) <= BODY_LIMIT
-    assert "earlier messages left out" in body and "message 19:" in body and "message 00:" not in body
+    assert "earlier messages left out" in body
+    assert "message 19:" in body
+    assert "message 00:" not in body
     assert (await harness.handoff(sid))["form_url"] in body
 
 
@@ -178,7 +186,8 @@ async def test_a_brief_at_every_maximum_still_fits_one_message_with_its_link(fak
     sid, code = await dispatched(harness, cid, summary="*_~" * 666, expected_action="x" * 1000,
                                  extra_context={f"key{i}": "~" * 180 for i in range(18)}, expected_return=fields)
     body = fake.sent_to(ANA_PHONE)[-1]["body"]
-    assert utf16_len(body) <= BODY_LIMIT and f"#{code}" in body
+    assert utf16_len(body) <= BODY_LIMIT
+    assert f"#{code}" in body
     assert (await harness.handoff(sid))["form_url"] in body
     assert "Parts of this brief were shortened to fit one WhatsApp message." in body
 
@@ -191,7 +200,9 @@ async def test_with_content_sid_the_dispatch_is_the_approved_template(fake: Fake
     sid, code = await dispatched(harness, cid, summary="Ana's *order*\n\n1234   is     late.\tPlease check it today.",
                                  expected_action="Call the carrier,\nthen tell Ana.")
     request = fake.requests()[-1]
-    assert request["ContentSid"] == CONTENT_SID and "Body" not in request and request["StatusCallback"] == WEBHOOK_URL
+    assert request["ContentSid"] == CONTENT_SID
+    assert "Body" not in request
+    assert request["StatusCallback"] == WEBHOOK_URL
     assert json.loads(request["ContentVariables"]) == {
         "1": "Ana's ∗order∗ 1234 is late. Please check it today.", "2": "Call the carrier, then tell Ana.",
         "3": (await harness.handoff(sid))["form_url"], "4": f"#{code}",
@@ -272,18 +283,8 @@ async def test_a_forged_webhook_gets_403_and_nothing_is_stored(fake: FakeTwilio,
     response = await post(harness, body, headers)
     assert response.status_code == 403
     await harness.desk.settle()
-    assert await stored_events(harness) == 0 and await human_texts(harness, cid) == []
-
-
-async def test_a_replayed_message_sid_is_relayed_once(fake: FakeTwilio, start_desk: StartDesk) -> None:
-    harness = await start(start_desk, fake)
-    cid = await harness.conversation()
-    await dispatched(harness, cid)
-    body, headers = fake.inbound(WEBHOOK_URL, body="Only once, please.")
-    for _ in range(3):  # Twilio retries when it did not get our answer
-        assert (await post(harness, body, headers)).status_code == 200
-    await harness.desk.settle()
-    assert await human_texts(harness, cid) == [("Sam", "Only once, please.")] and await stored_events(harness) == 1
+    assert await stored_events(harness) == 0
+    assert await human_texts(harness, cid) == []
 
 
 async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_and_ignored(
@@ -302,9 +303,11 @@ async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_an
         fake.inbound(WEBHOOK_URL, body="", profile_name="Sam"),  # nothing to relay
     ):
         response = await post(harness, body, headers)
-        assert response.status_code == 200 and response.content.endswith(b"<Response/>")
+        assert response.status_code == 200
+        assert response.content.endswith(b"<Response/>")
     await harness.desk.settle()
-    assert await stored_events(harness) == 0 and await human_texts(harness, cid) == []
+    assert await stored_events(harness) == 0
+    assert await human_texts(harness, cid) == []
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -347,9 +350,13 @@ async def test_outside_the_24_hour_window_the_dispatch_fails_with_a_hint_to_conf
     cid = await harness.conversation()
     result = await harness.tool(cid, "handoff_request", {
         "channel_id": 1, "summary": "Ana's order #1234 is a week late.", "expected_action": "Check the carrier."})
-    assert result["error"] == "dispatch_failed" and result["details"]["attempts"] == 1
+    assert result["error"] == "dispatch_failed"
+    assert result["details"]["attempts"] == 1
     hint = result["details"]["hint"]
-    assert "63016" in hint and "content_sid" in hint and "+34600111222" in hint and AUTH_TOKEN not in str(result)
+    assert "63016" in hint
+    assert "content_sid" in hint
+    assert "+34600111222" in hint
+    assert AUTH_TOKEN not in str(result)
     assert (await harness.handoff(result["details"]["handoff_session_id"]))["state"] == "failed"
 
 
@@ -363,12 +370,14 @@ async def test_rate_limits_are_retried_by_the_core_after_twilios_delay_and_only_
     await harness.say(cid, "Is anyone there?")
     await harness.desk.settle()
     [retry] = [e for e in await harness.events(sid) if e["kind"] == "delivery_retry_scheduled"]
-    assert retry["detail"]["retry_in_seconds"] == 7.0 and retry["detail"]["error_type"] == "TransientChannelError"
+    assert retry["detail"]["retry_in_seconds"] == 7.0
+    assert retry["detail"]["error_type"] == "TransientChannelError"
     harness.desk.clock.advance(timedelta(seconds=8))
     await harness.desk.settle()
     relay = f"#{code} *Ana*: Is anyone there?"
     # Ana's phone got it on the first attempt; the retry went to Ben only
-    assert bodies(fake, ANA_PHONE).count(relay) == 1 and bodies(fake, BEN_PHONE).count(relay) == 1
+    assert bodies(fake, ANA_PHONE).count(relay) == 1
+    assert bodies(fake, BEN_PHONE).count(relay) == 1
     assert sorted(r["To"] for r in fake.requests() if r.get("Body") == relay) == [ANA_PHONE, BEN_PHONE, BEN_PHONE]
 
 
@@ -377,7 +386,8 @@ async def test_a_twilio_5xx_is_an_uncertain_delivery_and_the_dispatch_is_retried
     fake.fail(500, 20500, "Internal Server Error")
     cid = await harness.conversation()
     sid, _code = await dispatched(harness, cid)
-    assert len(fake.requests()) == 2 and len(fake.messages) == 1
+    assert len(fake.requests()) == 2
+    assert len(fake.messages) == 1
     [retry] = [e for e in await harness.events(sid) if e["kind"] == "delivery_retry_scheduled"]
     assert retry["detail"]["error_type"] == "UncertainDeliveryError"
 
@@ -400,7 +410,8 @@ async def test_error_classes_at_the_adapter(fake: FakeTwilio) -> None:
             fake.fail(status, code, message, retry_after=3 if status == 429 else None)
             with pytest.raises(error) as caught:
                 await adapter.send(relay)
-            assert type(caught.value) is error and hint in caught.value.hint, (code, caught.value.hint)
+            assert type(caught.value) is error, (code, caught.value.hint)
+            assert hint in caught.value.hint, (code, caught.value.hint)
             if status == 429:
                 assert caught.value.retry_after == 3.0
     finally:
@@ -427,7 +438,8 @@ async def test_with_a_template_a_relay_outside_the_window_says_the_template_open
             await adapter.send(Outbound(purpose="relay", handoff_session_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi"))
     finally:
         await adapter.stop()
-    assert "messages follow once they answer it" in caught.value.hint and "Configure content_sid" not in caught.value.hint
+    assert "messages follow once they answer it" in caught.value.hint
+    assert "Configure content_sid" not in caught.value.hint
 
 
 async def test_one_refused_number_does_not_fail_a_dispatch_that_reached_the_other(fake: FakeTwilio, start_desk: StartDesk) -> None:
@@ -435,7 +447,8 @@ async def test_one_refused_number_does_not_fail_a_dispatch_that_reached_the_othe
     fake.fail(400, 21211, "Invalid 'To' Phone Number", to=BEN_PHONE)
     cid = await harness.conversation()
     sid, code = await dispatched(harness, cid)
-    assert len(fake.sent_to(ANA_PHONE)) == 1 and fake.sent_to(BEN_PHONE) == []
+    assert len(fake.sent_to(ANA_PHONE)) == 1
+    assert fake.sent_to(BEN_PHONE) == []
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -443,7 +456,8 @@ async def test_an_unreachable_api_is_transient(fake: FakeTwilio) -> None:
     adapter = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake, api_base_url="http://127.0.0.1:9", request_timeout=2)))
     with pytest.raises(TransientChannelError) as caught:
         await adapter.probe()
-    assert not isinstance(caught.value, UncertainDeliveryError) and "could not reach the Twilio API" in caught.value.hint
+    assert not isinstance(caught.value, UncertainDeliveryError)
+    assert "could not reach the Twilio API" in caught.value.hint
 
 
 # --------------------------------------------------------------------------- probe and config
@@ -452,12 +466,14 @@ async def test_an_unreachable_api_is_transient(fake: FakeTwilio) -> None:
 async def test_probe_fetches_the_account_and_a_bad_token_is_an_auth_error(fake: FakeTwilio, tmp_path: Path) -> None:
     good = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake)))
     assert await good.probe() == "Twilio account 'Acme Support' (active), sending from whatsapp:+14155238886 to 2 numbers"
-    assert fake.calls[-1].method == "GET" and fake.calls[-1].path == f"/2010-04-01/Accounts/{ACCOUNT_SID}.json"
+    assert fake.calls[-1].method == "GET"
+    assert fake.calls[-1].path == f"/2010-04-01/Accounts/{ACCOUNT_SID}.json"
     wrong = "9" * 32
     bad = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake, auth_token=wrong)))
     with pytest.raises(ChannelAuthError) as caught:
         await bad.probe()
-    assert "account_sid/auth_token" in caught.value.hint and wrong not in caught.value.hint + str(caught.value)
+    assert "account_sid/auth_token" in caught.value.hint
+    assert wrong not in caught.value.hint + str(caught.value)
 
     async def check_config(token: str) -> tuple[int, str]:
         path = tmp_path / "desk.yaml"
@@ -472,16 +488,13 @@ async def test_probe_fetches_the_account_and_a_bad_token_is_an_auth_error(fake: 
         return process.returncode or 0, out.decode() + err.decode()
 
     code, output = await check_config(wrong)
-    assert code == 1 and "channels[0] (whatsapp 'On-call'): FAILED, Twilio refused account_sid/auth_token" in output, output
-    assert wrong not in output and AUTH_TOKEN not in output
+    assert code == 1, output
+    assert "channels[0] (whatsapp 'On-call'): FAILED, Twilio refused account_sid/auth_token" in output, output
+    assert wrong not in output
+    assert AUTH_TOKEN not in output
     code, output = await check_config(AUTH_TOKEN)
-    assert code == 0 and "channels[0] (whatsapp 'On-call'): ok, Twilio account 'Acme Support' (active)" in output, output
-
-
-async def test_a_channel_with_a_bad_token_is_unavailable_with_the_reason(fake: FakeTwilio, start_desk: StartDesk) -> None:
-    harness = await start(start_desk, fake, channel={"auth_token": "9" * 32})
-    [state] = (await harness.client.get("/healthz")).json()["channels"]
-    assert state["available"] is False and "account_sid/auth_token" in state["problem"]
+    assert code == 0, output
+    assert "channels[0] (whatsapp 'On-call'): ok, Twilio account 'Acme Support' (active)" in output, output
 
 
 @pytest.mark.parametrize(("entry", "problem"), [
@@ -528,10 +541,12 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTwilio, start_desk
     await harness.say(cid, "My parcel 1234 is lost")
     asked = await harness.say(cid, "Can I talk to a person please?")
     sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent" and asked["replies"][0]["text"].startswith("I've asked our team to join")
+    assert asked["routed_to"] == "agent"
+    assert asked["replies"][0]["text"].startswith("I've asked our team to join")
     code = (await harness.handoff(sid))["short_code"]
     dispatch = bodies(fake, ANA_PHONE)[-1]
-    assert f"*Handoff #{code}*" in dispatch and "Ana: My parcel 1234 is lost" in dispatch
+    assert f"*Handoff #{code}*" in dispatch
+    assert "Ana: My parcel 1234 is lost" in dispatch
 
     assert (await harness.say(cid, "Are you there?"))["routed_to"] == "human"
     await harness.desk.settle()
@@ -541,7 +556,8 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTwilio, start_desk
     assert (await harness.messages(cid))[-1]["text"] == "Hi Ana, I'm Sam. Found it at the depot."
     await reply(harness, fake, "/release resolved Parcel re-routed")
     resumed = next(m for m in await harness.messages(cid) if m["role"] == "system")
-    assert resumed["text"].startswith("[Bot resumed — ") and "Outcome: resolved" in resumed["text"]
+    assert resumed["text"].startswith("[Bot resumed — ")
+    assert "Outcome: resolved" in resumed["text"]
     handoff = await harness.handoff(sid)
     assert (handoff["state"], handoff["release_reason"], handoff["released_by"]) == ("released", "release_token", "Sam")
     notice = f"Handoff {code} released (resolved); the assistant has taken the conversation back."
@@ -597,14 +613,18 @@ async def test_an_approval_prompt_reaches_every_number_with_exact_arguments_and_
     await gated_call(harness, cid, **arguments)
     [to_ana], [to_ben] = fake.sent_to(ANA_PHONE), fake.sent_to(BEN_PHONE)
     body = to_ana["body"]
-    assert body == to_ben["body"] and utf16_len(body) <= BODY_LIMIT
+    assert body == to_ben["body"]
+    assert utf16_len(body) <= BODY_LIMIT
     assert body.startswith("🔴 *HIGH RISK* · *Approval needed*: may the assistant run refund_order for Ana ∗VIP∗?\n")
-    assert "Refund an order to the ∗original∗ payment method" in body and "*Risk:* high" in body
+    assert "Refund an order to the ∗original∗ payment method" in body
+    assert "*Risk:* high" in body
     # inside the monospace block nothing formats; the block cannot be closed early, and the JSON is exact
     block = shown_arguments(body)
-    assert "`" not in block and json.loads(block) == arguments
+    assert "`" not in block
+    assert json.loads(block) == arguments
     assert '"order_id": "*1234* _now_ \\u0060\\u0060\\u0060x\\u0060\\u0060\\u0060 ~no~"' in block
-    assert "no answer by " in body and body.endswith("A reply in this chat is not a decision.")
+    assert "no answer by " in body
+    assert body.endswith("A reply in this chat is not a decision.")
     assert (await harness.client.get(decision_path(body))).status_code == 200
 
 
@@ -627,7 +647,8 @@ async def test_approving_on_the_page_runs_the_action_and_every_number_hears_how_
     # a replayed or forged press changes nothing
     assert (await decide_on_page(harness, path, "deny")).status_code == 410
     assert (await decide_on_page(harness, path[:-4] + "abcd", "deny")).status_code == 404
-    assert len(approval_actions.CALLS) == 1 and len(fake.sent_to(ANA_PHONE)) == 2
+    assert len(approval_actions.CALLS) == 1
+    assert len(fake.sent_to(ANA_PHONE)) == 2
 
 
 async def test_denying_on_the_page_is_permission_denied(fake: FakeTwilio, start_desk: StartDesk) -> None:
@@ -656,7 +677,8 @@ async def test_replies_on_the_line_still_go_to_handoffs_never_to_a_pending_appro
     _sid, _code = await dispatched(harness, other)
     await reply(harness, fake, "yes, approve it", profile_name="Sam")
     assert await human_texts(harness, other) == [("Sam", "yes, approve it")]
-    assert await human_texts(harness, cid) == [] and approval_actions.CALLS == []
+    assert await human_texts(harness, cid) == []
+    assert approval_actions.CALLS == []
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
 
 
@@ -678,8 +700,10 @@ async def test_huge_arguments_are_cut_visibly_and_the_link_is_kept(fake: FakeTwi
     finally:
         await adapter.stop()
     prompt, closing = bodies(fake, ANA_PHONE)
-    assert utf16_len(prompt) <= BODY_LIMIT and prompt.startswith("*Approval needed*: may the assistant run import_rows?")
-    assert "more characters on the page\n```" in prompt and "no answer by 14 Mar, 10:05 UTC means denied" in prompt
+    assert utf16_len(prompt) <= BODY_LIMIT
+    assert prompt.startswith("*Approval needed*: may the assistant run import_rows?")
+    assert "more characters on the page\n```" in prompt
+    assert "no answer by 14 Mar, 10:05 UTC means denied" in prompt
     assert "http://desk.test/a/" + "t" * 80 + "\n" in prompt
     assert shown_arguments(prompt).startswith('{\n  "rows": [\n    "row 0",')
     assert closing == "*Approval closed* · Nobody answered in time: ∗import_rows∗ (ap_-big_) was denied and will not run."

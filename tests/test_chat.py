@@ -34,11 +34,14 @@ async def updates(harness: Harness, token: dict[str, str], after: int = 0) -> di
 async def test_the_page_carries_no_api_key_and_a_strict_policy(start_desk: StartDesk) -> None:
     harness = await chat(start_desk, greeting="Hi! Ask us anything.")
     page = await harness.client.get("/chat")
-    assert page.status_code == 200 and "Acme help" in page.text and "Hi! Ask us anything." in page.text
+    assert page.status_code == 200
+    assert "Acme help" in page.text
+    assert "Hi! Ask us anything." in page.text
     assert "k-0123456789abcdef0123" not in page.text
     # the on-screen keyboard shrinks the page instead of covering its composer
     assert '<meta name="viewport" content="width=device-width, initial-scale=1, interactive-widget=resizes-content">' in page.text
-    assert "frame-ancestors 'none'" in page.headers["content-security-policy"] and page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
 
 
 async def test_the_widget_may_be_framed_only_by_the_named_sites(start_desk: StartDesk) -> None:
@@ -48,7 +51,8 @@ async def test_the_widget_may_be_framed_only_by_the_named_sites(start_desk: Star
     assert "x-frame-options" not in framed.headers
     script = await harness.client.get("/widget.js")
     assert script.headers["content-type"].startswith("text/javascript")
-    assert '"http://desk.test/chat?embed=1"' in script.text and '"Acme help"' in script.text
+    assert '"http://desk.test/chat?embed=1"' in script.text
+    assert '"Acme help"' in script.text
 
 
 async def test_a_conversation_through_the_chat_hides_what_is_for_the_agent(start_desk: StartDesk) -> None:
@@ -57,7 +61,8 @@ async def test_a_conversation_through_the_chat_hides_what_is_for_the_agent(start
     said = await harness.client.post("/chat/api/messages", json={"text": "Hi!"}, headers=token)
     assert said.json()["routed_to"] == "agent"
     first = await updates(harness, token)
-    assert [m["role"] for m in first["messages"]] == ["subscriber", "agent"] and first["person"] is None
+    assert [m["role"] for m in first["messages"]] == ["subscriber", "agent"]
+    assert first["person"] is None
 
     await harness.client.post("/chat/api/messages", json={"text": "Can I talk to a person?"}, headers=token)
     state = await updates(harness, token, first["last_id"])
@@ -116,7 +121,8 @@ async def test_a_pending_user_action_has_steps_and_done(start_desk: StartDesk) -
         "suggested_action": "Allow location", "steps": [{"instruction": "Click the lock icon"}, {"instruction": "Allow"}]})
     state = await updates(harness, token)
     action = state["user_action"]
-    assert action["suggested_action"] == "Allow location" and action["step"] == 0
+    assert action["suggested_action"] == "Allow location"
+    assert action["step"] == 0
     moved = await harness.client.post(f"/chat/api/user_actions/{action['id']}/step", json={"move": "next"}, headers=token)
     assert moved.json() == {"step": 1}
     done = await harness.client.post(f"/chat/api/user_actions/{action['id']}/response", json={"outcome": "done"},
@@ -128,7 +134,8 @@ async def test_a_pending_user_action_has_steps_and_done(start_desk: StartDesk) -
 async def test_tokens_are_checked_and_the_chat_can_be_off(start_desk: StartDesk) -> None:
     harness = await chat(start_desk)
     forged = await harness.client.post("/chat/api/messages", json={"text": "hi"}, headers={"X-Chat-Token": "c_x.forged"})
-    assert forged.status_code == 401 and "start a conversation" in forged.json()["details"]["hint"]
+    assert forged.status_code == 401
+    assert "start a conversation" in forged.json()["details"]["hint"]
     plain = await harness.client.post("/chat/api/conversations", content=b"{}", headers={"Content-Type": "text/plain"})
     assert plain.status_code == 415  # a cross-site form cannot start conversations without a preflight
     other = await begin(harness)
@@ -153,7 +160,8 @@ async def test_new_conversations_are_limited_per_client_address(start_desk: Star
     for _ in range(3):
         await begin(harness)
     over = await harness.client.post("/chat/api/conversations", json={})
-    assert over.status_code == 429 and over.headers["retry-after"] == "20"  # one every 60/3 s
+    assert over.status_code == 429
+    assert over.headers["retry-after"] == "20"  # one every 60/3 s
     assert over.json() == {"error": "rate_limited", "details": {
         "hint": "too many new conversations from your address; try again in 20 s", "retry_after": 20}}
     # a made-up X-Forwarded-For changes nothing: the peer is not a trusted proxy
@@ -179,8 +187,10 @@ async def test_messages_are_limited_per_conversation(start_desk: StartDesk) -> N
     for text in ("one", "two"):
         assert (await harness.client.post("/chat/api/messages", json={"text": text}, headers=mine)).status_code == 200
     over = await harness.client.post("/chat/api/messages", json={"text": "three"}, headers=mine)
-    assert over.status_code == 429 and over.headers["retry-after"] == "30"
-    assert over.json()["error"] == "rate_limited" and over.json()["details"]["retry_after"] == 30
+    assert over.status_code == 429
+    assert over.headers["retry-after"] == "30"
+    assert over.json()["error"] == "rate_limited"
+    assert over.json()["details"]["retry_after"] == 30
     assert (await harness.client.post("/chat/api/messages", json={"text": "hi"}, headers=other)).status_code == 200
     assert [m["text"] for m in (await updates(harness, mine))["messages"] if m["role"] == "subscriber"] == ["one", "two"]
     forged = await harness.client.post("/chat/api/messages", json={"text": "x"}, headers={"X-Chat-Token": "forged"})
@@ -221,4 +231,5 @@ def test_the_client_address_believes_only_trusted_proxies() -> None:
     assert client_ip(request("fd00::1", "2001:db8::1"), proxies) == "2001:db8::1"
     assert client_ip(request("10.0.0.2"), proxies) == "10.0.0.2"
     assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2:bbbb::9") == "2001:db8:1:2::/64"
-    assert address_key("::ffff:198.51.100.7") == "198.51.100.7" and address_key("198.51.100.7") == "198.51.100.7"
+    assert address_key("::ffff:198.51.100.7") == "198.51.100.7"
+    assert address_key("198.51.100.7") == "198.51.100.7"

@@ -75,7 +75,8 @@ async def test_a_subscriber_and_the_owner_side_by_side(served: tuple[Desk, str],
     await subscriber.wait_for_selector(".msg.human >> text=Sam here")
     assert await subscriber.locator(".msg.subscriber").count() == 3
     assert API_KEY not in await subscriber.content()
-    assert subscriber.problems == [] and owner.problems == []
+    assert subscriber.problems == []
+    assert owner.problems == []
 
 
 @pytest.mark.parametrize("served_config", [{"fronts": [{"kind": "web", "max_messages_per_minute": 1}]}])
@@ -119,11 +120,11 @@ def assert_phone_layout(layout: dict[str, Any], when: str) -> None:
     assert layout["scrollWidth"] <= layout["innerWidth"], f"{when}: the page scrolls sideways: {layout}"
     assert layout["messagesHeight"] > layout["innerHeight"], f"{when}: too few messages to scroll; this proves nothing: {layout}"
     assert last["bottom"] <= composer["top"], f"{when}: the newest message ends under the composer: {layout}"
-    assert log["top"] <= last["top"] and last["bottom"] <= log["bottom"] + 1, (
-        f"{when}: the newest message is not in view: {layout}")
+    assert log["top"] <= last["top"], f"{when}: the newest message is not in view: {layout}"
+    assert last["bottom"] <= log["bottom"] + 1, f"{when}: the newest message is not in view: {layout}"
     assert composer["bottom"] <= layout["innerHeight"], f"{when}: the composer is below the screen: {layout}"
-    assert layout["header"]["top"] == 0 and layout["banner"]["top"] >= layout["header"]["bottom"], (
-        f"{when}: the header or the banner scrolled away: {layout}")
+    assert layout["header"]["top"] == 0, f"{when}: the header or the banner scrolled away: {layout}"
+    assert layout["banner"]["top"] >= layout["header"]["bottom"], f"{when}: the header or the banner scrolled away: {layout}"
     assert layout["banner"]["bottom"] <= log["top"], f"{when}: the banner covers messages: {layout}"
 
 

@@ -152,7 +152,8 @@ def test_serve_believes_forwarded_addresses_only_from_trusted_proxies(tmp_path: 
 
     url = f"sqlite:///{tmp_path / 'desk.db'}"
     default = server_options(make_config(url))
-    assert default["proxy_headers"] is True and default["forwarded_allow_ips"] == ["127.0.0.1/32", "::1/128"]
+    assert default["proxy_headers"] is True
+    assert default["forwarded_allow_ips"] == ["127.0.0.1/32", "::1/128"]
     behind = server_options(make_config(url, server={"trusted_proxies": ["10.0.0.0/8"]}))
     assert behind["forwarded_allow_ips"] == ["10.0.0.0/8"]
     assert server_options(make_config(url, server={"trusted_proxies": []}))["proxy_headers"] is False

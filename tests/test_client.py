@@ -25,12 +25,15 @@ async def test_tools_in_each_framework_format_and_a_call(start_desk: StartDesk) 
     async with client_for(harness, "k-123456789012345678901234") as desk:
         cid = await desk.create_conversation(name="Ana", email="ana@example.com")
         openai = (await desk.tools(cid, format="openai"))[0]
-        assert openai["type"] == "function" and openai["function"]["name"] == "handoff_request"
+        assert openai["type"] == "function"
+        assert openai["function"]["name"] == "handoff_request"
         assert openai["function"]["parameters"]["properties"]["channel_id"]["enum"] == [1]
         anthropic = (await desk.tools(cid, format="anthropic"))[0]
-        assert anthropic["name"] == "handoff_request" and "input_schema" in anthropic
+        assert anthropic["name"] == "handoff_request"
+        assert "input_schema" in anthropic
         rejected = await desk.call_tool(cid, "handoff_request", {"channel_id": 9})
-        assert rejected["error"] == "invalid_input" and "channel_id" in rejected["details"]["fields"]
+        assert rejected["error"] == "invalid_input"
+        assert "channel_id" in rejected["details"]["fields"]
         started = await desk.call_tool(cid, "handoff_request", {
             "channel_id": 1, "summary": "Ana wants a refund for order 1234.", "expected_action": "Decide on the refund.",
         })
@@ -43,7 +46,8 @@ async def test_http_problems_raise_with_the_servers_hint(start_desk: StartDesk) 
     async with client_for(harness, "wrong") as desk:
         with pytest.raises(DeskApiError) as caught:
             await desk.create_conversation(name="Ana")
-    assert caught.value.status == 401 and "Authorization: Bearer" in caught.value.hint
+    assert caught.value.status == 401
+    assert "Authorization: Bearer" in caught.value.hint
     async with client_for(harness, "k-123456789012345678901234") as desk:
         with pytest.raises(DeskApiError) as caught:
             await desk.tools("c_nope")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -11,6 +13,7 @@ from typing import Any, get_args
 import pytest
 from pydantic import BaseModel, SecretStr
 
+import bot.config
 from bot.config import (
     Config,
     ConfigError,
@@ -41,7 +44,8 @@ def test_example_config_runs_as_is() -> None:
     assert config.agent.kind == "rules"
     assert config.handoff.idle_timeout == timedelta(minutes=30)
     assert config.database_url == "sqlite:///./handoff.db"
-    assert config.api.key is None and config.owner.token is None  # empty env defaults mean "off"
+    assert config.api.key is None
+    assert config.owner.token is None  # empty env defaults mean "off"
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -156,7 +160,8 @@ def test_in_memory_sqlite_is_refused() -> None:
 def test_secrets_are_masked_in_repr_and_warnings_explain_defaults() -> None:
     config = Config.from_mapping({**BASE, "api": {"key": "api-key-value"}, "owner": {"token": ""}})
     assert "api-key-value" not in repr(config)
-    assert config.api.key is not None and config.api.key.get_secret_value() == "api-key-value"
+    assert config.api.key is not None
+    assert config.api.key.get_secret_value() == "api-key-value"
     warnings = config_warnings(Config.from_mapping({"channels": []}))
     assert any(w.startswith("secret_key: using the development default") for w in warnings)
     assert any(w.startswith("channels: no enabled channel") for w in warnings)
@@ -320,3 +325,31 @@ def test_a_callable_module_that_fails_or_lacks_the_function_says_which(tmp_path:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "nope.yaml")
+
+
+def _defined_public_names(path: Path) -> list[str]:
+    """The public names a module defines at its top level (classes, functions, constants),
+    read from its source so that names it merely imports are left out."""
+    names: list[str] = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [target.id for target in node.targets if isinstance(target, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [name for name in names if not name.startswith("_")]
+
+
+def test_every_public_name_of_the_config_package_is_exported_by_bot_config() -> None:
+    """bot/config/ is split by concern, but `from bot.config import X` stays the one import
+    path: each module's public names are in the package's __all__, as the same objects."""
+    modules = sorted(p for p in (ROOT / "bot" / "config").glob("*.py") if p.name != "__init__.py")
+    assert modules, "bot/config/ holds no modules besides __init__.py"
+    for path in modules:
+        module = importlib.import_module(f"bot.config.{path.stem}")
+        for name in _defined_public_names(path):
+            assert name in bot.config.__all__, f"bot.config.__all__ lacks {name} (defined in {path.name})"
+            assert getattr(bot.config, name) is getattr(module, name), f"bot.config.{name} is not {module.__name__}.{name}"
+    for name in bot.config.__all__:
+        assert hasattr(bot.config, name), f"bot.config.__all__ names {name}, which bot.config does not define"

@@ -140,7 +140,8 @@ def test_coerce_returned_refuses_wrong_types_and_unasked_fields_naming_each() ->
         "colour": "is not a field this handoff asked for (it asked for: eta_date, items)",
     }
     error = caught.value.to_json()
-    assert error["error"] == "invalid_return_values" and caught.value.status == 422
+    assert error["error"] == "invalid_return_values"
+    assert caught.value.status == 422
     assert set(error["details"]["fields"]) == {"return_values.eta_date", "return_values.colour"}
     assert error["details"]["hint"].startswith("return_values.eta_date: must be a date as YYYY-MM-DD")
     with pytest.raises(ReturnValuesInvalid, match="it asked for none; use the note"):

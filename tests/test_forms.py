@@ -66,17 +66,20 @@ async def test_every_field_type_renders_as_its_input(harness: Harness) -> None:
     page = await harness.client.get(path)
     assert page.status_code == 200
     html = page.text
-    assert 'name="f_order_status" value="shipped"' in html and 'type="radio"' in html  # ≤5 enum values: radios
+    assert 'name="f_order_status" value="shipped"' in html
+    assert 'type="radio"' in html  # ≤5 enum values: radios
     assert re.search(r'<input id="in-tracking_url" name="f_tracking_url" value=""\s+type="url"', html)
     assert re.search(r'<input id="in-eta_date" name="f_eta_date" value=""\s+type="date"\s+min="0001-01-01" max="9999-12-31"'
                      r'\s+placeholder="YYYY-MM-DD"', html)  # four-digit years only; the format where there is no picker
     # a number is text: <input type=number> turns a typed "12,50" into 1250 before we see it
     assert re.search(r'<input id="in-items" name="f_items" value=""\s+type="text"\s+inputmode="decimal"', html)
-    assert 'name="f_refunded" value="yes"' in html and 'name="f_refunded" value="no"' in html
+    assert 'name="f_refunded" value="yes"' in html
+    assert 'name="f_refunded" value="no"' in html
     assert re.search(r'<input id="in-carrier" name="f_carrier" value=""\s+type="text"', html)
     assert '<textarea id="in-notes" name="f_notes"' in html
     assert '<label for="in-carrier">Carrier</label>' in html  # labels are tied to inputs
-    assert 'aria-describedby="desc-order_status"' in html and "Where the order is now." in html
+    assert 'aria-describedby="desc-order_status"' in html
+    assert "Where the order is now." in html
     assert html.count('<span class="req">required</span>') == 2
     assert 'placeholder="https://…"' in html
 
@@ -84,7 +87,8 @@ async def test_every_field_type_renders_as_its_input(harness: Harness) -> None:
 async def test_long_enums_become_a_select(harness: Harness) -> None:
     _cid, _sid, path = await open_handoff(harness, [{"name": "size", "type": "enum", "enum_values": list("ABCDEFG")}])
     html = (await harness.client.get(path)).text
-    assert '<select id="in-size" name="f_size"' in html and '<option value="G">G</option>' in html
+    assert '<select id="in-size" name="f_size"' in html
+    assert '<option value="G">G</option>' in html
 
 
 async def test_submission_releases_with_typed_values(harness: Harness) -> None:
@@ -102,7 +106,8 @@ async def test_submission_releases_with_typed_values(harness: Harness) -> None:
         "order_status": "shipped", "tracking_url": "https://carrier.example/track/abc", "eta_date": "2026-06-10",
         "items": 3, "refunded": False, "carrier": "DHL", "notes": "Left the depot\nthis morning",
     }
-    assert handoff["missing_required"] == [] and handoff["form_url"] is None
+    assert handoff["missing_required"] == []
+    assert handoff["form_url"] is None
     system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
     assert system == [
         "[Bot resumed — the recipient submitted the return form. Outcome: resolved. Checked with the carrier.]\n"
@@ -118,7 +123,8 @@ async def test_missing_required_fields_do_not_block(harness: Harness) -> None:
     assert response.status_code == 200
     assert "Left empty although expected: Order status, Eta date." in response.text
     handoff = await harness.handoff(sid)
-    assert handoff["missing_required"] == ["order_status", "eta_date"] and handoff["outcome"] == "needs_followup"
+    assert handoff["missing_required"] == ["order_status", "eta_date"]
+    assert handoff["outcome"] == "needs_followup"
     system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
     assert system[0].endswith("Missing required: order_status, eta_date")
 
@@ -132,9 +138,12 @@ async def test_wrong_typed_values_come_back_for_correction(harness: Harness) -> 
     assert "Please check 5 answers" in html
     assert "Items must be a number like 1250 or 12.50 (got &#34;three&#34;)." in html
     assert "Eta date must be a date as YYYY-MM-DD, such as 2026-06-10 (got &#34;10/06/2026&#34;)." in html
-    assert 'aria-invalid="true"' in html and 'value="three"' in html  # what was typed is kept
-    assert 'value="10/06/2026"' in html and 'value="ftp://x"' in html
-    assert 'Note for the assistant' in html and "Checked with the carrier." in html
+    assert 'aria-invalid="true"' in html
+    assert 'value="three"' in html  # what was typed is kept
+    assert 'value="10/06/2026"' in html
+    assert 'value="ftp://x"' in html
+    assert 'Note for the assistant' in html
+    assert "Checked with the carrier." in html
     assert (await harness.handoff(sid))["state"] == "active"  # nothing consumed, nothing released
     fixed = await submit(harness, path, answers())
     assert fixed.status_code == 200
@@ -147,9 +156,11 @@ async def test_a_decimal_comma_is_a_decimal_and_what_reads_two_ways_is_refused_a
     assert ambiguous.status_code == 422
     assert ("Weight is ambiguous: &#34;1,250&#34; could mean 1250 or 1.25; write 1250 or 1.25, whichever you mean."
             in ambiguous.text)
-    assert 'value="12,50"' in ambiguous.text and 'value="1,250"' in ambiguous.text  # both kept as typed
+    assert 'value="12,50"' in ambiguous.text
+    assert 'value="1,250"' in ambiguous.text  # both kept as typed
     mixed = await submit(harness, path, {"f_refund": "12,50", "f_weight": "1,234.5", "outcome": "resolved"})
-    assert mixed.status_code == 422 and "Refund uses a decimal comma (&#34;12,50&#34;) but Weight uses a decimal point" in mixed.text
+    assert mixed.status_code == 422
+    assert "Refund uses a decimal comma (&#34;12,50&#34;) but Weight uses a decimal point" in mixed.text
     assert (await harness.handoff(sid))["state"] == "active"
     done = await submit(harness, path, {"f_refund": "12,50", "f_weight": "1.250,5", "outcome": "resolved"})
     assert done.status_code == 200, done.text
@@ -165,9 +176,12 @@ async def test_get_never_consumes_and_a_second_post_is_refused(harness: Harness)
     assert (await harness.handoff(sid))["state"] == "active"
     assert (await submit(harness, path, answers())).status_code == 200
     again = await submit(harness, path, answers(note="second try"))
-    assert again.status_code == 410 and "This form was already submitted" in again.text and "by Sam" in again.text
+    assert again.status_code == 410
+    assert "This form was already submitted" in again.text
+    assert "by Sam" in again.text
     page = await harness.client.get(path)
-    assert page.status_code == 410 and "The assistant has resumed the conversation" in page.text
+    assert page.status_code == 410
+    assert "The assistant has resumed the conversation" in page.text
     assert len([m for m in await harness.messages(cid) if m["role"] == "system"]) == 1
 
 
@@ -186,7 +200,8 @@ async def test_expired_links_say_when_and_what_to_do(harness: Harness) -> None:
     harness.desk.clock.advance(timedelta(hours=24, seconds=1))
     page = await harness.client.get(path)
     assert page.status_code == 410
-    assert "This link has expired" in page.text and "The handoff is still open." in page.text
+    assert "This link has expired" in page.text
+    assert "The handoff is still open." in page.text
     # the recipient: what they can still do without the form, in the channel this link came through
     assert ("To hand back without the form, reply to the handoff message in Owner inbox with /release (you may add"
             " resolved, unresolved or needs_followup, and a note), or press its Release button.") in page.text
@@ -202,7 +217,9 @@ async def test_a_released_handoff_explains_itself(harness: Harness) -> None:
     _cid, sid, path = await open_handoff(harness)
     await harness.client.post(f"/api/handoffs/{sid}/release", json={})
     page = await harness.client.get(path)
-    assert page.status_code == 410 and "This handoff has already ended" in page.text and "released by the owner" in page.text
+    assert page.status_code == 410
+    assert "This handoff has already ended" in page.text
+    assert "released by the owner" in page.text
     assert (await submit(harness, path, answers())).status_code == 410
 
 
@@ -215,8 +232,10 @@ async def test_tampered_tokens_get_a_plain_404(harness: Harness, mangle: Any) ->
     _cid, sid, path = await open_handoff(harness)
     bad = "/f/" + mangle(path.rsplit("/", 1)[1])
     page = await harness.client.get(bad)
-    assert page.status_code == 404 and "This link is not valid" in page.text
-    assert sid not in page.text and "Order status" not in page.text  # no detail leaks
+    assert page.status_code == 404
+    assert "This link is not valid" in page.text
+    assert sid not in page.text
+    assert "Order status" not in page.text  # no detail leaks
     assert (await submit(harness, bad, answers())).status_code == 404
 
 
@@ -240,11 +259,14 @@ async def test_pages_carry_security_headers_and_escape_everything(harness: Harne
     hostile = [{"name": "x", "type": "string", "label": '<script>alert("label")</script>', "description": '"><img src=x onerror=1>'}]
     _cid, _sid, path = await open_handoff(harness, hostile, summary='<script>alert("summary")</script> needs a hand now')
     page = await harness.client.get(path)
-    assert "<script>" not in page.text and "<img src=x" not in page.text
+    assert "<script>" not in page.text
+    assert "<img src=x" not in page.text
     assert "&lt;script&gt;alert(&#34;label&#34;)&lt;/script&gt;" in page.text
     headers = page.headers
-    assert headers["referrer-policy"] == "no-referrer" and headers["cache-control"] == "no-store"
-    assert "default-src 'none'" in headers["content-security-policy"] and "form-action 'self'" in headers["content-security-policy"]
+    assert headers["referrer-policy"] == "no-referrer"
+    assert headers["cache-control"] == "no-store"
+    assert "default-src 'none'" in headers["content-security-policy"]
+    assert "form-action 'self'" in headers["content-security-policy"]
     assert headers["x-frame-options"] == "DENY"
 
 
@@ -283,9 +305,11 @@ async def test_the_owner_reissues_a_link_and_the_old_one_stops(start_desk: Start
     new = (await harness.handoff(sid))["form_url"].removeprefix("http://desk.test")
     assert new != old
     replaced = await harness.client.get(old)
-    assert replaced.status_code == 410 and "This link was replaced" in replaced.text
+    assert replaced.status_code == 410
+    assert "This link was replaced" in replaced.text
     assert (await harness.client.get(new)).status_code == 200
     await harness.desk.settle()
     notice = harness.desk.channels.get(1).sent[-1]
-    assert notice.purpose == "notice" and f"http://desk.test{new}" in notice.text
+    assert notice.purpose == "notice"
+    assert f"http://desk.test{new}" in notice.text
     assert "form_link_issued" in await harness.kinds(sid)

@@ -126,7 +126,8 @@ async def test_one_bot_serves_the_subscriber_and_the_staff_group_through_one_web
     # "talk to a person": the dispatch lands in the staff group, the subscriber is told who was asked
     await deliver(harness, fake.private_update(PERSON))
     dispatch = fake.sent_to(STAFF_CHAT_ID)[-1]
-    assert dispatch["text"].startswith("Handoff ") and "Ana Silva needs a person" in dispatch["text"]
+    assert dispatch["text"].startswith("Handoff ")
+    assert "Ana Silva needs a person" in dispatch["text"]
     assert "Ana Silva: My parcel 1234 is lost" in dispatch["text"]
     assert said_to(fake, ANA)[-1] == (
         "I've asked our team to join — usually within the hour. Your messages now go straight to them.")
@@ -143,7 +144,8 @@ async def test_one_bot_serves_the_subscriber_and_the_staff_group_through_one_web
     await deliver(harness, fake.message_update("Hi Ana, I'm Sam <3 Found it & it ships today.", reply_to=relay["message_id"]))
     assert said_to(fake, ANA)[-1] == "Sam Lee: Hi Ana, I'm Sam <3 Found it & it ships today."
     request = fake.requests("sendMessage")[-1]
-    assert request["chat_id"] == ANA["id"] and request["parse_mode"] == "HTML"
+    assert request["chat_id"] == ANA["id"]
+    assert request["parse_mode"] == "HTML"
     assert request["text"] == "<b>Sam Lee</b>: Hi Ana, I&#39;m Sam &lt;3 Found it &amp; it ships today."
 
     # /release in the group: the subscriber hears the assistant is back, then the assistant
@@ -177,11 +179,13 @@ async def test_one_getupdates_poller_serves_both_roles(fake: FakeTelegram, start
     await fake.wait_for(lambda: fake.sent_to(STAFF_CHAT_ID)[-1]["text"] == "Ana Silva: Great, thanks Sam")
     await harness.desk.settle()
 
-    assert fake.peak_pollers == 1 and fake.conflicts == 0  # one loop for the group and the private chats
+    assert fake.peak_pollers == 1
+    assert fake.conflicts == 0  # one loop for the group and the private chats
     assert {token for token in (c.token for c in fake.calls)} == {TOKEN}
     assert all(r["allowed_updates"] == ["message", "callback_query"] for r in fake.requests("getUpdates"))
     [state] = (await harness.client.get("/healthz")).json()["channels"]
-    assert state["available"] and state["serves"] == ["recipients", "subscribers"]
+    assert state["available"]
+    assert state["serves"] == ["recipients", "subscribers"]
     await harness.desk.stop()
     assert [t for t in asyncio.all_tasks() if t.get_name().startswith("telegram-poll")] == []
 
@@ -201,14 +205,16 @@ async def test_a_front_of_its_own_greets_answers_and_hands_off_to_another_channe
     await fake.queue(fake.private_update(PERSON))
     await fake.wait_for(lambda: said_to(fake, ANA)[-1].startswith("I've asked our team to join"))
     await harness.desk.settle()
-    assert fake.sent_to(STAFF_CHAT_ID) == [] and await stored_events(harness) == 3
+    assert fake.sent_to(STAFF_CHAT_ID) == []
+    assert await stored_events(harness) == 3
 
     conversation = await conversation_of(harness, ANA)
     specs = await harness.desk.tool_specs(conversation.id)
     handoff_tool = next(s for s in specs if s.name == "handoff_request")
     assert handoff_tool.input_schema["properties"]["channel_id"]["enum"] == [1]  # never the front
     health = {c["id"]: c for c in (await harness.client.get("/healthz")).json()["channels"]}
-    assert health[FRONT_ID]["available"] and health[FRONT_ID]["serves"] == ["subscribers"]
+    assert health[FRONT_ID]["available"]
+    assert health[FRONT_ID]["serves"] == ["subscribers"]
 
     sid = next(m["handoff_session_id"] for m in await harness.messages(conversation.id) if m.get("handoff_session_id"))
     response = await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
@@ -228,7 +234,8 @@ async def test_a_front_of_its_own_takes_its_webhook_at_its_own_id(fake: FakeTele
     assert (await post(harness, hello, channel_id=FRONT_ID, secret="wrong")).status_code == 403
     assert (await post(harness, hello, channel_id=FRONT_ID, secret=None)).status_code == 403
     await harness.desk.settle()
-    assert await stored_events(harness) == 0 and said_to(fake, ANA) == []
+    assert await stored_events(harness) == 0
+    assert said_to(fake, ANA) == []
     await deliver(harness, hello, channel_id=FRONT_ID)
     assert said_to(fake, ANA) == ["Hi Ana Silva! I'm Assistant. Ask me anything, or say \"talk to a person\" and I'll "
                                   "bring in our team."]
@@ -238,7 +245,8 @@ async def test_without_a_front_private_chats_stay_ignored(fake: FakeTelegram, st
     harness = await start_desk(channels=[staff_channel(fake)])
     await deliver(harness, fake.private_update("/start"))
     await deliver(harness, fake.private_update("Hello?"))
-    assert await stored_events(harness) == 0 and said_to(fake, ANA) == []
+    assert await stored_events(harness) == 0
+    assert said_to(fake, ANA) == []
 
 
 # --------------------------------------------------------------------------- what subscribers send
@@ -272,7 +280,8 @@ async def test_bots_and_other_groups_are_not_subscribers(fake: FakeTelegram, sta
     other_group = {"id": -100999, "type": "group", "title": "Elsewhere"}
     await deliver(harness, fake.private_update("beep", user=robot))
     await deliver(harness, fake.message_update("hello bot", chat=other_group))
-    assert await stored_events(harness) == 0 and fake.sent() == []
+    assert await stored_events(harness) == 0
+    assert fake.sent() == []
 
 
 async def test_the_name_is_the_profile_name_or_the_username(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -297,7 +306,8 @@ async def test_user_action_buttons_move_through_steps_and_answer_it(fake: FakeTe
     await harness.desk.settle()
     uaid = asked["user_action_id"]
     prompt = fake.sent_to(ANA["id"])[-1]
-    assert "Step 1 of 2: Open the bank app" in prompt["text"] and 'Reply "done"' in prompt["text"]
+    assert "Step 1 of 2: Open the bank app" in prompt["text"]
+    assert 'Reply "done"' in prompt["text"]
     assert buttons(prompt) == [[("Next step →", f"ua:{uaid}:n")], [("Done", f"ua:{uaid}:d"), ("Cancel", f"ua:{uaid}:c")]]
     assert all(len(data.encode()) <= 64 for row in buttons(prompt) for _, data in row)
 
@@ -322,7 +332,8 @@ async def test_user_action_buttons_move_through_steps_and_answer_it(fake: FakeTe
     assert said_to(fake, ANA)[-1] == "Thanks, that's done. Let's carry on."
     before = len(fake.sent())
     await deliver(harness, fake.callback_update(moved["message_id"], user=ANA, data=f"ua:{uaid}:c", chat_id=ANA["id"]))
-    assert len(fake.sent()) == before and (await harness.desk.user_actions.get(uaid)).state == "done"  # stale
+    assert len(fake.sent()) == before
+    assert (await harness.desk.user_actions.get(uaid)).state == "done"  # stale
 
 
 async def test_user_action_presses_arrive_by_polling_too_and_are_answered(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -372,10 +383,12 @@ async def test_sent_text_is_escaped_split_when_long_and_buttons_go_under_the_las
     finally:
         await adapter.stop()
     first, *parts = fake.sent_to(ANA["id"])
-    assert receipt.message_id == str(first["message_id"]) and receipt.thread == {"chat": str(ANA["id"])}
+    assert receipt.message_id == str(first["message_id"])
+    assert receipt.thread == {"chat": str(ANA["id"])}
     assert first["text"] == "Sam <Ops>: a < b & <i>c</i> @samlee /release"
     assert fake.requests("sendMessage")[0]["text"] == "<b>Sam &lt;Ops&gt;</b>: a &lt; b &amp; &lt;i&gt;c&lt;/i&gt; @samlee /release"
-    assert len(parts) == 3 and all(p["text"].startswith("Kim: ") and utf16_len(p["text"]) <= MESSAGE_LIMIT for p in parts)
+    assert len(parts) == 3
+    assert all(p["text"].startswith("Kim: ") and utf16_len(p["text"]) <= MESSAGE_LIMIT for p in parts)
     assert " ".join(p["text"].removeprefix("Kim: ") for p in parts) == long_text
     assert [buttons(p) for p in parts] == [[], [], [[("Done", "ua:ua_abc:d"), ("Cancel", "ua:ua_abc:c")]]]
 
@@ -394,7 +407,8 @@ async def test_a_retry_after_a_lost_part_sends_only_the_rest(fake: FakeTelegram)
     finally:
         await adapter.stop()
     parts = fake.sent_to(ANA["id"])
-    assert len(parts) == 3 and " ".join(p["text"] for p in parts) == long_text  # each part once, in order
+    assert len(parts) == 3
+    assert " ".join(p["text"] for p in parts) == long_text  # each part once, in order
     assert receipt.message_id == str(parts[0]["message_id"])
 
 
@@ -416,7 +430,8 @@ async def test_a_subscriber_who_blocked_the_bot_is_a_permanent_failure_with_a_cl
             await adapter.send(to_ana("Are you there?"))
     finally:
         await adapter.stop()
-    assert caught.value.hint.startswith(hint) and TOKEN not in caught.value.hint
+    assert caught.value.hint.startswith(hint)
+    assert TOKEN not in caught.value.hint
 
 
 async def test_a_blocked_subscriber_is_given_up_at_once_and_audited(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -428,7 +443,8 @@ async def test_a_blocked_subscriber_is_given_up_at_once_and_audited(fake: FakeTe
     async with harness.desk.db.read() as session:
         failed = (await session.scalars(select(HandoffEvent).where(
             HandoffEvent.conversation_id == cid, HandoffEvent.kind == "delivery_failed"))).all()
-    assert len(failed) == 1 and "blocked the bot" in failed[0].detail["hint"]
+    assert len(failed) == 1
+    assert "blocked the bot" in failed[0].detail["hint"]
     assert len(fake.requests("sendMessage")) == 2  # no retry of a permanent refusal
 
 
@@ -468,4 +484,5 @@ def test_front_config_problems_are_named_by_key_path_without_echoing_secrets(fro
     with pytest.raises(ConfigError) as caught:
         make_config("sqlite:///x.db", channels=[channel], fronts=[{"kind": "telegram", **front}])
     text = str(caught.value)
-    assert problem in text and "SECRET-value" not in text
+    assert problem in text
+    assert "SECRET-value" not in text

@@ -117,7 +117,8 @@ async def test_the_whole_story_on_one_number_staff_answer_and_everyone_else_is_a
     assert chat(fake, CARLA_PHONE) == ["Hi Carla! I'm Assistant. Ask me anything, or say \"talk to a person\" and I'll "
                                        "bring in our team."]
     conversation = await conversation_of(harness, CARLA_PHONE)
-    assert conversation is not None and conversation.subscriber_name == "Carla"
+    assert conversation is not None
+    assert conversation.subscriber_name == "Carla"
     cid = conversation.id
 
     # asking for a person: the staff number gets the dispatch, the subscriber is told who was asked
@@ -143,12 +144,14 @@ async def test_the_whole_story_on_one_number_staff_answer_and_everyone_else_is_a
     assert welcome.endswith("Anything else I can help with?")
     assert chat(fake, ANA_PHONE)[-1].startswith(f"Handoff {code} released (resolved)")
     [resumed] = await harness.system_texts(cid)
-    assert resumed.startswith("[Bot resumed — ") and "Outcome: resolved" in resumed
+    assert resumed.startswith("[Bot resumed — ")
+    assert "Outcome: resolved" in resumed
     await write(harness, fake, SHARED_URL, "Thanks!")
     assert chat(fake, CARLA_PHONE)[-1] == "You're welcome! Anything else I can do?"
 
     # the staff got the dispatch, the relay and the notice; the subscriber nothing of the staff's line
-    assert len(chat(fake, ANA_PHONE)) == 3 and not any(body.startswith("#") for body in chat(fake, CARLA_PHONE))
+    assert len(chat(fake, ANA_PHONE)) == 3
+    assert not any(body.startswith("#") for body in chat(fake, CARLA_PHONE))
     assert [m["from"] for m in fake.messages] == [SENDER] * len(fake.messages)
 
 
@@ -157,7 +160,9 @@ async def test_two_subscribers_are_two_conversations(fake: FakeTwilio, start_des
     await write(harness, fake, SHARED_URL, "Hi there")
     await write(harness, fake, SHARED_URL, "Hello", sender=DAN_PHONE, profile_name=None)
     carla, dan = await conversation_of(harness, CARLA_PHONE), await conversation_of(harness, DAN_PHONE)
-    assert carla is not None and dan is not None and carla.id != dan.id
+    assert carla is not None
+    assert dan is not None
+    assert carla.id != dan.id
     assert (carla.subscriber_name, dan.subscriber_name, dan.subscriber_external_id) == ("Carla", None, DAN_PHONE)
     assert chat(fake, DAN_PHONE) == ["Hi there! I'm Assistant. Ask me anything, or say \"talk to a person\" and I'll "
                                      "bring in our team."]
@@ -170,7 +175,8 @@ async def test_a_redelivered_message_sid_is_processed_once(fake: FakeTwilio, sta
     for _ in range(3):  # Twilio retries a webhook when it did not hear our answer
         assert (await harness.client.post("/webhooks/1", content=body, headers=headers)).status_code == 200
     await harness.desk.settle()
-    assert await count(harness, InboundEvent) == 1 and len(chat(fake, CARLA_PHONE)) == 1
+    assert await count(harness, InboundEvent) == 1
+    assert len(chat(fake, CARLA_PHONE)) == 1
     conversation = await conversation_of(harness, CARLA_PHONE)
     assert conversation is not None
     assert [m["role"] for m in await harness.messages(conversation.id)] == ["subscriber", "agent"]
@@ -191,7 +197,9 @@ async def test_a_forged_subscriber_message_is_403_and_nothing_is_stored(
     response = await harness.client.post("/webhooks/1", content=body, headers=headers)
     await harness.desk.settle()
     assert response.status_code == 403
-    assert await count(harness, InboundEvent) == 0 and await count(harness, Conversation) == 0 and fake.messages == []
+    assert await count(harness, InboundEvent) == 0
+    assert await count(harness, Conversation) == 0
+    assert fake.messages == []
 
 
 async def test_media_and_locations_are_named_in_brackets(fake: FakeTwilio, start_desk: StartDesk) -> None:
@@ -216,7 +224,8 @@ async def test_a_pending_user_action_names_the_keywords_and_done_answers_it(fake
     assert asked["status"] == "HUMAN_HANDOFF_REQUESTED"
     await harness.desk.settle()
     instruction = chat(fake, CARLA_PHONE)[-1]
-    assert instruction.startswith("A verification code was sent to you.") and "We sent a ∗6-digit∗ code" in instruction
+    assert instruction.startswith("A verification code was sent to you.")
+    assert "We sent a ∗6-digit∗ code" in instruction
     assert instruction.endswith('Reply "done" when you\'ve finished, or "cancel" if you can\'t.')
     assert all("PersistentAction" not in r and "ContentSid" not in r for r in fake.requests())  # plain text, no buttons
     await write(harness, fake, SHARED_URL, "done")
@@ -263,12 +272,15 @@ async def test_a_reply_reported_undelivered_later_is_marked_failed_with_the_hint
     [late] = [e for e in await _audit(harness) if e.kind == "delivery_failed_after_acceptance"]
     assert (late.conversation_id, late.detail["purpose"], late.detail["channel_message_id"]) == (
         conversation.id, "subscriber", answer["sid"])
-    assert late.detail["error"] == "undelivered (Twilio error 63016)" and "must write first" in late.detail["hint"]
+    assert late.detail["error"] == "undelivered (Twilio error 63016)"
+    assert "must write first" in late.detail["hint"]
     async with harness.desk.db.read() as session:
         from bot.store.models import OutboxItem
 
         item = await session.get(OutboxItem, late.detail["outbox_id"])
-    assert item is not None and item.state == "failed" and "63016" in (item.last_error or "")
+    assert item is not None
+    assert item.state == "failed"
+    assert "63016" in (item.last_error or "")
     delivered = {"MessageSid": answer["sid"], "MessageStatus": "delivered", "AccountSid": ACCOUNT_SID, "From": SENDER,
                  "To": CARLA_PHONE, "ApiVersion": "2010-04-01"}
     body, headers = fake.signed(SHARED_URL, delivered)
@@ -318,7 +330,8 @@ async def test_a_front_of_its_own_ignores_what_is_not_a_whatsapp_message(fake: F
     await write(harness, fake, OWN_URL, "an SMS", sender="+15551234567")  # SMS to the same number: not a chat
     await write(harness, fake, OWN_URL, None)  # nothing to read
     await write(harness, fake, OWN_URL, "other account", AccountSid="AC" + "f" * 32)
-    assert await count(harness, InboundEvent) == 0 and fake.messages == []
+    assert await count(harness, InboundEvent) == 0
+    assert fake.messages == []
 
 
 # --------------------------------------------------------------------------- the adapter's side
@@ -348,12 +361,15 @@ async def test_long_messages_to_a_subscriber_come_in_numbered_parts_and_nothing_
     finally:
         await adapter.stop()
     sent = chat(fake, CARLA_PHONE)
-    assert receipt.message_id == fake.messages[0]["sid"] and receipt.thread == {"chat": CARLA_PHONE}
-    assert all(utf16_len(body) <= BODY_LIMIT for body in sent) and len(sent) == 7
+    assert receipt.message_id == fake.messages[0]["sid"]
+    assert receipt.thread == {"chat": CARLA_PHONE}
+    assert all(utf16_len(body) <= BODY_LIMIT for body in sent)
+    assert len(sent) == 7
     with_author, plain, short = sent[:3], sent[3:6], sent[6]
     assert [p.split(": ", 1)[0] for p in with_author] == [f"*Sam ˍtheˍ ∗Boss∗* ({i}/3)" for i in (1, 2, 3)]
     assert " ".join(p.split(": ", 1)[1] for p in with_author) == defuse(long_text)
-    assert [p[:6] for p in plain] == ["(1/3) ", "(2/3) ", "(3/3) "] and " ".join(p[6:] for p in plain) == defuse(long_text)
+    assert [p[:6] for p in plain] == ["(1/3) ", "(2/3) ", "(3/3) "]
+    assert " ".join(p[6:] for p in plain) == defuse(long_text)
     assert short == "Sure: see https://shop.example/a_b*c ∼now∼"
 
 
@@ -388,9 +404,12 @@ async def test_outside_the_window_a_subscriber_send_is_permanent_and_says_they_m
                 expected_action="do it please")))
     finally:
         await adapter.stop()
-    assert "(63016)" in str(caught.value) and "+4915112345678" in caught.value.hint
-    assert "subscriber must write first" in caught.value.hint and "content_sid" not in caught.value.hint
-    assert "no WhatsApp number" in str(bad_chat.value) and "has no staff numbers" in str(no_staff.value)
+    assert "(63016)" in str(caught.value)
+    assert "+4915112345678" in caught.value.hint
+    assert "subscriber must write first" in caught.value.hint
+    assert "content_sid" not in caught.value.hint
+    assert "no WhatsApp number" in str(bad_chat.value)
+    assert "has no staff numbers" in str(no_staff.value)
 
 
 async def test_without_a_front_a_stranger_stays_ignored_and_with_one_staff_are_never_subscribers(fake: FakeTwilio) -> None:
@@ -434,7 +453,8 @@ def test_a_front_as_the_issue_writes_it_and_when_it_shares_a_channel() -> None:
     other_sender = make_config("sqlite:///x.db", channels=[staff], fronts=[{**base, "from": "+14155550000"}]).provider_fronts
     assert [(f.name, f.channel_id, f.shares_channel, type(f.settings)) for f in own] == [
         ("whatsapp", 1002, False, WhatsAppConnection)]
-    assert own[0].settings.from_number == SENDER and not hasattr(own[0].settings, "to")
+    assert own[0].settings.from_number == SENDER
+    assert not hasattr(own[0].settings, "to")
     assert [(f.name, f.channel_id, f.shares_channel, f.greeting) for f in shared] == [("wa", 6, True, "Hola!")]
     assert [(f.channel_id, f.shares_channel) for f in other_sender] == [(1001, False)]
     assert isinstance(shared[0], ProviderFront)
@@ -459,4 +479,5 @@ def test_front_problems_are_named_by_key_path_without_echoing_secrets(entry: dic
         make_config("sqlite:///x.db", channels=[staff], fronts=[front])
     text = str(caught.value)
     assert problem in text, text
-    assert "SECRET-value" not in text and "SECRET-other" not in text
+    assert "SECRET-value" not in text
+    assert "SECRET-other" not in text

@@ -126,7 +126,8 @@ async def test_a_chat_over_its_limit_is_told_once_and_not_answered(front_desk: F
         await say(harness, adapter, "chat-1", f"question {n}", author="Ana", dedupe_key=f"u{n}")
     await say(harness, adapter, "chat-2", "Hello", author="Ben")  # another chat has its own allowance
     said = [o.body for o in adapter.to_chat("chat-1")]
-    assert len(said) == 3 and said[2] == (
+    assert len(said) == 3
+    assert said[2] == (
         "You're sending messages faster than I can read them. Please wait 30 seconds, then send your message again.")
     assert adapter.to_chat("chat-2")[0].body.startswith("Hi Ben!")
     async with harness.desk.db.read() as session:
@@ -166,7 +167,8 @@ async def test_a_handoff_through_one_adapter_serving_both_roles(front_desk: Fron
     await say(harness, adapter, "chat-1", "It was order 1234", author="Ana")
     assert [o.body for o in adapter.sent if o.purpose == "relay"] == ["It was order 1234"]
     thread = next(o for o in adapter.sent if o.purpose == "dispatch")
-    assert thread.brief is not None and thread.brief.subscriber_name == "Ana"
+    assert thread.brief is not None
+    assert thread.brief.subscriber_name == "Ana"
 
     await harness.desk.inbound.submit_and_wait(2, _staff(sid, "Found it, it ships today.", "Sam"))
     await harness.desk.settle()
@@ -203,7 +205,8 @@ async def test_messages_wait_in_order_while_the_provider_is_down(front_desk: Fro
         from bot.store.models import HandoffEvent
 
         kinds = (await session.scalars(select(HandoffEvent.kind).where(HandoffEvent.conversation_id == cid))).all()
-    assert "delivery_retry_scheduled" in kinds and kinds.count("delivered_to_subscriber") == 2
+    assert "delivery_retry_scheduled" in kinds
+    assert kinds.count("delivered_to_subscriber") == 2
 
 
 async def test_a_delivery_reported_failed_later_is_recorded_on_its_conversation(front_desk: FrontDesk) -> None:
@@ -225,7 +228,9 @@ async def test_a_delivery_reported_failed_later_is_recorded_on_its_conversation(
                                       .order_by(HandoffEvent.id))).all()
         item = await session.get(OutboxItem, late[0].detail["outbox_id"])
     assert [(e.conversation_id, e.detail["channel_message_id"]) for e in late] == [(cid, message_id), (None, "msg-unknown")]
-    assert item is not None and item.state == "failed" and late[0].detail["hint"] == "write first"
+    assert item is not None
+    assert item.state == "failed"
+    assert late[0].detail["hint"] == "write first"
 
 
 async def test_user_action_buttons_answer_the_action_they_were_shown_with(front_desk: FrontDesk) -> None:
@@ -239,12 +244,15 @@ async def test_user_action_buttons_answer_the_action_they_were_shown_with(front_
     await harness.desk.settle()
     uaid = asked["user_action_id"]
     prompt = adapter.to_chat("chat-1")[-1]
-    assert prompt.user_action is not None and (prompt.user_action.user_action_id, prompt.user_action.steps) == (uaid, 2)
+    assert prompt.user_action is not None
+    assert (prompt.user_action.user_action_id, prompt.user_action.steps) == (uaid, 2)
     assert "Step 1 of 2: Open the bank app" in prompt.body
 
     await say(harness, adapter, "chat-1", answer=UserActionAnswer(user_action_id=uaid, move="next"))
     moved = adapter.to_chat("chat-1")[-1]
-    assert "Step 2 of 2: Type the code" in moved.body and moved.user_action and moved.user_action.step == 1
+    assert "Step 2 of 2: Type the code" in moved.body
+    assert moved.user_action
+    assert moved.user_action.step == 1
 
     await say(harness, adapter, "chat-2", "Hi", author="Eve")  # another chat's button cannot answer it
     await say(harness, adapter, "chat-2", answer=UserActionAnswer(user_action_id=uaid, move="done"))

@@ -29,8 +29,10 @@ async def test_handoff_request_starts_an_active_session(harness: Harness) -> Non
     result = await harness.start_handoff(cid, urgency="high", extra_context={"order": "1234"})
     assert set(result) == SUCCESS_KEYS
     assert result["action"] == "handoff_session_started"
-    assert result["channel_kind"] == "owner_inbox" and result["channel_id"] == 1
-    assert result["channel_label"] == "Owner inbox" and result["estimated_response"] == "within 1 business day"
+    assert result["channel_kind"] == "owner_inbox"
+    assert result["channel_id"] == 1
+    assert result["channel_label"] == "Owner inbox"
+    assert result["estimated_response"] == "within 1 business day"
     assert result["human_notified"] is True
     sid = result["handoff_session_id"]
     assert result["channel_message_id"] == f"inbox:{sid}"
@@ -38,7 +40,8 @@ async def test_handoff_request_starts_an_active_session(harness: Harness) -> Non
     handoff = await harness.handoff(sid)
     assert handoff["state"] == "active"
     assert handoff["contact_back_email"] == "ana@example.com"  # defaults to the subscriber's email
-    assert handoff["urgency"] == "high" and handoff["extra_context"] == {"order": "1234"}
+    assert handoff["urgency"] == "high"
+    assert handoff["extra_context"] == {"order": "1234"}
     now = harness.desk.clock.now()
     assert handoff["idle_deadline"] == (now + timedelta(minutes=30)).isoformat()
     events = await harness.events(sid)
@@ -73,8 +76,10 @@ async def test_dispatch_text_carries_the_brief_and_transcript(start_desk: StartD
     assert "What to do:\nLook up order #1234" in dispatch.text
     assert "  • ETA [date, YYYY-MM-DD] (required)" in dispatch.text
     assert "  Ana: Hello there" in dispatch.text
-    assert dispatch.brief is not None and dispatch.brief.transcript[0].text == "Hello there"
-    assert dispatch.subject and dispatch.subject.startswith(f"[Handoff {dispatch.brief.short_code}] Ana's order")
+    assert dispatch.brief is not None
+    assert dispatch.brief.transcript[0].text == "Hello there"
+    assert dispatch.subject
+    assert dispatch.subject.startswith(f"[Handoff {dispatch.brief.short_code}] Ana's order")
 
 
 async def test_transcript_is_left_out_when_not_wanted(start_desk: StartDesk, scripted) -> None:
@@ -83,7 +88,8 @@ async def test_transcript_is_left_out_when_not_wanted(start_desk: StartDesk, scr
     await harness.say(cid, "A private detail")
     await harness.start_handoff(cid, include_transcript=False)
     dispatch = harness.desk.channels.get(1).sent[0]
-    assert "A private detail" not in dispatch.text and dispatch.brief.transcript == []
+    assert "A private detail" not in dispatch.text
+    assert dispatch.brief.transcript == []
 
 
 async def test_permanent_dispatch_failure_fails_the_session_and_keeps_the_agent(start_desk: StartDesk, scripted) -> None:
@@ -99,11 +105,13 @@ async def test_permanent_dispatch_failure_fails_the_session_and_keeps_the_agent(
     assert "the bot is not in chat -100" in details["hint"]
     sid = details["handoff_session_id"]
     handoff = await harness.handoff(sid)
-    assert handoff["state"] == "failed" and handoff["failure"] == "the bot is not in chat -100"
+    assert handoff["state"] == "failed"
+    assert handoff["failure"] == "the bot is not in chat -100"
     assert await harness.kinds(sid) == ["handoff_requested", "delivery_failed", "dispatch_failed"]
     # the bypass was never activated: the next message still goes to the agent
     body = await harness.say(cid, "hello?")
-    assert body["routed_to"] == "agent" and body["replies"]
+    assert body["routed_to"] == "agent"
+    assert body["replies"]
 
 
 async def test_transient_dispatch_errors_are_retried(start_desk: StartDesk, scripted) -> None:
@@ -124,7 +132,8 @@ async def test_transient_errors_beyond_the_attempt_limit_fail(start_desk: StartD
     result = await harness.tool(cid, "handoff_request", {
         "channel_id": 1, "summary": "A summary that is long enough to pass.", "expected_action": "Do the thing now.",
     })
-    assert result["error"] == "dispatch_failed" and result["details"]["attempts"] == 2
+    assert result["error"] == "dispatch_failed"
+    assert result["details"]["attempts"] == 2
 
 
 async def test_an_adapter_crash_is_a_failed_dispatch_not_a_500(start_desk: StartDesk, scripted) -> None:
@@ -174,7 +183,8 @@ async def test_owner_release_writes_one_resume_message_with_returned_data(harnes
     body = response.json()
     assert body["released"] is True
     handoff = body["handoff"]
-    assert handoff["state"] == "released" and handoff["release_reason"] == "owner"
+    assert handoff["state"] == "released"
+    assert handoff["release_reason"] == "owner"
     assert handoff["returned"] == {"order_status": "shipped", "items": 3}
     assert handoff["missing_required"] == ["eta_date"]
     assert handoff["idle_deadline"] is None
@@ -184,7 +194,8 @@ async def test_owner_release_writes_one_resume_message_with_returned_data(harnes
         "Returned data:\n  • order_status: shipped\n  • items: 3\nMissing required: eta_date"
     ]
     released = next(e for e in await harness.events(sid) if e["kind"] == "handoff_released")
-    assert released["detail"]["missing_required"] == ["eta_date"] and released["detail"]["reason"] == "owner"
+    assert released["detail"]["missing_required"] == ["eta_date"]
+    assert released["detail"]["reason"] == "owner"
 
 
 async def test_the_agent_resumes_after_release(harness: Harness) -> None:
@@ -194,7 +205,8 @@ async def test_the_agent_resumes_after_release(harness: Harness) -> None:
     await harness.desk.settle()
     roles = [(m["role"], m["text"]) for m in await harness.messages(cid)]
     assert roles[-2][0] == "system"
-    assert roles[-1][0] == "agent" and "Our team noted: Refunded." in roles[-1][1]
+    assert roles[-1][0] == "agent"
+    assert "Our team noted: Refunded." in roles[-1][1]
 
 
 async def test_recipient_release_token_releases(harness: Harness) -> None:
@@ -218,7 +230,8 @@ async def test_sibling_agent_releases_with_handoff_release(harness: Harness) -> 
     tools = (await harness.client.get(f"/api/conversations/{sibling}/tools")).json()["tools"]
     assert [t["name"] for t in tools] == ["handoff_release"]  # no handoff_request back: no ping-pong
     wrong = await harness.tool(sibling, "handoff_release", {"handoff_session_id": "hs_other", "outcome": "resolved"})
-    assert wrong["error"] == "invalid_input" and wrong["details"]["field"] == "handoff_session_id"
+    assert wrong["error"] == "invalid_input"
+    assert wrong["details"]["field"] == "handoff_session_id"
     result = await harness.tool(sibling, "handoff_release", {
         "handoff_session_id": sid, "outcome": "resolved", "note": "Looked up order 1234.",
         "return_values": {"eta_date": "2026-06-10"},
@@ -233,7 +246,8 @@ async def test_sibling_agent_releases_with_handoff_release(harness: Harness) -> 
         "Returned data:\n  • eta_date: 2026-06-10"
     ]
     again = await harness.tool(sibling, "handoff_release", {"handoff_session_id": sid, "outcome": "resolved"})
-    assert again["error"] == "handoff_not_active" and "released: agent" in again["details"]["hint"]
+    assert again["error"] == "handoff_not_active"
+    assert "released: agent" in again["details"]["hint"]
 
 
 async def test_concurrent_releases_produce_exactly_one_resume_message(harness: Harness) -> None:
@@ -261,7 +275,8 @@ async def test_release_of_an_unknown_or_ended_session(harness: Harness) -> None:
     assert (await harness.client.post(f"/api/handoffs/{sid}/release", json={})).status_code == 200
     late = await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
     assert late.status_code == 409
-    assert late.json()["error"] == "handoff_not_active" and late.json()["details"]["state"] == "released"
+    assert late.json()["error"] == "handoff_not_active"
+    assert late.json()["details"]["state"] == "released"
     assert (await harness.kinds(sid)).count("release_noop") == 1
 
 

@@ -32,20 +32,23 @@ def nonce_of(html: str) -> str:
 
 async def login(client: httpx.AsyncClient, token: str = "owner-secret") -> None:
     response = await client.post("/inbox/login", data={"token": token, "next": "/inbox"})
-    assert response.status_code == 303 and response.headers["location"] == "/inbox"
+    assert response.status_code == 303
+    assert response.headers["location"] == "/inbox"
 
 
 async def test_the_inbox_needs_the_owner_token(start_desk: StartDesk) -> None:
     harness = await start_desk(owner={"token": "owner-secret"})
     client = harness.client
     page = await client.get("/inbox")
-    assert page.status_code == 303 and page.headers["location"] == "/inbox/login?next=/inbox"
+    assert page.status_code == 303
+    assert page.headers["location"] == "/inbox/login?next=/inbox"
     wrong = await client.post("/inbox/login", data={"token": "guess", "next": "/inbox"})
     assert wrong.headers["location"].startswith("/inbox/login?failed=1")
     assert (await client.get(wrong.headers["location"])).status_code == 401
     await login(client)
     cookie = client.cookies.get("handoff_owner")
-    assert cookie and "owner-secret" not in cookie
+    assert cookie
+    assert "owner-secret" not in cookie
     assert (await client.get("/inbox")).status_code == 200
     updates = await httpx.AsyncClient(transport=client._transport, base_url="http://desk.test").get("/inbox/handoffs/x/updates")
     assert updates.status_code == 401
@@ -63,7 +66,8 @@ async def test_active_handoffs_are_listed_with_what_to_do(harness: Harness) -> N
     page = await harness.client.get("/inbox")
     assert page.status_code == 200
     html = page.text
-    assert "Active handoffs" in html and f"/inbox/handoffs/{sid}" in html
+    assert "Active handoffs" in html
+    assert f"/inbox/handoffs/{sid}" in html
     assert "Ana&#39;s order #1234 is a week late" in html
     assert "Look up order #1234 and tell Ana when it will arrive." in html
     assert "30 min left" in html
@@ -77,7 +81,8 @@ async def test_hostile_text_renders_inert(harness: Harness) -> None:
     await harness.say(cid, "<b>bold</b> & </textarea><script>alert(2)</script>")
     for path in ("/inbox", f"/inbox/handoffs/{sid}"):
         html = (await harness.client.get(path)).text
-        assert "<script>alert" not in html and "<img src=x" not in html
+        assert "<script>alert" not in html
+        assert "<img src=x" not in html
         assert "&lt;script&gt;alert(&#39;summary&#39;)&lt;/script&gt;" in html
     detail = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;/textarea&gt;" in detail
@@ -86,14 +91,17 @@ async def test_hostile_text_renders_inert(harness: Harness) -> None:
 async def test_pages_carry_security_headers(harness: Harness) -> None:
     page = await harness.client.get("/inbox")
     csp = page.headers["content-security-policy"]
-    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "script-src 'nonce-" in csp
+    assert "default-src 'none'" in csp
+    assert "frame-ancestors 'none'" in csp
+    assert "script-src 'nonce-" in csp
     nonce = re.search(r"'nonce-([^']+)'", csp).group(1)
     assert f'<script nonce="{nonce}">' in page.text
     assert page.headers["referrer-policy"] == "no-referrer"
     assert page.headers["cache-control"] == "no-store"
     assert page.headers["x-content-type-options"] == "nosniff"
     set_cookie = page.headers["set-cookie"].lower()
-    assert "httponly" in set_cookie and "samesite=strict" in set_cookie
+    assert "httponly" in set_cookie
+    assert "samesite=strict" in set_cookie
 
 
 async def test_owner_replies_and_releases_from_the_inbox(harness: Harness) -> None:
@@ -101,10 +109,13 @@ async def test_owner_replies_and_releases_from_the_inbox(harness: Harness) -> No
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     await harness.say(cid, "Hello? Anyone?")
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
-    assert "Hello? Anyone?" in page and 'id="reply-text"' in page and "Release" in page
+    assert "Hello? Anyone?" in page
+    assert 'id="reply-text"' in page
+    assert "Release" in page
     csrf, nonce = csrf_of(page), nonce_of(page)
     sent = await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf, "nonce": nonce, "text": "Hi Ana, Sam here."})
-    assert sent.status_code == 303 and sent.headers["location"] == f"/inbox/handoffs/{sid}"
+    assert sent.status_code == 303
+    assert sent.headers["location"] == f"/inbox/handoffs/{sid}"
     # a double submit of the same form relays once
     await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf, "nonce": nonce, "text": "Hi Ana, Sam here."})
     humans = [m for m in await harness.messages(cid) if m["role"] == "human"]
@@ -113,12 +124,14 @@ async def test_owner_replies_and_releases_from_the_inbox(harness: Harness) -> No
     released = await harness.client.post(
         f"/inbox/handoffs/{sid}/release", data={"csrf": csrf, "outcome": "needs_followup", "note": "Call on Monday"}
     )
-    assert released.status_code == 303 and "Released" in released.headers["location"].replace("%20", " ")
+    assert released.status_code == 303
+    assert "Released" in released.headers["location"].replace("%20", " ")
     handoff = await harness.handoff(sid)
     assert (handoff["state"], handoff["release_reason"], handoff["outcome"], handoff["note"]) == (
         "released", "owner", "needs_followup", "Call on Monday")
     detail = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
-    assert "Released by owner (inbox)" in detail and 'id="reply-text"' not in detail
+    assert "Released by owner (inbox)" in detail
+    assert 'id="reply-text"' not in detail
 
 
 async def test_release_typed_into_the_reply_box(harness: Harness) -> None:
@@ -150,7 +163,8 @@ async def test_posts_without_csrf_or_from_another_site_are_refused(harness: Harn
     same = await harness.client.post(
         f"/inbox/handoffs/{sid}/release", data={"csrf": csrf_of(page)}, headers={"Origin": "http://desk.test"}
     )
-    assert same.status_code == 303 and (await harness.handoff(sid))["state"] == "released"
+    assert same.status_code == 303
+    assert (await harness.handoff(sid))["state"] == "released"
 
 
 async def test_get_never_changes_state(harness: Harness) -> None:
@@ -168,8 +182,10 @@ async def test_live_updates_long_poll(harness: Harness) -> None:
     await harness.say(cid, "new message")
     body = (await harness.client.get(f"/inbox/handoffs/{sid}/updates", params={"after": 0, "wait": 0})).json()
     [said] = [m for m in body["messages"] if m["role"] == "subscriber"]
-    assert said["text"] == "new message" and said["speaker"] == "Ana"
-    assert body["state"] == "active" and body["time_left"] == "30 min left"
+    assert said["text"] == "new message"
+    assert said["speaker"] == "Ana"
+    assert body["state"] == "active"
+    assert body["time_left"] == "30 min left"
 
 
 async def test_replies_to_other_channels_go_through_that_channel(start_desk: StartDesk, scripted) -> None:
@@ -177,7 +193,8 @@ async def test_replies_to_other_channels_go_through_that_channel(start_desk: Sta
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
-    assert 'id="reply-text"' not in page and "Replies to this handoff go through Owner inbox" in page
+    assert 'id="reply-text"' not in page
+    assert "Replies to this handoff go through Owner inbox" in page
     assert "Release" in page  # the owner can still end it
 
 
@@ -223,16 +240,21 @@ async def test_pending_approvals_wait_in_the_inbox_with_escaped_arguments(start_
         items = (await session.scalars(select(OutboxItem).where(OutboxItem.handoff_session_id == aid))).all()
     assert [(i.channel_id, i.state) for i in items] == [(1, "sent")]
     html = (await harness.client.get("/inbox")).text
-    assert "Waiting for approval" in html and f'id="approval-{aid}"' in html
-    assert "<code class=\"action\">refund_order</code>" in html and "high risk" in html
+    assert "Waiting for approval" in html
+    assert f'id="approval-{aid}"' in html
+    assert "<code class=\"action\">refund_order</code>" in html
+    assert "high risk" in html
     assert "Refund an order to the original payment method" in html
-    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "<img src=x" not in html
     assert "&#34;order_id&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;,\n  &#34;amount&#34;: 25.5" in html
     assert "<script>alert" not in html
     assert "5 min left" in html  # the default timeout is 5 minutes (the test clock stands still)
-    assert 'name="always" value="yes"' in html and "Asked in Owner inbox" in html
+    assert 'name="always" value="yes"' in html
+    assert "Asked in Owner inbox" in html
     assert f'action="/inbox/approvals/{aid}/decision"' in html
-    assert "No approval decided yet." in html and 'id="decided-empty">' in html  # shown, not hidden
+    assert "No approval decided yet." in html
+    assert 'id="decided-empty">' in html  # shown, not hidden
 
 
 async def test_approving_in_the_inbox_runs_the_action_and_shows_the_receipt(start_desk: StartDesk) -> None:
@@ -252,12 +274,18 @@ async def test_approving_in_the_inbox_runs_the_action_and_shows_the_receipt(star
     system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
     assert system[0].startswith("[Approval — refund_order was approved and ran")
     html = (await harness.client.get("/inbox?notice=Approved%3A%20refund_order%20ran.")).text
-    assert "data-approval=" not in html and '<section id="approvals" class="approvals" hidden>' in html and '<p class="banner" role="status">Approved: refund_order ran.</p>' in html
-    assert "Recent approvals" in html and "owner (inbox)" in html and "via inbox" in html
-    assert f"args {view['receipt']['arguments_hash'][:12]}…" in html and "ran: {&#34;refund_id&#34;: &#34;rf_1&#34;" in html
+    assert "data-approval=" not in html
+    assert '<section id="approvals" class="approvals" hidden>' in html
+    assert '<p class="banner" role="status">Approved: refund_order ran.</p>' in html
+    assert "Recent approvals" in html
+    assert "owner (inbox)" in html
+    assert "via inbox" in html
+    assert f"args {view['receipt']['arguments_hash'][:12]}…" in html
+    assert "ran: {&#34;refund_id&#34;: &#34;rf_1&#34;" in html
     # a second press (another tab, a double click) changes nothing
     again = await decide_in_inbox(harness, aid, "deny")
-    assert "changed%20nothing" in again.headers["location"] and len(approval_actions.CALLS) == 1
+    assert "changed%20nothing" in again.headers["location"]
+    assert len(approval_actions.CALLS) == 1
 
 
 async def test_denying_in_the_inbox_with_a_reason_is_permission_denied(start_desk: StartDesk) -> None:
@@ -267,7 +295,8 @@ async def test_denying_in_the_inbox_with_a_reason_is_permission_denied(start_des
     cid = await harness.conversation()
     aid = await gated(harness, cid, order_id="1234", amount=900)
     html = (await harness.client.get("/inbox")).text
-    assert "asks every time" in html and 'name="always"' not in html  # never offered for ask_always
+    assert "asks every time" in html
+    assert 'name="always"' not in html  # never offered for ask_always
     response = await decide_in_inbox(harness, aid, "deny", reason="Over the refund limit", always="yes")
     assert "Denied%3A%20refund_order%20did%20not%20run." in response.headers["location"]
     await harness.desk.settle()
@@ -275,7 +304,8 @@ async def test_denying_in_the_inbox_with_a_reason_is_permission_denied(start_des
     [note] = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
     assert note.startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it: Over the refund limit.")
     html = (await harness.client.get("/inbox")).text
-    assert "“Over the refund limit”" in html and "did not run" in html
+    assert "“Over the refund limit”" in html
+    assert "did not run" in html
 
 
 async def test_always_allow_from_the_inbox_covers_the_same_shape(start_desk: StartDesk) -> None:
@@ -302,7 +332,8 @@ async def test_approval_posts_need_the_csrf_token_and_this_site(start_desk: Star
     assert (await harness.client.post(path, data={"csrf": csrf_of(page), "decision": "maybe"})).status_code == 303
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
     missing = await harness.client.post("/inbox/approvals/ap_nope/decision", data={"csrf": csrf_of(page), "decision": "approve"})
-    assert missing.status_code == 404 and "Could not decide" in missing.text
+    assert missing.status_code == 404
+    assert "Could not decide" in missing.text
 
 
 async def test_an_owner_token_inbox_decides_only_after_login(start_desk: StartDesk) -> None:
@@ -324,7 +355,9 @@ async def test_the_handoff_page_shows_the_conversations_approvals(start_desk: St
     await decide_in_inbox(harness, first, "approve")
     html = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     assert "Approvals in this conversation" in html
-    assert "approved</strong> by owner (inbox)" in html and "via inbox" in html and "waiting</strong>" in html
+    assert "approved</strong> by owner (inbox)" in html
+    assert "via inbox" in html
+    assert "waiting</strong>" in html
     assert 'href="/inbox#approval-' in html
 
 
@@ -334,14 +367,16 @@ async def test_the_handoff_page_shows_the_conversations_approvals(start_desk: St
 async def list_updates(client: httpx.AsyncClient, since: str = "", wait: float = 0) -> dict[str, object]:
     response = await client.get("/inbox/updates", params={"since": since, "wait": wait})
     assert response.status_code == 200, response.text
-    assert response.headers["cache-control"] == "no-store" and "default-src 'none'" in response.headers["content-security-policy"]
+    assert response.headers["cache-control"] == "no-store"
+    assert "default-src 'none'" in response.headers["content-security-policy"]
     return response.json()
 
 
 async def test_the_list_updates_need_the_owner_and_are_get_only(start_desk: StartDesk) -> None:
     harness = await start_desk(owner={"token": "owner-secret"})
     anonymous = await harness.client.get("/inbox/updates", params={"wait": 0})
-    assert anonymous.status_code == 401 and anonymous.json()["error"] == "unauthorized"  # JSON, not a login redirect
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"] == "unauthorized"  # JSON, not a login redirect
     await login(harness.client)
     assert (await list_updates(harness.client))["changed"] is True
     assert (await harness.client.post("/inbox/updates")).status_code == 405
@@ -354,15 +389,24 @@ async def test_the_list_updates_carry_what_the_list_shows(harness: Harness) -> N
     sid = (await harness.start_handoff(cid, urgency="high"))["handoff_session_id"]
     await harness.say(cid, "Hello?   Is anyone\nthere? " + "x" * 300)
     body = await list_updates(harness.client)
-    assert body["changed"] is True and body["approvals"] == [] and body["recent"] == [] and body["decided"] == []
+    assert body["changed"] is True
+    assert body["approvals"] == []
+    assert body["recent"] == []
+    assert body["decided"] == []
     [card] = body["handoffs"]
     assert (card["id"], card["state"], card["urgency"], card["channel"], card["subscriber"]) == (
         sid, "active", "high", "Owner inbox", "Ana")
-    assert card["summary"].startswith("Ana's order #1234") and card["expected_action"].startswith("Look up order")
-    assert card["said"]["text"].startswith("Hello? Is anyone there? xxx") and card["said"]["text"].endswith("…")
-    assert len(card["said"]["text"]) == 160 and card["said"]["id"] == card["last_id"]
-    assert card["last_who"] == "Ana" and card["last_ago"] == "just now" and card["time_left"] == "30 min left"
-    assert card["last_at"] and card["deadline"]
+    assert card["summary"].startswith("Ana's order #1234")
+    assert card["expected_action"].startswith("Look up order")
+    assert card["said"]["text"].startswith("Hello? Is anyone there? xxx")
+    assert card["said"]["text"].endswith("…")
+    assert len(card["said"]["text"]) == 160
+    assert card["said"]["id"] == card["last_id"]
+    assert card["last_who"] == "Ana"
+    assert card["last_ago"] == "just now"
+    assert card["time_left"] == "30 min left"
+    assert card["last_at"]
+    assert card["deadline"]
 
     # nothing new: the same version, no list
     again = await list_updates(harness.client, body["version"])
@@ -373,13 +417,16 @@ async def test_the_list_updates_carry_what_the_list_shows(harness: Harness) -> N
     await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(handoff_page), "nonce": "n", "text": "Hi!"})
     answered = await list_updates(harness.client, body["version"])
     [card] = answered["handoffs"]
-    assert answered["changed"] is True and card["last_who"] == "Support" and card["said"]["text"].startswith("Hello?")
+    assert answered["changed"] is True
+    assert card["last_who"] == "Support"
+    assert card["said"]["text"].startswith("Hello?")
     assert card["last_id"] > card["said"]["id"]
 
     # released: it leaves the list and shows under "recently ended"
     await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
     released = await list_updates(harness.client, answered["version"])
-    assert released["changed"] is True and released["handoffs"] == []
+    assert released["changed"] is True
+    assert released["handoffs"] == []
     assert [(r["id"], r["ended"]) for r in released["recent"]] == [(sid, "owner · resolved")]
 
 
@@ -388,11 +435,13 @@ async def test_the_list_version_follows_handoffs_and_approvals(start_desk: Start
 
     harness = await approval_desk(start_desk)
     empty = await list_updates(harness.client)
-    assert empty["handoffs"] == [] and empty["approvals"] == []
+    assert empty["handoffs"] == []
+    assert empty["approvals"] == []
     cid = await harness.conversation()
     await harness.start_handoff(cid)
     with_handoff = await list_updates(harness.client, empty["version"])
-    assert with_handoff["changed"] is True and len(with_handoff["handoffs"]) == 1  # a new handoff appears
+    assert with_handoff["changed"] is True
+    assert len(with_handoff["handoffs"]) == 1  # a new handoff appears
 
     other = await harness.conversation(name="Ben", email=None)
     aid = await gated(harness, other, order_id="<b>9</b>", amount=5)
@@ -403,7 +452,8 @@ async def test_the_list_version_follows_handoffs_and_approvals(start_desk: Start
 
     harness.desk.clock.advance(timedelta(minutes=6))  # past its deadline, before any sweep: it leaves the list
     expired = await list_updates(harness.client, asked["version"])
-    assert expired["changed"] is True and expired["approvals"] == []
+    assert expired["changed"] is True
+    assert expired["approvals"] == []
 
 
 async def test_a_waiting_list_request_returns_as_soon_as_a_message_arrives(
@@ -421,7 +471,8 @@ async def test_a_waiting_list_request_returns_as_soon_as_a_message_arrives(
             await asyncio.sleep(0)
     await harness.say(cid, "Still there?")
     body = await asyncio.wait_for(waiting, timeout=10)
-    assert body["changed"] is True and body["handoffs"][0]["said"]["text"] == "Still there?"
+    assert body["changed"] is True
+    assert body["handoffs"][0]["said"]["text"] == "Still there?"
 
     # a handoff starting in a conversation the list did not show wakes it too
     waiting = asyncio.create_task(list_updates(harness.client, body["version"], wait=20))
@@ -431,7 +482,8 @@ async def test_a_waiting_list_request_returns_as_soon_as_a_message_arrives(
     other = await harness.conversation(name="Ben")
     sid = (await harness.start_handoff(other))["handoff_session_id"]
     body = await asyncio.wait_for(waiting, timeout=10)
-    assert body["changed"] is True and sid in [h["id"] for h in body["handoffs"]]
+    assert body["changed"] is True
+    assert sid in [h["id"] for h in body["handoffs"]]
 
 
 async def test_a_waiting_list_request_sees_what_another_instance_wrote(start_desk: StartDesk) -> None:
@@ -443,7 +495,8 @@ async def test_a_waiting_list_request_sees_what_another_instance_wrote(start_des
     waiting = asyncio.create_task(list_updates(first.client, version, wait=20))
     await second.say(cid, "Written elsewhere")
     body = await asyncio.wait_for(waiting, timeout=8)  # the 2 s re-read finds it
-    assert body["changed"] is True and body["handoffs"][0]["said"]["text"] == "Written elsewhere"
+    assert body["changed"] is True
+    assert body["handoffs"][0]["said"]["text"] == "Written elsewhere"
 
 
 # --------------------------------------------------------------------------- who is speaking
@@ -457,24 +510,30 @@ async def set_name(client: httpx.AsyncClient, name: str, next: str = "/inbox") -
 async def reply_in_inbox(harness: Harness, sid: str, text: str) -> None:
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     sent = await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(page), "nonce": nonce_of(page), "text": text})
-    assert sent.status_code == 303 and "notice" not in sent.headers["location"], sent.headers["location"]
+    assert sent.status_code == 303, sent.headers["location"]
+    assert "notice" not in sent.headers["location"], sent.headers["location"]
 
 
 async def test_replies_carry_the_name_the_owner_chose(harness: Harness) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
-    assert "Subscribers see <strong>Support</strong>" in page and f'href="/inbox/name?next=/inbox/handoffs/{sid}"' in page
+    assert "Subscribers see <strong>Support</strong>" in page
+    assert f'href="/inbox/name?next=/inbox/handoffs/{sid}"' in page
     saved = await set_name(harness.client, "  Sam from Acme ", next=f"/inbox/handoffs/{sid}")
     assert saved.status_code == 303
     assert saved.headers["location"] == f"/inbox/handoffs/{sid}?notice=Subscribers%20now%20see%20your%20replies%20as%20Sam%20from%20Acme."
     cookie = saved.headers["set-cookie"].lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/inbox" in cookie and "max-age=34560000" in cookie
+    assert "httponly" in cookie
+    assert "samesite=strict" in cookie
+    assert "path=/inbox" in cookie
+    assert "max-age=34560000" in cookie
     await reply_in_inbox(harness, sid, "Hi Ana, I'm looking at it now.")
     [reply] = [m for m in await harness.messages(cid) if m["role"] == "human"]
     assert (reply["author"], reply["text"]) == ("Sam from Acme", "Hi Ana, I'm looking at it now.")
     detail = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
-    assert "Replying as <strong>Sam from Acme</strong>" in detail and '<span class="who">Sam from Acme</span>' in detail
+    assert "Replying as <strong>Sam from Acme</strong>" in detail
+    assert '<span class="who">Sam from Acme</span>' in detail
 
 
 async def test_the_name_is_remembered_across_logins_in_this_browser_only(start_desk: StartDesk) -> None:
@@ -503,7 +562,8 @@ async def test_the_name_is_remembered_across_logins_in_this_browser_only(start_d
 async def test_a_bad_name_is_refused_and_nothing_changes(harness: Harness, name: str, problem: str) -> None:
     assert (await set_name(harness.client, "Kim")).status_code == 303
     refused = await set_name(harness.client, name)
-    assert refused.status_code == 400 and "set-cookie" not in refused.headers
+    assert refused.status_code == 400
+    assert "set-cookie" not in refused.headers
     assert f'<p class="error" id="name-problem" role="alert">{problem}</p>' in refused.text
     assert "Replying as <strong>Kim</strong>" in (await harness.client.get("/inbox")).text
 
@@ -515,7 +575,8 @@ async def test_a_hostile_name_is_text_everywhere(harness: Harness) -> None:
     await reply_in_inbox(harness, sid, "Hello")
     for path in ("/inbox", f"/inbox/handoffs/{sid}", "/inbox/name"):
         html = (await harness.client.get(path)).text
-        assert "<img src=x" not in html and "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html, path
+        assert "<img src=x" not in html, path
+        assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html, path
     assert [m["author"] for m in await harness.messages(cid) if m["role"] == "human"] == ['<img src=x onerror="alert(1)">']
 
 
@@ -525,7 +586,8 @@ async def test_setting_the_name_is_a_protected_post(harness: Harness) -> None:
     assert (await harness.client.post("/inbox/name", data={"name": "Eve"})).status_code == 403
     page = (await harness.client.get("/inbox/name")).text
     cross = await harness.client.post("/inbox/name", data={"csrf": csrf_of(page), "name": "Eve"}, headers={"Sec-Fetch-Site": "cross-site"})
-    assert cross.status_code == 403 and "set-cookie" not in cross.headers
+    assert cross.status_code == 403
+    assert "set-cookie" not in cross.headers
     away = await harness.client.post("/inbox/name", data={"csrf": csrf_of(page), "name": "Sam", "next": "//evil.example/"})
     assert away.headers["location"].startswith("/inbox?notice=")
 
@@ -546,19 +608,27 @@ async def test_an_expired_form_link_is_shown_as_expired_and_replaced_in_one_clic
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     first = form_link_of(page)
-    assert first and "Link valid until" in page and "(10 min left)" in page and ">New form link</button>" in page
+    assert first
+    assert "Link valid until" in page
+    assert "(10 min left)" in page
+    assert ">New form link</button>" in page
 
     harness.desk.clock.advance(timedelta(minutes=11))
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
-    assert form_link_of(page) is None and first not in page  # no way to open the dead link from the inbox
-    assert "The return-form link is expired (since " in page and ">Make a fresh link</button>" in page
+    assert form_link_of(page) is None
+    assert first not in page  # no way to open the dead link from the inbox
+    assert "The return-form link is expired (since " in page
+    assert ">Make a fresh link</button>" in page
     assert (await harness.handoff(sid))["state"] == "active"  # reading the page changed nothing
 
     fresh = await harness.client.post(f"/inbox/handoffs/{sid}/form-link", data={"csrf": csrf_of(page)})
-    assert fresh.status_code == 303 and "older%20links%20no%20longer%20work" in fresh.headers["location"]
+    assert fresh.status_code == 303
+    assert "older%20links%20no%20longer%20work" in fresh.headers["location"]
     page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     second = form_link_of(page)
-    assert second and second != first and "(10 min left)" in page
+    assert second
+    assert second != first
+    assert "(10 min left)" in page
     assert (await harness.client.get(second.removeprefix("http://desk.test"))).status_code == 200
     assert (await harness.client.get(first.removeprefix("http://desk.test"))).status_code == 410  # the old one stays dead
     assert "form_link_issued" in await harness.kinds(sid)
@@ -569,7 +639,8 @@ async def test_an_expired_form_link_is_shown_as_expired_and_replaced_in_one_clic
 
 async def test_recently_ended_has_column_headers(harness: Harness) -> None:
     empty = (await harness.client.get("/inbox")).text
-    assert 'id="recent-table" hidden' in empty and "Nothing yet." in empty
+    assert 'id="recent-table" hidden' in empty
+    assert "Nothing yet." in empty
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
@@ -590,4 +661,5 @@ async def test_a_released_handoff_shows_field_labels_not_keys(harness: Harness) 
     html = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     assert ("<dt>What was done</dt><dd>Re-shipped &lt;b&gt;express&lt;/b&gt;</dd>"
             "<dt>Follow up needed</dt><dd>no</dd>") in html
-    assert "Missing required: Eta date" in html and "<dt>resolution</dt>" not in html
+    assert "Missing required: Eta date" in html
+    assert "<dt>resolution</dt>" not in html

@@ -67,7 +67,8 @@ async def test_owner_works_a_handoff_in_the_browser(served: tuple[Desk, str], pa
         await page.click(".reply button[type=submit]")
         await page.wait_for_selector("#transcript >> text=re-shipped today", timeout=10_000)
         messages = (await api.get(f"/api/conversations/{cid}/messages")).json()["messages"]
-        assert messages[-1]["role"] == "human" and messages[-1]["author"] == "Sam"
+        assert messages[-1]["role"] == "human"
+        assert messages[-1]["author"] == "Sam"
         assert await page.locator("#transcript .role-human .who").last.inner_text() == "Sam"
         await shot(page, "inbox-handoff")
 
@@ -137,7 +138,8 @@ async def test_owner_approves_from_the_inbox_and_a_phone_denies_on_the_signed_pa
         await page.wait_for_selector("text=Waiting for approval")
         assert await page.locator(".approval-card").count() == 2
         card = page.locator(f"#approval-{first['approval_id']}")
-        assert "Ana García" in await card.inner_text() and '"amount": 25.5' in await card.inner_text()
+        assert "Ana García" in await card.inner_text()
+        assert '"amount": 25.5' in await card.inner_text()
         await shot(page, "inbox-approvals")
 
         await card.locator("button[value=approve]").click()
@@ -169,7 +171,9 @@ async def test_owner_approves_from_the_inbox_and_a_phone_denies_on_the_signed_pa
         await page.wait_for_selector(".approvals-recent")
         assert await page.locator(".approval-card").count() == 0
         recent = await page.inner_text(".approvals-recent")
-        assert "Kim (decision link)" in recent and "via link" in recent and "Over the refund limit" in recent
+        assert "Kim (decision link)" in recent
+        assert "via link" in recent
+        assert "Over the refund limit" in recent
         await shot(page, "inbox-approvals-decided")
     assert len(approval_actions.CALLS) == 1
     assert page.problems == []  # no CSP violations, no script errors
@@ -303,9 +307,10 @@ async def assert_fits_the_phone(page: Any, what: str) -> None:
 async def assert_field_shows_its_placeholder(page: Any, selector: str) -> None:
     field = await page.evaluate(FIELD_SHOWS_ITS_PLACEHOLDER, selector)
     assert field["placeholder"], f"{selector} has no placeholder"
-    assert 0 <= field["left"] and field["right"] <= field["viewport"], f"{selector} is not fully on screen: {field}"
-    assert field["scrollWidth"] <= field["clientWidth"] and field["scrollHeight"] <= field["clientHeight"], (
-        f"{selector} cuts its placeholder off: {field}")
+    assert 0 <= field["left"], f"{selector} is not fully on screen: {field}"
+    assert field["right"] <= field["viewport"], f"{selector} is not fully on screen: {field}"
+    assert field["scrollWidth"] <= field["clientWidth"], f"{selector} cuts its placeholder off: {field}"
+    assert field["scrollHeight"] <= field["clientHeight"], f"{selector} cuts its placeholder off: {field}"
 
 
 async def test_the_inbox_fits_a_phone(served_with_actions: tuple[Desk, str], page: Any) -> None:
@@ -334,7 +339,8 @@ async def test_the_inbox_fits_a_phone(served_with_actions: tuple[Desk, str], pag
 
         await page.goto(f"{base}/inbox")
         await page.wait_for_selector(f"[data-handoff='{sid}'] [data-f=said]")
-        assert await page.locator(".approval-card").count() == 1 and await page.locator("#recent-rows tr").count() == 2
+        assert await page.locator(".approval-card").count() == 1
+        assert await page.locator("#recent-rows tr").count() == 2
         await assert_fits_the_phone(page, "the inbox list")
         await assert_field_shows_its_placeholder(page, f"#reason-{approval['approval_id']}")
         await shot(page, "inbox-list-phone")

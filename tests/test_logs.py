@@ -26,5 +26,6 @@ def test_library_log_lines_are_masked_and_http_chatter_is_quiet() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert TG not in result.stderr
-    assert "bot<redacted>/sendMessage" in result.stderr and "failed with bot<redacted>" in result.stderr
+    assert "bot<redacted>/sendMessage" in result.stderr
+    assert "failed with bot<redacted>" in result.stderr
     assert "getMe" not in result.stderr  # httpx's per-request INFO lines are off even at debug

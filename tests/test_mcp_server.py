@@ -113,16 +113,19 @@ async def test_a_handoff_through_mcp_from_request_to_resume(start_desk: StartDes
         started = await client.call_tool("handoff_request", {**REQUEST, "expected_return": [{"name": "eta", "type": "string"}]})
         assert not started.is_error, started.content
         result = payload(started)
-        assert result["ok"] is True and result["human_notified"] is True
+        assert result["ok"] is True
+        assert result["human_notified"] is True
         sid, cid = result["handoff_session_id"], result["conversation_id"]
         assert f'"handoff_session_id": "{sid}"' in started.content[0].text  # the same JSON, as text for the model
 
         handoff = await harness.handoff(sid)  # the desk's own view: a real, active handoff in this session's conversation
-        assert handoff["state"] == "active" and handoff["conversation_id"] == cid
+        assert handoff["state"] == "active"
+        assert handoff["conversation_id"] == cid
         assert handoff["contact_back_email"] == "ana@example.com"
 
         status = payload(await client.call_tool("handoff_status", {"handoff_session_id": sid}))
-        assert status["state"] == "active" and status["release_reason"] is None
+        assert status["state"] == "active"
+        assert status["release_reason"] is None
         assert "form_url" not in status  # the recipient's link never reaches the model
 
         # The person answers in the owner inbox; the MCP client reads it.
@@ -137,7 +140,9 @@ async def test_a_handoff_through_mcp_from_request_to_resume(start_desk: StartDes
         })
         assert released.status_code == 200, released.text
         status = payload(await client.call_tool("handoff_status", {"handoff_session_id": sid}))
-        assert status["state"] == "released" and status["release_reason"] == "owner" and status["outcome"] == "resolved"
+        assert status["state"] == "released"
+        assert status["release_reason"] == "owner"
+        assert status["outcome"] == "resolved"
         assert status["returned"] == {"eta": "tomorrow"}
         newer = payload(await client.call_tool("conversation_messages", {"after": seen["last_id"]}))
         [resume] = [m for m in newer["messages"] if m["role"] == "system"]
@@ -160,11 +165,14 @@ async def test_invalid_arguments_come_back_as_errors_naming_the_field(start_desk
         assert listed.json()["handoffs"] == []
 
         missing = await client.call_tool("handoff_status", {})
-        assert missing.is_error and payload(missing)["details"]["fields"] == {"handoff_session_id": "is required"}
+        assert missing.is_error
+        assert payload(missing)["details"]["fields"] == {"handoff_session_id": "is required"}
         unknown = await client.call_tool("handoff_status", {"handoff_session_id": "h_nope"})
-        assert unknown.is_error and payload(unknown)["error"] == "not_found"
+        assert unknown.is_error
+        assert payload(unknown)["error"] == "not_found"
         nameless = await client.call_tool("no_such_tool", {})
-        assert nameless.is_error and payload(nameless)["error"] == "unknown_tool"
+        assert nameless.is_error
+        assert payload(nameless)["error"] == "unknown_tool"
 
 
 async def test_conversation_id_acts_on_an_existing_conversation(start_desk: StartDesk) -> None:
@@ -173,12 +181,14 @@ async def test_conversation_id_acts_on_an_existing_conversation(start_desk: Star
     await harness.say(existing, "Hello, I need help with my invoice.")
     async with connected(harness) as client:
         started = payload(await client.call_tool("handoff_request", {**REQUEST, "conversation_id": existing}))
-        assert started["ok"] and started["conversation_id"] == existing
+        assert started["ok"]
+        assert started["conversation_id"] == existing
         assert (await harness.handoff(started["handoff_session_id"]))["contact_back_email"] == "bo@example.com"
         history = payload(await client.call_tool("conversation_messages", {"conversation_id": existing}))
         assert history["messages"][0] == {**history["messages"][0], "role": "subscriber", "text": "Hello, I need help with my invoice."}
         again = await client.call_tool("handoff_request", {**REQUEST, "conversation_id": existing})
-        assert again.is_error and started["handoff_session_id"] in again.content[0].text  # one active handoff per conversation
+        assert again.is_error
+        assert started["handoff_session_id"] in again.content[0].text  # one active handoff per conversation
 
 
 
@@ -189,11 +199,14 @@ async def test_names_and_ids_cannot_reach_other_endpoints(start_desk: StartDesk)
     async with connected(harness) as client:
         sid = payload(await client.call_tool("handoff_request", REQUEST))["handoff_session_id"]
         sneaky = await client.call_tool(f"../../../handoffs/{sid}/release", {})
-        assert sneaky.is_error and payload(sneaky)["error"] == "unknown_tool"
+        assert sneaky.is_error
+        assert payload(sneaky)["error"] == "unknown_tool"
         via_id = await client.call_tool("handoff_request", {**REQUEST, "conversation_id": f"../../handoffs/{sid}/release?x="})
-        assert via_id.is_error and "conversation_id" in payload(via_id)["details"]["fields"]
+        assert via_id.is_error
+        assert "conversation_id" in payload(via_id)["details"]["fields"]
         via_status = await client.call_tool("handoff_status", {"handoff_session_id": f"{sid}/release"})
-        assert via_status.is_error and "handoff_session_id" in payload(via_status)["details"]["fields"]
+        assert via_status.is_error
+        assert "handoff_session_id" in payload(via_status)["details"]["fields"]
     assert (await harness.handoff(sid))["state"] == "active"
 
 async def test_a_refused_api_key_or_an_absent_desk_is_a_clear_error(start_desk: StartDesk) -> None:
@@ -201,9 +214,11 @@ async def test_a_refused_api_key_or_an_absent_desk_is_a_clear_error(start_desk: 
     async with connected(harness, api_key="wrong") as client:
         with pytest.raises(MCPError) as caught:
             await client.list_tools()
-        assert "refused the API key" in str(caught.value) and "--api-key" in str(caught.value)
+        assert "refused the API key" in str(caught.value)
+        assert "--api-key" in str(caught.value)
         refused = await client.call_tool("handoff_request", REQUEST)
-        assert refused.is_error and payload(refused)["error"] == "unauthorized"
+        assert refused.is_error
+        assert payload(refused)["error"] == "unauthorized"
         assert "HANDOFF_API_KEY" in refused.content[0].text
 
     closed = socket.socket()  # bound, never listening: connections are refused
@@ -215,8 +230,10 @@ async def test_a_refused_api_key_or_an_absent_desk_is_a_clear_error(start_desk: 
                 absent = await client.call_tool("handoff_status", {"handoff_session_id": "h_1"})
     finally:
         closed.close()
-    assert absent.is_error and payload(absent)["error"] == "desk_unavailable"
-    assert f"cannot reach the desk at {url}" in absent.content[0].text and "--url" in absent.content[0].text
+    assert absent.is_error
+    assert payload(absent)["error"] == "desk_unavailable"
+    assert f"cannot reach the desk at {url}" in absent.content[0].text
+    assert "--url" in absent.content[0].text
 
 
 # --------------------------------------------------------------------------- real servers
@@ -241,7 +258,8 @@ async def test_handoff_mcp_over_stdio_as_claude_desktop_runs_it(live_desk: tuple
         env={"HANDOFF_API_KEY": KEY}, cwd=str(ROOT),
     )
     async with Client(params, mode="legacy") as client:  # initialize handshake, as Claude Desktop does
-        assert client.server_info is not None and client.server_info.name == "handoff-desk"
+        assert client.server_info is not None
+        assert client.server_info.name == "handoff-desk"
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert tools["handoff_request"].input_schema["properties"]["channel_id"]["enum"] == [1]
         started = payload(await client.call_tool("handoff_request", REQUEST))
@@ -270,14 +288,18 @@ async def test_streamable_http_gives_each_session_its_own_conversation(start_des
                 assert "handoff_request" in {t.name for t in (await first.list_tools()).tools}
                 one = payload(await first.call_tool("handoff_request", REQUEST))
                 two = payload(await second.call_tool("conversation_messages", {}))
-                assert one["ok"] and one["conversation_id"] != two["conversation_id"] and two["messages"] == []
+                assert one["ok"]
+                assert one["conversation_id"] != two["conversation_id"]
+                assert two["messages"] == []
                 mine = payload(await first.call_tool("conversation_messages", {}))
                 assert mine["conversation_id"] == one["conversation_id"]
             async with Client(f"{base}/mcp") as stateless:  # 2026-era: no session, so results carry the conversation id
                 started = payload(await stateless.call_tool("handoff_request", REQUEST))
-                assert started["ok"] and started["conversation_id"] not in (one["conversation_id"], two["conversation_id"])
+                assert started["ok"]
+                assert started["conversation_id"] not in (one["conversation_id"], two["conversation_id"])
                 unbound = await stateless.call_tool("conversation_messages", {})
-                assert unbound.is_error and "conversation_id" in payload(unbound)["details"]["fields"]
+                assert unbound.is_error
+                assert "conversation_id" in payload(unbound)["details"]["fields"]
                 bound = payload(await stateless.call_tool("conversation_messages", {"conversation_id": started["conversation_id"]}))
                 assert bound["conversation_id"] == started["conversation_id"]
 

@@ -26,7 +26,8 @@ async def test_a_provider_that_never_answers_fails_the_dispatch_in_time(start_de
     result = await asyncio.wait_for(harness.tool(cid, "handoff_request", {
         "channel_id": 1, "summary": "A summary that is long enough to pass.", "expected_action": "Do the thing now.",
     }), timeout=10)
-    assert result["error"] == "dispatch_failed" and "did not answer in time" in result["details"]["hint"]
+    assert result["error"] == "dispatch_failed"
+    assert "did not answer in time" in result["details"]["hint"]
     assert (await harness.say(cid, "hello"))["routed_to"] == "agent"
 
 
@@ -61,7 +62,8 @@ async def test_a_stale_worker_cannot_overwrite_the_record_of_the_one_that_took_o
         relay = (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "relay"))).one()
     assert (relay.state, relay.attempts) == ("sent", 2)  # B's record stands
     kinds = await second.kinds(relay.handoff_session_id)
-    assert kinds.count("relayed_to_recipient") == 1 and kinds.count("delivery_claim_lost") == 1
+    assert kinds.count("relayed_to_recipient") == 1
+    assert kinds.count("delivery_claim_lost") == 1
 
 
 async def test_a_backlog_of_one_handoff_drains_in_one_pass_in_order(start_desk: StartDesk, scripted) -> None:
@@ -107,9 +109,11 @@ async def test_a_send_that_timed_out_but_landed_is_reconciled_not_repeated(start
     harness.desk.clock.advance(timedelta(seconds=5))
     await harness.desk.outbox.drain()  # the retry asks the provider first
     assert channel.texts("relay") == ["Ana: only once please"]
-    assert channel.lookups and channel.lookups[0].startswith("hd_")
+    assert channel.lookups
+    assert channel.lookups[0].startswith("hd_")
     kinds = await harness.kinds(sid)
-    assert kinds.count("delivery_retry_scheduled") == 1 and kinds.count("relayed_to_recipient") == 1
+    assert kinds.count("delivery_retry_scheduled") == 1
+    assert kinds.count("relayed_to_recipient") == 1
 
 
 async def test_messages_sent_while_one_is_in_flight_keep_their_order(start_desk: StartDesk, scripted) -> None:
@@ -146,9 +150,11 @@ async def test_a_stale_claim_is_fenced_while_the_new_owner_is_still_sending(
     await stuck_b
     async with second.desk.db.read() as session:
         relay = (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "relay"))).one()
-    assert relay.state == "sent" and relay.uncertain is False
+    assert relay.state == "sent"
+    assert relay.uncertain is False
     kinds = await second.kinds(relay.handoff_session_id)
-    assert kinds.count("relayed_to_recipient") == 1 and kinds.count("delivery_claim_lost") == 1
+    assert kinds.count("relayed_to_recipient") == 1
+    assert kinds.count("delivery_claim_lost") == 1
 
 
 async def test_a_send_that_outlives_its_timeout_is_uncertain(start_desk: StartDesk, scripted) -> None:
@@ -184,7 +190,8 @@ async def test_an_expired_claim_is_taken_over_with_a_check_first(start_desk: Sta
     await channel.send(Outbound.model_validate(relay.payload).model_copy(update={"delivery_key": relay.delivery_key}))
     harness.desk.clock.advance(timedelta(seconds=61))
     await harness.desk.outbox.drain()
-    assert channel.texts("relay") == ["Ana: only once"] and channel.lookups == [relay.delivery_key]
+    assert channel.texts("relay") == ["Ana: only once"]
+    assert channel.lookups == [relay.delivery_key]
 
 
 async def test_a_backlog_longer_than_one_chain_is_delivered_and_nothing_stays_claimed(start_desk: StartDesk, scripted) -> None:

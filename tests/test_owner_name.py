@@ -42,4 +42,5 @@ def test_the_cookie_is_secure_behind_https_only() -> None:
     secure, plain = Response(), Response()
     NameCookie(["k"], secure=True).store(secure, "Kim")
     NameCookie(["k"], secure=False).store(plain, "Kim")
-    assert "secure" in secure.headers["set-cookie"].lower() and "secure" not in plain.headers["set-cookie"].lower()
+    assert "secure" in secure.headers["set-cookie"].lower()
+    assert "secure" not in plain.headers["set-cookie"].lower()

@@ -190,7 +190,8 @@ def served_desk(clone: Path, env: dict[str, str]) -> Iterator[str]:
     reader = threading.Thread(target=read_log, daemon=True)
     reader.start()
     try:
-        assert listening.wait(timeout=60) and server.poll() is None, "handoff serve did not start:\n" + "".join(log)
+        assert listening.wait(timeout=60), "handoff serve did not start:\n" + "".join(log)
+        assert server.poll() is None, "handoff serve did not start:\n" + "".join(log)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
@@ -276,8 +277,9 @@ def test_transcript_prints_exactly_what_it_shows(block: Block, clone: Path) -> N
         done = subprocess.run(["bash", "-c", command], cwd=clone, env=reader_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=60)
         printed = done.stdout.rstrip("\n").splitlines()
-        assert len(printed) == len(shown) and all(map(matches, shown, printed)), (
-            f"README.md:{block.line}: `$ {command}` shows\n" + "\n".join(shown) + "\nbut printed\n" + "\n".join(printed))
+        difference = f"README.md:{block.line}: `$ {command}` shows\n" + "\n".join(shown) + "\nbut printed\n" + "\n".join(printed)
+        assert len(printed) == len(shown), difference
+        assert all(map(matches, shown, printed)), difference
 
 
 # --------------------------------------------------------------------------- the API story
@@ -287,7 +289,9 @@ def test_the_api_block_hands_off_once_relays_releases_and_resumes(clone: Path) -
     """The story the block teaches, read back from the desk it ran against: one handoff, the
     relayed message, the owner's release with the returned data, one resume message."""
     [block] = [b for b in SHELL_BLOCKS if b.section == STORY_SECTION]
-    assert block.is_run and block.prints() and SERVED_LINE in block.body, "the API block is run, against the served desk"
+    assert block.is_run, "the API block is run, against the served desk"
+    assert block.prints(), "the API block is run, against the served desk"
+    assert SERVED_LINE in block.body, "the API block is run, against the served desk"
     with running(block, clone) as run:
         assert run.returncode == 0, f"README.md:{block.line} failed as pasted:\n{run.stdout}\n{run.stderr}"
         assert_prints(block, run.stdout)
@@ -300,7 +304,8 @@ def test_the_api_block_hands_off_once_relays_releases_and_resumes(clone: Path) -
     assert (handoff["state"], handoff["release_reason"]) == ("released", "owner")
     assert handoff["returned"] == {"order_status": "shipped"}
     assert kinds.count("handoff_requested") == 1, kinds  # the only handoff, asked for once
-    assert "relayed_to_recipient" in kinds and "release_noop" not in kinds, kinds
+    assert "relayed_to_recipient" in kinds, kinds
+    assert "release_noop" not in kinds, kinds
     relayed = [m for m in messages if m["role"] == "subscriber" and m["handoff_session_id"] == sid]
     assert [m["text"] for m in relayed] == ["It was due last Monday."]
     resumes = [m["text"] for m in messages if m["role"] == "system"]
@@ -365,7 +370,8 @@ def test_the_quick_start_makes_the_virtual_environment_the_readme_runs_from() ->
     used = set(re.findall(r"(\.venv[\w-]*)/bin/", README.read_text(encoding="utf-8")))
     made = {made for block in SHELL_BLOCKS for command in block.commands()
             for made in re.findall(r"python3? -m venv (\S+)", command)}
-    assert used and used <= made, f"README.md runs {sorted(used)} but no shell block makes it ({sorted(made)})"
+    assert used, f"README.md runs {sorted(used)} but no shell block makes it ({sorted(made)})"
+    assert used <= made, f"README.md runs {sorted(used)} but no shell block makes it ({sorted(made)})"
 
 
 def test_the_screenshot_refresh_writes_every_screenshot_the_readme_shows() -> None:
@@ -373,4 +379,5 @@ def test_the_screenshot_refresh_writes_every_screenshot_the_readme_shows() -> No
     [refresh] = [command for block in SHELL_BLOCKS for command in block.commands() if "HANDOFF_WRITE_SCREENSHOTS=1" in command]
     written = {name for path in re.findall(r"tests/\S+\.py", refresh)
                for name in re.findall(r'\bshot\(\w+, "([\w-]+)"\)', (ROOT / path).read_text(encoding="utf-8"))}
-    assert shown and shown <= written, f"the refresh command ({refresh!r}) does not write {sorted(shown - written)}"
+    assert shown, f"the refresh command ({refresh!r}) does not write {sorted(shown - written)}"
+    assert shown <= written, f"the refresh command ({refresh!r}) does not write {sorted(shown - written)}"

@@ -54,6 +54,7 @@ def test_people_cannot_forge_lines_with_notes_or_values() -> None:
     )
     lines = text.splitlines()
     assert lines[0].startswith("[Bot resumed — the owner released the conversation. Outcome: resolved. done)")
-    assert lines[0].endswith("]") and lines[0].count("]") == 1
+    assert lines[0].endswith("]")
+    assert lines[0].count("]") == 1
     assert sum(line == "Returned data:" for line in lines) == 1
     assert all(line.startswith("    ") for line in lines[3:])  # continuation lines stay indented under their field

@@ -15,8 +15,10 @@ from tests.conftest import Harness, StartDesk
 async def test_without_a_handoff_the_agent_answers(harness: Harness) -> None:
     cid = await harness.conversation()
     body = await harness.say(cid, "Hello!")
-    assert body["routed_to"] == "agent" and body["handoff_session_id"] is None
-    assert body["replies"][0]["role"] == "agent" and body["replies"][0]["text"].startswith("Hi Ana!")
+    assert body["routed_to"] == "agent"
+    assert body["handoff_session_id"] is None
+    assert body["replies"][0]["role"] == "agent"
+    assert body["replies"][0]["text"].startswith("Hi Ana!")
 
 
 async def test_asking_for_a_person_starts_a_handoff_through_the_rules_agent(harness: Harness) -> None:
@@ -24,11 +26,13 @@ async def test_asking_for_a_person_starts_a_handoff_through_the_rules_agent(harn
     await harness.say(cid, "My parcel 1234 is lost")
     body = await harness.say(cid, "Can I talk to a person please?")
     sid = body["handoff_session_id"]
-    assert body["routed_to"] == "agent" and sid
+    assert body["routed_to"] == "agent"
+    assert sid
     assert body["replies"][0]["text"].startswith("I've asked our team to join — usually within 1 business day.")
     handoff = await harness.handoff(sid)
     assert handoff["state"] == "active"
-    assert '"My parcel 1234 is lost"' in handoff["summary"] and "Ana (ana@example.com)" in handoff["summary"]
+    assert '"My parcel 1234 is lost"' in handoff["summary"]
+    assert "Ana (ana@example.com)" in handoff["summary"]
     assert [f["name"] for f in handoff["expected_return"]] == ["resolution", "follow_up_needed"]
 
 
@@ -54,7 +58,8 @@ async def test_during_a_handoff_messages_go_to_the_human_and_back(start_desk: St
     human = (await harness.messages(cid))[-1]
     assert (human["role"], human["author"], human["text"], human["handoff_session_id"]) == ("human", "Sam", "It ships tomorrow.", sid)
     kinds = await harness.kinds(sid)
-    assert "relayed_to_recipient" in kinds and "relayed_to_subscriber" in kinds
+    assert "relayed_to_recipient" in kinds
+    assert "relayed_to_subscriber" in kinds
 
 
 async def test_redelivered_inbound_events_are_dropped(harness: Harness) -> None:
@@ -123,7 +128,8 @@ async def test_a_permanent_relay_failure_is_audited_and_the_session_goes_on(star
     await harness.desk.settle()
     assert channel.texts("relay") == ["Ana: second"]
     failed = [e for e in await harness.events(sid) if e["kind"] == "delivery_failed"]
-    assert failed[0]["detail"]["error"] == "message too long" and failed[0]["detail"]["purpose"] == "relay"
+    assert failed[0]["detail"]["error"] == "message too long"
+    assert failed[0]["detail"]["purpose"] == "relay"
     assert (await harness.handoff(sid))["state"] == "active"
     async with harness.desk.db.transaction() as session:
         states = [i.state for i in (await session.scalars(select(OutboxItem).order_by(OutboxItem.id))).all()]
@@ -143,8 +149,10 @@ async def test_a_message_sent_while_the_agent_escalates_goes_to_the_human(start_
     assert not follow_up.done()  # it waits for the escalating turn instead of reaching the agent mid-dispatch
     channel.gate.set()
     first, second = await asyncio.gather(escalating, follow_up)
-    assert first["routed_to"] == "agent" and first["handoff_session_id"]
-    assert second["routed_to"] == "human" and second["handoff_session_id"] == first["handoff_session_id"]
+    assert first["routed_to"] == "agent"
+    assert first["handoff_session_id"]
+    assert second["routed_to"] == "human"
+    assert second["handoff_session_id"] == first["handoff_session_id"]
 
 
 async def test_release_notice_reaches_the_recipient(start_desk: StartDesk, scripted) -> None:
@@ -154,7 +162,8 @@ async def test_release_notice_reaches_the_recipient(start_desk: StartDesk, scrip
     await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
     await harness.desk.settle()
     notice = harness.desk.channels.get(1).sent[-1]
-    assert notice.purpose == "notice" and "released by the owner (resolved)" in notice.text
+    assert notice.purpose == "notice"
+    assert "released by the owner (resolved)" in notice.text
     assert notice.thread == {"ts": 1}
 
 
@@ -169,7 +178,8 @@ async def test_a_message_sent_while_a_dispatch_is_in_flight_is_held_then_relayed
     }))
     await channel.entered.wait()
     body = await harness.say(cid, "Also: it's order 1234")
-    assert body["routed_to"] == "human" and body["replies"] == []
+    assert body["routed_to"] == "human"
+    assert body["replies"] == []
     channel.gate.set()
     result = await request
     assert body["handoff_session_id"] == result["handoff_session_id"]
@@ -220,4 +230,5 @@ async def test_messages_held_for_a_dispatch_that_fails_go_to_the_agent(start_des
     assert (await request)["error"] == "dispatch_failed"
     await harness.desk.settle()
     last = (await harness.messages(cid))[-1]
-    assert last["role"] == "agent" and last["text"].startswith("You're welcome!")
+    assert last["role"] == "agent"
+    assert last["text"].startswith("You're welcome!")

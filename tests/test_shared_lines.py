@@ -61,7 +61,9 @@ async def test_a_plain_reply_goes_to_the_newest_handoff_and_says_so(line: Line) 
     assert await line.human_texts(ben) == ["Checking your refund now"]
     assert await line.human_texts(ana) == []
     [ack] = line.channel.routing()
-    assert ack.startswith(f"↪ Sent to #{b} · Ben.") and f"#{a}" in ack and "/list" in ack
+    assert ack.startswith(f"↪ Sent to #{b} · Ben.")
+    assert f"#{a}" in ack
+    assert "/list" in ack
 
 
 async def test_one_handoff_on_the_line_needs_no_acknowledgement(line: Line) -> None:
@@ -122,7 +124,8 @@ async def test_a_message_for_an_ended_handoff_is_answered_not_passed_to_another(
     ben, _, b = await line.open("Ben")
     await line.reply(f"#{a} /release")
     assert await line.reply(f"#{a} one more thing") == f"#{a} has ended; not relayed"
-    assert await line.human_texts(ben) == [] and await line.human_texts(ana) == []
+    assert await line.human_texts(ben) == []
+    assert await line.human_texts(ana) == []
     assert line.channel.routing()[-1] == (
         f"Handoff #{a} (Ana) has ended, so your message was not passed on. Open here: #{b} · Ben."
     )

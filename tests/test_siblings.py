@@ -63,9 +63,11 @@ async def test_the_sibling_gets_the_brief_and_speaks_first(start_desk: StartDesk
     assert f'handoff_session_id "{sid}"' in brief
     assert "[EXPECTED RETURN SCHEMA]\n- order_status: enum (one of: shipped, lost), required — Status\n" in brief
     assert "- eta: date (YYYY-MM-DD), optional — When it arrives\n" in brief
-    assert "[TRANSCRIPT]" in brief and "Where is my order 1234?" in brief
+    assert "[TRANSCRIPT]" in brief
+    assert "Where is my order 1234?" in brief
     names = [t["function"]["name"] for t in first["tools"]]
-    assert "handoff_release" in names and "handoff_request" not in names  # no ping-pong
+    assert "handoff_release" in names
+    assert "handoff_request" not in names  # no ping-pong
     assert human_texts(await harness.messages(cid)) == ["Hi Ana, I'm checking order 1234 now."]
     # signed with the name subscribers know the channel by, not the owner's label for it
     assert [m["author"] for m in await harness.messages(cid) if m["role"] == "human"] == ["our team"]
@@ -89,7 +91,8 @@ async def test_subscriber_and_sibling_talk_until_the_sibling_hands_back(start_de
     await harness.say(cid, "It's 10115")
     await harness.desk.settle()
     handoff = await harness.handoff(sid)
-    assert handoff["state"] == "released" and handoff["release_reason"] == "agent"
+    assert handoff["state"] == "released"
+    assert handoff["release_reason"] == "agent"
     assert handoff["returned"] == {"order_status": "shipped", "eta": "2026-12-02"}
     resumed = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
     assert resumed[-1].startswith(
@@ -121,7 +124,8 @@ async def test_a_wrongly_typed_release_is_a_tool_error_the_sibling_corrects(star
         "return_values.carrier": "is not a field this handoff asked for (it asked for: order_status, eta)",
     }
     handoff = await harness.handoff(sid)
-    assert handoff["state"] == "released" and handoff["returned"] == {"order_status": "shipped", "eta": "2026-12-02"}
+    assert handoff["state"] == "released"
+    assert handoff["returned"] == {"order_status": "shipped", "eta": "2026-12-02"}
     assert "release_refused" in await harness.kinds(sid)
 
 
@@ -133,7 +137,8 @@ async def test_the_sibling_cannot_release_someone_elses_handoff(start_desk: Star
     await harness.say(cid, "done?")
     await harness.desk.settle()
     [answer] = sibling.tool_results(sibling.requests[-1])
-    assert answer["error"] == "invalid_input" and sid in answer["details"]["hint"]
+    assert answer["error"] == "invalid_input"
+    assert sid in answer["details"]["hint"]
     assert (await harness.handoff(sid))["state"] == "active"
 
 

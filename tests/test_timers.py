@@ -27,14 +27,18 @@ async def test_idle_release_with_the_real_scheduler(start_desk: StartDesk) -> No
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     await asyncio.wait_for(released.wait(), timeout=10)
     handoff = await harness.handoff(sid)
-    assert handoff["state"] == "released" and handoff["release_reason"] == "idle_timeout"
-    assert handoff["outcome"] == "unresolved" and handoff["released_by"] == "idle timer"
+    assert handoff["state"] == "released"
+    assert handoff["release_reason"] == "idle_timeout"
+    assert handoff["outcome"] == "unresolved"
+    assert handoff["released_by"] == "idle timer"
     await harness.desk.settle()
     messages = await harness.messages(cid)
-    assert messages[-3]["role"] == "agent" and messages[-3]["text"] == (
+    assert messages[-3]["role"] == "agent"
+    assert messages[-3]["text"] == (
         "The conversation with our team ended after 0.3 seconds without messages, so you're back with the assistant.")
     assert messages[-2]["text"] == "[Bot resumed — the handoff ended after 0.3 seconds without activity. Outcome: unresolved.]"
-    assert messages[-1]["role"] == "agent" and "Ask me to try reaching a person again" in messages[-1]["text"]
+    assert messages[-1]["role"] == "agent"
+    assert "Ask me to try reaching a person again" in messages[-1]["text"]
 
 
 async def test_activity_pushes_the_deadline_out(harness: Harness) -> None:
@@ -75,7 +79,8 @@ async def test_a_deadline_that_passed_while_stopped_releases_on_start(start_desk
     released = released_event(second)
     await asyncio.wait_for(released.wait(), timeout=10)  # the first sweep runs at start
     handoff = await second.handoff(sid)
-    assert handoff["state"] == "released" and handoff["release_reason"] == "idle_timeout"
+    assert handoff["state"] == "released"
+    assert handoff["release_reason"] == "idle_timeout"
     await second.desk.settle()
     system = [m for m in await second.messages(cid) if m["role"] == "system"]
     assert len(system) == 1
@@ -109,10 +114,12 @@ async def test_a_dispatch_interrupted_by_a_crash_is_failed_by_the_sweep(start_de
     harness.desk.clock.advance(timedelta(minutes=5))
     await harness.desk.timers.sweep()
     open_list = (await harness.client.get("/api/handoffs", params={"state": "failed"})).json()["handoffs"]
-    assert len(open_list) == 1 and open_list[0]["failure"] == "the server stopped while this handoff was being dispatched"
+    assert len(open_list) == 1
+    assert open_list[0]["failure"] == "the server stopped while this handoff was being dispatched"
     channel.gate.set()  # the provider finally answers: too late, the session stays failed
     result = await request
-    assert result["error"] == "dispatch_failed" and result["details"]["human_notified"] is False
+    assert result["error"] == "dispatch_failed"
+    assert result["details"]["human_notified"] is False
     assert (await harness.say(cid, "hello"))["routed_to"] == "agent"
 
 
@@ -131,3 +138,36 @@ async def test_stopping_while_a_sweep_runs_ends_it_quietly(start_desk: StartDesk
     await timers.stop()
     assert not timers._running
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [], "stopping logged a failed job"
+
+
+async def test_stopping_cancels_a_running_job_once_so_its_cleanup_can_finish(start_desk: StartDesk) -> None:
+    # Database work cut short cleans up on the way out: SQLAlchemy closes the interrupted
+    # connection under asyncio.shield. A second cancel landing in that cleanup orphans the close,
+    # and the orphan later hangs the event loop's shutdown. This step cleans up the same way.
+    harness = await start_desk(clock=Clock(), run_timers=True)
+    timers = harness.desk.timers
+    entered = asyncio.Event()
+    answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    cleanups_cut_short: list[str] = []
+
+    async def close_the_connection() -> None:
+        for _ in range(3):  # a few loop passes, like a round trip to the database thread
+            await asyncio.sleep(0)
+
+    async def step_that_cleans_up() -> None:
+        entered.set()
+        try:
+            await answer
+        except asyncio.CancelledError:
+            try:
+                await asyncio.shield(close_the_connection())
+            except asyncio.CancelledError:
+                cleanups_cut_short.append("cancelled again while closing")
+            raise
+
+    timers.also_on_sweep.append(step_that_cleans_up)
+    timers.scheduler.modify_job("idle-sweep", next_run_time=datetime.now(UTC))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    answer.set_result(None)  # the database answered, and the server stops before the job wakes
+    await timers.stop()
+    assert cleanups_cut_short == [], "stop() cancelled the job a second time, in its cleanup"

@@ -40,8 +40,11 @@ async def test_handoff_request_schema_constrains_channel_id(start_desk: StartDes
     }
     assert schema["required"] == ["channel_id", "summary", "expected_action"]
     assert schema["additionalProperties"] is False
-    assert "$ref" not in json.dumps(schema) and "$defs" not in schema and '"title"' not in json.dumps(schema)
-    assert schema["properties"]["summary"]["minLength"] == 20 and schema["properties"]["summary"]["maxLength"] == 2000
+    assert "$ref" not in json.dumps(schema)
+    assert "$defs" not in schema
+    assert '"title"' not in json.dumps(schema)
+    assert schema["properties"]["summary"]["minLength"] == 20
+    assert schema["properties"]["summary"]["maxLength"] == 2000
     assert schema["properties"]["expected_return"]["maxItems"] == 20
     field = schema["properties"]["expected_return"]["items"]
     assert field["properties"]["type"]["enum"] == ["string", "multiline", "number", "boolean", "enum", "date", "url"]
@@ -52,7 +55,8 @@ async def test_handoff_request_schema_constrains_channel_id(start_desk: StartDes
 async def test_tool_formats_for_openai_and_anthropic(harness: Harness) -> None:
     cid = await harness.conversation()
     openai = (await harness.client.get(f"/api/conversations/{cid}/tools", params={"format": "openai"})).json()["tools"][0]
-    assert openai["type"] == "function" and openai["function"]["name"] == "handoff_request"
+    assert openai["type"] == "function"
+    assert openai["function"]["name"] == "handoff_request"
     assert openai["function"]["parameters"]["properties"]["channel_id"]["enum"] == [1]
     anthropic = (await harness.client.get(f"/api/conversations/{cid}/tools", params={"format": "anthropic"})).json()["tools"][0]
     assert set(anthropic) == {"name", "description", "input_schema"}
@@ -131,8 +135,10 @@ async def test_rejections_are_audited(harness: Harness) -> None:
 async def test_a_non_object_input_is_a_tool_error(harness: Harness) -> None:
     cid = await harness.conversation()
     response = await harness.client.post(f"/api/conversations/{cid}/tools/handoff_request", json=[1, 2])
-    assert response.status_code == 200 and response.json()["error"] == "invalid_input"
+    assert response.status_code == 200
+    assert response.json()["error"] == "invalid_input"
     response = await harness.client.post(
         f"/api/conversations/{cid}/tools/handoff_request", content=b"{not json", headers={"content-type": "application/json"}
     )
-    assert response.status_code == 400 and response.json()["error"] == "invalid_json"
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_json"

@@ -35,16 +35,20 @@ async def texts(harness: Harness, cid: str, role: str | None = None) -> list[str
 async def test_the_subscriber_sees_the_instruction_and_done_resumes_the_agent(harness: Harness) -> None:
     cid = await harness.conversation()
     result = await ask(harness, cid)
-    assert result["status"] == "HUMAN_HANDOFF_REQUESTED" and result["reason"] == "verification_code"
+    assert result["status"] == "HUMAN_HANDOFF_REQUESTED"
+    assert result["reason"] == "verification_code"
     [instruction] = await texts(harness, cid, "agent")
     assert instruction.startswith("A verification code was sent to you. Please enter it yourself")
-    assert "→ Enter the code on the bank's page" in instruction and 'Reply "done"' in instruction
+    assert "→ Enter the code on the bank's page" in instruction
+    assert 'Reply "done"' in instruction
 
     routed = await harness.say(cid, "Done!")
-    assert routed["routed_to"] == "agent" and routed["replies"] == []
+    assert routed["routed_to"] == "agent"
+    assert routed["replies"] == []
     await harness.desk.settle()
     view = (await harness.client.get(f"/api/user_actions/{result['user_action_id']}")).json()
-    assert view["state"] == "done" and view["resolved_via"] == "subscriber"
+    assert view["state"] == "done"
+    assert view["resolved_via"] == "subscriber"
     notes = await texts(harness, cid, "system")
     assert notes == ["[User action — verification_code: the user says it is done (not verified). "
                      "Look at the current state before you act.]"]
@@ -66,7 +70,8 @@ async def test_cancel_and_timeout_have_their_own_outcomes(start_desk: StartDesk)
     await harness.desk.settle()
     assert "HANDOFF_TIMEOUT" in (await texts(harness, other, "system"))[-1]
     late = await harness.client.post(f"/api/user_actions/{aid}/response", json={"outcome": "done"})
-    assert late.json()["error"] == "HANDOFF_TIMEOUT" and late.json()["already"] is True
+    assert late.json()["error"] == "HANDOFF_TIMEOUT"
+    assert late.json()["already"] is True
 
 
 async def test_an_expectation_decides_whether_done_is_done(start_desk: StartDesk) -> None:
@@ -88,10 +93,12 @@ async def test_an_expectation_decides_whether_done_is_done(start_desk: StartDesk
 
     aid = (await ask(harness, cid, expectation="never"))["user_action_id"]
     broken = await harness.tool(cid, "response_user_action", {"user_action_id": aid, "outcome": "done"})
-    assert broken["error"] == "HANDOFF_FAILED" and "could not run" in broken["details"]["hint"]
+    assert broken["error"] == "HANDOFF_FAILED"
+    assert "could not run" in broken["details"]["hint"]
 
     bad = await ask(harness, cid, expectation="unknown_check")
-    assert bad["error"] == "invalid_input" and "expectation" in bad["details"]["fields"]
+    assert bad["error"] == "invalid_input"
+    assert "expectation" in bad["details"]["fields"]
 
 
 async def test_an_expectation_that_holds(start_desk: StartDesk) -> None:
@@ -137,11 +144,14 @@ async def test_guided_steps_move_one_at_a_time(harness: Harness) -> None:
                             {"instruction": "Set Location to Allow"}]))["user_action_id"]
     assert (await texts(harness, cid, "agent"))[-1].count("Step 1 of 2: Click the lock icon") == 1
     moved = (await harness.client.post(f"/api/user_actions/{aid}/step", json={"move": "next"})).json()
-    assert moved["step"] == 1 and "Step 2 of 2: Set Location to Allow" in (await texts(harness, cid, "agent"))[-1]
+    assert moved["step"] == 1
+    assert "Step 2 of 2: Set Location to Allow" in (await texts(harness, cid, "agent"))[-1]
     same = (await harness.client.post(f"/api/user_actions/{aid}/step", json={"move": "next"})).json()
-    assert same["step"] == 1 and len(await texts(harness, cid, "agent")) == 2  # no step past the last
+    assert same["step"] == 1
+    assert len(await texts(harness, cid, "agent")) == 2  # no step past the last
     back = (await harness.client.post(f"/api/user_actions/{aid}/step", json={"move": "previous"})).json()
-    assert back["step"] == 0 and back["state"] == "pending"  # moving completes nothing
+    assert back["step"] == 0
+    assert back["state"] == "pending"  # moving completes nothing
 
 
 async def test_a_pasted_code_is_hidden_everywhere_and_the_subscriber_reminded(start_desk: StartDesk) -> None:
@@ -164,16 +174,19 @@ async def test_one_pending_request_at_a_time(harness: Harness) -> None:
     cid = await harness.conversation()
     first = await ask(harness, cid)
     again = await ask(harness, cid)
-    assert again["error"] == "user_action_pending" and first["user_action_id"] in again["details"]["hint"]
+    assert again["error"] == "user_action_pending"
+    assert first["user_action_id"] in again["details"]["hint"]
     assert "the same request" in again["details"]["hint"]
     other = await ask(harness, cid, reason="captcha", details="Please solve the picture puzzle on the page.")
-    assert other["error"] == "user_action_pending" and "another user action" in other["details"]["hint"]
+    assert other["error"] == "user_action_pending"
+    assert "another user action" in other["details"]["hint"]
 
 
 async def test_invalid_requests_name_the_field(harness: Harness) -> None:
     cid = await harness.conversation()
     bad = await harness.tool(cid, "request_user_action", {"reason": "password_please", "details": "short"})
-    assert bad["error"] == "invalid_input" and set(bad["details"]["fields"]) == {"reason", "details"}
+    assert bad["error"] == "invalid_input"
+    assert set(bad["details"]["fields"]) == {"reason", "details"}
 
 
 async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -> None:
@@ -210,7 +223,8 @@ async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -
         await runner.cleanup()
     assert [r["type"] for r in received] == ["user_action_requested", "user_action_resolved"]
     assert received[0]["delivery"] == f"{result['user_action_id']}:user_action_requested"
-    assert received[0]["user_action_id"] == result["user_action_id"] and received[1]["state"] == "done"
+    assert received[0]["user_action_id"] == result["user_action_id"]
+    assert received[1]["state"] == "done"
 
 
 async def test_two_requests_at_once_leave_one_pending(harness: Harness) -> None:

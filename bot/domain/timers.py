@@ -54,15 +54,24 @@ class IdleTimers:
         )
 
     async def stop(self) -> None:
-        """Stop scheduling and wait out (cancel) jobs in flight: APScheduler's shutdown does
-        not, and a job still holding a database connection would outlive the engine."""
+        """Stop scheduling, then cancel the jobs in flight and wait them out: a job still
+        holding a database connection would outlive the engine.
+
+        Each job is cancelled exactly once, here. AsyncIOScheduler's shutdown runs a loop
+        pass later and cancels the jobs it still holds itself; that second CancelledError
+        lands in the cleanup the first one started (SQLAlchemy closing the interrupted
+        connection under a shield), orphans the close, and the orphan hangs the event loop's
+        final cancel (aiosqlite then waits for a worker thread that has already exited). So
+        the scheduler is paused (at once, unlike shutdown), and shut down once no job runs."""
         self._stopping = True
         if self.scheduler.running:
-            self.scheduler.shutdown(wait=False)
+            self.scheduler.pause()
         running = [task for task in self._running if not task.done()]
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
 
     async def _tracked(self, work: Awaitable[object]) -> None:
         task = asyncio.current_task()

@@ -1,0 +1,117 @@
+"""The small top-level sections of the config: `server`, `api`, `owner`, `handoff`,
+`delivery`, `retention` and `logging`."""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import timedelta
+from typing import Literal
+from urllib.parse import urlparse
+
+from pydantic import Field, IPvAnyNetwork, field_validator
+
+from bot.config.values import Duration, OptionalSecret, _empty_to_none, _Section, http_url
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    public_url: str | None = Field(
+        default=None, description="Base URL people and providers use to reach this server (links, webhooks)."
+    )
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        value = _empty_to_none(value)
+        return None if value is None else http_url(value, "https://desk.example.com")
+
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Extra Host names the server answers to, besides public_url's host and loopback names.",
+    )
+    trusted_proxies: list[IPvAnyNetwork] = Field(
+        default_factory=lambda: [ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128")],
+        description="Reverse proxies (addresses or CIDRs) whose X-Forwarded-For names the client; "
+                    "only they are believed. The default trusts a proxy on this host.",
+    )
+
+    @property
+    def base_url(self) -> str:
+        return self.public_url or f"http://{self.host}:{self.port}"
+
+    def trusted_hosts(self) -> list[str]:
+        """Host headers to accept: anything else (DNS rebinding) gets a 400."""
+        hosts = {"localhost", "127.0.0.1", "::1", "[::1]", urlparse(self.base_url).hostname or "", *self.allowed_hosts}
+        if not _is_loopback(self.host) and self.host not in ("0.0.0.0", "::"):
+            hosts.add(self.host)
+        return sorted(h for h in hosts if h)
+
+
+class ApiConfig(_Section):
+    key: OptionalSecret = Field(default=None, description="Bearer token for /api; empty disables the check.")
+
+
+class OwnerConfig(_Section):
+    token: OptionalSecret = Field(default=None, description="Password of the owner inbox; empty leaves it open.")
+
+
+class HandoffSettings(_Section):
+    idle_timeout: Duration = timedelta(minutes=30)
+    form_link_ttl: Duration = timedelta(hours=24)
+    user_action_timeout: Duration = timedelta(minutes=5)
+    dispatch_timeout: Duration = Field(
+        default=timedelta(seconds=20),
+        description="How long handoff_request may spend delivering (retries included) before it fails.",
+    )
+    sweep_interval: Duration = Field(
+        default=timedelta(seconds=30),
+        description="How often overdue idle deadlines are swept (catches restarts and other instances).",
+    )
+    transcript_messages: int = Field(default=20, ge=0, le=200, description="Recent messages attached to a dispatch.")
+
+
+class DeliverySettings(_Section):
+    """How the outbox retries transient channel errors (timeouts, 429, 5xx)."""
+
+    max_attempts: int = Field(default=10, ge=1, le=100)
+    base_backoff: Duration = timedelta(seconds=1)
+    max_backoff: Duration = timedelta(minutes=10)
+
+
+class RetentionSettings(_Section):
+    """How long delivery bookkeeping is kept. The audit trail and the conversations are not
+    pruned; these rows are copies made to deliver and deduplicate, and every subscriber
+    message on a front adds one of each."""
+
+    inbound_events: Duration | None = Field(
+        default=timedelta(days=7),
+        description="Processed inbound events (kept to drop provider redeliveries) older than this are deleted; "
+                    "null keeps them.",
+    )
+    outbox: Duration | None = Field(
+        default=timedelta(days=30),
+        description="Sent or given-up outbox items (copies of the messages) older than this are deleted; null keeps them.",
+    )
+    every: Duration = Field(default=timedelta(hours=1), description="How often the pruning runs.")
+
+    @field_validator("inbound_events")
+    @classmethod
+    def _dedupe_window(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(days=1):
+            raise ValueError("must be at least 1d: providers redeliver events for up to a day")
+        return value
+
+
+class LoggingConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

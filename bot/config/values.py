@@ -1,0 +1,86 @@
+"""The value types config keys share: durations (`30m`, `90s`, `24h`), optional and signing
+secrets, http(s) URLs, and `_Section`, the base of every section model (unknown keys are
+refused, a loaded config is frozen)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+from urllib.parse import urlparse
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, SecretStr
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Parse `30m`, `90s`, `24h`, `1h30m`, `250ms` or a number of seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30m, 90s or 24h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        else:
+            pos, seconds = 0, 0.0
+            for match in _DURATION_PART.finditer(text):
+                if match.start() != pos:
+                    break
+                seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+                pos = match.end()
+            if pos != len(text) or not text:
+                raise ValueError(f"expected a duration such as 30m, 90s or 24h, got {value!r}")
+    if seconds <= 0:
+        raise ValueError("must be a positive duration")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    """`timedelta(minutes=30)` -> `30 minutes`, for messages people read."""
+    seconds = delta.total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} minutes"
+    return f"{seconds:g} seconds"
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _empty_to_none(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+OptionalSecret = Annotated[SecretStr | None, BeforeValidator(_empty_to_none)]
+
+
+def _at_least_16(value: SecretStr) -> SecretStr:
+    if len(value.get_secret_value()) < 16:
+        raise ValueError("must be at least 16 characters (generate one with: openssl rand -hex 32)")
+    return value
+
+
+# A shared HMAC key the owner makes up and gives both sides (webhook agent, action endpoint).
+SigningSecret = Annotated[SecretStr, AfterValidator(_at_least_16)]
+SIGNING_SECRET_HELP = "a random value you make up (openssl rand -hex 32) and give the other side too"
+
+
+def http_url(value: str, example: str) -> str:
+    """An absolute http(s) URL without its trailing slash, or a ValueError naming an example."""
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"must be an http(s) URL such as {example}")
+    return value.rstrip("/")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)

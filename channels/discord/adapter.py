@@ -1,0 +1,457 @@
+"""DiscordChannel: the adapter the desk runs. It starts the client and the gateway, renders
+each outbound message as Discord markdown and embeds, and posts it; REST, the gateway, the
+interactions endpoint and the SDK client are its bases in the modules beside it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from channels.base import (
+    ApprovalBrief,
+    Capabilities,
+    ChannelConfig,
+    ChannelContext,
+    ChannelError,
+    HandoffBrief,
+    Outbound,
+    PermanentChannelError,
+    Receipt,
+    TranscriptLine,
+    TransientChannelError,
+    pretty_arguments,
+)
+from channels.discord.config import DiscordConfig
+from channels.discord.gateway import DiscordGateway
+from channels.discord.interactions import DiscordInteractions
+from channels.discord.markdown import _duration, _lines_within, clip_escaped, escape, hang, split_for_messages
+from channels.discord.protocol import (
+    ACTION_BUDGET,
+    ACTION_ROW,
+    APPROVAL_ID,
+    ARGUMENTS_LIMIT,
+    BUTTON,
+    CHANNEL_KINDS,
+    CLOSED_COLOUR,
+    COLOURS,
+    CONTENT_LIMIT,
+    DANGER,
+    DESCRIPTION_LIMIT,
+    EMBED_TOTAL_LIMIT,
+    FIELD_VALUE_LIMIT,
+    FOOTER_LIMIT,
+    LINK,
+    PROMPT_LOOKUP_LIMIT,
+    RELEASE_ID,
+    RISK_COLOURS,
+    SECONDARY,
+    SUCCESS,
+    SUMMARY_BUDGET,
+    SUPPRESS_EMBEDS,
+    TEXT_CHANNEL_TYPES,
+    THREAD_ALREADY_EXISTS,
+    THREAD_NAME_LIMIT,
+    TITLE_LIMIT,
+    TRANSCRIPT_LINE,
+    TRANSCRIPT_RESERVE,
+)
+from channels.discord.rest import DiscordRest, nonce_of
+from channels.text import clip
+from forms.fields import preview_line
+
+if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
+    import discord
+
+
+log = structlog.get_logger(__name__)
+
+
+class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
+    """The Discord adapter (channels/discord/__init__.py describes the channel)."""
+
+    kind = "discord"
+    config_model = DiscordConfig
+    # reconcile=False: a lost answer is retried, and the nonce makes Discord answer that
+    # retry with the message it already has (within its nonce window of a few minutes).
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False)
+    config: DiscordConfig
+
+    def __init__(self, config: ChannelConfig) -> None:
+        super().__init__(config)
+        self._ctx: ChannelContext | None = None
+        self._client: discord.Client | None = None
+        self._gateway_task: asyncio.Task[None] | None = None
+        self._session_ready = asyncio.Event()
+        self.bot_id: int | None = None
+        self.bot_name: str | None = None
+        self.guild_id: int | None = None
+        self.channel_name: str | None = None
+        self._threads: set[int] = set()  # threads this process started (known even if not cached)
+        # A dispatch posted whose thread could not be started: the retry starts the thread
+        # instead of posting the message again.
+        self._posted: dict[str, dict[str, Any]] = {}
+        # approval id -> its prompt message id (sent or pressed in this process), so the
+        # closing notice edits it without a lookup.
+        self._prompts: OrderedDict[str, str] = OrderedDict()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, ctx: ChannelContext) -> None:
+        self._ctx = ctx
+        try:
+            self._client = client = self._build()
+            await self._call("login", client.login(self.config.bot_token.get_secret_value()))
+            assert client.user is not None
+            self.bot_id, self.bot_name = client.user.id, client.user.name
+            self._check_public_key(client)
+            await self._check_channel(client)
+            if self.config.gateway:
+                await self._start_gateway(client)
+        except BaseException:
+            await self.stop()  # the core only stops channels that started
+            raise
+        log.info("discord_started", channel_id=self.id, bot=self.bot_name, discord_channel=self.config.channel_id,
+                 gateway=self.config.gateway, interactions=self.config.application_public_key is not None)
+
+    def _check_public_key(self, client: discord.Client) -> None:
+        app = client.application
+        key = self.config.application_public_key
+        if key and app is not None and app.verify_key and app.verify_key.lower() != key:
+            raise PermanentChannelError("application_public_key is not this bot's application key", hint=(
+                f"application_public_key does not match the Public Key of the bot's application '{app.name}' "
+                "(Developer Portal → General Information); Release button clicks would all be refused"))
+
+    async def _check_channel(self, client: discord.Client) -> dict[str, Any]:
+        from discord.http import Route
+
+        route = Route("GET", "/channels/{channel_id}", channel_id=self.config.channel_id)
+        data: dict[str, Any] = await self._call("get channel", client.http.request(route), target="channel")
+        kind = data.get("type")
+        if kind not in TEXT_CHANNEL_TYPES:
+            known = CHANNEL_KINDS.get(kind) if isinstance(kind, int) else None
+            what = known or ("thread or direct message" if kind in (1, 3, 10, 11, 12) else f"channel of type {kind}")
+            raise PermanentChannelError(f"channel {self.config.channel_id} is a {what}", hint=(
+                f"channel_id {self.config.channel_id} is a {what}; handoffs need a text channel (threads are started in it)"))
+        self.guild_id = int(data["guild_id"]) if data.get("guild_id") else None
+        self.channel_name = data.get("name")
+        return data
+
+    async def stop(self) -> None:
+        client, task = self._client, self._gateway_task
+        self._client = self._gateway_task = None
+        self._session_ready.clear()
+        if client is not None:
+            await client.close()  # closes the websocket (the connect task returns) and the HTTP session
+        if task is not None:
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def probe(self) -> str:
+        own = self._client is None  # `check-config --probe` calls this without start()
+        client = self._build() if own else self._client
+        assert client is not None
+        try:
+            user = await self._call("users/@me", client.http.static_login(self.config.bot_token.get_secret_value()))
+            await self._check_channel(client)
+        finally:
+            if own:
+                await client.close()
+        guild = f" (guild {self.guild_id})" if self.guild_id else ""
+        return f"bot @{user.get('username')} ({user.get('id')}), posting to #{self.channel_name}{guild}"
+
+    def _require_client(self) -> discord.Client:
+        if self._client is None or self.bot_id is None:
+            raise TransientChannelError("the Discord channel is not started", hint="the Discord channel is not running")
+        return self._client
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        client = self._require_client()
+        if outbound.notice == "approval":
+            return await self._send_prompt(client, outbound)
+        if outbound.notice == "approval_closed":
+            return await self._close_prompt(client, outbound)
+        if outbound.purpose == "dispatch":
+            return await self._send_dispatch(client, outbound)
+        thread_id = outbound.thread.get("thread_id")
+        if not thread_id:
+            raise PermanentChannelError("no Discord thread for this handoff",
+                                        hint="the handoff has no Discord thread to post into (its dispatch receipt lacks thread_id)")
+        body = (outbound.body if outbound.body is not None else outbound.text).strip()
+        if outbound.purpose == "relay":
+            label = self._render("relay.txt", author=escape(clip(outbound.author or "Subscriber", 80)))
+            parts = split_for_messages(body, CONTENT_LIMIT - len(label) - 12)
+            contents = [f"{label}{f' ({i}/{len(parts)})' if len(parts) > 1 else ''} {part}"
+                        for i, part in enumerate(parts, 1)]
+        else:
+            contents = split_for_messages(body, CONTENT_LIMIT)
+        first: dict[str, Any] | None = None
+        for i, content in enumerate(contents):  # a failure after part 1: the retry resends all (nonces dedupe)
+            message = await self._post(client, int(thread_id), {
+                "content": content, "flags": SUPPRESS_EMBEDS, "nonce": nonce_of(outbound, i),
+            }, what="thread message")
+            first = first or message
+        assert first is not None
+        if outbound.notice == "released":
+            await self._retire_release_button(client, outbound)
+        return Receipt(message_id=str(first["id"]), thread_key=str(thread_id), thread=dict(outbound.thread))
+
+    async def _send_dispatch(self, client: discord.Client, outbound: Outbound) -> Receipt:
+        from discord.http import Route
+
+        brief = outbound.brief
+        if brief is None:
+            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
+        channel_id = self.config.channel_id
+        message = self._posted.get(brief.handoff_session_id)
+        if message is None:
+            message = await self._post(client, channel_id, {
+                "content": clip_escaped(escape(self._render("title.txt", brief=brief, who=brief.subscriber_name or "A subscriber")),
+                                        CONTENT_LIMIT),
+                "embeds": [self._dispatch_embed(brief)],
+                "components": self._components(brief, release=True),
+                "nonce": nonce_of(outbound),
+            }, what="dispatch")
+            self._posted[brief.handoff_session_id] = message
+        message_id = int(message["id"])
+        name = clip(f"{brief.short_code} · {brief.subscriber_name or 'subscriber'}", THREAD_NAME_LIMIT)
+        route = Route("POST", "/channels/{channel_id}/messages/{message_id}/threads", channel_id=channel_id, message_id=message_id)
+        import discord
+
+        try:
+            thread = await self._call("start thread", client.http.request(
+                route, json={"name": name, "auto_archive_duration": 1440}), may_have_landed=True, target="channel")
+            thread_id = int(thread["id"])
+        except PermanentChannelError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, discord.HTTPException) and cause.code == THREAD_ALREADY_EXISTS):
+                raise
+            thread_id = message_id  # an earlier attempt started it; its id is the message's
+        self._posted.pop(brief.handoff_session_id, None)
+        self._threads.add(thread_id)
+        return Receipt(message_id=str(message_id), thread_key=str(thread_id),
+                       thread={"channel_id": str(channel_id), "message_id": str(message_id), "thread_id": str(thread_id)})
+
+    async def _retire_release_button(self, client: discord.Client, outbound: Outbound) -> None:
+        """After a release, leave only the form link on the dispatch. Cosmetic: a failure is
+        logged, never raised (the notice itself was posted)."""
+        from discord.http import Route
+
+        channel_id, message_id = outbound.thread.get("channel_id"), outbound.thread.get("message_id")
+        if not (channel_id and message_id and self.config.application_public_key):
+            return
+        route = Route("PATCH", "/channels/{channel_id}/messages/{message_id}", channel_id=int(channel_id), message_id=int(message_id))
+        try:
+            # Only the Release button goes: rebuild the row from the message as Discord has it.
+            message = await self._call("get dispatch", client.http.request(
+                Route("GET", "/channels/{channel_id}/messages/{message_id}", channel_id=int(channel_id), message_id=int(message_id))))
+            rows = []
+            for row in message.get("components") or []:
+                kept = [c for c in row.get("components") or [] if not str(c.get("custom_id", "")).startswith(RELEASE_ID)]
+                if kept:
+                    rows.append({"type": ACTION_ROW, "components": kept})
+            await self._call("edit dispatch", client.http.request(route, json={"components": rows}))
+        except ChannelError as exc:
+            log.warning("discord_release_button_not_removed", channel_id=self.id, hint=exc.hint)
+
+    # ------------------------------------------------------------------ approvals
+
+    async def _send_prompt(self, client: discord.Client, outbound: Outbound) -> Receipt:
+        """An approval prompt: a message in the staff channel itself (no thread: it belongs
+        to no handoff) with an embed, and Approve / Deny (/ Always allow) buttons when the
+        interactions endpoint is configured; the decision page link always."""
+        approval = outbound.approval
+        if approval is None:
+            raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
+        buttons = bool(self.config.application_public_key)
+        title = self._render("approval_title.txt", approval=approval, who=approval.subscriber_name)
+        message = await self._post(client, self.config.channel_id, {
+            "content": clip_escaped(escape(title), CONTENT_LIMIT),
+            "embeds": [self._prompt_embed(approval, buttons=buttons)],
+            "components": self._prompt_components(approval, buttons=buttons),
+            "nonce": nonce_of(outbound),
+        }, what="approval prompt")
+        self._remember_prompt(approval.approval_id, str(message["id"]))
+        return Receipt(message_id=str(message["id"]),
+                       thread={"channel_id": str(self.config.channel_id), "message_id": str(message["id"])})
+
+    async def _close_prompt(self, client: discord.Client, outbound: Outbound) -> Receipt:
+        """How an approval ended: the prompt is edited in place (buttons gone, the outcome in
+        its embed). When it cannot be found or edited, the closing text is posted instead."""
+        from discord.http import Route
+
+        approval_id = outbound.handoff_session_id
+        text = (outbound.body if outbound.body is not None else outbound.text).strip()
+        channel_id = self.config.channel_id
+        prompt = await self._find_prompt(client, approval_id, outbound.thread)
+        if prompt is not None:
+            embeds = [dict(e) for e in prompt.get("embeds") or []][:1]
+            if embeds:
+                embed = embeds[0]
+                embed.pop("type", None)
+                embed["color"] = CLOSED_COLOUR
+                embed["fields"] = [*(embed.get("fields") or []), {
+                    "name": "Outcome", "value": clip_escaped(escape(text), FIELD_VALUE_LIMIT), "inline": False}][:25]
+            route = Route("PATCH", "/channels/{channel_id}/messages/{message_id}", channel_id=channel_id,
+                          message_id=int(prompt["id"]))
+            try:
+                await self._call("edit approval prompt", client.http.request(route, json={
+                    "embeds": embeds, "components": [], "allowed_mentions": {"parse": []}}))
+            except TransientChannelError:
+                raise  # nothing posted yet: the core retries the whole notice
+            except ChannelError as exc:  # deleted, or its embed no longer acceptable: say it anew
+                log.warning("discord_approval_prompt_not_updated", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
+            else:
+                self._prompts.pop(approval_id, None)
+                return Receipt(message_id=str(prompt["id"]), thread={"channel_id": str(channel_id), "message_id": str(prompt["id"])})
+        parts = split_for_messages(text, CONTENT_LIMIT)
+        message = await self._post(client, channel_id, {"content": parts[0], "flags": SUPPRESS_EMBEDS,
+                                                        "nonce": nonce_of(outbound)}, what="approval outcome")
+        return Receipt(message_id=str(message["id"]), thread={"channel_id": str(channel_id), "message_id": str(message["id"])})
+
+    async def _find_prompt(self, client: discord.Client, approval_id: str, thread: dict[str, Any]) -> dict[str, Any] | None:
+        """The prompt as Discord has it: by the id remembered at send (or press) or given in
+        the notice's `thread` (the prompt's receipt, should the core pass it), else among
+        the channel's newest messages (after a restart), by the approval id on its buttons
+        or in its footer. A transient failure is raised (the core retries the notice)."""
+        from discord.http import Route
+
+        channel_id = self.config.channel_id
+        known = self._prompts.get(approval_id) or thread.get("message_id")
+        try:
+            if known is not None:
+                prompt: dict[str, Any] = await self._call("get approval prompt", client.http.request(Route(
+                    "GET", "/channels/{channel_id}/messages/{message_id}", channel_id=channel_id, message_id=int(known))))
+                return prompt
+            recent: list[dict[str, Any]] | None = await self._call("list messages", client.http.request(
+                Route("GET", "/channels/{channel_id}/messages", channel_id=channel_id), params={"limit": PROMPT_LOOKUP_LIMIT}))
+        except TransientChannelError:
+            raise
+        except ChannelError as exc:
+            log.warning("discord_approval_prompt_not_found", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
+            return None
+        for message in recent or []:
+            if str((message.get("author") or {}).get("id")) == str(self.bot_id) and _is_prompt_of(message, approval_id):
+                return message
+        return None
+
+    def _prompt_embed(self, approval: ApprovalBrief, *, buttons: bool) -> dict[str, Any]:
+        """Readable on a phone: the question, the description, the exact arguments in a code
+        block (markdown and mentions inert there), risk and deadline, within embed limits."""
+        title = clip_escaped(escape(self._render("approval_title.txt", approval=approval, who=approval.subscriber_name)),
+                             TITLE_LIMIT)
+        shown, left_out = pretty_arguments(approval.arguments, ARGUMENTS_LIMIT, also_escape="`")
+        cut = f"\n*[… cut here: {left_out} more characters. The decision page shows every argument.]*" if left_out else ""
+        question = escape(f"May the assistant run {approval.action_id}"
+                          + (f" for {approval.subscriber_name}?" if approval.subscriber_name else "?"))
+        head = f"{clip_escaped(question, 400)}\n\n{clip_escaped(escape(approval.description), 500)}\n\n**Exactly these arguments:**\n"
+        description = f"{head}```json\n{shown}\n```{cut}"
+        expires = approval.expires_at[:16].replace("T", " ")
+        try:
+            unix = int(datetime.fromisoformat(approval.expires_at).timestamp())
+            answer_by = f"{expires} UTC (<t:{unix}:R>)"  # Discord shows each reader how long is left
+        except ValueError:
+            answer_by = f"{expires} UTC"
+        return {
+            "title": title, "description": description, "url": approval.decision_url,
+            "color": RISK_COLOURS.get(approval.risk, COLOURS["normal"]),
+            "fields": [{"name": "Risk", "value": approval.risk, "inline": True},
+                       {"name": "Answer by", "value": answer_by, "inline": True}],
+            "footer": {"text": clip(self._render("approval_footer.txt", approval=approval, buttons=buttons), FOOTER_LIMIT)},
+        }
+
+    @staticmethod
+    def _prompt_components(approval: ApprovalBrief, *, buttons: bool) -> list[dict[str, Any]]:
+        row: list[dict[str, Any]] = []
+        if buttons:
+            custom = f"{APPROVAL_ID}:{approval.approval_id}"
+            row += [{"type": BUTTON, "style": SUCCESS, "label": "Approve", "custom_id": f"{custom}:approve"},
+                    {"type": BUTTON, "style": DANGER, "label": "Deny", "custom_id": f"{custom}:deny"}]
+            if approval.allow_always:
+                row.append({"type": BUTTON, "style": SECONDARY, "label": "Always allow", "custom_id": f"{custom}:always"})
+        row.append({"type": BUTTON, "style": LINK, "label": "Decision page", "url": approval.decision_url})
+        return [{"type": ACTION_ROW, "components": row}]
+
+    # ------------------------------------------------------------------ rendering
+
+    def _render(self, name: str, **context: Any) -> str:
+        assert self._ctx is not None
+        return self._ctx.render(f"messages/discord/{name}", **context).strip()
+
+    def _components(self, brief: HandoffBrief | None, *, release: bool) -> list[dict[str, Any]]:
+        buttons: list[dict[str, Any]] = []
+        if brief is not None and brief.form_url:
+            buttons.append({"type": BUTTON, "style": LINK, "label": "Fill return form", "url": brief.form_url})
+        if release and brief is not None and self.config.application_public_key:
+            # Clicks come to our interactions endpoint; the custom_id names the handoff for people
+            # reading logs, the thread (the message the button is on) routes it.
+            buttons.append({"type": BUTTON, "style": DANGER, "label": "Release",
+                            "custom_id": f"{RELEASE_ID}:{brief.handoff_session_id}"[:100]})
+        return [{"type": ACTION_ROW, "components": buttons}] if buttons else []
+
+    def _dispatch_embed(self, brief: HandoffBrief) -> dict[str, Any]:
+        """The brief as one embed within Discord's limits: 256 title, 4096 description,
+        1024 per field, 6000 in all. The transcript gets what is left, newest lines first."""
+        import discord
+
+        who = brief.subscriber_name or "A subscriber"
+        title = clip_escaped(escape(self._render("title.txt", brief=brief, who=who)), TITLE_LIMIT)
+        summary = clip_escaped(escape(brief.summary), SUMMARY_BUDGET)
+        action = clip_escaped(escape(brief.expected_action), ACTION_BUDGET)
+        core = f"**Summary**\n{summary}\n\n**What to do**\n{action}"
+        footer = clip(self._render("footer.txt", who=who, idle=_duration(brief.idle_timeout_seconds),
+                                   release_button=bool(self.config.application_public_key)), FOOTER_LIMIT)
+
+        embed = discord.Embed(title=title, description=core, colour=COLOURS.get(brief.urgency, COLOURS["normal"]),
+                              url=brief.form_url or None)
+        subscriber = who if not brief.subscriber_email else f"{who} ({brief.subscriber_email})"
+        embed.add_field(name="Subscriber", value=clip_escaped(escape(subscriber), FIELD_VALUE_LIMIT), inline=True)
+        embed.add_field(name="Urgency", value=brief.urgency, inline=True)
+        if brief.contact_back_email:
+            embed.add_field(name="Contact back", value=clip_escaped(escape(brief.contact_back_email), FIELD_VALUE_LIMIT), inline=True)
+        if brief.expected_return:
+            lines = [f"• {escape(preview_line(f))}" for f in brief.expected_return]
+            embed.add_field(name="Please hand back", value=_lines_within(lines, FIELD_VALUE_LIMIT, "on the return form"), inline=False)
+        embed.set_footer(text=footer)
+        if brief.extra_context:
+            # What is left, less a share kept for the transcript (the newest lines matter more).
+            room = EMBED_TOTAL_LIMIT - len(embed) - len("Context") - (TRANSCRIPT_RESERVE if brief.transcript else 0)
+            if room > 40:
+                lines = [f"• **{escape(clip(k, 60))}**: {escape(clip(v, 300))}" for k, v in brief.extra_context.items()]
+                embed.add_field(name="Context", value=_lines_within(lines, min(FIELD_VALUE_LIMIT, room), "not shown"), inline=False)
+        if brief.transcript:
+            room = min(DESCRIPTION_LIMIT - len(core), EMBED_TOTAL_LIMIT - len(embed)) - 4
+            text = self._transcript(brief.transcript, room)
+            if text:
+                embed.description = f"{core}\n\n{text}"
+        data: dict[str, Any] = {**embed.to_dict()}
+        data.pop("type", None)
+        return data
+
+    def _transcript(self, lines: list[TranscriptLine], room: int) -> str:
+        """The newest transcript lines that fit `room`, under a label saying how many were left out."""
+        rendered = [f"**{escape(clip(line.author or line.role, 60))}:** {hang(escape(clip(line.text, TRANSCRIPT_LINE)))}"
+                    for line in lines]
+        kept: list[str] = []
+        for count in range(len(rendered), -1, -1):
+            kept = rendered[len(rendered) - count:]
+            label = self._render("transcript_label.txt", omitted=len(rendered) - count)
+            text = label + "\n" + "\n".join(kept)
+            if len(text) <= room:
+                return text if kept else ""
+        return ""
+
+
+def _is_prompt_of(message: dict[str, Any], approval_id: str) -> bool:
+    for row in message.get("components") or []:
+        for component in row.get("components") or []:
+            if str(component.get("custom_id", "")).startswith(f"{APPROVAL_ID}:{approval_id}:"):
+                return True
+    footer = ((message.get("embeds") or [{}])[0].get("footer") or {}).get("text") or ""
+    return footer.startswith(f"Approval {approval_id} ")

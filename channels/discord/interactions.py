@@ -1,0 +1,144 @@
+"""The interactions endpoint: button presses Discord POSTs to `/webhooks/{channel id}`,
+verified (Ed25519 over timestamp + raw body) before anything is parsed, then turned into a
+release or an approval decision and answered privately at once."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from typing import Any
+
+import structlog
+
+from channels.base import ChannelAdapter, Decision, InboundMessage, WebhookReply, WebhookRequest
+from channels.discord.config import DiscordConfig
+from channels.discord.protocol import (
+    _APPROVAL_CUSTOM_ID,
+    APPROVAL_CHOICES,
+    APPROVAL_ID,
+    COMPONENT,
+    EPHEMERAL,
+    MESSAGE_REPLY,
+    PING,
+    PONG,
+    PROMPT_CACHE_LIMIT,
+    RELEASE_ID,
+    SIGNATURE_MAX_AGE,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class DiscordInteractions(ChannelAdapter):
+    """The interactions half of DiscordChannel; the adapter sets `_prompts` (approval id ->
+    the prompt's message id)."""
+
+    config: DiscordConfig
+    _prompts: OrderedDict[str, str]
+
+    async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
+        if not self.config.application_public_key:
+            return WebhookReply(status=404, body=b"this Discord channel has no interactions endpoint (application_public_key)")
+        if not self._signed_by_discord(request.body, request.headers):
+            log.warning("discord_interaction_rejected", channel_id=self.id, reason="bad, missing or stale signature")
+            return WebhookReply(status=401, body=b"invalid request signature")
+        try:
+            data = json.loads(request.body)
+        except (UnicodeDecodeError, ValueError):
+            return WebhookReply(status=400, body=b"malformed body")
+        if not isinstance(data, dict):
+            return WebhookReply(status=400, body=b"malformed body")
+        if data.get("type") == PING:
+            return _json_reply({"type": PONG})
+        if data.get("type") == COMPONENT:
+            custom_id = str((data.get("data") or {}).get("custom_id") or "")
+            if custom_id.startswith(APPROVAL_ID + ":"):
+                return self._approval_press(data, custom_id)
+            if custom_id == RELEASE_ID or custom_id.startswith(RELEASE_ID + ":"):
+                message = self._release_click(data)
+                if message is None:
+                    return _ephemeral("This button does not belong to a handoff of this desk.")
+                return WebhookReply(status=200, body=json.dumps(_ephemeral_body(
+                    "Releasing the handoff… the assistant takes the conversation back.")).encode(),
+                    content_type="application/json", messages=[message])
+        return _ephemeral("Nothing to do here: reply in the handoff's thread, or type /release there when you are done.")
+
+    def _signed_by_discord(self, body: bytes, headers: Any) -> bool:
+        from nacl.exceptions import BadSignatureError
+        from nacl.signing import VerifyKey
+
+        signature = headers.get("x-signature-ed25519", "")
+        timestamp = headers.get("x-signature-timestamp", "")
+        if not signature or not timestamp.isdigit() or not timestamp.isascii():
+            return False
+        if abs(time.time() - int(timestamp)) > SIGNATURE_MAX_AGE:
+            return False  # a replay of an old, validly signed request
+        try:
+            key = VerifyKey(bytes.fromhex(self.config.application_public_key or ""))
+            key.verify(timestamp.encode() + body, bytes.fromhex(signature))
+        except (BadSignatureError, ValueError, TypeError):
+            return False
+        return True
+
+    def _approval_press(self, data: dict[str, Any], custom_id: str) -> WebhookReply:
+        """Approve / Deny / Always allow on a prompt in our channel; answered privately at
+        once, decided by the core (pending, asked in this channel, the first answer)."""
+        match = _APPROVAL_CUSTOM_ID.match(custom_id)
+        channel_id = str(data.get("channel_id") or (data.get("channel") or {}).get("id") or "")
+        member = data.get("member") or {}
+        user = member.get("user") or data.get("user") or {}
+        if match is None or channel_id != str(self.config.channel_id) or not user.get("id") or user.get("bot"):
+            return _ephemeral("This button does not belong to an approval prompt of this desk.")
+        approval_id, choice = match.group(1), match.group(2)
+        approve, always = APPROVAL_CHOICES[choice]
+        message_id = (data.get("message") or {}).get("id")
+        if message_id:
+            self._remember_prompt(approval_id, str(message_id))  # so the closing notice finds it
+        name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
+        decision = InboundMessage(
+            thread_key=f"approval:{approval_id}", text="", author=" ".join(str(name).split())[:80],
+            dedupe_key=f"interaction:{data.get('id')}",
+            decision=Decision(approval_id=approval_id, approve=approve, always_allow=always),
+        )
+        word = {"approve": "approve", "deny": "deny", "always": "always allow"}[choice]
+        return WebhookReply(status=200, content_type="application/json", messages=[decision], body=json.dumps(_ephemeral_body(
+            f"Your answer ({word}) is recorded; the first answer counts. The prompt changes once it is decided.")).encode())
+
+    def _release_click(self, data: dict[str, Any]) -> InboundMessage | None:
+        """A Release click on a dispatch (in our channel) or inside a handoff thread."""
+        channel = data.get("channel") or {}
+        channel_id = str(data.get("channel_id") or channel.get("id") or "")
+        message = data.get("message") or {}
+        if channel_id == str(self.config.channel_id):
+            # On the dispatch: its thread has the message's id.
+            thread_id = str((message.get("thread") or {}).get("id") or message.get("id") or "")
+        elif str(channel.get("parent_id") or "") == str(self.config.channel_id):
+            thread_id = channel_id
+        else:
+            return None
+        member = data.get("member") or {}
+        user = member.get("user") or data.get("user") or {}
+        if not thread_id or not user.get("id") or user.get("bot"):
+            return None
+        name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
+        return InboundMessage(thread_key=thread_id, text="/release", author=" ".join(str(name).split())[:80],
+                              dedupe_key=f"interaction:{data.get('id')}")
+
+    def _remember_prompt(self, approval_id: str, message_id: str) -> None:
+        self._prompts[approval_id] = message_id
+        self._prompts.move_to_end(approval_id)
+        while len(self._prompts) > PROMPT_CACHE_LIMIT:
+            self._prompts.popitem(last=False)
+
+
+def _json_reply(body: dict[str, Any]) -> WebhookReply:
+    return WebhookReply(status=200, body=json.dumps(body).encode(), content_type="application/json")
+
+
+def _ephemeral_body(text: str) -> dict[str, Any]:
+    return {"type": MESSAGE_REPLY, "data": {"content": text, "flags": EPHEMERAL, "allowed_mentions": {"parse": []}}}
+
+
+def _ephemeral(text: str) -> WebhookReply:
+    return _json_reply(_ephemeral_body(text))

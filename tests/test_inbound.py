@@ -1,0 +1,126 @@
+"""bot/flow/inbound.py: store first (deduplicated), work after, each event once.
+
+A real desk on a real database; the provider is tests/fakes.py's ScriptedChannel (threads:
+the thread key of a handoff is `thread-<handoff id>`), and its inbound messages are handed
+to `Inbound` as an adapter hands them over."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlmodel import col
+
+from bot.store.models import InboundEvent
+from channels.base import InboundMessage
+from tests.conftest import Harness, StartDesk
+
+SECOND_CHANNEL = {"id": 2, "kind": "owner_inbox", "label": "Second inbox"}
+
+
+async def desk_with_handoff(start_desk: StartDesk, scripted: Any) -> tuple[Harness, str, str]:
+    """A desk whose channel 1 is scripted, with one active handoff: (harness, conversation, handoff)."""
+    h = await start_desk(adapters={1: scripted},
+                         channels=[{"id": 1, "kind": "owner_inbox", "label": "Scripted"}, SECOND_CHANNEL])
+    cid = await h.conversation()
+    sid = (await h.start_handoff(cid))["handoff_session_id"]
+    return h, cid, sid
+
+
+def reply(sid: str, text: str, key: str | None = None) -> InboundMessage:
+    return InboundMessage(thread_key=f"thread-{sid}", text=text, author="Sam", dedupe_key=key)
+
+
+async def human_texts(h: Harness, cid: str) -> list[str]:
+    return [m["text"] for m in await h.messages(cid) if m["role"] == "human"]
+
+
+async def events(h: Harness) -> list[InboundEvent]:
+    async with h.desk.db.read() as session:
+        return list(await session.scalars(select(InboundEvent).order_by(col(InboundEvent.id))))
+
+
+async def test_a_redelivery_with_the_same_key_is_dropped(start_desk: StartDesk, scripted: Any) -> None:
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    assert await h.desk.inbound.submit_and_wait(1, reply(sid, "Only once", key="upd-1")) == "relayed"
+    assert await h.desk.inbound.submit_and_wait(1, reply(sid, "Only once", key="upd-1")) == "duplicate"
+    assert await human_texts(h, cid) == ["Only once"]
+    [event] = await events(h)
+    assert event.state == "done"
+    assert event.result == "relayed"
+
+
+async def test_messages_without_a_provider_key_are_never_taken_for_redeliveries(start_desk: StartDesk, scripted: Any) -> None:
+    """A person may well send "ok" twice."""
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    for _ in range(2):
+        assert await h.desk.inbound.submit_and_wait(1, reply(sid, "ok")) == "relayed"
+    assert await human_texts(h, cid) == ["ok", "ok"]
+
+
+async def test_the_same_key_on_another_channel_is_another_event(start_desk: StartDesk, scripted: Any) -> None:
+    h, _cid, sid = await desk_with_handoff(start_desk, scripted)
+    first = await h.desk.inbound.store(1, reply(sid, "hi", key="Ev-1"))
+    other = await h.desk.inbound.store(2, reply(sid, "hi", key="Ev-1"))
+    again = await h.desk.inbound.store(1, reply(sid, "hi", key="Ev-1"))
+    assert first is not None
+    assert other is not None
+    assert other != first
+    assert again is None
+
+
+async def test_an_event_is_processed_once(start_desk: StartDesk, scripted: Any) -> None:
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    event_id = await h.desk.inbound.store(1, reply(sid, "hello", key="k"))
+    assert event_id is not None
+    assert await h.desk.inbound.process(event_id, 1) == "relayed"
+    assert await h.desk.inbound.process(event_id, 1) == "already processed"
+    assert await human_texts(h, cid) == ["hello"]
+
+
+async def test_a_reply_in_a_thread_without_an_active_handoff_is_ignored_and_recorded(
+    start_desk: StartDesk, scripted: Any,
+) -> None:
+    h, cid, _sid = await desk_with_handoff(start_desk, scripted)
+    stray = InboundMessage(thread_key="thread-of-nothing", text="anyone?", dedupe_key="k")
+    assert await h.desk.inbound.submit_and_wait(1, stray) == "no active handoff in this thread"
+    [event] = await events(h)
+    assert event.state == "ignored"
+    assert await human_texts(h, cid) == []
+
+
+async def test_release_typed_in_the_thread_releases_and_later_replies_are_ignored(
+    start_desk: StartDesk, scripted: Any,
+) -> None:
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    assert await h.desk.inbound.submit_and_wait(1, reply(sid, "/release resolved done")) == "released"
+    handoff = await h.handoff(sid)
+    assert handoff["state"] == "released"
+    assert handoff["released_by"] == "Sam"
+    assert await h.desk.inbound.submit_and_wait(1, reply(sid, "one more thing")) == "no active handoff in this thread"
+    assert await human_texts(h, cid) == []
+
+
+async def test_events_stored_but_not_processed_are_finished_on_recovery(start_desk: StartDesk, scripted: Any) -> None:
+    """A crash between storing and processing leaves the event pending; the next run (or
+    the sweep) finishes it, in the order the events arrived."""
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    for n, text in enumerate(("first", "second")):
+        assert await h.desk.inbound.store(1, reply(sid, text, key=f"k{n}")) is not None
+    assert await h.desk.inbound.process_pending() == 2
+    assert await human_texts(h, cid) == ["first", "second"]
+    assert await h.desk.inbound.process_pending() == 0
+
+
+async def test_an_event_stuck_in_processing_is_retried_only_once_it_is_stale(start_desk: StartDesk, scripted: Any) -> None:
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    event_id = await h.desk.inbound.store(1, reply(sid, "lost in a crash", key="k"))
+    async with h.desk.db.transaction() as session:  # the run that claimed it died
+        await session.execute(update(InboundEvent).where(col(InboundEvent.id) == event_id)
+                              .values(state="processing", processed_at=h.desk.clock.now()))
+    h.desk.clock.advance(timedelta(minutes=4))
+    assert await h.desk.inbound.process_pending() == 0  # maybe still being worked on
+    h.desk.clock.advance(timedelta(minutes=2))
+    assert await h.desk.inbound.process_pending() == 1
+    assert await human_texts(h, cid) == ["lost in a crash"]
