@@ -663,3 +663,26 @@ async def test_a_released_handoff_shows_field_labels_not_keys(harness: Harness) 
             "<dt>Follow up needed</dt><dd>no</dd>") in html
     assert "Missing required: Eta date" in html
     assert "<dt>resolution</dt>" not in html
+
+
+async def test_the_inbox_refuses_an_unknown_outcome_or_an_over_long_note_and_releases_nothing(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    csrf = csrf_of(page)
+
+    unknown = await harness.client.post(f"/inbox/handoffs/{sid}/release", data={"csrf": csrf, "outcome": "fixed"})
+    assert unknown.status_code == 400
+    assert "outcome: expected one of resolved, unresolved, needs_followup, got &#39;fixed&#39;" in unknown.text
+    long_note = await harness.client.post(
+        f"/inbox/handoffs/{sid}/release", data={"csrf": csrf, "outcome": "resolved", "note": "x" * 2001})
+    assert long_note.status_code == 400
+    assert "note: at most 2000 characters, got 2001" in long_note.text
+    long_reply = await harness.client.post(
+        f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf, "nonce": nonce_of(page), "text": "y" * 10_001})
+    assert long_reply.status_code == 400
+    assert "text: at most 10000 characters, got 10001" in long_reply.text
+
+    handoff = await harness.handoff(sid)
+    assert handoff["state"] == "active"
+    assert [m for m in await harness.messages(cid) if m["role"] == "human"] == []

@@ -78,6 +78,9 @@ LIST_MAX_WAIT = 25.0
 RECHECK_SECONDS = 2.0  # how often a waiting list request re-reads the database
 PREVIEW_CHARS = 160
 
+MAX_REPLY = 10_000  # the reply box's maxlength
+MAX_RELEASE_NOTE = 2000  # the same bound as the release API and tool (`note` max_length)
+
 inbox = APIRouter()
 
 
@@ -609,9 +612,12 @@ async def reply(
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Write a message first.')}")
     if handoff.channel_kind != "owner_inbox" or handoff.thread_key is None:
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Replies to this handoff go through its own channel.')}")
+    if len(text) > MAX_REPLY:
+        return _page(desk, "inbox/error.html", owner, status=400, title="Could not send",
+                     message=f"text: at most {MAX_REPLY} characters, got {len(text)}; nothing was sent.")
     outcome = await desk.inbound.submit_and_wait(
         handoff.channel_id,
-        InboundMessage(thread_key=handoff.thread_key, text=text[:10_000], author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
+        InboundMessage(thread_key=handoff.thread_key, text=text, author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
     )
     notice = "" if outcome in ("relayed", "duplicate") else outcome
     return _redirect(f"/inbox/handoffs/{sid}" + (f"?notice={quote(notice)}" if notice else ""))
@@ -622,10 +628,18 @@ async def release(
     sid: str, outcome: str = Form(default=Outcome.RESOLVED), note: str = Form(default=""), owner: Owner = Depends(verified_post)
 ) -> Response:
     desk = owner.desk
-    chosen = Outcome(outcome) if outcome in tuple(Outcome) else Outcome.RESOLVED
+    # A value is never silently changed: an unknown outcome or an over-long note is refused
+    # with the field named, instead of becoming "resolved" or being cut.
+    if outcome not in tuple(Outcome):
+        return _page(desk, "inbox/error.html", owner, status=400, title="Could not release",
+                     message=f"outcome: expected one of {', '.join(Outcome)}, got {outcome[:40]!r}; nothing was released.")
+    if len(note) > MAX_RELEASE_NOTE:
+        return _page(desk, "inbox/error.html", owner, status=400, title="Could not release",
+                     message=f"note: at most {MAX_RELEASE_NOTE} characters, got {len(note)}; nothing was released.")
+    chosen = Outcome(outcome)
     try:
         result = await desk.handoffs.release(
-            sid, reason=ReleaseReason.OWNER, actor="owner (inbox)", outcome=chosen, note=note[:2000]
+            sid, reason=ReleaseReason.OWNER, actor="owner (inbox)", outcome=chosen, note=note
         )
     except DeskError as exc:
         return _page(desk, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
