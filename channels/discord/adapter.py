@@ -5,12 +5,12 @@ interactions endpoint and the SDK client are its bases in the modules beside it.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from bot.runtime.bounded import BoundedDict
 from channels.base import (
     ApprovalBrief,
     Capabilities,
@@ -28,7 +28,7 @@ from channels.base import (
 from channels.discord.config import DiscordConfig
 from channels.discord.gateway import DiscordGateway
 from channels.discord.interactions import DiscordInteractions
-from channels.discord.markdown import _duration, _lines_within, clip_escaped, escape, hang, split_for_messages
+from channels.discord.markdown import _lines_within, clip_escaped, escape, hang, split_for_messages
 from channels.discord.protocol import (
     ACTION_BUDGET,
     ACTION_ROW,
@@ -45,6 +45,7 @@ from channels.discord.protocol import (
     FIELD_VALUE_LIMIT,
     FOOTER_LIMIT,
     LINK,
+    PROMPT_CACHE_LIMIT,
     PROMPT_LOOKUP_LIMIT,
     RELEASE_ID,
     RISK_COLOURS,
@@ -60,7 +61,7 @@ from channels.discord.protocol import (
     TRANSCRIPT_RESERVE,
 )
 from channels.discord.rest import DiscordRest, nonce_of
-from channels.text import clip
+from channels.text import clip, short_duration
 from forms.fields import preview_line
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
@@ -96,7 +97,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         self._posted: dict[str, dict[str, Any]] = {}
         # approval id -> its prompt message id (sent or pressed in this process), so the
         # closing notice edits it without a lookup.
-        self._prompts: OrderedDict[str, str] = OrderedDict()
+        self._prompts: BoundedDict[str, str] = BoundedDict(PROMPT_CACHE_LIMIT)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -405,7 +406,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         summary = clip_escaped(escape(brief.summary), SUMMARY_BUDGET)
         action = clip_escaped(escape(brief.expected_action), ACTION_BUDGET)
         core = f"**Summary**\n{summary}\n\n**What to do**\n{action}"
-        footer = clip(self._render("footer.txt", who=who, idle=_duration(brief.idle_timeout_seconds),
+        footer = clip(self._render("footer.txt", who=who, idle=short_duration(brief.idle_timeout_seconds),
                                    release_button=bool(self.config.application_public_key)), FOOTER_LIMIT)
 
         embed = discord.Embed(title=title, description=core, colour=COLOURS.get(brief.urgency, COLOURS["normal"]),

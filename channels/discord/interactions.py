@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections import OrderedDict
 from typing import Any
 
 import structlog
 
+from bot.runtime.bounded import BoundedDict
 from channels.base import ChannelAdapter, Decision, InboundMessage, WebhookReply, WebhookRequest
 from channels.discord.config import DiscordConfig
 from channels.discord.protocol import (
@@ -22,7 +22,6 @@ from channels.discord.protocol import (
     MESSAGE_REPLY,
     PING,
     PONG,
-    PROMPT_CACHE_LIMIT,
     RELEASE_ID,
     SIGNATURE_MAX_AGE,
 )
@@ -35,7 +34,7 @@ class DiscordInteractions(ChannelAdapter):
     the prompt's message id)."""
 
     config: DiscordConfig
-    _prompts: OrderedDict[str, str]
+    _prompts: BoundedDict[str, str]
 
     async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
         if not self.config.application_public_key:
@@ -126,10 +125,7 @@ class DiscordInteractions(ChannelAdapter):
                               dedupe_key=f"interaction:{data.get('id')}")
 
     def _remember_prompt(self, approval_id: str, message_id: str) -> None:
-        self._prompts[approval_id] = message_id
-        self._prompts.move_to_end(approval_id)
-        while len(self._prompts) > PROMPT_CACHE_LIMIT:
-            self._prompts.popitem(last=False)
+        self._prompts[approval_id] = message_id  # the newest; the oldest past the limit is forgotten
 
 
 def _json_reply(body: dict[str, Any]) -> WebhookReply:

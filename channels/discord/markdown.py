@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from bot.runtime.text import hang as shared_hang
+
 _NUMBERED = re.compile(r"^(\s*\d+)\.(?=\s)", re.MULTILINE)
 
 
@@ -34,8 +36,9 @@ def clip_escaped(text: str, limit: int) -> str:
 
 
 def hang(text: str) -> str:
-    """Indent continuation lines, so a line a person wrote cannot pass for another speaker's."""
-    return "\n\u2003".join(text.splitlines() or [""])
+    """Indent continuation lines (by one em space), so a line a person wrote cannot pass for
+    another speaker's."""
+    return shared_hang(text, 1, pad="\u2003")
 
 
 def split_for_messages(text: str, limit: int) -> list[str]:
@@ -61,15 +64,6 @@ def split_for_messages(text: str, limit: int) -> list[str]:
         parts.append(escape(rest[:cut].rstrip()))
         rest = rest[cut:].lstrip()
     return [p for p in parts if p] or [""]
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
 
 
 def _lines_within(lines: list[str], limit: int, left_out_word: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections import OrderedDict
 from datetime import datetime
 from email.message import EmailMessage
 from email.utils import formataddr, formatdate
@@ -14,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from bot.runtime.bounded import BoundedDict
 from channels.base import (
     ApprovalBrief,
     Capabilities,
@@ -60,7 +60,7 @@ class EmailChannel(SmtpSending, ReplyReceiving):
         self._recipients = {address.lower() for address in self.config.to}
         self._mac_key = self._reply_token_key(b"")
         self._domain = self.config.from_address.rsplit("@", 1)[1].lower()
-        self._approval_subjects: OrderedDict[str, str] = OrderedDict()
+        self._approval_subjects: BoundedDict[str, str] = BoundedDict(APPROVAL_SUBJECTS)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -166,8 +166,6 @@ class EmailChannel(SmtpSending, ReplyReceiving):
             message.add_alternative(self._render("approval.html", **variables), subtype="html")
             message_id = prompt_id
             self._approval_subjects[approval_id] = subject
-            while len(self._approval_subjects) > APPROVAL_SUBJECTS:
-                self._approval_subjects.popitem(last=False)
         else:
             body = (outbound.body if outbound.body is not None else outbound.text).strip()
             # Mail clients that thread by subject want the prompt's; after a restart it is
