@@ -73,7 +73,7 @@ async def test_owner_works_a_handoff_in_the_browser(served: tuple[Desk, str], pa
         await shot(page, "inbox-handoff")
 
         # a human message from another path (a channel) also shows up live
-        await desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid, text="Tracking: https://carrier.example/abc", author="Owner"))
+        await desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid, text="Tracking: https://carrier.example/abc", author="Kim"))
         await page.wait_for_selector("#transcript >> text=carrier.example", timeout=10_000)
 
         await page.select_option("#outcome", "resolved")
