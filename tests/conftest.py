@@ -24,6 +24,7 @@ from bot.config import Config
 from bot.desk import Desk
 from bot.runtime.clock import Clock, ManualClock
 from bot.web.app import create_app
+from bot.web.server import DeskServer
 from channels.base import ChannelAdapter
 from tests.fakes import ScriptedChannel
 
@@ -207,8 +208,9 @@ async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterato
     base = f"http://127.0.0.1:{port}"
     desk = Desk(make_config(sqlite_url, server={"public_url": base}, **served_config), clock=Clock(), run_timers=False)
     await desk.start()
-    server = uvicorn.Server(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
-                                           log_level="warning", timeout_graceful_shutdown=1))
+    # The product's server class, so open long-polls end at shutdown as under `handoff serve`.
+    server = DeskServer(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
+                                       log_level="warning", timeout_graceful_shutdown=1), before_shutdown=desk.bus.close)
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
