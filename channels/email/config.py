@@ -21,6 +21,17 @@ def _address(value: str, what: str = "an email address") -> str:
     return value
 
 
+def _reply_address(value: str | None) -> str | None:
+    """An address replies come back to, or None when unset: replies are matched by the
+    `+token` the desk adds to its local part, so the owner's address may not have one."""
+    if value is None or not value.strip():
+        return None
+    value = _address(value)
+    if "+" in value.split("@", 1)[0]:
+        raise ValueError("must not contain '+': the handoff token is added after a '+'")
+    return value
+
+
 class SmtpSettings(BaseModel):
     """The outgoing mail server."""
 
@@ -105,12 +116,7 @@ class InboundSettings(BaseModel):
     @field_validator("address")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        value = _address(value)
-        if "+" in value.split("@", 1)[0]:
-            raise ValueError("must not contain '+': the handoff token is added after a '+'")
-        return value
+        return _reply_address(value)
 
 
 class EmailConfig(ChannelConfig):
@@ -167,12 +173,7 @@ class EmailConfig(ChannelConfig):
     @field_validator("reply_to")
     @classmethod
     def _reply_to(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        value = _address(value)
-        if "+" in value.split("@", 1)[0]:
-            raise ValueError("must not contain '+': the handoff token is added after a '+'")
-        return value
+        return _reply_address(value)
 
     @field_validator("reply_token_secret", mode="before")
     @classmethod
