@@ -686,3 +686,14 @@ async def test_the_inbox_refuses_an_unknown_outcome_or_an_over_long_note_and_rel
     handoff = await harness.handoff(sid)
     assert handoff["state"] == "active"
     assert [m for m in await harness.messages(cid) if m["role"] == "human"] == []
+
+
+async def test_an_over_long_denial_reason_is_refused_and_decides_nothing(start_desk: StartDesk) -> None:
+    harness = await approval_desk(start_desk)
+    cid = await harness.conversation()
+    aid = await gated(harness, cid, order_id="1234", amount=25.5)
+    refused = await decide_in_inbox(harness, aid, "deny", reason="x" * 2001)
+    assert refused.status_code == 400
+    assert "reason: at most 2000 characters, got 2001; nothing was decided." in refused.text
+    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    assert view["state"] == "pending"

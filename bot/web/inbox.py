@@ -79,7 +79,7 @@ RECHECK_SECONDS = 2.0  # how often a waiting list request re-reads the database
 PREVIEW_CHARS = 160
 
 MAX_REPLY = 10_000  # the reply box's maxlength
-MAX_RELEASE_NOTE = 2000  # the same bound as the release API and tool (`note` max_length)
+MAX_RELEASE_NOTE = 2000  # a release note or decision reason: the same bound as the API and tools
 
 inbox = APIRouter()
 
@@ -671,9 +671,12 @@ async def decide_approval(
     desk = owner.desk
     if decision not in ("approve", "deny"):
         return _redirect(f"/inbox?notice={quote('Choose Approve or Deny.')}")
+    if len(reason.strip()) > MAX_RELEASE_NOTE:
+        return _page(desk, "inbox/error.html", owner, status=400, title="Could not decide",
+                     message=f"reason: at most {MAX_RELEASE_NOTE} characters, got {len(reason.strip())}; nothing was decided.")
     try:
         result = await desk.approvals.decide(
-            aid, approve=decision == "approve", by="owner (inbox)", via="inbox", reason=reason.strip()[:2000] or None,
+            aid, approve=decision == "approve", by="owner (inbox)", via="inbox", reason=reason.strip() or None,
             always_allow=always == "yes",
         )
     except DeskError as exc:
