@@ -1,5 +1,9 @@
 """The desk: builds every part from the config, wires them together, starts and stops them.
 
+It only wires. What the API and the pages do goes through the parts it holds (conversations,
+queries, handoffs, approvals, the router, …), which web routes get one by one from
+bot/web/deps.py, never through methods here.
+
 One `Desk` is one server instance. Several instances may share one PostgreSQL database:
 everything that must happen once (a release, an outbox send, an inbound event) is decided
 by a conditional update in the database, not by anything held in this object.
