@@ -28,7 +28,8 @@ supersedes the older links (`reissue_form_link`, audited as `form_link_issued`).
 
 Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version is a hash
 of a few indexed reads (the open handoffs with their states, deadlines and newest message
-id; the pending approvals; approved ones whose action has not finished), so asking "anything
+id; the pending approvals; approved ones whose action has not finished; `Queries.inbox_version`
+in bot/domain/queries.py, where all of the inbox's reads live), so asking "anything
 newer than X?" costs little; only a changed version builds the whole list. A waiting request
 wakes on any write this process's ConversationBus hears (a handoff starting in a conversation
 the list does not show yet too) and re-reads the database every 2 s, so what another
