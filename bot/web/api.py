@@ -24,6 +24,7 @@ from bot.errors import error_body
 from bot.runtime.metrics import CONTENT_TYPE
 from bot.runtime.text import CleanStr
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
+from bot.tools.user_actions import outcome_result
 from bot.web.deps import DeskDep
 from channels.base import WebhookRequest
 
@@ -252,7 +253,7 @@ async def move_user_action_step(uaid: str, body: StepBody, desk: DeskDep) -> dic
 @api.post("/user_actions/{uaid}/response")
 async def respond_user_action(uaid: str, body: UserActionResponseBody, desk: DeskDep) -> dict[str, Any]:
     """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
-    return await desk.user_actions.respond(uaid, body.outcome, via="api")
+    return outcome_result(await desk.user_actions.respond(uaid, body.outcome, via="api"))
 
 
 # --------------------------------------------------------------------------- outside /api

@@ -41,6 +41,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
 from bot.runtime.text import CleanStr
 from bot.store.vocabulary import Role
+from bot.tools.user_actions import outcome_result
 from bot.web.api import ApiError, require_json
 from bot.web.deps import DeskDep
 from bot.web.pages import render_page
@@ -261,7 +262,7 @@ async def _state(desk: Desk, cid: str) -> dict[str, Any]:
 
 @chat_api.post("/user_actions/{uaid}/response")
 async def answer(desk: DeskDep, uaid: str, body: AnswerBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    return await desk.user_actions.respond(uaid, body.outcome, via="subscriber", conversation_id=cid)
+    return outcome_result(await desk.user_actions.respond(uaid, body.outcome, via="subscriber", conversation_id=cid))
 
 
 @chat_api.post("/user_actions/{uaid}/step")
