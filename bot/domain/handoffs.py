@@ -482,14 +482,7 @@ class Handoffs:
         notified then, and the handoff is activated from that receipt instead."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await execute_dml(
-                session,
-                update(HandoffSession)
-                .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING,
-                       ~_dispatch_sent(sid))
-                .values(state=HandoffState.FAILED, failure=hint)
-            )
-            if changed.rowcount != 1:
+            if not await _leave_dispatching(session, sid, dispatch_sent=False, state=HandoffState.FAILED, failure=hint):
                 return False
             handoff = await self._get(session, sid)
             await session.execute(
@@ -519,23 +512,11 @@ class Handoffs:
         dispatch is not recorded as sent (the send's record lost its claim)."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await execute_dml(
-                session,
-                update(HandoffSession)
-                .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING,
-                       _dispatch_sent(sid))
-                .values(
-                    state=HandoffState.ACTIVE,
-                    channel_message_id=receipt.message_id,
-                    thread_key=receipt.thread_key,
-                    thread=receipt.thread,
-                    activated_at=now,
-                    focused_at=now,
-                    last_activity_at=now,
-                    idle_deadline=now + self.idle_timeout,
-                )
-            )
-            if changed.rowcount != 1:
+            if not await _leave_dispatching(
+                session, sid, dispatch_sent=True, state=HandoffState.ACTIVE, channel_message_id=receipt.message_id,
+                thread_key=receipt.thread_key, thread=receipt.thread, activated_at=now, focused_at=now,
+                last_activity_at=now, idle_deadline=now + self.idle_timeout,
+            ):
                 return None
             handoff = await self._get(session, sid)
             held = (await session.scalars(
@@ -866,12 +847,22 @@ class _AlreadyOpen(Exception):
         self.session_id = session_id
 
 
-def _dispatch_sent(sid: str) -> Any:
-    """The handoff's dispatch is recorded as sent: a person was notified."""
-    return exists().where(
+async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> bool:
+    """The compare-and-set out of `dispatching`; False when another caller moved it first.
+    Whether a person was notified decides which way it may go: to `active` only once the
+    dispatch is recorded as sent, to `failed` only while it is not."""
+    sent = exists().where(
         col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch",
         col(OutboxItem.state) == OutboxState.SENT,
     )
+    changed = await execute_dml(
+        session,
+        update(HandoffSession)
+        .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING,
+               sent if dispatch_sent else ~sent)
+        .values(**values)
+    )
+    return changed.rowcount == 1
 
 
 def stored_fields(handoff: HandoffSession) -> list[ReturnField]:
