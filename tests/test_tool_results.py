@@ -9,6 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from bot.domain import conversations
+from bot.domain.handoffs import HandoffRequestInput
+from bot.store.models import HandoffEvent
+from bot.tools.handoff import HandoffRequestTool
 from channels.base import PermanentChannelError
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
@@ -118,3 +122,20 @@ async def test_user_action_results(harness: Harness) -> None:
     background = created.json()["conversation_id"]
     queued = await harness.tool(background, "request_user_action", CODE)
     assert queued["status"] == "USER_ACTION_REQUESTED"
+
+
+async def test_a_channel_gone_between_the_check_and_the_call_is_refused_and_audited(harness: Harness) -> None:
+    cid = await harness.conversation()
+    async with harness.desk.db.read() as session:
+        conversation = await conversations.get(session, cid)
+    # valid when checked without the channels of the moment, as when channel 9 stopped after the check
+    args = HandoffRequestInput.model_validate({"channel_id": 9, **BRIEF})
+    refused = await HandoffRequestTool().run(harness.desk.router.tool_context(conversation), args)
+    event_id = refused["details"]["handoff_event_id"]
+    assert refused == {"error": "invalid_input", "details": {
+        "hint": "channel_id 9 is not an available handoff channel; use one of [1]", "handoff_event_id": event_id,
+        "field": "channel_id",
+    }}
+    async with harness.desk.db.read() as session:
+        event = await session.get(HandoffEvent, int(event_id))
+    assert event is not None and (event.kind, event.detail["hint"]) == ("handoff_request_rejected", refused["details"]["hint"])

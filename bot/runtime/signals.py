@@ -15,6 +15,9 @@ Two kinds of signal travel this way:
 Handlers run right after the commit, before the writer's call returns, and must not block:
 they arm a timer or spawn background work. One that raises is logged and skipped, so it can
 neither undo the committed change nor keep the other handlers from running.
+
+A savepoint (`begin_nested`) that rolls back inside a transaction that then commits keeps
+what it recorded: record a signal outside savepoints, beside the change it reports.
 """
 
 from __future__ import annotations
