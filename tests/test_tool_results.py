@@ -64,7 +64,7 @@ async def approvals_desk(start_desk: StartDesk, **action: Any) -> tuple[Harness,
     return harness, await harness.conversation()
 
 
-async def test_declared_action_results(start_desk: StartDesk) -> None:
+async def test_declared_action_results(start_desk: StartDesk, calls: list[dict[str, Any]]) -> None:
     harness, cid = await approvals_desk(start_desk)
     pending = await harness.tool(cid, "refund_order", {"order_id": "1234", "amount": 5})
     assert plain(pending) == {
@@ -76,6 +76,7 @@ async def test_declared_action_results(start_desk: StartDesk) -> None:
     harness, cid = await approvals_desk(start_desk, policy="none")
     ran = await harness.tool(cid, "refund_order", {"order_id": "1234", "amount": 5})
     assert ran == {"ok": True, "status": "done", "action": "refund_order", "result": {"refund_id": "rf_1", "amount": 5}}
+    assert calls == [{"order_id": "1234", "amount": 5}]
 
     harness, cid = await approvals_desk(start_desk, policy="none", run={"callable": "tests.approval_actions:broken"})
     broken = await harness.tool(cid, "refund_order", {"order_id": "1234", "amount": 5})
