@@ -371,3 +371,27 @@ async def test_a_dispatch_sent_a_moment_ago_is_left_to_the_request_that_sent_it(
     assert (await harness.handoff(sid))["state"] == "dispatching"
     harness.desk.clock.advance(timedelta(seconds=30))  # type: ignore[attr-defined]
     assert await harness.desk.handoffs.activate_sent_dispatches() == 1
+
+
+async def test_a_dispatch_failed_as_stuck_while_in_flight_is_never_activated(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})
+    channel = harness.desk.channels.get(1)
+    channel.gate = asyncio.Event()  # type: ignore[union-attr]
+    cid = await harness.conversation()
+    request = asyncio.create_task(harness.tool(cid, "handoff_request", {
+        "channel_id": 1, "summary": "A summary that is long enough to pass.", "expected_action": "Do the thing now.",
+    }))
+    await channel.entered.wait()  # type: ignore[union-attr]
+    harness.desk.clock.advance(timedelta(hours=1))  # type: ignore[attr-defined]
+    await harness.desk.handoffs.recover_dispatches()  # the sweep takes it for a dispatch a stopped server left
+    channel.gate.set()  # type: ignore[union-attr]  # the provider answers after all: too late
+
+    result = await request
+    sid = result["details"]["handoff_session_id"]
+    assert result == {"error": "dispatch_failed", "details": {
+        "hint": "the handoff was cancelled while it was being dispatched", "handoff_event_id": result["details"]["handoff_event_id"],
+        "handoff_session_id": sid, "human_notified": False,
+    }}
+    assert (await harness.handoff(sid))["state"] == "failed"
+    kinds = await harness.kinds(sid)
+    assert "handoff_activated" not in kinds and "dispatch_failed" in kinds and "delivery_claim_lost" in kinds
