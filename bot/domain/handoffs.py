@@ -563,9 +563,12 @@ class Handoffs:
             )).all()
         activated = 0
         for sid, receipt in rows:
-            if receipt is not None and await self._activate(sid, Receipt.model_validate(receipt), actor="sweeper"):
-                log.info("handoff_activated_on_recovery", handoff_session_id=sid)
-                activated += 1
+            try:
+                if receipt is not None and await self._activate(sid, Receipt.model_validate(receipt), actor="sweeper"):
+                    log.info("handoff_activated_on_recovery", handoff_session_id=sid)
+                    activated += 1
+            except Exception:  # one bad row must not keep the others inactive
+                log.exception("handoff_recovery_failed", handoff_session_id=sid)
         return activated
 
     async def _tell_subscriber(
