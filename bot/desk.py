@@ -22,13 +22,13 @@ from bot.config import Config
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.delivery.retention import Retention
-from bot.domain.approvals import Approvals
+from bot.domain.approvals import Approvals, ApprovalSettled
 from bot.domain.conversations import Conversations
-from bot.domain.handoffs import Handoffs
+from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs, HeldMessagesOrphaned
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.timers import IdleTimers
-from bot.domain.user_actions import UserActions
+from bot.domain.user_actions import UserActions, UserActionSettled
 from bot.flow.fronts import Fronts
 from bot.flow.inbound import Inbound
 from bot.flow.router import Router
@@ -38,6 +38,7 @@ from bot.runtime.background import Background
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
+from bot.runtime.signals import Signals
 from bot.store.db import Database
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
@@ -62,9 +63,10 @@ class Desk:
         self.config = config
         self.clock = clock or Clock()
         self.run_timers = run_timers
-        self.db = Database(config.database_url)
-        self.metrics = Metrics()
         self.bus = ConversationBus()
+        self.signals = Signals(self.bus)  # what committed transactions tell the rest (wired below)
+        self.db = Database(config.database_url, signals=self.signals)
+        self.metrics = Metrics()
         self.metrics.waiting_polls.set_function(self.bus.waiting)
         self.background = Background()
         self.renderer = Renderer()
@@ -83,15 +85,15 @@ class Desk:
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
-            renderer=self.renderer, metrics=self.metrics, bus=self.bus, forms=self.forms,
+            renderer=self.renderer, metrics=self.metrics, forms=self.forms,
         )
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
-            renderer=self.renderer, bus=self.bus, secret_keys=config.signing_keys, public_url=config.public_url,
+            renderer=self.renderer, secret_keys=config.signing_keys, public_url=config.public_url,
             metrics=self.metrics, background=self.background,
         )
         self.user_actions = UserActions(
-            db=self.db, clock=self.clock, config=config, renderer=self.renderer, bus=self.bus, background=self.background,
+            db=self.db, clock=self.clock, config=config, renderer=self.renderer, background=self.background,
             metrics=self.metrics,
         )
         self.tools = ToolRegistry([
@@ -102,7 +104,7 @@ class Desk:
         self.agent = agent or build_agent(config.agent)
         self.router = Router(
             db=self.db, clock=self.clock, handoffs=self.handoffs, channels=self.channels, outbox=self.outbox,
-            tools=self.tools, agent=self.agent, bus=self.bus, background=self.background, metrics=self.metrics,
+            tools=self.tools, agent=self.agent, background=self.background, metrics=self.metrics,
             user_actions=self.user_actions,
         )
         self.siblings = Siblings(
@@ -124,13 +126,13 @@ class Desk:
             late_failure=self.outbox.record_late_failure,
         )
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
-        self.handoffs.on_activated.append(self.timers.on_activated)
-        self.handoffs.on_activated.append(self.siblings.on_activated)
-        self.handoffs.on_released.append(self.timers.on_released)
-        self.handoffs.on_released.append(self.router.after_release)
-        self.handoffs.on_failed_with_messages.append(self.router.after_failed_dispatch)
-        self.approvals.on_settled.append(self.router.after_approval)
-        self.user_actions.on_settled.append(self.router.after_user_action)
+        self.signals.on(HandoffActivated, self.timers.on_activated)
+        self.signals.on(HandoffActivated, lambda activated: self.siblings.on_activated(activated.handoff))
+        self.signals.on(HandoffReleased, self.timers.on_released)
+        self.signals.on(HandoffReleased, self.router.after_release)
+        self.signals.on(HeldMessagesOrphaned, self.router.after_failed_dispatch)
+        self.signals.on(ApprovalSettled, self.router.after_approval)
+        self.signals.on(UserActionSettled, self.router.after_user_action)
         self.timers.also_on_sweep.append(self.user_actions.expire_due)
         self.timers.also_on_sweep.append(self.approvals.expire_due)
         self.timers.also_on_sweep.append(self.approvals.recover_interrupted)

@@ -1,6 +1,10 @@
 """Typed errors of the core, and the one shape every error answer has. The HTTP layer maps
 the errors to status codes; the tool layer to `{"error": code, "details": {"hint": …}}`
-results the model can read (`error_body`)."""
+results the model can read (`error_body`).
+
+The services' own errors (`HandoffAlreadyOpen`, `DispatchFailed`, `ApprovalUnrouted`, …)
+subclass these in `bot/domain/`. They carry the facts of what went wrong, not sentences for
+the model: `bot/tools/` words those, so the hints live beside the tool descriptions."""
 
 from __future__ import annotations
 
@@ -42,16 +46,6 @@ class NotFound(DeskError):
 class Conflict(DeskError):
     code = "conflict"
     status = 409
-
-
-class ToolFailure(DeskError):
-    """A tool call that did not do what was asked; returned to the model as a result."""
-
-    status = 200
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message, **details)
-        self.code = code
 
 
 class ShuttingDown(DeskError):

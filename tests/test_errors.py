@@ -3,7 +3,8 @@ failure is built by `error_body`."""
 
 from __future__ import annotations
 
-from bot.errors import Conflict, NotFound, ToolFailure, error_body
+from bot.domain.handoffs import HandoffAlreadyOpen
+from bot.errors import Conflict, DeskError, NotFound, error_body
 
 
 def test_the_body_carries_the_code_the_hint_and_any_details_beside_it() -> None:
@@ -20,6 +21,10 @@ def test_typed_errors_answer_in_the_same_shape() -> None:
     assert Conflict("already released", state="released").to_json() == error_body(
         "conflict", "already released", state="released"
     )
-    assert ToolFailure("dispatch_failed", "nobody was notified", human_notified=False).to_json() == error_body(
-        "dispatch_failed", "nobody was notified", human_notified=False
-    )
+
+
+
+def test_a_domain_error_is_part_of_the_tree_and_carries_facts() -> None:
+    refused = HandoffAlreadyOpen("hs_1")
+    assert isinstance(refused, DeskError)
+    assert (refused.code, refused.active_id) == ("handoff_already_active", "hs_1")

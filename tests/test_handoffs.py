@@ -8,8 +8,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
+from bot.domain import conversations
 from bot.domain.handoffs import OnTheLine, parse_release_command
-from bot.store.models import HandoffSession, Message
+from bot.store.models import HandoffSession, Message, OutboxItem
+from bot.store.vocabulary import Role
 from channels.base import InboundMessage, PermanentChannelError, TransientChannelError
 from tests.conftest import Harness, StartDesk
 
@@ -314,3 +316,82 @@ async def test_a_new_handoff_can_start_after_release(harness: Harness) -> None:
 ])
 def test_release_command_parsing(text: str, parsed: tuple | None) -> None:
     assert parse_release_command(text) == parsed
+
+
+async def crashed_after_the_dispatch_was_sent(harness: Harness, cid: str, *, sent_ago: timedelta) -> str:
+    """The rows a process leaves when it dies after the outbox recorded the dispatch as sent
+    and before the handoff service activated the handoff: a `dispatching` session, its
+    dispatch `sent` with the receipt, and a subscriber message held for the person."""
+    now = harness.desk.clock.now()
+    sid = "hs_crashed"
+    async with harness.desk.db.transaction() as session:
+        session.add(HandoffSession(
+            id=sid, conversation_id=cid, channel_id=1, channel_kind="scripted", channel_label="Owner inbox",
+            state="dispatching", urgency="normal", summary="Ana's order is late and she wants a person.",
+            expected_action="Tell Ana when it arrives.", estimated_response="soon", created_at=now - sent_ago,
+        ))
+        await session.flush()
+        session.add(OutboxItem(
+            channel_id=1, handoff_session_id=sid, purpose="dispatch", payload={}, state="sent", attempts=1,
+            not_before=now - sent_ago, created_at=now - sent_ago, sent_at=now - sent_ago,
+            receipt={"message_id": "msg-9", "thread_key": "thread-crashed", "thread": {"ts": 9}},
+        ))
+        await conversations.add_message(session, cid, role=Role.SUBSCRIBER, text="are you there?", now=now,
+                                        handoff_session_id=sid)
+    return sid
+
+
+async def test_a_dispatch_sent_before_a_crash_is_activated_by_the_sweep_not_failed(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})
+    cid = await harness.conversation()
+    # older than the stale-dispatch cutoff: only the sent record keeps it from being failed
+    sid = await crashed_after_the_dispatch_was_sent(harness, cid, sent_ago=timedelta(hours=1))
+
+    await harness.desk.timers.sweep()
+    await harness.desk.settle()
+
+    handoff = await harness.desk.handoffs.get(sid)
+    assert handoff.state == "active"
+    assert (handoff.thread_key, handoff.channel_message_id, handoff.thread) == ("thread-crashed", "msg-9", {"ts": 9})
+    assert handoff.idle_deadline == harness.desk.clock.now() + timedelta(minutes=30)
+    assert harness.desk.channels.get(1).texts("relay")[-1].endswith("are you there?")  # type: ignore[union-attr]
+    activated = [e for e in await harness.events(sid) if e["kind"] == "handoff_activated"]
+    assert [(e["actor"], e["detail"]["held_messages"]) for e in activated] == [("sweeper", 1)]
+    assert "dispatch_failed" not in await harness.kinds(sid)
+
+    await harness.desk.timers.sweep()  # the compare-and-set keeps it to one activation
+    assert [e["kind"] for e in await harness.events(sid)].count("handoff_activated") == 1
+
+
+async def test_a_dispatch_sent_a_moment_ago_is_left_to_the_request_that_sent_it(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})
+    cid = await harness.conversation()
+    sid = await crashed_after_the_dispatch_was_sent(harness, cid, sent_ago=timedelta(seconds=1))
+    assert await harness.desk.handoffs.activate_sent_dispatches() == 0
+    assert (await harness.handoff(sid))["state"] == "dispatching"
+    harness.desk.clock.advance(timedelta(seconds=30))  # type: ignore[attr-defined]
+    assert await harness.desk.handoffs.activate_sent_dispatches() == 1
+
+
+async def test_a_dispatch_failed_as_stuck_while_in_flight_is_never_activated(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})
+    channel = harness.desk.channels.get(1)
+    channel.gate = asyncio.Event()  # type: ignore[union-attr]
+    cid = await harness.conversation()
+    request = asyncio.create_task(harness.tool(cid, "handoff_request", {
+        "channel_id": 1, "summary": "A summary that is long enough to pass.", "expected_action": "Do the thing now.",
+    }))
+    await channel.entered.wait()  # type: ignore[union-attr]
+    harness.desk.clock.advance(timedelta(hours=1))  # type: ignore[attr-defined]
+    await harness.desk.handoffs.recover_dispatches()  # the sweep takes it for a dispatch a stopped server left
+    channel.gate.set()  # type: ignore[union-attr]  # the provider answers after all: too late
+
+    result = await request
+    sid = result["details"]["handoff_session_id"]
+    assert result == {"error": "dispatch_failed", "details": {
+        "hint": "the handoff was cancelled while it was being dispatched", "handoff_event_id": result["details"]["handoff_event_id"],
+        "handoff_session_id": sid, "human_notified": False,
+    }}
+    assert (await harness.handoff(sid))["state"] == "failed"
+    kinds = await harness.kinds(sid)
+    assert "handoff_activated" not in kinds and "dispatch_failed" in kinds and "delivery_claim_lost" in kinds

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from bot.domain.handoffs import HandoffReleased
 from bot.runtime.clock import Clock, ManualClock
 from bot.store.models import HandoffSession
 from tests.conftest import Harness, StartDesk
@@ -15,7 +16,7 @@ from tests.conftest import Harness, StartDesk
 
 def released_event(harness: Harness) -> asyncio.Event:
     event = asyncio.Event()
-    harness.desk.handoffs.on_released.append(lambda _h: event.set())
+    harness.desk.signals.on(HandoffReleased, lambda _released: event.set())
     return event
 
 

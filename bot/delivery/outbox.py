@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -53,7 +53,6 @@ from channels.base import (
 
 log = structlog.get_logger(__name__)
 
-OnSent = Callable[[AsyncSession, Receipt, datetime], Awaitable[Any]]
 CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others get a turn
 
 
@@ -215,14 +214,13 @@ class Outbox:
 
     # ------------------------------------------------------------------ delivering
 
-    async def deliver_now(
-        self, claimed: OutboxItem, *, budget: timedelta, on_sent: OnSent | None = None
-    ) -> tuple[Receipt, Any]:
+    async def deliver_now(self, claimed: OutboxItem, *, budget: timedelta) -> Receipt:
         """Deliver one item (stored with `claimed=True`) inline, retrying transient errors
         while the budget allows. The budget is wall time and bounds the provider call too: a
         provider that never answers fails the dispatch when the budget is spent instead of
-        hanging the caller. `on_sent(session, receipt, now)` runs in the transaction that
-        records the success; its result is returned with the receipt.
+        hanging the caller. The success is recorded, receipt included, on the item before
+        the receipt is returned: what the caller does next with it (the handoff service
+        activates the handoff) can always be redone from the item after a crash.
 
         Raises DeliveryFailed when the item is given up (it is then marked failed, so the
         worker will never send it later behind the caller's back).
@@ -243,8 +241,8 @@ class Outbox:
                 await asyncio.sleep(delay)
                 item = await self._claim(item.id or 0)
                 continue
-            result, _ = await self._record_success(item, receipt, on_sent=on_sent)
-            return receipt, result
+            await self._record_success(item, receipt)
+            return receipt
 
     async def deliver_due(self) -> int:
         """Start delivering every due relay/notice that is next in its handoff; returns how
@@ -297,7 +295,7 @@ class Outbox:
                 await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
                 return
             # the last turn claims nothing: a claimed item left behind would wait out its lease
-            _, item = await self._record_success(item, receipt, claim_next=turn < CHAIN_LIMIT - 1)
+            item = await self._record_success(item, receipt, claim_next=turn < CHAIN_LIMIT - 1)
         self.kick()  # the chain gave others a turn; the worker picks the rest up
 
     async def _send(self, item: OutboxItem, *, timeout: float) -> Receipt:
@@ -369,13 +367,11 @@ class Outbox:
         adapter = self.channels.get(channel_id)
         return adapter.kind if adapter else "unknown"
 
-    async def _record_success(
-        self, item: OutboxItem, receipt: Receipt, *, on_sent: OnSent | None = None, claim_next: bool = False
-    ) -> tuple[Any, OutboxItem | None]:
-        """Record a delivered item (fenced by its claim). Returns what `on_sent` returned and,
-        with `claim_next`, the handoff's next due item, already claimed."""
+    async def _record_success(self, item: OutboxItem, receipt: Receipt, *, claim_next: bool = False) -> OutboxItem | None:
+        """Record a delivered item and its receipt (fenced by its claim). Returns, with
+        `claim_next`, the handoff's next due item, already claimed."""
         now = self.clock.now()
-        result, following = None, None
+        following = None
         async with self.db.transaction() as session:
             recorded = await execute_dml(
                 session,
@@ -394,9 +390,7 @@ class Outbox:
                     session, "delivery_claim_lost", at=now, actor="outbox", **_trail_ids(item),
                     outbox_id=item.id, attempts=item.attempts, channel_message_id=receipt.message_id,
                 )
-                return None, None
-            if on_sent is not None:
-                result = await on_sent(session, receipt, now)
+                return None
             if item.purpose != "dispatch":
                 await audit.note(
                     session, _DELIVERED[item.purpose], at=now, actor="outbox", **_trail_ids(item),
@@ -413,7 +407,7 @@ class Outbox:
         self.metrics.deliveries.labels(self._kind_of(item.channel_id), item.purpose, "sent").inc()
         if item.purpose == "relay":
             self.metrics.relayed.labels("to_recipient").inc()
-        return result, following
+        return following
 
     async def _record_failure(self, item: OutboxItem, error: ChannelError, *, retry_in: float | None) -> None:
         now = self.clock.now()

@@ -17,6 +17,10 @@ a late decision changes nothing. A call with other arguments is another approval
 `ask` may let the person "always allow" the same action shape (action id + argument keys)
 for the rest of the conversation; `ask_always` never does. The receipt (who, when, through
 what, the argument hash) is kept for the owner and never put into the model's context.
+
+`request` answers in facts (`ApprovalPending`, `ActionRan`, or the errors `ApprovalUnrouted`
+and `ActionRunFailed`); `bot/tools/actions.py` words them for the model. Each `[Approval — …]`
+message records an `ApprovalSettled` signal, heard after its commit (the agent's turn).
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,11 +45,11 @@ from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action
 from bot.domain.rendering import Renderer
-from bot.errors import NotFound, error_body
+from bot.errors import DeskError, NotFound
 from bot.runtime.background import Background
-from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
+from bot.runtime.signals import record
 from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
@@ -92,29 +95,69 @@ def approval_view(approval: Approval) -> dict[str, Any]:
     }
 
 
-def permission_denied(approval_id: str | None, hint: str, **details: Any) -> dict[str, Any]:
-    return error_body("PERMISSION_DENIED", hint, approval_id=approval_id, **details)
-
-
 @dataclass(frozen=True)
 class DecisionResult:
     changed: bool
     approval: Approval
 
 
+@dataclass(frozen=True)
+class ApprovalPending:
+    """A person was asked to approve this exact call; the outcome comes as a system message."""
+
+    approval_id: str
+    action_id: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class ActionRan:
+    """The action needed no approval (policy `none`, or always allowed here) and ran."""
+
+    action_id: str
+    result: Any
+
+
+class ApprovalUnrouted(DeskError):
+    """No approval channel is available to ask a person: denied at once (fail closed), the
+    action did not run. The approval is stored as `unrouted`."""
+
+    code = "PERMISSION_DENIED"
+    status = 403
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"approval {approval_id}: no approval channel is available")
+        self.approval_id = approval_id
+
+
+class ActionRunFailed(DeskError):
+    """An action that needed no approval ran and failed; `reason` says how."""
+
+    code = "action_failed"
+    status = 502
+
+    def __init__(self, action_id: str, reason: str) -> None:
+        super().__init__(reason)
+        self.action_id, self.reason = action_id, reason
+
+
+@dataclass(frozen=True)
+class ApprovalSettled:
+    """Signal: the agent has an `[Approval — …]` message to read in this conversation."""
+
+    conversation_id: str
+
+
 class Approvals:
     def __init__(
         self, *, db: Database, clock: Clock, actions: list[ActionConfig], channels: ChannelSet, outbox: Outbox,
-        renderer: Renderer, bus: ConversationBus, secret_keys: list[str], public_url: str, metrics: Metrics,
-        background: Background,
+        renderer: Renderer, secret_keys: list[str], public_url: str, metrics: Metrics, background: Background,
     ) -> None:
         self.metrics, self.background = metrics, background
-        self.db, self.clock, self.channels, self.outbox, self.renderer, self.bus = db, clock, channels, outbox, renderer, bus
+        self.db, self.clock, self.channels, self.outbox, self.renderer = db, clock, channels, outbox, renderer
         self.actions = {a.id: a for a in actions}
         self._links = URLSafeSerializer(secret_keys, salt=SALT)
         self.public_url = public_url.rstrip("/")
-        # Told when the agent has an [Approval — …] message to read (the router runs a turn).
-        self.on_settled: list[Callable[[str], Any]] = []
 
     # ------------------------------------------------------------------ links
 
@@ -131,8 +174,9 @@ class Approvals:
     # ------------------------------------------------------------------ the agent's call
 
     async def request(self, conversation: Conversation, action: ActionConfig, arguments: dict[str, Any],
-                      *, actor: str) -> dict[str, Any]:
-        """The tool call of a declared action, its input already valid."""
+                      *, actor: str) -> ApprovalPending | ActionRan:
+        """The tool call of a declared action, its input already valid. Raises
+        ApprovalUnrouted (nobody can be asked) or ActionRunFailed (it ran without a gate and failed)."""
         if action.policy == "none":
             return await self._run_now(conversation, action, arguments, actor=actor, why="policy none")
         if action.policy == "ask" and await self._granted(conversation.id, action, arguments):
@@ -153,21 +197,17 @@ class Approvals:
                 await audit.record(session, "approval_unrouted", at=now, actor=actor, conversation_id=conversation.id,
                                    approval_id=approval.id, action=action.id, arguments_hash=approval.arguments_hash,
                                    configured=action.approval_channels)
-                return permission_denied(approval.id, "no approval channel is available to ask a person, so the action "
-                                         "did not run (fail closed); tell the user it cannot be done right now")
-            await audit.record(session, "approval_requested", at=now, actor=actor, conversation_id=conversation.id,
-                               approval_id=approval.id, action=action.id, risk=action.risk, policy=action.policy,
-                               arguments_hash=approval.arguments_hash, channel_ids=routes,
-                               deadline=approval.deadline.isoformat())
+            else:
+                await audit.record(session, "approval_requested", at=now, actor=actor, conversation_id=conversation.id,
+                                   approval_id=approval.id, action=action.id, risk=action.risk, policy=action.policy,
+                                   arguments_hash=approval.arguments_hash, channel_ids=routes,
+                                   deadline=approval.deadline.isoformat())
             for channel_id in routes:
                 await self.outbox.queue(session, channel_id=channel_id, now=now,
                                         outbound=self._prompt(approval, conversation))
-        return {
-            "status": "APPROVAL_PENDING", "approval_id": approval.id, "action": action.id,
-            "expires_at": approval.deadline.isoformat(),
-            "hint": "A person has been asked to approve this exact call. Your turn ends here: tell the user you are "
-                    "waiting for approval. The outcome arrives as a system message starting with \"[Approval —\".",
-        }
+        if not routes:  # raised once the unrouted approval and its audit are committed
+            raise ApprovalUnrouted(approval.id)
+        return ApprovalPending(approval_id=approval.id, action_id=action.id, expires_at=approval.deadline)
 
     async def _granted(self, conversation_id: str, action: ActionConfig, arguments: dict[str, Any]) -> bool:
         async with self.db.read() as session:
@@ -178,7 +218,7 @@ class Approvals:
         return found is not None
 
     async def _run_now(self, conversation: Conversation, action: ActionConfig, arguments: dict[str, Any], *,
-                       actor: str, why: str) -> dict[str, Any]:
+                       actor: str, why: str) -> ActionRan:
         now = self.clock.now()
         try:
             result = await run_action(action.run, action_id=action.id, approval_id=None, conversation_id=conversation.id,
@@ -188,11 +228,11 @@ class Approvals:
                 await audit.record(session, "action_failed", at=now, actor=actor, conversation_id=conversation.id,
                                    action=action.id, arguments_hash=arguments_hash(arguments), why=why, error=str(exc),
                                    detail=exc.detail)
-            return error_body("action_failed", str(exc))
+            raise ActionRunFailed(action.id, str(exc)) from None
         async with self.db.transaction() as session:
             await audit.record(session, "action_ran", at=now, actor=actor, conversation_id=conversation.id,
                                action=action.id, arguments_hash=arguments_hash(arguments), why=why)
-        return {"ok": True, "status": "done", "action": action.id, "result": result}
+        return ActionRan(action_id=action.id, result=result)
 
     def _brief(self, approval: Approval, subscriber_name: str | None) -> ApprovalBrief:
         return ApprovalBrief(
@@ -261,15 +301,8 @@ class Approvals:
             if not approve:
                 await self._tell_agent(session, approval, "denied", now)
         if approve:  # in the background: not inside the caller's request or a channel's inbound order
-            self.background.spawn(self._run_and_settle(approval.id), name=f"approved:{approval.id}")
-        else:
-            self._settled(approval)
+            self.background.spawn(self._run_approved(approval.id), name=f"approved:{approval.id}")
         return DecisionResult(True, approval)
-
-    async def _run_and_settle(self, approval_id: str) -> None:
-        approval = await self._run_approved(approval_id)
-        if approval is not None:
-            self._settled(approval)
 
     async def _grant(self, session: Any, approval: Approval, now: datetime) -> None:
         try:
@@ -333,7 +366,7 @@ class Approvals:
                 col(Approval.state) == APPROVED, col(Approval.run_state) == "running",
                 col(Approval.decided_at) < now - RUN_GRACE))).all())
         for approval_id in unstarted:
-            self.background.spawn(self._run_and_settle(approval_id), name=f"approved:{approval_id}")
+            self.background.spawn(self._run_approved(approval_id), name=f"approved:{approval_id}")
         for approval in stuck:
             async with self.db.transaction() as session:
                 changed = await execute_dml(
@@ -343,7 +376,6 @@ class Approvals:
                                                       "have taken effect").execution_options(synchronize_session=False))
             if changed.rowcount == 1:
                 await self._record_run(approval, {}, "interrupted while running")
-                self._settled(approval)
         return len(unstarted) + len(stuck)
 
     # ------------------------------------------------------------------ fail closed without a decision
@@ -384,7 +416,6 @@ class Approvals:
                 await self._close_prompts(session, approval, now)
                 await self._tell_agent(session, approval, state, now)
             closed += 1
-            self._settled(approval)
         return closed
 
     # ------------------------------------------------------------------ telling people
@@ -411,16 +442,10 @@ class Approvals:
                 ))
 
     async def _tell_agent(self, session: Any, approval: Approval, outcome: str, now: datetime) -> None:
+        """The `[Approval — …]` message; once it commits, the agent reads it (a turn starts)."""
         text = self.renderer.render(
             "messages/approval_outcome.txt", approval=approval, outcome=outcome,
             result=json.dumps(approval.result, ensure_ascii=False) if approval.result is not None else None,
         ).strip()
         await conversations.add_message(session, approval.conversation_id, role=Role.SYSTEM, text=text, now=now)
-
-    def _settled(self, approval: Approval) -> None:
-        self.bus.notify(approval.conversation_id)
-        for listener in self.on_settled:
-            try:
-                listener(approval.conversation_id)
-            except Exception:
-                log.exception("approval_listener_failed", approval_id=approval.id)
+        record(session.info, ApprovalSettled(approval.conversation_id))

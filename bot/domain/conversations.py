@@ -12,6 +12,7 @@ from sqlmodel import col
 from bot.errors import NotFound
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
+from bot.runtime.signals import Changed, record
 from bot.runtime.text import scrub
 from bot.store.db import MESSAGE_HOOKS, Database
 from bot.store.models import Conversation, Message, new_id
@@ -68,7 +69,8 @@ async def add_message(
 ) -> Message:
     """Store a message in the caller's transaction. The database's message hooks run in the
     same transaction (a front queues its delivery to the subscriber's chat there), so a
-    message is never stored without being sent, nor sent without being stored.
+    message is never stored without being sent, nor sent without being stored. Whoever
+    waits on the conversation is woken once the transaction commits (a `Changed` signal).
     `user_action`: this message asks the subscriber for it (a front may offer buttons)."""
     message = Message(
         conversation_id=conversation_id,
@@ -81,6 +83,7 @@ async def add_message(
     session.add(message)
     await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
     await session.flush()
+    record(session.info, Changed(conversation_id))
     for hook in session.info.get(MESSAGE_HOOKS, ()):
         await hook(session, message, user_action)
     return message

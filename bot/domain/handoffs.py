@@ -5,7 +5,16 @@ state), committed together with its audit event and, for a release, the resume m
 When two release paths race — a form submission and the idle timer, say — exactly one
 UPDATE matches, exactly one resume message is written, and each loser is recorded as a
 `release_noop`. Nothing here holds a transaction open across a network call: the dispatch
-is stored, committed, delivered, and only then is the bypass activated.
+is stored, committed, delivered (the outbox records the receipt on its item), and only
+then does this service activate the bypass from that receipt, in a transaction of its own.
+A crash between the two leaves a sent dispatch beside a `dispatching` session; the sweep
+(`recover_dispatches`) activates it from the stored receipt.
+
+The service speaks the domain: `request` returns a `HandoffStarted` or raises one of the
+`HandoffRequestRefused` errors, carrying facts, not sentences; `bot/tools/handoff.py` words
+them for the model. What others react to (the idle timer, a sibling agent, the agent's
+resume turn) is a signal recorded in the changing transaction and heard after its commit
+(`bot/runtime/signals.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +24,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Annotated, Any, Literal
 
 import structlog
 from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, WithJsonSchema, field_validator
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -30,10 +40,10 @@ from bot.delivery.outbox import DeliveryFailed, Outbox
 from bot.domain import conversations
 from bot.domain.rendering import Renderer
 from bot.domain.resume import MAX_NOTE, resume_message
-from bot.errors import Conflict, NotFound, ToolFailure
-from bot.runtime.bus import ConversationBus
+from bot.errors import Conflict, DeskError, NotFound
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
+from bot.runtime.signals import Changed, record
 from bot.runtime.text import CleanStr, one_line
 from bot.store import audit
 from bot.store.db import Database, execute_dml
@@ -163,7 +173,93 @@ class NotActive(Conflict):
     code = "handoff_not_active"
 
 
-Listener = Callable[[HandoffSession], Awaitable[None] | None]
+@dataclass(frozen=True)
+class HandoffStarted:
+    """A person was notified: the dispatch went out and the bypass is active."""
+
+    handoff_session_id: str
+    handoff_event_id: int  # the `handoff_requested` audit event
+    channel_id: int
+    channel_kind: str
+    channel_label: str
+    channel_message_id: str | None
+    estimated_response: str
+
+
+class HandoffRequestRefused(DeskError):
+    """A `handoff_request` that started no handoff (or one that ended before it began)."""
+
+
+class ChannelUnavailable(HandoffRequestRefused):
+    """The asked channel is not (or no longer) among the available ones; nothing was stored."""
+
+    code = "invalid_input"
+
+    def __init__(self, channel_id: int, available: list[int]) -> None:
+        super().__init__(f"channel {channel_id} is not available")
+        self.channel_id, self.available = channel_id, available
+
+
+class HandoffAlreadyOpen(HandoffRequestRefused):
+    """The conversation already has an open handoff (`active_id`; None when it ended
+    before it could be read back); nothing was stored."""
+
+    code = "handoff_already_active"
+    status = 409
+
+    def __init__(self, active_id: str | None) -> None:
+        super().__init__(f"the conversation already has an open handoff ({active_id})")
+        self.active_id = active_id
+
+
+class DispatchFailed(HandoffRequestRefused):
+    """The handoff was stored but nobody was notified: the channel refused or never
+    answered within the budget (`reason` is the channel's hint), or, with `attempts` None,
+    the handoff was failed as stuck while the dispatch was in flight."""
+
+    code = "dispatch_failed"
+    status = 502
+
+    def __init__(
+        self, *, handoff_session_id: str, handoff_event_id: int, channel_id: int, channel_label: str,
+        attempts: int | None, reason: str | None,
+    ) -> None:
+        super().__init__(f"handoff {handoff_session_id} was not dispatched: {reason or 'cancelled'}")
+        self.handoff_session_id, self.handoff_event_id = handoff_session_id, handoff_event_id
+        self.channel_id, self.channel_label = channel_id, channel_label
+        self.attempts, self.reason = attempts, reason
+
+    @property
+    def cancelled(self) -> bool:
+        """The dispatch was not refused; the handoff left `dispatching` while it was in flight."""
+        return self.attempts is None
+
+
+@dataclass(frozen=True)
+class HandoffActivated:
+    """Signal: the bypass began (the idle timer arms, a sibling agent speaks first)."""
+
+    handoff: HandoffSession
+
+
+@dataclass(frozen=True)
+class HandoffReleased:
+    """Signal: the bypass ended (the idle timer disarms, the agent resumes)."""
+
+    handoff: HandoffSession
+
+
+@dataclass(frozen=True)
+class HeldMessagesOrphaned:
+    """Signal: the dispatch failed after the subscriber wrote for a person; nobody but the
+    agent will answer those messages."""
+
+    handoff: HandoffSession
+
+
+# Longer than the step from recording a dispatch as sent to activating its handoff: the
+# sweep leaves a dispatch this fresh to the request that sent it.
+ACTIVATION_GRACE = timedelta(seconds=10)
 UNKNOWN_WAIT = "as soon as someone is available"  # a handoff row from before estimated_response was kept
 
 
@@ -192,16 +288,11 @@ class Handoffs:
         outbox: Outbox,
         renderer: Renderer,
         metrics: Metrics,
-        bus: ConversationBus,
         forms: FormLinks,
     ) -> None:
         self.db, self.clock, self.settings, self.forms = db, clock, settings, forms
         self.channels, self.outbox, self.renderer = channels, outbox, renderer
-        self.metrics, self.bus = metrics, bus
-        # Called after commit; the desk wires timers and the agent's resume turn here.
-        self.on_activated: list[Callable[[HandoffSession], Any]] = []
-        self.on_released: list[Callable[[HandoffSession], Any]] = []
-        self.on_failed_with_messages: list[Callable[[HandoffSession], Any]] = []
+        self.metrics = metrics
 
     @property
     def idle_timeout(self) -> timedelta:
@@ -273,14 +364,13 @@ class Handoffs:
         self.metrics.handoff_requests.labels("none", "rejected").inc()
         return int(event.id or 0)
 
-    async def request(self, conversation_id: str, req: HandoffRequestInput, *, actor: str = "agent") -> dict[str, Any]:
-        """Start a handoff. Returns the tool result; raises ToolFailure with the error result."""
+    async def request(self, conversation_id: str, req: HandoffRequestInput, *, actor: str = "agent") -> HandoffStarted:
+        """Start a handoff and dispatch it now: the caller learns whether a person was
+        notified. Raises ChannelUnavailable or HandoffAlreadyOpen (nothing stored; the caller
+        records the rejection with its wording), or DispatchFailed (the handoff is failed)."""
         adapter = self.channels.get(req.channel_id)
         if adapter is None or adapter not in self.channels.available():
-            ids = [a.id for a in self.channels.available()]
-            hint = f"channel_id {req.channel_id} is not an available handoff channel; use one of {ids}"
-            event_id = await self.record_rejection(conversation_id, actor=actor, error="invalid_input", hint=hint)
-            raise ToolFailure("invalid_input", hint, handoff_event_id=str(event_id), field="channel_id")
+            raise ChannelUnavailable(req.channel_id, [a.id for a in self.channels.available()])
 
         now = self.clock.now()
         sid = new_id("hs")
@@ -321,60 +411,34 @@ class Handoffs:
                 await session.flush()
         except (_AlreadyOpen, IntegrityError) as exc:
             active_id = exc.session_id if isinstance(exc, _AlreadyOpen) else await self._open_id(conversation_id)
-            hint = (
-                f"this conversation already has an open handoff ({active_id}); the subscriber's messages "
-                "already go to a person until it is released"
-            )
-            event_id = await self.record_rejection(
-                conversation_id, actor=actor, error="handoff_already_active", hint=hint, active_handoff_session_id=active_id
-            )
-            raise ToolFailure(
-                "handoff_already_active", hint, handoff_event_id=str(event_id), active_handoff_session_id=active_id
-            ) from None
+            raise HandoffAlreadyOpen(active_id) from None
 
         started = time.perf_counter()
+        refused = partial(
+            DispatchFailed, handoff_session_id=sid, handoff_event_id=int(requested.id or 0), channel_id=adapter.id,
+            channel_label=adapter.label,
+        )
         try:
-            # activation commits with the record of the successful send: one transaction
-            receipt, activated = await self.outbox.deliver_now(
-                item, budget=self.settings.dispatch_timeout,
-                on_sent=lambda session, receipt, at: self._activate(session, sid, receipt, at),
-            )
-        except DeliveryFailed as exc:
-            await self._fail(sid, error=str(exc.error), hint=exc.error.hint, attempts=exc.attempts)
-            self.metrics.handoff_requests.labels(adapter.kind, "dispatch_failed").inc()
-            raise ToolFailure(
-                "dispatch_failed",
-                f"could not notify {adapter.label}: {exc.error.hint}",
-                handoff_event_id=str(requested.id),
-                handoff_session_id=sid,
-                channel_id=adapter.id,
-                attempts=exc.attempts,
-                human_notified=False,
-            ) from None
+            try:
+                receipt = await self.outbox.deliver_now(item, budget=self.settings.dispatch_timeout)
+            except DeliveryFailed as exc:
+                await self._fail(sid, error=str(exc.error), hint=exc.error.hint, attempts=exc.attempts)
+                self.metrics.handoff_requests.labels(adapter.kind, "dispatch_failed").inc()
+                raise refused(attempts=exc.attempts, reason=exc.error.hint) from None
+            # The send is recorded; the activation is this service's own step.
+            activated = await self._activate(sid, receipt) or await self._activated_meanwhile(sid)
         finally:
             self.metrics.dispatch_seconds.labels(adapter.kind).observe(time.perf_counter() - started)
 
         if activated is None:
             self.metrics.handoff_requests.labels(adapter.kind, "dispatch_failed").inc()
-            raise ToolFailure(
-                "dispatch_failed", "the handoff was cancelled while it was being dispatched",
-                handoff_event_id=str(requested.id), handoff_session_id=sid, human_notified=False,
-            )
+            raise refused(attempts=None, reason=None)
         self.metrics.handoff_requests.labels(adapter.kind, "ok").inc()
-        self.bus.notify(conversation_id)
-        await _notify(self.on_activated, activated)
-        return {
-            "ok": True,
-            "action": "handoff_session_started",
-            "channel_kind": adapter.kind,
-            "channel_id": adapter.id,
-            "channel_label": adapter.label,
-            "channel_message_id": receipt.message_id,
-            "estimated_response": adapter.config.estimated_response,
-            "handoff_event_id": str(requested.id),
-            "handoff_session_id": sid,
-            "human_notified": True,
-        }
+        return HandoffStarted(
+            handoff_session_id=sid, handoff_event_id=int(requested.id or 0), channel_id=adapter.id,
+            channel_kind=adapter.kind, channel_label=adapter.label, channel_message_id=receipt.message_id,
+            estimated_response=adapter.config.estimated_response,
+        )
 
     async def _open_id(self, conversation_id: str) -> str | None:
         async with self.db.read() as session:
@@ -414,15 +478,11 @@ class Handoffs:
         )
 
     async def _fail(self, sid: str, *, error: str, hint: str, attempts: int | None = None, actor: str = "dispatcher") -> bool:
+        """dispatching → failed, unless its dispatch is recorded as sent: a person was
+        notified then, and the handoff is activated from that receipt instead."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            changed = await execute_dml(
-                session,
-                update(HandoffSession)
-                .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING)
-                .values(state=HandoffState.FAILED, failure=hint)
-            )
-            if changed.rowcount != 1:
+            if not await _leave_dispatching(session, sid, dispatch_sent=False, state=HandoffState.FAILED, failure=hint):
                 return False
             handoff = await self._get(session, sid)
             await session.execute(
@@ -439,47 +499,77 @@ class Handoffs:
                 conversation_id=handoff.conversation_id, error=error, hint=hint, attempts=attempts,
                 held_messages=held or None,
             )
+            if held:  # the subscriber wrote while we waited for the channel: nobody will answer but the agent
+                record(session.info, HeldMessagesOrphaned(handoff))
         log.warning("handoff_dispatch_failed", handoff_session_id=sid, hint=hint)
-        if held:  # the subscriber wrote while we waited for the channel: nobody will answer but the agent
-            await _notify(self.on_failed_with_messages, handoff)
         return True
 
-    async def _activate(self, session: AsyncSession, sid: str, receipt: Receipt, now: datetime) -> HandoffSession | None:
-        """dispatching → active, in the caller's transaction; None when the session left
-        `dispatching` meanwhile (the sweep failed it as stuck)."""
-        changed = await execute_dml(
-            session,
-            update(HandoffSession)
-            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING)
-            .values(
-                state=HandoffState.ACTIVE,
-                channel_message_id=receipt.message_id,
-                thread_key=receipt.thread_key,
-                thread=receipt.thread,
-                activated_at=now,
-                focused_at=now,
-                last_activity_at=now,
-                idle_deadline=now + self.idle_timeout,
+    async def _activate(self, sid: str, receipt: Receipt, *, actor: str = "dispatcher") -> HandoffSession | None:
+        """dispatching → active from the dispatch's receipt, in a transaction of its own:
+        the relays of held messages, the subscriber's notice and the audit event commit with
+        it. None when the compare-and-set found nothing to do: the session left
+        `dispatching` (another caller activated it, or the sweep failed it as stuck), or its
+        dispatch is not recorded as sent (the send's record lost its claim)."""
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            if not await _leave_dispatching(
+                session, sid, dispatch_sent=True, state=HandoffState.ACTIVE, channel_message_id=receipt.message_id,
+                thread_key=receipt.thread_key, thread=receipt.thread, activated_at=now, focused_at=now,
+                last_activity_at=now, idle_deadline=now + self.idle_timeout,
+            ):
+                return None
+            handoff = await self._get(session, sid)
+            held = (await session.scalars(
+                select(Message).where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber").order_by(col(Message.id))
+            )).all()
+            if held:  # written while the dispatch was in flight
+                conversation = await conversations.get(session, handoff.conversation_id)
+                for message in held:
+                    await self._queue_relay(session, handoff, conversation, message, now)
+            await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_started.txt", now)
+            await audit.record(
+                session, "handoff_activated", at=now, actor=actor, handoff_session_id=sid,
+                conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
+                idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
+                held_messages=len(held) or None,
             )
-        )
-        if changed.rowcount != 1:
-            return None
-        handoff = await self._get(session, sid)
-        held = (await session.scalars(
-            select(Message).where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber").order_by(col(Message.id))
-        )).all()
-        if held:  # written while the dispatch was in flight
-            conversation = await conversations.get(session, handoff.conversation_id)
-            for message in held:
-                await self._queue_relay(session, handoff, conversation, message, now)
-        await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_started.txt", now)
-        await audit.record(
-            session, "handoff_activated", at=now, actor="dispatcher", handoff_session_id=sid,
-            conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
-            idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
-            held_messages=len(held) or None,
-        )
+            record(session.info, Changed(handoff.conversation_id))  # its pages show who is on the line now
+            record(session.info, HandoffActivated(handoff))
         return handoff
+
+    async def _activated_meanwhile(self, sid: str) -> HandoffSession | None:
+        """The session, when another caller (the sweep of another instance) activated it
+        from the same sent dispatch before this one could."""
+        handoff = await self.get(sid)
+        return handoff if handoff.state == HandoffState.ACTIVE else None
+
+    async def recover_dispatches(self) -> None:
+        """After a crash or a stop: activate the handoffs whose dispatch was sent, then fail
+        the ones left `dispatching` for good (run by the sweep, which also runs at start)."""
+        await self.activate_sent_dispatches()
+        await self.fail_stale_dispatches()
+
+    async def activate_sent_dispatches(self) -> int:
+        """Handoffs still `dispatching` although their dispatch is recorded as sent: the
+        process stopped between recording the send and activating. A person was notified,
+        so each is activated from the receipt stored on its dispatch item."""
+        cutoff = self.clock.now() - ACTIVATION_GRACE
+        async with self.db.read() as session:
+            rows = (await session.execute(
+                select(col(HandoffSession.id), col(OutboxItem.receipt))
+                .join(OutboxItem, col(OutboxItem.handoff_session_id) == col(HandoffSession.id))
+                .where(col(HandoffSession.state) == HandoffState.DISPATCHING, col(OutboxItem.purpose) == "dispatch",
+                       col(OutboxItem.state) == OutboxState.SENT, col(OutboxItem.sent_at) <= cutoff)
+            )).all()
+        activated = 0
+        for sid, receipt in rows:
+            try:
+                if receipt is not None and await self._activate(sid, Receipt.model_validate(receipt), actor="sweeper"):
+                    log.info("handoff_activated_on_recovery", handoff_session_id=sid)
+                    activated += 1
+            except Exception:  # one bad row must not keep the others inactive
+                log.exception("handoff_recovery_failed", handoff_session_id=sid)
+        return activated
 
     async def _tell_subscriber(
         self, session: AsyncSession, handoff: HandoffSession, template: str, now: datetime, **extra: Any,
@@ -583,7 +673,6 @@ class Handoffs:
                 conversation_id=handoff.conversation_id, message_id=message.id, via=via,
             )
         self.metrics.relayed.labels("to_subscriber").inc()
-        self.bus.notify(handoff.conversation_id)
         return message
 
     # ------------------------------------------------------------------ release
@@ -657,7 +746,8 @@ class Handoffs:
                         notice="released",
                     ),
                 )
-                await session.refresh(handoff)  # the released row, for the listeners
+                await session.refresh(handoff)  # the released row, for the signal's handlers
+                record(session.info, HandoffReleased(handoff))
         if not won:
             async with self.db.transaction() as session:
                 current = await self._get(session, sid)
@@ -671,8 +761,6 @@ class Handoffs:
 
         self.metrics.releases.labels(reason).inc()
         log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
-        self.bus.notify(handoff.conversation_id)
-        await _notify(self.on_released, handoff)
         return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
 
     async def _checked_return(
@@ -762,14 +850,22 @@ class _AlreadyOpen(Exception):
         self.session_id = session_id
 
 
-async def _notify(listeners: list[Callable[[HandoffSession], Any]], handoff: HandoffSession) -> None:
-    for listener in listeners:
-        try:
-            result = listener(handoff)
-            if hasattr(result, "__await__"):
-                await result
-        except Exception:
-            log.exception("handoff_listener_failed", handoff_session_id=handoff.id)
+async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> bool:
+    """The compare-and-set out of `dispatching`; False when another caller moved it first.
+    Whether a person was notified decides which way it may go: to `active` only once the
+    dispatch is recorded as sent, to `failed` only while it is not."""
+    sent = exists().where(
+        col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch",
+        col(OutboxItem.state) == OutboxState.SENT,
+    )
+    changed = await execute_dml(
+        session,
+        update(HandoffSession)
+        .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING,
+               sent if dispatch_sent else ~sent)
+        .values(**values)
+    )
+    return changed.rowcount == 1
 
 
 def stored_fields(handoff: HandoffSession) -> list[ReturnField]:

@@ -26,9 +26,8 @@ import structlog
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.domain.handoffs import Handoffs
+from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs
 from bot.runtime.clock import Clock
-from bot.store.models import HandoffSession
 from bot.store.vocabulary import HandoffState
 
 log = structlog.get_logger(__name__)
@@ -109,13 +108,13 @@ class IdleTimers:
         except JobLookupError:
             pass
 
-    def on_activated(self, handoff: HandoffSession) -> None:
-        if handoff.idle_deadline is not None:
-            self.arm(handoff.id, handoff.idle_deadline)
+    def on_activated(self, activated: HandoffActivated) -> None:
+        if activated.handoff.idle_deadline is not None:
+            self.arm(activated.handoff.id, activated.handoff.idle_deadline)
 
-    def on_released(self, handoff: HandoffSession) -> None:
+    def on_released(self, released: HandoffReleased) -> None:
         if self.scheduler.running:
-            self.disarm(handoff.id)
+            self.disarm(released.handoff.id)
 
     async def _run_fire(self, sid: str) -> None:
         await self._tracked(self._fire(sid))
@@ -126,12 +125,12 @@ class IdleTimers:
             self.arm(sid, result.session.idle_deadline)  # activity moved the deadline
 
     async def sweep(self) -> int:
-        """Release overdue handoffs, fail stuck dispatches, arm jobs for near deadlines, and
+        """Release overdue handoffs, activate sent and fail stuck dispatches, arm jobs for near deadlines, and
         run the other periodic recoveries in `also_on_sweep`. One failing step (or session)
         is logged and skipped, never allowed to stall the rest."""
         released = 0
         try:
-            await self.handoffs.fail_stale_dispatches()
+            await self.handoffs.recover_dispatches()
             overdue = await self.handoffs.overdue()
         except Exception:
             log.exception("idle_sweep_failed")

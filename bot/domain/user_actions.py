@@ -19,6 +19,11 @@ to the agent, and the subscriber is reminded to type it on their device instead.
 A conversation run as a background task (created with `background: true`) has no person
 watching the chat: the request returns `USER_ACTION_REQUESTED` and is POSTed, signed, to
 the owner's orchestrator (`user_actions.webhook`), and so is its outcome.
+
+The service answers in facts (`UserActionRequested`, `UserActionOutcome`, the error
+`UserActionAlreadyPending`); `bot/tools/user_actions.py` words them for the model and the
+API. An outcome the agent should read records a `UserActionSettled` signal, heard after its
+commit (the agent's turn).
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import httpx
@@ -42,11 +47,11 @@ from bot.config import Config
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action
 from bot.domain.rendering import Renderer
-from bot.errors import DeskError, NotFound, error_body
+from bot.errors import Conflict, DeskError, NotFound
 from bot.runtime.background import Background
-from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
+from bot.runtime.signals import Changed, record
 from bot.runtime.signed_http import post_signed
 from bot.runtime.text import CleanStr, iso
 from bot.store import audit
@@ -70,7 +75,6 @@ Reason = Literal[
 SECRET_REASONS = ("authentication", "verification_code")
 WEBHOOK_ATTEMPTS = 4
 PENDING = "pending"
-OUTCOME_ERRORS = {"cancelled": "HANDOFF_CANCELLED", "timeout": "HANDOFF_TIMEOUT", "failed": "HANDOFF_FAILED"}
 
 # A one-time code: 4–10 digits, maybe split by spaces or dashes ("123 456", "12-34-56").
 _CODE = re.compile(r"(?<![\w-])\d(?:[ -]?\d){3,9}(?![\w-])")
@@ -116,59 +120,98 @@ class Redaction:
     redacted: bool
 
 
+@dataclass(frozen=True)
+class UserActionRequested:
+    """The request is stored (and shown to the subscriber, or sent to the orchestrator when
+    `action.background`); the agent's turn ends."""
+
+    action: UserAction
+
+
+@dataclass(frozen=True)
+class UserActionOutcome:
+    """How a user action stands after an answer: `action.state` is done, cancelled, timeout
+    or failed. `already`: it had ended before this answer, which changed nothing."""
+
+    action: UserAction
+    already: bool = False
+
+
+class UserActionAlreadyPending(Conflict):
+    """The conversation has a pending user action (`pending_id`); `identical`: with the same
+    reason and details as the refused request. The refusal is audited."""
+
+    code = "user_action_pending"
+
+    def __init__(self, pending_id: str, *, identical: bool) -> None:
+        super().__init__(f"user action {pending_id} is pending")
+        self.pending_id, self.identical = pending_id, identical
+
+
+@dataclass(frozen=True)
+class UserActionSettled:
+    """Signal: the agent has a `[User action — …]` message to read in this conversation."""
+
+    conversation_id: str
+
+
 class UserActions:
-    def __init__(self, *, db: Database, clock: Clock, config: Config, renderer: Renderer, bus: ConversationBus,
-                 background: Background, metrics: Metrics) -> None:
+    def __init__(self, *, db: Database, clock: Clock, config: Config, renderer: Renderer, background: Background,
+                 metrics: Metrics) -> None:
         self.metrics = metrics
-        self.db, self.clock, self.renderer, self.bus, self.background = db, clock, renderer, bus, background
+        self.db, self.clock, self.renderer, self.background = db, clock, renderer, background
         self.timeout = config.handoff.user_action_timeout
         self.expectations = {e.id: e for e in config.user_actions.expectations}
         self.webhook = config.user_actions.webhook
-        # Told when the agent has a [User action — …] message to read (the router runs a turn).
-        self.on_settled: list[Callable[[str], Any]] = []
 
     # ------------------------------------------------------------------ request
 
-    async def request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> dict[str, Any]:
+    async def request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> UserActionRequested:
+        """Ask the subscriber (or the orchestrator); raises UserActionAlreadyPending while
+        another request of the conversation is pending."""
         try:
             return await self._request(conversation, args, actor=actor)
         except IntegrityError:  # another request won the race for the conversation's one pending slot
             return await self._request(conversation, args, actor=actor)
 
-    async def _request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> dict[str, Any]:
+    async def _request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> UserActionRequested:
         now = self.clock.now()
+        refused: UserActionAlreadyPending | None = None
         async with self.db.transaction() as session:
             pending = await pending_in(session, conversation.id)
             if pending is not None:
-                same = (pending.reason, pending.details) == (args.reason, args.details)
+                refused = UserActionAlreadyPending(
+                    pending.id, identical=(pending.reason, pending.details) == (args.reason, args.details),
+                )
                 await audit.record(session, "user_action_rejected", at=now, actor=actor, conversation_id=conversation.id,
-                                   user_action_id=pending.id, identical=same)
-                hint = (f"the same request is already pending ({pending.id}); wait for the subscriber" if same else
-                        f"another user action is pending ({pending.id}); wait for it to end before asking for more")
-                return error_body("user_action_pending", hint, user_action_id=pending.id)
-            action = UserAction(
-                id=f"ua_{secrets.token_urlsafe(12)}", conversation_id=conversation.id, reason=args.reason,
-                details=args.details, suggested_action=args.suggested_action,
-                steps=[s.instruction for s in args.steps or []], expectation=args.expectation,
-                background=conversation.background, state=PENDING, created_at=now, deadline=now + self.timeout,
-            )
-            session.add(action)
-            await session.flush()
-            self.metrics.user_actions.labels(action.reason, "requested").inc()
-            await audit.record(session, "user_action_requested", at=now, actor=actor, conversation_id=conversation.id,
-                               user_action_id=action.id, reason=args.reason, expectation=args.expectation,
-                               steps=len(action.steps) or None, background=action.background or None)
-            if not action.background:
-                await conversations.add_message(session, conversation.id, role=Role.AGENT, text=self.instruction(action),
-                                                now=now, author="Assistant", user_action=prompt_for(action))
-        self.bus.notify(conversation.id)
+                                   user_action_id=pending.id, identical=refused.identical)
+            else:
+                action = await self._store(session, conversation, args, actor=actor, now=now)
+        if refused is not None:  # raised once the refusal's audit is committed
+            raise refused
         if action.background:
             self._tell_orchestrator("user_action_requested", action)
-        return {
-            "status": "USER_ACTION_REQUESTED" if action.background else "HUMAN_HANDOFF_REQUESTED",
-            "user_action_id": action.id, "reason": action.reason, "details": action.details,
-            "suggested_action": action.suggested_action, "expires_at": action.deadline.isoformat(),
-        }
+        return UserActionRequested(action)
+
+    async def _store(self, session: AsyncSession, conversation: Conversation, args: RequestUserActionInput, *,
+                     actor: str, now: datetime) -> UserAction:
+        action = UserAction(
+            id=f"ua_{secrets.token_urlsafe(12)}", conversation_id=conversation.id, reason=args.reason,
+            details=args.details, suggested_action=args.suggested_action,
+            steps=[s.instruction for s in args.steps or []], expectation=args.expectation,
+            background=conversation.background, state=PENDING, created_at=now, deadline=now + self.timeout,
+        )
+        session.add(action)
+        await session.flush()
+        self.metrics.user_actions.labels(action.reason, "requested").inc()
+        await audit.record(session, "user_action_requested", at=now, actor=actor, conversation_id=conversation.id,
+                           user_action_id=action.id, reason=args.reason, expectation=args.expectation,
+                           steps=len(action.steps) or None, background=action.background or None)
+        if not action.background:
+            await conversations.add_message(session, conversation.id, role=Role.AGENT, text=self.instruction(action),
+                                            now=now, author="Assistant", user_action=prompt_for(action))
+        record(session.info, Changed(conversation.id))  # its pages show the pending action
+        return action
 
     def instruction(self, action: UserAction) -> str:
         """What the subscriber reads: the reason's wording, the details, the current step."""
@@ -204,18 +247,17 @@ class UserActions:
             await conversations.add_message(session, action.conversation_id, role=Role.AGENT,
                                             text=self.instruction(action), now=now, author="Assistant",
                                             user_action=prompt_for(action))
-        self.bus.notify(action.conversation_id)
         return action
 
     async def respond(self, user_action_id: str, outcome: Literal["done", "cancelled"], *, via: str,
-                      conversation_id: str | None = None, tell_agent: bool = True) -> dict[str, Any]:
-        """The answer to a user action; returns the tool result. `conversation_id`
+                      conversation_id: str | None = None, tell_agent: bool = True) -> UserActionOutcome:
+        """The answer to a user action, verified when it names an expectation. `conversation_id`
         restricts it to one conversation (a tool call may only answer its own)."""
         action = await self.get(user_action_id)
         if conversation_id is not None and action.conversation_id != conversation_id:
             raise NotFound("user action", user_action_id)
         if action.state != PENDING:
-            return _result(action, already=True)
+            return UserActionOutcome(action, already=True)
         if action.deadline <= self.clock.now():  # too late, even if the sweep has not run yet
             return await self._close(action, "timeout", via="timer", observed=None, tell_agent=True)
         state, observed = ("cancelled", None) if outcome == "cancelled" else await self._verify(action)
@@ -245,11 +287,11 @@ class UserActions:
         closed = 0
         for action in due:
             result = await self._close(action, "timeout", via="timer", observed=None, tell_agent=True)
-            closed += 0 if result.get("already") else 1
+            closed += 0 if result.already else 1
         return closed
 
     async def _close(self, action: UserAction, state: str, *, via: str, observed: str | None,
-                     tell_agent: bool) -> dict[str, Any]:
+                     tell_agent: bool) -> UserActionOutcome:
         now = self.clock.now()
         async with self.db.transaction() as session:
             changed = await execute_dml(
@@ -260,20 +302,18 @@ class UserActions:
             )
             action = await session.get(UserAction, action.id, populate_existing=True) or action
             if changed.rowcount != 1:
-                return _result(action, already=True)
+                return UserActionOutcome(action, already=True)
             self.metrics.user_actions.labels(action.reason, state).inc()
             await audit.record(session, f"user_action_{state}", at=now, actor=via, conversation_id=action.conversation_id,
                                user_action_id=action.id, reason=action.reason, observed=observed)
             if tell_agent:
                 text = self.renderer.render("messages/user_action_outcome.txt", action=action).strip()
                 await conversations.add_message(session, action.conversation_id, role=Role.SYSTEM, text=text, now=now)
-        self.bus.notify(action.conversation_id)
+                record(session.info, UserActionSettled(action.conversation_id))
+            record(session.info, Changed(action.conversation_id))  # its pages stop offering the action
         if action.background:
             self._tell_orchestrator("user_action_resolved", action)
-        if tell_agent:
-            for listener in self.on_settled:
-                listener(action.conversation_id)
-        return _result(action)
+        return UserActionOutcome(action)
 
     # ------------------------------------------------------------------ the subscriber's chat
 
@@ -353,19 +393,3 @@ def view(action: UserAction) -> dict[str, Any]:
         "created_at": iso(action.created_at), "deadline": iso(action.deadline), "resolved_at": iso(action.resolved_at),
         "resolved_via": action.resolved_via, "observed": action.observed,
     }
-
-
-def _result(action: UserAction, *, already: bool = False) -> dict[str, Any]:
-    if action.state == "done":
-        result: dict[str, Any] = {"status": "done", "user_action_id": action.id, "verified": action.expectation is not None}
-    else:
-        hint = {
-            "cancelled": "the subscriber cancelled; the page or account may still have changed — look before acting",
-            "timeout": "no answer in time; the subscriber may still be in the middle of it — look before acting",
-            "failed": f"the expected result was not observed ({action.observed or 'no detail'}); look before acting",
-        }.get(action.state, f"the user action is {action.state}")
-        result = error_body(OUTCOME_ERRORS.get(action.state, "user_action_not_pending"), hint, user_action_id=action.id)
-    if already:
-        result["already"] = True
-    return result
-

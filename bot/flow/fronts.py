@@ -140,7 +140,7 @@ class Fronts:
                 result = await self.user_actions.respond(
                     answer.user_action_id, answer.move, via=f"front:{front.name}", conversation_id=cid,
                 )
-                return "user action already answered" if result.get("already") else f"user action {answer.move}"
+                return "user action already answered" if result.already else f"user action {answer.move}"
             action = await self.user_actions.get(answer.user_action_id)
             if action.conversation_id != cid:
                 return "ignored: not this chat's user action"
@@ -152,7 +152,6 @@ class Fronts:
     async def _say(self, cid: str, text: str) -> None:
         async with self.db.transaction() as session:
             await conversations.add_message(session, cid, role=Role.AGENT, text=text, now=self.clock.now())
-        self.router.bus.notify(cid)
 
     # ------------------------------------------------------------------ to the subscriber
 

@@ -19,15 +19,15 @@ from bot.agents.base import Trigger
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.domain import conversations
-from bot.domain.handoffs import Handoffs
-from bot.domain.user_actions import UserActions, keyword_outcome, pending_in
+from bot.domain.approvals import ApprovalSettled
+from bot.domain.handoffs import HandoffReleased, Handoffs, HeldMessagesOrphaned
+from bot.domain.user_actions import UserActions, UserActionSettled, keyword_outcome, pending_in
 from bot.runtime.background import Background
-from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.locks import KeyedLocks
 from bot.runtime.metrics import Metrics
 from bot.store.db import Database
-from bot.store.models import Conversation, HandoffSession, Message
+from bot.store.models import Conversation, Message
 from bot.store.vocabulary import HandoffState, Role
 from bot.tools import ToolContext, ToolRegistry, ToolSpec
 
@@ -56,14 +56,13 @@ class Router:
         outbox: Outbox,
         tools: ToolRegistry,
         agent: Agent,
-        bus: ConversationBus,
         background: Background,
         metrics: Metrics,
         user_actions: UserActions,
     ) -> None:
         self.db, self.clock, self.handoffs, self.channels = db, clock, handoffs, channels
         self.user_actions = user_actions
-        self.outbox, self.tools, self.agent, self.bus = outbox, tools, agent, bus
+        self.outbox, self.tools, self.agent = outbox, tools, agent
         self.background, self.metrics = background, metrics
         self._locks = KeyedLocks()  # one agent turn per conversation at a time
 
@@ -86,7 +85,6 @@ class Router:
                         session, conversation_id, role=Role.AGENT, text=self.user_actions.reminder(waiting), now=now,
                         author="Assistant",
                     )
-            self.bus.notify(conversation_id)
             if routed is not None:
                 message, handoff = routed
                 return RouteResult(int(message.id or 0), "human", handoff.id, [reminder] if reminder else [])
@@ -181,26 +179,27 @@ class Router:
                 await conversations.add_message(session, conversation_id, role=Role.AGENT, text=text, now=now)
                 for text in texts
             ]
-        self.bus.notify(conversation_id)
         return replies
 
-    def after_failed_dispatch(self, handoff: HandoffSession) -> None:
+    # ------------------------------------------------------------------ after-commit signals (wired by the desk)
+
+    def after_failed_dispatch(self, orphaned: HeldMessagesOrphaned) -> None:
         """Messages held for a person whose dispatch then failed go to the agent after all."""
-        self.background.spawn(
-            self.agent_turn(handoff.conversation_id, trigger="message"), name=f"held:{handoff.conversation_id}"
-        )
+        cid = orphaned.handoff.conversation_id
+        self.background.spawn(self.agent_turn(cid, trigger="message"), name=f"held:{cid}")
 
-    def after_user_action(self, conversation_id: str) -> None:
+    def after_user_action(self, settled: UserActionSettled) -> None:
         """The agent reads how the user action ended and carries on."""
-        self.background.spawn(self.agent_turn(conversation_id, trigger="user_action"), name=f"user-action:{conversation_id}")
+        cid = settled.conversation_id
+        self.background.spawn(self.agent_turn(cid, trigger="user_action"), name=f"user-action:{cid}")
 
-    def after_approval(self, conversation_id: str) -> None:
+    def after_approval(self, settled: ApprovalSettled) -> None:
         """The agent reads how its approval request ended and tells the subscriber."""
-        self.background.spawn(self.agent_turn(conversation_id, trigger="approval"), name=f"approval:{conversation_id}")
+        cid = settled.conversation_id
+        self.background.spawn(self.agent_turn(cid, trigger="approval"), name=f"approval:{cid}")
 
-    def after_release(self, handoff: HandoffSession) -> None:
+    def after_release(self, released: HandoffReleased) -> None:
         """The agent picks the conversation up as soon as a handoff ends, instead of
         waiting for the subscriber to say something."""
-        self.background.spawn(
-            self.agent_turn(handoff.conversation_id, trigger="resumed"), name=f"resume:{handoff.conversation_id}"
-        )
+        cid = released.handoff.conversation_id
+        self.background.spawn(self.agent_turn(cid, trigger="resumed"), name=f"resume:{cid}")

@@ -4,6 +4,10 @@ The database stays the source of truth: a waiter that wakes re-reads it, and wai
 wake on a timeout, so a message written by another server instance shows up within one
 poll interval even though this bus only spans one process.
 
+Writers do not call `notify` themselves: the `Changed` signals a transaction recorded are
+published once it commits (`bot/runtime/signals.py`), so nobody is woken for a rolled-back
+write, and each conversation once per transaction.
+
 On shutdown the bus is closed: every wait, parked or new, ends at once with `ShuttingDown`.
 The server waits for open requests before it stops, and a long-poll parked for 25 s would
 otherwise hold the shutdown until the server gives up and cancels it mid-request.

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import UpdateBase
 
 from bot.runtime.paths import MIGRATIONS_DIR
+from bot.runtime.signals import Signals, take
 
 _READ_ONLY = "handoff_desk_read_only"
 MESSAGE_HOOKS = "handoff_desk_message_hooks"
@@ -75,7 +76,7 @@ def alembic_config(url: str | None = None) -> AlembicConfig:
 
 
 class Database:
-    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+    def __init__(self, url: str, *, pool_size: int = 5, signals: Signals | None = None) -> None:
         self.url = async_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         # Every session ends its own transaction (commit, or rollback on error or cancel), so on
@@ -93,19 +94,34 @@ class Database:
         # storing transaction (bot.domain.conversations.add_message): how messages reach a
         # subscriber's chat on a front without every writer knowing about fronts.
         self.message_hooks: list[Any] = []
+        # Hears what each committed transaction recorded (bot.runtime.signals); without it
+        # (a bare database in a test or a migration) recorded signals are dropped.
+        self.signals = signals
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A session inside one writing transaction: committed on success, rolled back on
-        error. Never open one inside another in the same task (on SQLite they queue)."""
+        error. Never open one inside another in the same task (on SQLite they queue). The
+        signals it recorded are published after the commit (see `bot/runtime/signals.py`)."""
         if self._write_lock is None:
-            async with self._sessions() as session, session.begin():
+            async with self._sessions() as session:
+                async with session.begin():
+                    session.info[MESSAGE_HOOKS] = self.message_hooks
+                    yield session
+                self._publish(session)
+            return
+        async with self._write_lock, self._sessions() as session:
+            async with session.begin():
                 session.info[MESSAGE_HOOKS] = self.message_hooks
                 yield session
-            return
-        async with self._write_lock, self._sessions() as session, session.begin():
-            session.info[MESSAGE_HOOKS] = self.message_hooks
-            yield session
+            self._publish(session)
+
+    def _publish(self, session: AsyncSession) -> None:
+        """Only reached once the transaction has committed: an error or a cancel inside it
+        rolls back and propagates past this, taking the recorded signals with it."""
+        signals = take(session.info)
+        if self.signals is not None and signals:
+            self.signals.publish(signals)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

@@ -1,5 +1,7 @@
 """Declared actions (config `actions:`) as tools: the owner's JSON Schema is what the model
-sees and what every call is validated against; gated ones go through approvals."""
+sees and what every call is validated against; gated ones go through approvals, whose
+answers (`ApprovalPending`, `ActionRan`, `ApprovalUnrouted`, `ActionRunFailed`) are worded
+for the model here."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from bot.config import ActionConfig
-from bot.domain.approvals import Approvals
+from bot.domain.approvals import ActionRan, ActionRunFailed, ApprovalPending, Approvals, ApprovalUnrouted
+from bot.errors import error_body
 from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result
 
 _GATE = (
@@ -51,7 +54,30 @@ class ActionTool(Tool):
         return raw
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.approvals.request(ctx.conversation, self.action, args, actor=ctx.actor)
+        try:
+            outcome = await self.approvals.request(ctx.conversation, self.action, args, actor=ctx.actor)
+        except ApprovalUnrouted as unrouted:
+            return error_body(
+                "PERMISSION_DENIED", "no approval channel is available to ask a person, so the action did not run "
+                "(fail closed); tell the user it cannot be done right now", approval_id=unrouted.approval_id,
+            )
+        except ActionRunFailed as failed:
+            return error_body("action_failed", failed.reason)
+        return ran_result(outcome) if isinstance(outcome, ActionRan) else pending_result(outcome)
+
+
+def ran_result(ran: ActionRan) -> dict[str, Any]:
+    return {"ok": True, "status": "done", "action": ran.action_id, "result": ran.result}
+
+
+def pending_result(pending: ApprovalPending) -> dict[str, Any]:
+    """The model's turn ends: it tells the user it waits, and reads the outcome later."""
+    return {
+        "status": "APPROVAL_PENDING", "approval_id": pending.approval_id, "action": pending.action_id,
+        "expires_at": pending.expires_at.isoformat(),
+        "hint": "A person has been asked to approve this exact call. Your turn ends here: tell the user you are "
+                "waiting for approval. The outcome arrives as a system message starting with \"[Approval —\".",
+    }
 
 
 def _as_field_error(error: Any) -> dict[str, Any]:

@@ -1,10 +1,20 @@
-"""`handoff_request` and `handoff_release`, as the model sees them."""
+"""`handoff_request` and `handoff_release`, as the model sees them: the descriptions, and the
+words of every result. The handoff service answers in facts (`HandoffStarted`, the
+`HandoffRequestRefused` errors); this module says them to the model."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bot.domain.handoffs import HandoffReleaseInput, HandoffRequestInput
+from bot.domain.handoffs import (
+    ChannelUnavailable,
+    DispatchFailed,
+    HandoffAlreadyOpen,
+    HandoffReleaseInput,
+    HandoffRequestInput,
+    HandoffRequestRefused,
+    HandoffStarted,
+)
 from bot.errors import error_body
 from bot.store.vocabulary import ReleaseReason
 from bot.tools import Tool, ToolContext, model_schema
@@ -44,7 +54,31 @@ class HandoffRequestTool(Tool):
         return {"channel_ids": [a.id for a in ctx.channels.available()]}
 
     async def run(self, ctx: ToolContext, args: HandoffRequestInput) -> dict[str, Any]:
-        return await ctx.handoffs.request(ctx.conversation.id, args, actor=ctx.actor)
+        try:
+            started = await ctx.handoffs.request(ctx.conversation.id, args, actor=ctx.actor)
+        except HandoffRequestRefused as refused:
+            return await self._refused(ctx, refused)
+        return started_result(started)
+
+    async def _refused(self, ctx: ToolContext, refused: HandoffRequestRefused) -> dict[str, Any]:
+        """The error result. A refusal that stored nothing is recorded in the audit trail with
+        the words the model read, like an invalid call."""
+        if isinstance(refused, DispatchFailed):
+            return dispatch_failed_result(refused)
+        if isinstance(refused, ChannelUnavailable):
+            hint = f"channel_id {refused.channel_id} is not an available handoff channel; use one of {refused.available}"
+            event_id = await ctx.handoffs.record_rejection(ctx.conversation.id, actor=ctx.actor, error=refused.code, hint=hint)
+            return error_body(refused.code, hint, handoff_event_id=str(event_id), field="channel_id")
+        if isinstance(refused, HandoffAlreadyOpen):
+            hint = (
+                f"this conversation already has an open handoff ({refused.active_id}); the subscriber's messages "
+                "already go to a person until it is released"
+            )
+            event_id = await ctx.handoffs.record_rejection(
+                ctx.conversation.id, actor=ctx.actor, error=refused.code, hint=hint, active_handoff_session_id=refused.active_id,
+            )
+            return error_body(refused.code, hint, handoff_event_id=str(event_id), active_handoff_session_id=refused.active_id)
+        return refused.to_json()
 
     async def rejected(self, ctx: ToolContext, error: dict[str, Any]) -> dict[str, Any]:
         """Invalid calls start nothing, but are still part of the audit trail."""
@@ -54,6 +88,36 @@ class HandoffRequestTool(Tool):
         )
         details["handoff_event_id"] = str(event_id)
         return error
+
+
+def started_result(started: HandoffStarted) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "action": "handoff_session_started",
+        "channel_kind": started.channel_kind,
+        "channel_id": started.channel_id,
+        "channel_label": started.channel_label,
+        "channel_message_id": started.channel_message_id,
+        "estimated_response": started.estimated_response,
+        "handoff_event_id": str(started.handoff_event_id),
+        "handoff_session_id": started.handoff_session_id,
+        "human_notified": True,
+    }
+
+
+def dispatch_failed_result(failed: DispatchFailed) -> dict[str, Any]:
+    """Nobody was notified: `human_notified: false`, so the model never claims otherwise."""
+    event_id, sid = str(failed.handoff_event_id), failed.handoff_session_id
+    if failed.cancelled:
+        return error_body(
+            "dispatch_failed", "the handoff was cancelled while it was being dispatched",
+            handoff_event_id=event_id, handoff_session_id=sid, human_notified=False,
+        )
+    return error_body(
+        "dispatch_failed", f"could not notify {failed.channel_label}: {failed.reason}",
+        handoff_event_id=event_id, handoff_session_id=sid, channel_id=failed.channel_id, attempts=failed.attempts,
+        human_notified=False,
+    )
 
 
 class HandoffReleaseTool(Tool):

@@ -1,10 +1,21 @@
-"""`request_user_action` and `response_user_action`, as the model sees them."""
+"""`request_user_action` and `response_user_action`, as the model sees them: the descriptions,
+the statuses (`HUMAN_HANDOFF_REQUESTED`, `USER_ACTION_REQUESTED`, `done`, the `HANDOFF_*`
+errors) and their hints. The API's answer to a user action is the same result
+(`outcome_result`), so a client and the model read one shape."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bot.domain.user_actions import RequestUserActionInput, ResponseUserActionInput, UserActions
+from bot.domain.user_actions import (
+    RequestUserActionInput,
+    ResponseUserActionInput,
+    UserActionAlreadyPending,
+    UserActionOutcome,
+    UserActionRequested,
+    UserActions,
+)
+from bot.errors import error_body
 from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result, model_schema
 
 
@@ -48,7 +59,13 @@ class RequestUserActionTool(Tool):
         return args
 
     async def run(self, ctx: ToolContext, args: RequestUserActionInput) -> dict[str, Any]:
-        return await self.user_actions.request(ctx.conversation, args, actor=ctx.actor)
+        try:
+            requested = await self.user_actions.request(ctx.conversation, args, actor=ctx.actor)
+        except UserActionAlreadyPending as pending:
+            hint = (f"the same request is already pending ({pending.pending_id}); wait for the subscriber" if pending.identical
+                    else f"another user action is pending ({pending.pending_id}); wait for it to end before asking for more")
+            return error_body(pending.code, hint, user_action_id=pending.pending_id)
+        return requested_result(requested)
 
 
 class ResponseUserActionTool(Tool):
@@ -70,6 +87,37 @@ class ResponseUserActionTool(Tool):
 
     async def run(self, ctx: ToolContext, args: ResponseUserActionInput) -> dict[str, Any]:
         # an id of another conversation is "not found", like an unknown one
-        return await self.user_actions.respond(
+        return outcome_result(await self.user_actions.respond(
             args.user_action_id, args.outcome, via="agent", conversation_id=ctx.conversation.id, tell_agent=False,
-        )
+        ))
+
+
+def requested_result(requested: UserActionRequested) -> dict[str, Any]:
+    """The turn ends; a background conversation's request went to the orchestrator, not to a person in the chat."""
+    action = requested.action
+    return {
+        "status": "USER_ACTION_REQUESTED" if action.background else "HUMAN_HANDOFF_REQUESTED",
+        "user_action_id": action.id, "reason": action.reason, "details": action.details,
+        "suggested_action": action.suggested_action, "expires_at": action.deadline.isoformat(),
+    }
+
+
+OUTCOME_ERRORS = {"cancelled": "HANDOFF_CANCELLED", "timeout": "HANDOFF_TIMEOUT", "failed": "HANDOFF_FAILED"}
+
+
+def outcome_result(outcome: UserActionOutcome) -> dict[str, Any]:
+    """`{"status": "done", …}`, or the error of how it ended, each telling the model to look
+    before it acts; `already` when the answer came after the end."""
+    action = outcome.action
+    if action.state == "done":
+        result: dict[str, Any] = {"status": "done", "user_action_id": action.id, "verified": action.expectation is not None}
+    else:
+        hint = {
+            "cancelled": "the subscriber cancelled; the page or account may still have changed — look before acting",
+            "timeout": "no answer in time; the subscriber may still be in the middle of it — look before acting",
+            "failed": f"the expected result was not observed ({action.observed or 'no detail'}); look before acting",
+        }.get(action.state, f"the user action is {action.state}")
+        result = error_body(OUTCOME_ERRORS.get(action.state, "user_action_not_pending"), hint, user_action_id=action.id)
+    if outcome.already:
+        result["already"] = True
+    return result

@@ -25,6 +25,7 @@ from bot.runtime.text import CleanStr, iso
 from bot.store.audit import event_view
 from bot.store.models import HandoffSession
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
+from bot.tools.user_actions import outcome_result
 from bot.web.deps import (
     ApprovalsDep,
     ChannelsDep,
@@ -302,7 +303,7 @@ async def move_user_action_step(uaid: str, body: StepBody, user_actions: UserAct
 @api.post("/user_actions/{uaid}/response")
 async def respond_user_action(uaid: str, body: UserActionResponseBody, user_actions: UserActionsDep) -> dict[str, Any]:
     """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
-    return await user_actions.respond(uaid, body.outcome, via="api")
+    return outcome_result(await user_actions.respond(uaid, body.outcome, via="api"))
 
 
 # --------------------------------------------------------------------------- outside /api

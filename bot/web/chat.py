@@ -43,6 +43,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
 from bot.runtime.text import CleanStr
 from bot.store.vocabulary import Role
+from bot.tools.user_actions import outcome_result
 from bot.web.api import ApiError, require_json
 from bot.web.deps import (
     ClockDep,
@@ -276,7 +277,7 @@ async def _state(handoffs: Handoffs, user_actions: UserActions, renderer: Render
 
 @chat_api.post("/user_actions/{uaid}/response")
 async def answer(user_actions: UserActionsDep, uaid: str, body: AnswerBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    return await user_actions.respond(uaid, body.outcome, via="subscriber", conversation_id=cid)
+    return outcome_result(await user_actions.respond(uaid, body.outcome, via="subscriber", conversation_id=cid))
 
 
 @chat_api.post("/user_actions/{uaid}/step")
