@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlmodel import col
 
 from bot.store.models import InboundEvent
-from channels.base import InboundMessage
+from channels.base import RecipientText
 from tests.conftest import Harness, StartDesk
 
 SECOND_CHANNEL = {"id": 2, "kind": "owner_inbox", "label": "Second inbox"}
@@ -28,8 +28,8 @@ async def desk_with_handoff(start_desk: StartDesk, scripted: Any) -> tuple[Harne
     return h, cid, sid
 
 
-def reply(sid: str, text: str, key: str | None = None) -> InboundMessage:
-    return InboundMessage(thread_key=f"thread-{sid}", text=text, author="Sam", dedupe_key=key)
+def reply(sid: str, text: str, key: str | None = None) -> RecipientText:
+    return RecipientText(thread_key=f"thread-{sid}", text=text, author="Sam", dedupe_key=key)
 
 
 async def human_texts(h: Harness, cid: str) -> list[str]:
@@ -83,7 +83,7 @@ async def test_a_reply_in_a_thread_without_an_active_handoff_is_ignored_and_reco
     start_desk: StartDesk, scripted: Any,
 ) -> None:
     h, cid, _sid = await desk_with_handoff(start_desk, scripted)
-    stray = InboundMessage(thread_key="thread-of-nothing", text="anyone?", dedupe_key="k")
+    stray = RecipientText(thread_key="thread-of-nothing", text="anyone?", dedupe_key="k")
     assert await h.desk.inbound.submit_and_wait(1, stray) == "no active handoff in this thread"
     [event] = await events(h)
     assert event.state == "ignored"
