@@ -1,8 +1,10 @@
 """The one interface every channel adapter implements, and the types that cross it.
 
 A channel is how a recipient (a person or a sibling agent) is reached. The core never names a
-provider: it builds an adapter from its config, calls `send()` with an `Outbound`, and gets a
-`Receipt` back or a typed `ChannelError`. Adapters never retry, sleep or touch the database;
+provider: it builds an adapter from its config, calls `send()` with an `Outbound` (one class
+per kind of message), and gets a `Receipt` back or a typed `ChannelError`; what an adapter
+hands back is an `InboundMessage` (one class per kind of event). The base class decides which
+kind a message is and calls the adapter's method for it: adapters only render and send. Adapters never retry, sleep or touch the database;
 the core's outbox owns retries, ordering and the audit trail, so a flaky provider can never
 corrupt a session or drop a message.
 

@@ -3,7 +3,8 @@ with the bot, a phone number), not only through the HTTP API or the web chat.
 
 A front is served by a channel adapter (bot/delivery/channel_set.py says which), so no provider code
 is written twice. Its messages arrive like a recipient's, through the inbound store
-(deduplicated, recovered after a crash), marked `sender="subscriber"`; here each chat
+(deduplicated, recovered after a crash), as subscriber events (`SubscriberText`, `ChatOpened`,
+`UserActionAnswer`); here each chat
 becomes one conversation and its messages go to the router, exactly as the API's would.
 
 The other way, every message a subscriber should read (the assistant's replies, a person's
