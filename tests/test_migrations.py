@@ -49,12 +49,12 @@ async def test_items_stored_before_the_typed_port_are_delivered_and_handled_afte
     try:
         async with db.engine.begin() as conn:
             await conn.run_sync(lambda sync: _migrate(sync, "0010"))
-            await conn.execute(insert(OutboxItem.__table__).values(  # type: ignore[attr-defined]  # a SQLModel table
+            await conn.execute(insert(OutboxItem).values(
                 channel_id=1, handoff_session_id=sid, purpose="relay", delivery_key="hd_old", uncertain=False,
                 state="pending", attempts=0, not_before=datetime(2000, 1, 1, tzinfo=UTC), created_at=datetime(2000, 1, 1, tzinfo=UTC),
                 payload={"purpose": "relay", "handoff_session_id": sid, "text": "Ana: still there?", "author": "Ana",
                          "body": "still there?", "thread": {"ts": 1}, "notice": None, "approval": None}))
-            await conn.execute(insert(InboundEvent.__table__).values(  # type: ignore[attr-defined]  # a SQLModel table
+            await conn.execute(insert(InboundEvent).values(
                 channel_id=1, dedupe_key="old-1", state="pending", received_at=datetime(2000, 1, 1, tzinfo=UTC),
                 payload={"thread_key": f"thread-{sid}", "text": "On it.", "author": "Sam", "dedupe_key": "old-1",
                          "sender": "recipient", "decision": None, "opened": False, "answer": None,
