@@ -186,12 +186,13 @@ class _Message(BaseModel):
     purpose: ClassVar[str]
 
     @property
+    @abstractmethod
     def stream(self) -> str:
-        raise NotImplementedError
+        """What orders this message: the outbox sends the items of one stream in order."""
 
+    @abstractmethod
     def trail(self) -> dict[str, str]:
         """The ids the audit trail files this message's deliveries under."""
-        raise NotImplementedError
 
 
 class _ToHandoff(_Message):
