@@ -91,8 +91,8 @@ async def main(n: int) -> None:
 
     paths = []
     for i in range(n):
-        cid = await desk.create_conversation(name=f"S{i}")
-        result = await desk.call_tool(cid, "handoff_request", {
+        cid = await desk.conversations.start(name=f"S{i}")
+        result = await desk.router.call_tool(cid, "handoff_request", {
             "channel_id": 1, "summary": f"Subscriber {i} needs a person to check an order.",
             "expected_action": "Check the order and fill the form.", "expected_return": FIELDS,
         })

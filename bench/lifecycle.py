@@ -7,7 +7,7 @@ WAL, synchronous=NORMAL, the pragmas the desk sets). It measures the paths the d
 leans on:
 
 1. `handoff_request` to the owner inbox channel, on a fresh conversation each time:
-   called directly on a started Desk (`desk.call_tool`), and through the HTTP API
+   called directly on a started Desk (`desk.router.call_tool`), and through the HTTP API
    (httpx.ASGITransport against `create_app(desk, manage_desk=False)`, no sockets).
    One call is five short transactions (read the conversation; store session + audit +
    outbox item; claim the dispatch; mark it sent; activate) plus rendering the dispatch.
@@ -29,7 +29,7 @@ leans on:
 
 At the 100k size it also times two reads that run often and scale with the number of open
 sessions: `Handoffs.by_thread` (every recipient reply arriving through a channel) and
-`Desk.handoff_list` (the owner inbox page and GET /api/handoffs).
+`Queries.handoffs` (bot/domain/queries.py) (the owner inbox page and GET /api/handoffs).
 
 The outbox worker is paused while latencies are taken (so its passes don't interleave
 with the calls being timed) and running for the end-to-end relay figure. Figures are
@@ -199,14 +199,14 @@ def bare_engine(path: Path) -> AsyncEngine:
 
 async def bench_request(desk: Desk, client: httpx.AsyncClient, n: int) -> tuple[Row, Row]:
     async def fresh() -> str:
-        return await desk.create_conversation(name="Ana", email="ana@example.com")
+        return await desk.conversations.start(name="Ana", email="ana@example.com")
 
     # Conversations are made up front so only the handoff_request itself is timed.
     direct_ids = [await fresh() for _ in range(n + WARMUP)]
     http_ids = [await fresh() for _ in range(n + WARMUP)]
 
     async def direct(i: int) -> None:
-        result = await desk.call_tool(direct_ids[i], "handoff_request", REQUEST)
+        result = await desk.router.call_tool(direct_ids[i], "handoff_request", REQUEST)
         assert result.get("ok"), result
 
     async def over_http(i: int) -> None:
@@ -214,7 +214,7 @@ async def bench_request(desk: Desk, client: httpx.AsyncClient, n: int) -> tuple[
         assert response.status_code == 200 and response.json().get("ok"), response.text
 
     return (
-        timed_row("handoff_request, direct (desk.call_tool)", *await measure(n, direct)),
+        timed_row("handoff_request, direct (desk.router.call_tool)", *await measure(n, direct)),
         timed_row("handoff_request, HTTP (ASGITransport)", *await measure(n, over_http)),
     )
 
@@ -247,9 +247,9 @@ async def pending_relays(desk: Desk) -> int:
 
 
 async def bench_relay(desk: Desk, conversations: int, messages: int) -> list[Row]:
-    cids = [await desk.create_conversation(name="Ana", email="ana@example.com") for _ in range(conversations)]
+    cids = [await desk.conversations.start(name="Ana", email="ana@example.com") for _ in range(conversations)]
     for cid in cids:
-        assert (await desk.call_tool(cid, "handoff_request", REQUEST)).get("ok")
+        assert (await desk.router.call_tool(cid, "handoff_request", REQUEST)).get("ok")
     per_conversation = messages // conversations
 
     async def senders(samples: list[float]) -> float:
@@ -343,7 +343,7 @@ async def bench_scale(desk: Desk, bare: AsyncEngine, sessions: int, n: int) -> t
         assert await desk.handoffs.by_thread(1, f"hs_bench{picks[i]:09d}") is not None
 
     async def open_list(_i: int) -> None:
-        await desk.handoff_list(states=("dispatching", "active"))
+        await desk.queries.handoffs(states=("dispatching", "active"))
 
     rows.append(timed_row(f"reply-thread lookup (by_thread) @ {sessions:,}", *await measure(10, thread_lookup, 2)))
     rows.append(timed_row(f"open handoffs, newest 100 @ {sessions:,}", *await measure(10, open_list, 2)))

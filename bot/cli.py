@@ -25,6 +25,8 @@ CONFIG_OPTION = typer.Option(..., "--config", "-c", help="Path to the YAML confi
 
 
 def _load_or_exit(path: Path) -> Config:
+    import bot.flow.siblings  # noqa: F401  (registers the "agent" channel kind before the config names it)
+
     try:
         return load_config(path)
     except ConfigError as exc:

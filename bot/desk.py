@@ -1,5 +1,9 @@
 """The desk: builds every part from the config, wires them together, starts and stops them.
 
+It only wires. What the API and the pages do goes through the parts it holds (conversations,
+queries, handoffs, approvals, the router, …), which web routes get one by one from
+bot/web/deps.py, never through methods here.
+
 One `Desk` is one server instance. Several instances may share one PostgreSQL database:
 everything that must happen once (a release, an outbox send, an inbound event) is decided
 by a conditional update in the database, not by anything held in this object.
@@ -10,20 +14,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 from functools import partial
-from typing import Any
 
 import structlog
-from sqlalchemy import select
-from sqlmodel import col
 
 from bot.agents import Agent, build_agent
 from bot.config import Config
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.delivery.retention import Retention
-from bot.domain import conversations
 from bot.domain.approvals import Approvals
+from bot.domain.conversations import Conversations
 from bot.domain.handoffs import Handoffs
+from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.timers import IdleTimers
 from bot.domain.user_actions import UserActions
@@ -36,11 +38,7 @@ from bot.runtime.background import Background
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
-from bot.runtime.text import iso
-from bot.store import audit
 from bot.store.db import Database
-from bot.store.models import HandoffEvent, HandoffSession
-from bot.store.vocabulary import HandoffState
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
@@ -80,6 +78,8 @@ class Desk:
             self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
             base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
         )
+        self.conversations = Conversations(self.db, self.clock, self.bus)
+        self.queries = Queries(self.db)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
@@ -188,93 +188,3 @@ class Desk:
         await self.agent.aclose()
         await self.db.dispose()
         self.started = False
-
-    # ------------------------------------------------------------------ operations the API and pages share
-
-    async def create_conversation(self, **subscriber: Any) -> str:
-        async with self.db.transaction() as session:
-            conversation = await conversations.create(session, now=self.clock.now(), **subscriber)
-        return conversation.id
-
-    async def conversation(self, conversation_id: str) -> Any:
-        async with self.db.read() as session:
-            return await conversations.get(session, conversation_id)
-
-    async def messages(self, conversation_id: str, after: int = 0, limit: int = 200) -> list[Any]:
-        async with self.db.read() as session:
-            await conversations.get(session, conversation_id)
-            return await conversations.messages_after(session, conversation_id, after, limit)
-
-    async def wait_for_messages(self, conversation_id: str, after: int, limit: int, wait: float) -> list[Any]:
-        """Messages after `after`, waiting up to `wait` seconds for one to arrive: woken at
-        once by this process, re-checked every 2 s for messages other instances wrote."""
-        messages = await self.messages(conversation_id, after, limit)
-        remaining = wait
-        while not messages and remaining > 0:
-            step = min(2.0, remaining)
-            await self.bus.wait(conversation_id, timeout=step)
-            remaining -= step
-            messages = await self.messages(conversation_id, after, limit)
-        return messages
-
-    async def tool_specs(self, conversation_id: str) -> list[Any]:
-        return self.tools.specs(self.router.tool_context(await self.conversation(conversation_id)))
-
-    async def call_tool(self, conversation_id: str, name: str, args: Any, actor: str = "agent") -> dict[str, Any]:
-        ctx = self.router.tool_context(await self.conversation(conversation_id), actor=actor)
-        return await self.tools.call(ctx, name, args)
-
-    async def events(self, handoff_session_id: str) -> list[HandoffEvent]:
-        await self.handoffs.get(handoff_session_id)
-        async with self.db.read() as session:
-            query = select(HandoffEvent).where(col(HandoffEvent.handoff_session_id) == handoff_session_id).order_by(col(HandoffEvent.id))
-            return list((await session.scalars(query)).all())
-
-    async def handoff_list(self, *, states: tuple[HandoffState, ...], limit: int = 100) -> list[HandoffSession]:
-        """Newest first. One indexed query per state, merged: an IN over states would make
-        SQLite sort every matching row before taking the first `limit`."""
-        found: list[HandoffSession] = []
-        async with self.db.read() as session:
-            for state in states:
-                query = (
-                    select(HandoffSession).where(col(HandoffSession.state) == state)
-                    .order_by(col(HandoffSession.created_at).desc()).limit(limit)
-                )
-                found.extend((await session.scalars(query)).all())
-        return sorted(found, key=lambda h: h.created_at, reverse=True)[:limit]
-
-    def handoff_view(self, handoff: HandoffSession) -> dict[str, Any]:
-        return {
-            "handoff_session_id": handoff.id,
-            "short_code": handoff.short_code,
-            "conversation_id": handoff.conversation_id,
-            "state": handoff.state,
-            "channel_id": handoff.channel_id,
-            "channel_kind": handoff.channel_kind,
-            "channel_label": handoff.channel_label,
-            "channel_message_id": handoff.channel_message_id,
-            "urgency": handoff.urgency,
-            "summary": handoff.summary,
-            "expected_action": handoff.expected_action,
-            "contact_back_email": handoff.contact_back_email,
-            "extra_context": handoff.extra_context,
-            "expected_return": handoff.expected_return,
-            "estimated_response": handoff.estimated_response,
-            "release_reason": handoff.release_reason,
-            "released_by": handoff.released_by,
-            "outcome": handoff.outcome,
-            "note": handoff.note,
-            "returned": handoff.returned,
-            "missing_required": handoff.missing_required,
-            "failure": handoff.failure,
-            "form_url": self.forms.url_for(handoff),
-            "created_at": iso(handoff.created_at),
-            "activated_at": iso(handoff.activated_at),
-            "last_activity_at": iso(handoff.last_activity_at),
-            "idle_deadline": iso(handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else None,
-            "released_at": iso(handoff.released_at),
-        }
-
-    @staticmethod
-    def event_view(event: HandoffEvent) -> dict[str, Any]:
-        return audit.event_view(event)

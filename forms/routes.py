@@ -12,23 +12,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 
-from bot.desk import Desk
-from bot.domain.handoffs import stored_fields
-from bot.store.models import FormLink, HandoffSession
+from bot.delivery.channel_set import ChannelSet
+from bot.domain.handoffs import Handoffs, stored_fields
+from bot.domain.queries import LinkedHandoff, Queries
+from bot.domain.rendering import Renderer
+from bot.runtime.clock import Clock
+from bot.store.models import HandoffSession
 from bot.store.vocabulary import OUTCOMES_SPOKEN, HandoffState, Outcome, ReleaseReason
-from bot.web.deps import DeskDep
+from bot.web.deps import ChannelsDep, ClockDep, ConfigDep, FormLinksDep, HandoffsDep, QueriesDep, RendererDep
 from bot.web.pages import render_page, same_origin
 from forms.fields import ReturnField, ReturnValuesInvalid, coerce_returned
 from forms.links import FormLinks, LinkUnavailable
 
 router = APIRouter(include_in_schema=False)
-
 
 
 def _when(moment: datetime | None) -> str:
@@ -42,58 +44,86 @@ class FieldView:
     error: str | None = None
 
 
-async def _load(desk: Desk, token: str) -> tuple[FormLink, HandoffSession] | None:
-    link_id = desk.forms.link_id(token)
-    if link_id is None:
+@dataclass(frozen=True)
+class FormPages:
+    """The services the return form reads and releases through."""
+
+    links: FormLinks
+    queries: Queries
+    handoffs: Handoffs
+    channels: ChannelSet
+    renderer: Renderer
+    clock: Clock
+
+    async def load(self, token: str) -> LinkedHandoff | None:
+        link_id = self.links.link_id(token)
+        return await self.queries.linked_handoff(link_id) if link_id is not None else None
+
+    def status(self, status: int, title: str, *lines: str, tone: str = "info", **context: Any) -> HTMLResponse:
+        context.setdefault("returned", {})
+        context.setdefault("missing", [])
+        context.setdefault("labels", {})
+        return render_page(self.renderer, "forms/status.html", status=status, title=title, lines=list(lines), tone=tone, **context)
+
+    def not_found(self) -> HTMLResponse:
+        return self.status(404, "This link is not valid",
+                           "Check that you opened the whole link from the message you received.")
+
+    def unavailable_page(self, found: LinkedHandoff) -> HTMLResponse | None:
+        """The page for a link that cannot be used now, or None when the form may be shown."""
+        link, handoff = found.link, found.handoff
+        now = self.clock.now()
+        if link.consumed_at is not None:
+            return self.status(410, "This form was already submitted",
+                               f"It was submitted on {_when(link.consumed_at)}"
+                               + (f" by {link.consumed_by}" if link.consumed_by and link.consumed_by != "return form" else "") + ".",
+                               "The assistant has resumed the conversation with the returned data.")
+        if handoff.state != HandoffState.ACTIVE:
+            if handoff.state == HandoffState.RELEASED:
+                how = ReleaseReason(handoff.release_reason).page_phrase if handoff.release_reason in tuple(ReleaseReason) else "released"
+                return self.status(410, "This handoff has already ended",
+                                   f"It was {how} on {_when(handoff.released_at)}.",
+                                   "The assistant has the conversation again, so there is nothing left to hand back.")
+            return self.status(410, "This handoff is not active", "There is nothing to hand back here.")
+        if link.superseded_at is not None:
+            return self.status(410, "This link was replaced",
+                               "A newer link was issued for this handoff. Please use the most recent link you received.")
+        if link.expires_at <= now:
+            channel = self.channels.get(handoff.channel_id)
+            lines = [f"It expired on {_when(link.expires_at)}. The handoff is still open."]
+            if channel is not None and channel.capabilities.inbound:
+                lines.append(
+                    f"To hand back without the form, reply to the handoff message in {handoff.channel_label} with /release"
+                    f" (you may add {OUTCOMES_SPOKEN}, and a note)"
+                    + (", or press its Release button." if channel.capabilities.buttons else "."))
+            lines.append("Or ask the owner for a fresh link: it comes to you the same way this one did.")
+            return self.status(410, "This link has expired", *lines, inbox_url=_inbox_url(handoff),
+                               inbox_words="Are you the owner? Make a fresh link on this handoff's page in the inbox")
         return None
-    async with desk.db.read() as session:
-        link = await session.get(FormLink, link_id)
-        handoff = await session.get(HandoffSession, link.handoff_session_id) if link else None
-    return (link, handoff) if link and handoff else None
+
+    def form_page(
+        self, token: str, found: LinkedHandoff, *, status: int = 200,
+        views: list[FieldView] | None = None, errors: dict[str, str] | None = None,
+        outcome: str = Outcome.RESOLVED, note: str = "", filled_by: str = "",
+    ) -> HTMLResponse:
+        handoff = found.handoff
+        fields = stored_fields(handoff)
+        return render_page(
+            self.renderer, "forms/form.html", status=status, token=token, h=handoff,
+            fields=views or [FieldView(f) for f in fields], errors=errors or {},
+            labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"}, outcomes=list(Outcome),
+            outcome=outcome, note=note, filled_by=filled_by, expires=_when(found.link.expires_at),
+        )
 
 
-def _status(desk: Desk, status: int, title: str, *lines: str, tone: str = "info", **context: Any) -> HTMLResponse:
-    context.setdefault("returned", {})
-    context.setdefault("missing", [])
-    context.setdefault("labels", {})
-    return render_page(desk, "forms/status.html", status=status, title=title, lines=list(lines), tone=tone, **context)
+def form_pages(
+    links: FormLinksDep, queries: QueriesDep, handoffs: HandoffsDep, channels: ChannelsDep, renderer: RendererDep,
+    clock: ClockDep,
+) -> FormPages:
+    return FormPages(links, queries, handoffs, channels, renderer, clock)
 
 
-def _not_found(desk: Desk) -> HTMLResponse:
-    return _status(desk, 404, "This link is not valid",
-                   "Check that you opened the whole link from the message you received.")
-
-
-def _unavailable_page(desk: Desk, link: FormLink, handoff: HandoffSession) -> HTMLResponse | None:
-    """The page for a link that cannot be used now, or None when the form may be shown."""
-    now = desk.clock.now()
-    if link.consumed_at is not None:
-        return _status(desk, 410, "This form was already submitted",
-                       f"It was submitted on {_when(link.consumed_at)}"
-                       + (f" by {link.consumed_by}" if link.consumed_by and link.consumed_by != "return form" else "") + ".",
-                       "The assistant has resumed the conversation with the returned data.")
-    if handoff.state != HandoffState.ACTIVE:
-        if handoff.state == HandoffState.RELEASED:
-            how = ReleaseReason(handoff.release_reason).page_phrase if handoff.release_reason in tuple(ReleaseReason) else "released"
-            return _status(desk, 410, "This handoff has already ended",
-                           f"It was {how} on {_when(handoff.released_at)}.",
-                           "The assistant has the conversation again, so there is nothing left to hand back.")
-        return _status(desk, 410, "This handoff is not active", "There is nothing to hand back here.")
-    if link.superseded_at is not None:
-        return _status(desk, 410, "This link was replaced",
-                       "A newer link was issued for this handoff. Please use the most recent link you received.")
-    if link.expires_at <= now:
-        channel = desk.channels.get(handoff.channel_id)
-        lines = [f"It expired on {_when(link.expires_at)}. The handoff is still open."]
-        if channel is not None and channel.capabilities.inbound:
-            lines.append(
-                f"To hand back without the form, reply to the handoff message in {handoff.channel_label} with /release"
-                f" (you may add {OUTCOMES_SPOKEN}, and a note)"
-                + (", or press its Release button." if channel.capabilities.buttons else "."))
-        lines.append("Or ask the owner for a fresh link: it comes to you the same way this one did.")
-        return _status(desk, 410, "This link has expired", *lines, inbox_url=_inbox_url(handoff),
-                       inbox_words="Are you the owner? Make a fresh link on this handoff's page in the inbox")
-    return None
+FormPagesDep = Annotated[FormPages, Depends(form_pages)]
 
 
 def _inbox_url(handoff: HandoffSession) -> str:
@@ -102,27 +132,12 @@ def _inbox_url(handoff: HandoffSession) -> str:
     return f"/inbox/handoffs/{handoff.id}"
 
 
-def _form_page(
-    desk: Desk, token: str, link: FormLink, handoff: HandoffSession, *, status: int = 200,
-    views: list[FieldView] | None = None, errors: dict[str, str] | None = None,
-    outcome: str = Outcome.RESOLVED, note: str = "", filled_by: str = "",
-) -> HTMLResponse:
-    fields = stored_fields(handoff)
-    return render_page(
-        desk, "forms/form.html", status=status, token=token, h=handoff,
-        fields=views or [FieldView(f) for f in fields], errors=errors or {},
-        labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"}, outcomes=list(Outcome),
-        outcome=outcome, note=note, filled_by=filled_by, expires=_when(link.expires_at),
-    )
-
-
 @router.get("/f/{token}", response_class=HTMLResponse)
-async def show_form(token: str, desk: DeskDep) -> HTMLResponse:
-    found = await _load(desk, token)
+async def show_form(token: str, pages: FormPagesDep) -> HTMLResponse:
+    found = await pages.load(token)
     if found is None:
-        return _not_found(desk)
-    link, handoff = found
-    return _unavailable_page(desk, link, handoff) or _form_page(desk, token, link, handoff)
+        return pages.not_found()
+    return pages.unavailable_page(found) or pages.form_page(token, found)
 
 
 def _read_fields(fields: list[ReturnField], form: FormData) -> tuple[list[FieldView], dict[str, str], dict[str, str]]:
@@ -142,15 +157,15 @@ def _read_fields(fields: list[ReturnField], form: FormData) -> tuple[list[FieldV
 
 
 @router.post("/f/{token}", response_class=HTMLResponse)
-async def submit_form(token: str, request: Request, desk: DeskDep) -> HTMLResponse:
+async def submit_form(token: str, request: Request, pages: FormPagesDep, config: ConfigDep) -> HTMLResponse:
     form = await request.form()
-    if not same_origin(request, desk.config.public_url) or form.get("token") != token:
-        return _status(desk, 403, "Refused", "Please submit the form from its own page.")
-    found = await _load(desk, token)
+    if not same_origin(request, config.public_url) or form.get("token") != token:
+        return pages.status(403, "Refused", "Please submit the form from its own page.")
+    found = await pages.load(token)
     if found is None:
-        return _not_found(desk)
-    link, handoff = found
-    unavailable = _unavailable_page(desk, link, handoff)
+        return pages.not_found()
+    link, handoff = found.link, found.handoff
+    unavailable = pages.unavailable_page(found)
     if unavailable is not None:
         return unavailable
 
@@ -163,7 +178,7 @@ async def submit_form(token: str, request: Request, desk: DeskDep) -> HTMLRespon
     note = str(form.get("note") or "").strip()[:2000]
     filled_by = " ".join(str(form.get("filled_by") or "").split())[:100]
     if errors:  # wrong-typed answers come back for correction; nothing is consumed
-        return _form_page(desk, token, link, handoff, status=422, views=views, errors=errors,
+        return pages.form_page(token, found, status=422, views=views, errors=errors,
                           outcome=outcome, note=note, filled_by=filled_by)
 
     actor = filled_by or "return form"
@@ -172,20 +187,20 @@ async def submit_form(token: str, request: Request, desk: DeskDep) -> HTMLRespon
         await FormLinks.consume(session, link.id, now, actor)
 
     try:
-        result = await desk.handoffs.release(
+        result = await pages.handoffs.release(
             handoff.id, reason=ReleaseReason.FORM, actor=actor, outcome=Outcome(outcome), note=note or None,
             return_values=typed, guard=consume,
         )
     except LinkUnavailable:
         result = None
     if result is None or not result.released:
-        found = await _load(desk, token)
-        assert found is not None
-        return _unavailable_page(desk, *found) or _status(desk, 409, "Nothing changed", "Please reload the form.")
+        again = await pages.load(token)
+        assert again is not None
+        return pages.unavailable_page(again) or pages.status(409, "Nothing changed", "Please reload the form.")
     released = result.session
     labels = {f.name: f.display_label for f in fields}
-    return _status(
-        desk, 200, "Thank you, handed back",
+    return pages.status(
+        200, "Thank you, handed back",
         "The assistant has the conversation again and will continue with your answers.",
         tone="ok", returned={k: _display(v) for k, v in released.returned.items()},
         missing=[labels.get(name, name) for name in released.missing_required], labels=labels,

@@ -87,7 +87,7 @@ async def test_a_conversation_through_the_chat_hides_what_is_for_the_agent(start
     told = [m["text"] for m in everything["messages"] if m["role"] == "agent"]
     assert "I've asked our team to join — usually within 1 business day. Your messages now go straight to them." in told
     assert "Our team has handed the conversation back to the assistant." in told
-    assert (await harness.desk.conversation((await harness.desk.handoffs.get(sid)).conversation_id)).front == "web"
+    assert (await harness.desk.conversations.get((await harness.desk.handoffs.get(sid)).conversation_id)).front == "web"
 
 
 async def test_the_subscriber_is_told_the_public_name_never_the_label(start_desk: StartDesk) -> None:
@@ -116,7 +116,7 @@ async def test_a_pending_user_action_has_steps_and_done(start_desk: StartDesk) -
 
         from bot.store.models import Conversation
         cid = (await session.scalars(select(Conversation.id))).one()
-    await harness.desk.call_tool(cid, "request_user_action", {
+    await harness.desk.router.call_tool(cid, "request_user_action", {
         "reason": "permission_confirmation", "details": "Your browser will ask to share your location.",
         "suggested_action": "Allow location", "steps": [{"instruction": "Click the lock icon"}, {"instruction": "Allow"}]})
     state = await updates(harness, token)

@@ -237,3 +237,12 @@ async def test_serve_answers_open_long_polls_and_stops_cleanly(tmp_path: Path, s
     assert "graceful shutdown exceeded" not in stderr
     assert " 500 " not in stderr
     assert "Application shutdown complete" in stderr
+
+
+def test_check_config_knows_the_sibling_agent_kind(tmp_path: Path) -> None:
+    """The sibling's kind is registered by its own layer; the command line loads it before the config."""
+    path = tmp_path / "desk.yaml"
+    path.write_text("channels: [{id: 1, kind: owner_inbox, label: Inbox}, {id: 7, kind: agent, label: Orders, agent: {kind: rules}}]\n")
+    result = handoff("check-config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{path}: OK (2 channel(s)")

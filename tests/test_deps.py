@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 
 from bot.web.app import create_app
-from bot.web.deps import desk_of
+from bot.web.deps import desk_of, handoffs_of
 from tests.approval_actions import refund_action
 from tests.conftest import StartDesk
 
@@ -40,3 +40,22 @@ async def test_every_router_reaches_the_desk_through_desk_of(start_desk: StartDe
 
     assert before == {path: statuses[0] for path, statuses in requests.items()}
     assert after == {path: statuses[1] for path, statuses in requests.items()}
+
+
+async def test_one_service_can_be_swapped_alone(start_desk: StartDesk, tmp_path: Path) -> None:
+    """Overriding `handoffs_of` changes what the routes that read handoffs see, and nothing else:
+    the list comes from the read side (queries_of), which still reads the app's own desk."""
+    plain = await start_desk(url=f"sqlite:///{tmp_path / 'plain.db'}")
+    other = await start_desk()
+    sid = (await other.start_handoff(await other.conversation()))["handoff_session_id"]
+
+    app = create_app(plain.desk, manage_desk=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://desk.test") as client:
+        assert (await client.get(f"/api/handoffs/{sid}")).status_code == 404
+        app.dependency_overrides[handoffs_of] = lambda: other.desk.handoffs
+        swapped = await client.get(f"/api/handoffs/{sid}")
+        listed = await client.get("/api/handoffs")
+
+    assert swapped.status_code == 200
+    assert swapped.json()["handoff_session_id"] == sid
+    assert listed.json()["handoffs"] == []

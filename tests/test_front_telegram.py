@@ -209,7 +209,7 @@ async def test_a_front_of_its_own_greets_answers_and_hands_off_to_another_channe
     assert await stored_events(harness) == 3
 
     conversation = await conversation_of(harness, ANA)
-    specs = await harness.desk.tool_specs(conversation.id)
+    specs = await harness.desk.router.tool_specs(conversation.id)
     handoff_tool = next(s for s in specs if s.name == "handoff_request")
     assert handoff_tool.input_schema["properties"]["channel_id"]["enum"] == [1]  # never the front
     health = {c["id"]: c for c in (await harness.client.get("/healthz")).json()["channels"]}

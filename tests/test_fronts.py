@@ -97,7 +97,7 @@ async def test_each_chat_is_a_conversation_and_the_agent_answers_in_it(front_des
     assert [o.body for o in adapter.to_chat("chat-2")][0].startswith("Hi Ben!")
     assert all(o.author is None and o.conversation_id == ana.id for o in adapter.to_chat("chat-1"))
     # the owner inbox is still the only channel a handoff can go to
-    specs = await harness.desk.tool_specs(ana.id)
+    specs = await harness.desk.router.tool_specs(ana.id)
     handoff = next(s for s in specs if s.name == "handoff_request")
     assert handoff.input_schema["properties"]["channel_id"]["enum"] == [1]
     health = (await harness.client.get("/healthz")).json()["channels"]

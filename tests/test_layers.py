@@ -1,15 +1,19 @@
-"""The layers of bot/ (README, "How it is built"): no module imports a layer above its own.
+"""The layers of bot/ (docs/architecture.md, "The layers"): no module imports a layer above its own.
 
 Every module of bot/, channels/ and forms/ is parsed with `ast`, so imports inside functions
 and under `if TYPE_CHECKING:` count as much as the ones at the top: each is an arrow a reader
-follows. channels/ and forms/ sit beside bot/ and may import its layers 0–5 only; a bot
-module that imports them must not reach, through them, a layer above its own.
+follows. So does a string that is a dotted module path ("bot.flow.siblings", or
+"bot.flow.siblings:AgentChannel" as a lazy-import table writes it): `importlib.import_module`
+turns it into an import the scan would otherwise not see. channels/ and forms/ sit beside
+bot/ and may import its layers 0–5 only; a bot module that imports them must not reach,
+through them, a layer above its own.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,20 +41,26 @@ HIGHEST_BESIDE_BOT = 5  # channels/ and forms/ may import errors … domain
 
 # Known upward arrows, (importer, imported) → why it stays for now. Keep this short.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("forms.routes", "bot.desk"): "the return-form pages are web routes (layer 10) that the fixed layout keeps in forms/ (docs/architecture.md, Layers)",
-    ("forms.routes", "bot.web.deps"): "… and get the desk through the web layer's dependency",
+    ("forms.routes", "bot.web.deps"): "the return-form pages are web routes (layer 10) that the fixed layout keeps in forms/"
+                                      " (docs/architecture.md, Layers): they get their services through the web layer's dependencies",
     ("forms.routes", "bot.web.pages"): "… and share the page helpers of the other web pages",
 }
 
 
 @dataclass(frozen=True)
 class Arrow:
-    """One import: `importer` (at `path:line`) names `imported`."""
+    """One import: `importer` (at `path:line`) names `imported`, by an import statement or,
+    when `how` says so, by a dotted string."""
 
     path: str
     line: int
     importer: str
     imported: str
+    how: str = "imports"
+
+
+# A whole string that is a dotted path into the project, optionally ":attribute".
+DOTTED = re.compile(r"(?:bot|channels|forms)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
 
 
 def module_name(path: Path) -> str:
@@ -75,11 +85,27 @@ def arrows_of(importer: str, source: str, path: str, known: set[str]) -> list[Ar
                 package = importer.split(".")[: len(importer.split(".")) - node.level + is_package]
                 base = ".".join([*package, *([base] if base else [])])
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.fullmatch(node.value):
+            named = _named_module(node.value.partition(":")[0], known)
+            if named is not None:
+                arrows.append(Arrow(path, node.lineno, importer, named, how="names in a string"))
+            continue
         else:
             continue
         arrows += [Arrow(path, node.lineno, importer, target) for target in dict.fromkeys(targets)
                    if target.split(".")[0] in PROJECT_PACKAGES]
     return arrows
+
+
+def _named_module(dotted: str, known: set[str]) -> str | None:
+    """The project module a dotted string names: the longest known module it starts with
+    ("bot.flow.siblings.AgentChannel" names bot.flow.siblings), or a package of known modules."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in known or any(module.startswith(candidate + ".") for module in known):
+            return candidate if end > 1 else None
+    return None
 
 
 def layer_of(module: str) -> int | None:
@@ -122,7 +148,7 @@ def upward_imports(arrows: list[Arrow]) -> tuple[list[str], set[tuple[str, str]]
         if arrow.importer.split(".")[0] in BESIDE_BOT:
             if target is None or target <= HIGHEST_BESIDE_BOT:
                 continue
-            problem = f"{where} (beside bot/, may import layers 0–{HIGHEST_BESIDE_BOT}) imports {arrow.imported} ({describe(target)})"
+            problem = f"{where} (beside bot/, may import layers 0–{HIGHEST_BESIDE_BOT}) {arrow.how} {arrow.imported} ({describe(target)})"
         elif own is None:
             problems.append(f"{where} is in no layer: add its folder to LAYERS in tests/test_layers.py")
             continue
@@ -130,11 +156,11 @@ def upward_imports(arrows: list[Arrow]) -> tuple[list[str], set[tuple[str, str]]
             reached = reach(arrow.imported)
             if reached <= own:
                 continue
-            problem = f"{where} ({describe(own)}) imports {arrow.imported}, which reaches {describe(reached)}"
+            problem = f"{where} ({describe(own)}) {arrow.how} {arrow.imported}, which reaches {describe(reached)}"
         elif target <= own:
             continue
         else:
-            problem = f"{where} ({describe(own)}) imports {arrow.imported} ({describe(target)})"
+            problem = f"{where} ({describe(own)}) {arrow.how} {arrow.imported} ({describe(target)})"
         key = (arrow.importer, arrow.imported)
         if key in EXCEPTIONS:
             used.add(key)
@@ -196,3 +222,24 @@ def test_a_lower_layer_may_not_reach_higher_through_channels() -> None:
 def test_from_package_import_module_names_the_module() -> None:
     arrows = arrows_of("bot.desk", "from bot.store import audit, models\n", "bot/desk.py", {"bot.store.audit", "bot.store.models"})
     assert [arrow.imported for arrow in arrows] == ["bot.store.audit", "bot.store.models"]
+
+
+def test_a_dotted_string_naming_a_higher_layer_is_an_arrow() -> None:
+    """A lazy-import table ("module:Class") is an import the statements do not show."""
+    source = 'ADAPTERS = {"agent": "bot.flow.siblings:AgentChannel"}\n'
+    arrows = arrows_of("channels", source, "channels/__init__.py", {"bot.flow.siblings", "channels.slack"})
+    problems, _ = upward_imports(arrows)
+    assert problems == [
+        "channels/__init__.py:1: channels (beside bot/, may import layers 0–5) names in a string bot.flow.siblings (flow 8)"
+    ]
+
+
+def test_import_module_of_a_higher_layer_is_an_arrow() -> None:
+    source = "import importlib\n\ndef later():\n    return importlib.import_module('bot.web.app')\n"
+    problems, _ = upward_imports(arrows_of("bot.store.models", source, "bot/store/models.py", {"bot.web.app"}))
+    assert problems == ["bot/store/models.py:4: bot.store.models (store 3) names in a string bot.web.app (web 10)"]
+
+
+def test_strings_that_only_look_dotted_are_not_arrows() -> None:
+    source = 'LOGGER = "bot.nothing_here"\nTEXT = "see bot.web.app for the routes"\nFILE = "bot/web/app.py"\n'
+    assert arrows_of("bot.store.models", source, "bot/store/models.py", {"bot.web.app"}) == []

@@ -265,7 +265,7 @@ async def test_handoff_mcp_over_stdio_as_claude_desktop_runs_it(live_desk: tuple
         started = payload(await client.call_tool("handoff_request", REQUEST))
     handoff = await desk.handoffs.get(started["handoff_session_id"])
     assert handoff.state == "active"
-    assert (await desk.conversation(started["conversation_id"])).subscriber_name == "Ana"
+    assert (await desk.conversations.get(started["conversation_id"])).subscriber_name == "Ana"
 
 
 async def test_handoff_mcp_takes_the_desk_from_its_config(live_desk: tuple[Desk, str], tmp_path: Path) -> None:

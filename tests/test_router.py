@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import select
 
+from bot.errors import NotFound
 from bot.store.models import OutboxItem
 from channels.base import RecipientText
 from tests.conftest import Harness, StartDesk
@@ -232,3 +234,21 @@ async def test_messages_held_for_a_dispatch_that_fails_go_to_the_agent(start_des
     last = (await harness.messages(cid))[-1]
     assert last["role"] == "agent"
     assert last["text"].startswith("You're welcome!")
+
+
+async def test_tools_listed_and_called_from_outside_an_agent_turn(harness: Harness) -> None:
+    """What GET/POST …/tools use: the conversation's own tool context, outside any turn."""
+    cid = await harness.conversation()
+    specs = await harness.desk.router.tool_specs(cid)
+    assert "handoff_request" in [spec.name for spec in specs]
+    refused = await harness.desk.router.call_tool(cid, "handoff_request", {"channel_id": 1})
+    assert refused["error"] == "invalid_input"
+    started = await harness.desk.router.call_tool(cid, "handoff_request", {
+        "channel_id": 1, "summary": "Ana's order #1234 is a week late and she wants a person.",
+        "expected_action": "Tell Ana when order #1234 arrives.",
+    })
+    assert started["ok"] is True
+    with pytest.raises(NotFound):
+        await harness.desk.router.tool_specs("c_nope")
+    with pytest.raises(NotFound):
+        await harness.desk.router.call_tool("c_nope", "handoff_request", {})

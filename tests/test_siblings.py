@@ -173,3 +173,13 @@ def test_a_sibling_channel_config_names_its_agent_keys() -> None:
     required, unknown = str(caught.value).splitlines()
     assert required == "channels[0].agent.model: required"
     assert unknown.startswith("channels[0].agent.modle: unknown key; did you mean 'model'? (allowed: kind, base_url, model,")
+
+
+def test_the_agent_kind_is_registered_by_the_flow_layer_not_named_by_the_channels() -> None:
+    """channels/ lists only providers; the sibling agent's module adds its own kind."""
+    from bot.flow.siblings import AgentChannel
+    from channels import ADAPTERS, adapter_class, known_kinds
+
+    assert "agent" not in ADAPTERS
+    assert adapter_class("agent") is AgentChannel
+    assert "agent" in known_kinds()

@@ -10,8 +10,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.errors import NotFound
+from bot.runtime.bus import ConversationBus
+from bot.runtime.clock import Clock
 from bot.runtime.text import scrub
-from bot.store.db import MESSAGE_HOOKS
+from bot.store.db import MESSAGE_HOOKS, Database
 from bot.store.models import Conversation, Message, new_id
 from bot.store.vocabulary import Role
 from channels.base import TranscriptLine, UserActionPrompt
@@ -134,3 +136,40 @@ def message_view(message: Message) -> dict[str, Any]:
         "handoff_session_id": message.handoff_session_id,
         "created_at": message.created_at.isoformat(),
     }
+
+
+class Conversations:
+    """The conversation record as the API and the pages use it: start one, read it, and wait
+    for what is new. Each call opens its own session; the flow layer, which writes inside
+    larger transactions, uses the functions above instead."""
+
+    def __init__(self, db: Database, clock: Clock, bus: ConversationBus) -> None:
+        self.db, self.clock, self.bus = db, clock, bus
+
+    async def start(self, **subscriber: Any) -> str:
+        """A new conversation (keywords as for `create`); returns its id."""
+        async with self.db.transaction() as session:
+            conversation = await create(session, now=self.clock.now(), **subscriber)
+        return conversation.id
+
+    async def get(self, conversation_id: str) -> Conversation:
+        async with self.db.read() as session:
+            return await get(session, conversation_id)
+
+    async def messages(self, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
+        """Messages with an id above `after`, oldest first; NotFound for an unknown conversation."""
+        async with self.db.read() as session:
+            await get(session, conversation_id)
+            return await messages_after(session, conversation_id, after, limit)
+
+    async def wait_for_messages(self, conversation_id: str, after: int, limit: int, wait: float) -> list[Message]:
+        """Messages after `after`, waiting up to `wait` seconds for one to arrive: woken at
+        once by this process, re-checked every 2 s for messages other instances wrote."""
+        messages = await self.messages(conversation_id, after, limit)
+        remaining = wait
+        while not messages and remaining > 0:
+            step = min(2.0, remaining)
+            await self.bus.wait(conversation_id, timeout=step)
+            remaining -= step
+            messages = await self.messages(conversation_id, after, limit)
+        return messages

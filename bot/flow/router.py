@@ -27,9 +27,9 @@ from bot.runtime.clock import Clock
 from bot.runtime.locks import KeyedLocks
 from bot.runtime.metrics import Metrics
 from bot.store.db import Database
-from bot.store.models import HandoffSession, Message
+from bot.store.models import Conversation, HandoffSession, Message
 from bot.store.vocabulary import HandoffState, Role
-from bot.tools import ToolContext, ToolRegistry
+from bot.tools import ToolContext, ToolRegistry, ToolSpec
 
 log = structlog.get_logger(__name__)
 
@@ -102,6 +102,18 @@ class Router:
 
     def tool_context(self, conversation: Any, actor: str = "agent") -> ToolContext:
         return ToolContext(conversation=conversation, handoffs=self.handoffs, channels=self.channels, actor=actor)
+
+    async def tool_specs(self, conversation_id: str) -> list[ToolSpec]:
+        """The tools a conversation's agent may call now, for an agent run outside the desk."""
+        return self.tools.specs(self.tool_context(await self._conversation(conversation_id)))
+
+    async def call_tool(self, conversation_id: str, name: str, args: Any, actor: str = "agent") -> dict[str, Any]:
+        """One tool call from outside an agent turn (the HTTP API, a sibling run elsewhere)."""
+        return await self.tools.call(self.tool_context(await self._conversation(conversation_id), actor=actor), name, args)
+
+    async def _conversation(self, conversation_id: str) -> Conversation:
+        async with self.db.read() as session:
+            return await conversations.get(session, conversation_id)
 
     async def agent_turn(
         self, conversation_id: str, *, trigger: Trigger, agent: Agent | None = None,

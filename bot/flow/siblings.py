@@ -34,6 +34,7 @@ from bot.runtime.clock import Clock
 from bot.store.db import Database
 from bot.store.models import Conversation, HandoffSession
 from bot.store.vocabulary import Role
+from channels import register_kind
 from channels.base import (
     Capabilities,
     ChannelAdapter,
@@ -62,6 +63,7 @@ class AgentChannelConfig(ChannelConfig):
 Deliver = Callable[["AgentChannel", HandoffMessage], Awaitable[Receipt]]
 
 
+@register_kind  # the "agent" kind: the registry in channels/ never names this layer
 class AgentChannel(ChannelAdapter):
     """The channel side of a sibling agent. The work is done by `Siblings`, which the desk
     binds before start: a sibling needs the router and the conversation store, which a

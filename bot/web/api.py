@@ -14,7 +14,6 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
-from sqlalchemy import text
 
 from bot.domain.approvals import approval_view
 from bot.domain.conversations import message_view
@@ -22,24 +21,38 @@ from bot.domain.handoffs import OutcomeInput
 from bot.domain.user_actions import view as user_action_view
 from bot.errors import error_body
 from bot.runtime.metrics import CONTENT_TYPE
-from bot.runtime.text import CleanStr
+from bot.runtime.text import CleanStr, iso
+from bot.store.audit import event_view
+from bot.store.models import HandoffSession
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
-from bot.web.deps import DeskDep
+from bot.web.deps import (
+    ApprovalsDep,
+    ChannelsDep,
+    ConfigDep,
+    ConversationsDep,
+    FormLinksDep,
+    HandoffsDep,
+    InboundDep,
+    MetricsDep,
+    QueriesDep,
+    RouterDep,
+    UserActionsDep,
+)
 from channels.base import WebhookRequest
+from forms.links import FormLinks
 
 MAX_WAIT_SECONDS = 30.0
 MAX_ID = 2**63 - 1
 
 
-def require_api_key(request: Request, desk: DeskDep) -> None:
-    _require_bearer(request, desk.config.api.key, "api.key")
+def require_api_key(request: Request, config: ConfigDep) -> None:
+    _require_bearer(request, config.api.key, "api.key")
 
 
-def require_owner_token(request: Request, desk: DeskDep) -> None:
+def require_owner_token(request: Request, config: ConfigDep) -> None:
     """Deciding an approval is the owner's act, not the agent's: the agent side holds
     api.key (the webhook bot, DeskClient, the MCP bridge) and must not approve its own
     calls. With owner.token set, only it decides; without one, api.key does."""
-    config = desk.config
     if config.owner.token is not None:
         _require_bearer(request, config.owner.token, "owner.token")
     else:
@@ -103,16 +116,52 @@ def require_json(request: Request) -> None:
             raise ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json")
 
 
+def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
+    """A handoff as the API shows it; the form link only while the handoff is active."""
+    return {
+        "handoff_session_id": handoff.id,
+        "short_code": handoff.short_code,
+        "conversation_id": handoff.conversation_id,
+        "state": handoff.state,
+        "channel_id": handoff.channel_id,
+        "channel_kind": handoff.channel_kind,
+        "channel_label": handoff.channel_label,
+        "channel_message_id": handoff.channel_message_id,
+        "urgency": handoff.urgency,
+        "summary": handoff.summary,
+        "expected_action": handoff.expected_action,
+        "contact_back_email": handoff.contact_back_email,
+        "extra_context": handoff.extra_context,
+        "expected_return": handoff.expected_return,
+        "estimated_response": handoff.estimated_response,
+        "release_reason": handoff.release_reason,
+        "released_by": handoff.released_by,
+        "outcome": handoff.outcome,
+        "note": handoff.note,
+        "returned": handoff.returned,
+        "missing_required": handoff.missing_required,
+        "failure": handoff.failure,
+        "form_url": forms.url_for(handoff),
+        "created_at": iso(handoff.created_at),
+        "activated_at": iso(handoff.activated_at),
+        "last_activity_at": iso(handoff.last_activity_at),
+        "idle_deadline": iso(handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else None,
+        "released_at": iso(handoff.released_at),
+    }
+
+
 api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key), Depends(require_json)])
 
 
 @api.post("/conversations", status_code=201)
-async def create_conversation(desk: DeskDep, body: CreateConversation | None = None) -> dict[str, Any]:
+async def create_conversation(
+    conversations: ConversationsDep, handoffs: HandoffsDep, body: CreateConversation | None = None,
+) -> dict[str, Any]:
     body = body or CreateConversation()
     if body.serves_handoff_session_id:
-        await desk.handoffs.get(body.serves_handoff_session_id)  # 404 when unknown
+        await handoffs.get(body.serves_handoff_session_id)  # 404 when unknown
     subscriber = body.subscriber or Subscriber()
-    cid = await desk.create_conversation(
+    cid = await conversations.start(
         name=subscriber.name, email=str(subscriber.email) if subscriber.email else None,
         external_id=subscriber.external_id, serves_handoff_session_id=body.serves_handoff_session_id,
         background=body.background,
@@ -121,8 +170,8 @@ async def create_conversation(desk: DeskDep, body: CreateConversation | None = N
 
 
 @api.post("/conversations/{cid}/messages")
-async def post_message(cid: str, body: PostMessage, desk: DeskDep) -> dict[str, Any]:
-    result = await desk.router.subscriber_message(cid, body.text)
+async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[str, Any]:
+    result = await router.subscriber_message(cid, body.text)
     return {
         "message_id": result.message_id,
         "routed_to": result.routed_to,
@@ -134,59 +183,60 @@ async def post_message(cid: str, body: PostMessage, desk: DeskDep) -> dict[str, 
 @api.get("/conversations/{cid}/messages")
 async def list_messages(
     cid: str,
-    desk: DeskDep,
+    conversations: ConversationsDep,
     after: int = Query(default=0, ge=0, le=MAX_ID, description="Only messages with a larger id."),
     limit: int = Query(default=200, ge=1, le=500),
     wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds for a new message."),
 ) -> dict[str, Any]:
-    messages = await desk.wait_for_messages(cid, after, limit, wait)
+    messages = await conversations.wait_for_messages(cid, after, limit, wait)
     return {"messages": [message_view(m) for m in messages]}
 
 
 @api.get("/conversations/{cid}/tools")
 async def list_tools(
-    cid: str, desk: DeskDep, format: Literal["plain", "openai", "anthropic"] = "plain"
+    cid: str, router: RouterDep, format: Literal["plain", "openai", "anthropic"] = "plain"
 ) -> dict[str, Any]:
-    return {"tools": [spec.render(format) for spec in await desk.tool_specs(cid)]}
+    return {"tools": [spec.render(format) for spec in await router.tool_specs(cid)]}
 
 
 @api.post("/conversations/{cid}/tools/{name}")
-async def call_tool(cid: str, name: str, request: Request, desk: DeskDep) -> dict[str, Any]:
+async def call_tool(cid: str, name: str, request: Request, router: RouterDep) -> dict[str, Any]:
     raw = await request.body()
     try:
         args = json.loads(raw) if raw.strip() else {}
     except ValueError:
         raise ApiError(400, "invalid_json", "the body must be a JSON object with the tool input") from None
-    return await desk.call_tool(cid, name, args)
+    return await router.call_tool(cid, name, args)
 
 
 @api.get("/handoffs")
 async def list_handoffs(
-    desk: DeskDep,
+    queries: QueriesDep,
+    forms: FormLinksDep,
     state: Literal["open", "active", "dispatching", "released", "failed"] = "open",
     limit: int = Query(default=100, ge=1, le=500),
 ) -> dict[str, Any]:
     states = OPEN_STATES if state == "open" else (HandoffState(state),)
-    return {"handoffs": [desk.handoff_view(h) for h in await desk.handoff_list(states=states, limit=limit)]}
+    return {"handoffs": [handoff_view(h, forms) for h in await queries.handoffs(states=states, limit=limit)]}
 
 
 @api.get("/handoffs/{sid}")
-async def get_handoff(sid: str, desk: DeskDep) -> dict[str, Any]:
-    return desk.handoff_view(await desk.handoffs.get(sid))
+async def get_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep) -> dict[str, Any]:
+    return handoff_view(await handoffs.get(sid), forms)
 
 
 @api.get("/handoffs/{sid}/events")
-async def handoff_events(sid: str, desk: DeskDep) -> dict[str, Any]:
-    return {"events": [desk.event_view(e) for e in await desk.events(sid)]}
+async def handoff_events(sid: str, queries: QueriesDep) -> dict[str, Any]:
+    return {"events": [event_view(e) for e in await queries.events(sid)]}
 
 
 @api.post("/handoffs/{sid}/release")
-async def release_handoff(sid: str, desk: DeskDep, body: ReleaseBody | None = None) -> Any:
+async def release_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep, body: ReleaseBody | None = None) -> Any:
     body = body or ReleaseBody()
-    result = await desk.handoffs.release(
+    result = await handoffs.release(
         sid, reason=ReleaseReason.OWNER, actor="owner (API)", outcome=body.outcome, note=body.note, return_values=body.return_values
     )
-    view = desk.handoff_view(result.session)
+    view = handoff_view(result.session, forms)
     if not result.released:
         hint = f"the handoff is {result.session.state}" + (
             f" (released by {result.session.release_reason})" if result.session.release_reason else ""
@@ -204,31 +254,31 @@ class DecisionBody(_Body):
 
 @api.get("/approvals")
 async def list_approvals(
-    desk: DeskDep,
+    approvals: ApprovalsDep,
     state: Literal["pending", "approved", "denied", "expired", "unrouted", "cleared"] | None = None,
     limit: int = Query(default=100, ge=1, le=500),
 ) -> dict[str, Any]:
-    return {"approvals": [approval_view(a) for a in await desk.approvals.listing(state=state, limit=limit)]}
+    return {"approvals": [approval_view(a) for a in await approvals.listing(state=state, limit=limit)]}
 
 
 @api.get("/approvals/{aid}")
-async def get_approval(aid: str, desk: DeskDep) -> dict[str, Any]:
-    return approval_view(await desk.approvals.get(aid))
+async def get_approval(aid: str, approvals: ApprovalsDep) -> dict[str, Any]:
+    return approval_view(await approvals.get(aid))
 
 
 decisions = APIRouter(prefix="/api", dependencies=[Depends(require_owner_token), Depends(require_json)])
 
 
 @decisions.post("/approvals/{aid}/decision")
-async def decide_approval(aid: str, body: DecisionBody, desk: DeskDep) -> dict[str, Any]:
-    result = await desk.approvals.decide(
+async def decide_approval(aid: str, body: DecisionBody, approvals: ApprovalsDep) -> dict[str, Any]:
+    result = await approvals.decide(
         aid, approve=body.decision == "approve", by=body.decided_by, via="api", reason=body.reason,
         always_allow=body.always_allow,
     )
     if not result.changed:
         raise ApiError(409, "approval_not_pending", f"the approval is {result.approval.state}; the decision changed nothing",
                        approval=approval_view(result.approval))
-    return approval_view(await desk.approvals.get(aid))
+    return approval_view(await approvals.get(aid))
 
 
 class StepBody(_Body):
@@ -240,19 +290,19 @@ class UserActionResponseBody(_Body):
 
 
 @api.get("/user_actions/{uaid}")
-async def get_user_action(uaid: str, desk: DeskDep) -> dict[str, Any]:
-    return user_action_view(await desk.user_actions.get(uaid))
+async def get_user_action(uaid: str, user_actions: UserActionsDep) -> dict[str, Any]:
+    return user_action_view(await user_actions.get(uaid))
 
 
 @api.post("/user_actions/{uaid}/step")
-async def move_user_action_step(uaid: str, body: StepBody, desk: DeskDep) -> dict[str, Any]:
-    return user_action_view(await desk.user_actions.move(uaid, body.move))
+async def move_user_action_step(uaid: str, body: StepBody, user_actions: UserActionsDep) -> dict[str, Any]:
+    return user_action_view(await user_actions.move(uaid, body.move))
 
 
 @api.post("/user_actions/{uaid}/response")
-async def respond_user_action(uaid: str, body: UserActionResponseBody, desk: DeskDep) -> dict[str, Any]:
+async def respond_user_action(uaid: str, body: UserActionResponseBody, user_actions: UserActionsDep) -> dict[str, Any]:
     """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
-    return await desk.user_actions.respond(uaid, body.outcome, via="api")
+    return await user_actions.respond(uaid, body.outcome, via="api")
 
 
 # --------------------------------------------------------------------------- outside /api
@@ -261,35 +311,36 @@ public = APIRouter()
 
 
 @public.post("/webhooks/{channel_id}")
-async def webhook(channel_id: int, request: Request, desk: DeskDep) -> Response:
+async def webhook(
+    channel_id: int, request: Request, channels: ChannelsDep, inbound: InboundDep, config: ConfigDep,
+) -> Response:
     """Provider callbacks: the adapter verifies the signature on the raw body; messages are
     stored (deduplicated) before the answer, relayed after it."""
-    adapter = desk.channels.get(channel_id)
-    if adapter is None or not adapter.capabilities.webhook or not desk.channels.is_available(channel_id):
+    adapter = channels.get(channel_id)
+    if adapter is None or not adapter.capabilities.webhook or not channels.is_available(channel_id):
         raise ApiError(404, "not_found", f"channel {channel_id} takes no webhooks")
     reply = await adapter.handle_webhook(WebhookRequest(
         body=await request.body(),
         headers={k.lower(): v for k, v in request.headers.items()},
         query=dict(request.query_params),
-        url=desk.config.public_url + request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        url=config.public_url + request.url.path + (f"?{request.url.query}" if request.url.query else ""),
     ))
     for message in reply.messages:
-        await desk.inbound.submit(channel_id, message)
+        await inbound.submit(channel_id, message)
     return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
 
 
 @public.get("/healthz")
-async def healthz(desk: DeskDep) -> JSONResponse:
+async def healthz(queries: QueriesDep, channels: ChannelsDep) -> JSONResponse:
     try:
-        async with desk.db.read() as session:
-            await session.execute(text("SELECT 1"))
+        await queries.ping()
         database = "ok"
     except Exception as exc:  # report, don't raise: this is the page that says what is wrong
         database = f"error: {type(exc).__name__}"
-    body = {"status": "ok" if database == "ok" else "degraded", "database": database, "channels": desk.channels.health()}
+    body = {"status": "ok" if database == "ok" else "degraded", "database": database, "channels": channels.health()}
     return JSONResponse(body, status_code=200 if database == "ok" else 503)
 
 
 @public.get("/metrics")
-async def metrics(desk: DeskDep) -> Response:
-    return Response(desk.metrics.exposition(), media_type=CONTENT_TYPE)
+async def metrics(metrics: MetricsDep) -> Response:
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE)

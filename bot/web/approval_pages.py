@@ -9,14 +9,19 @@ answer changes nothing.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
-from bot.desk import Desk
-from bot.domain.approvals import PENDING
+from bot.domain.approvals import PENDING, Approvals
+from bot.domain.conversations import Conversations
+from bot.domain.rendering import Renderer
 from bot.errors import NotFound
+from bot.runtime.clock import Clock
 from bot.store.models import Approval
-from bot.web.deps import DeskDep
+from bot.web.deps import ApprovalsDep, ClockDep, ConfigDep, ConversationsDep, RendererDep
 from bot.web.pages import render_page, same_origin
 from channels.base import pretty_arguments
 
@@ -31,56 +36,72 @@ ENDED = {
 }
 
 
-async def _load(desk: Desk, token: str) -> Approval | None:
-    approval_id = desk.approvals.approval_id(token)
-    if approval_id is None:
-        return None
-    try:
-        return await desk.approvals.get(approval_id)
-    except NotFound:
-        return None
+@dataclass(frozen=True)
+class DecisionPages:
+    """The services the decision page reads: the approvals, and the subscriber's name."""
+
+    approvals: Approvals
+    conversations: Conversations
+    renderer: Renderer
+    clock: Clock
+
+    async def load(self, token: str) -> Approval | None:
+        approval_id = self.approvals.approval_id(token)
+        if approval_id is None:
+            return None
+        try:
+            return await self.approvals.get(approval_id)
+        except NotFound:
+            return None
+
+    async def page(self, approval: Approval, token: str, *, status: int = 200, notice: str | None = None) -> HTMLResponse:
+        open_ = approval.state == PENDING and approval.deadline > self.clock.now()
+        subscriber = (await self.conversations.get(approval.conversation_id)).subscriber_name
+        return render_page(
+            self.renderer, "approvals/decide.html", status=status, a=approval, token=token, open=open_, notice=notice,
+            subscriber=subscriber,
+            ended=ENDED.get(approval.state, "It is closed"), arguments=pretty_arguments(approval.arguments)[0],
+            deadline=approval.deadline.strftime("%d %b %Y, %H:%M UTC"),
+        )
+
+    def not_found(self) -> HTMLResponse:
+        return render_page(self.renderer, "forms/status.html", status=404, title="This link is not valid", tone="info",
+                           lines=["Check that you opened the whole link from the message you received."],
+                           returned={}, missing=[], labels={})
 
 
-async def _page(desk: Desk, approval: Approval, token: str, *, status: int = 200, notice: str | None = None) -> HTMLResponse:
-    open_ = approval.state == PENDING and approval.deadline > desk.clock.now()
-    subscriber = (await desk.conversation(approval.conversation_id)).subscriber_name
-    return render_page(
-        desk, "approvals/decide.html", status=status, a=approval, token=token, open=open_, notice=notice,
-        subscriber=subscriber,
-        ended=ENDED.get(approval.state, "It is closed"), arguments=pretty_arguments(approval.arguments)[0],
-        deadline=approval.deadline.strftime("%d %b %Y, %H:%M UTC"),
-    )
+def decision_pages(
+    approvals: ApprovalsDep, conversations: ConversationsDep, renderer: RendererDep, clock: ClockDep,
+) -> DecisionPages:
+    return DecisionPages(approvals, conversations, renderer, clock)
 
 
-def _not_found(desk: Desk) -> HTMLResponse:
-    return render_page(desk, "forms/status.html", status=404, title="This link is not valid", tone="info",
-                       lines=["Check that you opened the whole link from the message you received."],
-                       returned={}, missing=[], labels={})
+DecisionPagesDep = Annotated[DecisionPages, Depends(decision_pages)]
 
 
 @router.get("/a/{token}", response_class=HTMLResponse)
-async def show(token: str, desk: DeskDep) -> HTMLResponse:
-    approval = await _load(desk, token)
-    return await _page(desk, approval, token) if approval else _not_found(desk)
+async def show(token: str, pages: DecisionPagesDep) -> HTMLResponse:
+    approval = await pages.load(token)
+    return await pages.page(approval, token) if approval else pages.not_found()
 
 
 @router.post("/a/{token}", response_class=HTMLResponse)
-async def decide(token: str, request: Request, desk: DeskDep) -> HTMLResponse:
-    approval = await _load(desk, token)
+async def decide(token: str, request: Request, pages: DecisionPagesDep, config: ConfigDep) -> HTMLResponse:
+    approval = await pages.load(token)
     if approval is None:
-        return _not_found(desk)
+        return pages.not_found()
     form = await request.form()
-    if not same_origin(request, desk.config.public_url) or form.get("token") != token:
-        return await _page(desk, approval, token, status=403, notice="Please decide from this page.")
+    if not same_origin(request, config.public_url) or form.get("token") != token:
+        return await pages.page(approval, token, status=403, notice="Please decide from this page.")
     choice = form.get("decision")
     if choice not in ("approve", "deny"):
-        return await _page(desk, approval, token, status=400, notice="Choose Approve or Deny.")
+        return await pages.page(approval, token, status=400, notice="Choose Approve or Deny.")
     name = str(form.get("name") or "").strip()[:200]
-    result = await desk.approvals.decide(
+    result = await pages.approvals.decide(
         approval.id, approve=choice == "approve", by=f"{name} (decision link)" if name else "decision link holder",
         via="link", reason=str(form.get("reason") or "") or None, always_allow=form.get("always") == "yes",
     )
     if not result.changed:
-        return await _page(desk, await desk.approvals.get(approval.id), token, status=410,
-                     notice="This request was already closed; your answer changed nothing.")
-    return await _page(desk, await desk.approvals.get(approval.id), token, notice="Thank you: your decision is recorded.")
+        return await pages.page(await pages.approvals.get(approval.id), token, status=410,
+                                notice="This request was already closed; your answer changed nothing.")
+    return await pages.page(await pages.approvals.get(approval.id), token, notice="Thank you: your decision is recorded.")

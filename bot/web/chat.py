@@ -27,22 +27,32 @@ import ipaddress
 import json
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from itsdangerous import BadSignature, URLSafeSerializer
 from pydantic import BaseModel, ConfigDict, Field
 
-from bot.config import WebFrontConfig
-from bot.desk import Desk
+from bot.config import Config, WebFrontConfig
+from bot.domain.handoffs import Handoffs
+from bot.domain.rendering import Renderer
+from bot.domain.user_actions import UserActions
 from bot.errors import NotFound
 from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
 from bot.runtime.text import CleanStr
 from bot.store.vocabulary import Role
 from bot.web.api import ApiError, require_json
-from bot.web.deps import DeskDep
+from bot.web.deps import (
+    ClockDep,
+    ConfigDep,
+    ConversationsDep,
+    HandoffsDep,
+    RendererDep,
+    RouterDep,
+    UserActionsDep,
+)
 from bot.web.pages import render_page
 
 router = APIRouter(include_in_schema=False)
@@ -52,28 +62,28 @@ VISIBLE_ROLES = (Role.SUBSCRIBER, Role.AGENT, Role.HUMAN)
 MAX_WAIT_SECONDS = 25.0
 
 
-def _front(desk: Desk) -> WebFrontConfig:
-    front = desk.config.web_front
+def _front(config: Config) -> WebFrontConfig:
+    front = config.web_front
     if front is None:
         raise ApiError(404, "not_found", "the web chat is not enabled (config fronts: [{kind: web}])")
     return front
 
 
-def _tokens(desk: Desk) -> URLSafeSerializer:
-    return URLSafeSerializer(desk.config.signing_keys, salt=SALT)
+def _tokens(config: Config) -> URLSafeSerializer:
+    return URLSafeSerializer(config.signing_keys, salt=SALT)
 
 
-async def _conversation(desk: DeskDep, x_chat_token: str = Header(default="")) -> str:
+async def _conversation(config: ConfigDep, conversations: ConversationsDep, x_chat_token: str = Header(default="")) -> str:
     """The visitor's conversation, from the signed token the page keeps."""
-    _front(desk)
+    _front(config)
     try:
-        cid = _tokens(desk).loads(x_chat_token)
+        cid = _tokens(config).loads(x_chat_token)
     except BadSignature:
         raise ApiError(401, "unauthorized", "start a conversation first (POST /chat/api/conversations)") from None
     if not isinstance(cid, str):
         raise ApiError(401, "unauthorized", "start a conversation first (POST /chat/api/conversations)")
     try:
-        conversation = await desk.conversation(cid)
+        conversation = await conversations.get(cid)
     except NotFound:
         raise ApiError(401, "unauthorized", "this conversation no longer exists; start a new one") from None
     if conversation.serves_handoff_session_id is not None:
@@ -133,13 +143,16 @@ class ChatLimits:
             raise RateLimited(seconds, hint.format(seconds=seconds))
 
 
-def _limits(request: Request, desk: Desk) -> ChatLimits:
+def _limits(request: Request, config: ConfigDep, clock: ClockDep) -> ChatLimits:
     """This app's buckets, made on first use from the web front's config and the desk's clock."""
-    front = _front(desk)
+    front = _front(config)
     limits: ChatLimits | None = getattr(request.app.state, "chat_limits", None)
     if limits is None or limits.front is not front:
-        limits = request.app.state.chat_limits = ChatLimits(front, desk.clock, desk.config.server.trusted_proxies)
+        limits = request.app.state.chat_limits = ChatLimits(front, clock, config.server.trusted_proxies)
     return limits
+
+
+LimitsDep = Annotated[ChatLimits, Depends(_limits)]
 
 
 def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -183,12 +196,12 @@ def address_key(ip: str) -> str:
 
 
 @router.get("/chat", response_class=HTMLResponse)
-async def chat_page(desk: DeskDep, embed: bool = False) -> HTMLResponse:
-    front = desk.config.web_front
+async def chat_page(config: ConfigDep, renderer: RendererDep, embed: bool = False) -> HTMLResponse:
+    front = config.web_front
     if front is None:
-        return render_page(desk, "forms/status.html", status=404, title="There is no chat here", tone="info",
+        return render_page(renderer, "forms/status.html", status=404, title="There is no chat here", tone="info",
                            lines=["The web chat is not enabled on this server."], returned={}, missing=[], labels={})
-    response = render_page(desk, "chat/chat.html", front=front, embed=embed)
+    response = render_page(renderer, "chat/chat.html", front=front, embed=embed)
     if embed:  # the widget's iframe: only the sites the owner named may frame it
         ancestors = " ".join(["'self'", *front.embed_origins])
         response.headers["Content-Security-Policy"] = response.headers["Content-Security-Policy"].replace(
@@ -198,9 +211,9 @@ async def chat_page(desk: DeskDep, embed: bool = False) -> HTMLResponse:
 
 
 @router.get("/widget.js")
-async def widget(desk: DeskDep) -> Response:
-    front = _front(desk)
-    script = desk.renderer.render("chat/widget.js.txt", chat_url=json.dumps(f"{desk.config.public_url}/chat?embed=1"),
+async def widget(config: ConfigDep, renderer: RendererDep) -> Response:
+    front = _front(config)
+    script = renderer.render("chat/widget.js.txt", chat_url=json.dumps(f"{config.public_url}/chat?embed=1"),
                                   title=json.dumps(front.title))
     return Response(script, media_type="text/javascript", headers={
         "Cache-Control": "public, max-age=300", "X-Content-Type-Options": "nosniff"})
@@ -213,43 +226,45 @@ chat_api = APIRouter(prefix="/chat/api", include_in_schema=False, dependencies=[
 
 
 @chat_api.post("/conversations", status_code=201)
-async def start(request: Request, desk: DeskDep, body: StartBody | None = None) -> dict[str, Any]:
-    limits = _limits(request, desk)
+async def start(
+    request: Request, config: ConfigDep, clock: ClockDep, conversations: ConversationsDep, body: StartBody | None = None,
+) -> dict[str, Any]:
+    limits = _limits(request, config, clock)  # here, not as a dependency: a bad body stays a 422 where the chat is off
     limits.check(limits.conversations, address_key(client_ip(request, limits.trusted_proxies)),
                  "too many new conversations from your address; try again in {seconds} s")
-    cid = await desk.create_conversation(name=(body.name if body else None) or None, front="web")
-    return {"token": _tokens(desk).dumps(cid)}
+    cid = await conversations.start(name=(body.name if body else None) or None, front="web")
+    return {"token": _tokens(config).dumps(cid)}
 
 
 @chat_api.post("/messages")
-async def say(request: Request, desk: DeskDep, body: SayBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    limits = _limits(request, desk)
+async def say(limits: LimitsDep, router: RouterDep, body: SayBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
     limits.check(limits.messages, cid, "too many messages in this conversation; try again in {seconds} s")
-    result = await desk.router.subscriber_message(cid, body.text)
+    result = await router.subscriber_message(cid, body.text)
     return {"message_id": result.message_id, "routed_to": result.routed_to}
 
 
 @chat_api.get("/messages")
 async def updates(
-    desk: DeskDep, after: int = Query(default=0, ge=0), wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS),
+    conversations: ConversationsDep, handoffs: HandoffsDep, user_actions: UserActionsDep, renderer: RendererDep,
+    after: int = Query(default=0, ge=0), wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS),
     cid: str = Depends(_conversation),
 ) -> JSONResponse:
-    messages = await desk.wait_for_messages(cid, after, 200, wait)
+    messages = await conversations.wait_for_messages(cid, after, 200, wait)
     last = max([after, *(int(m.id or 0) for m in messages)])
     shown = [{"id": m.id, "role": m.role, "text": m.text, "author": m.author if m.role == Role.HUMAN else None}
              for m in messages if m.role in VISIBLE_ROLES]
-    return JSONResponse({"messages": shown, "last_id": last, **await _state(desk, cid)},
+    return JSONResponse({"messages": shown, "last_id": last, **await _state(handoffs, user_actions, renderer, cid)},
                         headers={"Cache-Control": "no-store"})
 
 
-async def _state(desk: Desk, cid: str) -> dict[str, Any]:
+async def _state(handoffs: Handoffs, user_actions: UserActions, renderer: Renderer, cid: str) -> dict[str, Any]:
     """What the page shows besides messages: who is on the line (or awaited), a step to do."""
-    line = await desk.handoffs.on_the_line(cid)
-    action = await desk.user_actions.pending_for(cid)
+    line = await handoffs.on_the_line(cid)
+    action = await user_actions.pending_for(cid)
     return {
         "person": None if line is None else {
             "joined": line.joined, "name": line.name,
-            "text": desk.renderer.render("chat/banner.txt", joined=line.joined, who=line.name,
+            "text": renderer.render("chat/banner.txt", joined=line.joined, who=line.name,
                                          estimated_response=line.estimated_response).strip(),
         },
         "user_action": None if action is None else {
@@ -260,14 +275,14 @@ async def _state(desk: Desk, cid: str) -> dict[str, Any]:
 
 
 @chat_api.post("/user_actions/{uaid}/response")
-async def answer(desk: DeskDep, uaid: str, body: AnswerBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    return await desk.user_actions.respond(uaid, body.outcome, via="subscriber", conversation_id=cid)
+async def answer(user_actions: UserActionsDep, uaid: str, body: AnswerBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
+    return await user_actions.respond(uaid, body.outcome, via="subscriber", conversation_id=cid)
 
 
 @chat_api.post("/user_actions/{uaid}/step")
-async def step(desk: DeskDep, uaid: str, body: StepBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
-    action = await desk.user_actions.get(uaid)
+async def step(user_actions: UserActionsDep, uaid: str, body: StepBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
+    action = await user_actions.get(uaid)
     if action.conversation_id != cid:
         raise NotFound("user action", uaid)
-    moved = await desk.user_actions.move(uaid, body.move)
+    moved = await user_actions.move(uaid, body.move)
     return {"step": moved.step}

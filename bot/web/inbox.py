@@ -28,7 +28,8 @@ supersedes the older links (`reissue_form_link`, audited as `form_link_issued`).
 
 Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version is a hash
 of a few indexed reads (the open handoffs with their states, deadlines and newest message
-id; the pending approvals; approved ones whose action has not finished), so asking "anything
+id; the pending approvals; approved ones whose action has not finished; `Queries.inbox_version`
+in bot/domain/queries.py, where all of the inbox's reads live), so asking "anything
 newer than X?" costs little; only a changed version builds the whole list. A waiting request
 wakes on any write this process's ConversationBus hears (a handoff starting in a conversation
 the list does not show yet too) and re-reads the database every 2 s, so what another
@@ -44,25 +45,43 @@ import hmac
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from sqlalchemy import func, or_, select
-from sqlmodel import col
 
-from bot.desk import Desk
-from bot.domain.approvals import PENDING
+from bot.config import Config
+from bot.delivery.channel_set import ChannelSet
+from bot.domain.approvals import PENDING, Approvals
 from bot.domain.conversations import message_view, speaker
 from bot.domain.handoffs import stored_fields
+from bot.domain.queries import ConversationPreview, Queries
+from bot.domain.rendering import Renderer
 from bot.errors import DeskError, error_body
+from bot.runtime.bus import ConversationBus
+from bot.runtime.clock import Clock
 from bot.runtime.paths import TEMPLATES_DIR
-from bot.store.models import Approval, Conversation, FormLink, HandoffSession, Message
+from bot.store.audit import event_view
+from bot.store.models import Approval, HandoffSession
 from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState, Outcome, ReleaseReason
-from bot.web.deps import DeskDep, desk_of
+from bot.web.deps import (
+    ApprovalsDep,
+    BusDep,
+    ChannelsDep,
+    ClockDep,
+    ConfigDep,
+    ConversationsDep,
+    FormLinksDep,
+    HandoffsDep,
+    InboundDep,
+    QueriesDep,
+    RendererDep,
+    desk_of,
+    renderer_of,
+)
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
 from bot.web.pages import render_page, same_origin, secure_headers
@@ -88,57 +107,69 @@ class NeedsLogin(Exception):
     pass
 
 
-def _serializer(desk: Desk, purpose: str) -> URLSafeTimedSerializer:
-    # The owner token is part of the salt: changing the token (or setting one on an open
-    # inbox) signs every existing session out.
-    token = desk.config.owner.token
-    fingerprint = hashlib.sha256(token.get_secret_value().encode()).hexdigest()[:16] if token else "open"
-    return URLSafeTimedSerializer(desk.config.signing_keys, salt=f"inbox-{purpose}-{fingerprint}")
+class OwnerSessions:
+    """The inbox's signed cookies: the owner's session (and the CSRF tokens bound to it) and
+    the name this browser replies as."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.secure = config.public_url.startswith("https://")
+
+    def serializer(self, purpose: str) -> URLSafeTimedSerializer:
+        # The owner token is part of the salt: changing the token (or setting one on an open
+        # inbox) signs every existing session out.
+        token = self.config.owner.token
+        fingerprint = hashlib.sha256(token.get_secret_value().encode()).hexdigest()[:16] if token else "open"
+        return URLSafeTimedSerializer(self.config.signing_keys, salt=f"inbox-{purpose}-{fingerprint}")
+
+    def issue_cookie(self) -> tuple[str, str]:
+        session_id = secrets.token_urlsafe(16)
+        return session_id, self.serializer("session").dumps(session_id)
+
+    def name_cookie(self) -> NameCookie:
+        return NameCookie(self.config.signing_keys, secure=self.secure)
+
+    def set_owner_cookie(self, response: Response, value: str) -> None:
+        response.set_cookie(
+            COOKIE, value, max_age=SESSION_MAX_AGE, path="/", httponly=True, samesite="strict", secure=self.secure,
+        )
 
 
 class Owner:
     """The signed-in owner's browser session, and the name this browser replies as."""
 
-    def __init__(self, desk: Desk, session_id: str, name: str = DEFAULT_NAME, new_cookie: str | None = None) -> None:
-        self.desk, self.session_id, self.name, self.new_cookie = desk, session_id, name, new_cookie
+    def __init__(self, sessions: OwnerSessions, session_id: str, name: str = DEFAULT_NAME, new_cookie: str | None = None) -> None:
+        self.sessions, self.session_id, self.name, self.new_cookie = sessions, session_id, name, new_cookie
 
     @property
     def csrf(self) -> str:
-        return _serializer(self.desk, "csrf").dumps(self.session_id)
+        return self.sessions.serializer("csrf").dumps(self.session_id)
 
     def check_csrf(self, token: str) -> bool:
         try:
-            value = _serializer(self.desk, "csrf").loads(token, max_age=SESSION_MAX_AGE)
+            value = self.sessions.serializer("csrf").loads(token, max_age=SESSION_MAX_AGE)
         except BadSignature:
             return False
         return hmac.compare_digest(str(value), self.session_id)
 
 
-def _issue_cookie(desk: Desk) -> tuple[str, str]:
-    session_id = secrets.token_urlsafe(16)
-    return session_id, _serializer(desk, "session").dumps(session_id)
-
-
-def _name_cookie(desk: Desk) -> NameCookie:
-    return NameCookie(desk.config.signing_keys, secure=desk.config.public_url.startswith("https://"))
-
-
-def current_owner(request: Request, desk: DeskDep) -> Owner:
-    name = _name_cookie(desk).read(request.cookies.get(NAME_COOKIE))
+def current_owner(request: Request, config: ConfigDep) -> Owner:
+    sessions = OwnerSessions(config)
+    name = sessions.name_cookie().read(request.cookies.get(NAME_COOKIE))
     cookie = request.cookies.get(COOKIE)
     if cookie:
         try:
-            return Owner(desk, str(_serializer(desk, "session").loads(cookie, max_age=SESSION_MAX_AGE)), name)
+            return Owner(sessions, str(sessions.serializer("session").loads(cookie, max_age=SESSION_MAX_AGE)), name)
         except BadSignature:
             pass
-    if desk.config.owner.token is None and request.method == "GET":
-        session_id, value = _issue_cookie(desk)
-        return Owner(desk, session_id, name, new_cookie=value)
+    if config.owner.token is None and request.method == "GET":
+        session_id, value = sessions.issue_cookie()
+        return Owner(sessions, session_id, name, new_cookie=value)
     raise NeedsLogin()
 
 
 def verified_post(request: Request, csrf: str = Form(default=""), owner: Owner = Depends(current_owner)) -> Owner:
-    if not same_origin(request, owner.desk.config.public_url) or not owner.check_csrf(csrf):
+    if not same_origin(request, owner.sessions.config.public_url) or not owner.check_csrf(csrf):
         raise Forbidden()
     return owner
 
@@ -150,19 +181,12 @@ class Forbidden(Exception):
 # --------------------------------------------------------------------------- responses
 
 
-def _page(desk: Desk, template: str, owner: Owner | None = None, status: int = 200, **context: Any) -> HTMLResponse:
-    response = render_page(desk, template, status=status, csrf=owner.csrf if owner else "",
+def _page(renderer: Renderer, template: str, owner: Owner | None = None, status: int = 200, **context: Any) -> HTMLResponse:
+    response = render_page(renderer, template, status=status, csrf=owner.csrf if owner else "",
                            reply_name=owner.name if owner else "", **context)
     if owner and owner.new_cookie:
-        set_owner_cookie(response, desk, owner.new_cookie)
+        owner.sessions.set_owner_cookie(response, owner.new_cookie)
     return response
-
-
-def set_owner_cookie(response: Response, desk: Desk, value: str) -> None:
-    response.set_cookie(
-        COOKIE, value, max_age=SESSION_MAX_AGE, path="/", httponly=True, samesite="strict",
-        secure=desk.config.public_url.startswith("https://"),
-    )
 
 
 def _redirect(url: str) -> RedirectResponse:
@@ -176,66 +200,6 @@ def _redirect(url: str) -> RedirectResponse:
 
 def _when(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _time_left(desk: Desk, deadline: datetime | None, *, when_past: str = "releasing now") -> str:
-    """"12 min left", "40 s left", or `when_past` once the deadline has passed (a handoff is
-    about to be released by its timer; an approval has expired)."""
-    if deadline is None:
-        return ""
-    left = (deadline - desk.clock.now()).total_seconds()
-    if left <= 0:
-        return when_past
-    minutes = int(left // 60)
-    return f"{minutes} min left" if minutes else f"{int(left)} s left"
-
-
-def _card(desk: Desk, handoff: HandoffSession, preview: Preview | None = None) -> dict[str, Any]:
-    fields = stored_fields(handoff)
-    return {
-        "h": handoff,
-        "time_left": _time_left(desk, handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else "",
-        "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == HandoffState.ACTIVE else "",
-        "field_lines": [preview_line(f) for f in fields],
-        "can_reply": handoff.state == HandoffState.ACTIVE and handoff.channel_kind == "owner_inbox",
-        "p": preview or Preview(),
-        **_last_line(desk, preview),
-    }
-
-
-@dataclass(frozen=True)
-class FormLinkState:
-    """What the handoff page says about the handoff's current return-form link: its URL only
-    while the link still works, and in words why it does not when it does not."""
-
-    url: str | None
-    status: str  # "valid", or why not: "expired", "already used", "replaced by a newer link", "missing"
-    text: str
-
-
-async def _form_link_state(desk: Desk, handoff: HandoffSession) -> FormLinkState | None:
-    """The link's state as forms/links.py decides it (expiry, single use, superseded), so
-    the inbox never offers a link the form would refuse. None once the handoff has ended."""
-    if handoff.state != HandoffState.ACTIVE:
-        return None
-    link = None
-    if handoff.form_link_id:
-        async with desk.db.read() as session:
-            link = await session.get(FormLink, handoff.form_link_id)
-    if link is None:
-        return FormLinkState(None, "missing", "This handoff has no return-form link.")
-    now = desk.clock.now()
-    try:
-        FormLinks.check(link, now)
-    except LinkUnavailable as exc:
-        since = {"expired": link.expires_at, "already used": link.consumed_at,
-                 "replaced by a newer link": link.superseded_at}.get(exc.reason)
-        by = f" by {link.consumed_by}" if exc.reason == "already used" and link.consumed_by else ""
-        return FormLinkState(None, exc.reason, f"The return-form link is {exc.reason}{by}"
-                             + (f" (since {_when(since)})." if since else "."))
-    hours = int((link.expires_at - now).total_seconds() // 3600)
-    left = f"{hours} h left" if hours else _time_left(desk, link.expires_at)
-    return FormLinkState(desk.forms.url(link.id), "valid", f"Link valid until {_when(link.expires_at)} ({left}).")
 
 
 def _shown(value: Any) -> str:
@@ -254,185 +218,196 @@ def _returned_view(handoff: HandoffSession) -> dict[str, Any]:
     }
 
 
-def _last_line(desk: Desk, preview: Preview | None) -> dict[str, str]:
-    view = preview.view(desk) if preview is not None else None
-    if not view or not view["last_at"]:
-        return {"last_line": "", "last_who": ""}
-    return {"last_line": f"Last message {view['last_ago']}, from {view['last_who']}", "last_who": view["last_who"]}
+@dataclass(frozen=True)
+class FormLinkState:
+    """What the handoff page says about the handoff's current return-form link: its URL only
+    while the link still works, and in words why it does not when it does not."""
 
-
-def _ago(desk: Desk, moment: datetime | None) -> str:
-    if moment is None:
-        return ""
-    seconds = (desk.clock.now() - moment).total_seconds()
-    if seconds < 60:
-        return "just now"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)} h ago"
-    return _when(moment)
+    url: str | None
+    status: str  # "valid", or why not: "expired", "already used", "replaced by a newer link", "missing"
+    text: str
 
 
 class Preview:
     """What a list card shows of its conversation: who it is, the subscriber's last words and
     when anyone last spoke."""
 
-    def __init__(self, subscriber: str | None = None, last: Message | None = None,
-                 said: Message | None = None, conversation: Conversation | None = None) -> None:
-        self.subscriber, self.last, self.said, self.conversation = subscriber, last, said, conversation
-
-    def view(self, desk: Desk) -> dict[str, Any]:
-        last, said = self.last, self.said
-        return {
-            "subscriber": self.subscriber or "",
-            "said": None if said is None else {"id": said.id, "text": clip(" ".join(said.text.split()), PREVIEW_CHARS)},
-            "last_id": last.id if last is not None else 0,
-            "last_at": last.created_at.isoformat() if last is not None else "",
-            "last_ago": _ago(desk, last.created_at) if last is not None else "",
-            "last_who": speaker(last, self.conversation) if last is not None and self.conversation is not None else "",
-        }
-
-
-async def _previews(desk: Desk, conversation_ids: list[str]) -> dict[str, Preview]:
-    """Per conversation: its newest message and its subscriber's newest one. Two reads,
-    each a backwards walk of the (conversation_id, id) index per conversation."""
-    if not conversation_ids:
-        return {}
-    last_id = (select(func.max(col(Message.id))).where(col(Message.conversation_id) == col(Conversation.id))
-               .correlate(Conversation).scalar_subquery())
-    said_id = (select(col(Message.id)).where(col(Message.conversation_id) == col(Conversation.id), col(Message.role) == "subscriber")
-               .order_by(col(Message.id).desc()).limit(1).correlate(Conversation).scalar_subquery())
-    async with desk.db.read() as session:
-        rows = (await session.execute(
-            select(Conversation, last_id, said_id).where(col(Conversation.id).in_(conversation_ids)))).all()
-        wanted = {i for _c, a, b in rows for i in (a, b) if i is not None}
-        found = {m.id: m for m in (await session.scalars(select(Message).where(col(Message.id).in_(wanted)))).all()} if wanted else {}
-    return {
-        c.id: Preview(c.subscriber_name, found.get(a) if a else None, found.get(b) if b else None, c)
-        for c, a, b in rows
-    }
+    def __init__(self, found: ConversationPreview | None = None) -> None:
+        self.subscriber = found.conversation.subscriber_name if found else None
+        self.last, self.said = (found.last, found.said) if found else (None, None)
+        self.conversation = found.conversation if found else None
 
 
 ENDED = {"approved": "approved", "denied": "denied", "expired": "expired (nobody answered)",
          "unrouted": "denied (nobody could be asked)", "cleared": "denied (prompt cleared)"}
 
 
-async def _approval_cards(desk: Desk, approvals: list[Approval]) -> list[dict[str, Any]]:
-    """What the inbox shows of approvals: the invocation, who it is for, and the receipt."""
-    conversation_ids = {a.conversation_id for a in approvals}
-    names: dict[str, str | None] = {}
-    if conversation_ids:
-        async with desk.db.read() as session:
-            rows = await session.execute(
-                select(col(Conversation.id), col(Conversation.subscriber_name)).where(col(Conversation.id).in_(conversation_ids))
-            )
-            names = {cid: name for cid, name in rows.all()}
-    now = desk.clock.now()
-    cards = []
-    for a in approvals:
-        channel_labels = []
-        for channel_id in a.channel_ids:
-            adapter = desk.channels.get(channel_id)
-            channel_labels.append(adapter.label if adapter is not None else f"channel {channel_id}")
-        via = a.decided_via or ""
-        if via.startswith("channel:") and via[8:].isdigit():
-            adapter = desk.channels.get(int(via[8:]))
-            via = f"{adapter.label} ({via})" if adapter is not None else via
-        cards.append({
-            "a": a,
-            "subscriber": names.get(a.conversation_id),
-            "arguments": pretty_arguments(a.arguments)[0],
-            "open": a.state == PENDING and a.deadline > now,
-            "time_left": _time_left(desk, a.deadline, when_past="expired"),
-            "deadline": a.deadline.isoformat(),
-            "deadline_text": _when(a.deadline),
-            "decided_at": a.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if a.decided_at else "",
-            "ended": ENDED.get(a.state, a.state),
-            "via": via,
-            "channels": channel_labels,
-            "result": json.dumps(a.result, ensure_ascii=False) if a.result is not None else "",
-        })
-    return cards
+@dataclass(frozen=True)
+class InboxView:
+    """The services the inbox's pages read, and how it words times, previews and approvals."""
+
+    queries: Queries
+    approvals: Approvals
+    channels: ChannelSet
+    forms: FormLinks
+    clock: Clock
+    bus: ConversationBus
+
+    def time_left(self, deadline: datetime | None, *, when_past: str = "releasing now") -> str:
+        """"12 min left", "40 s left", or `when_past` once the deadline has passed (a handoff is
+        about to be released by its timer; an approval has expired)."""
+        if deadline is None:
+            return ""
+        left = (deadline - self.clock.now()).total_seconds()
+        if left <= 0:
+            return when_past
+        minutes = int(left // 60)
+        return f"{minutes} min left" if minutes else f"{int(left)} s left"
+
+    def ago(self, moment: datetime | None) -> str:
+        if moment is None:
+            return ""
+        seconds = (self.clock.now() - moment).total_seconds()
+        if seconds < 60:
+            return "just now"
+        if seconds < 3600:
+            return f"{int(seconds // 60)} min ago"
+        if seconds < 86400:
+            return f"{int(seconds // 3600)} h ago"
+        return _when(moment)
+
+    def preview_view(self, preview: Preview) -> dict[str, Any]:
+        last, said = preview.last, preview.said
+        return {
+            "subscriber": preview.subscriber or "",
+            "said": None if said is None else {"id": said.id, "text": clip(" ".join(said.text.split()), PREVIEW_CHARS)},
+            "last_id": last.id if last is not None else 0,
+            "last_at": last.created_at.isoformat() if last is not None else "",
+            "last_ago": self.ago(last.created_at) if last is not None else "",
+            "last_who": speaker(last, preview.conversation) if last is not None and preview.conversation is not None else "",
+        }
+
+    def last_line(self, preview: Preview) -> dict[str, str]:
+        view = self.preview_view(preview)
+        if not view["last_at"]:
+            return {"last_line": "", "last_who": ""}
+        return {"last_line": f"Last message {view['last_ago']}, from {view['last_who']}", "last_who": view["last_who"]}
+
+    def card(self, handoff: HandoffSession, found: ConversationPreview | None = None) -> dict[str, Any]:
+        fields = stored_fields(handoff)
+        preview = Preview(found)
+        return {
+            "h": handoff,
+            "time_left": self.time_left(handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else "",
+            "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == HandoffState.ACTIVE else "",
+            "field_lines": [preview_line(f) for f in fields],
+            "can_reply": handoff.state == HandoffState.ACTIVE and handoff.channel_kind == "owner_inbox",
+            "p": preview,
+            **self.last_line(preview),
+        }
+
+    async def form_link_state(self, handoff: HandoffSession) -> FormLinkState | None:
+        """The link's state as forms/links.py decides it (expiry, single use, superseded), so
+        the inbox never offers a link the form would refuse. None once the handoff has ended."""
+        if handoff.state != HandoffState.ACTIVE:
+            return None
+        link = await self.queries.form_link(handoff.form_link_id) if handoff.form_link_id else None
+        if link is None:
+            return FormLinkState(None, "missing", "This handoff has no return-form link.")
+        now = self.clock.now()
+        try:
+            FormLinks.check(link, now)
+        except LinkUnavailable as exc:
+            since = {"expired": link.expires_at, "already used": link.consumed_at,
+                     "replaced by a newer link": link.superseded_at}.get(exc.reason)
+            by = f" by {link.consumed_by}" if exc.reason == "already used" and link.consumed_by else ""
+            return FormLinkState(None, exc.reason, f"The return-form link is {exc.reason}{by}"
+                                 + (f" (since {_when(since)})." if since else "."))
+        hours = int((link.expires_at - now).total_seconds() // 3600)
+        left = f"{hours} h left" if hours else self.time_left(link.expires_at)
+        return FormLinkState(self.forms.url(link.id), "valid", f"Link valid until {_when(link.expires_at)} ({left}).")
+
+    def _channel_label(self, channel_id: int) -> str | None:
+        adapter = self.channels.get(channel_id)
+        return adapter.label if adapter is not None else None
+
+    async def approval_cards(self, approvals: list[Approval]) -> list[dict[str, Any]]:
+        """What the inbox shows of approvals: the invocation, who it is for, and the receipt."""
+        names = await self.queries.subscriber_names({a.conversation_id for a in approvals})
+        now = self.clock.now()
+        cards = []
+        for a in approvals:
+            channel_labels = [self._channel_label(channel_id) or f"channel {channel_id}" for channel_id in a.channel_ids]
+            via = a.decided_via or ""
+            if via.startswith("channel:") and via[8:].isdigit():
+                label = self._channel_label(int(via[8:]))
+                via = f"{label} ({via})" if label is not None else via
+            cards.append({
+                "a": a,
+                "subscriber": names.get(a.conversation_id),
+                "arguments": pretty_arguments(a.arguments)[0],
+                "open": a.state == PENDING and a.deadline > now,
+                "time_left": self.time_left(a.deadline, when_past="expired"),
+                "deadline": a.deadline.isoformat(),
+                "deadline_text": _when(a.deadline),
+                "decided_at": a.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if a.decided_at else "",
+                "ended": ENDED.get(a.state, a.state),
+                "via": via,
+                "channels": channel_labels,
+                "result": json.dumps(a.result, ensure_ascii=False) if a.result is not None else "",
+            })
+        return cards
+
+    # ----------------------------------------------------------------------- the live list
+
+    async def list_version(self) -> str:
+        """A short hash of what decides the list's content (Queries.inbox_version)."""
+        return await self.queries.inbox_version(self.clock.now(), limit=LIST_LIMIT)
+
+    async def wait_for_list_change(self, since: str, wait: float) -> str:
+        """The list's version once it differs from `since`, or the same version after `wait` s."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait
+        version = await self.list_version()
+        while version == since and (left := until - loop.time()) > 0:
+            # woken by a write to any conversation in this process (a new handoff's too), and
+            # re-read every few seconds for what other instances write
+            await self.bus.wait_any(min(RECHECK_SECONDS, left))
+            version = await self.list_version()
+        return version
+
+    async def list_snapshot(self) -> dict[str, Any]:
+        """Everything the list page shows, for the page and for its live updates alike."""
+        active = await self.queries.handoffs(states=OPEN_STATES, limit=LIST_LIMIT)
+        recent = await self.queries.handoffs(states=ENDED_STATES, limit=20)
+        now = self.clock.now()
+        pending = [a for a in await self.approvals.listing(state=PENDING, limit=LIST_LIMIT) if a.deadline > now]
+        pending.reverse()  # the oldest first: it runs out first
+        decided = [a for a in await self.approvals.listing(state=None, limit=40) if a.state != PENDING][:20]
+        previews = await self.queries.previews([h.conversation_id for h in active])
+        return {
+            "active": [self.card(h, previews.get(h.conversation_id)) for h in active],
+            "recent": [self.card(h) for h in recent],
+            "approvals": await self.approval_cards(pending),
+            "decided": await self.approval_cards(decided),
+        }
+
+    def handoff_json(self, card: dict[str, Any]) -> dict[str, Any]:
+        h = card["h"]
+        return {
+            "id": h.id, "code": h.short_code, "state": h.state, "urgency": h.urgency, "channel": h.channel_label,
+            "summary": h.summary, "expected_action": h.expected_action, "deadline": card["deadline"],
+            "time_left": card["time_left"], **self.preview_view(card["p"]),
+        }
 
 
-async def _conversation_approvals(desk: Desk, conversation_id: str) -> list[Approval]:
-    async with desk.db.read() as session:
-        query = select(Approval).where(col(Approval.conversation_id) == conversation_id).order_by(col(Approval.created_at))
-        return list((await session.scalars(query)).all())
+def inbox_view(
+    queries: QueriesDep, approvals: ApprovalsDep, channels: ChannelsDep, forms: FormLinksDep, clock: ClockDep, bus: BusDep,
+) -> InboxView:
+    return InboxView(queries, approvals, channels, forms, clock, bus)
 
 
-# --------------------------------------------------------------------------- the live list
-
-
-async def _list_version(desk: Desk) -> str:
-    """A short hash of what decides the list's content.
-
-    Indexed reads only: the newest open handoffs per state (with their deadline and their
-    conversation's newest message id, one index seek each), the pending approvals, and the
-    approved ones of the last day whose action has not finished (its result shows up on the
-    list). Anything the list shows changes one of these."""
-    now = desk.clock.now()
-    newest = (select(func.max(col(Message.id))).where(col(Message.conversation_id) == col(HandoffSession.conversation_id))
-              .correlate(HandoffSession).scalar_subquery())
-    parts: list[Any] = []
-    async with desk.db.read() as session:
-        for state in OPEN_STATES:
-            rows = (await session.execute(
-                select(col(HandoffSession.id), col(HandoffSession.idle_deadline), newest)
-                .where(col(HandoffSession.state) == state).order_by(col(HandoffSession.created_at).desc()).limit(LIST_LIMIT)
-            )).all()
-            parts.append([(sid, str(deadline), last) for sid, deadline, last in rows])
-        pending = (await session.execute(
-            select(col(Approval.id), col(Approval.deadline)).where(col(Approval.state) == PENDING).order_by(col(Approval.deadline)).limit(LIST_LIMIT)
-        )).all()
-        parts.append(sorted(aid for aid, deadline in pending if deadline > now))
-        running = (await session.execute(
-            select(col(Approval.id), col(Approval.run_state)).where(
-                col(Approval.state) == "approved", col(Approval.deadline) > now - timedelta(days=1),
-                or_(col(Approval.run_state).is_(None), col(Approval.run_state) == "running"))
-        )).all()
-        parts.append(sorted((aid, run_state or "") for aid, run_state in running))
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
-
-
-async def _wait_for_list_change(desk: Desk, since: str, wait: float) -> str:
-    """The list's version once it differs from `since`, or the same version after `wait` s."""
-    loop = asyncio.get_running_loop()
-    until = loop.time() + wait
-    version = await _list_version(desk)
-    while version == since and (left := until - loop.time()) > 0:
-        # woken by a write to any conversation in this process (a new handoff's too), and
-        # re-read every few seconds for what other instances write
-        await desk.bus.wait_any(min(RECHECK_SECONDS, left))
-        version = await _list_version(desk)
-    return version
-
-
-async def _list_snapshot(desk: Desk) -> dict[str, Any]:
-    """Everything the list page shows, for the page and for its live updates alike."""
-    active = await desk.handoff_list(states=OPEN_STATES, limit=LIST_LIMIT)
-    recent = await desk.handoff_list(states=ENDED_STATES, limit=20)
-    now = desk.clock.now()
-    pending = [a for a in await desk.approvals.listing(state=PENDING, limit=LIST_LIMIT) if a.deadline > now]
-    pending.reverse()  # the oldest first: it runs out first
-    decided = [a for a in await desk.approvals.listing(state=None, limit=40) if a.state != PENDING][:20]
-    previews = await _previews(desk, [h.conversation_id for h in active])
-    return {
-        "active": [_card(desk, h, previews.get(h.conversation_id)) for h in active],
-        "recent": [_card(desk, h) for h in recent],
-        "approvals": await _approval_cards(desk, pending),
-        "decided": await _approval_cards(desk, decided),
-    }
-
-
-def _handoff_json(desk: Desk, card: dict[str, Any]) -> dict[str, Any]:
-    h = card["h"]
-    return {
-        "id": h.id, "code": h.short_code, "state": h.state, "urgency": h.urgency, "channel": h.channel_label,
-        "summary": h.summary, "expected_action": h.expected_action, "deadline": card["deadline"],
-        "time_left": card["time_left"], **card["p"].view(desk),
-    }
+InboxViewDep = Annotated[InboxView, Depends(inbox_view)]
 
 
 def _ended_json(card: dict[str, Any]) -> dict[str, Any]:
@@ -473,20 +448,23 @@ async def stylesheet() -> FileResponse:
 
 
 @inbox.get("/inbox/login", include_in_schema=False)
-async def login_page(desk: DeskDep, next: str = "/inbox", failed: bool = False) -> HTMLResponse:
-    return _page(desk, "inbox/login.html", next=_safe_next(next), failed=failed, status=401 if failed else 200)
+async def login_page(renderer: RendererDep, next: str = "/inbox", failed: bool = False) -> HTMLResponse:
+    return _page(renderer, "inbox/login.html", next=_safe_next(next), failed=failed, status=401 if failed else 200)
 
 
 @inbox.post("/inbox/login", include_in_schema=False)
-async def login(request: Request, desk: DeskDep, token: str = Form(default=""), next: str = Form(default="/inbox")) -> Response:
-    expected = desk.config.owner.token
-    if not same_origin(request, desk.config.public_url):
-        return _page(desk, "inbox/error.html", status=403, title="Refused", message="Cross-site login refused.")
+async def login(
+    request: Request, config: ConfigDep, renderer: RendererDep, token: str = Form(default=""), next: str = Form(default="/inbox"),
+) -> Response:
+    expected = config.owner.token
+    if not same_origin(request, config.public_url):
+        return _page(renderer, "inbox/error.html", status=403, title="Refused", message="Cross-site login refused.")
     if expected is not None and not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
         return _redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
-    _session_id, value = _issue_cookie(desk)
+    sessions = OwnerSessions(config)
+    _session_id, value = sessions.issue_cookie()
     response = _redirect(_safe_next(next))
-    set_owner_cookie(response, desk, value)
+    sessions.set_owner_cookie(response, value)
     return response
 
 
@@ -498,23 +476,23 @@ async def logout(owner: Owner = Depends(verified_post)) -> Response:
 
 
 @inbox.get("/inbox/name", response_class=HTMLResponse, include_in_schema=False)
-async def name_page(next: str = "/inbox", owner: Owner = Depends(current_owner)) -> HTMLResponse:
-    return _page(owner.desk, "inbox/name.html", owner, next=_safe_next(next), typed=owner.name, problem="")
+async def name_page(renderer: RendererDep, next: str = "/inbox", owner: Owner = Depends(current_owner)) -> HTMLResponse:
+    return _page(renderer, "inbox/name.html", owner, next=_safe_next(next), typed=owner.name, problem="")
 
 
 @inbox.post("/inbox/name", include_in_schema=False)
-async def set_name(name: str = Form(default=""), next: str = Form(default="/inbox"),
+async def set_name(renderer: RendererDep, name: str = Form(default=""), next: str = Form(default="/inbox"),
                    owner: Owner = Depends(verified_post)) -> Response:
     """Remember, in this browser, the name subscribers see on this owner's replies."""
     try:
         chosen = parse_name(name)
     except InvalidName as exc:
-        return _page(owner.desk, "inbox/name.html", owner, status=400, next=_safe_next(next), typed=name[:200],
+        return _page(renderer, "inbox/name.html", owner, status=400, next=_safe_next(next), typed=name[:200],
                      problem=exc.message)
     target = _safe_next(next)
     notice = quote(f"Subscribers now see your replies as {chosen}.")
     response = _redirect(f"{target}{'&' if '?' in target else '?'}notice={notice}")
-    _name_cookie(owner.desk).store(response, chosen)
+    owner.sessions.name_cookie().store(response, chosen)
     return response
 
 
@@ -524,30 +502,31 @@ def _safe_next(target: str) -> str:
 
 
 @inbox.get("/inbox", response_class=HTMLResponse, include_in_schema=False)
-async def inbox_list(request: Request, notice: str = "", owner: Owner = Depends(current_owner)) -> HTMLResponse:
-    desk = owner.desk
-    version = await _list_version(desk)  # before the read: a change in between shows next poll
+async def inbox_list(
+    view: InboxViewDep, renderer: RendererDep, config: ConfigDep, notice: str = "", owner: Owner = Depends(current_owner),
+) -> HTMLResponse:
+    version = await view.list_version()  # before the read: a change in between shows next poll
     return _page(
-        desk, "inbox/list.html", owner, **await _list_snapshot(desk), version=version,
-        open_inbox=desk.config.owner.token is None, notice=notice[:300],
+        renderer, "inbox/list.html", owner, **await view.list_snapshot(), version=version,
+        open_inbox=config.owner.token is None, notice=notice[:300],
     )
 
 
 @inbox.get("/inbox/updates", include_in_schema=False)
 async def list_updates(
+    view: InboxViewDep,
     since: str = Query(default="", max_length=64), wait: float = Query(default=LIST_MAX_WAIT, ge=0, le=LIST_MAX_WAIT),
     owner: Owner = Depends(current_owner),
 ) -> JSONResponse:
     """Long-poll for the list page: `{version, changed: false}` after `wait` seconds when
     nothing changed since `since`, else at once the whole list (`changed: true`)."""
-    desk = owner.desk
-    version = await _wait_for_list_change(desk, since, wait)
+    version = await view.wait_for_list_change(since, wait)
     body: dict[str, Any] = {"version": version, "changed": version != since}
     if body["changed"]:
-        snapshot = await _list_snapshot(desk)
+        snapshot = await view.list_snapshot()
         body.update({
-            "now": desk.clock.now().isoformat(),
-            "handoffs": [_handoff_json(desk, c) for c in snapshot["active"]],
+            "now": view.clock.now().isoformat(),
+            "handoffs": [view.handoff_json(c) for c in snapshot["active"]],
             "approvals": [_approval_json(c) for c in snapshot["approvals"]],
             "recent": [_ended_json(c) for c in snapshot["recent"]],
             "decided": [_decided_json(c) for c in snapshot["decided"]],
@@ -558,22 +537,24 @@ async def list_updates(
 
 
 @inbox.get("/inbox/handoffs/{sid}", response_class=HTMLResponse, include_in_schema=False)
-async def handoff_page(sid: str, request: Request, notice: str = "", owner: Owner = Depends(current_owner)) -> HTMLResponse:
-    desk = owner.desk
-    handoff = await desk.handoffs.get(sid)
-    conversation = await desk.conversation(handoff.conversation_id)
-    messages = await desk.messages(handoff.conversation_id, 0, 500)
-    events = await desk.events(sid)
+async def handoff_page(
+    sid: str, view: InboxViewDep, handoffs: HandoffsDep, conversations: ConversationsDep, renderer: RendererDep,
+    notice: str = "", owner: Owner = Depends(current_owner),
+) -> HTMLResponse:
+    handoff = await handoffs.get(sid)
+    conversation = await conversations.get(handoff.conversation_id)
+    messages = await conversations.messages(handoff.conversation_id, 0, 500)
+    events = await view.queries.events(sid)
     return _page(
-        desk, "inbox/handoff.html", owner,
-        card=_card(desk, handoff), outcomes=list(Outcome),
-        form_link=await _form_link_state(desk, handoff),
+        renderer, "inbox/handoff.html", owner,
+        card=view.card(handoff), outcomes=list(Outcome),
+        form_link=await view.form_link_state(handoff),
         **_returned_view(handoff),
         conversation=conversation,
         messages=[{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
         last_id=messages[-1].id if messages else 0,
-        events=[desk.event_view(e) for e in events],
-        approvals=await _approval_cards(desk, await _conversation_approvals(desk, handoff.conversation_id)),
+        events=[event_view(e) for e in events],
+        approvals=await view.approval_cards(await view.queries.conversation_approvals(handoff.conversation_id)),
         nonce_reply=secrets.token_urlsafe(12),
         notice=notice[:200],
     )
@@ -581,16 +562,16 @@ async def handoff_page(sid: str, request: Request, notice: str = "", owner: Owne
 
 @inbox.get("/inbox/handoffs/{sid}/updates", include_in_schema=False)
 async def handoff_updates(
-    sid: str, after: int = Query(default=0, ge=0, le=2**63 - 1), wait: float = Query(default=25, ge=0, le=30),
+    sid: str, view: InboxViewDep, handoffs: HandoffsDep, conversations: ConversationsDep,
+    after: int = Query(default=0, ge=0, le=2**63 - 1), wait: float = Query(default=25, ge=0, le=30),
     owner: Owner = Depends(current_owner),
 ) -> JSONResponse:
     """Long-poll for the live transcript: returns as soon as something new is there."""
-    desk = owner.desk
-    handoff = await desk.handoffs.get(sid)
-    messages = await desk.wait_for_messages(handoff.conversation_id, after, 200, wait)
-    handoff = await desk.handoffs.get(sid)  # its state may have changed while we waited
-    conversation = await desk.conversation(handoff.conversation_id)
-    card = _card(desk, handoff)
+    handoff = await handoffs.get(sid)
+    messages = await conversations.wait_for_messages(handoff.conversation_id, after, 200, wait)
+    handoff = await handoffs.get(sid)  # its state may have changed while we waited
+    conversation = await conversations.get(handoff.conversation_id)
+    card = view.card(handoff)
     response = JSONResponse({
         "messages": [{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
         "state": handoff.state,
@@ -603,19 +584,19 @@ async def handoff_updates(
 
 @inbox.post("/inbox/handoffs/{sid}/reply", include_in_schema=False)
 async def reply(
-    sid: str, text: str = Form(default=""), nonce: str = Form(default=""), owner: Owner = Depends(verified_post)
+    sid: str, handoffs: HandoffsDep, inbound: InboundDep, renderer: RendererDep,
+    text: str = Form(default=""), nonce: str = Form(default=""), owner: Owner = Depends(verified_post),
 ) -> Response:
-    desk = owner.desk
-    handoff = await desk.handoffs.get(sid)
+    handoff = await handoffs.get(sid)
     text = text.strip()
     if not text:
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Write a message first.')}")
     if handoff.channel_kind != "owner_inbox" or handoff.thread_key is None:
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Replies to this handoff go through its own channel.')}")
     if len(text) > MAX_REPLY:
-        return _page(desk, "inbox/error.html", owner, status=400, title="Could not send",
+        return _page(renderer, "inbox/error.html", owner, status=400, title="Could not send",
                      message=f"text: at most {MAX_REPLY} characters, got {len(text)}; nothing was sent.")
-    outcome = await desk.inbound.submit_and_wait(
+    outcome = await inbound.submit_and_wait(
         handoff.channel_id,
         RecipientText(thread_key=handoff.thread_key, text=text, author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
     )
@@ -625,24 +606,24 @@ async def reply(
 
 @inbox.post("/inbox/handoffs/{sid}/release", include_in_schema=False)
 async def release(
-    sid: str, outcome: str = Form(default=Outcome.RESOLVED), note: str = Form(default=""), owner: Owner = Depends(verified_post)
+    sid: str, handoffs: HandoffsDep, renderer: RendererDep,
+    outcome: str = Form(default=Outcome.RESOLVED), note: str = Form(default=""), owner: Owner = Depends(verified_post),
 ) -> Response:
-    desk = owner.desk
     # A value is never silently changed: an unknown outcome or an over-long note is refused
     # with the field named, instead of becoming "resolved" or being cut.
     if outcome not in tuple(Outcome):
-        return _page(desk, "inbox/error.html", owner, status=400, title="Could not release",
+        return _page(renderer, "inbox/error.html", owner, status=400, title="Could not release",
                      message=f"outcome: expected one of {', '.join(Outcome)}, got {outcome[:40]!r}; nothing was released.")
     if len(note) > MAX_RELEASE_NOTE:
-        return _page(desk, "inbox/error.html", owner, status=400, title="Could not release",
+        return _page(renderer, "inbox/error.html", owner, status=400, title="Could not release",
                      message=f"note: at most {MAX_RELEASE_NOTE} characters, got {len(note)}; nothing was released.")
     chosen = Outcome(outcome)
     try:
-        result = await desk.handoffs.release(
+        result = await handoffs.release(
             sid, reason=ReleaseReason.OWNER, actor="owner (inbox)", outcome=chosen, note=note
         )
     except DeskError as exc:
-        return _page(desk, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
+        return _page(renderer, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
                      title="Could not release", message=exc.message)
     notice = "Released; the assistant has the conversation again." if result.released else (
         f"Already {result.session.state} ({result.session.release_reason or 'no reason'}); nothing changed."
@@ -651,10 +632,9 @@ async def release(
 
 
 @inbox.post("/inbox/handoffs/{sid}/form-link", include_in_schema=False)
-async def new_form_link(sid: str, owner: Owner = Depends(verified_post)) -> Response:
-    desk = owner.desk
+async def new_form_link(sid: str, handoffs: HandoffsDep, owner: Owner = Depends(verified_post)) -> Response:
     try:
-        await desk.handoffs.reissue_form_link(sid, actor="owner (inbox)")
+        await handoffs.reissue_form_link(sid, actor="owner (inbox)")
     except DeskError as exc:
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote(exc.message)}")
     notice = "A new return-form link was issued and sent to the recipient; older links no longer work."
@@ -663,26 +643,26 @@ async def new_form_link(sid: str, owner: Owner = Depends(verified_post)) -> Resp
 
 @inbox.post("/inbox/approvals/{aid}/decision", include_in_schema=False)
 async def decide_approval(
-    aid: str, decision: str = Form(default=""), reason: str = Form(default=""), always: str = Form(default=""),
+    aid: str, approvals: ApprovalsDep, renderer: RendererDep,
+    decision: str = Form(default=""), reason: str = Form(default=""), always: str = Form(default=""),
     owner: Owner = Depends(verified_post),
 ) -> Response:
     """Approve or deny from the inbox: the approvals' compare-and-set decides, so only the
     first answer on a pending, unexpired approval counts; the action runs before we answer."""
-    desk = owner.desk
     if decision not in ("approve", "deny"):
         return _redirect(f"/inbox?notice={quote('Choose Approve or Deny.')}")
     if len(reason.strip()) > MAX_RELEASE_NOTE:
-        return _page(desk, "inbox/error.html", owner, status=400, title="Could not decide",
+        return _page(renderer, "inbox/error.html", owner, status=400, title="Could not decide",
                      message=f"reason: at most {MAX_RELEASE_NOTE} characters, got {len(reason.strip())}; nothing was decided.")
     try:
-        result = await desk.approvals.decide(
+        result = await approvals.decide(
             aid, approve=decision == "approve", by="owner (inbox)", via="inbox", reason=reason.strip() or None,
             always_allow=always == "yes",
         )
     except DeskError as exc:
-        return _page(desk, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
+        return _page(renderer, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
                      title="Could not decide", message=exc.message)
-    approval = await desk.approvals.get(aid)
+    approval = await approvals.get(aid)
     if not result.changed:
         notice = f"{approval.action_id} was already {ENDED.get(approval.state, approval.state)}; your answer changed nothing."
     elif approval.state == "denied":
@@ -707,7 +687,6 @@ def install_inbox_errors(app: FastAPI) -> None:
 
     @app.exception_handler(Forbidden)
     async def _forbidden(request: Request, _exc: Forbidden) -> Response:
-        desk = desk_of(request)
-        return _page(desk, "inbox/error.html", status=403, title="Refused",
+        return _page(renderer_of(desk_of(request)), "inbox/error.html", status=403, title="Refused",
                      message="This form expired or came from another site. Go back, reload the page and try again.")
 

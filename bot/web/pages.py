@@ -8,14 +8,13 @@ sites) and no-store (a shared computer's back button shows nothing).
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 
-if TYPE_CHECKING:
-    from bot.desk import Desk
+from bot.domain.rendering import Renderer
 
 
 def secure_headers(response: Response, nonce: str | None = None) -> None:
@@ -30,10 +29,10 @@ def secure_headers(response: Response, nonce: str | None = None) -> None:
     response.headers["X-Frame-Options"] = "DENY"
 
 
-def render_page(desk: Desk, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
+def render_page(renderer: Renderer, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
     nonce = secrets.token_urlsafe(16)
     context.setdefault("csrf", "")
-    response = HTMLResponse(desk.renderer.render(template, nonce=nonce, **context), status_code=status)
+    response = HTMLResponse(renderer.render(template, nonce=nonce, **context), status_code=status)
     secure_headers(response, nonce)
     return response
 

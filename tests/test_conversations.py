@@ -1,0 +1,60 @@
+"""The conversation service the API and pages use (bot/domain/conversations.py,
+`Conversations`): start, read, and wait for new messages, on a real database."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bot.errors import NotFound
+from tests.conftest import Harness
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+async def test_a_started_conversation_keeps_who_the_subscriber_is(harness: Harness) -> None:
+    conversations = harness.desk.conversations
+    cid = await conversations.start(name="Ana", email="ana@example.com", front="web")
+    conversation = await conversations.get(cid)
+    assert conversation.subscriber_name == "Ana"
+    assert conversation.subscriber_email == "ana@example.com"
+    assert conversation.front == "web"
+    assert await conversations.messages(cid) == []
+
+
+async def test_messages_after_an_id_in_order_and_an_unknown_conversation_is_not_found(harness: Harness) -> None:
+    conversations = harness.desk.conversations
+    cid = await conversations.start(name="Ana")
+    await harness.say(cid, "first")
+    await harness.say(cid, "second")
+    every = await conversations.messages(cid)
+    assert [m.id for m in every] == sorted(m.id for m in every)
+    assert [m.text for m in every if m.role == "subscriber"] == ["first", "second"]
+    assert [m.id for m in await conversations.messages(cid, after=every[0].id, limit=2)] == [m.id for m in every[1:3]]
+    with pytest.raises(NotFound, match="conversation 'c_nope' not found"):
+        await conversations.messages("c_nope")
+    with pytest.raises(NotFound):
+        await conversations.get("c_nope")
+
+
+async def test_waiting_returns_at_once_when_there_is_something_or_no_time_to_wait(harness: Harness) -> None:
+    conversations = harness.desk.conversations
+    cid = await conversations.start(name="Ana")
+    assert await conversations.wait_for_messages(cid, 0, 10, wait=0) == []
+    await harness.say(cid, "hello")
+    assert [m.text for m in await conversations.wait_for_messages(cid, 0, 10, wait=30)][0] == "hello"
+
+
+async def test_a_waiting_reader_is_woken_by_a_new_message(harness: Harness) -> None:
+    conversations = harness.desk.conversations
+    cid = await conversations.start(name="Ana")
+    waiting = asyncio.create_task(conversations.wait_for_messages(cid, 0, 10, wait=30))
+    while harness.desk.bus.waiting() == 0:  # until the reader waits on the bus
+        await asyncio.sleep(0)
+    await harness.say(cid, "are you there?")
+    woken = await asyncio.wait_for(waiting, timeout=5)
+    assert woken[0].text == "are you there?"
