@@ -67,7 +67,7 @@ async def bench_desk(fake: FakeDiscord, tmp: Path, conversations: int, messages:
 
 async def bench_adapter(fake: FakeDiscord, conversations: int, messages: int) -> tuple[float, list[float]]:
     from bot.domain.rendering import Renderer
-    from channels.base import ChannelContext, HandoffBrief, Outbound
+    from channels.base import ChannelContext, Dispatch, HandoffBrief, Relay
     from channels.discord import DiscordChannel, DiscordConfig
 
     async def nowhere(_message: object) -> None:
@@ -81,8 +81,8 @@ async def bench_adapter(fake: FakeDiscord, conversations: int, messages: int) ->
         for i in range(conversations):
             brief = HandoffBrief(handoff_session_id=f"hs_bench{i}", short_code=f"B{i}", conversation_id="c",
                                  summary=SUMMARY, expected_action=ACTION)
-            receipt = await adapter.send(Outbound(purpose="dispatch", handoff_session_id=brief.handoff_session_id,
-                                                  text="dispatch", brief=brief, delivery_key=f"d{i}"))
+            receipt = await adapter.send(Dispatch(handoff_id=brief.handoff_session_id, text="dispatch", brief=brief,
+                                                  delivery_key=f"d{i}"))
             threads.append(receipt.thread)
         per_conversation = messages // conversations
         latencies: list[float] = []
@@ -91,8 +91,8 @@ async def bench_adapter(fake: FakeDiscord, conversations: int, messages: int) ->
             for k in range(per_conversation):
                 text = TEXT.format(k=k)
                 began = time.perf_counter()
-                await adapter.send(Outbound(purpose="relay", handoff_session_id=f"hs_bench{i}", text=f"Ana: {text}",
-                                            author="Ana", body=text, thread=threads[i], delivery_key=f"r{i}-{k}"))
+                await adapter.send(Relay(handoff_id=f"hs_bench{i}", text=f"Ana: {text}", author="Ana", body=text,
+                                         thread=threads[i], delivery_key=f"r{i}-{k}"))
                 latencies.append(time.perf_counter() - began)
 
         started = time.perf_counter()

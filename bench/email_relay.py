@@ -72,7 +72,7 @@ async def bench_desk(server: FakeSMTP, tmp: Path, conversations: int, messages: 
 
 async def bench_adapter(server: FakeSMTP, conversations: int, messages: int) -> float:
     from bot.domain.rendering import Renderer
-    from channels.base import ChannelContext, Outbound
+    from channels.base import ChannelContext, Relay
     from channels.email import EmailChannel, EmailConfig
 
     async def nowhere(_message: object) -> None:
@@ -89,8 +89,8 @@ async def bench_adapter(server: FakeSMTP, conversations: int, messages: int) -> 
         async def sender(i: int) -> None:
             for k in range(per_conversation):
                 text = TEXT.format(k=k)
-                await adapter.send(Outbound(purpose="relay", handoff_session_id=f"hs_{i}", text=f"Ana: {text}", author="Ana",
-                                            body=text, thread=thread))
+                await adapter.send(Relay(handoff_id=f"hs_{i}", text=f"Ana: {text}", author="Ana", body=text,
+                                         thread=thread))
 
         started = time.perf_counter()
         await asyncio.gather(*(sender(i) for i in range(conversations)))

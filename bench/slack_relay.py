@@ -46,7 +46,7 @@ from bot.desk import Desk  # noqa: E402
 from bot.runtime.clock import Clock  # noqa: E402
 from bot.runtime.logs import configure_logging  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
-from channels.base import Outbound  # noqa: E402
+from channels.base import Relay  # noqa: E402
 from tests.fake_slack import FakeSlack  # noqa: E402
 
 TOKEN, SIGNING_SECRET, CHANNEL = "xoxb-bench-token", "bench-signing-secret", "C0BENCH"
@@ -111,8 +111,8 @@ async def run_adapter(desk: Desk, thread_of: dict[str, str], n: int) -> float:
     async def sender(sid: str, thread_ts: str) -> None:
         for i in range(per_conv):
             text = f"message {i} for you"
-            await adapter.send(Outbound(purpose="relay", handoff_session_id=sid, text=f"Ana: {text}", author="Ana", body=text,
-                                        thread={"channel": CHANNEL, "thread_ts": thread_ts}, delivery_key=f"bench-{i}"))
+            await adapter.send(Relay(handoff_id=sid, text=f"Ana: {text}", author="Ana", body=text,
+                                     thread={"channel": CHANNEL, "thread_ts": thread_ts}, delivery_key=f"bench-{i}"))
 
     start = time.perf_counter()
     await asyncio.gather(*(sender(f"hs_bench{k}", ts) for k, ts in enumerate(thread_of.values())))

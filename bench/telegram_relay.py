@@ -95,7 +95,7 @@ async def bench_adapter(fake: FakeTelegram, conversations: int, messages: int) -
     """The same relays through TelegramChannel.send alone (rendering, escaping, error
     mapping), without the core: what the adapter adds to the bare SDK."""
     from bot.domain.rendering import Renderer
-    from channels.base import ChannelContext, Outbound
+    from channels.base import ChannelContext, Notice, Relay
     from channels.telegram import TelegramChannel, TelegramConfig
 
     async def nowhere(_message: object) -> None:
@@ -106,15 +106,15 @@ async def bench_adapter(fake: FakeTelegram, conversations: int, messages: int) -
     try:
         threads = []
         for i in range(conversations):
-            receipt = await adapter.send(Outbound(purpose="notice", handoff_session_id=f"hs_{i}", text="dispatch", body="dispatch"))
+            receipt = await adapter.send(Notice(handoff_id=f"hs_{i}", text="dispatch", about="routing"))
             threads.append({"chat_id": STAFF_CHAT_ID, "message_id": int(receipt.message_id or 0), "topic_id": None})
         per_conversation = messages // conversations
 
         async def sender(i: int) -> None:
             for k in range(per_conversation):
                 text = TEXT.format(k=k)
-                await adapter.send(Outbound(purpose="relay", handoff_session_id=f"hs_{i}", text=f"Ana: {text}", author="Ana",
-                                            body=text, thread=threads[i]))
+                await adapter.send(Relay(handoff_id=f"hs_{i}", text=f"Ana: {text}", author="Ana", body=text,
+                                         thread=threads[i]))
 
         started = time.perf_counter()
         await asyncio.gather(*(sender(i) for i in range(conversations)))

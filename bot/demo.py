@@ -28,7 +28,7 @@ from bot.runtime.clock import ManualClock
 from bot.runtime.logs import configure_logging
 from bot.store.models import OutboxItem
 from bot.web.app import create_app
-from channels.base import InboundMessage
+from channels.base import RecipientText
 
 ROLE_STYLE = {"subscriber": "bold cyan", "agent": "bold green", "human": "bold magenta", "system": "bold yellow"}
 
@@ -123,7 +123,7 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
     body = await ana("The tracking page just says 'label created'.")
     story.note(f"routed_to: {body['routed_to']} (the agent did not see it)")
     await desk.settle()
-    await desk.inbound.submit_and_wait(1, InboundMessage(
+    await desk.inbound.submit_and_wait(1, RecipientText(
         thread_key=sid, author="Sam (support)",
         text="Hi Ana, Sam here. The parcel was stuck at the depot; I've re-shipped it with express delivery today.",
     ))

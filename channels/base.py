@@ -1,8 +1,10 @@
 """The one interface every channel adapter implements, and the types that cross it.
 
 A channel is how a recipient (a person or a sibling agent) is reached. The core never names a
-provider: it builds an adapter from its config, calls `send()` with an `Outbound`, and gets a
-`Receipt` back or a typed `ChannelError`. Adapters never retry, sleep or touch the database;
+provider: it builds an adapter from its config, calls `send()` with an `Outbound` (one class
+per kind of message), and gets a `Receipt` back or a typed `ChannelError`; what an adapter
+hands back is an `InboundMessage` (one class per kind of event). The base class decides which
+kind a message is and calls the adapter's method for it: adapters only render and send. Adapters never retry, sleep or touch the database;
 the core's outbox owns retries, ordering and the audit trail, so a flaky provider can never
 corrupt a session or drop a message.
 
@@ -17,11 +19,12 @@ import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, final
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from forms.fields import ReturnField
+from channels.text import TextLimit
+from forms.fields import ReturnField, preview_line
 
 # --------------------------------------------------------------------------- config
 
@@ -80,6 +83,8 @@ class Capabilities:
     webhook: bool = False  # receives provider calls on POST /webhooks/{channel_id}
     reconcile: bool = False  # can tell whether a send that timed out went through (find_sent)
     front: bool = False  # can also serve subscribers (a front): see `ChannelContext.subscribers`
+    approvals: bool = False  # can put an approval prompt before a person (`send_approval_prompt`)
+    edits: bool = False  # can change a message it already sent in place (`update_dispatch`)
 
 
 class TranscriptLine(BaseModel):
@@ -108,6 +113,12 @@ class HandoffBrief(BaseModel):
     form_url: str | None = None
     idle_timeout_seconds: float = 1800
 
+    @property
+    def field_lines(self) -> list[str]:
+        """One readable line per return field ("ETA [date, YYYY-MM-DD] (required)"), as every
+        rendering of the brief lists them; an adapter escapes them for its markup."""
+        return [preview_line(f) for f in self.expected_return]
+
 
 def pretty_arguments(arguments: dict[str, Any], limit: int | None = None, *, also_escape: str = "") -> tuple[str, int]:
     """Approval arguments as pretty JSON for people, at most `limit` characters (cut at a line
@@ -130,7 +141,7 @@ def pretty_arguments(arguments: dict[str, Any], limit: int | None = None, *, als
 class ApprovalBrief(BaseModel):
     """An approval prompt: the exact invocation a person is asked to allow. Adapters with
     buttons offer Approve / Deny (and "always allow" when `allow_always`), and report a
-    press as an InboundMessage with `decision`; every adapter can fall back to the
+    press as a `Decision`; every adapter can fall back to the
     `decision_url` page, which is in the text too."""
 
     approval_id: str
@@ -145,70 +156,161 @@ class ApprovalBrief(BaseModel):
     expires_at: str
 
 
-class Decision(BaseModel):
-    """A person's answer to an approval prompt, pressed in the channel itself."""
-
-    approval_id: str
-    approve: bool
-    always_allow: bool = False
-    reason: str | None = Field(default=None, max_length=2000)
-
-
 class UserActionPrompt(BaseModel):
     """A step only the subscriber can do, asked in their chat: an adapter with buttons offers
     Done / Cancel (and Previous / Next step when there are several steps) and reports a press
-    as an InboundMessage with `answer`; the text already names the "done" / "cancel" keywords."""
+    as a `UserActionAnswer`; the text already names the "done" / "cancel" keywords."""
 
     user_action_id: str
     steps: int = 0
     step: int = 0
 
 
-class UserActionAnswer(BaseModel):
-    """A subscriber's button press on a UserActionPrompt."""
+# --------------------------------------------------------------------------- what the core sends
+#
+# One class per kind of message, each with only its own fields. `kind` is the discriminator
+# and is stored with the outbox row; `stream` is what orders the messages (the outbox sends
+# the items of one stream in the order they were stored); `trail` names the ids the audit
+# trail files a delivery under. `text` is always a complete plain-text rendering, so an
+# adapter with nothing better to show can send it as it is.
 
-    user_action_id: str
-    move: Literal["done", "cancelled", "next", "previous"]
 
-
-class Outbound(BaseModel):
-    """One message to deliver. `text` is always a complete plain-text rendering; `brief`
-    carries the structure for richer markup. `thread` is the receipt data of the dispatch,
-    so follow-ups land in the handoff's own thread.
-
-    Purpose "subscriber" is a message to a subscriber through a front: `thread["chat"]` is
-    the subscriber's chat (the `thread_key` their messages came with), `author` is set for a
-    person's reply (None for the assistant), and `handoff_session_id` holds the conversation
-    id, which is what orders the messages of one chat."""
-
-    purpose: Literal["dispatch", "relay", "notice", "subscriber"]
-    handoff_session_id: str
+class _Message(BaseModel):
     text: str
-    subject: str | None = None
-    author: str | None = None
-    # For relays and notices: the words alone, without the "Author: " label of `text`, so an
-    # adapter can label (and escape) them in its own markup.
-    body: str | None = None
-    brief: HandoffBrief | None = None
-    thread: dict[str, Any] = Field(default_factory=dict)
     # Stable for every attempt at this one message (set by the outbox): attach it where the
     # provider keeps message metadata, and `find_sent` can recognise an earlier attempt.
     delivery_key: str | None = None
-    # What a notice announces, so an adapter can also update the dispatch (e.g. remove its
-    # buttons once the handoff is released). "routing" answers a recipient on a shared line
-    # (no threads): which handoff their message went to, or the list of active ones.
-    notice: Literal["released", "form_link", "routing", "approval", "approval_closed"] | None = None
-    # For approval notices: the prompt (notice "approval") or how it ended ("approval_closed",
-    # so an adapter can remove the buttons). Then `handoff_session_id` is the approval id.
-    approval: ApprovalBrief | None = None
-    # For subscriber messages that ask for a user action: offer its buttons.
-    user_action: UserActionPrompt | None = None
+
+    # The outbox's coarse category (its audit event and metric label): dispatch, relay,
+    # notice or subscriber.
+    purpose: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def stream(self) -> str:
+        """What orders this message: the outbox sends the items of one stream in order."""
+
+    @abstractmethod
+    def trail(self) -> dict[str, str]:
+        """The ids the audit trail files this message's deliveries under."""
+
+
+class _ToHandoff(_Message):
+    """A message about one handoff, to the people working on it."""
+
+    handoff_id: str
+
+    @property
+    def stream(self) -> str:
+        return self.handoff_id
+
+    def trail(self) -> dict[str, str]:
+        return {"handoff_session_id": self.handoff_id}
 
     @property
     def short_code(self) -> str:
         """The handoff's short code ("A7F3"): on a channel without threads it is how people
         tell several handoffs apart, so put it in every message."""
-        return short_code_of(self.handoff_session_id)
+        return short_code_of(self.handoff_id)
+
+
+class Dispatch(_ToHandoff):
+    """The brief that asks a person to take a handoff. Its receipt becomes the handoff's
+    thread: every later message of the handoff carries it."""
+
+    kind: Literal["dispatch"] = "dispatch"
+    purpose: ClassVar[str] = "dispatch"
+    brief: HandoffBrief
+    subject: str | None = None  # for a mail: the core's subject line
+
+
+class Relay(_ToHandoff):
+    """A subscriber's message, relayed into the handoff's thread. `body` is the words alone,
+    without the "Author: " label of `text`, so an adapter can label (and escape) them in its
+    own markup."""
+
+    kind: Literal["relay"] = "relay"
+    purpose: ClassVar[str] = "relay"
+    author: str
+    body: str
+    thread: dict[str, Any] = Field(default_factory=dict)
+
+
+NoticeAbout = Literal["released", "form_link", "routing"]
+
+
+class Notice(_ToHandoff):
+    """What the desk tells the handoff's thread: it was released (an adapter may also take
+    the dispatch's buttons away), a new form link, or, on a shared line (no threads), which
+    handoff a recipient's message went to ("routing")."""
+
+    kind: Literal["notice"] = "notice"
+    purpose: ClassVar[str] = "notice"
+    about: NoticeAbout
+    thread: dict[str, Any] = Field(default_factory=dict)
+
+
+class _AboutApproval(_Message):
+    """Not a handoff's message: ordered by the approval, filed under its conversation."""
+
+    approval: ApprovalBrief
+    purpose: ClassVar[str] = "notice"
+
+    @property
+    def stream(self) -> str:
+        return self.approval.approval_id
+
+    def trail(self) -> dict[str, str]:
+        return {"conversation_id": self.approval.conversation_id, "approval_id": self.approval.approval_id}
+
+
+class ApprovalPrompt(_AboutApproval):
+    """Asks a person to allow an action: an adapter with buttons offers Approve / Deny."""
+
+    kind: Literal["approval_prompt"] = "approval_prompt"
+
+
+class ApprovalClosed(_AboutApproval):
+    """How an approval ended, so an adapter can take the prompt's buttons away. `prompt` is
+    the receipt data of the prompt in this channel (its `thread` and `message_id`), so it can
+    be edited in place even after a restart; empty when the prompt's send was not recorded."""
+
+    kind: Literal["approval_closed"] = "approval_closed"
+    prompt: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToSubscriber(_Message):
+    """A message to a subscriber through a front: `chat` is their chat (what their messages
+    came with), `author` is set for a person's reply (None for the assistant), and
+    `user_action` offers its buttons when the message asks for a user action."""
+
+    kind: Literal["to_subscriber"] = "to_subscriber"
+    purpose: ClassVar[str] = "subscriber"
+    conversation_id: str
+    chat: str
+    author: str | None = None
+    body: str
+    user_action: UserActionPrompt | None = None
+
+    @property
+    def stream(self) -> str:
+        return self.conversation_id
+
+    def trail(self) -> dict[str, str]:
+        return {"conversation_id": self.conversation_id}
+
+
+Outbound = Annotated[
+    Dispatch | Relay | Notice | ApprovalPrompt | ApprovalClosed | ToSubscriber, Field(discriminator="kind"),
+]
+"""One message to deliver; the base class's `send` calls the adapter's method for its kind."""
+HandoffMessage = Dispatch | Relay | Notice
+_OUTBOUND: TypeAdapter[Outbound] = TypeAdapter(Outbound)
+
+
+def stored_outbound(payload: dict[str, Any]) -> Outbound:
+    """The message an outbox row holds (its `payload`, as `model_dump(mode="json")` wrote it)."""
+    return _OUTBOUND.validate_python(payload)
 
 
 def short_code_of(handoff_session_id: str) -> str:
@@ -229,39 +331,100 @@ class Receipt(BaseModel):
     thread: dict[str, Any] = Field(default_factory=dict)
 
 
-class DeliveryFailure(BaseModel):
-    """The provider reports, after it accepted a message, that it never arrived (a status
-    callback such as WhatsApp's 63016): `message_id` is the Receipt's message_id it had."""
+# --------------------------------------------------------------------------- what comes in
+#
+# What an adapter understood from the provider, one class per kind. `dedupe_key` is the
+# provider's id for the event (update_id, event_id, MessageSid …): the core drops a
+# redelivery carrying a key it has seen. From a recipient, `thread_key` matches the
+# receipt's thread_key of the handoff it belongs to; from a subscriber, `chat` is their chat
+# (a private chat id, a phone number): one chat is one conversation, and messages to the
+# subscriber come back with it in `ToSubscriber.chat`.
 
+
+class _Event(BaseModel):
+    dedupe_key: str | None = None
+    author: str | None = None  # who: a person's display name, a subscriber's profile name
+
+
+class RecipientText(_Event):
+    """A recipient wrote into a handoff's thread (`/release …` typed in it releases)."""
+
+    kind: Literal["recipient_text"] = "recipient_text"
+    thread_key: str
+    text: str
+
+
+# The release outcomes (`Outcome` in bot/store/vocabulary.py), spelled out here because the
+# port sits below the store in the layers; tests/test_channel_base.py checks the two agree.
+ReleaseOutcome = Literal["resolved", "unresolved", "needs_followup"]
+
+
+class ReleasePress(_Event):
+    """A recipient pressed a handoff's Release button: it releases like `/release`, with
+    `outcome` when the button names one."""
+
+    kind: Literal["release_press"] = "release_press"
+    thread_key: str
+    outcome: ReleaseOutcome | None = None
+
+
+class Decision(_Event):
+    """A person's answer to an approval prompt, pressed in the channel itself."""
+
+    kind: Literal["decision"] = "decision"
+    approval_id: str
+    approve: bool
+    always_allow: bool = False
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class SubscriberText(_Event):
+    """A subscriber wrote in their own chat with the bot (a front)."""
+
+    kind: Literal["subscriber_text"] = "subscriber_text"
+    chat: str
+    text: str
+
+
+class ChatOpened(_Event):
+    """A subscriber opened the chat (e.g. Telegram's /start): the core greets them."""
+
+    kind: Literal["chat_opened"] = "chat_opened"
+    chat: str
+
+
+class UserActionAnswer(_Event):
+    """A subscriber's button press on a UserActionPrompt."""
+
+    kind: Literal["user_action_answer"] = "user_action_answer"
+    chat: str
+    user_action_id: str
+    move: Literal["done", "cancelled", "next", "previous"]
+
+
+class DeliveryFailure(_Event):
+    """Not a message: the provider reports, after it accepted a message, that it never
+    arrived (a status callback such as WhatsApp's 63016). `message_id` is the Receipt's
+    message_id it had."""
+
+    kind: Literal["failed_delivery"] = "failed_delivery"
     message_id: str
     error: str
     hint: str | None = None
 
 
-class InboundMessage(BaseModel):
-    """A message from a recipient or, through a front, from a subscriber, as the adapter
-    understood it.
+SubscriberEvent = SubscriberText | ChatOpened | UserActionAnswer
+InboundMessage = Annotated[
+    RecipientText | ReleasePress | Decision | SubscriberText | ChatOpened | UserActionAnswer | DeliveryFailure,
+    Field(discriminator="kind"),
+]
+"""Anything an adapter hands the core: the inbox stores it, deduplicated, and handles each kind in one place."""
+_INBOUND: TypeAdapter[InboundMessage] = TypeAdapter(InboundMessage)
 
-    `dedupe_key` is the provider's id for the event (update_id, event_id, MessageSid …):
-    the core drops a redelivery carrying a key it has seen. From a recipient, `thread_key`
-    matches the receipt's thread_key of the handoff it belongs to; from a subscriber, it is
-    their chat (a private chat id, a phone number): one chat is one conversation, and
-    messages to the subscriber come back with it in `Outbound.thread["chat"]`.
-    """
 
-    thread_key: str
-    text: str
-    author: str | None = None  # from a subscriber: their profile name
-    dedupe_key: str | None = None
-    sender: Literal["recipient", "subscriber"] = "recipient"
-    # A press of an approval button: the core decides the approval instead of relaying text.
-    decision: Decision | None = None
-    # A subscriber opened the chat (e.g. Telegram's /start): the core greets them.
-    opened: bool = False
-    # A subscriber pressed a user-action button.
-    answer: UserActionAnswer | None = None
-    # Not a message: a delivery reported failed after it was accepted (thread_key and text empty).
-    failed_delivery: DeliveryFailure | None = None
+def stored_inbound(payload: dict[str, Any]) -> InboundMessage:
+    """The event an inbound row holds (its `payload`, as `model_dump(mode="json")` wrote it)."""
+    return _INBOUND.validate_python(payload)
 
 
 # --------------------------------------------------------------------------- errors
@@ -347,13 +510,14 @@ class ChannelContext:
     lost: Callable[[ChannelError], None] = _nobody_listens
     # The adapter serves a front too (config `fronts:`): subscribers' own chats with the bot
     # (Telegram private chats, WhatsApp numbers that are not the staff's) are passed to
-    # `deliver_inbound` with sender="subscriber" instead of being ignored.
+    # `deliver_inbound` as subscriber events (`SubscriberText`, …) instead of being ignored.
     subscribers: bool = False
 
 
 class ChannelAdapter(ABC):
     """Base class of every channel adapter. Subclasses set `kind`, `config_model` and
-    `capabilities`, and implement `send`."""
+    `capabilities`, and implement one method per kind of message: the base class's `send`
+    decides which kind a message is, so an adapter only renders and sends."""
 
     kind: ClassVar[str]
     config_model: ClassVar[type[ChannelConfig]]
@@ -362,6 +526,10 @@ class ChannelAdapter(ABC):
     # connection part of `config_model`. An adapter built from it is never offered to
     # handoff_request. None: this provider cannot be a front.
     front_model: ClassVar[type[ChannelConfig] | None] = None
+    # How long one message may be, as the provider counts it; a longer text goes out in
+    # parts cut by `text_limit.split`. None: the provider takes any length (or one message
+    # per handoff, as a mail does).
+    text_limit: ClassVar[TextLimit | None] = None
 
     def __init__(self, config: ChannelConfig) -> None:
         self.config = config
@@ -384,9 +552,62 @@ class ChannelAdapter(ABC):
     async def start(self, ctx: ChannelContext) -> None:
         """Connect, register pollers; raise ChannelError when the channel cannot work."""
 
-    @abstractmethod
+    @final
     async def send(self, outbound: Outbound) -> Receipt:
-        """Deliver one message once. Raise a ChannelError subclass on failure; never retry."""
+        """Deliver one message once, by the method for its kind. Raise a ChannelError
+        subclass on failure; never retry (the outbox does)."""
+        match outbound:
+            case Dispatch():
+                return await self.send_dispatch(outbound)
+            case Relay():
+                return await self.send_relay(outbound)
+            case Notice():
+                return await self.send_notice(outbound)
+            case ApprovalPrompt():
+                return await self.send_approval_prompt(outbound)
+            case ApprovalClosed():
+                return await self.send_approval_closed(outbound)
+            case ToSubscriber():
+                return await self.send_to_subscriber(outbound)
+
+    @abstractmethod
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+        """Post the brief; the receipt's `thread_key` and `thread` are where the handoff's
+        later messages go, and where replies come back from."""
+
+    @abstractmethod
+    async def send_relay(self, relay: Relay) -> Receipt:
+        """Post a subscriber's words into the handoff's thread (`relay.thread`)."""
+
+    @abstractmethod
+    async def send_notice(self, notice: Notice) -> Receipt:
+        """Post what the desk has to say (`notice.about`) into the handoff's thread; on a
+        release an adapter may also take the dispatch's buttons away."""
+
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+        """Put an approval prompt before the channel's people. An adapter with
+        `capabilities.approvals` implements it; the config never routes approvals elsewhere."""
+        raise PermanentChannelError(f"channel {self.id} cannot ask for approvals",
+                                    hint="approvals need a channel a person reads")
+
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+        """Say how an approval ended (and take the prompt's buttons away where there are
+        some). By default nothing is sent: the prompt's link answers for itself once the
+        approval is closed."""
+        return Receipt()
+
+    async def send_to_subscriber(self, message: ToSubscriber) -> Receipt:
+        """Post into a subscriber's chat. Only called when `capabilities.front`."""
+        raise PermanentChannelError(f"channel {self.id} serves no subscribers",
+                                    hint="this channel is not a front: it cannot reach a subscriber")
+
+    async def update_dispatch(self, dispatch: Dispatch, sent: Receipt) -> Receipt:
+        """Show a changed brief where the dispatch `sent` is (a handoff taken by someone on
+        another channel, a new form link). When `capabilities.edits`, an adapter edits the
+        message in place and returns its receipt; otherwise (the default) nothing changes
+        and `sent` is returned, so a caller can post a follow-up instead. Nothing in the
+        core calls this yet: it is the shape a dispatch to several channels will use."""
+        return sent
 
     async def probe(self) -> str:
         """Check credentials against the provider; return a short description of who we are."""

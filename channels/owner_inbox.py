@@ -14,7 +14,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from channels.base import Capabilities, ChannelAdapter, ChannelConfig, Outbound, Receipt
+from channels.base import (
+    ApprovalClosed,
+    ApprovalPrompt,
+    Capabilities,
+    ChannelAdapter,
+    ChannelConfig,
+    Dispatch,
+    Notice,
+    Receipt,
+    Relay,
+)
 
 
 class OwnerInboxConfig(ChannelConfig):
@@ -24,13 +34,20 @@ class OwnerInboxConfig(ChannelConfig):
 class OwnerInboxChannel(ChannelAdapter):
     kind = "owner_inbox"
     config_model = OwnerInboxConfig
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, approvals=True)
 
-    async def send(self, outbound: Outbound) -> Receipt:
-        sid = outbound.handoff_session_id
-        if outbound.notice in ("approval", "approval_closed"):
-            # The inbox reads approvals from the database; there is no thread to reply in.
-            return Receipt(message_id=f"inbox:{sid}" if outbound.notice == "approval" else None)
-        if outbound.purpose == "dispatch":
-            return Receipt(message_id=f"inbox:{sid}", thread_key=sid)
-        return Receipt(message_id=None, thread_key=sid)
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+        return Receipt(message_id=f"inbox:{dispatch.handoff_id}", thread_key=dispatch.handoff_id)
+
+    async def send_relay(self, relay: Relay) -> Receipt:
+        return Receipt(message_id=None, thread_key=relay.handoff_id)
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        return Receipt(message_id=None, thread_key=notice.handoff_id)
+
+    # The inbox reads approvals from the database; there is no thread to reply in.
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+        return Receipt(message_id=f"inbox:{prompt.approval.approval_id}")
+
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+        return Receipt(message_id=None)

@@ -59,6 +59,8 @@ from bot.runtime.bounded import BoundedDict
 from bot.runtime.text import hang
 from channels.base import (
     ApprovalBrief,
+    ApprovalClosed,
+    ApprovalPrompt,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
@@ -66,11 +68,17 @@ from channels.base import (
     ChannelContext,
     ChannelError,
     Decision,
+    Dispatch,
     HandoffBrief,
     InboundMessage,
+    Notice,
     Outbound,
     PermanentChannelError,
     Receipt,
+    RecipientText,
+    Relay,
+    ReleasePress,
+    ToSubscriber,
     TranscriptLine,
     TransientChannelError,
     UncertainDeliveryError,
@@ -79,7 +87,6 @@ from channels.base import (
     pretty_arguments,
 )
 from channels.text import short_duration
-from forms.fields import preview_line
 
 if TYPE_CHECKING:
     import aiohttp
@@ -225,7 +232,7 @@ def plain_from_mrkdwn(text: str, name_of: Any = None) -> str:
 class SlackChannel(ChannelAdapter):
     kind = "slack"
     config_model = SlackConfig
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True)
     config: SlackConfig
 
     def __init__(self, config: ChannelConfig) -> None:
@@ -306,32 +313,38 @@ class SlackChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, outbound: Outbound) -> Receipt:
-        client = self._require_client()
-        if outbound.notice == "approval":
-            return await self._send_prompt(client, outbound)
-        if outbound.notice == "approval_closed":
-            return await self._close_prompt(client, outbound)
-        if outbound.purpose == "dispatch":
-            channel, thread_ts = self.config.channel, None
-            blocks = self._dispatch_blocks(outbound)
-        else:
-            channel, thread_ts = self._thread_of(outbound)
-            blocks = self._relay_blocks(outbound) if outbound.purpose == "relay" else self._notice_blocks(outbound)
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+        """A top-level post: its ts is the handoff's thread."""
+        channel, ts = await self._post(dispatch, self.config.channel, None, self._dispatch_blocks(dispatch.brief))
+        return self._receipt(dispatch, channel, ts)
+
+    async def send_relay(self, relay: Relay) -> Receipt:
+        return await self._post_in_thread(relay, self._relay_blocks(relay))
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        return await self._post_in_thread(notice, self._notice_blocks(notice))
+
+    async def _post_in_thread(self, message: Relay | Notice, blocks: list[dict[str, Any]]) -> Receipt:
+        channel, thread_ts = self._thread_of(message.thread)
+        channel, ts = await self._post(message, channel, thread_ts, blocks)
+        return self._receipt(message, channel, ts)
+
+    async def _post(self, message: Outbound, channel: str, thread_ts: str | None, blocks: list[dict[str, Any]]) -> tuple[str, str]:
+        """chat.postMessage with the delivery key in its metadata; the channel and ts posted to."""
         response = await self._call(
             "chat.postMessage",
-            client.chat_postMessage(
+            self._require_client().chat_postMessage(
                 channel=channel,
                 thread_ts=thread_ts,
-                text=clip_escaped(escape(outbound.text), FALLBACK_LIMIT),  # notifications and old clients
+                text=clip_escaped(escape(message.text), FALLBACK_LIMIT),  # notifications and old clients
                 blocks=blocks,
-                metadata=self._metadata(outbound),
+                metadata=self._metadata(message),
                 # Nothing we post may turn text into mentions or previews by itself.
                 parse="none", link_names=False, unfurl_links=False, unfurl_media=False,
             ),
             may_have_landed=True,
         )
-        return self._receipt(outbound, str(response.get("channel") or channel), str(response["ts"]))
+        return str(response.get("channel") or channel), str(response["ts"])
 
     async def find_sent(self, outbound: Outbound) -> Receipt | None:
         """Look for an earlier attempt at `outbound` among the newest messages of the channel
@@ -339,15 +352,18 @@ class SlackChannel(ChannelAdapter):
         if not outbound.delivery_key:
             return None
         client = self._require_client()
-        if outbound.purpose == "dispatch" or outbound.notice in ("approval", "approval_closed"):
-            # Approval prompts (and a closing notice posted because its prompt was not found)
-            # are top-level messages; a closing notice that edited its prompt is idempotent.
-            method, pages, channel = "conversations.history", HISTORY_PAGES, self.config.channel
-            fetch = partial(client.conversations_history, channel=channel, limit=HISTORY_PAGE_SIZE)
-        else:
-            channel, thread_ts = self._thread_of(outbound)
-            method, pages = "conversations.replies", REPLIES_PAGES
-            fetch = partial(client.conversations_replies, channel=channel, ts=thread_ts, limit=REPLIES_PAGE_SIZE)
+        match outbound:
+            case Relay() | Notice():
+                channel, thread_ts = self._thread_of(outbound.thread)
+                method, pages = "conversations.replies", REPLIES_PAGES
+                fetch = partial(client.conversations_replies, channel=channel, ts=thread_ts, limit=REPLIES_PAGE_SIZE)
+            case ToSubscriber():
+                return None  # Slack serves no front
+            case _:
+                # Approval prompts (and a closing notice posted because its prompt was not found)
+                # are top-level messages; a closing notice that edited its prompt is idempotent.
+                method, pages, channel = "conversations.history", HISTORY_PAGES, self.config.channel
+                fetch = partial(client.conversations_history, channel=channel, limit=HISTORY_PAGE_SIZE)
         cursor = None
         for _ in range(pages):
             try:
@@ -378,30 +394,37 @@ class SlackChannel(ChannelAdapter):
         return (
             ours and meta.get("event_type") == EVENT_TYPE
             and payload.get("delivery_key") == outbound.delivery_key
-            and payload.get("handoff") == outbound.handoff_session_id
+            and payload.get("handoff") == outbound.stream
         )
 
-    def _thread_of(self, outbound: Outbound) -> tuple[str, str]:
-        thread_ts = outbound.thread.get("thread_ts")
+    def _thread_of(self, thread: dict[str, Any]) -> tuple[str, str]:
+        thread_ts = thread.get("thread_ts")
         if not thread_ts:
             raise PermanentChannelError(
                 "no Slack thread for this handoff", hint="the handoff has no Slack thread to post into (its dispatch receipt lacks thread_ts)"
             )
-        return str(outbound.thread.get("channel") or self.config.channel), str(thread_ts)
+        return str(thread.get("channel") or self.config.channel), str(thread_ts)
 
     @staticmethod
     def _metadata(outbound: Outbound) -> dict[str, Any]:
-        payload = {"delivery_key": outbound.delivery_key or "", "handoff": outbound.handoff_session_id}
-        if outbound.notice in ("approval", "approval_closed"):
-            payload["notice"] = outbound.notice  # how a closing notice finds its prompt again
+        # "handoff" is the message's stream (the approval id for approvals), as it always was
+        # in messages already posted: a closing notice after an upgrade still finds its prompt.
+        payload = {"delivery_key": outbound.delivery_key or "", "handoff": outbound.stream}
+        if isinstance(outbound, ApprovalPrompt):
+            payload["notice"] = "approval"  # how a closing notice finds its prompt again
+        elif isinstance(outbound, ApprovalClosed):
+            payload["notice"] = "approval_closed"
         return {"event_type": EVENT_TYPE, "event_payload": payload}
 
     @staticmethod
     def _receipt(outbound: Outbound, channel: str, ts: str) -> Receipt:
-        if outbound.purpose == "dispatch":
-            return Receipt(message_id=ts, thread_key=f"{channel}:{ts}", thread={"channel": channel, "thread_ts": ts})
-        thread_ts = str(outbound.thread.get("thread_ts"))
-        return Receipt(message_id=ts, thread_key=f"{channel}:{thread_ts}", thread=dict(outbound.thread))
+        match outbound:
+            case Dispatch():
+                return Receipt(message_id=ts, thread_key=f"{channel}:{ts}", thread={"channel": channel, "thread_ts": ts})
+            case Relay() | Notice():
+                thread_ts = str(outbound.thread.get("thread_ts"))
+                return Receipt(message_id=ts, thread_key=f"{channel}:{thread_ts}", thread=dict(outbound.thread))
+        return Receipt(message_id=ts, thread={"channel": channel, "ts": ts})  # a top-level post of an approval
 
     # ------------------------------------------------------------------ blocks
 
@@ -409,10 +432,7 @@ class SlackChannel(ChannelAdapter):
         assert self._ctx is not None
         return self._ctx.render(f"messages/slack/{name}", **context).strip()
 
-    def _dispatch_blocks(self, outbound: Outbound) -> list[dict[str, Any]]:
-        brief = outbound.brief
-        if brief is None:
-            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
+    def _dispatch_blocks(self, brief: HandoffBrief) -> list[dict[str, Any]]:
         who = brief.subscriber_name or "A subscriber"
         blocks: list[dict[str, Any]] = [
             {"type": "header", "text": plain(clip(self._render("header.txt", brief=brief, who=who), HEADER_LIMIT))},
@@ -431,7 +451,7 @@ class SlackChannel(ChannelAdapter):
             lines = [f"• *{escape(key)}*: {escape(value)}" for key, value in brief.extra_context.items()]
             blocks.append(mrkdwn_block("*Context*\n" + "\n".join(lines)))
         if brief.expected_return:
-            lines = [f"• {escape(preview_line(field))}" for field in brief.expected_return]
+            lines = [f"• {escape(line)}" for line in brief.field_lines]
             blocks.append(mrkdwn_block("*Please hand back*\n" + "\n".join(lines)))
         if brief.transcript:
             text, omitted = transcript_text(brief.transcript)
@@ -460,17 +480,15 @@ class SlackChannel(ChannelAdapter):
         })
         return buttons
 
-    def _relay_blocks(self, outbound: Outbound) -> list[dict[str, Any]]:
-        author = outbound.author or "Subscriber"
-        body = outbound.body if outbound.body is not None else outbound.text
-        label = self._render("relay.txt", author=escape(author))
+    def _relay_blocks(self, relay: Relay) -> list[dict[str, Any]]:
+        label = self._render("relay.txt", author=escape(relay.author or "Subscriber"))
         # The words themselves as plain_text: shown exactly as typed, never parsed.
         return [{"type": "context", "elements": [{"type": "mrkdwn", "text": label, "verbatim": True}]}] + [
-            {"type": "section", "text": plain(part)} for part in chunks(body, SECTION_LIMIT)
+            {"type": "section", "text": plain(part)} for part in chunks(relay.body, SECTION_LIMIT)
         ]
 
-    def _notice_blocks(self, outbound: Outbound) -> list[dict[str, Any]]:
-        text = escape((outbound.body if outbound.body is not None else outbound.text).strip())
+    def _notice_blocks(self, notice: Notice) -> list[dict[str, Any]]:
+        text = escape(notice.text.strip())
         # Notices are the desk's own words; make our links (a fresh return form) clickable.
         if self._ctx is not None and self._ctx.public_url:
             base = re.escape(escape(self._ctx.public_url.rstrip("/")))
@@ -479,39 +497,27 @@ class SlackChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ approvals
 
-    async def _send_prompt(self, client: AsyncWebClient, outbound: Outbound) -> Receipt:
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
         """An approval prompt: a new top-level post (it belongs to no handoff thread)."""
-        approval = outbound.approval
-        if approval is None:
-            raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
-        blocks = self._prompt_blocks(approval)
-        response = await self._call(
-            "chat.postMessage",
-            client.chat_postMessage(
-                channel=self.config.channel, text=clip_escaped(escape(outbound.text), FALLBACK_LIMIT), blocks=blocks,
-                metadata=self._metadata(outbound), parse="none", link_names=False, unfurl_links=False, unfurl_media=False,
-            ),
-            may_have_landed=True,
-        )
-        channel, ts = str(response.get("channel") or self.config.channel), str(response["ts"])
-        self._remember_prompt(approval.approval_id, channel, ts, blocks)
-        return Receipt(message_id=ts, thread={"channel": channel, "ts": ts})
+        blocks = self._prompt_blocks(prompt.approval)
+        channel, ts = await self._post(prompt, self.config.channel, None, blocks)
+        self._remember_prompt(prompt.approval.approval_id, channel, ts, blocks)
+        return self._receipt(prompt, channel, ts)
 
-    async def _close_prompt(self, client: AsyncWebClient, outbound: Outbound) -> Receipt:
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
         """How an approval ended: the prompt is edited in place (its buttons replaced by the
         closing text), so nobody presses a dead button. When the prompt cannot be found or
         edited any more (deleted, older than the history we look through), the closing
         text is posted as a new message instead."""
-        approval_id = outbound.handoff_session_id
-        text = (outbound.body if outbound.body is not None else outbound.text).strip()
+        client, approval_id, text = self._require_client(), closed.approval.approval_id, closed.text.strip()
         prompt = self._prompts.get(approval_id) or await self._find_prompt(client, approval_id)
         if prompt is not None:
             channel, ts, blocks = prompt
-            closed = [b for b in blocks if b.get("type") != "actions" and b.get("block_id") != "approval_help"]
-            closed.append({"type": "section", "block_id": "approval_closed", "text": plain(clip(text, SECTION_LIMIT))})
+            kept = [b for b in blocks if b.get("type") != "actions" and b.get("block_id") != "approval_help"]
+            kept.append({"type": "section", "block_id": "approval_closed", "text": plain(clip(text, SECTION_LIMIT))})
             try:
                 await self._call("chat.update", client.chat_update(
-                    channel=channel, ts=ts, text=clip_escaped(escape(text), FALLBACK_LIMIT), blocks=closed,
+                    channel=channel, ts=ts, text=clip_escaped(escape(text), FALLBACK_LIMIT), blocks=kept,
                     parse="none", link_names=False,
                 ))
             except TransientChannelError:
@@ -520,18 +526,9 @@ class SlackChannel(ChannelAdapter):
                 log.warning("slack_approval_prompt_not_updated", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
             else:
                 self._prompts.pop(approval_id, None)
-                return Receipt(message_id=ts, thread={"channel": channel, "ts": ts})
-        response = await self._call(
-            "chat.postMessage",
-            client.chat_postMessage(
-                channel=self.config.channel, text=clip_escaped(escape(text), FALLBACK_LIMIT),
-                blocks=[{"type": "section", "text": plain(clip(text, SECTION_LIMIT))}], metadata=self._metadata(outbound),
-                parse="none", link_names=False, unfurl_links=False, unfurl_media=False,
-            ),
-            may_have_landed=True,
-        )
-        return Receipt(message_id=str(response["ts"]), thread={"channel": str(response.get("channel") or self.config.channel),
-                                                              "ts": str(response["ts"])})
+                return self._receipt(closed, channel, ts)
+        channel, ts = await self._post(closed, self.config.channel, None, [{"type": "section", "text": plain(clip(text, SECTION_LIMIT))}])
+        return self._receipt(closed, channel, ts)
 
     async def _find_prompt(self, client: AsyncWebClient, approval_id: str) -> tuple[str, str, list[dict[str, Any]]] | None:
         """The prompt of an approval among the channel's newest messages (after a restart),
@@ -666,7 +663,7 @@ class SlackChannel(ChannelAdapter):
         if not text:
             return None
         event_id = envelope.get("event_id")
-        return InboundMessage(
+        return RecipientText(
             thread_key=f"{self.config.channel}:{thread_ts}", text=text, author=self._author(user),
             dedupe_key=f"event:{event_id}" if event_id else f"message:{self.config.channel}:{ts}",
         )
@@ -685,8 +682,8 @@ class SlackChannel(ChannelAdapter):
         if channel != self.config.channel or not thread_ts or not user.get("id"):
             return None
         key = payload.get("trigger_id") or action.get("action_ts") or f"{thread_ts}:{user['id']}"
-        return InboundMessage(
-            thread_key=f"{channel}:{thread_ts}", text="/release",
+        return ReleasePress(
+            thread_key=f"{channel}:{thread_ts}",
             author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
             dedupe_key=f"action:{key}",
         )
@@ -704,11 +701,10 @@ class SlackChannel(ChannelAdapter):
         # One press is one interaction: its trigger_id (else the action's own timestamp on
         # that message) is the dedupe key, so a redelivered callback decides nothing twice.
         key = payload.get("trigger_id") or f"{container.get('message_ts')}:{action.get('action_ts')}:{user['id']}"
-        return InboundMessage(
-            thread_key=f"approval:{approval_id}", text="",
+        return Decision(
+            approval_id=approval_id, approve=approve, always_allow=always,
             author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
             dedupe_key=f"action:{key}",
-            decision=Decision(approval_id=approval_id, approve=approve, always_allow=always),
         )
 
     # ------------------------------------------------------------------ names

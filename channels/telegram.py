@@ -84,18 +84,27 @@ from pydantic import BeforeValidator, Field, SecretStr, field_validator
 from bot.runtime.bounded import BoundedDict
 from channels.base import (
     ApprovalBrief,
+    ApprovalClosed,
+    ApprovalPrompt,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    ChatOpened,
     Decision,
+    Dispatch,
     HandoffBrief,
     InboundMessage,
-    Outbound,
+    Notice,
     PermanentChannelError,
     Receipt,
+    RecipientText,
+    Relay,
+    ReleasePress,
+    SubscriberText,
+    ToSubscriber,
     TransientChannelError,
     UncertainDeliveryError,
     UserActionAnswer,
@@ -104,8 +113,7 @@ from channels.base import (
     WebhookRequest,
     pretty_arguments,
 )
-from channels.text import Budget, SentParts, clip, fit_brief, split, utf16_len
-from forms.fields import preview_line
+from channels.text import Budget, SentParts, TextLimit, clip, fit_brief, utf16_len
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
     from telegram import Bot, Message, Update
@@ -290,7 +298,9 @@ class TelegramChannel(ChannelAdapter):
     front_model = TelegramConnection
     # reconcile=False: the Bot API has no way to find a message we sent, so a timed-out
     # send is retried blind (possibly posting twice) rather than lost.
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, front=True)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, front=True,
+                                approvals=True)
+    text_limit = TextLimit(MESSAGE_LIMIT)
     config: TelegramConnection  # a TelegramConfig unless it is a front of its own (no staff group)
 
     def __init__(self, config: ChannelConfig) -> None:
@@ -400,34 +410,24 @@ class TelegramChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, outbound: Outbound) -> Receipt:
-        bot = self._bot()
-        if outbound.purpose == "subscriber":
-            return await self._send_to_subscriber(bot, outbound)
-        if self._chat_id is None:  # a front of its own is never offered to handoff_request or approvals
+    def _staff_group(self) -> int | str:
+        """The staff group, or why there is none: a front of its own is never offered to
+        handoff_request or approvals, so only a misrouted message meets this."""
+        if self._chat_id is None:
             raise PermanentChannelError("this Telegram bot has no staff group", hint=(
                 f"Telegram front '{self.label}' serves subscribers only; give a channel with this bot_token a chat_id"))
-        if outbound.notice == "approval":
-            return await self._send_prompt(bot, outbound)
-        if outbound.notice == "approval_closed":
-            return await self._close_prompt(bot, outbound)
-        if outbound.purpose == "dispatch":
-            return await self._send_dispatch(bot, outbound)
-        return await self._send_follow_up(bot, outbound)
+        return self._chat_id
 
-    async def _send_dispatch(self, bot: Bot, outbound: Outbound) -> Receipt:
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
         from telegram.constants import ParseMode
 
-        brief = outbound.brief
-        if brief is None:
-            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
-        assert self._chat_id is not None
+        bot, staff, brief = self._bot(), self._staff_group(), dispatch.brief
         topic_id = None
         if self._is_forum:
             topic_id = self._topics.get(brief.handoff_session_id)
             if topic_id is None:
                 name = clip(f"{brief.short_code} · {brief.subscriber_name or 'subscriber'}", 128)
-                topic = await self._call(bot.create_forum_topic(chat_id=self._chat_id, name=name), "createForumTopic")
+                topic = await self._call(bot.create_forum_topic(chat_id=staff, name=name), "createForumTopic")
                 topic_id = self._topics[brief.handoff_session_id] = topic.message_thread_id
         suffix = f"topic:{topic_id}" if topic_id else None
         buttons = []
@@ -435,7 +435,7 @@ class TelegramChannel(ChannelAdapter):
             buttons.append(self._url_button("Return form", brief.form_url))
         buttons.append(self._release_button(suffix))  # plain "release" here: the dispatch is its own thread root
         message = await self._call(bot.send_message(
-            chat_id=self._chat_id, text=self._dispatch_html(brief, in_topic=topic_id is not None),
+            chat_id=staff, text=self._dispatch_html(brief, in_topic=topic_id is not None),
             parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_markup=self._keyboard(buttons),
             link_preview_options=self._no_preview(),
         ), "sendMessage")
@@ -446,32 +446,35 @@ class TelegramChannel(ChannelAdapter):
             thread={"chat_id": message.chat.id, "message_id": message.message_id, "topic_id": topic_id},
         )
 
-    async def _send_follow_up(self, bot: Bot, outbound: Outbound) -> Receipt:
-        """Relays and notices, as replies to the dispatch (inside its topic in a forum)."""
+    async def send_relay(self, relay: Relay) -> Receipt:
+        """A subscriber's words as a reply to the dispatch (inside its topic in a forum), in
+        parts when long, each with a Release button that names the dispatch: a reply to this
+        relay maps back to its handoff (Telegram shows us the replied message's buttons, not
+        its reply chain)."""
+        body = defuse(relay.body)
+        author = defuse(clip(relay.author or "Subscriber", 100))
+        chunks = self.text_limit.split(body, reserve=utf16_len(author) + 16)
+        parts = [self._render("relay", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
+                 for i, chunk in enumerate(chunks, 1)]
+        suffix = _thread_suffix(relay.thread)
+        return await self._reply_in_thread(relay, relay.thread, parts, self._keyboard([self._release_button(suffix)]) if suffix else None)
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        """Notices (released, new form link) as replies to the dispatch, without a button: a
+        Release under "released" is noise."""
+        parts = [self._render("notice", body=chunk) for chunk in self.text_limit.split(notice.text.strip(), reserve=8)]
+        return await self._reply_in_thread(notice, notice.thread, parts, None)
+
+    async def _reply_in_thread(self, message: Relay | Notice, thread: dict[str, Any], parts: list[str], markup: Any) -> Receipt:
         from telegram import ReplyParameters
         from telegram.constants import ParseMode
 
-        assert self._chat_id is not None  # send() refused staff messages before the staff group was known
-        thread = outbound.thread
-        chat_id = thread.get("chat_id") or self._chat_id
+        bot, staff = self._bot(), self._staff_group()
+        chat_id = thread.get("chat_id") or staff
         dispatch_id, topic_id = thread.get("message_id"), thread.get("topic_id")
-        suffix = f"topic:{topic_id}" if topic_id else (str(dispatch_id) if dispatch_id else None)
-        body = outbound.body if outbound.body is not None else outbound.text
-        if outbound.purpose == "relay":
-            body = defuse(body)
-            author = defuse(clip(outbound.author or "Subscriber", 100))
-            chunks = split(body, MESSAGE_LIMIT - utf16_len(author) - 16)
-            parts = [self._render("relay", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
-                     for i, chunk in enumerate(chunks, 1)]
-            # A Release button that names the dispatch: a reply to this relay maps back to
-            # its handoff (Telegram shows us the replied message's buttons, not its reply chain).
-            markup = self._keyboard([self._release_button(suffix)]) if suffix else None
-        else:
-            # Notices (released, new form link) get no button: a Release under "released" is noise.
-            parts = [self._render("notice", body=chunk) for chunk in split(body.strip(), MESSAGE_LIMIT - 8)]
-            markup = None
+        suffix = _thread_suffix(thread)
         reply = ReplyParameters(message_id=dispatch_id, allow_sending_without_reply=True) if dispatch_id else None
-        first = await self._send_parts(outbound, parts, lambda _index, part: bot.send_message(
+        first = await self._send_parts(message, parts, lambda _index, part: bot.send_message(
             chat_id=chat_id, text=part, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_parameters=reply,
             reply_markup=markup, link_preview_options=self._no_preview(),
         ))
@@ -483,29 +486,29 @@ class TelegramChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ subscribers (the front)
 
-    async def _send_to_subscriber(self, bot: Bot, outbound: Outbound) -> Receipt:
+    async def send_to_subscriber(self, message: ToSubscriber) -> Receipt:
         """The assistant's or a person's words in the subscriber's private chat with the bot:
         HTML with the person's name in bold, escaped by the template, in parts when longer
         than a message; a user-action prompt gets its buttons under the last part."""
         from telegram.constants import ParseMode
 
-        chat = str(outbound.thread.get("chat") or "")
+        bot, chat = self._bot(), message.chat
         if not re.fullmatch(r"\d{1,20}", chat):  # private chats have the user's (positive) id
             raise PermanentChannelError(f"not a Telegram private chat: {chat!r}", hint=(
                 f"internal error: subscriber chat {chat!r} is not a Telegram private chat id"))
-        body = (outbound.body if outbound.body is not None else outbound.text).replace("\x00", "\ufffd")
-        author = clip(outbound.author, 100) if outbound.author else None
-        chunks = split(body.strip() or body, MESSAGE_LIMIT - (utf16_len(author) + 4 if author else 0))
+        body = message.body.replace("\x00", "\ufffd")
+        author = clip(message.author, 100) if message.author else None
+        chunks = self.text_limit.split(body.strip() or body, reserve=utf16_len(author) + 4 if author else 0)
         parts = [self._render("subscriber", author=author, body=chunk) for chunk in chunks]
-        markup = self._user_action_keyboard(outbound.user_action) if outbound.user_action else None
-        first = await self._send_parts(outbound, parts, lambda index, part: bot.send_message(
+        markup = self._user_action_keyboard(message.user_action) if message.user_action else None
+        first = await self._send_parts(message, parts, lambda index, part: bot.send_message(
             chat_id=int(chat), text=part, parse_mode=ParseMode.HTML, link_preview_options=self._no_preview(),
             reply_markup=markup if index == len(parts) - 1 else None,
         ), subscriber=chat)
         return Receipt(message_id=first, thread={"chat": chat})
 
     async def _send_parts(
-        self, outbound: Outbound, parts: list[str], send: Callable[[int, str], Awaitable[Message]], *,
+        self, outbound: Relay | Notice | ToSubscriber, parts: list[str], send: Callable[[int, str], Awaitable[Message]], *,
         subscriber: str | None = None,
     ) -> str:
         """Send one message's parts in order and return the first part's message id. The
@@ -539,51 +542,47 @@ class TelegramChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ approvals
 
-    async def _send_prompt(self, bot: Bot, outbound: Outbound) -> Receipt:
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
         """An approval prompt: a new message in the staff chat (it belongs to no handoff),
         with Approve / Deny (/ Always allow) callback buttons."""
         from telegram import InlineKeyboardButton
         from telegram.constants import ParseMode
 
-        approval = outbound.approval
-        if approval is None:
-            raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
-        assert self._chat_id is not None  # send() refused staff messages before the staff group was known
+        bot, staff, approval = self._bot(), self._staff_group(), prompt.approval
         choices = [("Approve", "y"), ("Deny", "n")] + ([("Always allow", "a")] if approval.allow_always else [])
         rows = [[InlineKeyboardButton(label, callback_data=f"ap:{approval.approval_id}:{code}") for label, code in choices[:2]]]
         if len(choices) > 2:
             rows.append([InlineKeyboardButton(choices[2][0], callback_data=f"ap:{approval.approval_id}:a")])
         fits = all(len(f"ap:{approval.approval_id}:{code}".encode()) <= 64 for _label, code in choices)  # else: the link alone
         message = await self._call(bot.send_message(
-            chat_id=self._chat_id, text=self._prompt_html(approval, buttons=fits), parse_mode=ParseMode.HTML,
+            chat_id=staff, text=self._prompt_html(approval, buttons=fits), parse_mode=ParseMode.HTML,
             reply_markup=self._inline(rows) if fits else None, link_preview_options=self._no_preview(),
         ), "sendMessage")
         self._remember_prompt(approval.approval_id, message.message_id)
         return Receipt(message_id=str(message.message_id), thread={"chat_id": message.chat.id, "message_id": message.message_id})
 
-    async def _close_prompt(self, bot: Bot, outbound: Outbound) -> Receipt:
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
         """How an approval ended: the prompt's buttons are taken away when we know which
         message it is (sent or pressed in this process), and the closing text is posted, as
         a reply to the prompt when known."""
         from telegram import ReplyParameters
         from telegram.constants import ParseMode
 
-        assert self._chat_id is not None  # send() refused staff messages before the staff group was known
-        approval_id = outbound.handoff_session_id
-        # Remembered from the send or a press; or the prompt's receipt, should the core pass it.
-        prompt_id = self._prompts.get(approval_id) or outbound.thread.get("message_id")
+        bot, staff, approval_id = self._bot(), self._staff_group(), closed.approval.approval_id
+        # Remembered from the send or a press; or the prompt's receipt, which the core passes.
+        prompt_id = self._prompts.get(approval_id) or closed.prompt.get("message_id")
         if prompt_id is not None:
             try:
-                await self._call(bot.edit_message_reply_markup(chat_id=self._chat_id, message_id=prompt_id, reply_markup=None),
+                await self._call(bot.edit_message_reply_markup(chat_id=staff, message_id=prompt_id, reply_markup=None),
                                  "editMessageReplyMarkup")
             except TransientChannelError:
                 raise  # nothing posted yet: the core retries the whole notice
             except ChannelError as exc:  # already without buttons (a retry), deleted, too old …
                 log.info("telegram_approval_buttons_not_removed", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
-        body = defuse((outbound.body if outbound.body is not None else outbound.text).strip())
+        body = defuse(closed.text.strip())
         reply = ReplyParameters(message_id=prompt_id, allow_sending_without_reply=True) if prompt_id else None
         message = await self._call(bot.send_message(
-            chat_id=self._chat_id, text=self._render("notice", body=clip(body, MESSAGE_LIMIT - 8)), parse_mode=ParseMode.HTML,
+            chat_id=staff, text=self._render("notice", body=clip(body, MESSAGE_LIMIT - 8)), parse_mode=ParseMode.HTML,
             reply_parameters=reply, link_preview_options=self._no_preview(),
         ), "sendMessage")
         self._prompts.pop(approval_id, None)
@@ -625,7 +624,7 @@ class TelegramChannel(ChannelAdapter):
         that fit, and when the brief alone is too long, its long parts shortened."""
         lines = [(defuse(line.author or line.role), defuse(clip(line.text, TRANSCRIPT_LINE))) for line in brief.transcript]
         context = [(defuse(k), defuse(v)) for k, v in brief.extra_context.items()]
-        fields = [defuse(preview_line(f)) for f in brief.expected_return]
+        fields = [defuse(line) for line in brief.field_lines]
         fitted = fit_brief(
             summary=brief.summary, action=brief.expected_action, context=context, fields=fields, lines=lines,
             budgets=_BUDGETS, fits=lambda html: visible_length(html) <= MESSAGE_LIMIT,
@@ -734,8 +733,7 @@ class TelegramChannel(ChannelAdapter):
             suffix = _suffix_from_data(query.data, query.message.message_id) if query.message else None
             if query.from_user.is_bot or chat is None or chat.id != self._chat_id or suffix is None:
                 return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
-            message = InboundMessage(thread_key=f"{chat.id}:{suffix}", text="/release",
-                                     author=_person(query.from_user), dedupe_key=dedupe_key)
+            message = ReleasePress(thread_key=f"{chat.id}:{suffix}", author=_person(query.from_user), dedupe_key=dedupe_key)
             return _Parsed(message, query.id, "Releasing the handoff…")
         msg = update.message
         if msg is None or msg.chat.id != self._chat_id:
@@ -747,8 +745,8 @@ class TelegramChannel(ChannelAdapter):
         suffix = self._suffix_of(msg)
         if suffix is None:
             return _Parsed()
-        return _Parsed(InboundMessage(thread_key=f"{msg.chat.id}:{suffix}", text=text.replace("\x00", "\ufffd"),
-                                      author=author, dedupe_key=dedupe_key))
+        return _Parsed(RecipientText(thread_key=f"{msg.chat.id}:{suffix}", text=text.replace("\x00", "\ufffd"),
+                                     author=author, dedupe_key=dedupe_key))
 
     def _approval_press(self, query: Any, dedupe_key: str) -> _Parsed:
         """Approve / Deny / Always allow on a prompt in the staff chat; the core decides
@@ -759,9 +757,8 @@ class TelegramChannel(ChannelAdapter):
             return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
         approval_id, (approve, always, word) = match.group(1), APPROVAL_CHOICES[match.group(2)]
         self._remember_prompt(approval_id, query.message.message_id)  # so the closing notice finds it
-        message = InboundMessage(thread_key=f"approval:{approval_id}", text="", author=_person(query.from_user),
-                                 dedupe_key=dedupe_key,
-                                 decision=Decision(approval_id=approval_id, approve=approve, always_allow=always))
+        message = Decision(approval_id=approval_id, approve=approve, always_allow=always, author=_person(query.from_user),
+                           dedupe_key=dedupe_key)
         return _Parsed(message, query.id, f"Your answer ({word}) is recorded; the first answer counts.")
 
     def _from_subscriber(self, msg: Message, dedupe_key: str) -> _Parsed:
@@ -773,8 +770,7 @@ class TelegramChannel(ChannelAdapter):
         chat, author = str(msg.chat.id), _person(user)
         text = (msg.text or "").replace("\x00", "\ufffd")
         if _START.match(text):  # opening the chat (also `/start <payload>` from a t.me link): the core greets
-            return _Parsed(InboundMessage(thread_key=chat, text=text, author=author, dedupe_key=dedupe_key,
-                                          sender="subscriber", opened=True))
+            return _Parsed(ChatOpened(chat=chat, author=author, dedupe_key=dedupe_key))
         if not text.strip():
             kind = next((label for attribute, label in ATTACHMENTS if getattr(msg, attribute, None)), None)
             if kind is None:
@@ -783,7 +779,7 @@ class TelegramChannel(ChannelAdapter):
                 kind = f"sticker {msg.sticker.emoji}"
             caption = (msg.caption or "").replace("\x00", "\ufffd").strip()
             text = f"[{kind}] {caption}" if caption else f"[{kind}]"
-        return _Parsed(InboundMessage(thread_key=chat, text=text, author=author, dedupe_key=dedupe_key, sender="subscriber"))
+        return _Parsed(SubscriberText(chat=chat, text=text, author=author, dedupe_key=dedupe_key))
 
     def _user_action_press(self, query: Any, dedupe_key: str) -> _Parsed:
         """Done / Cancel / a step button under a user-action prompt in a subscriber's chat;
@@ -794,8 +790,8 @@ class TelegramChannel(ChannelAdapter):
                 or chat.type != "private" or chat.id == self._chat_id):
             return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
         move = USER_ACTION_MOVES[match.group(2)]
-        message = InboundMessage(thread_key=str(chat.id), text="", author=_person(query.from_user), dedupe_key=dedupe_key,
-                                 sender="subscriber", answer=UserActionAnswer(user_action_id=match.group(1), move=move))
+        message = UserActionAnswer(chat=str(chat.id), user_action_id=match.group(1), move=move, author=_person(query.from_user),
+                                   dedupe_key=dedupe_key)
         return _Parsed(message, query.id, USER_ACTION_ANSWERS[move], spent_prompt=(chat.id, query.message.message_id))
 
     def _suffix_of(self, msg: Message) -> str | None:
@@ -957,6 +953,13 @@ class TelegramChannel(ChannelAdapter):
             return UncertainDeliveryError(f"Telegram {method}: the connection broke ({type(cause).__name__})",
                                           hint="the connection to Telegram broke mid-request; a message being sent may have been posted")
         return TransientChannelError(f"Telegram {method}: {detail}", hint=f"Telegram error: {detail}")
+
+
+def _thread_suffix(thread: dict[str, Any]) -> str | None:
+    """What names a handoff's thread in the staff chat: its forum topic, or the dispatch a
+    reply chain hangs from (None: the dispatch's receipt said neither)."""
+    dispatch_id, topic_id = thread.get("message_id"), thread.get("topic_id")
+    return f"topic:{topic_id}" if topic_id else (str(dispatch_id) if dispatch_id else None)
 
 
 def _suffix_from_data(data: Any, message_id: int) -> str | None:

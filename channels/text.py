@@ -48,6 +48,24 @@ def split(text: str, limit: int, *, measure: Callable[[str], int] = utf16_len) -
     return [p for p in parts if p.strip()] or [text]
 
 
+@dataclass(frozen=True)
+class TextLimit:
+    """A provider's limit on one message, declared on its adapter (`text_limit`): at most
+    `units` as `measure` counts them (UTF-16 units by default, as Telegram and WhatsApp count;
+    `len` counts characters; the length of the escaped text for a markup)."""
+
+    units: int
+    measure: Callable[[str], int] = utf16_len
+
+    def fits(self, text: str, *, reserve: int = 0) -> bool:
+        return self.measure(text) <= self.units - reserve
+
+    def split(self, text: str, *, reserve: int = 0) -> list[str]:
+        """`text` in parts that each fit beside `reserve` units of the adapter's own (a label,
+        a part number, the markup around it), cut where `split` cuts."""
+        return split(text, self.units - reserve, measure=self.measure)
+
+
 def short_duration(seconds: float, *, at_least_a_minute: bool = False) -> str:
     """A duration as a chat message's help line says it: "2 h", "30 min", "45 s" (whole
     seconds). `bot.config.format_duration` spells units out ("30 minutes") for the core's own

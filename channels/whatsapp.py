@@ -84,6 +84,8 @@ from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_vali
 from bot.runtime.text import hang, one_line
 from channels.base import (
     ApprovalBrief,
+    ApprovalClosed,
+    ApprovalPrompt,
     Capabilities,
     ChannelAdapter,
     ChannelAuthError,
@@ -91,19 +93,25 @@ from channels.base import (
     ChannelContext,
     ChannelError,
     DeliveryFailure,
+    Dispatch,
     HandoffBrief,
+    HandoffMessage,
     InboundMessage,
+    Notice,
     Outbound,
     PermanentChannelError,
     Receipt,
+    RecipientText,
+    Relay,
+    SubscriberText,
+    ToSubscriber,
     TransientChannelError,
     UncertainDeliveryError,
     WebhookReply,
     WebhookRequest,
     pretty_arguments,
 )
-from channels.text import Budget, SentParts, clip, fit_brief, short_duration, split, utf16_len
-from forms.fields import preview_line
+from channels.text import Budget, SentParts, TextLimit, clip, fit_brief, short_duration, utf16_len
 
 if TYPE_CHECKING:
     from twilio.http.response import Response
@@ -321,7 +329,9 @@ class WhatsAppChannel(ChannelAdapter):
     front_model = WhatsAppConnection
     # No threads: every handoff shares the line (thread_key "whatsapp"); the core routes replies.
     # reconcile=False: a lost answer is retried (possibly sent twice) rather than lost.
-    capabilities = Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False, front=True)
+    capabilities = Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False, front=True,
+                                approvals=True)
+    text_limit = TextLimit(BODY_LIMIT)
     config: WhatsAppConnection  # a WhatsAppConfig unless it is a front of its own (no staff numbers)
 
     def __init__(self, config: ChannelConfig) -> None:
@@ -405,38 +415,52 @@ class WhatsAppChannel(ChannelAdapter):
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, outbound: Outbound) -> Receipt:
-        client = self._require_client()
-        if outbound.purpose == "subscriber":
-            return await self._to_subscriber(client, outbound)
+    def _staff_numbers(self) -> tuple[str, ...]:
+        """The numbers handoffs and approvals go to, or why there are none: a front of its
+        own is never offered to handoff_request or approvals."""
         if not self.staff:
             raise PermanentChannelError(f"WhatsApp front {self.id} has no staff numbers",
                                         hint="this WhatsApp front only serves subscribers: handoffs need a channel with `to`")
-        if outbound.notice in ("approval", "approval_closed"):
-            # Not a handoff: no short code, not on the line's thread (replies route to handoffs).
-            text = self.approval_text(outbound.approval) if outbound.notice == "approval" else self._closed_text(outbound)
-            sids = await self._to_everyone(client, outbound, [_Message(body=text)])
-            return Receipt(message_id=next((sids[n] for n in self.staff if n in sids), None))
-        if outbound.purpose == "dispatch":
-            messages = [self._dispatch_message(outbound)]
-        elif outbound.purpose == "relay":
-            messages = [_Message(body=part) for part in self._relay_parts(outbound)]
-        else:
-            messages = [_Message(body=part) for part in self._notice_parts(outbound)]
-        sids = await self._to_everyone(client, outbound, messages)
+        return self.staff
+
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+        return await self._on_the_line(dispatch, [self._dispatch_message(dispatch.brief)])
+
+    async def send_relay(self, relay: Relay) -> Receipt:
+        return await self._on_the_line(relay, [_Message(body=part) for part in self._relay_parts(relay)])
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        return await self._on_the_line(notice, [_Message(body=part) for part in self._notice_parts(notice)])
+
+    async def _on_the_line(self, outbound: HandoffMessage, messages: list[_Message]) -> Receipt:
+        """A handoff's message to every staff number: they share one line (no threads)."""
+        self._staff_numbers()
+        sids = await self._to_everyone(self._require_client(), outbound, messages)
         first = next((sids[n] for n in self.staff if n in sids), None)
         return Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
 
-    async def _to_subscriber(self, client: Client, outbound: Outbound) -> Receipt:
+    # Approvals are not a handoff's: no short code, not on the line's thread (replies route to handoffs).
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+        return await self._to_staff(prompt, self.approval_text(prompt.approval))
+
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+        return await self._to_staff(closed, self._closed_text(closed))
+
+    async def _to_staff(self, outbound: ApprovalPrompt | ApprovalClosed, text: str) -> Receipt:
+        staff = self._staff_numbers()
+        sids = await self._to_everyone(self._require_client(), outbound, [_Message(body=text)])
+        return Receipt(message_id=next((sids[n] for n in staff if n in sids), None))
+
+    async def send_to_subscriber(self, message: ToSubscriber) -> Receipt:
         """A message to one subscriber's chat: the words defused, a person's name in bold,
         in numbered parts when longer than one message (a part that went out is not sent
         again when the outbox retries the rest)."""
-        chat = _number_or_none(str(outbound.thread.get("chat") or ""))
+        chat = _number_or_none(message.chat)
         if chat is None:
-            raise PermanentChannelError(f"no WhatsApp number in the subscriber's chat {outbound.thread.get('chat')!r}",
+            raise PermanentChannelError(f"no WhatsApp number in the subscriber's chat {message.chat!r}",
                                         hint="internal error: the message to a subscriber named no WhatsApp number")
-        parts = [_Message(body=part) for part in self.subscriber_parts(outbound)]
-        sid = await self._to_one(client, outbound, chat, parts, subscriber=True)
+        parts = [_Message(body=part) for part in self.subscriber_parts(message)]
+        sid = await self._to_one(self._require_client(), message, chat, parts, subscriber=True)
         return Receipt(message_id=sid, thread={"chat": chat})
 
     async def _to_everyone(self, client: Client, outbound: Outbound, messages: list[_Message]) -> dict[str, str]:
@@ -497,10 +521,7 @@ class WhatsAppChannel(ChannelAdapter):
         assert self._ctx is not None
         return self._ctx.render(f"messages/whatsapp/{name}.txt", **context).strip()
 
-    def _dispatch_message(self, outbound: Outbound) -> _Message:
-        brief = outbound.brief
-        if brief is None:
-            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
+    def _dispatch_message(self, brief: HandoffBrief) -> _Message:
         config = self.config
         if isinstance(config, WhatsAppConfig) and config.content_sid:  # a front of its own dispatches nothing
             variables = self._template_values(brief, config.content_variables)
@@ -525,10 +546,10 @@ class WhatsAppChannel(ChannelAdapter):
         The link and the short code are never cut."""
         lines = [(defuse(line.author or line.role), hang(defuse(clip(line.text, TRANSCRIPT_LINE)), width=2)) for line in brief.transcript]
         context = [(defuse(k), defuse(v)) for k, v in brief.extra_context.items()]
-        fields = [defuse(preview_line(f)) for f in brief.expected_return]
+        fields = [defuse(line) for line in brief.field_lines]
         fitted = fit_brief(
             summary=brief.summary, action=brief.expected_action, context=context, fields=fields, lines=lines,
-            budgets=_BUDGETS, fits=lambda text: utf16_len(text) <= BODY_LIMIT,
+            budgets=_BUDGETS, fits=self.text_limit.fits,
             render=lambda cut: self._render(
                 "dispatch",
                 brief=brief,
@@ -544,12 +565,9 @@ class WhatsAppChannel(ChannelAdapter):
             return fitted
         raise PermanentChannelError("the dispatch does not fit one WhatsApp message", hint="the brief is too long for WhatsApp")
 
-    def approval_text(self, brief: ApprovalBrief | None) -> str:
+    def approval_text(self, brief: ApprovalBrief) -> str:
         """The prompt as one message: everything when it fits, else the arguments cut with a
         visible note (the page shows them all); the link is never cut."""
-        if brief is None:
-            raise PermanentChannelError("an approval prompt without its brief",
-                                        hint="internal error: the approval prompt carried no approval")
         arguments, _ = pretty_arguments(brief.arguments, also_escape="`")  # a backtick cannot close the block
         try:
             deadline = datetime.fromisoformat(brief.expires_at).strftime("%d %b, %H:%M UTC")
@@ -564,56 +582,56 @@ class WhatsAppChannel(ChannelAdapter):
                 left_out=len(arguments) - kept, deadline=deadline,
             )
 
-        if utf16_len(render(len(arguments))) <= BODY_LIMIT:
+        if self.text_limit.fits(render(len(arguments))):
             return render(len(arguments))
         low, high = 0, len(arguments)  # the most characters of the arguments that fit
         while low < high:
             middle = (low + high + 1) // 2
-            if utf16_len(render(middle)) <= BODY_LIMIT:
+            if self.text_limit.fits(render(middle)):
                 low = middle
             else:
                 high = middle - 1
         text = render(low)
-        if utf16_len(text) > BODY_LIMIT:
+        if not self.text_limit.fits(text):
             raise PermanentChannelError("the approval prompt does not fit one WhatsApp message",
                                         hint="the approval prompt is too long for WhatsApp")
         return text
 
-    def _closed_text(self, outbound: Outbound) -> str:
-        raw = clip(outbound.body if outbound.body is not None else outbound.text, 1400)
+    def _closed_text(self, closed: ApprovalClosed) -> str:
+        raw = clip(closed.text, 1400)
         # The approval id stays exactly as written (it may hold `_` or `-`): people quote it.
-        approval_id = outbound.handoff_session_id
+        approval_id = closed.approval.approval_id
         return self._render("approval_closed", body=approval_id.join(defuse(part) for part in raw.split(approval_id)))
 
-    def subscriber_parts(self, outbound: Outbound) -> list[str]:
+    def subscriber_parts(self, message: ToSubscriber) -> list[str]:
         """A message to a subscriber: their words defused like a relay's (the assistant's too:
         what an agent was told to say cannot restyle itself), a person's name in bold, and
         numbered parts of at most 1600 characters, so nothing is cut off."""
-        author = defuse(template_value(outbound.author, 100)) if outbound.author else None
-        body = defuse((outbound.body if outbound.body is not None else outbound.text).strip())
+        author = defuse(template_value(message.author, 100)) if message.author else None
+        body = defuse(message.body.strip())
         head = utf16_len(self._render("to_subscriber", author=author, body="", part="99/99"))
-        chunks = split(body, BODY_LIMIT - head - 1)
+        chunks = self.text_limit.split(body, reserve=head + 1)
         return [self._render("to_subscriber", author=author, body=chunk, part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
                 for i, chunk in enumerate(chunks, 1)]
 
-    def _relay_parts(self, outbound: Outbound) -> list[str]:
-        author = defuse(template_value(outbound.author or "Subscriber", 100))
-        body = defuse(outbound.body if outbound.body is not None else outbound.text)
-        head = utf16_len(self._render("relay", code=outbound.short_code, author=author, body="", part="99/99"))
-        chunks = split(body, BODY_LIMIT - head - 1)
-        return [self._render("relay", code=outbound.short_code, author=author, body=chunk,
+    def _relay_parts(self, relay: Relay) -> list[str]:
+        author = defuse(template_value(relay.author or "Subscriber", 100))
+        body = defuse(relay.body)
+        head = utf16_len(self._render("relay", code=relay.short_code, author=author, body="", part="99/99"))
+        chunks = self.text_limit.split(body, reserve=head + 1)
+        return [self._render("relay", code=relay.short_code, author=author, body=chunk,
                              part=f"{i}/{len(chunks)}" if len(chunks) > 1 else None)
                 for i, chunk in enumerate(chunks, 1)]
 
-    def _notice_parts(self, outbound: Outbound) -> list[str]:
-        raw = (outbound.body if outbound.body is not None else outbound.text).strip()
-        code = outbound.short_code
+    def _notice_parts(self, notice: Notice) -> list[str]:
+        raw = notice.text.strip()
+        code = notice.short_code
         # The desk's notices usually name their handoff already ("Handoff A7F3 released …");
         # the code stays exactly as written: people type it to address the handoff.
         body = code.join(defuse(part) for part in raw.split(code))
         tagged = code in raw
         head = 0 if tagged else utf16_len(self._render("notice", code=code, tagged=False, body="")) + 1
-        return [self._render("notice", code=code, tagged=tagged, body=chunk) for chunk in split(body, BODY_LIMIT - head)]
+        return [self._render("notice", code=code, tagged=tagged, body=chunk) for chunk in self.text_limit.split(body, reserve=head)]
 
     # ------------------------------------------------------------------ inbound
 
@@ -667,9 +685,9 @@ class WhatsAppChannel(ChannelAdapter):
         if not sid or not text:
             return None
         author = " ".join((params.get("ProfileName") or "").split())[:100] or sender.removeprefix("whatsapp:")
-        return InboundMessage(thread_key=LINE_KEY, text=text, author=author, dedupe_key=f"message:{sid}")
+        return RecipientText(thread_key=LINE_KEY, text=text, author=author, dedupe_key=f"message:{sid}")
 
-    def _subscriber_message(self, params: dict[str, str]) -> InboundMessage | None:
+    def _subscriber_message(self, params: dict[str, str]) -> SubscriberText | None:
         """A subscriber writing to the sender: their number is their chat (one conversation),
         their WhatsApp profile name their name. An attachment is named in brackets ("[image]"),
         since the desk relays text only."""
@@ -688,9 +706,9 @@ class WhatsAppChannel(ChannelAdapter):
         if not text:
             return None
         author = " ".join((params.get("ProfileName") or "").split())[:100] or None
-        return InboundMessage(sender="subscriber", thread_key=chat, text=text, author=author, dedupe_key=f"message:{sid}")
+        return SubscriberText(chat=chat, text=text, author=author, dedupe_key=f"message:{sid}")
 
-    def _status(self, params: dict[str, str]) -> InboundMessage | None:
+    def _status(self, params: dict[str, str]) -> DeliveryFailure | None:
         """A status callback: a message Twilio accepted was not delivered after all (63016
         usually arrives this way). Reported to the core, which marks the delivery failed and
         says why in the audit trail; other statuses (sent, delivered, read) need nothing."""
@@ -702,8 +720,8 @@ class WhatsAppChannel(ChannelAdapter):
                               subscriber=_number_or_none(params.get("To")) not in self.staff)
         log.warning("whatsapp_message_failed", channel_id=self.id, message_sid=sid, to=params.get("To"), status=status,
                     error_code=code, hint=hint)
-        return InboundMessage(thread_key="", text="", dedupe_key=f"status:{sid}:{status}", failed_delivery=DeliveryFailure(
-            message_id=sid, error=f"{status} (Twilio error {code or 'unknown'})", hint=hint))
+        return DeliveryFailure(message_id=sid, error=f"{status} (Twilio error {code or 'unknown'})", hint=hint,
+                               dedupe_key=f"status:{sid}:{status}")
 
     # ------------------------------------------------------------------ errors
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from channels.base import ApprovalBrief
+
 CALLS: list[dict[str, Any]] = []
 
 
@@ -27,3 +29,12 @@ def refund_action(approval_channel: int, **overrides: Any) -> dict[str, Any]:
     return {"id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
             "policy": "ask", "approval_channels": [approval_channel], "input_schema": REFUND_SCHEMA,
             "run": {"callable": "tests.approval_actions:refund"}, **overrides}
+
+
+def refund_brief(approval_id: str, **overrides: Any) -> ApprovalBrief:
+    """The brief of a `refund_order` prompt, for driving an adapter without a desk."""
+    return ApprovalBrief.model_validate({
+        "approval_id": approval_id, "action_id": "refund_order", "description": "Refund an order", "risk": "high",
+        "arguments": {"order_id": "1234", "amount": 25}, "conversation_id": "c_1", "decision_url": "http://desk.test/a/t",
+        "allow_always": False, "expires_at": "2026-03-14T10:05:00", **overrides,
+    })

@@ -10,14 +10,21 @@ import asyncio
 from collections import deque
 
 from channels.base import (
+    ApprovalClosed,
+    ApprovalPrompt,
     Capabilities,
     ChannelAdapter,
     ChannelConfig,
     ChannelContext,
     ChannelError,
-    InboundMessage,
+    Dispatch,
+    Notice,
     Outbound,
     Receipt,
+    Relay,
+    SubscriberEvent,
+    SubscriberText,
+    ToSubscriber,
     UncertainDeliveryError,
 )
 
@@ -25,7 +32,7 @@ from channels.base import (
 class ScriptedChannel(ChannelAdapter):
     kind = "scripted"
     config_model = ChannelConfig
-    capabilities = Capabilities(threads=True, inbound=True)
+    capabilities = Capabilities(threads=True, inbound=True, approvals=True)
 
     def __init__(self, config: ChannelConfig) -> None:
         super().__init__(config)
@@ -37,7 +44,26 @@ class ScriptedChannel(ChannelAdapter):
     def fail_next(self, *errors: ChannelError | Exception) -> None:
         self._script.extend(errors)
 
-    async def send(self, outbound: Outbound) -> Receipt:
+    # Every kind of message is recorded the same way: the provider is scripted, not rendered.
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+        return await self.record(dispatch)
+
+    async def send_relay(self, relay: Relay) -> Receipt:
+        return await self.record(relay)
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        return await self.record(notice)
+
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+        return await self.record(prompt)
+
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+        return await self.record(closed)
+
+    async def send_to_subscriber(self, message: ToSubscriber) -> Receipt:
+        return await self.record(message)
+
+    async def record(self, outbound: Outbound) -> Receipt:
         self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
@@ -45,7 +71,7 @@ class ScriptedChannel(ChannelAdapter):
             raise self._script.popleft()
         self.sent.append(outbound)
         n = len(self.sent)
-        return Receipt(message_id=f"msg-{n}", thread_key=f"thread-{outbound.handoff_session_id}", thread={"ts": n})
+        return Receipt(message_id=f"msg-{n}", thread_key=f"thread-{outbound.stream}", thread={"ts": n})
 
     def texts(self, purpose: str | None = None) -> list[str]:
         return [o.text for o in self.sent if purpose is None or o.purpose == purpose]
@@ -55,15 +81,15 @@ class ReconcilingChannel(ScriptedChannel):
     """A provider whose sends can time out after landing, and which can look a message up
     by its delivery key (as Slack can through message metadata)."""
 
-    capabilities = Capabilities(threads=True, inbound=True, reconcile=True)
+    capabilities = Capabilities(threads=True, inbound=True, reconcile=True, approvals=True)
 
     def __init__(self, config: ChannelConfig) -> None:
         super().__init__(config)
         self.land_then_time_out = 0
         self.lookups: list[str | None] = []
 
-    async def send(self, outbound: Outbound) -> Receipt:
-        receipt = await super().send(outbound)
+    async def record(self, outbound: Outbound) -> Receipt:
+        receipt = await super().record(outbound)
         if self.land_then_time_out:
             self.land_then_time_out -= 1
             raise UncertainDeliveryError("read timed out after sending")
@@ -73,7 +99,7 @@ class ReconcilingChannel(ScriptedChannel):
         self.lookups.append(outbound.delivery_key)
         for n, earlier in enumerate(self.sent, start=1):
             if earlier.delivery_key == outbound.delivery_key:
-                return Receipt(message_id=f"msg-{n}", thread_key=f"thread-{outbound.handoff_session_id}", thread={"ts": n})
+                return Receipt(message_id=f"msg-{n}", thread_key=f"thread-{outbound.stream}", thread={"ts": n})
         return None
 
 
@@ -81,15 +107,15 @@ class LineChannel(ScriptedChannel):
     """A provider without threads (like a WhatsApp number): every handoff it carries lives
     in the recipient's one chat, so all receipts share one thread key."""
 
-    capabilities = Capabilities(inbound=True)
+    capabilities = Capabilities(inbound=True, approvals=True)
     LINE = "line:+15550001111"
 
-    async def send(self, outbound: Outbound) -> Receipt:
-        receipt = await super().send(outbound)
+    async def record(self, outbound: Outbound) -> Receipt:
+        receipt = await super().record(outbound)
         return receipt.model_copy(update={"thread_key": self.LINE, "thread": {}})
 
     def routing(self) -> list[str]:
-        return [o.text for o in self.sent if o.notice == "routing"]
+        return [o.text for o in self.sent if isinstance(o, Notice) and o.about == "routing"]
 
 
 class FrontChannel(ScriptedChannel):
@@ -97,13 +123,18 @@ class FrontChannel(ScriptedChannel):
     with `from_subscriber`, as a poller would, and reads what it was asked to send to each
     chat."""
 
-    capabilities = Capabilities(threads=True, inbound=True, front=True)
+    capabilities = Capabilities(threads=True, inbound=True, front=True, approvals=True)
 
     async def start(self, ctx: ChannelContext) -> None:
         self.ctx = ctx
 
-    async def from_subscriber(self, chat: str, text: str = "", **fields: object) -> None:
-        await self.ctx.deliver_inbound(InboundMessage(sender="subscriber", thread_key=chat, text=text, **fields))
+    async def from_subscriber(self, chat: str, text: str = "", *, event: type[SubscriberEvent] = SubscriberText,
+                              **fields: object) -> None:
+        """A subscriber's event in `chat`: their text by default, or `event` (ChatOpened, a
+        UserActionAnswer) with its own fields."""
+        if event is SubscriberText:
+            fields["text"] = text
+        await self.ctx.deliver_inbound(event(chat=chat, **fields))
 
-    def to_chat(self, chat: str) -> list[Outbound]:
-        return [o for o in self.sent if o.purpose == "subscriber" and o.thread.get("chat") == chat]
+    def to_chat(self, chat: str) -> list[ToSubscriber]:
+        return [o for o in self.sent if isinstance(o, ToSubscriber) and o.chat == chat]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from channels.base import InboundMessage
+from channels.base import RecipientText
 from tests.conftest import Harness, StartDesk
 
 
@@ -101,7 +101,7 @@ async def test_long_poll_returns_when_a_human_replies(harness: Harness) -> None:
     for _ in range(50):
         await asyncio.sleep(0)
     assert not waiting.done()
-    await harness.desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid, text="Here now", author="Sam"))
+    await harness.desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid, text="Here now", author="Sam"))
     response = await asyncio.wait_for(waiting, timeout=10)
     assert [m["text"] for m in response.json()["messages"]] == ["Here now"]
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from bot.agents.webhook import InvalidSignature, verify
-from channels.base import Decision, InboundMessage, Outbound
+from channels.base import ApprovalClosed, ApprovalPrompt, Decision, Outbound
 from tests import approval_actions
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
@@ -49,7 +49,8 @@ async def decide(harness: Harness, aid: str, decision: str, **body: Any) -> Any:
 
 
 def prompts(channel: ScriptedChannel, notice: str = "approval") -> list[Outbound]:
-    return [o for o in channel.sent if o.notice == notice]
+    kind = ApprovalPrompt if notice == "approval" else ApprovalClosed
+    return [o for o in channel.sent if isinstance(o, kind)]
 
 
 async def kinds(harness: Harness) -> list[str]:
@@ -238,7 +239,7 @@ async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: S
 async def test_a_button_counts_only_in_a_channel_the_prompt_went_to(start_desk: StartDesk) -> None:
     harness, _, cid = await start(start_desk)
     aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
-    press = InboundMessage(thread_key="-", text="", author="Mallory", decision=Decision(approval_id=aid, approve=True))
+    press = Decision(author="Mallory", approval_id=aid, approve=True)
     assert await harness.desk.inbound.submit_and_wait(1, press) == f"approval {aid} was not asked in this channel"
     press = press.model_copy(update={"author": "Kim", "dedupe_key": "click-1"})
     assert await harness.desk.inbound.submit_and_wait(2, press) == "approval approved"

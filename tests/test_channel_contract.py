@@ -24,6 +24,7 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.store.models import InboundEvent
+from channels.base import ReleasePress, stored_inbound
 from channels.email import EmailChannel
 from tests.conftest import Harness, StartDesk
 from tests.fake_discord import BOT_USER as DISCORD_BOT
@@ -594,6 +595,23 @@ async def test_the_release_button_releases_once_with_the_release_token(start_des
     assert (await h.kinds(sid)).count("handoff_released") == 1
     [resume] = await h.system_texts(cid)
     assert resume.startswith("[Bot resumed")
+
+
+@providers([p for p in EXTERNAL if p.release_button])
+async def test_the_release_button_reaches_the_core_as_a_typed_press(start_desk: StartDesk, provider: Provider) -> None:
+    """A press is a ReleasePress, not the text "/release": nothing a person could type is
+    made up for it, and nothing of it is relayed to the subscriber."""
+    h = await start(start_desk, provider)
+    cid, sid, dispatch = await handoff_on(h, provider)
+    await provider.press_release(h, dispatch, sid)
+    async with h.desk.db.read() as session:
+        [event] = (await session.scalars(select(InboundEvent))).all()
+    press = stored_inbound(event.payload)
+    assert isinstance(press, ReleasePress)
+    assert press.author == "Kim"
+    assert press.outcome is None
+    assert event.result == "released"
+    assert [m["role"] for m in await h.messages(cid) if m["role"] == "human"] == []
 
 
 @providers(EVERY)

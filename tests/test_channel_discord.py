@@ -25,9 +25,10 @@ from bot.store.models import InboundEvent
 from channels.base import (
     ChannelAuthError,
     ChannelContext,
+    Dispatch,
     InboundMessage,
-    Outbound,
     PermanentChannelError,
+    Relay,
     TransientChannelError,
     UncertainDeliveryError,
 )
@@ -315,7 +316,7 @@ async def test_a_thread_that_failed_to_start_is_started_on_retry_without_posting
 async def test_a_post_retried_with_its_nonce_is_not_posted_twice(adapter: Any, fake: FakeDiscord) -> None:
     channel, _ = adapter
     thread = {"channel_id": str(STAFF_CHANNEL), "message_id": "1", "thread_id": str(GENERAL_CHANNEL)}
-    relay = Outbound(purpose="relay", handoff_session_id="hs_1", text="Ana: hi", body="hi", author="Ana", thread=thread,
+    relay = Relay(handoff_id="hs_1", text="Ana: hi", body="hi", author="Ana", thread=thread,
                      delivery_key="hd_7")
     fake.fail_next(MESSAGES, Fault(lose_answer=True))
     with pytest.raises(UncertainDeliveryError):
@@ -357,7 +358,7 @@ async def test_each_failure_is_one_request_and_a_typed_error(
     fake.fail_next(MESSAGES, fault)
     thread = {"channel_id": str(STAFF_CHANNEL), "message_id": "1", "thread_id": str(GENERAL_CHANNEL)}
     with pytest.raises(error) as caught:
-        await channel.send(Outbound(purpose="relay", handoff_session_id="hs_1", text="Ana: hi", body="hi", author="Ana",
+        await channel.send(Relay(handoff_id="hs_1", text="Ana: hi", body="hi", author="Ana",
                                     thread=thread, delivery_key="hd_1"))
     assert type(caught.value) is error
     assert hint in caught.value.hint
@@ -383,10 +384,10 @@ async def test_an_unreachable_discord_is_transient_and_a_lost_answer_uncertain(f
     brief = {"handoff_session_id": "hs_lost1", "short_code": "LOST", "conversation_id": "c", "summary": SUMMARY,
              "expected_action": ACTION}
     with pytest.raises(UncertainDeliveryError):
-        await channel.send(Outbound(purpose="dispatch", handoff_session_id="hs_lost1", text=SUMMARY, brief=brief,
+        await channel.send(Dispatch(handoff_id="hs_lost1", text=SUMMARY, brief=brief,
                                     delivery_key="hd_lost"))
     # the retry finds the thread started by the lost attempt (its id is the message's)
-    receipt = await channel.send(Outbound(purpose="dispatch", handoff_session_id="hs_lost1", text=SUMMARY, brief=brief,
+    receipt = await channel.send(Dispatch(handoff_id="hs_lost1", text=SUMMARY, brief=brief,
                                           delivery_key="hd_lost"))
     assert receipt.thread_key == receipt.message_id
     assert len(fake.posts(STAFF_CHANNEL)) == 1

@@ -19,14 +19,18 @@ from typing import Any
 
 import aiosmtplib
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from bot.config import ConfigError
 from bot.domain.rendering import Renderer
 from bot.store.models import InboundEvent
 from channels.base import (
+    ApprovalClosed,
+    ApprovalPrompt,
     ChannelAuthError,
     ChannelContext,
+    Dispatch,
     HandoffBrief,
     InboundMessage,
     Outbound,
@@ -36,6 +40,7 @@ from channels.base import (
 )
 from channels.email import EmailChannel, EmailConfig, html_to_text, one_line, strip_reply
 from tests.approval_actions import refund_action as shared_refund_action
+from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_smtp import FakeSMTP, Received, self_signed_certificate
 from tests.imports import imported_modules, importers_of
@@ -142,7 +147,7 @@ CONTEXT = ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere,
 def brief_outbound(summary: str = "Ana's order #1234 is a week late.") -> Outbound:
     brief = HandoffBrief(handoff_session_id="hs_standalone", short_code="STAN", conversation_id="c_1",
                          summary=summary, expected_action="Check the carrier.")
-    return Outbound(purpose="dispatch", handoff_session_id="hs_standalone", text="…", subject=None, brief=brief)
+    return Dispatch(handoff_id="hs_standalone", text="…", subject=None, brief=brief)
 
 
 # --------------------------------------------------------------------------- config
@@ -839,21 +844,20 @@ async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_witho
         brief = ApprovalBrief(approval_id="ap_big", action_id="import_rows", description="Import rows", risk="low",
                               arguments={"rows": ["x" * 100] * 1000}, conversation_id="c_1", decision_url="http://desk.test/a/t",
                               allow_always=True, expires_at="2026-03-14T10:05:00")
-        await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_big", text="…", approval=brief))
+        await adapter.send(ApprovalPrompt(text="…", approval=brief))
         text = smtp.messages[-1].part("text/plain")
         assert str(smtp.messages[-1].message["Subject"]) == "[Approval needed] import_rows (low risk)"
         assert "Deadline:  14 Mar 2026, 10:05 UTC" in text
         assert "[… cut here: " in text
         assert "The decision page shows every argument.]" in text
         assert "http://desk.test/a/t" in text
-        with pytest.raises(PermanentChannelError):  # a prompt without its brief is a bug, not a retry
-            await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_x", text="…"))
+        with pytest.raises(ValidationError):  # a prompt without its brief cannot even be built
+            ApprovalPrompt.model_validate({"text": "…"})
 
         fresh = standalone(smtp)  # after a restart: the prompt's subject is not known, the thread headers still are
         await fresh.start(CONTEXT)
         closed_text = "Nobody answered in time: x (ap_old) was denied and will not run."
-        receipt = await fresh.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_old",
-                                            text=closed_text, body=closed_text))
+        receipt = await fresh.send(ApprovalClosed(text=closed_text, approval=refund_brief("ap_old")))
         closed = smtp.messages[-1].message
         assert closed["In-Reply-To"] == fresh.approval_message_id("ap_old") == adapter.approval_message_id("ap_old")
         assert str(closed["Subject"]) == f"[Approval closed] {closed_text}"

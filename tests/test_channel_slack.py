@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from bot.config import Config, ConfigError
 from bot.domain.rendering import Renderer
 from bot.store.models import InboundEvent
-from channels.base import ChannelAuthError, ChannelContext, Outbound, TranscriptLine
+from channels.base import ChannelAuthError, ChannelContext, Notice, TranscriptLine
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
@@ -577,8 +577,7 @@ async def test_notices_link_only_the_desks_own_urls(fake: FakeSlack) -> None:
     fake.messages[CHANNEL].append({"type": "message", "ts": "1700000000.000001", "text": "a dispatch"})
     text = "Handoff K7: a new return-form link:\nhttp://desk.test/f/abc.def\nnot https://evil.example/x & <!here>"
     thread = {"channel": CHANNEL, "thread_ts": "1700000000.000001"}
-    receipt = await adapter.send(Outbound(purpose="notice", handoff_session_id="hs_1", text=text, body=text,
-                                          thread=thread, delivery_key="hd-9"))
+    receipt = await adapter.send(Notice(handoff_id="hs_1", text=text, about="form_link", thread=thread, delivery_key="hd-9"))
     assert receipt.thread_key == f"{CHANNEL}:1700000000.000001"
     assert receipt.thread == thread
     [notice] = fake.posts(CHANNEL, thread_ts="1700000000.000001")

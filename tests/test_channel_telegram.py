@@ -25,15 +25,18 @@ from sqlalchemy import func, select
 from bot.domain.rendering import Renderer
 from bot.store.models import InboundEvent
 from channels.base import (
+    ApprovalClosed,
     ChannelAuthError,
     ChannelContext,
     InboundMessage,
-    Outbound,
+    Notice,
+    Relay,
     TransientChannelError,
     UncertainDeliveryError,
 )
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
 from tests.approval_actions import refund_action as shared_refund_action
+from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 
@@ -370,7 +373,7 @@ async def test_a_timeout_after_sending_is_an_uncertain_delivery(fake: FakeTelegr
     handoff = await harness.desk.handoffs.get(sid)
     fake.hold("sendMessage")  # Telegram got it but never answers
     with pytest.raises(UncertainDeliveryError) as caught:
-        await adapter.send(Outbound(purpose="relay", handoff_session_id=sid, text="Ana: hi", author="Ana", body="hi",
+        await adapter.send(Relay(handoff_id=sid, text="Ana: hi", author="Ana", body="hi",
                                     thread=handoff.thread))
     fake.release()
     assert fake.requests("sendMessage")[-1]["text"] == "<b>Ana</b>: hi"  # the request did reach the provider
@@ -613,7 +616,7 @@ async def test_the_adapter_can_be_driven_without_the_desk(fake: FakeTelegram) ->
                                              api_base_url=fake.base_url, poll_timeout=5))
     await adapter.start(ChannelContext(public_url="http://127.0.0.1:8000", deliver_inbound=received.put, render=Renderer().render))
     try:
-        receipt = await adapter.send(Outbound(purpose="notice", handoff_session_id="hs_x", text="Hello staff", body="Hello staff"))
+        receipt = await adapter.send(Notice(handoff_id="hs_x", text="Hello staff", about="routing"))
         await fake.queue(fake.message_update("Who is this?", reply_to=int(receipt.message_id or 0)))
         message = await asyncio.wait_for(received.get(), timeout=10)
     finally:
@@ -824,8 +827,7 @@ async def test_a_closing_notice_for_a_prompt_it_never_saw_is_posted_on_its_own(f
     await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
     try:
         text = "Approved by @samlee <Sam>: refund_order (ap_x) will run."
-        receipt = await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_x",
-                                              text=text, body=text))
+        receipt = await adapter.send(ApprovalClosed(text=text, approval=refund_brief("ap_x")))
     finally:
         await adapter.stop()
     [closing] = fake.sent()
@@ -836,7 +838,7 @@ async def test_a_closing_notice_for_a_prompt_it_never_saw_is_posted_on_its_own(f
 
 
 async def test_a_closing_notice_that_carries_the_prompt_s_receipt_takes_its_buttons_away(fake: FakeTelegram) -> None:
-    """A restarted adapter knows no prompt; the notice's `thread` (the prompt's receipt) tells it."""
+    """A restarted adapter knows no prompt; the notice's `prompt` (the prompt's receipt) tells it."""
     adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
                                              api_base_url=fake.base_url, poll_timeout=0))
 
@@ -848,8 +850,8 @@ async def test_a_closing_notice_that_carries_the_prompt_s_receipt_takes_its_butt
         markup = {"inline_keyboard": [[{"text": "Approve", "callback_data": "ap:ap_x:y"}]]}
         prompt = await fake._api_sendMessage({"chat_id": STAFF_CHAT_ID, "text": "a prompt", "reply_markup": markup})
         text = "Denied by Kim: refund_order (ap_x) will not run."
-        await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_x", text=text,
-                                    body=text, thread={"chat_id": STAFF_CHAT_ID, "message_id": prompt["message_id"]}))
+        await adapter.send(ApprovalClosed(text=text, approval=refund_brief("ap_x"),
+                                          prompt={"chat_id": STAFF_CHAT_ID, "message_id": prompt["message_id"]}))
     finally:
         await adapter.stop()
     assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.text import BriefCut, Budget, SentParts, clip, fit_brief, short_duration, split, utf16_len
+from channels.text import BriefCut, Budget, SentParts, TextLimit, clip, fit_brief, short_duration, split, utf16_len
 
 # --------------------------------------------------------------------------- clip
 
@@ -242,3 +242,17 @@ def test_a_duration_reads_in_its_largest_whole_unit(seconds: float, said: str) -
 def test_under_a_second_reads_as_a_minute_only_where_asked() -> None:
     assert short_duration(0.3) == "0 h"  # what Slack's and Discord's help lines have always said
     assert short_duration(0.3, at_least_a_minute=True) == "1 min"  # WhatsApp's
+
+
+# --------------------------------------------------------------------------- TextLimit
+
+
+def test_a_text_limit_splits_and_fits_by_its_own_measure() -> None:
+    telegram_like = TextLimit(10)  # UTF-16 units by default
+    assert telegram_like.fits("👋" * 5)
+    assert not telegram_like.fits("👋" * 5, reserve=1)
+    assert telegram_like.split("👋" * 8) == ["👋" * 5, "👋" * 3]
+    assert telegram_like.split("one two three four", reserve=2) == ["one two", "three", "four"]
+
+    escaped = TextLimit(6, measure=lambda text: len(text.replace("*", "\\*")))
+    assert escaped.split("a*b*c*d") == ["a*b*", "c*d"]  # measured escaped: no escape is cut in half

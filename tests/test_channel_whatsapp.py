@@ -18,17 +18,23 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from bot.domain.rendering import Renderer
 from bot.store.models import InboundEvent
 from channels.base import (
+    ApprovalClosed,
+    ApprovalPrompt,
     ChannelAuthError,
     ChannelContext,
+    Dispatch,
     HandoffBrief,
     InboundMessage,
-    Outbound,
+    Notice,
     PermanentChannelError,
+    RecipientText,
+    Relay,
     TranscriptLine,
     TransientChannelError,
     UncertainDeliveryError,
@@ -36,6 +42,7 @@ from channels.base import (
 )
 from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppConfig, defuse, utf16_len
 from tests.approval_actions import refund_action as shared_refund_action
+from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, SENDER, FakeTwilio
 
@@ -153,9 +160,9 @@ async def test_every_handoff_on_the_channel_shares_the_line_key(fake: FakeTwilio
     adapter = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake)))
     await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=_drop, render=Renderer().render))
     try:
-        receipts = [await adapter.send(Outbound(purpose="dispatch", handoff_session_id=f"hs_{c}0000", text="x", brief=_brief(c)))
+        receipts = [await adapter.send(Dispatch(handoff_id=f"hs_{c}0000", text="x", brief=_brief(c)))
                     for c in ("a1b2", "c3d4")]
-        relay = await adapter.send(Outbound(purpose="relay", handoff_session_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi"))
+        relay = await adapter.send(Relay(handoff_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi"))
     finally:
         await adapter.stop()
     assert {r.thread_key for r in [*receipts, relay]} == {LINE_KEY}
@@ -245,7 +252,7 @@ async def test_a_notice_names_its_handoff_once(fake: FakeTwilio) -> None:
         for sid, body in (("hs_a1b20000", "Handoff A1B2 released (resolved); the assistant has taken the conversation back."),
                           ("hs_a1b20000", "Your message went to *Ana*'s handoff."),
                           ("hs_x-y_z0000", "Handoff XYZ0: *Ana* is waiting.")):  # codes keep the id's letters and digits
-            await adapter.send(Outbound(purpose="notice", handoff_session_id=sid, text=body, body=body, notice="routing"))
+            await adapter.send(Notice(handoff_id=sid, text=body, about="routing"))
     finally:
         await adapter.stop()
     assert bodies(fake, ANA_PHONE) == ["Handoff A1B2 released (resolved); the assistant has taken the conversation back.",
@@ -335,7 +342,7 @@ async def test_the_adapter_parses_a_webhook_without_the_desk(fake: FakeTwilio) -
         await adapter.stop()
     [message] = reply_.messages
     sid = dict(pair.split("=", 1) for pair in body.decode().split("&"))["MessageSid"]
-    assert message == InboundMessage(thread_key=LINE_KEY, text="#A7F3 done, /release", author="Sam Lee", dedupe_key=f"message:{sid}")
+    assert message == RecipientText(thread_key=LINE_KEY, text="#A7F3 done, /release", author="Sam Lee", dedupe_key=f"message:{sid}")
 
 
 # --------------------------------------------------------------------------- provider failures
@@ -395,7 +402,7 @@ async def test_a_twilio_5xx_is_an_uncertain_delivery_and_the_dispatch_is_retried
 async def test_error_classes_at_the_adapter(fake: FakeTwilio) -> None:
     adapter = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake, to=[ANA_PHONE])))
     await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=_drop, render=Renderer().render))
-    relay = Outbound(purpose="relay", handoff_session_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi")
+    relay = Relay(handoff_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi")
     cases: list[tuple[tuple[Any, ...], type[Exception], str]] = [
         ((429, 20429, "Too Many Requests"), TransientChannelError, "rate-limited"),
         ((503, 20503, "Service Unavailable"), UncertainDeliveryError, "may have been sent"),
@@ -435,7 +442,7 @@ async def test_with_a_template_a_relay_outside_the_window_says_the_template_open
     fake.fail(400, 63016, "outside the allowed window")
     try:
         with pytest.raises(PermanentChannelError) as caught:
-            await adapter.send(Outbound(purpose="relay", handoff_session_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi"))
+            await adapter.send(Relay(handoff_id="hs_a1b20000", text="Ana: hi", author="Ana", body="hi"))
     finally:
         await adapter.stop()
     assert "messages follow once they answer it" in caught.value.hint
@@ -691,12 +698,11 @@ async def test_huge_arguments_are_cut_visibly_and_the_link_is_kept(fake: FakeTwi
         brief = ApprovalBrief(approval_id="ap_big", action_id="import_rows", description="Import rows " * 100, risk="low",
                               arguments={"rows": [f"row {i}" for i in range(500)]}, conversation_id="c1",
                               decision_url="http://desk.test/a/" + "t" * 80, allow_always=True, expires_at="2026-03-14T10:05:00")
-        await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_big", text="…", approval=brief))
+        await adapter.send(ApprovalPrompt(text="…", approval=brief))
         closed = "Nobody answered in time: *import_rows* (ap_-big_) was denied and will not run."
-        await adapter.send(Outbound(purpose="notice", notice="approval_closed", handoff_session_id="ap_-big_", text=closed,
-                                    body=closed))
-        with pytest.raises(PermanentChannelError):
-            await adapter.send(Outbound(purpose="notice", notice="approval", handoff_session_id="ap_x", text="…"))
+        await adapter.send(ApprovalClosed(text=closed, approval=refund_brief("ap_-big_")))
+        with pytest.raises(ValidationError):  # a prompt without its brief cannot even be built
+            ApprovalPrompt.model_validate({"text": "…"})
     finally:
         await adapter.stop()
     prompt, closing = bodies(fake, ANA_PHONE)

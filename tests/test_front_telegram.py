@@ -20,8 +20,8 @@ from bot.store.models import Conversation, HandoffEvent, InboundEvent
 from channels.base import (
     ChannelContext,
     InboundMessage,
-    Outbound,
     PermanentChannelError,
+    ToSubscriber,
     TransientChannelError,
     UserActionPrompt,
 )
@@ -367,9 +367,8 @@ async def started(fake: FakeTelegram, config: TelegramConnection) -> TelegramCha
     return adapter
 
 
-def to_ana(body: str, **fields: Any) -> Outbound:
-    return Outbound(purpose="subscriber", handoff_session_id="c_x", text=body, body=body, thread={"chat": str(ANA["id"])},
-                    **fields)
+def to_ana(body: str, **fields: Any) -> ToSubscriber:
+    return ToSubscriber(conversation_id="c_x", text=body, body=body, chat=str(ANA["id"]), **fields)
 
 
 async def test_sent_text_is_escaped_split_when_long_and_buttons_go_under_the_last_part(fake: FakeTelegram) -> None:

@@ -23,10 +23,11 @@ from bot.domain.rendering import Renderer
 from bot.store.models import Conversation, HandoffEvent, InboundEvent
 from channels.base import (
     ChannelContext,
+    Dispatch,
     HandoffBrief,
     InboundMessage,
-    Outbound,
     PermanentChannelError,
+    ToSubscriber,
     TransientChannelError,
     UncertainDeliveryError,
     UserActionPrompt,
@@ -345,9 +346,9 @@ async def started(fake: FakeTwilio, config: WhatsAppConnection, *, subscribers: 
 
 
 def to_chat(number: str, body: str, *, author: str | None = None, key: str | None = None,
-            user_action: UserActionPrompt | None = None) -> Outbound:
-    return Outbound(purpose="subscriber", handoff_session_id="c_1", text=body, body=body, author=author,
-                    thread={"chat": number}, delivery_key=key, user_action=user_action)
+            user_action: UserActionPrompt | None = None) -> ToSubscriber:
+    return ToSubscriber(conversation_id="c_1", text=body, body=body, author=author, chat=number, delivery_key=key,
+                        user_action=user_action)
 
 
 async def test_long_messages_to_a_subscriber_come_in_numbered_parts_and_nothing_is_lost(fake: FakeTwilio) -> None:
@@ -399,7 +400,7 @@ async def test_outside_the_window_a_subscriber_send_is_permanent_and_says_they_m
         with pytest.raises(PermanentChannelError) as bad_chat:
             await adapter.send(to_chat("telegram:123", "hello"))
         with pytest.raises(PermanentChannelError) as no_staff:  # a front of its own never dispatches
-            await adapter.send(Outbound(purpose="dispatch", handoff_session_id="hs_a1b20000", text="x", brief=HandoffBrief(
+            await adapter.send(Dispatch(handoff_id="hs_a1b20000", text="x", brief=HandoffBrief(
                 handoff_session_id="hs_a1b20000", short_code="A1B2", conversation_id="c1", summary="s" * 30,
                 expected_action="do it please")))
     finally:
@@ -416,16 +417,16 @@ async def test_without_a_front_a_stranger_stays_ignored_and_with_one_staff_are_n
     from channels.base import WebhookRequest
 
     config = WhatsAppConfig(**channel(fake))
-    for subscribers, expected in ((False, None), (True, ("subscriber", CARLA_PHONE, "Carla"))):
+    for subscribers, expected in ((False, None), (True, ("subscriber_text", CARLA_PHONE, "Carla"))):
         adapter = await started(fake, config, subscribers=subscribers)
         try:
             stranger = await adapter.handle_webhook(WebhookRequest(*_signed(fake, CARLA_PHONE)))
             staff = await adapter.handle_webhook(WebhookRequest(*_signed(fake, ANA_PHONE)))
         finally:
             await adapter.stop()
-        got = [(m.sender, m.thread_key, m.author) for m in stranger.messages]
+        got = [(m.kind, m.chat, m.author) for m in stranger.messages]
         assert got == ([expected] if expected else [])
-        assert [(m.sender, m.thread_key) for m in staff.messages] == [("recipient", "whatsapp")]
+        assert [(m.kind, m.thread_key) for m in staff.messages] == [("recipient_text", "whatsapp")]
         assert stranger.messages == [] or stranger.messages[0].dedupe_key.startswith("message:SM")
 
 

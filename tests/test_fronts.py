@@ -19,7 +19,15 @@ from bot.desk import Desk
 from bot.runtime.clock import ManualClock
 from bot.store.models import Conversation, InboundEvent
 from bot.web.app import create_app
-from channels.base import ChannelConfig, DeliveryFailure, InboundMessage, TransientChannelError, UserActionAnswer
+from channels.base import (
+    ChannelConfig,
+    ChatOpened,
+    DeliveryFailure,
+    RecipientText,
+    SubscriberText,
+    TransientChannelError,
+    UserActionAnswer,
+)
 from tests.conftest import Harness, make_config
 from tests.fakes import FrontChannel
 
@@ -87,7 +95,7 @@ async def test_each_chat_is_a_conversation_and_the_agent_answers_in_it(front_des
         "You're welcome! Anything else I can do?",
     ]
     assert [o.body for o in adapter.to_chat("chat-2")][0].startswith("Hi Ben!")
-    assert all(o.author is None and o.handoff_session_id == ana.id for o in adapter.to_chat("chat-1"))
+    assert all(o.author is None and o.conversation_id == ana.id for o in adapter.to_chat("chat-1"))
     # the owner inbox is still the only channel a handoff can go to
     specs = await harness.desk.router.tool_specs(ana.id)
     handoff = next(s for s in specs if s.name == "handoff_request")
@@ -102,8 +110,8 @@ async def test_two_instances_meeting_a_new_chat_at_once_make_one_conversation(fr
     first, first_adapter = await front_desk()
     second, second_adapter = await front_desk()
     await asyncio.gather(
-        first.desk.fronts.handle(FRONT_ID, InboundMessage(sender="subscriber", thread_key="chat-1", text="Hi", author="Ana")),
-        second.desk.fronts.handle(FRONT_ID, InboundMessage(sender="subscriber", thread_key="chat-1", text="Hi", author="Ana")),
+        first.desk.fronts.handle(FRONT_ID, SubscriberText(chat="chat-1", text="Hi", author="Ana")),
+        second.desk.fronts.handle(FRONT_ID, SubscriberText(chat="chat-1", text="Hi", author="Ana")),
     )
     await first.desk.settle()
     await second.desk.settle()
@@ -141,7 +149,7 @@ async def test_a_chat_over_its_limit_is_told_once_and_not_answered(front_desk: F
 
 async def test_opening_the_chat_greets_with_the_owners_words(front_desk: FrontDesk) -> None:
     harness, adapter = await front_desk(greeting="Welcome to Acme! How can we help?")
-    await say(harness, adapter, "chat-1", "/start", author="Ana", opened=True)
+    await say(harness, adapter, "chat-1", author="Ana", event=ChatOpened)
     assert [o.body for o in adapter.to_chat("chat-1")] == ["Welcome to Acme! How can we help?"]
 
     # a provider without an "opened" event: the owner's greeting precedes the first answer
@@ -151,7 +159,7 @@ async def test_opening_the_chat_greets_with_the_owners_words(front_desk: FrontDe
     assert len(adapter.to_chat("chat-2")) == 3  # once per conversation
 
     plain, plain_adapter = await front_desk()
-    await say(plain, plain_adapter, "chat-9", "/start", author="Ana", opened=True)
+    await say(plain, plain_adapter, "chat-9", author="Ana", event=ChatOpened)
     assert plain_adapter.to_chat("chat-9")[0].body.startswith("Hi Ana! I'm the assistant.")
 
 
@@ -160,7 +168,7 @@ async def test_a_handoff_through_one_adapter_serving_both_roles(front_desk: Fron
     await say(harness, adapter, "chat-1", "My parcel is lost", author="Ana")
     await say(harness, adapter, "chat-1", PERSON, author="Ana")
     dispatch = next(o for o in adapter.sent if o.purpose == "dispatch")
-    sid = dispatch.handoff_session_id
+    sid = dispatch.handoff_id
     assert adapter.to_chat("chat-1")[-1].body == (  # the channel's public name: "Staff chat" is the owner's label
         "I've asked the Acme team to join — usually within the hour. Your messages now go straight to them.")
 
@@ -186,8 +194,8 @@ async def test_a_handoff_through_one_adapter_serving_both_roles(front_desk: Fron
     assert not any(b.startswith("[Bot resumed") for b in said)
 
 
-def _staff(sid: str, text: str, author: str) -> InboundMessage:
-    return InboundMessage(thread_key=f"thread-{sid}", text=text, author=author)
+def _staff(sid: str, text: str, author: str) -> RecipientText:
+    return RecipientText(thread_key=f"thread-{sid}", text=text, author=author)
 
 
 async def test_messages_wait_in_order_while_the_provider_is_down(front_desk: FrontDesk) -> None:
@@ -214,11 +222,9 @@ async def test_a_delivery_reported_failed_later_is_recorded_on_its_conversation(
     await say(harness, adapter, "chat-1", "Hello", author="Ana")
     message_id = f"msg-{len(adapter.sent)}"  # the scripted provider's receipt for the answer
     for _ in range(2):  # the provider's report, redelivered
-        await adapter.ctx.deliver_inbound(InboundMessage(
-            thread_key="", text="", dedupe_key=f"status:{message_id}",
-            failed_delivery=DeliveryFailure(message_id=message_id, error="undelivered", hint="write first")))
-    await adapter.ctx.deliver_inbound(InboundMessage(
-        thread_key="", text="", failed_delivery=DeliveryFailure(message_id="msg-unknown", error="failed")))
+        await adapter.ctx.deliver_inbound(DeliveryFailure(
+            dedupe_key=f"status:{message_id}", message_id=message_id, error="undelivered", hint="write first"))
+    await adapter.ctx.deliver_inbound(DeliveryFailure(message_id="msg-unknown", error="failed"))
     await harness.desk.settle()
     cid = (await chat_conversation(harness, "chat-1")).id
     async with harness.desk.db.read() as session:
@@ -248,21 +254,21 @@ async def test_user_action_buttons_answer_the_action_they_were_shown_with(front_
     assert (prompt.user_action.user_action_id, prompt.user_action.steps) == (uaid, 2)
     assert "Step 1 of 2: Open the bank app" in prompt.body
 
-    await say(harness, adapter, "chat-1", answer=UserActionAnswer(user_action_id=uaid, move="next"))
+    await say(harness, adapter, "chat-1", event=UserActionAnswer, user_action_id=uaid, move="next")
     moved = adapter.to_chat("chat-1")[-1]
     assert "Step 2 of 2: Type the code" in moved.body
     assert moved.user_action
     assert moved.user_action.step == 1
 
     await say(harness, adapter, "chat-2", "Hi", author="Eve")  # another chat's button cannot answer it
-    await say(harness, adapter, "chat-2", answer=UserActionAnswer(user_action_id=uaid, move="done"))
+    await say(harness, adapter, "chat-2", event=UserActionAnswer, user_action_id=uaid, move="done")
     assert (await harness.desk.user_actions.get(uaid)).state == "pending"
 
-    await say(harness, adapter, "chat-1", answer=UserActionAnswer(user_action_id=uaid, move="done"))
+    await say(harness, adapter, "chat-1", event=UserActionAnswer, user_action_id=uaid, move="done")
     assert (await harness.desk.user_actions.get(uaid)).state == "done"
     assert adapter.to_chat("chat-1")[-1].body == "Thanks, that's done. Let's carry on."
     before = len(adapter.sent)
-    await say(harness, adapter, "chat-1", answer=UserActionAnswer(user_action_id=uaid, move="cancelled"))
+    await say(harness, adapter, "chat-1", event=UserActionAnswer, user_action_id=uaid, move="cancelled")
     assert len(adapter.sent) == before  # a stale button changes nothing
 
 

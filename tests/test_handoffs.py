@@ -12,7 +12,7 @@ from bot.domain import conversations
 from bot.domain.handoffs import OnTheLine, parse_release_command
 from bot.store.models import HandoffSession, Message, OutboxItem
 from bot.store.vocabulary import Role
-from channels.base import InboundMessage, PermanentChannelError, TransientChannelError
+from channels.base import PermanentChannelError, RecipientText, TransientChannelError
 from tests.conftest import Harness, StartDesk
 
 SUCCESS_KEYS = {
@@ -215,7 +215,7 @@ async def test_recipient_release_token_releases(harness: Harness) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     outcome = await harness.desk.inbound.submit_and_wait(
-        1, InboundMessage(thread_key=sid, text="/release unresolved customer unreachable", author="Sam")
+        1, RecipientText(thread_key=sid, text="/release unresolved customer unreachable", author="Sam")
     )
     assert outcome == "released"
     handoff = await harness.handoff(sid)
@@ -286,7 +286,7 @@ async def test_a_reply_after_release_is_not_relayed(harness: Harness) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     await harness.client.post(f"/api/handoffs/{sid}/release", json={})
-    outcome = await harness.desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid, text="one more thing", author="Sam"))
+    outcome = await harness.desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid, text="one more thing", author="Sam"))
     assert outcome == "no active handoff in this thread"
     assert all(m["role"] != "human" for m in await harness.messages(cid))
 

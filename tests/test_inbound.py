@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlmodel import col
 
 from bot.store.models import InboundEvent
-from channels.base import InboundMessage
+from channels.base import RecipientText, ReleasePress
 from tests.conftest import Harness, StartDesk
 
 SECOND_CHANNEL = {"id": 2, "kind": "owner_inbox", "label": "Second inbox"}
@@ -28,8 +28,8 @@ async def desk_with_handoff(start_desk: StartDesk, scripted: Any) -> tuple[Harne
     return h, cid, sid
 
 
-def reply(sid: str, text: str, key: str | None = None) -> InboundMessage:
-    return InboundMessage(thread_key=f"thread-{sid}", text=text, author="Sam", dedupe_key=key)
+def reply(sid: str, text: str, key: str | None = None) -> RecipientText:
+    return RecipientText(thread_key=f"thread-{sid}", text=text, author="Sam", dedupe_key=key)
 
 
 async def human_texts(h: Harness, cid: str) -> list[str]:
@@ -83,7 +83,7 @@ async def test_a_reply_in_a_thread_without_an_active_handoff_is_ignored_and_reco
     start_desk: StartDesk, scripted: Any,
 ) -> None:
     h, cid, _sid = await desk_with_handoff(start_desk, scripted)
-    stray = InboundMessage(thread_key="thread-of-nothing", text="anyone?", dedupe_key="k")
+    stray = RecipientText(thread_key="thread-of-nothing", text="anyone?", dedupe_key="k")
     assert await h.desk.inbound.submit_and_wait(1, stray) == "no active handoff in this thread"
     [event] = await events(h)
     assert event.state == "ignored"
@@ -124,3 +124,19 @@ async def test_an_event_stuck_in_processing_is_retried_only_once_it_is_stale(sta
     h.desk.clock.advance(timedelta(minutes=2))
     assert await h.desk.inbound.process_pending() == 1
     assert await human_texts(h, cid) == ["lost in a crash"]
+
+
+async def test_a_release_press_releases_the_handoff_of_its_thread_with_the_outcome_it_names(
+    start_desk: StartDesk, scripted: Any,
+) -> None:
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    stray = ReleasePress(thread_key="thread-of-nothing", author="Sam")
+    assert await h.desk.inbound.submit_and_wait(1, stray) == "no active handoff in this thread"
+    press = ReleasePress(thread_key=f"thread-{sid}", author="  Sam \n Lee ", outcome="needs_followup", dedupe_key="press-1")
+    assert await h.desk.inbound.submit_and_wait(1, press) == "released"
+    handoff = await h.handoff(sid)
+    assert (handoff["state"], handoff["release_reason"], handoff["outcome"]) == ("released", "release_token", "needs_followup")
+    assert handoff["released_by"] == "Sam Lee"
+    again = ReleasePress(thread_key=f"thread-{sid}", author="Kim", dedupe_key="press-2")
+    assert await h.desk.inbound.submit_and_wait(1, again) == "no active handoff in this thread"
+    assert await human_texts(h, cid) == []

@@ -20,7 +20,7 @@ import uvicorn
 from bot.desk import Desk
 from bot.runtime.clock import Clock
 from bot.web.app import create_app
-from channels.base import InboundMessage
+from channels.base import RecipientText
 from tests import approval_actions
 from tests.conftest import CHROMIUM, make_config, shot
 
@@ -73,7 +73,7 @@ async def test_owner_works_a_handoff_in_the_browser(served: tuple[Desk, str], pa
         await shot(page, "inbox-handoff")
 
         # a human message from another path (a channel) also shows up live
-        await desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid, text="Tracking: https://carrier.example/abc", author="Kim"))
+        await desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid, text="Tracking: https://carrier.example/abc", author="Kim"))
         await page.wait_for_selector("#transcript >> text=carrier.example", timeout=10_000)
 
         await page.select_option("#outcome", "resolved")

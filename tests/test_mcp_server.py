@@ -23,7 +23,7 @@ from bot.clients.mcp_server import McpBridge, http_app
 from bot.desk import Desk
 from bot.runtime.clock import Clock
 from bot.web.app import create_app
-from channels.base import InboundMessage
+from channels.base import RecipientText
 from tests.conftest import Harness, StartDesk, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +130,7 @@ async def test_a_handoff_through_mcp_from_request_to_resume(start_desk: StartDes
 
         # The person answers in the owner inbox; the MCP client reads it.
         thread_key = (await harness.desk.handoffs.get(sid)).thread_key
-        await harness.desk.inbound.submit_and_wait(1, InboundMessage(thread_key=thread_key, text="It ships tomorrow.", author="Sam"))
+        await harness.desk.inbound.submit_and_wait(1, RecipientText(thread_key=thread_key, text="It ships tomorrow.", author="Sam"))
         seen = payload(await client.call_tool("conversation_messages", {}))
         assert seen["conversation_id"] == cid
         assert [m["text"] for m in seen["messages"] if m["role"] == "human"] == ["It ships tomorrow."]

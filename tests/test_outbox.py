@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.store.models import OutboxItem
-from channels.base import Outbound, TransientChannelError
+from channels.base import TransientChannelError, stored_outbound
 from tests.conftest import StartDesk
 
 
@@ -187,7 +187,7 @@ async def test_an_expired_claim_is_taken_over_with_a_check_first(start_desk: Sta
         relay = (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "relay"))).one()
         relay.state, relay.attempts = "sending", 1
         relay.lease_until = harness.desk.clock.now() + timedelta(seconds=60)
-    await channel.send(Outbound.model_validate(relay.payload).model_copy(update={"delivery_key": relay.delivery_key}))
+    await channel.send(stored_outbound(relay.payload).model_copy(update={"delivery_key": relay.delivery_key}))
     harness.desk.clock.advance(timedelta(seconds=61))
     await harness.desk.outbox.drain()
     assert channel.texts("relay") == ["Ana: only once"]

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from bot.config import ConfigError
 from bot.store.models import HandoffEvent, InboundEvent, OutboxItem
-from channels.base import InboundMessage
+from channels.base import RecipientText
 from tests.conftest import Harness, StartDesk, make_config
 
 
@@ -24,7 +24,7 @@ async def a_relayed_reply(harness: Harness, text: str) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     await harness.say(cid, "hello?")  # a relay in the outbox
-    await harness.desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid, text=text, author="Sam", dedupe_key=text))
+    await harness.desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid, text=text, author="Sam", dedupe_key=text))
     await harness.desk.settle()
 
 
@@ -34,7 +34,7 @@ async def test_finished_rows_past_their_age_are_pruned_and_the_rest_kept(start_d
     await a_relayed_reply(harness, "old reply")
     desk.clock.advance(timedelta(days=2, hours=12))
     await a_relayed_reply(harness, "newer reply")
-    pending = InboundMessage(thread_key="nowhere", text="stuck", dedupe_key="stuck")
+    pending = RecipientText(thread_key="nowhere", text="stuck", dedupe_key="stuck")
     await desk.inbound.store(1, pending)  # stored, never processed: kept whatever its age
     old_outbox, audit = await count(harness, OutboxItem), await count(harness, HandoffEvent)
 
@@ -49,7 +49,7 @@ async def test_finished_rows_past_their_age_are_pruned_and_the_rest_kept(start_d
     assert (await desk.retention.sweep())["outbox"] == old_outbox // 2  # the first handoff's dispatch and relay
     assert await count(harness, HandoffEvent) == audit  # the audit trail is never pruned
     # a redelivery of a pruned event would be taken as new; of a kept one, it is still dropped
-    assert await desk.inbound.submit_and_wait(1, InboundMessage(thread_key="x", text="newer reply", dedupe_key="newer reply")) == "duplicate"
+    assert await desk.inbound.submit_and_wait(1, RecipientText(thread_key="x", text="newer reply", dedupe_key="newer reply")) == "duplicate"
 
 
 async def test_null_keeps_everything(start_desk: StartDesk) -> None:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from bot.errors import NotFound
 from bot.store.models import OutboxItem
-from channels.base import InboundMessage
+from channels.base import RecipientText
 from tests.conftest import Harness, StartDesk
 
 
@@ -55,7 +55,7 @@ async def test_during_a_handoff_messages_go_to_the_human_and_back(start_desk: St
     assert handoff["idle_deadline"] == (harness.desk.clock.now() + timedelta(minutes=30)).isoformat()
 
     # the recipient answers in the thread; the subscriber sees it as a human message
-    await harness.desk.inbound.submit_and_wait(1, InboundMessage(
+    await harness.desk.inbound.submit_and_wait(1, RecipientText(
         thread_key=f"thread-{sid}", text="It ships tomorrow.", author="Sam", dedupe_key="evt-1"))
     human = (await harness.messages(cid))[-1]
     assert (human["role"], human["author"], human["text"], human["handoff_session_id"]) == ("human", "Sam", "It ships tomorrow.", sid)
@@ -67,7 +67,7 @@ async def test_during_a_handoff_messages_go_to_the_human_and_back(start_desk: St
 async def test_redelivered_inbound_events_are_dropped(harness: Harness) -> None:
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
-    message = InboundMessage(thread_key=sid, text="Hello from the team", author="Sam", dedupe_key="update-77")
+    message = RecipientText(thread_key=sid, text="Hello from the team", author="Sam", dedupe_key="update-77")
     assert await harness.desk.inbound.submit_and_wait(1, message) == "relayed"
     assert await harness.desk.inbound.submit_and_wait(1, message) == "duplicate"
     assert [m["text"] for m in await harness.messages(cid) if m["role"] == "human"] == ["Hello from the team"]
@@ -78,8 +78,8 @@ async def test_replies_in_one_thread_never_reach_another_conversation(harness: H
     ben = await harness.conversation("Ben", email=None)
     sid_ana = (await harness.start_handoff(ana))["handoff_session_id"]
     sid_ben = (await harness.start_handoff(ben))["handoff_session_id"]
-    await harness.desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid_ben, text="for Ben", author="Sam"))
-    await harness.desk.inbound.submit_and_wait(1, InboundMessage(thread_key=sid_ana, text="for Ana", author="Sam"))
+    await harness.desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid_ben, text="for Ben", author="Sam"))
+    await harness.desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid_ana, text="for Ana", author="Sam"))
     assert [m["text"] for m in await harness.messages(ana) if m["role"] == "human"] == ["for Ana"]
     assert [m["text"] for m in await harness.messages(ben) if m["role"] == "human"] == ["for Ben"]
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.store.models import InboundEvent
-from channels.base import InboundMessage, short_code_of
+from channels.base import RecipientText, short_code_of
 from tests.conftest import Harness, StartDesk
 from tests.fakes import LineChannel, ScriptedChannel
 
@@ -39,7 +39,7 @@ class Line:
 
     async def reply(self, text: str) -> str:
         """The recipient writes on the line; returns what the desk did with it."""
-        message = InboundMessage(thread_key=LineChannel.LINE, text=text, author="Kim")
+        message = RecipientText(thread_key=LineChannel.LINE, text=text, author="Kim")
         self.harness.desk.clock.advance(timedelta(seconds=1))  # type: ignore[attr-defined]
         result = await self.harness.desk.inbound.submit_and_wait(1, message)
         await self.harness.desk.settle()
@@ -150,7 +150,7 @@ async def test_threaded_channels_do_not_parse_codes(start_desk: StartDesk) -> No
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     code = short_code_of(sid)
-    message: Any = InboundMessage(thread_key=f"thread-{sid}", text=f"#{code} /list", author="Kim")
+    message: Any = RecipientText(thread_key=f"thread-{sid}", text=f"#{code} /list", author="Kim")
     assert await harness.desk.inbound.submit_and_wait(1, message) == "relayed"
     assert [m["text"] for m in await harness.messages(cid) if m["role"] == "human"] == [f"#{code} /list"]
 

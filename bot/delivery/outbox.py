@@ -5,10 +5,10 @@ change it reports (a subscriber message, a release), then delivered after commit
 between the two loses nothing: the worker finds the pending row on the next start.
 
 Rules the worker keeps:
-- per handoff (and per conversation, for messages to a subscriber's chat on a front: their
-  items carry the conversation id in `handoff_session_id`, the column that orders them),
-  messages go out in the order they were stored (an item waits while an
-  earlier one of the same session is pending), so a retry never reorders a conversation;
+- per stream (the message's `stream` key: its handoff, the conversation of a subscriber's
+  chat on a front, or the approval a prompt asks about), messages go out in the order they
+  were stored (an item waits while an earlier one of the same stream is pending), so a
+  retry never reorders a conversation;
 - an item is claimed by a conditional UPDATE with a lease, so several instances never send
   the same item at once, and an instance that dies mid-send gives it back when the lease ends;
 - transient errors back off exponentially (or as long as the provider asked), permanent
@@ -49,6 +49,7 @@ from channels.base import (
     Receipt,
     TransientChannelError,
     UncertainDeliveryError,
+    stored_outbound,
 )
 
 log = structlog.get_logger(__name__)
@@ -57,7 +58,7 @@ CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others ge
 
 
 def _due_statement() -> Any:
-    """Due relays and notices that are next in their handoff (nothing earlier unsent)."""
+    """Due relays and notices that are next in their stream (nothing earlier unsent)."""
     now: BindParameter[datetime] = bindparam("now")
     earlier = aliased(OutboxItem)
     blocked = exists().where(
@@ -102,12 +103,9 @@ _CLAIM_NEXT = _claim_next_statement()
 _DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "subscriber": "delivered_to_subscriber"}
 
 
-def _trail_ids(item: OutboxItem) -> dict[str, str | None]:
-    """Where an item's audit records belong: a message to a subscriber is ordered (and
-    filed) by its conversation, everything else by its handoff or approval."""
-    if item.purpose == "subscriber":
-        return {"conversation_id": item.handoff_session_id}
-    return {"handoff_session_id": item.handoff_session_id}
+def _trail(item: OutboxItem) -> dict[str, str]:
+    """The ids an item's audit records are filed under, as its message names them."""
+    return stored_outbound(item.payload).trail()
 
 
 class DeliveryFailed(Exception):
@@ -158,7 +156,7 @@ class Outbox:
         `claimed` and delivers it inline with `deliver_now`."""
         item = OutboxItem(
             channel_id=channel_id,
-            handoff_session_id=outbound.handoff_session_id,
+            handoff_session_id=outbound.stream,
             purpose=outbound.purpose,
             message_id=message_id,
             payload=outbound.model_dump(mode="json"),
@@ -184,7 +182,7 @@ class Outbox:
             self._worker is None
             or len(self._in_flight) >= self.concurrency
             or await session.scalar(select(exists().where(
-                col(OutboxItem.handoff_session_id) == outbound.handoff_session_id, col(OutboxItem.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
+                col(OutboxItem.handoff_session_id) == outbound.stream, col(OutboxItem.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
             )))
         )
         item = self.enqueue(session, channel_id=channel_id, outbound=outbound, now=now, message_id=message_id, claimed=not ahead)
@@ -304,7 +302,7 @@ class Outbox:
         adapter = self.channels.get(item.channel_id)
         if adapter is None or not self.channels.is_available(item.channel_id):
             raise TransientChannelError(f"channel {item.channel_id} is not running", hint="the channel is not available")
-        outbound = Outbound.model_validate(item.payload).model_copy(update={"delivery_key": item.delivery_key})
+        outbound = stored_outbound(item.payload).model_copy(update={"delivery_key": item.delivery_key})
         try:
             async with asyncio.timeout(timeout):
                 if adapter.capabilities.reconcile and item.uncertain:
@@ -387,13 +385,13 @@ class Outbox:
                 # may now have it twice. Say so in the trail instead of overwriting its record.
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
                 await audit.record(
-                    session, "delivery_claim_lost", at=now, actor="outbox", **_trail_ids(item),
+                    session, "delivery_claim_lost", at=now, actor="outbox", **_trail(item),
                     outbox_id=item.id, attempts=item.attempts, channel_message_id=receipt.message_id,
                 )
                 return None
             if item.purpose != "dispatch":
                 await audit.note(
-                    session, _DELIVERED[item.purpose], at=now, actor="outbox", **_trail_ids(item),
+                    session, _DELIVERED[item.purpose], at=now, actor="outbox", **_trail(item),
                     outbox_id=item.id, message_id=item.message_id, channel_message_id=receipt.message_id,
                     attempts=item.attempts,
                 )
@@ -436,7 +434,7 @@ class Outbox:
             await audit.note(
                 session,
                 "delivery_failed" if retry_in is None else "delivery_retry_scheduled",
-                at=now, actor="outbox", **_trail_ids(item),
+                at=now, actor="outbox", **_trail(item),
                 outbox_id=item.id, purpose=item.purpose, message_id=item.message_id, attempts=item.attempts,
                 error=str(error), error_type=type(error).__name__, hint=error.hint,
                 retry_in_seconds=None if retry_in is None else round(retry_in, 3),
@@ -462,7 +460,7 @@ class Outbox:
                     state=OutboxState.FAILED, last_error=f"reported by the provider after delivery: {failure.error}"))
             await audit.note(
                 session, "delivery_failed_after_acceptance", at=now, actor="provider",
-                **(_trail_ids(item) if item is not None else {}), channel_id=channel_id,
+                **(_trail(item) if item is not None else {}), channel_id=channel_id,
                 channel_message_id=failure.message_id, outbox_id=item.id if item else None,
                 purpose=item.purpose if item else None, error=failure.error, hint=failure.hint,
             )

@@ -55,7 +55,7 @@ from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import Approval, ApprovalGrant, Conversation, OutboxItem
 from bot.store.vocabulary import OutboxState, Role
-from channels.base import ApprovalBrief, Outbound, pretty_arguments
+from channels.base import ApprovalBrief, ApprovalClosed, ApprovalPrompt, pretty_arguments
 
 log = structlog.get_logger(__name__)
 
@@ -242,12 +242,11 @@ class Approvals:
             allow_always=approval.policy == "ask", expires_at=approval.deadline.isoformat(),
         )
 
-    def _prompt(self, approval: Approval, conversation: Conversation) -> Outbound:
+    def _prompt(self, approval: Approval, conversation: Conversation) -> ApprovalPrompt:
         brief = self._brief(approval, conversation.subscriber_name)
         text = self.renderer.render("messages/approval_prompt.txt", approval=brief,
                                     arguments=pretty_arguments(approval.arguments)[0]).strip()
-        return Outbound(purpose="notice", notice="approval", handoff_session_id=approval.id, text=text, body=text,
-                        approval=brief)
+        return ApprovalPrompt(text=text, approval=brief)
 
     # ------------------------------------------------------------------ decisions
 
@@ -436,9 +435,8 @@ class Approvals:
                 # where the prompt is (its receipt), so the adapter can edit it instead of searching
                 receipt = sent.get(channel_id) or {}
                 prompt = {**(receipt.get("thread") or {}), **({"message_id": receipt["message_id"]} if receipt.get("message_id") else {})}
-                await self.outbox.queue(session, channel_id=channel_id, now=now, outbound=Outbound(
-                    purpose="notice", notice="approval_closed", handoff_session_id=approval.id, text=text, body=text,
-                    thread=prompt, approval=brief,
+                await self.outbox.queue(session, channel_id=channel_id, now=now, outbound=ApprovalClosed(
+                    text=text, prompt=prompt, approval=brief,
                 ))
 
     async def _tell_agent(self, session: Any, approval: Approval, outcome: str, now: datetime) -> None:

@@ -55,7 +55,7 @@ from bot.store.models import (
     new_id,
 )
 from bot.store.vocabulary import OPEN_STATES, OUTCOMES_SPOKEN, HandoffState, OutboxState, Outcome, ReleaseReason, Role
-from channels.base import DEFAULT_PUBLIC_NAME, HandoffBrief, Outbound, Receipt
+from channels.base import DEFAULT_PUBLIC_NAME, Dispatch, HandoffBrief, Notice, Receipt, Relay
 from forms.fields import (
     MAX_RETURN_FIELDS,
     CoercedReturn,
@@ -63,7 +63,6 @@ from forms.fields import (
     ReturnValuesInvalid,
     check_unique_names,
     coerce_returned,
-    preview_line,
 )
 from forms.links import FormLinks
 
@@ -445,19 +444,18 @@ class Handoffs:
             found = await self.open_session(session, conversation_id)
             return found.id if found else None
 
-    def _dispatch_outbound(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> Outbound:
+    def _dispatch_outbound(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> Dispatch:
         brief = self._brief(handoff, conversation, history if handoff.include_transcript else [])
-        fields = stored_fields(handoff)
         text = self.renderer.render(
             "messages/dispatch.txt",
             brief=brief,
-            field_lines=[preview_line(f) for f in fields],
+            field_lines=brief.field_lines,
             channel_label=handoff.channel_label,
             idle_timeout=format_duration(self.idle_timeout),
             form_ttl=format_duration(self.forms.ttl),
         )
         subject = f"[Handoff {handoff.short_code}] {one_line(handoff.summary, 80)}"
-        return Outbound(purpose="dispatch", handoff_session_id=handoff.id, text=text, subject=subject, brief=brief)
+        return Dispatch(handoff_id=handoff.id, text=text, subject=subject, brief=brief)
 
     def _brief(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> HandoffBrief:
         return HandoffBrief(
@@ -640,9 +638,8 @@ class Handoffs:
         self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, message: Message, now: datetime
     ) -> None:
         author = conversation.subscriber_name or "Subscriber"
-        outbound = Outbound(
-            purpose="relay",
-            handoff_session_id=handoff.id,
+        outbound = Relay(
+            handoff_id=handoff.id,
             text=self.renderer.render("messages/relay.txt", author=author, text=message.text, short_code=handoff.short_code),
             author=author,
             body=message.text,
@@ -741,10 +738,7 @@ class Handoffs:
                 )
                 await self.outbox.queue(
                     session, channel_id=handoff.channel_id, now=now,
-                    outbound=Outbound(
-                        purpose="notice", handoff_session_id=sid, text=notice, body=notice, thread=handoff.thread,
-                        notice="released",
-                    ),
+                    outbound=Notice(handoff_id=sid, text=notice, thread=handoff.thread, about="released"),
                 )
                 await session.refresh(handoff)  # the released row, for the signal's handlers
                 record(session.info, HandoffReleased(handoff))
@@ -799,9 +793,7 @@ class Handoffs:
             )
             await self.outbox.queue(
                 session, channel_id=handoff.channel_id, now=now,
-                outbound=Outbound(
-                    purpose="notice", handoff_session_id=sid, text=text, body=text, thread=handoff.thread, notice="form_link",
-                ),
+                outbound=Notice(handoff_id=sid, text=text, thread=handoff.thread, about="form_link"),
             )
         return url
 

@@ -3,7 +3,8 @@ with the bot, a phone number), not only through the HTTP API or the web chat.
 
 A front is served by a channel adapter (bot/delivery/channel_set.py says which), so no provider code
 is written twice. Its messages arrive like a recipient's, through the inbound store
-(deduplicated, recovered after a crash), marked `sender="subscriber"`; here each chat
+(deduplicated, recovered after a crash), as subscriber events (`SubscriberText`, `ChatOpened`,
+`UserActionAnswer`); here each chat
 becomes one conversation and its messages go to the router, exactly as the API's would.
 
 The other way, every message a subscriber should read (the assistant's replies, a person's
@@ -35,7 +36,7 @@ from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import Conversation, Message
 from bot.store.vocabulary import Role
-from channels.base import InboundMessage, Outbound, UserActionAnswer, UserActionPrompt
+from channels.base import ChatOpened, SubscriberEvent, SubscriberText, ToSubscriber, UserActionAnswer, UserActionPrompt
 
 log = structlog.get_logger(__name__)
 
@@ -63,24 +64,30 @@ class Fronts:
 
     # ------------------------------------------------------------------ from the subscriber
 
-    async def handle(self, channel_id: int, message: InboundMessage) -> str:
+    async def handle(self, channel_id: int, message: SubscriberEvent) -> str:
         """One subscriber event from a front's adapter (stored and deduplicated already).
         Returns what happened, for the inbound record."""
         front = self._by_channel.get(channel_id)
         if front is None:
             return "ignored: this channel serves no front"
         cid, created = await self._conversation(front, message)
-        if message.answer is not None:
-            return await self._answer(cid, message.answer, front)
-        if message.opened:
-            await self._say(cid, front.greeting or self.renderer.render(
-                "messages/front_greeting.txt", subscriber=message.author).strip())
-            return "greeted"
+        match message:
+            case UserActionAnswer():
+                return await self._answer(cid, message, front)
+            case ChatOpened():
+                await self._say(cid, front.greeting or self.renderer.render(
+                    "messages/front_greeting.txt", subscriber=message.author).strip())
+                return "greeted"
+            case SubscriberText():
+                return await self._read(front, cid, created, message)
+
+    async def _read(self, front: ProviderFront, cid: str, created: bool, message: SubscriberText) -> str:
+        """A subscriber's words: to the router, unless the chat is over its rate limit."""
         if not message.text.strip():
             return "ignored: nothing to read"
-        wait = self._limits[front.name].take(message.thread_key)
+        wait = self._limits[front.name].take(message.chat)
         if wait:
-            return await self._slow_down(front, message.thread_key, cid, wait)
+            return await self._slow_down(front, message.chat, cid, wait)
         if created and front.greeting:
             # A provider without an "opened" event: the owner's greeting comes
             # before the answer to the first message, which is still the agent's to give.
@@ -88,12 +95,12 @@ class Fronts:
         result = await self.router.subscriber_message(cid, message.text)
         return f"routed to {result.routed_to}"
 
-    async def _conversation(self, front: ProviderFront, message: InboundMessage) -> tuple[str, bool]:
+    async def _conversation(self, front: ProviderFront, message: SubscriberEvent) -> tuple[str, bool]:
         """The chat's conversation, created on its first message. Two instances may both
         try: the unique index lets one win, and the other reads the winner's. A chat's
         conversation never changes (conversations are not deleted), so the answer is kept
         in memory: a busy chat costs no transaction of its own per message."""
-        chat, name = message.thread_key, (message.author or "").strip()[:200] or None
+        chat, name = message.chat, (message.author or "").strip()[:200] or None
         known = self._known.get((front.name, chat))
         if known is not None:
             return known, False
@@ -170,10 +177,10 @@ class Fronts:
                              "does not receive this message")
             return
         author = message.author if message.role == Role.HUMAN else None
-        outbound = Outbound(
-            purpose="subscriber", handoff_session_id=conversation.id, author=author, body=message.text,
+        outbound = ToSubscriber(
+            conversation_id=conversation.id, chat=conversation.subscriber_external_id, author=author, body=message.text,
             text=self.renderer.render("messages/to_subscriber.txt", author=author, text=message.text).strip(),
-            thread={"chat": conversation.subscriber_external_id}, user_action=user_action,
+            user_action=user_action,
         )
         await self.outbox.queue(session, channel_id=front.channel_id, outbound=outbound, now=message.created_at,
                                 message_id=message.id)

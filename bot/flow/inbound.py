@@ -30,8 +30,19 @@ from bot.runtime.metrics import Metrics
 from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import InboundEvent
-from bot.store.vocabulary import InboundState
-from channels.base import DeliveryFailure, InboundMessage
+from bot.store.vocabulary import InboundState, Outcome, ReleaseReason
+from channels.base import (
+    ChatOpened,
+    Decision,
+    DeliveryFailure,
+    InboundMessage,
+    RecipientText,
+    ReleasePress,
+    SubscriberEvent,
+    SubscriberText,
+    UserActionAnswer,
+    stored_inbound,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +51,7 @@ class Inbound:
     def __init__(
         self, *, db: Database, clock: Clock, handoffs: Handoffs, metrics: Metrics, background: Background,
         kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool], approvals: Approvals,
-        subscriber: Callable[[int, InboundMessage], Awaitable[str]],
+        subscriber: Callable[[int, SubscriberEvent], Awaitable[str]],
         late_failure: Callable[[int, DeliveryFailure], Awaitable[str]],
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
@@ -107,14 +118,24 @@ class Inbound:
                 return await self._finish(event, InboundState.FAILED, f"internal error ({type(exc).__name__})")
 
     async def _handle(self, event: InboundEvent) -> str:
-        message = InboundMessage.model_validate(event.payload)
-        if message.failed_delivery is not None:
-            return await self._finish(event, InboundState.DONE, await self._late_failure(event.channel_id, message.failed_delivery))
-        if message.sender == "subscriber":
-            said = await self._subscriber(event.channel_id, message)
-            return await self._finish(event, InboundState.IGNORED if said.startswith("ignored") else InboundState.DONE, said)
-        if message.decision is not None:
-            return await self._decide(event, message)
+        """Each kind of event, in one place."""
+        message = stored_inbound(event.payload)
+        match message:
+            case DeliveryFailure():
+                return await self._finish(event, InboundState.DONE, await self._late_failure(event.channel_id, message))
+            case SubscriberText() | ChatOpened() | UserActionAnswer():
+                said = await self._subscriber(event.channel_id, message)
+                return await self._finish(event, InboundState.IGNORED if said.startswith("ignored") else InboundState.DONE, said)
+            case Decision():
+                return await self._decide(event, message)
+            case ReleasePress():
+                return await self._release_press(event, message)
+            case RecipientText():
+                return await self._recipient_text(event, message)
+
+    async def _recipient_text(self, event: InboundEvent, message: RecipientText) -> str:
+        """A recipient's words: to the handoff of their thread (or, on a shared line, the one
+        they named or focus on), where `/release …` releases it."""
         route: Route | None = None
         if self._shared_line(event.channel_id):
             route = await self.lines.route(event.channel_id, message.thread_key, message.text)
@@ -132,17 +153,33 @@ class Inbound:
         except DeskError as exc:
             return await self._finish(event, InboundState.IGNORED, exc.message, handoff_session_id=sid)
         if isinstance(result, ReleaseResult):
-            outcome = "released" if result.released else "release was a no-op"
-            return await self._finish(event, InboundState.DONE, outcome, handoff_session_id=sid)
+            return await self._released(event, result, sid)
         if route is not None and route.ambiguous:
             await self.lines.acknowledge(event.channel_id, route)
         return await self._finish(event, InboundState.DONE, "relayed", handoff_session_id=sid)
 
-    async def _decide(self, event: InboundEvent, message: InboundMessage) -> str:
+    async def _release_press(self, event: InboundEvent, press: ReleasePress) -> str:
+        """A Release button under a dispatch: releases the handoff of its thread as a typed
+        `/release` does (the buttons live only in threads, never on a shared line)."""
+        handoff = await self.handoffs.by_thread(event.channel_id, press.thread_key)
+        if handoff is None:
+            return await self._finish(event, InboundState.IGNORED, "no active handoff in this thread")
+        try:
+            result = await self.handoffs.release(
+                handoff.id, reason=ReleaseReason.RELEASE_TOKEN, actor=" ".join((press.author or "").split())[:200] or "recipient",
+                outcome=Outcome(press.outcome) if press.outcome else None,
+            )
+        except DeskError as exc:
+            return await self._finish(event, InboundState.IGNORED, exc.message, handoff_session_id=handoff.id)
+        return await self._released(event, result, handoff.id)
+
+    async def _released(self, event: InboundEvent, result: ReleaseResult, sid: str) -> str:
+        outcome = "released" if result.released else "release was a no-op"
+        return await self._finish(event, InboundState.DONE, outcome, handoff_session_id=sid)
+
+    async def _decide(self, event: InboundEvent, decision: Decision) -> str:
         """An Approve / Deny button pressed in a channel; it counts only in a channel the
         prompt was sent to."""
-        decision = message.decision
-        assert decision is not None
         try:
             approval = await self.approvals.get(decision.approval_id)
         except DeskError as exc:
@@ -150,7 +187,7 @@ class Inbound:
         if event.channel_id not in approval.channel_ids:
             return await self._finish(event, InboundState.IGNORED, f"approval {approval.id} was not asked in this channel")
         result = await self.approvals.decide(
-            approval.id, approve=decision.approve, by=message.author or "recipient", via=f"channel:{event.channel_id}",
+            approval.id, approve=decision.approve, by=decision.author or "recipient", via=f"channel:{event.channel_id}",
             reason=decision.reason, always_allow=decision.always_allow,
         )
         if not result.changed:
@@ -184,12 +221,16 @@ class Inbound:
                 .where(col(InboundEvent.state) == InboundState.PENDING).order_by(col(InboundEvent.id))
             )).all()
         for event_id, channel_id, payload in pending:
-            await self.process(event_id, channel_id, _lane(channel_id, InboundMessage.model_validate(payload)))
+            await self.process(event_id, channel_id, _lane(channel_id, stored_inbound(payload)))
         return len(pending)
 
 
 def _lane(channel_id: int, message: InboundMessage) -> Hashable:
-    return (channel_id, message.thread_key) if message.sender == "subscriber" else channel_id
+    """A subscriber's chat is a lane of its own; a channel's recipients share one."""
+    match message:
+        case SubscriberText() | ChatOpened() | UserActionAnswer():
+            return (channel_id, message.chat)
+    return channel_id
 
 
 def _unique_key() -> str:

@@ -34,7 +34,7 @@ from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import Conversation, HandoffSession
 from bot.store.vocabulary import HandoffState
-from channels.base import Outbound
+from channels.base import Notice
 
 # "#A7F3 text", "#a7f3: text", "#A7F3" — short codes are 4 letters or digits (channels.base.short_code_of).
 _ADDRESS = re.compile(r"^\s*#([A-Za-z0-9]{4})(?=[\s:,]|$)[:,]?\s*", re.S)
@@ -157,9 +157,7 @@ class SharedLines:
         async with self.db.transaction() as session:
             await self.outbox.queue(
                 session, channel_id=channel_id, now=now,
-                outbound=Outbound(
-                    purpose="notice", notice="routing", handoff_session_id=on.id, text=text, body=text, thread=on.thread,
-                ),
+                outbound=Notice(handoff_id=on.id, text=text, thread=on.thread, about="routing"),
             )
             await audit.note(session, "line_answered", at=now, actor="desk", handoff_session_id=on.id,
                              template=template.rsplit("/", 1)[-1])

@@ -35,7 +35,17 @@ from bot.store.db import Database
 from bot.store.models import Conversation, HandoffSession
 from bot.store.vocabulary import Role
 from channels import register_kind
-from channels.base import Capabilities, ChannelAdapter, ChannelConfig, ChannelError, Outbound, Receipt
+from channels.base import (
+    Capabilities,
+    ChannelAdapter,
+    ChannelConfig,
+    ChannelError,
+    Dispatch,
+    HandoffMessage,
+    Notice,
+    Receipt,
+    Relay,
+)
 
 if TYPE_CHECKING:
     from bot.domain.handoffs import Handoffs
@@ -50,7 +60,7 @@ class AgentChannelConfig(ChannelConfig):
     estimated_response: str = Field(default="right away", min_length=1, max_length=200)
 
 
-Deliver = Callable[["AgentChannel", Outbound], Awaitable[Receipt]]
+Deliver = Callable[["AgentChannel", HandoffMessage], Awaitable[Receipt]]
 
 
 @register_kind  # the "agent" kind: the registry in channels/ never names this layer
@@ -76,9 +86,18 @@ class AgentChannel(ChannelAdapter):
         if self._deliver is None:
             raise ChannelError("the sibling agent channel was not bound to a desk")
 
-    async def send(self, outbound: Outbound) -> Receipt:
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+        return await self._bound(dispatch)
+
+    async def send_relay(self, relay: Relay) -> Receipt:
+        return await self._bound(relay)
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        return await self._bound(notice)
+
+    async def _bound(self, message: HandoffMessage) -> Receipt:
         assert self._deliver is not None, "start() checks the binding"
-        return await self._deliver(self, outbound)
+        return await self._deliver(self, message)
 
     async def stop(self) -> None:
         await self.agent.aclose()
@@ -97,18 +116,18 @@ class Siblings:
             if isinstance(adapter, AgentChannel):
                 adapter.bind(self.deliver)
 
-    async def deliver(self, channel: AgentChannel, outbound: Outbound) -> Receipt:
-        if outbound.purpose == "dispatch":
-            cid = await self._open(channel, outbound)
+    async def deliver(self, channel: AgentChannel, message: HandoffMessage) -> Receipt:
+        if isinstance(message, Dispatch):
+            cid = await self._open(channel, message)
             return Receipt(message_id=cid, thread_key=cid, thread={"conversation_id": cid})
-        cid = str(outbound.thread.get("conversation_id") or "")
+        cid = str(message.thread.get("conversation_id") or "")
         if not cid:
-            raise ChannelError(f"handoff {outbound.handoff_session_id} has no sibling conversation")
-        if outbound.purpose == "relay":
-            message_id = await self._store(cid, role=Role.SUBSCRIBER, text=outbound.body or outbound.text)
-            self._answer(channel, cid, outbound.handoff_session_id)
+            raise ChannelError(f"handoff {message.handoff_id} has no sibling conversation")
+        if isinstance(message, Relay):
+            message_id = await self._store(cid, role=Role.SUBSCRIBER, text=message.body or message.text)
+            self._answer(channel, cid, message.handoff_id)
         else:  # notices: what happened to the handoff, for the sibling's record
-            message_id = await self._store(cid, role=Role.SYSTEM, text=outbound.text)
+            message_id = await self._store(cid, role=Role.SYSTEM, text=message.text)
         return Receipt(message_id=f"{cid}:{message_id}", thread_key=cid)
 
     def on_activated(self, handoff: HandoffSession) -> None:
@@ -120,10 +139,9 @@ class Siblings:
 
     # ------------------------------------------------------------------ internals
 
-    async def _open(self, channel: AgentChannel, outbound: Outbound) -> str:
+    async def _open(self, channel: AgentChannel, dispatch: Dispatch) -> str:
         """The sibling conversation for this handoff; a retried dispatch finds the one it made."""
-        brief = outbound.brief
-        assert brief is not None, "a dispatch carries its brief"
+        brief = dispatch.brief
         now = self.clock.now()
         async with self.db.transaction() as session:
             existing = await session.scalar(

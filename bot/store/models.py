@@ -163,14 +163,17 @@ class OutboxItem(SQLModel, table=True):
     __tablename__ = "outbox"
     __table_args__ = (
         Index("ix_outbox_state_not_before", "state", "not_before"),
-        # "is an earlier item of this handoff still pending?" probes only unsent rows
+        # "is an earlier item of this stream still pending?" probes only unsent rows
         Index("ix_outbox_session_state_id", "handoff_session_id", "state", "id"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
     channel_id: int
+    # The message's `stream` (channels/base.py), which orders the items: a handoff id, a
+    # conversation id (messages to a subscriber's chat) or an approval id. The column keeps
+    # its first name; the audit trail takes its ids from the message, never from here.
     handoff_session_id: str | None = Field(default=None, max_length=40)
-    purpose: str = Field(max_length=16)  # dispatch | relay | notice
+    purpose: str = Field(max_length=16)  # the message's `purpose`: dispatch | relay | notice | subscriber
     message_id: int | None = None  # the conversation message a relay carries
     # Unique across databases, so two desks posting into one chat never mistake each other's
     # messages when reconciling.

@@ -85,7 +85,7 @@ from bot.web.deps import (
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
 from bot.web.pages import render_page, same_origin, secure_headers
-from channels.base import InboundMessage, pretty_arguments
+from channels.base import RecipientText, pretty_arguments
 from channels.text import clip
 from forms.fields import preview_line
 from forms.links import FormLinks, LinkUnavailable
@@ -598,7 +598,7 @@ async def reply(
                      message=f"text: at most {MAX_REPLY} characters, got {len(text)}; nothing was sent.")
     outcome = await inbound.submit_and_wait(
         handoff.channel_id,
-        InboundMessage(thread_key=handoff.thread_key, text=text, author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
+        RecipientText(thread_key=handoff.thread_key, text=text, author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
     )
     notice = "" if outcome in ("relayed", "duplicate") else outcome
     return _redirect(f"/inbox/handoffs/{sid}" + (f"?notice={quote(notice)}" if notice else ""))

@@ -13,14 +13,18 @@ import structlog
 from bot.runtime.bounded import BoundedDict
 from channels.base import (
     ApprovalBrief,
+    ApprovalClosed,
+    ApprovalPrompt,
     Capabilities,
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    Dispatch,
     HandoffBrief,
-    Outbound,
+    Notice,
     PermanentChannelError,
     Receipt,
+    Relay,
     TranscriptLine,
     TransientChannelError,
     pretty_arguments,
@@ -28,7 +32,7 @@ from channels.base import (
 from channels.discord.config import DiscordConfig
 from channels.discord.gateway import DiscordGateway
 from channels.discord.interactions import DiscordInteractions
-from channels.discord.markdown import _lines_within, clip_escaped, escape, hang, split_for_messages
+from channels.discord.markdown import _lines_within, clip_escaped, escape, escaped_length, hang, split_for_messages
 from channels.discord.protocol import (
     ACTION_BUDGET,
     ACTION_ROW,
@@ -61,8 +65,7 @@ from channels.discord.protocol import (
     TRANSCRIPT_RESERVE,
 )
 from channels.discord.rest import DiscordRest, nonce_of
-from channels.text import clip, short_duration
-from forms.fields import preview_line
+from channels.text import TextLimit, clip, short_duration
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
     import discord
@@ -78,7 +81,8 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
     config_model = DiscordConfig
     # reconcile=False: a lost answer is retried, and the nonce makes Discord answer that
     # retry with the message it already has (within its nonce window of a few minutes).
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, approvals=True)
+    text_limit = TextLimit(CONTENT_LIMIT, measure=escaped_length)
     config: DiscordConfig
 
     def __init__(self, config: ChannelConfig) -> None:
@@ -172,43 +176,41 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, outbound: Outbound) -> Receipt:
-        client = self._require_client()
-        if outbound.notice == "approval":
-            return await self._send_prompt(client, outbound)
-        if outbound.notice == "approval_closed":
-            return await self._close_prompt(client, outbound)
-        if outbound.purpose == "dispatch":
-            return await self._send_dispatch(client, outbound)
-        thread_id = outbound.thread.get("thread_id")
+    async def send_relay(self, relay: Relay) -> Receipt:
+        label = self._render("relay.txt", author=escape(clip(relay.author or "Subscriber", 80)))
+        parts = self._parts(relay.body, reserve=len(label) + 12)
+        return await self._post_in_thread(relay, relay.thread, [
+            f"{label}{f' ({i}/{len(parts)})' if len(parts) > 1 else ''} {part}" for i, part in enumerate(parts, 1)])
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        receipt = await self._post_in_thread(notice, notice.thread, self._parts(notice.text))
+        if notice.about == "released":
+            await self._retire_release_button(self._require_client(), notice.thread)
+        return receipt
+
+    def _parts(self, text: str, *, reserve: int = 0) -> list[str]:
+        """`text` escaped, in parts that fit one message beside `reserve` characters."""
+        return split_for_messages(text, self.text_limit.units - reserve)
+
+    async def _post_in_thread(self, message: Relay | Notice, thread: dict[str, Any], contents: list[str]) -> Receipt:
+        thread_id = thread.get("thread_id")
         if not thread_id:
             raise PermanentChannelError("no Discord thread for this handoff",
                                         hint="the handoff has no Discord thread to post into (its dispatch receipt lacks thread_id)")
-        body = (outbound.body if outbound.body is not None else outbound.text).strip()
-        if outbound.purpose == "relay":
-            label = self._render("relay.txt", author=escape(clip(outbound.author or "Subscriber", 80)))
-            parts = split_for_messages(body, CONTENT_LIMIT - len(label) - 12)
-            contents = [f"{label}{f' ({i}/{len(parts)})' if len(parts) > 1 else ''} {part}"
-                        for i, part in enumerate(parts, 1)]
-        else:
-            contents = split_for_messages(body, CONTENT_LIMIT)
+        client = self._require_client()
         first: dict[str, Any] | None = None
         for i, content in enumerate(contents):  # a failure after part 1: the retry resends all (nonces dedupe)
-            message = await self._post(client, int(thread_id), {
-                "content": content, "flags": SUPPRESS_EMBEDS, "nonce": nonce_of(outbound, i),
+            posted = await self._post(client, int(thread_id), {
+                "content": content, "flags": SUPPRESS_EMBEDS, "nonce": nonce_of(message, i),
             }, what="thread message")
-            first = first or message
+            first = first or posted
         assert first is not None
-        if outbound.notice == "released":
-            await self._retire_release_button(client, outbound)
-        return Receipt(message_id=str(first["id"]), thread_key=str(thread_id), thread=dict(outbound.thread))
+        return Receipt(message_id=str(first["id"]), thread_key=str(thread_id), thread=dict(thread))
 
-    async def _send_dispatch(self, client: discord.Client, outbound: Outbound) -> Receipt:
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
         from discord.http import Route
 
-        brief = outbound.brief
-        if brief is None:
-            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
+        client, brief = self._require_client(), dispatch.brief
         channel_id = self.config.channel_id
         message = self._posted.get(brief.handoff_session_id)
         if message is None:
@@ -217,7 +219,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
                                         CONTENT_LIMIT),
                 "embeds": [self._dispatch_embed(brief)],
                 "components": self._components(brief, release=True),
-                "nonce": nonce_of(outbound),
+                "nonce": nonce_of(dispatch),
             }, what="dispatch")
             self._posted[brief.handoff_session_id] = message
         message_id = int(message["id"])
@@ -239,12 +241,12 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         return Receipt(message_id=str(message_id), thread_key=str(thread_id),
                        thread={"channel_id": str(channel_id), "message_id": str(message_id), "thread_id": str(thread_id)})
 
-    async def _retire_release_button(self, client: discord.Client, outbound: Outbound) -> None:
+    async def _retire_release_button(self, client: discord.Client, thread: dict[str, Any]) -> None:
         """After a release, leave only the form link on the dispatch. Cosmetic: a failure is
         logged, never raised (the notice itself was posted)."""
         from discord.http import Route
 
-        channel_id, message_id = outbound.thread.get("channel_id"), outbound.thread.get("message_id")
+        channel_id, message_id = thread.get("channel_id"), thread.get("message_id")
         if not (channel_id and message_id and self.config.application_public_key):
             return
         route = Route("PATCH", "/channels/{channel_id}/messages/{message_id}", channel_id=int(channel_id), message_id=int(message_id))
@@ -263,34 +265,31 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
 
     # ------------------------------------------------------------------ approvals
 
-    async def _send_prompt(self, client: discord.Client, outbound: Outbound) -> Receipt:
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
         """An approval prompt: a message in the staff channel itself (no thread: it belongs
         to no handoff) with an embed, and Approve / Deny (/ Always allow) buttons when the
         interactions endpoint is configured; the decision page link always."""
-        approval = outbound.approval
-        if approval is None:
-            raise PermanentChannelError("an approval prompt without its brief", hint="internal error: the prompt carried no approval")
+        client, approval = self._require_client(), prompt.approval
         buttons = bool(self.config.application_public_key)
         title = self._render("approval_title.txt", approval=approval, who=approval.subscriber_name)
         message = await self._post(client, self.config.channel_id, {
             "content": clip_escaped(escape(title), CONTENT_LIMIT),
             "embeds": [self._prompt_embed(approval, buttons=buttons)],
             "components": self._prompt_components(approval, buttons=buttons),
-            "nonce": nonce_of(outbound),
+            "nonce": nonce_of(prompt),
         }, what="approval prompt")
         self._remember_prompt(approval.approval_id, str(message["id"]))
         return Receipt(message_id=str(message["id"]),
                        thread={"channel_id": str(self.config.channel_id), "message_id": str(message["id"])})
 
-    async def _close_prompt(self, client: discord.Client, outbound: Outbound) -> Receipt:
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
         """How an approval ended: the prompt is edited in place (buttons gone, the outcome in
         its embed). When it cannot be found or edited, the closing text is posted instead."""
         from discord.http import Route
 
-        approval_id = outbound.handoff_session_id
-        text = (outbound.body if outbound.body is not None else outbound.text).strip()
+        client, approval_id, text = self._require_client(), closed.approval.approval_id, closed.text.strip()
         channel_id = self.config.channel_id
-        prompt = await self._find_prompt(client, approval_id, outbound.thread)
+        prompt = await self._find_prompt(client, approval_id, closed.prompt)
         if prompt is not None:
             embeds = [dict(e) for e in prompt.get("embeds") or []][:1]
             if embeds:
@@ -311,20 +310,19 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
             else:
                 self._prompts.pop(approval_id, None)
                 return Receipt(message_id=str(prompt["id"]), thread={"channel_id": str(channel_id), "message_id": str(prompt["id"])})
-        parts = split_for_messages(text, CONTENT_LIMIT)
-        message = await self._post(client, channel_id, {"content": parts[0], "flags": SUPPRESS_EMBEDS,
-                                                        "nonce": nonce_of(outbound)}, what="approval outcome")
+        message = await self._post(client, channel_id, {"content": self._parts(text)[0], "flags": SUPPRESS_EMBEDS,
+                                                        "nonce": nonce_of(closed)}, what="approval outcome")
         return Receipt(message_id=str(message["id"]), thread={"channel_id": str(channel_id), "message_id": str(message["id"])})
 
-    async def _find_prompt(self, client: discord.Client, approval_id: str, thread: dict[str, Any]) -> dict[str, Any] | None:
+    async def _find_prompt(self, client: discord.Client, approval_id: str, receipt: dict[str, Any]) -> dict[str, Any] | None:
         """The prompt as Discord has it: by the id remembered at send (or press) or given in
-        the notice's `thread` (the prompt's receipt, should the core pass it), else among
+        the notice's `prompt` (the prompt's receipt), else among
         the channel's newest messages (after a restart), by the approval id on its buttons
         or in its footer. A transient failure is raised (the core retries the notice)."""
         from discord.http import Route
 
         channel_id = self.config.channel_id
-        known = self._prompts.get(approval_id) or thread.get("message_id")
+        known = self._prompts.get(approval_id) or receipt.get("message_id")
         try:
             if known is not None:
                 prompt: dict[str, Any] = await self._call("get approval prompt", client.http.request(Route(
@@ -417,7 +415,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         if brief.contact_back_email:
             embed.add_field(name="Contact back", value=clip_escaped(escape(brief.contact_back_email), FIELD_VALUE_LIMIT), inline=True)
         if brief.expected_return:
-            lines = [f"• {escape(preview_line(f))}" for f in brief.expected_return]
+            lines = [f"• {escape(line)}" for line in brief.field_lines]
             embed.add_field(name="Please hand back", value=_lines_within(lines, FIELD_VALUE_LIMIT, "on the return form"), inline=False)
         embed.set_footer(text=footer)
         if brief.extra_context:

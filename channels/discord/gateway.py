@@ -12,8 +12,8 @@ from channels.base import (
     ChannelAuthError,
     ChannelContext,
     ChannelError,
-    InboundMessage,
     PermanentChannelError,
+    RecipientText,
     TransientChannelError,
 )
 from channels.discord.sdk import SdkClient
@@ -82,7 +82,7 @@ class DiscordGateway(SdkClient):
         if inbound is not None and self._ctx is not None:
             await self._ctx.deliver_inbound(inbound)
 
-    def _inbound_from(self, message: discord.Message) -> InboundMessage | None:
+    def _inbound_from(self, message: discord.Message) -> RecipientText | None:
         import discord
 
         author = message.author
@@ -99,8 +99,8 @@ class DiscordGateway(SdkClient):
         if not text:
             return None
         name = getattr(author, "display_name", None) or author.name
-        return InboundMessage(thread_key=str(message.channel.id), text=text.replace("\x00", "\ufffd"),
-                              author=" ".join(str(name).split())[:80], dedupe_key=f"message:{message.id}")
+        return RecipientText(thread_key=str(message.channel.id), text=text.replace("\x00", "\ufffd"),
+                             author=" ".join(str(name).split())[:80], dedupe_key=f"message:{message.id}")
 
     def _is_handoff_thread(self, channel: Any) -> bool:
         import discord

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from bot.runtime.bounded import BoundedDict
-from channels.base import ChannelAdapter, Decision, InboundMessage, WebhookReply, WebhookRequest
+from channels.base import ChannelAdapter, Decision, ReleasePress, WebhookReply, WebhookRequest
 from channels.discord.config import DiscordConfig
 from channels.discord.protocol import (
     _APPROVAL_CUSTOM_ID,
@@ -95,16 +95,15 @@ class DiscordInteractions(ChannelAdapter):
         if message_id:
             self._remember_prompt(approval_id, str(message_id))  # so the closing notice finds it
         name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
-        decision = InboundMessage(
-            thread_key=f"approval:{approval_id}", text="", author=" ".join(str(name).split())[:80],
+        decision = Decision(
+            approval_id=approval_id, approve=approve, always_allow=always, author=" ".join(str(name).split())[:80],
             dedupe_key=f"interaction:{data.get('id')}",
-            decision=Decision(approval_id=approval_id, approve=approve, always_allow=always),
         )
         word = {"approve": "approve", "deny": "deny", "always": "always allow"}[choice]
         return WebhookReply(status=200, content_type="application/json", messages=[decision], body=json.dumps(_ephemeral_body(
             f"Your answer ({word}) is recorded; the first answer counts. The prompt changes once it is decided.")).encode())
 
-    def _release_click(self, data: dict[str, Any]) -> InboundMessage | None:
+    def _release_click(self, data: dict[str, Any]) -> ReleasePress | None:
         """A Release click on a dispatch (in our channel) or inside a handoff thread."""
         channel = data.get("channel") or {}
         channel_id = str(data.get("channel_id") or channel.get("id") or "")
@@ -121,8 +120,8 @@ class DiscordInteractions(ChannelAdapter):
         if not thread_id or not user.get("id") or user.get("bot"):
             return None
         name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
-        return InboundMessage(thread_key=thread_id, text="/release", author=" ".join(str(name).split())[:80],
-                              dedupe_key=f"interaction:{data.get('id')}")
+        return ReleasePress(thread_key=thread_id, author=" ".join(str(name).split())[:80],
+                            dedupe_key=f"interaction:{data.get('id')}")
 
     def _remember_prompt(self, approval_id: str, message_id: str) -> None:
         self._prompts[approval_id] = message_id  # the newest; the oldest past the limit is forgotten

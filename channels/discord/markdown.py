@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from bot.runtime.text import hang as shared_hang
+from channels.text import split
 
 _NUMBERED = re.compile(r"^(\s*\d+)\.(?=\s)", re.MULTILINE)
 
@@ -41,29 +42,15 @@ def hang(text: str) -> str:
     return shared_hang(text, 1, pad="\u2003")
 
 
+def escaped_length(text: str) -> int:
+    """How long `text` is once escaped: what Discord's 2000-character limit counts."""
+    return len(escape(text))
+
+
 def split_for_messages(text: str, limit: int) -> list[str]:
-    """Escaped parts of `text`, each at most `limit` characters, cut at a line break or space
-    near the end where there is one (raw text is cut, then escaped, so no escape is split)."""
-    parts: list[str] = []
-    rest = text.strip()
-    while rest:
-        if len(escape(rest)) <= limit:
-            parts.append(escape(rest))
-            break
-        low, high = 1, min(len(rest), limit)  # the longest raw prefix whose escaped form fits
-        while low < high:
-            middle = (low + high + 1) // 2
-            if len(escape(rest[:middle])) <= limit:
-                low = middle
-            else:
-                high = middle - 1
-        cut = low
-        soft = max(rest.rfind("\n", 0, cut), rest.rfind(" ", 0, cut))
-        if soft > cut // 2:
-            cut = soft + 1
-        parts.append(escape(rest[:cut].rstrip()))
-        rest = rest[cut:].lstrip()
-    return [p for p in parts if p] or [""]
+    """Escaped parts of `text`, each at most `limit` characters, cut where the shared
+    splitter cuts (raw text is cut, measured escaped, then escaped, so no escape is split)."""
+    return [escape(part.strip()) for part in split(text.strip(), limit, measure=escaped_length)]
 
 
 def _lines_within(lines: list[str], limit: int, left_out_word: str) -> str:

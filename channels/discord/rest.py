@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation 
 
 def nonce_of(outbound: Outbound, part: int = 0) -> str | None:
     """Discord nonces are at most 25 characters; derive one from the delivery key (and the
-    handoff, since keys are unique only within one desk's database)."""
+    message's stream, since keys are unique only within one desk's database)."""
     if not outbound.delivery_key:
         return None
-    digest = hashlib.blake2b(f"{outbound.handoff_session_id}:{outbound.delivery_key}:{part}".encode(), digest_size=12)
+    digest = hashlib.blake2b(f"{outbound.stream}:{outbound.delivery_key}:{part}".encode(), digest_size=12)
     return digest.hexdigest()[:NONCE_LENGTH]
 
 

@@ -9,29 +9,33 @@ import weakref
 from datetime import datetime
 from email.message import EmailMessage
 from email.utils import formataddr, formatdate
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
 from bot.runtime.bounded import BoundedDict
 from channels.base import (
     ApprovalBrief,
+    ApprovalClosed,
+    ApprovalPrompt,
     Capabilities,
     ChannelConfig,
     ChannelContext,
+    Dispatch,
     HandoffBrief,
-    Outbound,
-    PermanentChannelError,
+    HandoffMessage,
+    Notice,
     Receipt,
+    Relay,
     TransientChannelError,
     pretty_arguments,
+    short_code_of,
 )
 from channels.email.config import EmailConfig
 from channels.email.receiver import ReplyReceiving
 from channels.email.smtp import _WIRE, SmtpSending
 from channels.email.text import duration, one_line
 from channels.text import clip
-from forms.fields import preview_line
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +53,7 @@ class EmailChannel(SmtpSending, ReplyReceiving):
     config_model = EmailConfig
     # threads: replies map to their handoff by token; reconcile: SMTP cannot look a sent
     # message up, so a send that timed out mid-transfer is retried (maybe delivered twice).
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=False, reconcile=False)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=False, reconcile=False, approvals=True)
     config: EmailConfig
 
     def __init__(self, config: ChannelConfig) -> None:
@@ -80,44 +84,54 @@ class EmailChannel(SmtpSending, ReplyReceiving):
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, outbound: Outbound) -> Receipt:
+    def _require_started(self) -> None:
         if self._ctx is None:
             raise TransientChannelError("the email channel is not started", hint="the email channel is not running")
-        if outbound.notice in ("approval", "approval_closed"):
-            return await self._send_approval(outbound)
-        message_id = self._new_message_id(outbound.handoff_session_id)
-        if outbound.purpose == "dispatch":
-            message, subject = self._dispatch_message(outbound)
-            thread = {"message_id": message_id, "subject": subject}
-        else:
-            message = self._follow_up_message(outbound)
-            thread = dict(outbound.thread)
+
+    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+        self._require_started()
+        message, subject = self._dispatch_message(dispatch)
+        return await self._send_in_thread(dispatch, message, {"subject": subject})
+
+    async def send_relay(self, relay: Relay) -> Receipt:
+        self._require_started()
+        author = one_line(relay.author or "Subscriber", 200)
+        return await self._send_in_thread(relay, self._follow_up_message(relay, "relay", relay.body, author), dict(relay.thread))
+
+    async def send_notice(self, notice: Notice) -> Receipt:
+        self._require_started()
+        return await self._send_in_thread(notice, self._follow_up_message(notice, "notice", notice.text), dict(notice.thread))
+
+    async def _send_in_thread(self, outbound: HandoffMessage, message: EmailMessage, thread: dict[str, Any]) -> Receipt:
+        """Send a handoff's mail under a new Message-ID; a dispatch's is the thread's root."""
+        message_id = self._new_message_id(outbound.handoff_id)
         message["Message-ID"] = message_id
         await self._deliver(message)
-        return Receipt(message_id=message_id, thread_key=self.thread_key_of(outbound.handoff_session_id), thread=thread)
+        if isinstance(outbound, Dispatch):
+            thread = {"message_id": message_id, **thread}
+        return Receipt(message_id=message_id, thread_key=self.thread_key_of(outbound.handoff_id), thread=thread)
 
-    def _envelope(self, outbound: Outbound, subject: str, *, reply_to: str | None = None) -> EmailMessage:
+    def _envelope(self, about: str, subject: str, *, reply_to: str | None = None) -> EmailMessage:
+        """The headers every mail has; `about` is the handoff (or approval) it belongs to."""
         message = EmailMessage(policy=_WIRE)
         message["From"] = formataddr((self.config.from_name, self.config.from_address))
         message["To"] = ", ".join(self.config.to)
-        message["Reply-To"] = reply_to or self.reply_address(outbound.handoff_session_id)
+        message["Reply-To"] = reply_to or self.reply_address(about)
         message["Subject"] = subject
         message["Date"] = formatdate(usegmt=True)
         # Vacation responders and ticket systems leave auto-generated mail alone (RFC 3834),
         # so an out-of-office answer does not land in the subscriber's chat.
         message["Auto-Submitted"] = "auto-generated"
         message["X-Auto-Response-Suppress"] = "All"
-        message["X-Handoff-Desk"] = outbound.short_code
+        message["X-Handoff-Desk"] = short_code_of(about)
         return message
 
-    def _dispatch_message(self, outbound: Outbound) -> tuple[EmailMessage, str]:
-        brief = outbound.brief
-        if brief is None:
-            raise PermanentChannelError("a dispatch without its brief", hint="internal error: the dispatch carried no brief")
-        subject = one_line(outbound.subject or f"[Handoff {brief.short_code}] {brief.summary}", SUBJECT_LIMIT)
+    def _dispatch_message(self, dispatch: Dispatch) -> tuple[EmailMessage, str]:
+        brief = dispatch.brief
+        subject = one_line(dispatch.subject or f"[Handoff {brief.short_code}] {brief.summary}", SUBJECT_LIMIT)
         if brief.urgency == "high" and "URGENT" not in subject:
             subject = one_line("[URGENT] " + subject, SUBJECT_LIMIT)
-        message = self._envelope(outbound, subject)
+        message = self._envelope(dispatch.handoff_id, subject)
         variables = self._dispatch_variables(brief)
         message.set_content(self._render("dispatch.txt", **variables))
         message.add_alternative(self._render("dispatch.html", **variables), subtype="html")
@@ -127,58 +141,60 @@ class EmailChannel(SmtpSending, ReplyReceiving):
         return {
             "brief": brief,
             "who": brief.subscriber_name or "A subscriber",
-            "fields": [preview_line(f) for f in brief.expected_return],
+            "fields": brief.field_lines,
             "transcript": [(line.author or line.role, clip(line.text, TRANSCRIPT_LINE)) for line in brief.transcript],
             "idle": duration(brief.idle_timeout_seconds),
         }
 
-    def _follow_up_message(self, outbound: Outbound) -> EmailMessage:
-        """A relay or notice: a reply in the handoff's thread."""
+    def _follow_up_message(self, outbound: Relay | Notice, name: str, body: str, author: str = "Subscriber") -> EmailMessage:
+        """A relay or notice (template `name`): a reply in the handoff's thread."""
         root = outbound.thread.get("message_id")
         subject = outbound.thread.get("subject") or f"[Handoff {outbound.short_code}]"
-        message = self._envelope(outbound, one_line("Re: " + str(subject).removeprefix("Re: "), SUBJECT_LIMIT))
+        message = self._envelope(outbound.handoff_id, one_line("Re: " + str(subject).removeprefix("Re: "), SUBJECT_LIMIT))
         if root:
             message["In-Reply-To"] = str(root)
             message["References"] = str(root)
-        body = (outbound.body if outbound.body is not None else outbound.text).strip()
-        variables = {"author": one_line(outbound.author or "Subscriber", 200), "body": body, "short_code": outbound.short_code}
-        name = "relay" if outbound.purpose == "relay" else "notice"
+        variables = {"author": author, "body": body.strip(), "short_code": outbound.short_code}
         message.set_content(self._render(f"{name}.txt", **variables))
         message.add_alternative(self._render(f"{name}.html", **variables), subtype="html")
         return message
 
     # ------------------------------------------------------------------ approvals
 
-    async def _send_approval(self, outbound: Outbound) -> Receipt:
-        """An approval prompt as a new mail (not in any handoff thread), or the mail that
-        closes it, answering the prompt by its derived Message-ID."""
-        approval_id = outbound.handoff_session_id
+    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+        """An approval prompt as a new mail (not in any handoff thread)."""
+        self._require_started()
+        brief = prompt.approval
+        subject = one_line(f"[Approval needed] {brief.action_id} ({brief.risk} risk)", SUBJECT_LIMIT)
+        message = self._envelope(brief.approval_id, subject, reply_to=self.approval_reply_address())
+        variables = self._approval_variables(brief)
+        message.set_content(self._render("approval.txt", **variables))
+        message.add_alternative(self._render("approval.html", **variables), subtype="html")
+        self._approval_subjects[brief.approval_id] = subject
+        return await self._send_about_approval(brief.approval_id, message, "prompt")
+
+    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+        """The mail that closes an approval, answering the prompt by its derived Message-ID."""
+        self._require_started()
+        approval_id, body = closed.approval.approval_id, closed.text.strip()
         prompt_id = self.approval_message_id(approval_id, "prompt")
-        if outbound.notice == "approval":
-            brief = outbound.approval
-            if brief is None:
-                raise PermanentChannelError("an approval prompt without its brief",
-                                            hint="internal error: the approval prompt carried no approval")
-            subject = one_line(f"[Approval needed] {brief.action_id} ({brief.risk} risk)", SUBJECT_LIMIT)
-            message = self._envelope(outbound, subject, reply_to=self.approval_reply_address())
-            variables = self._approval_variables(brief)
-            message.set_content(self._render("approval.txt", **variables))
-            message.add_alternative(self._render("approval.html", **variables), subtype="html")
-            message_id = prompt_id
-            self._approval_subjects[approval_id] = subject
-        else:
-            body = (outbound.body if outbound.body is not None else outbound.text).strip()
-            # Mail clients that thread by subject want the prompt's; after a restart it is
-            # unknown here (the closing notice carries only its text) and the headers still thread it.
-            prompt_subject = self._approval_subjects.pop(approval_id, None)
-            subject = one_line("Re: " + prompt_subject if prompt_subject else f"[Approval closed] {body}", SUBJECT_LIMIT)
-            message = self._envelope(outbound, subject, reply_to=self.approval_reply_address())
-            message["In-Reply-To"] = prompt_id
-            message["References"] = prompt_id
-            variables = {"body": body, "approval_id": approval_id}
-            message.set_content(self._render("approval_closed.txt", **variables))
-            message.add_alternative(self._render("approval_closed.html", **variables), subtype="html")
-            message_id = self.approval_message_id(approval_id, "closed")
+        # Mail clients that thread by subject want the prompt's; after a restart it is
+        # unknown here (the closing notice carries only its text) and the headers still thread it.
+        prompt_subject = self._approval_subjects.pop(approval_id, None)
+        subject = one_line("Re: " + prompt_subject if prompt_subject else f"[Approval closed] {body}", SUBJECT_LIMIT)
+        message = self._envelope(approval_id, subject, reply_to=self.approval_reply_address())
+        message["In-Reply-To"] = prompt_id
+        message["References"] = prompt_id
+        variables = {"body": body, "approval_id": approval_id}
+        message.set_content(self._render("approval_closed.txt", **variables))
+        message.add_alternative(self._render("approval_closed.html", **variables), subtype="html")
+        return await self._send_about_approval(approval_id, message, "closed")
+
+    async def _send_about_approval(
+        self, approval_id: str, message: EmailMessage, which: Literal["prompt", "closed"],
+    ) -> Receipt:
+        prompt_id = self.approval_message_id(approval_id, "prompt")
+        message_id = self.approval_message_id(approval_id, which)
         del message["X-Handoff-Desk"]
         message["X-Handoff-Approval"] = approval_id
         message["Message-ID"] = message_id

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from channels.base import ChannelContext, InboundMessage, TransientChannelError
+from channels.base import ChannelContext, RecipientText, TransientChannelError
 from channels.email.config import InboundSettings
 from channels.email.replies import _is_automatic, _reply_text, message_ids_in
 from channels.email.text import one_line
@@ -33,7 +33,7 @@ class _Verdict:
     """What the receiver decided about one incoming message."""
 
     reply: str  # the SMTP answer
-    message: InboundMessage | None = None
+    message: RecipientText | None = None
 
 
 class ReplyReceiving(ReplyTokens):
@@ -149,7 +149,7 @@ class ReplyReceiving(ReplyTokens):
         if len(dedupe) > 200:
             dedupe = "message-id-sha256:" + hashlib.sha256(message_id.encode()).hexdigest()
         author = one_line(name, 200) or sender
-        return _Verdict("250 2.0.0 reply accepted", InboundMessage(thread_key=key, text=text, author=author, dedupe_key=dedupe))
+        return _Verdict("250 2.0.0 reply accepted", RecipientText(thread_key=key, text=text, author=author, dedupe_key=dedupe))
 
 
 class _Receiver:
