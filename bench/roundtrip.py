@@ -84,6 +84,8 @@ DESK_PHASES = ("create", "request", "link", "form GET", "form POST", "resumed")
 AH_PHASES = ("create", "get", "complete", "poll")
 TICKS = os.sysconf("SC_CLK_TCK")
 COUNTERS = ("statements", "select", "insert", "update", "delete", "write tx", "read tx", "rollback", "aiosqlite")
+GC_COUNTERS = ("gc passes", "gc full passes", "gc us", "gc max us")
+SLOTS = COUNTERS + GC_COUNTERS
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -463,19 +465,37 @@ def run_pass(name: str, servers: list[Server], phases: tuple[str, ...], count: i
 
 def serve_counted(counter_file: str, argv: list[str]) -> None:
     """`handoff serve` with SQLAlchemy event listeners that count, into a shared file, every
-    statement by verb, every transaction begun, committed and rolled back, and every call
-    aiosqlite hands to its thread. The bench process reads the file between steps."""
+    statement by verb, every transaction begun and rolled back, and every call aiosqlite
+    hands to its thread, and a gc callback that times every collection. The bench process
+    reads the file between steps."""
+    import gc
+
     import aiosqlite.core
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
     with open(counter_file, "r+b") as f:
-        shared = mmap.mmap(f.fileno(), 8 * len(COUNTERS))
-    slots = {name: i for i, name in enumerate(COUNTERS)}
+        shared = mmap.mmap(f.fileno(), 8 * len(SLOTS))
+    slots = {name: i for i, name in enumerate(SLOTS)}
 
-    def bump(name: str) -> None:
+    def bump(name: str, by: int = 1, keep_max: bool = False) -> None:
         offset = 8 * slots[name]
-        shared[offset:offset + 8] = struct.pack("q", struct.unpack("q", shared[offset:offset + 8])[0] + 1)
+        old = struct.unpack("q", shared[offset:offset + 8])[0]
+        shared[offset:offset + 8] = struct.pack("q", max(old, by) if keep_max else old + by)
+
+    gc_started = [0]
+
+    def _collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter_ns()
+            return
+        took = (time.perf_counter_ns() - gc_started[0]) // 1000
+        bump("gc passes")
+        bump("gc full passes", int(info["generation"] == 2))
+        bump("gc us", took)
+        bump("gc max us", took, keep_max=True)
+
+    gc.callbacks.append(_collection)
 
     @event.listens_for(Engine, "before_cursor_execute")
     def _statement(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
@@ -527,10 +547,10 @@ def print_cprofile(stats_file: Path, lines: int) -> None:
 
 
 def counter_reader(path: Path) -> Callable[[], list[int]]:
-    path.write_bytes(b"\0" * 8 * len(COUNTERS))
+    path.write_bytes(b"\0" * 8 * len(SLOTS))
     f = open(path, "rb")  # noqa: SIM115 - open for the run
-    view = mmap.mmap(f.fileno(), 8 * len(COUNTERS), access=mmap.ACCESS_READ)
-    return lambda: list(struct.unpack(f"{len(COUNTERS)}q", view[:]))
+    view = mmap.mmap(f.fileno(), 8 * len(SLOTS), access=mmap.ACCESS_READ)
+    return lambda: list(struct.unpack(f"{len(SLOTS)}q", view[:]))
 
 
 # --------------------------------------------------------------------------- profiles (py-spy raw output)
@@ -635,7 +655,7 @@ def print_pass(p: Pass) -> None:
               + (f"; {t.early} answered before the POST's own answer (negative lag)" if t.early else ""))
 
 
-def print_counts(t: Tally) -> None:
+def print_counts(t: Tally, gc_before: list[int], gc_after: list[int]) -> None:
     print(f"\nSQL per round trip on SQLite (mean of {t.done}): statements other than BEGIN, by verb; transactions by "
           "their BEGIN (write = IMMEDIATE), rollbacks, and the calls aiosqlite ran on its thread")
     print(f"   {'step':<10}" + "".join(f"{c:>11}" for c in COUNTERS))
@@ -648,6 +668,10 @@ def print_counts(t: Tally) -> None:
         totals = [a + b for a, b in zip(totals, means, strict=True)]
         print(f"   {phase:<10}" + "".join(f"{m:>11.1f}" for m in means))
     print(f"   {'total':<10}" + "".join(f"{m:>11.1f}" for m in totals))
+    gc_delta = dict(zip(GC_COUNTERS, (b - a for a, b in zip(gc_before, gc_after, strict=True)), strict=True))
+    print(f"   garbage collector over the {t.done} round trips: {gc_delta['gc passes']} passes "
+          f"({gc_delta['gc full passes']} full), {gc_delta['gc us'] / 1000:.1f} ms in all, "
+          f"longest pause {gc_after[-1] / 1000:.1f} ms (since start-up)")
 
 
 # --------------------------------------------------------------------------- main
@@ -725,8 +749,10 @@ def main(args: argparse.Namespace) -> None:
                              command=[sys.executable, str(Path(__file__).resolve()), "serve-counted", str(folder / "counters.bin")])
         try:
             run_pass("warm-up", [counted], DESK_PHASES, 5, 1, desk_trip)
-            tally = run_pass("counted", [counted], DESK_PHASES, 30, 1, desk_trip, counters=read).tally
-            print_counts(tally)
+            gc_before = read()[len(COUNTERS):]
+            tally = run_pass("counted", [counted], DESK_PHASES, args.count_n, 1, desk_trip,
+                             counters=lambda: read()[:len(COUNTERS)]).tally
+            print_counts(tally, gc_before, read()[len(COUNTERS):])
         finally:
             counted.stop()
 
@@ -811,6 +837,7 @@ if __name__ == "__main__":
     parser.add_argument("--awaithumans-python", metavar="PATH", help="a python with awaithumans[server]==0.1.12 already installed")
     parser.add_argument("--count-sql", action="store_true", help="count SQL statements and transactions per step")
     parser.add_argument("--profile", metavar="DIR", help="run the concurrent SQLite pass under py-spy, write the raw profile to DIR")
+    parser.add_argument("--count-n", type=int, default=100, help="round trips of the --count-sql pass (default 100)")
     parser.add_argument("--cprofile", metavar="FILE", help="run a concurrent SQLite pass under cProfile, write its stats to FILE")
     parser.add_argument("--lines", type=int, default=25, help="lines per profile top (default 25)")
     parser.add_argument("--log-level", default="warning", help="the servers' log level (default warning)")
