@@ -719,12 +719,13 @@ def main(args: argparse.Namespace) -> None:
         results["seq"] = run_pass("SQLite, 1 instance, sequential", [desk], DESK_PHASES, args.sequential, 1, desk_trip,
                                   per_step_cpu=True)
         print_pass(results["seq"])
-        if not args.profile:
+        if not args.profile and args.concurrent:
             results["conc"] = run_pass(f"SQLite, 1 instance, {args.clients} clients", [desk], DESK_PHASES, args.concurrent,
                                        args.clients, desk_trip)
             print_pass(results["conc"])
-        results["parked"] = run_pass("SQLite, 1 instance, parked long-poll", [desk], DESK_PHASES, args.parked, 1, parked_trip)
-        print_pass(results["parked"])
+        if args.parked:
+            results["parked"] = run_pass("SQLite, 1 instance, parked long-poll", [desk], DESK_PHASES, args.parked, 1, parked_trip)
+            print_pass(results["parked"])
     finally:
         desk.stop()
 
