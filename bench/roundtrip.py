@@ -2,7 +2,8 @@
 processes over real HTTP on loopback, next to awaithumans doing the same shape.
 
 Run:  python bench/roundtrip.py [--sequential 150] [--concurrent 300] [--clients 20] [--parked 200]
-                                [--no-postgres] [--no-awaithumans] [--profile DIR] [--count-sql]
+                                [--no-postgres] [--no-awaithumans] [--awaithumans-python PATH]
+                                [--count-sql [--count-n 100]] [--profile DIR] [--cprofile FILE]
 
 One round trip is what an agent and a person do for one handoff:
 
@@ -33,10 +34,12 @@ its own under a temporary directory, when pip can install it: create task → GE
 complete → poll (its long-poll checks once a second). Otherwise the script says so.
 
 `--count-sql` adds a sequential pass against a server whose SQLAlchemy engines count their
-statements, transactions and aiosqlite calls (listeners installed by this file in the served
-process, `serve-counted` below); `--profile DIR` runs the SQLite server under py-spy during
-the concurrent pass and prints the top of the profile by own and by cumulative time for
-the whole process and for the `handoff_request`, form POST and long-poll routes.
+statements, transactions, aiosqlite calls and new connections, and whose garbage collections
+are timed (listeners installed by this file in the served process, `serve-counted` below).
+`--profile DIR` runs the concurrent SQLite pass under py-spy (`--gil`: samples of the thread
+holding the GIL, so waits are left out) and prints the top of the profile by own and by
+cumulative samples for the whole process and for the `handoff_request`, form POST and
+long-poll routes; `--cprofile FILE` does the same pass under cProfile (`serve-profiled`).
 Figures are wall-clock on whatever machine runs this; nothing here asserts a threshold.
 """
 
