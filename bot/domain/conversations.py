@@ -160,19 +160,25 @@ class Conversations:
             return await get(session, conversation_id)
 
     async def messages(self, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
-        """Messages with an id above `after`, oldest first; NotFound for an unknown conversation."""
+        """Messages with an id above `after`, oldest first; NotFound for an unknown conversation.
+        Messages found prove the conversation exists, so only an empty answer looks it up."""
         async with self.db.read() as session:
-            await get(session, conversation_id)
-            return await messages_after(session, conversation_id, after, limit)
+            found = await messages_after(session, conversation_id, after, limit)
+            if not found:
+                await get(session, conversation_id)
+            return found
 
     async def wait_for_messages(self, conversation_id: str, after: int, limit: int, wait: float) -> list[Message]:
         """Messages after `after`, waiting up to `wait` seconds for one to arrive: woken at
-        once by this process, re-checked every 2 s for messages other instances wrote."""
+        once by this process, re-checked every 2 s for messages other instances wrote. The
+        first check settles that the conversation exists; the re-checks after a wake-up are
+        the one indexed message query (conversations are never deleted while polled)."""
         messages = await self.messages(conversation_id, after, limit)
         remaining = wait
         while not messages and remaining > 0:
             step = min(2.0, remaining)
             await self.bus.wait(conversation_id, timeout=step)
             remaining -= step
-            messages = await self.messages(conversation_id, after, limit)
+            async with self.db.read() as session:
+                messages = await messages_after(session, conversation_id, after, limit)
         return messages
