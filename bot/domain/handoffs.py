@@ -397,9 +397,10 @@ class Handoffs:
                     estimated_response=adapter.config.estimated_response,
                     created_at=now,
                 )
+                link = self.forms.new_link(handoff, now)
                 session.add(handoff)
                 await session.flush()
-                await self.forms.issue(session, handoff, now)
+                session.add(link)  # inserted by the next flush, after its handoff
                 requested = await audit.record(
                     session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=conversation_id, channel_id=adapter.id, channel_kind=adapter.kind,
@@ -480,9 +481,9 @@ class Handoffs:
         notified then, and the handoff is activated from that receipt instead."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            if not await _leave_dispatching(session, sid, dispatch_sent=False, state=HandoffState.FAILED, failure=hint):
+            handoff = await _leave_dispatching(session, sid, dispatch_sent=False, state=HandoffState.FAILED, failure=hint)
+            if handoff is None:
                 return False
-            handoff = await self._get(session, sid)
             await session.execute(
                 update(OutboxItem)
                 .where(col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch", col(OutboxItem.state) != OutboxState.SENT)
@@ -510,13 +511,13 @@ class Handoffs:
         dispatch is not recorded as sent (the send's record lost its claim)."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            if not await _leave_dispatching(
+            handoff = await _leave_dispatching(
                 session, sid, dispatch_sent=True, state=HandoffState.ACTIVE, channel_message_id=receipt.message_id,
                 thread_key=receipt.thread_key, thread=receipt.thread, activated_at=now, focused_at=now,
                 last_activity_at=now, idle_deadline=now + self.idle_timeout,
-            ):
+            )
+            if handoff is None:
                 return None
-            handoff = await self._get(session, sid)
             held = (await session.scalars(
                 select(Message).where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber").order_by(col(Message.id))
             )).all()
@@ -864,22 +865,24 @@ class _AlreadyOpen(Exception):
         self.session_id = session_id
 
 
-async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> bool:
-    """The compare-and-set out of `dispatching`; False when another caller moved it first.
-    Whether a person was notified decides which way it may go: to `active` only once the
-    dispatch is recorded as sent, to `failed` only while it is not."""
+async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> HandoffSession | None:
+    """The compare-and-set out of `dispatching`: the changed row as the UPDATE returns it, or
+    None when another caller moved it first. Whether a person was notified decides which way
+    it may go: to `active` only once the dispatch is recorded as sent, to `failed` only while
+    it is not."""
     sent = exists().where(
         col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch",
         col(OutboxItem.state) == OutboxState.SENT,
     )
-    changed = await execute_dml(
-        session,
+    changed = await session.scalars(
         update(HandoffSession)
         .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING,
                sent if dispatch_sent else ~sent)
         .values(**values)
+        .returning(HandoffSession)
+        .execution_options(populate_existing=True)
     )
-    return changed.rowcount == 1
+    return changed.first()
 
 
 def stored_fields(handoff: HandoffSession) -> list[ReturnField]:
