@@ -19,6 +19,11 @@ from bot.store.models import Conversation, Message, new_id
 from bot.store.vocabulary import Role
 from channels.base import TranscriptLine, UserActionPrompt
 
+# session.info key: the `last_message_at` each conversation was given in this session, so a
+# transaction storing several messages at one moment (a release: the subscriber's notice and
+# the resume) updates the conversation row once.
+_LAST_MESSAGE_AT = "handoff_desk_last_message_at"
+
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
 
 
@@ -81,7 +86,10 @@ async def add_message(
         created_at=now,
     )
     session.add(message)
-    await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
+    bumped = session.info.setdefault(_LAST_MESSAGE_AT, {})
+    if bumped.get(conversation_id) != now:  # a second message of the same moment sets the same value
+        await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
+        bumped[conversation_id] = now
     await session.flush()
     record(session.info, Changed(conversation_id))
     for hook in session.info.get(MESSAGE_HOOKS, ()):

@@ -376,9 +376,8 @@ class Handoffs:
         try:
             async with self.db.transaction() as session:
                 conversation = await conversations.get(session, conversation_id)
-                existing = await self.open_session(session, conversation_id)
-                if existing is not None:
-                    raise _AlreadyOpen(existing.id)
+                # No look for an open handoff first: the one-open-per-conversation unique index
+                # refuses the insert below, and only then is the open one's id looked up.
                 history = await conversations.recent_messages(session, conversation_id, self.settings.transcript_messages)
                 handoff = HandoffSession(
                     id=sid,
@@ -409,9 +408,8 @@ class Handoffs:
                 outbound = self._dispatch_outbound(handoff, conversation, history)
                 item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
                 await session.flush()
-        except (_AlreadyOpen, IntegrityError) as exc:
-            active_id = exc.session_id if isinstance(exc, _AlreadyOpen) else await self._open_id(conversation_id)
-            raise HandoffAlreadyOpen(active_id) from None
+        except IntegrityError:
+            raise HandoffAlreadyOpen(await self._open_id(conversation_id)) from None
 
         started = time.perf_counter()
         refused = partial(
@@ -858,11 +856,6 @@ class _Release:
             .execution_options(populate_existing=True)
         )
         return changed.first()
-
-
-class _AlreadyOpen(Exception):
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
 
 
 async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> HandoffSession | None:
