@@ -5,6 +5,9 @@ API (one task per conversation, in order), and percentiles."""
 from __future__ import annotations
 
 import asyncio
+import os
+import platform
+import sqlite3
 import statistics
 import sys
 import time
@@ -19,6 +22,7 @@ import httpx  # noqa: E402
 
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
 
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -69,3 +73,12 @@ async def post_all(client: httpx.AsyncClient, cids: list[str], per_conversation:
 
 def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+
+def begin(title: str, workload: str) -> None:
+    """Quiet the desk's logs and print what a result depends on: the title, the Python,
+    SQLite and machine it ran on, and the workload."""
+    configure_logging(level="error", fmt="console")
+    print(title)
+    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
+    print(workload + "\n", flush=True)

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import resource
-import sqlite3
 import sys
 import tempfile
 import time
@@ -39,10 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 import httpx  # noqa: E402
 
-from bench.relay_harness import percentile  # noqa: E402
+from bench.relay_harness import begin, percentile  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
-from bot.runtime.logs import configure_logging  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
 from tests.fake_telegram import FakeTelegram  # noqa: E402
 
@@ -128,10 +124,8 @@ async def bench_bare(fake: FakeTelegram, subscribers: int, messages: int) -> tup
 
 
 async def main(latencies: list[float], subscribers: int, messages: int) -> None:
-    configure_logging(level="error", fmt="console")
-    print("Handoff Desk Telegram front benchmark")
-    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
-    print(f"{messages} messages from {subscribers} subscribers, each waiting for the answer before writing again\n", flush=True)
+    begin("Handoff Desk Telegram front benchmark",
+          f"{messages} messages from {subscribers} subscribers, each waiting for the answer before writing again")
     rows = []
     with tempfile.TemporaryDirectory(prefix="handoff-bench-front-") as tmp:
         for latency_ms in latencies:

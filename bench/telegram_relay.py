@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
-import sqlite3
 import sys
 import tempfile
 import time
@@ -39,8 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import desk_with_handoffs, post_all  # noqa: E402
-from bot.runtime.logs import configure_logging  # noqa: E402
+from bench.relay_harness import begin, desk_with_handoffs, post_all  # noqa: E402
 from tests.fake_telegram import STAFF_CHAT_ID, FakeTelegram  # noqa: E402
 
 TOKEN = "123456:BENCH-token_abcdefghijklmnop"
@@ -124,10 +120,8 @@ async def bench_adapter(fake: FakeTelegram, conversations: int, messages: int) -
 
 
 async def main(latencies: list[float], conversations: int, messages: int) -> None:
-    configure_logging(level="error", fmt="console")
-    print("Handoff Desk Telegram relay benchmark")
-    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
-    print(f"{messages} messages over {conversations} conversations with an active handoff each\n", flush=True)
+    begin("Handoff Desk Telegram relay benchmark",
+          f"{messages} messages over {conversations} conversations with an active handoff each")
     rows = []
     with tempfile.TemporaryDirectory(prefix="handoff-bench-tg-") as tmp:
         for latency_ms in latencies:

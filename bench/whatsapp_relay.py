@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
-import sqlite3
 import sys
 import tempfile
 import time
@@ -36,8 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import desk_with_handoffs, percentile, post_all  # noqa: E402
-from bot.runtime.logs import configure_logging  # noqa: E402
+from bench.relay_harness import begin, desk_with_handoffs, percentile, post_all  # noqa: E402
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio  # noqa: E402
 
 TEXT = "c{c} message {k}: is there any news on my order? It was due on *Monday* & I need it soon."
@@ -85,10 +81,8 @@ async def bench_bare(fake: FakeTwilio, conversations: int, messages: int) -> tup
 
 
 async def main(latencies: list[float], conversations: int, messages: int) -> None:
-    configure_logging(level="error", fmt="console")
-    print("Handoff Desk WhatsApp (Twilio) relay benchmark")
-    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
-    print(f"{messages} messages over {conversations} conversations with an active handoff each, one recipient number\n", flush=True)
+    begin("Handoff Desk WhatsApp (Twilio) relay benchmark",
+          f"{messages} messages over {conversations} conversations with an active handoff each, one recipient number")
     rows = []
     with tempfile.TemporaryDirectory(prefix="handoff-bench-wa-") as tmp:
         for latency_ms in latencies:
