@@ -27,14 +27,13 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import ACTION, SUMMARY, desk_with_handoffs, post_all  # noqa: E402
+from bench.relay_harness import ACTION, SUMMARY, at_each_latency, desk_with_handoffs, post_all  # noqa: E402
 from bot.runtime.logs import configure_logging  # noqa: E402
 from tests.fake_discord import BOT_USER, STAFF_CHANNEL, FakeDiscord  # noqa: E402
 
@@ -144,19 +143,18 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
     print(f"{messages} messages over {conversations} conversations with an active handoff each\n", flush=True)
     print(f"{'fake latency':>12} | {'desk msg/s':>10} | {'adapter msg/s':>13} | {'adapter p50/p99 ms':>18} | "
           f"{'bare msg/s':>10} | {'bare p50/p99 ms':>15} | {'desk/bare':>9} | {'adapter/bare':>12}")
-    with tempfile.TemporaryDirectory(prefix="handoff-bench-discord-") as tmp:
-        for latency_ms in latencies:
-            fake = await FakeDiscord(token=TOKEN, latency=latency_ms / 1000).start()
-            try:
-                bare, bare_lat = await bench_bare(fake, conversations, messages)
-                adapter, adapter_lat = await bench_adapter(fake, conversations, messages)
-                desk = await bench_desk(fake, Path(tmp), conversations, messages)
-            finally:
-                await fake.stop()
-            a50, a99 = quantiles(adapter_lat)
-            b50, b99 = quantiles(bare_lat)
-            print(f"{latency_ms:>9g} ms | {desk:>10.1f} | {adapter:>13.1f} | {a50:>8.1f} / {a99:>7.1f} | {bare:>10.1f} | "
-                  f"{b50:>6.1f} / {b99:>6.1f} | {desk / bare:>9.2f} | {adapter / bare:>12.2f}", flush=True)
+    async def all_three(fake: FakeDiscord, tmp: Path) -> tuple[float, tuple[float, list[float]], tuple[float, list[float]]]:
+        bare = await bench_bare(fake, conversations, messages)
+        adapter = await bench_adapter(fake, conversations, messages)
+        return await bench_desk(fake, tmp, conversations, messages), adapter, bare
+
+    async for latency_ms, (desk, (adapter, adapter_lat), (bare, bare_lat)) in at_each_latency(
+            latencies, lambda latency: FakeDiscord(token=TOKEN, latency=latency).start(), all_three,
+            prefix="handoff-bench-discord-"):
+        a50, a99 = quantiles(adapter_lat)
+        b50, b99 = quantiles(bare_lat)
+        print(f"{latency_ms:>9g} ms | {desk:>10.1f} | {adapter:>13.1f} | {a50:>8.1f} / {a99:>7.1f} | {bare:>10.1f} | "
+              f"{b50:>6.1f} / {b99:>6.1f} | {desk / bare:>9.2f} | {adapter / bare:>12.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ import platform
 import sqlite3
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
@@ -82,3 +83,25 @@ def begin(title: str, workload: str) -> None:
     print(title)
     print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
     print(workload + "\n", flush=True)
+
+
+class Fake(Protocol):
+    async def stop(self) -> None: ...
+
+
+F = TypeVar("F", bound=Fake)
+R = TypeVar("R")
+
+
+async def at_each_latency(latencies: list[float], start_fake: Callable[[float], Awaitable[F]],
+                          run: Callable[[F, Path], Awaitable[R]], *, prefix: str) -> AsyncIterator[tuple[float, R]]:
+    """For each latency (ms), a fresh fake provider answering that slowly, `run` against it
+    (with a scratch folder for the desk's databases), and the fake stopped: (latency, result)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for latency_ms in latencies:
+            fake = await start_fake(latency_ms / 1000)
+            try:
+                result = await run(fake, Path(tmp))
+            finally:
+                await fake.stop()
+            yield latency_ms, result

@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import begin, desk_with_handoffs, percentile, post_all  # noqa: E402
+from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, percentile, post_all  # noqa: E402
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio  # noqa: E402
 
 TEXT = "c{c} message {k}: is there any news on my order? It was due on *Monday* & I need it soon."
@@ -83,17 +82,15 @@ async def bench_bare(fake: FakeTwilio, conversations: int, messages: int) -> tup
 async def main(latencies: list[float], conversations: int, messages: int) -> None:
     begin("Handoff Desk WhatsApp (Twilio) relay benchmark",
           f"{messages} messages over {conversations} conversations with an active handoff each, one recipient number")
+    async def both(fake: FakeTwilio, tmp: Path) -> tuple[tuple[float, list[float]], tuple[float, list[float]]]:
+        bare = await bench_bare(fake, conversations, messages)
+        return await bench_desk(fake, tmp, conversations, messages), bare
+
     rows = []
-    with tempfile.TemporaryDirectory(prefix="handoff-bench-wa-") as tmp:
-        for latency_ms in latencies:
-            fake = await FakeTwilio(latency=latency_ms / 1000).start()
-            try:
-                bare, bare_ms = await bench_bare(fake, conversations, messages)
-                desk, desk_ms = await bench_desk(fake, Path(tmp), conversations, messages)
-            finally:
-                await fake.stop()
-            rows.append((latency_ms, desk, desk_ms, bare, bare_ms))
-            print(f"  latency {latency_ms:g} ms done", flush=True)
+    async for latency_ms, ((desk, desk_ms), (bare, bare_ms)) in at_each_latency(
+            latencies, lambda latency: FakeTwilio(latency=latency).start(), both, prefix="handoff-bench-wa-"):
+        rows.append((latency_ms, desk, desk_ms, bare, bare_ms))
+        print(f"  latency {latency_ms:g} ms done", flush=True)
     print(f"\n{'fake latency':>12} | {'desk msg/s':>10} | {'desk p50/p99 ms':>15} | {'bare msg/s':>10} | {'bare p50/p99 ms':>15} | "
           f"{'desk / bare':>11}")
     for latency_ms, desk, desk_ms, bare, bare_ms in rows:
