@@ -11,18 +11,21 @@ import asyncio
 import os
 import shutil
 import socket
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
 import uvicorn
+from sqlalchemy import func, select
 
-from bot.config import Config
+from bot.config import Config, ConfigError
 from bot.desk import Desk
 from bot.runtime.clock import Clock, ManualClock
+from bot.store.models import InboundEvent
 from bot.web.app import create_app
 from bot.web.server import DeskServer
 from channels.base import ChannelAdapter
@@ -82,6 +85,30 @@ def make_config(database_url: str, **overrides: Any) -> Config:
     return Config.from_mapping(data)
 
 
+class CliRun(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+async def probe_config(path: Path) -> CliRun:
+    """`handoff check-config PATH --probe`: the real CLI in a subprocess, as an operator runs
+    it, awaited so the fake providers it probes keep answering on this event loop."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=Path(__file__).resolve().parent.parent,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    return CliRun(process.returncode or 0, out.decode(), err.decode())
+
+
+def config_problem(**overrides: Any) -> str:
+    """The report a config with these sections is refused with (it must be refused)."""
+    with pytest.raises(ConfigError) as caught:
+        make_config("sqlite:///x.db", **overrides)
+    return str(caught.value)
+
+
 class Harness:
     """One running server and an HTTP client talking to it."""
 
@@ -133,6 +160,15 @@ class Harness:
     async def system_texts(self, cid: str) -> list[str]:
         """The system messages the agent read (resume, approval and user-action notes)."""
         return [m["text"] for m in await self.messages(cid) if m["role"] == "system"]
+
+    async def human_texts(self, cid: str) -> list[tuple[str, str]]:
+        """What the people on a channel said in the conversation, with who said it."""
+        return [(m["author"], m["text"]) for m in await self.messages(cid) if m["role"] == "human"]
+
+    async def stored_events(self) -> int:
+        """How many inbound provider events the desk stored (a redelivery or a refused one adds none)."""
+        async with self.desk.db.read() as session:
+            return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
     async def kinds(self, sid: str) -> list[str]:
         return [e["kind"] for e in await self.events(sid)]

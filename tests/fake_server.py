@@ -8,12 +8,32 @@ plumbing, so a fake's file is about what its provider says and refuses.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from aiohttp import web
 
 T = TypeVar("T")
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, int]:
+    """Serve `app` on a free port of 127.0.0.1; the caller cleans the runner up."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[int]:
+    """Serve `app` on a free port of 127.0.0.1 while the block runs; yields the port."""
+    runner, port = await serve(app)
+    try:
+        yield port
+    finally:
+        await runner.cleanup()
 
 
 class Watched:
@@ -43,11 +63,7 @@ class LocalHttpServer(Watched):
 
     async def _serve(self, app: web.Application) -> int:
         """Serve `app` on a free port of 127.0.0.1 and return the port."""
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve(app)
         return self.port
 
     async def _stop_serving(self) -> None:

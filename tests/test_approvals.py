@@ -16,6 +16,7 @@ from channels.base import ApprovalClosed, ApprovalPrompt, Decision, Outbound
 from tests import approval_actions
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
+from tests.fake_server import serving
 from tests.fakes import ScriptedChannel
 
 SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0}},
@@ -284,18 +285,11 @@ async def test_an_http_action_gets_a_signed_request_with_the_approved_arguments(
 
     app = web.Application()
     app.router.add_post("/refund", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serving(app) as port:
         harness, _, cid = await start(start_desk, refund(run={"url": f"http://127.0.0.1:{port}/refund", "secret": secret}))
         aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
         await decide(harness, aid, "approve")
         await harness.desk.settle()
-    finally:
-        await runner.cleanup()
     [got] = received
     assert got["body"] == {"action": "refund_order", "approval_id": aid, "conversation_id": cid,
                            "arguments": {"order_id": "1234", "amount": 5}}

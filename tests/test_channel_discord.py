@@ -117,9 +117,6 @@ async def stored(h: Harness, count: int, timeout: float = 5.0) -> None:
     await h.desk.settle()
 
 
-async def human_texts(h: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await h.messages(cid) if m["role"] == "human"]
-
 
 async def handoff_in_discord(h: Harness, fake: FakeDiscord, cid: str, **fields: Any) -> tuple[str, dict[str, Any]]:
     """Start a handoff to the Discord channel; returns its id and the dispatch as Discord stored it."""
@@ -474,7 +471,7 @@ async def test_a_person_s_reply_in_the_thread_reaches_the_subscriber(desk: Harne
     await fake.wait_for(lambda: any(e["t"] == "THREAD_CREATE" for e in fake.dispatched))
     await reply(desk, fake, dispatch["id"], "Hi Ana, <@900000000000000302> and I are on it **now**", author=SAM)
     # as the person saw it: the mention as a name, the markdown as typed
-    assert await human_texts(desk, cid) == [("Sam", "Hi Ana, @Kim and I are on it **now**")]
+    assert await desk.human_texts(cid) == [("Sam", "Hi Ana, @Kim and I are on it **now**")]
     assert "relayed_to_subscriber" in await desk.kinds(sid)
 
 
@@ -496,7 +493,7 @@ async def test_what_is_not_a_person_s_reply_in_a_handoff_thread_is_ignored(desk:
     await fake.human_message(other_thread, "a thread of another channel", author=KIM)
     await reply(desk, fake, thread, "the only real reply", author=KIM)  # the gateway is ordered: the rest came before
     assert await inbound_count(desk) == 1
-    assert await human_texts(desk, ana) == [("Kim", "the only real reply")]
+    assert await desk.human_texts(ana) == [("Kim", "the only real reply")]
 
 
 async def test_release_typed_in_the_thread_releases(desk: Harness, fake: FakeDiscord) -> None:
@@ -600,7 +597,7 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
 
     # a person in the thread → subscriber, over the gateway
     await reply(h, fake, thread, "Hi Ana, I'm Sam. It left the depot today.")
-    assert await human_texts(h, cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
+    assert await h.human_texts(cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
 
     # /release typed in the thread hands the conversation back to the agent
     await reply(h, fake, thread, "/release resolved Parcel left the depot")

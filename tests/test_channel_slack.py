@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -27,10 +26,9 @@ from channels.base import ChannelAuthError, ChannelContext, Notice, TranscriptLi
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
-from tests.conftest import Harness, StartDesk
+from tests.conftest import CliRun, Harness, StartDesk, probe_config
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
 CHANNEL = "C0HANDOFF"
@@ -113,9 +111,6 @@ def mrkdwn_texts(blocks: list[dict[str, Any]]) -> list[str]:
 def section_texts(message: dict[str, Any], kind: str) -> list[str]:
     return [b["text"]["text"] for b in message["blocks"] if b["type"] == "section" and b.get("text", {}).get("type") == kind]
 
-
-async def human_texts(h: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await h.messages(cid) if m["role"] == "human"]
 
 
 async def inbound_count(h: Harness) -> int:
@@ -296,15 +291,15 @@ async def test_two_handoffs_in_one_channel_never_cross(desk: Harness, fake: Fake
 
     await reply(desk, d_ben["ts"], "Hi Ben, it ships today", user="U0KIM")
     await reply(desk, d_ana["ts"], "Hi Ana, checking now", user="U0SAM")
-    assert await human_texts(desk, ana) == [("Sam", "Hi Ana, checking now")]
-    assert await human_texts(desk, ben) == [("Kim", "Hi Ben, it ships today")]
+    assert await desk.human_texts(ana) == [("Sam", "Hi Ana, checking now")]
+    assert await desk.human_texts(ben) == [("Kim", "Hi Ben, it ships today")]
 
 
 async def test_a_reply_in_the_thread_reaches_the_subscriber_as_plain_text(desk: Harness, fake: FakeSlack) -> None:
     cid = await desk.conversation()
     sid, dispatch = await handoff_in_slack(desk, fake, cid)
     await reply(desk, dispatch["ts"], "Hi Ana, <@U0KIM> &amp; I are on it: <https://shop.example/o/1234|your order> &lt;3")
-    assert await human_texts(desk, cid) == [("Sam", "Hi Ana, @Kim & I are on it: your order (https://shop.example/o/1234) <3")]
+    assert await desk.human_texts(cid) == [("Sam", "Hi Ana, @Kim & I are on it: your order (https://shop.example/o/1234) <3")]
     assert "relayed_to_subscriber" in await desk.kinds(sid)
 
 
@@ -330,7 +325,7 @@ async def test_what_is_not_a_persons_reply_in_a_handoff_thread_is_ignored(desk: 
     # a person's reply in a thread that is no handoff is stored, then ignored by the core
     await reply(desk, "1699999999.000001", "unrelated thread")
     assert await inbound_count(desk) == 1
-    assert await human_texts(desk, cid) == []
+    assert await desk.human_texts(cid) == []
 
 
 async def test_a_newcomer_is_named_once_slack_has_told_us_who_they_are(desk: Harness, fake: FakeSlack) -> None:
@@ -339,7 +334,7 @@ async def test_a_newcomer_is_named_once_slack_has_told_us_who_they_are(desk: Har
     await reply(desk, dispatch["ts"], "first", user="U0NEW")  # not in users.list: the ack does not wait for a lookup
     await desk.desk.channels.get(2).settle()
     await reply(desk, dispatch["ts"], "second", user="U0NEW")
-    assert await human_texts(desk, cid) == [("U0NEW", "first"), ("Noor", "second")]
+    assert await desk.human_texts(cid) == [("U0NEW", "first"), ("Noor", "second")]
     assert [c.args["user"] for c in fake.calls_to("users.info")] == ["U0NEW"]  # cached
 
 
@@ -412,7 +407,7 @@ async def test_forged_stale_or_unsigned_callbacks_get_401_and_store_nothing(desk
     assert [r.status_code for r in attempts] == [401] * len(attempts)
     await desk.desk.settle()
     assert await inbound_count(desk) == 0
-    assert await human_texts(desk, cid) == []
+    assert await desk.human_texts(cid) == []
     assert (await desk.handoff(sid))["state"] == "active"
 
 
@@ -492,14 +487,8 @@ async def test_check_config_probe_reports_a_refused_token_clearly(tmp_path: Path
         )
         return path
 
-    async def probe(path: Path) -> tuple[int, str, str]:
-        # the real CLI, in a subprocess, as an operator runs it
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        return process.returncode or 0, out.decode(), err.decode()
+    async def probe(path: Path) -> CliRun:
+        return await probe_config(path)
 
     code, out, err = await probe(config_file("bad.yaml", "xoxb-revoked-0000"))
     assert code == 1
@@ -541,7 +530,7 @@ async def test_the_whole_story_through_slack(start_desk: StartDesk, fake: FakeSl
 
     # Slack thread → subscriber
     await reply(h, dispatch["ts"], "Hi Ana, I'm Sam. It left the depot today.")
-    assert await human_texts(h, cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
+    assert await h.human_texts(cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
 
     # /release typed in the thread hands the conversation back to the agent
     await reply(h, dispatch["ts"], "/release resolved Parcel left the depot")

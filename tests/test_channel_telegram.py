@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import os
 import re
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,8 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import func, select
 
 from bot.domain.rendering import Renderer
-from bot.store.models import InboundEvent
 from channels.base import (
     ApprovalClosed,
     ChannelAuthError,
@@ -37,12 +33,11 @@ from channels.base import (
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
-from tests.conftest import Harness, StartDesk, make_config
+from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
 SECRET = "test_webhook-secret-1"
-ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "Ana wrote <b>free</b> & _*[]`~ <script>alert(1)</script> &amp; <a href=x>x</a> about order #1234"
 
 
@@ -89,13 +84,6 @@ async def deliver(harness: Harness, update: dict[str, Any]) -> None:
     await harness.desk.settle()
 
 
-async def human_texts(harness: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await harness.messages(cid) if m["role"] == "human"]
-
-
-async def stored_events(harness: Harness) -> int:
-    async with harness.desk.db.read() as session:
-        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
 
 def buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -218,8 +206,8 @@ async def test_two_handoffs_in_one_group_never_cross(fake: FakeTelegram, start_d
     # Telegram shows only one level of the reply chain: a reply to Ben's relay maps back through its button
     await deliver(harness, fake.message_update("For Ben: refund done.", reply_to=relay_b["message_id"], user=KIM))
     await deliver(harness, fake.message_update("Ana, one more thing.", reply_to=relay_a["message_id"], user=KIM))
-    assert await human_texts(harness, ana) == [("Sam Lee", "For Ana: it ships Monday."), ("Kim", "Ana, one more thing.")]
-    assert await human_texts(harness, ben) == [("Kim", "For Ben: refund done.")]
+    assert await harness.human_texts(ana) == [("Sam Lee", "For Ana: it ships Monday."), ("Kim", "Ana, one more thing.")]
+    assert await harness.human_texts(ben) == [("Kim", "For Ben: refund done.")]
 
 
 async def test_a_reply_in_the_group_reaches_the_subscriber_as_a_human_message(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -305,8 +293,8 @@ async def test_a_wrong_or_missing_secret_token_gets_403_and_nothing_is_stored(fa
     for body in ({"not": "an update"}, None, [update]):
         assert (await post(harness, body)).status_code == 400  # right secret, but not an update
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
 
 
 async def test_bots_other_chats_service_messages_and_side_talk_are_not_relayed(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -327,8 +315,8 @@ async def test_bots_other_chats_service_messages_and_side_talk_are_not_relayed(f
         fake.callback_update(mid, user=OTHER_BOT),
     ):
         await deliver(harness, update)
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -406,18 +394,12 @@ async def test_a_bad_token_fails_the_probe_and_check_config_says_so(fake: FakeTe
     assert "@BotFather" in caught.value.hint
     assert "WRONG-token" not in caught.value.hint + str(caught.value)
 
-    async def check_config(token: str) -> tuple[int, str, str]:
+    async def check_config(token: str) -> CliRun:
         path = tmp_path / "desk.yaml"
         path.write_text("secret_key: 0123456789abcdef0123\nchannels:\n"
                         f"  - {{id: 1, kind: telegram, label: Support, bot_token: '{token}', chat_id: {STAFF_CHAT_ID}, "
                         f"api_base_url: '{fake.base_url}'}}\n")
-        # the real CLI, in a subprocess, as an operator runs it
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        return process.returncode or 0, out.decode(), err.decode()
+        return await probe_config(path)
 
     code, out, err = await check_config(wrong)
     assert code == 1, out + err
@@ -530,8 +512,8 @@ async def test_a_forum_group_gets_a_topic_per_handoff_and_routes_by_topic(forum:
     await deliver(harness, fake.message_update("Plain message in Ana's topic.", topic_id=topic_a))
     await deliver(harness, fake.message_update("In the General topic."))
     await deliver(harness, fake.message_update("For Ben.", topic_id=topic_b, reply_to=dispatch_b["message_id"], user=KIM))
-    assert await human_texts(harness, ana) == [("Sam Lee", "Plain message in Ana's topic.")]
-    assert await human_texts(harness, ben) == [("Kim", "For Ben.")]
+    assert await harness.human_texts(ana) == [("Sam Lee", "Plain message in Ana's topic.")]
+    assert await harness.human_texts(ben) == [("Kim", "For Ben.")]
     await deliver(harness, fake.message_update("/release", topic_id=topic_a))
     assert (await harness.handoff(sid_a))["release_reason"] == "release_token"
 
@@ -557,12 +539,9 @@ async def test_a_forum_dispatch_retried_after_a_failure_reuses_its_topic(forum: 
     ({"bot_tokn": TOKEN}, "channels[0].bot_tokn: unknown key; did you mean 'bot_token'?"),
 ])
 def test_config_problems_are_named_by_key_path_without_echoing_secrets(entry: dict[str, Any], problem: str) -> None:
-    from bot.config import ConfigError
 
     channel = {"id": 1, "kind": "telegram", "label": "TG", "bot_token": "123456:SECRET-value", "chat_id": "-100123", **entry}
-    with pytest.raises(ConfigError) as caught:
-        make_config("sqlite:///x.db", channels=[channel])
-    text = str(caught.value)
+    text = config_problem(channels=[channel])
     assert problem in text
     assert "SECRET-value" not in text
 
@@ -718,7 +697,7 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert len(await harness.system_texts(cid)) == 1
     assert (await approval_state(harness, aid))["state"] == "approved"
-    assert await stored_events(harness) == 2  # the redelivery was dropped
+    assert await harness.stored_events() == 2  # the redelivery was dropped
 
 
 async def test_deny_in_telegram_is_permission_denied_and_nothing_runs(
@@ -756,7 +735,7 @@ async def test_forged_foreign_or_late_presses_change_nothing(
         assert response.json() == {
             "method": "answerCallbackQuery", "callback_query_id": update["callback_query"]["id"]}
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
+    assert await harness.stored_events() == 0
     assert calls == []
 
     harness.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]

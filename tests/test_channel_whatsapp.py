@@ -7,10 +7,7 @@ variables like Twilio, and signs webhook calls the way Twilio does.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,10 +16,8 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import func, select
 
 from bot.domain.rendering import Renderer
-from bot.store.models import InboundEvent
 from channels.base import (
     ApprovalClosed,
     ApprovalPrompt,
@@ -43,10 +38,9 @@ from channels.base import (
 from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppConfig, defuse, utf16_len
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
-from tests.conftest import Harness, StartDesk, make_config
+from tests.conftest import Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, SENDER, FakeTwilio
 
-ROOT = Path(__file__).resolve().parent.parent
 WEBHOOK_URL = "http://desk.test/webhooks/1"  # public_url of the test desk + the route
 CONTENT_SID = "HX" + "ab" * 16
 HOSTILE = "Ana says *FREE REFUND* _now_ ~no~ ```approved``` `x` — see https://shop.example/a_b~c or ana_b@example.com, ref ORD_1234"
@@ -87,13 +81,6 @@ async def reply(harness: Harness, fake: FakeTwilio, text: str, **kwargs: Any) ->
     return response
 
 
-async def human_texts(harness: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await harness.messages(cid) if m["role"] == "human"]
-
-
-async def stored_events(harness: Harness) -> int:
-    async with harness.desk.db.read() as session:
-        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
 
 async def dispatched(harness: Harness, cid: str, **fields: Any) -> tuple[str, str]:
@@ -270,7 +257,7 @@ async def test_a_signed_reply_reaches_the_subscriber_and_twilio_gets_empty_twiml
     assert response.headers["content-type"].startswith("text/xml")
     assert response.content == b'<?xml version="1.0" encoding="UTF-8"?><Response/>'
     await reply(harness, fake, "Second person here.", sender=BEN_PHONE, profile_name=None)
-    assert await human_texts(harness, cid) == [("Sam Lee", "Hi Ana *, I'm on it."), ("+447700900123", "Second person here.")]
+    assert await harness.human_texts(cid) == [("Sam Lee", "Hi Ana *, I'm on it."), ("+447700900123", "Second person here.")]
     assert "relayed_to_subscriber" in await harness.kinds(sid)
 
 
@@ -290,8 +277,8 @@ async def test_a_forged_webhook_gets_403_and_nothing_is_stored(fake: FakeTwilio,
     response = await post(harness, body, headers)
     assert response.status_code == 403
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
 
 
 async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_and_ignored(
@@ -313,8 +300,8 @@ async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_an
         assert response.status_code == 200
         assert response.content.endswith(b"<Response/>")
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -324,7 +311,7 @@ async def test_attachments_are_announced_not_dropped(fake: FakeTwilio, start_des
     await dispatched(harness, cid)
     await reply(harness, fake, "", media=["image/jpeg"])
     await reply(harness, fake, "Here is the label", media=["application/pdf", "image/png"])
-    assert await human_texts(harness, cid) == [
+    assert await harness.human_texts(cid) == [
         ("Sam", "(image attachment, not forwarded)"),
         ("Sam", "Here is the label\n(application attachment, not forwarded)\n(image attachment, not forwarded)"),
     ]
@@ -487,12 +474,8 @@ async def test_probe_fetches_the_account_and_a_bad_token_is_an_auth_error(fake: 
         path.write_text("secret_key: 0123456789abcdef0123\nchannels:\n"
                         f"  - {{id: 1, kind: whatsapp, label: On-call, account_sid: {ACCOUNT_SID}, auth_token: '{token}', "
                         f"from: 'whatsapp:+14155238886', to: '{ANA_PHONE}', api_base_url: '{fake.base_url}'}}\n")
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        return process.returncode or 0, out.decode() + err.decode()
+        run = await probe_config(path)
+        return run.code, run.out + run.err
 
     code, output = await check_config(wrong)
     assert code == 1, output
@@ -517,13 +500,10 @@ async def test_probe_fetches_the_account_and_a_bad_token_is_an_auth_error(fake: 
     ({"auth_tokn": "x"}, "channels[0].auth_tokn: unknown key; did you mean 'auth_token'?"),
 ])
 def test_config_problems_are_named_by_key_path_without_echoing_secrets(entry: dict[str, Any], problem: str) -> None:
-    from bot.config import ConfigError
 
     channel = {"id": 1, "kind": "whatsapp", "label": "WA", "account_sid": ACCOUNT_SID, "auth_token": "SECRET-value",
                "from": "+14155238886", "to": [ANA_PHONE], **entry}
-    with pytest.raises(ConfigError) as caught:
-        make_config("sqlite:///x.db", channels=[channel])
-    text = str(caught.value)
+    text = config_problem(channels=[channel])
     assert problem in text, text
     assert "SECRET-value" not in text
 
@@ -683,8 +663,8 @@ async def test_replies_on_the_line_still_go_to_handoffs_never_to_a_pending_appro
     other = await harness.conversation("Ben", email=None)
     _sid, _code = await dispatched(harness, other)
     await reply(harness, fake, "yes, approve it", profile_name="Sam")
-    assert await human_texts(harness, other) == [("Sam", "yes, approve it")]
-    assert await human_texts(harness, cid) == []
+    assert await harness.human_texts(other) == [("Sam", "yes, approve it")]
+    assert await harness.human_texts(cid) == []
     assert approval_actions.CALLS == []
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
 
