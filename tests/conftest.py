@@ -14,6 +14,7 @@ import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -235,14 +236,15 @@ def served_config() -> dict[str, Any]:
     return {}
 
 
-@pytest.fixture
-async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterator[tuple[Desk, str]]:
-    """A desk behind a real uvicorn server on a free loopback port (real clock)."""
+@asynccontextmanager
+async def desk_served(database_url: str, **overrides: Any) -> AsyncIterator[tuple[Desk, str]]:
+    """A desk (config `overrides`) behind a real uvicorn server on a free loopback port (real
+    clock), for the browser tests: yields the desk and its base URL."""
     with socket.socket() as probe:  # a free port, known before the config (links carry it)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    desk = Desk(make_config(sqlite_url, server={"public_url": base}, **served_config), clock=Clock(), run_timers=False)
+    desk = Desk(make_config(database_url, server={"public_url": base}, **overrides), clock=Clock(), run_timers=False)
     await desk.start()
     # The product's server class, so open long-polls end at shutdown as under `handoff serve`.
     server = DeskServer(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
@@ -254,6 +256,13 @@ async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterato
     server.should_exit = True
     await task
     await desk.stop()
+
+
+@pytest.fixture
+async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterator[tuple[Desk, str]]:
+    """A desk behind a real uvicorn server on a free loopback port (real clock)."""
+    async with desk_served(sqlite_url, **served_config) as pair:
+        yield pair
 
 
 @pytest.fixture
