@@ -4,6 +4,7 @@ API (one task per conversation, in order), and percentiles."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import platform
@@ -15,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
@@ -105,3 +106,20 @@ async def at_each_latency(latencies: list[float], start_fake: Callable[[float], 
             finally:
                 await fake.stop()
             yield latency_ms, result
+
+
+class RelayRun(NamedTuple):
+    latencies: list[float]  # ms, one row each
+    conversations: int
+    messages: int
+
+
+def relay_arguments(doc: str, provider: str) -> RelayRun:
+    """The command line every relay benchmark takes: the fake's latencies, how many
+    conversations relay at once, and how many messages in all."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help=f"fake {provider} latency per request (default 0)")
+    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
+    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
+    args = parser.parse_args()
+    return RelayRun(args.latency_ms, args.conversations, args.messages)

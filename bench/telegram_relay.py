@@ -26,7 +26,6 @@ runs this; nothing here asserts a threshold.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, post_all  # noqa: E402
+from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, post_all, relay_arguments  # noqa: E402
 from tests.fake_telegram import STAFF_CHAT_ID, FakeTelegram  # noqa: E402
 
 TOKEN = "123456:BENCH-token_abcdefghijklmnop"
@@ -139,9 +138,4 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Bot API latency per request (default 0)")
-    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
-    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
-    args = parser.parse_args()
-    asyncio.run(main(args.latency_ms, args.conversations, args.messages))
+    asyncio.run(main(*relay_arguments(__doc__, "Bot API")))

@@ -23,7 +23,6 @@ Figures are wall-clock on whatever machine runs this; nothing here asserts a thr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, percentile, post_all  # noqa: E402
+from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, percentile, post_all, relay_arguments  # noqa: E402
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio  # noqa: E402
 
 TEXT = "c{c} message {k}: is there any news on my order? It was due on *Monday* & I need it soon."
@@ -99,9 +98,4 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Twilio latency per request (default 0)")
-    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
-    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
-    args = parser.parse_args()
-    asyncio.run(main(args.latency_ms, args.conversations, args.messages))
+    asyncio.run(main(*relay_arguments(__doc__, "Twilio")))
