@@ -162,6 +162,19 @@ class Harness:
         """The system messages the agent read (resume, approval and user-action notes)."""
         return [m["text"] for m in await self.messages(cid) if m["role"] == "system"]
 
+    async def ask_approval(self, cid: str, action: str = "refund_order", **arguments: Any) -> str:
+        """The agent calls a gated action and the desk sends its prompt; returns the approval id."""
+        result = await self.tool(cid, action, arguments)
+        assert result["status"] == "APPROVAL_PENDING", result
+        await self.desk.settle()
+        return str(result["approval_id"])
+
+    async def approval(self, aid: str) -> dict[str, Any]:
+        """An approval as the API shows it: state, deadline, receipt, events."""
+        response = await self.client.get(f"/api/approvals/{aid}")
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
     async def human_texts(self, cid: str) -> list[tuple[str, str]]:
         """What the people on a channel said in the conversation, with who said it."""
         return [(m["author"], m["text"]) for m in await self.messages(cid) if m["role"] == "human"]

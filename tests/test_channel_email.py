@@ -672,12 +672,10 @@ async def approval_desk(start_desk: StartDesk, server: FakeSMTP, *actions: dict[
 
 
 async def gated_call(harness: Harness, smtp: FakeSMTP, cid: str, **arguments: Any) -> tuple[str, Received]:
-    result = await harness.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await harness.desk.settle()
+    aid = await harness.ask_approval(cid, **arguments)
     prompt = smtp.messages[-1]
-    assert prompt.message["X-Handoff-Approval"] == result["approval_id"]
-    return result["approval_id"], prompt
+    assert prompt.message["X-Handoff-Approval"] == aid
+    return aid, prompt
 
 
 def decision_path(prompt: Received) -> str:
@@ -727,7 +725,7 @@ async def test_an_approval_prompt_is_a_new_escaped_mail_with_the_arguments_and_t
     assert "HIGH RISK" in html
     assert "no answer by then means denied" in html
     assert (await harness.client.get(path)).status_code == 200  # the link opens the signed page
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.approval(aid))["state"] == "pending"
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -755,7 +753,7 @@ async def test_approving_on_the_page_runs_the_action_and_the_closing_mail_answer
     assert replay.status_code == 410
     assert "changed nothing" in replay.text
     assert (await decide_on_page(harness, path[:-4] + "abcd", "deny")).status_code == 404
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "approved"
+    assert (await harness.approval(aid))["state"] == "approved"
     assert len(approval_actions.CALLS) == 1
     assert len(smtp.messages) == 2
 
@@ -815,7 +813,7 @@ async def test_replies_to_approval_mails_are_refused_and_never_count_as_a_decisi
     assert await harness.human_texts(cid) == [("Sam Lee", "Handoff answer.")]
     assert await harness.stored_events() == 1
     assert approval_actions.CALLS == []
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.approval(aid))["state"] == "pending"
     # our own prompt coming back (a recipient list that includes the desk) is dropped quietly
     echo = reply_to(prompt, "echo")
     echo.replace_header("Message-ID", str(prompt.message["Message-ID"]))

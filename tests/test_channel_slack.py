@@ -20,14 +20,14 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import Config, ConfigError
-from bot.domain.rendering import Renderer
 from bot.store.models import InboundEvent
-from channels.base import ChannelAuthError, ChannelContext, Notice, TranscriptLine
+from channels.base import ChannelAuthError, Notice, TranscriptLine
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
 from tests.conftest import CliRun, Harness, StartDesk, probe_config
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
+from tests.fakes import standalone_context
 
 TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
@@ -558,11 +558,7 @@ async def test_notices_link_only_the_desks_own_urls(fake: FakeSlack) -> None:
     config = SlackConfig(id=2, label="Sales", bot_token=TOKEN, signing_secret=SIGNING_SECRET, channel=CHANNEL,
                          api_base_url=fake.url)
     adapter = SlackChannel(config)
-
-    async def nowhere(_message: Any) -> None:
-        raise AssertionError("nothing is delivered in this test")
-
-    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    await adapter.start(standalone_context())
     fake.messages[CHANNEL].append({"type": "message", "ts": "1700000000.000001", "text": "a dispatch"})
     text = "Handoff K7: a new return-form link:\nhttp://desk.test/f/abc.def\nnot https://evil.example/x & <!here>"
     thread = {"channel": CHANNEL, "thread_ts": "1700000000.000001"}
@@ -603,10 +599,7 @@ async def approvals_desk(start_desk: StartDesk, fake: FakeSlack, *actions: dict[
 
 async def ask(h: Harness, fake: FakeSlack, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
     """The agent calls the gated action; returns the approval id and its prompt as Slack stored it."""
-    result = await h.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    aid = result["approval_id"]
-    await h.desk.settle()
+    aid = await h.ask_approval(cid, **arguments)
     prompt = next(m for m in fake.top_level(CHANNEL) if m["metadata"]["event_payload"]["handoff"] == aid)
     return aid, prompt
 
@@ -631,12 +624,6 @@ def preformatted(message: dict[str, Any]) -> str:
 
 
 
-async def approval(h: Harness, aid: str) -> dict[str, Any]:
-    response = await h.client.get(f"/api/approvals/{aid}")
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
 async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_that_pings(
     start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
 ) -> None:
@@ -653,7 +640,7 @@ async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_t
                                                     "emoji": True}}
     assert blocks[1]["text"] == {"type": "plain_text", "emoji": True, "text": (
         "May the assistant run refund_order for Ana <!here>?\n\nRefund an order to the original payment method")}
-    deadline = (await approval(h, aid))["deadline"][:16].replace("T", " ")
+    deadline = (await h.approval(aid))["deadline"][:16].replace("T", " ")
     assert [f["text"] for f in blocks[2]["fields"]] == ["Risk: high", f"Answer by: {deadline} UTC"]
     # the exact arguments, preformatted rich text: literal, never parsed; invisible characters shown escaped
     assert preformatted(prompt) == ('{\n  "order_id": "<!channel> #1234",\n  "amount": 25.5,\n'
@@ -693,7 +680,7 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await h.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                           'Result: {"refund_id": "rf_1", "amount": 25.5}]']
-    view = await approval(h, aid)
+    view = await h.approval(aid)
     assert view["state"] == "approved"
     assert view["receipt"]["decided_by"] == "Sam"
     assert view["receipt"]["via"] == "channel:2"
@@ -713,7 +700,7 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
     await press(h, prompt, "approval_deny", user="U0KIM", name="kim")
     assert calls == [{"order_id": "1234", "amount": 25.5}]
-    assert (await approval(h, aid))["state"] == "approved"
+    assert (await h.approval(aid))["state"] == "approved"
     assert len(await h.system_texts(cid)) == 1
     async with h.desk.db.read() as session:
         results = list((await session.scalars(select(InboundEvent.result).order_by(InboundEvent.id))).all())
@@ -746,7 +733,7 @@ async def test_forged_misplaced_or_late_presses_change_nothing(
     # a press naming an approval that does not exist is stored, and the core ignores it
     await press(h, prompt, "approval_approve", value="ap_doesnotexist")
     assert calls == []
-    assert (await approval(h, aid))["state"] == "pending"
+    assert (await h.approval(aid))["state"] == "pending"
 
     # past the deadline: the sweep denies it, the prompt says so, a late press runs nothing
     h.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
@@ -755,7 +742,7 @@ async def test_forged_misplaced_or_late_presses_change_nothing(
     assert fake.top_level(CHANNEL)[0]["blocks"][-1]["text"]["text"].startswith("Nobody answered in time: refund_order")
     await press(h, prompt, "approval_approve")
     assert calls == []
-    assert (await approval(h, aid))["state"] == "expired"
+    assert (await h.approval(aid))["state"] == "expired"
 
 
 async def test_always_allow_in_slack_lets_the_same_shape_run_without_asking(
@@ -765,7 +752,7 @@ async def test_always_allow_in_slack_lets_the_same_shape_run_without_asking(
     cid = await h.conversation()
     aid, prompt = await ask(h, fake, cid, order_id="1", amount=5)
     await press(h, prompt, "approval_always")
-    assert (await approval(h, aid))["receipt"]["always_allow"] is True
+    assert (await h.approval(aid))["receipt"]["always_allow"] is True
     again = await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7})
     assert again["status"] == "done"
     assert len(calls) == 2

@@ -35,6 +35,7 @@ from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
 from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
+from tests.fakes import standalone_context
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
 SECRET = "test_webhook-secret-1"
@@ -622,15 +623,8 @@ async def approvals_desk(start_desk: StartDesk, fake: FakeTelegram, *actions: di
 
 async def ask(harness: Harness, fake: FakeTelegram, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
     """The agent calls the gated action; returns the approval id and the prompt as Telegram shows it."""
-    result = await harness.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await harness.desk.settle()
-    return result["approval_id"], fake.sent()[-1]
+    return await harness.ask_approval(cid, **arguments), fake.sent()[-1]
 
-
-
-async def approval_state(harness: Harness, aid: str) -> dict[str, Any]:
-    return (await harness.client.get(f"/api/approvals/{aid}")).json()
 
 
 async def test_an_approval_prompt_is_escaped_html_with_an_inline_keyboard(
@@ -645,7 +639,7 @@ async def test_an_approval_prompt_is_escaped_html_with_an_inline_keyboard(
     assert "message_thread_id" not in request
     assert "&lt;i&gt;1234&lt;/i&gt; &amp; co" in request["text"]  # escaped: Telegram accepted the HTML
     text = prompt["text"]
-    deadline = (await approval_state(harness, aid))["deadline"][:16].replace("T", " ")
+    deadline = (await harness.approval(aid))["deadline"][:16].replace("T", " ")
     assert text.startswith("🔴 HIGH RISK · Approval needed: may the assistant run refund_order for Ana <b>@\u2060everyone</b>?")
     assert "\nRefund an order to the original payment method\n" in text
     assert "Risk: high" in text
@@ -678,7 +672,7 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await harness.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                                 'Result: {"refund_id": "rf_1", "amount": 25.5}]']
-    view = await approval_state(harness, aid)
+    view = await harness.approval(aid)
     assert view["state"] == "approved"
     assert view["receipt"]["decided_by"] == "Kim"
     assert view["receipt"]["via"] == "channel:1"
@@ -696,7 +690,7 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
     await deliver(harness, fake.callback_update(prompt["message_id"], user=SAM, data=f"ap:{aid}:n"))
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert len(await harness.system_texts(cid)) == 1
-    assert (await approval_state(harness, aid))["state"] == "approved"
+    assert (await harness.approval(aid))["state"] == "approved"
     assert await harness.stored_events() == 2  # the redelivery was dropped
 
 
@@ -745,7 +739,7 @@ async def test_forged_foreign_or_late_presses_change_nothing(
     assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []
     await deliver(harness, press)  # too late
     assert calls == []
-    assert (await approval_state(harness, aid))["state"] == "expired"
+    assert (await harness.approval(aid))["state"] == "expired"
 
 
 async def test_always_allow_in_telegram_and_none_for_ask_always(
@@ -756,7 +750,7 @@ async def test_always_allow_in_telegram_and_none_for_ask_always(
     cid = await harness.conversation("Ana")
     aid, prompt = await ask(harness, fake, cid, order_id="1", amount=5)
     await deliver(harness, fake.callback_update(prompt["message_id"], data=f"ap:{aid}:a"))
-    assert (await approval_state(harness, aid))["receipt"]["always_allow"] is True
+    assert (await harness.approval(aid))["receipt"]["always_allow"] is True
     assert (await harness.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done"
     assert len(calls) == 2
 
@@ -799,11 +793,7 @@ async def test_after_a_restart_the_press_itself_tells_which_message_to_clean_up(
 async def test_a_closing_notice_for_a_prompt_it_never_saw_is_posted_on_its_own(fake: FakeTelegram) -> None:
     adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
                                              api_base_url=fake.base_url, poll_timeout=0))
-
-    async def nowhere(_message: InboundMessage) -> None:
-        raise AssertionError("nothing is delivered in this test")
-
-    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    await adapter.start(standalone_context())
     try:
         text = "Approved by @samlee <Sam>: refund_order (ap_x) will run."
         receipt = await adapter.send(ApprovalClosed(text=text, approval=refund_brief("ap_x")))
@@ -820,11 +810,7 @@ async def test_a_closing_notice_that_carries_the_prompt_s_receipt_takes_its_butt
     """A restarted adapter knows no prompt; the notice's `prompt` (the prompt's receipt) tells it."""
     adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
                                              api_base_url=fake.base_url, poll_timeout=0))
-
-    async def nowhere(_message: InboundMessage) -> None:
-        raise AssertionError("nothing is delivered in this test")
-
-    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    await adapter.start(standalone_context())
     try:
         markup = {"inline_keyboard": [[{"text": "Approve", "callback_data": "ap:ap_x:y"}]]}
         prompt = await fake._api_sendMessage({"chat_id": STAFF_CHAT_ID, "text": "a prompt", "reply_markup": markup})

@@ -569,13 +569,6 @@ async def approval_desk(start_desk: StartDesk, fake: FakeTwilio, *actions: dict[
     return await start(start_desk, fake, actions=list(actions) or [refund_action()])
 
 
-async def gated_call(harness: Harness, cid: str, **arguments: Any) -> str:
-    result = await harness.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await harness.desk.settle()
-    return str(result["approval_id"])
-
-
 def decision_path(body: str) -> str:
     import re
 
@@ -597,7 +590,7 @@ async def test_an_approval_prompt_reaches_every_number_with_exact_arguments_and_
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation(name="Ana *VIP*")
     arguments = {"order_id": "*1234* _now_ ```x``` ~no~", "amount": 25.5}
-    await gated_call(harness, cid, **arguments)
+    await harness.ask_approval(cid, **arguments)
     [to_ana], [to_ben] = fake.sent_to(ANA_PHONE), fake.sent_to(BEN_PHONE)
     body = to_ana["body"]
     assert body == to_ben["body"]
@@ -622,7 +615,7 @@ async def test_approving_on_the_page_runs_the_action_and_every_number_hears_how_
 
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation()
-    aid = await gated_call(harness, cid, order_id="1234", amount=25.5)
+    aid = await harness.ask_approval(cid, order_id="1234", amount=25.5)
     path = decision_path(bodies(fake, ANA_PHONE)[-1])
     assert (await decide_on_page(harness, path, "approve", name="Kim")).status_code == 200
     await harness.desk.settle()
@@ -643,7 +636,7 @@ async def test_denying_on_the_page_is_permission_denied(fake: FakeTwilio, start_
 
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation()
-    await gated_call(harness, cid, order_id="1234", amount=900)
+    await harness.ask_approval(cid, order_id="1234", amount=900)
     await decide_on_page(harness, decision_path(bodies(fake, ANA_PHONE)[-1]), "deny", reason="Over the *limit*")
     await harness.desk.settle()
     assert approval_actions.CALLS == []
@@ -658,7 +651,7 @@ async def test_replies_on_the_line_still_go_to_handoffs_never_to_a_pending_appro
 
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation()
-    aid = await gated_call(harness, cid, order_id="1234", amount=5)
+    aid = await harness.ask_approval(cid, order_id="1234", amount=5)
     await reply(harness, fake, "approve")  # no open handoff: answered by the line, decides nothing
     other = await harness.conversation("Ben", email=None)
     _sid, _code = await dispatched(harness, other)
