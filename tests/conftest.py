@@ -162,6 +162,14 @@ class Harness:
         """The system messages the agent read (resume, approval and user-action notes)."""
         return [m["text"] for m in await self.messages(cid) if m["role"] == "system"]
 
+    async def ask_for_a_person(self, cid: str) -> tuple[str, str]:
+        """The subscriber asks the rules agent for a person and it hands off; returns the
+        handoff id and what the agent answered."""
+        asked = await self.say(cid, "Can I talk to a person please?")
+        assert asked["routed_to"] == "agent", asked
+        assert asked["handoff_session_id"], asked
+        return str(asked["handoff_session_id"]), str(asked["replies"][0]["text"])
+
     async def ask_approval(self, cid: str, action: str = "refund_order", **arguments: Any) -> str:
         """The agent calls a gated action and the desk sends its prompt; returns the approval id."""
         result = await self.tool(cid, action, arguments)

@@ -576,11 +576,8 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
     await h.say(cid, "My order #1234 is a week late")
 
     # the subscriber asks for a person: the agent hands off to the Discord channel
-    asked = await h.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert sid
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
+    sid, told = await h.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.posts(STAFF_CHANNEL)
     handoff = await h.handoff(sid)
     assert dispatch["embeds"][0]["title"] == escape(f"Handoff {handoff['short_code']}: Ana needs a person")

@@ -511,11 +511,8 @@ async def test_the_whole_story_through_slack(start_desk: StartDesk, fake: FakeSl
     await h.say(cid, "My order #1234 is a week late")
 
     # the subscriber asks for a person: the agent hands off to the Slack channel
-    asked = await h.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert sid
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
+    sid, told = await h.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.top_level(CHANNEL)
     handoff = await h.handoff(sid)
     assert dispatch["blocks"][0]["text"]["text"] == f"Handoff {handoff['short_code']}: Ana needs a person"

@@ -564,10 +564,8 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTelegram, start_de
     harness = await start(start_desk, fake)
     cid = await harness.conversation("Ana")
     await harness.say(cid, "My parcel 1234 is lost")
-    asked = await harness.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join")
+    sid, told = await harness.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join")
     dispatch = fake.sent()[-1]
     assert "Ana: My parcel 1234 is lost" in dispatch["text"]
 
