@@ -21,20 +21,18 @@ Figures are wall-clock on whatever machine runs this; nothing here asserts a thr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import ACTION, SUMMARY, desk_with_handoffs, post_all  # noqa: E402
+from bench.relay_harness import ACTION, SUMMARY, at_each_latency, desk_with_handoffs, post_all, relay_arguments  # noqa: E402
 from bot.runtime.logs import configure_logging  # noqa: E402
 from tests.fake_discord import BOT_USER, STAFF_CHANNEL, FakeDiscord  # noqa: E402
 
@@ -144,25 +142,19 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
     print(f"{messages} messages over {conversations} conversations with an active handoff each\n", flush=True)
     print(f"{'fake latency':>12} | {'desk msg/s':>10} | {'adapter msg/s':>13} | {'adapter p50/p99 ms':>18} | "
           f"{'bare msg/s':>10} | {'bare p50/p99 ms':>15} | {'desk/bare':>9} | {'adapter/bare':>12}")
-    with tempfile.TemporaryDirectory(prefix="handoff-bench-discord-") as tmp:
-        for latency_ms in latencies:
-            fake = await FakeDiscord(token=TOKEN, latency=latency_ms / 1000).start()
-            try:
-                bare, bare_lat = await bench_bare(fake, conversations, messages)
-                adapter, adapter_lat = await bench_adapter(fake, conversations, messages)
-                desk = await bench_desk(fake, Path(tmp), conversations, messages)
-            finally:
-                await fake.stop()
-            a50, a99 = quantiles(adapter_lat)
-            b50, b99 = quantiles(bare_lat)
-            print(f"{latency_ms:>9g} ms | {desk:>10.1f} | {adapter:>13.1f} | {a50:>8.1f} / {a99:>7.1f} | {bare:>10.1f} | "
-                  f"{b50:>6.1f} / {b99:>6.1f} | {desk / bare:>9.2f} | {adapter / bare:>12.2f}", flush=True)
+    async def all_three(fake: FakeDiscord, tmp: Path) -> tuple[float, tuple[float, list[float]], tuple[float, list[float]]]:
+        bare = await bench_bare(fake, conversations, messages)
+        adapter = await bench_adapter(fake, conversations, messages)
+        return await bench_desk(fake, tmp, conversations, messages), adapter, bare
+
+    async for latency_ms, (desk, (adapter, adapter_lat), (bare, bare_lat)) in at_each_latency(
+            latencies, lambda latency: FakeDiscord(token=TOKEN, latency=latency).start(), all_three,
+            prefix="handoff-bench-discord-"):
+        a50, a99 = quantiles(adapter_lat)
+        b50, b99 = quantiles(bare_lat)
+        print(f"{latency_ms:>9g} ms | {desk:>10.1f} | {adapter:>13.1f} | {a50:>8.1f} / {a99:>7.1f} | {bare:>10.1f} | "
+              f"{b50:>6.1f} / {b99:>6.1f} | {desk / bare:>9.2f} | {adapter / bare:>12.2f}", flush=True)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Discord latency per request (default 0)")
-    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
-    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
-    args = parser.parse_args()
-    asyncio.run(main(args.latency_ms, args.conversations, args.messages))
+    asyncio.run(main(*relay_arguments(__doc__, "Discord")))

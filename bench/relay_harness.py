@@ -4,14 +4,19 @@ API (one task per conversation, in order), and percentiles."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
+import platform
+import sqlite3
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
@@ -19,6 +24,7 @@ import httpx  # noqa: E402
 
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
+from bot.runtime.logs import configure_logging  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
 
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -69,3 +75,51 @@ async def post_all(client: httpx.AsyncClient, cids: list[str], per_conversation:
 
 def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+
+def begin(title: str, workload: str) -> None:
+    """Quiet the desk's logs and print what a result depends on: the title, the Python,
+    SQLite and machine it ran on, and the workload."""
+    configure_logging(level="error", fmt="console")
+    print(title)
+    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
+    print(workload + "\n", flush=True)
+
+
+class Fake(Protocol):
+    async def stop(self) -> None: ...
+
+
+F = TypeVar("F", bound=Fake)
+R = TypeVar("R")
+
+
+async def at_each_latency(latencies: list[float], start_fake: Callable[[float], Awaitable[F]],
+                          run: Callable[[F, Path], Awaitable[R]], *, prefix: str) -> AsyncIterator[tuple[float, R]]:
+    """For each latency (ms), a fresh fake provider answering that slowly, `run` against it
+    (with a scratch folder for the desk's databases), and the fake stopped: (latency, result)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for latency_ms in latencies:
+            fake = await start_fake(latency_ms / 1000)
+            try:
+                result = await run(fake, Path(tmp))
+            finally:
+                await fake.stop()
+            yield latency_ms, result
+
+
+class RelayRun(NamedTuple):
+    latencies: list[float]  # ms, one row each
+    conversations: int
+    messages: int
+
+
+def relay_arguments(doc: str, provider: str) -> RelayRun:
+    """The command line every relay benchmark takes: the fake's latencies, how many
+    conversations relay at once, and how many messages in all."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help=f"fake {provider} latency per request (default 0)")
+    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
+    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
+    args = parser.parse_args()
+    return RelayRun(args.latency_ms, args.conversations, args.messages)

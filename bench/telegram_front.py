@@ -24,12 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import resource
-import sqlite3
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,10 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 import httpx  # noqa: E402
 
-from bench.relay_harness import percentile  # noqa: E402
+from bench.relay_harness import at_each_latency, begin, percentile  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
-from bot.runtime.logs import configure_logging  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
 from tests.fake_telegram import FakeTelegram  # noqa: E402
 
@@ -128,20 +123,14 @@ async def bench_bare(fake: FakeTelegram, subscribers: int, messages: int) -> tup
 
 
 async def main(latencies: list[float], subscribers: int, messages: int) -> None:
-    configure_logging(level="error", fmt="console")
-    print("Handoff Desk Telegram front benchmark")
-    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
-    print(f"{messages} messages from {subscribers} subscribers, each waiting for the answer before writing again\n", flush=True)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="handoff-bench-front-") as tmp:
-        for latency_ms in latencies:
-            fake = await FakeTelegram(token=TOKEN, latency=latency_ms / 1000).start()
-            try:
-                bare = await bench_bare(fake, subscribers, messages)
-                desk = await bench_desk(fake, Path(tmp), subscribers, messages)
-            finally:
-                await fake.stop()
-            rows.append((latency_ms, desk, bare))
+    begin("Handoff Desk Telegram front benchmark",
+          f"{messages} messages from {subscribers} subscribers, each waiting for the answer before writing again")
+    async def both(fake: FakeTelegram, tmp: Path) -> tuple[tuple[float, list[float]], tuple[float, list[float]]]:
+        bare = await bench_bare(fake, subscribers, messages)
+        return await bench_desk(fake, tmp, subscribers, messages), bare
+
+    rows = [(latency_ms, desk, bare) async for latency_ms, (desk, bare) in at_each_latency(
+        latencies, lambda latency: FakeTelegram(token=TOKEN, latency=latency).start(), both, prefix="handoff-bench-front-")]
     print(f"{'fake latency':>12} | {'desk answers/s':>14} | {'desk p50 / p99':>16} | {'bare PTB /s':>11} | "
           f"{'bare p50 / p99':>16} | {'desk / bare':>11}")
     for latency_ms, (desk, desk_trips), (bare, bare_trips) in rows:

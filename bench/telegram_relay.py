@@ -26,21 +26,15 @@ runs this; nothing here asserts a threshold.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import platform
-import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import desk_with_handoffs, post_all  # noqa: E402
-from bot.runtime.logs import configure_logging  # noqa: E402
+from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, post_all, relay_arguments  # noqa: E402
 from tests.fake_telegram import STAFF_CHAT_ID, FakeTelegram  # noqa: E402
 
 TOKEN = "123456:BENCH-token_abcdefghijklmnop"
@@ -124,22 +118,18 @@ async def bench_adapter(fake: FakeTelegram, conversations: int, messages: int) -
 
 
 async def main(latencies: list[float], conversations: int, messages: int) -> None:
-    configure_logging(level="error", fmt="console")
-    print("Handoff Desk Telegram relay benchmark")
-    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
-    print(f"{messages} messages over {conversations} conversations with an active handoff each\n", flush=True)
+    begin("Handoff Desk Telegram relay benchmark",
+          f"{messages} messages over {conversations} conversations with an active handoff each")
+    async def all_three(fake: FakeTelegram, tmp: Path) -> tuple[float, float, float]:
+        bare = await bench_bare(fake, conversations, messages)
+        adapter = await bench_adapter(fake, conversations, messages)
+        return await bench_desk(fake, tmp, conversations, messages), adapter, bare
+
     rows = []
-    with tempfile.TemporaryDirectory(prefix="handoff-bench-tg-") as tmp:
-        for latency_ms in latencies:
-            fake = await FakeTelegram(token=TOKEN, latency=latency_ms / 1000).start()
-            try:
-                bare = await bench_bare(fake, conversations, messages)
-                adapter = await bench_adapter(fake, conversations, messages)
-                desk = await bench_desk(fake, Path(tmp), conversations, messages)
-            finally:
-                await fake.stop()
-            rows.append((latency_ms, desk, adapter, bare))
-            print(f"  latency {latency_ms:g} ms done", flush=True)
+    async for latency_ms, (desk, adapter, bare) in at_each_latency(
+            latencies, lambda latency: FakeTelegram(token=TOKEN, latency=latency).start(), all_three, prefix="handoff-bench-tg-"):
+        rows.append((latency_ms, desk, adapter, bare))
+        print(f"  latency {latency_ms:g} ms done", flush=True)
     print(f"\n{'fake latency':>12} | {'desk: HTTP API -> outbox -> adapter':>35} | {'adapter.send alone':>18} | "
           f"{'bare PTB':>10} | {'desk / bare':>11} | {'adapter / bare':>14}")
     for latency_ms, desk, adapter, bare in rows:
@@ -148,9 +138,4 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Bot API latency per request (default 0)")
-    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
-    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
-    args = parser.parse_args()
-    asyncio.run(main(args.latency_ms, args.conversations, args.messages))
+    asyncio.run(main(*relay_arguments(__doc__, "Bot API")))

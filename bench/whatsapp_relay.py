@@ -23,21 +23,15 @@ Figures are wall-clock on whatever machine runs this; nothing here asserts a thr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import platform
-import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import desk_with_handoffs, percentile, post_all  # noqa: E402
-from bot.runtime.logs import configure_logging  # noqa: E402
+from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, percentile, post_all, relay_arguments  # noqa: E402
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio  # noqa: E402
 
 TEXT = "c{c} message {k}: is there any news on my order? It was due on *Monday* & I need it soon."
@@ -85,21 +79,17 @@ async def bench_bare(fake: FakeTwilio, conversations: int, messages: int) -> tup
 
 
 async def main(latencies: list[float], conversations: int, messages: int) -> None:
-    configure_logging(level="error", fmt="console")
-    print("Handoff Desk WhatsApp (Twilio) relay benchmark")
-    print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | {os.cpu_count()} CPUs | {platform.platform()}")
-    print(f"{messages} messages over {conversations} conversations with an active handoff each, one recipient number\n", flush=True)
+    begin("Handoff Desk WhatsApp (Twilio) relay benchmark",
+          f"{messages} messages over {conversations} conversations with an active handoff each, one recipient number")
+    async def both(fake: FakeTwilio, tmp: Path) -> tuple[tuple[float, list[float]], tuple[float, list[float]]]:
+        bare = await bench_bare(fake, conversations, messages)
+        return await bench_desk(fake, tmp, conversations, messages), bare
+
     rows = []
-    with tempfile.TemporaryDirectory(prefix="handoff-bench-wa-") as tmp:
-        for latency_ms in latencies:
-            fake = await FakeTwilio(latency=latency_ms / 1000).start()
-            try:
-                bare, bare_ms = await bench_bare(fake, conversations, messages)
-                desk, desk_ms = await bench_desk(fake, Path(tmp), conversations, messages)
-            finally:
-                await fake.stop()
-            rows.append((latency_ms, desk, desk_ms, bare, bare_ms))
-            print(f"  latency {latency_ms:g} ms done", flush=True)
+    async for latency_ms, ((desk, desk_ms), (bare, bare_ms)) in at_each_latency(
+            latencies, lambda latency: FakeTwilio(latency=latency).start(), both, prefix="handoff-bench-wa-"):
+        rows.append((latency_ms, desk, desk_ms, bare, bare_ms))
+        print(f"  latency {latency_ms:g} ms done", flush=True)
     print(f"\n{'fake latency':>12} | {'desk msg/s':>10} | {'desk p50/p99 ms':>15} | {'bare msg/s':>10} | {'bare p50/p99 ms':>15} | "
           f"{'desk / bare':>11}")
     for latency_ms, desk, desk_ms, bare, bare_ms in rows:
@@ -108,9 +98,4 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0], help="fake Twilio latency per request (default 0)")
-    parser.add_argument("--conversations", type=int, default=8, help="active handoffs sending at once (default 8)")
-    parser.add_argument("--messages", type=int, default=400, help="subscriber messages in all (default 400)")
-    args = parser.parse_args()
-    asyncio.run(main(args.latency_ms, args.conversations, args.messages))
+    asyncio.run(main(*relay_arguments(__doc__, "Twilio")))

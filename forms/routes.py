@@ -26,7 +26,7 @@ from bot.runtime.clock import Clock
 from bot.store.models import HandoffSession
 from bot.store.vocabulary import OUTCOMES_SPOKEN, HandoffState, Outcome, ReleaseReason
 from bot.web.deps import ChannelsDep, ClockDep, ConfigDep, FormLinksDep, HandoffsDep, QueriesDep, RendererDep
-from bot.web.pages import render_page, same_origin
+from bot.web.pages import link_not_valid, render_page, same_origin, status_page
 from forms.fields import ReturnField, ReturnValuesInvalid, coerce_returned
 from forms.links import FormLinks, LinkUnavailable
 
@@ -60,14 +60,10 @@ class FormPages:
         return await self.queries.linked_handoff(link_id) if link_id is not None else None
 
     def status(self, status: int, title: str, *lines: str, tone: str = "info", **context: Any) -> HTMLResponse:
-        context.setdefault("returned", {})
-        context.setdefault("missing", [])
-        context.setdefault("labels", {})
-        return render_page(self.renderer, "forms/status.html", status=status, title=title, lines=list(lines), tone=tone, **context)
+        return status_page(self.renderer, status, title, *lines, tone=tone, **context)
 
     def not_found(self) -> HTMLResponse:
-        return self.status(404, "This link is not valid",
-                           "Check that you opened the whole link from the message you received.")
+        return link_not_valid(self.renderer)
 
     def unavailable_page(self, found: LinkedHandoff) -> HTMLResponse | None:
         """The page for a link that cannot be used now, or None when the form may be shown."""

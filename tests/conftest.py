@@ -11,18 +11,22 @@ import asyncio
 import os
 import shutil
 import socket
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
 import uvicorn
+from sqlalchemy import func, select
 
-from bot.config import Config
+from bot.config import Config, ConfigError
 from bot.desk import Desk
 from bot.runtime.clock import Clock, ManualClock
+from bot.store.models import InboundEvent
 from bot.web.app import create_app
 from bot.web.server import DeskServer
 from channels.base import ChannelAdapter
@@ -82,6 +86,30 @@ def make_config(database_url: str, **overrides: Any) -> Config:
     return Config.from_mapping(data)
 
 
+class CliRun(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+async def probe_config(path: Path) -> CliRun:
+    """`handoff check-config PATH --probe`: the real CLI in a subprocess, as an operator runs
+    it, awaited so the fake providers it probes keep answering on this event loop."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=Path(__file__).resolve().parent.parent,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    return CliRun(process.returncode or 0, out.decode(), err.decode())
+
+
+def config_problem(**overrides: Any) -> str:
+    """The report a config with these sections is refused with (it must be refused)."""
+    with pytest.raises(ConfigError) as caught:
+        make_config("sqlite:///x.db", **overrides)
+    return str(caught.value)
+
+
 class Harness:
     """One running server and an HTTP client talking to it."""
 
@@ -133,6 +161,36 @@ class Harness:
     async def system_texts(self, cid: str) -> list[str]:
         """The system messages the agent read (resume, approval and user-action notes)."""
         return [m["text"] for m in await self.messages(cid) if m["role"] == "system"]
+
+    async def ask_for_a_person(self, cid: str) -> tuple[str, str]:
+        """The subscriber asks the rules agent for a person and it hands off; returns the
+        handoff id and what the agent answered."""
+        asked = await self.say(cid, "Can I talk to a person please?")
+        assert asked["routed_to"] == "agent", asked
+        assert asked["handoff_session_id"], asked
+        return str(asked["handoff_session_id"]), str(asked["replies"][0]["text"])
+
+    async def ask_approval(self, cid: str, action: str = "refund_order", **arguments: Any) -> str:
+        """The agent calls a gated action and the desk sends its prompt; returns the approval id."""
+        result = await self.tool(cid, action, arguments)
+        assert result["status"] == "APPROVAL_PENDING", result
+        await self.desk.settle()
+        return str(result["approval_id"])
+
+    async def approval(self, aid: str) -> dict[str, Any]:
+        """An approval as the API shows it: state, deadline, receipt, events."""
+        response = await self.client.get(f"/api/approvals/{aid}")
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    async def human_texts(self, cid: str) -> list[tuple[str, str]]:
+        """What the people on a channel said in the conversation, with who said it."""
+        return [(m["author"], m["text"]) for m in await self.messages(cid) if m["role"] == "human"]
+
+    async def stored_events(self) -> int:
+        """How many inbound provider events the desk stored (a redelivery or a refused one adds none)."""
+        async with self.desk.db.read() as session:
+            return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
     async def kinds(self, sid: str) -> list[str]:
         return [e["kind"] for e in await self.events(sid)]
@@ -199,14 +257,15 @@ def served_config() -> dict[str, Any]:
     return {}
 
 
-@pytest.fixture
-async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterator[tuple[Desk, str]]:
-    """A desk behind a real uvicorn server on a free loopback port (real clock)."""
+@asynccontextmanager
+async def desk_served(database_url: str, **overrides: Any) -> AsyncIterator[tuple[Desk, str]]:
+    """A desk (config `overrides`) behind a real uvicorn server on a free loopback port (real
+    clock), for the browser tests: yields the desk and its base URL."""
     with socket.socket() as probe:  # a free port, known before the config (links carry it)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    desk = Desk(make_config(sqlite_url, server={"public_url": base}, **served_config), clock=Clock(), run_timers=False)
+    desk = Desk(make_config(database_url, server={"public_url": base}, **overrides), clock=Clock(), run_timers=False)
     await desk.start()
     # The product's server class, so open long-polls end at shutdown as under `handoff serve`.
     server = DeskServer(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
@@ -218,6 +277,13 @@ async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterato
     server.should_exit = True
     await task
     await desk.stop()
+
+
+@pytest.fixture
+async def served(sqlite_url: str, served_config: dict[str, Any]) -> AsyncIterator[tuple[Desk, str]]:
+    """A desk behind a real uvicorn server on a free loopback port (real clock)."""
+    async with desk_served(sqlite_url, **served_config) as pair:
+        yield pair
 
 
 @pytest.fixture

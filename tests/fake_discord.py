@@ -28,13 +28,14 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import WSMsgType, web
 from nacl.signing import SigningKey
+
+from tests.fake_server import LocalHttpServer
 
 GUILD_ID = 900_000_000_000_000_001
 STAFF_CHANNEL = 900_000_000_000_000_010
@@ -85,8 +86,9 @@ class Fault:
     lose_answer: bool = False  # do the work, then never answer (the client times out)
 
 
-class FakeDiscord:
+class FakeDiscord(LocalHttpServer):
     def __init__(self, *, token: str, message_content_allowed: bool = True, latency: float = 0.0) -> None:
+        super().__init__()
         self.token = token
         self.message_content_allowed = message_content_allowed
         self.latency = latency
@@ -109,9 +111,7 @@ class FakeDiscord:
         self._ready_sockets: list[web.WebSocketResponse] = []
         self._seq = 0
         self._query: dict[str, str] = {}
-        self._changed = asyncio.Condition()
         self._closing = asyncio.Event()
-        self._runner: web.AppRunner | None = None
         self.base = ""
 
     # ------------------------------------------------------------------ server
@@ -120,11 +120,7 @@ class FakeDiscord:
         app = web.Application()
         app.router.add_get("/gateway", self._gateway)
         app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = await self._serve(app)
         self.base = f"127.0.0.1:{port}"
         return self
 
@@ -140,8 +136,7 @@ class FakeDiscord:
         self._closing.set()
         for ws in list(self._sockets):
             await ws.close(code=1001)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._stop_serving()
 
     # ------------------------------------------------------------------ scripting and looking
 
@@ -154,18 +149,6 @@ class FakeDiscord:
 
     def posts(self, channel_id: int | str) -> list[dict[str, Any]]:
         return list(self.messages.get(int(channel_id), []))
-
-    async def wait_for(self, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
-        """Wait until `condition()` is truthy (re-checked whenever something happens here)."""
-        async with asyncio.timeout(timeout):
-            async with self._changed:
-                while not (result := condition()):
-                    await self._changed.wait()
-                return result
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
 
     # ------------------------------------------------------------------ REST
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fake_server import LocalHttpServer
+
 
 @dataclass
 class Failure:
@@ -24,29 +26,24 @@ class Failure:
     message: str = "Rate limit reached"
 
 
-class FakeOpenAI:
+class FakeOpenAI(LocalHttpServer):
     def __init__(self, *, api_key: str | None = "sk-test-key", model: str = "test-model") -> None:
+        super().__init__()
         self.api_key, self.model = api_key, model
         self.requests: list[dict[str, Any]] = []
         self._script: deque[dict[str, Any] | Failure] = deque()
         self._ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
         self.base_url = ""
 
     async def start(self) -> FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = await self._serve(app)
         self.base_url = f"http://127.0.0.1:{port}/v1"
         return self
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._stop_serving()
 
     # ------------------------------------------------------------------ scripting
 

@@ -20,12 +20,13 @@ import hmac
 import json
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+
+from tests.fake_server import LocalHttpServer
 
 BOT = {"user_id": "U0BOT", "bot_id": "B0BOT", "user": "handoff-desk", "team": "Acme Support", "team_id": "T0ACME"}
 
@@ -49,7 +50,7 @@ class Fault:
     lose_answer: bool = False  # do the work, then never answer (the client times out)
 
 
-class FakeSlack:
+class FakeSlack(LocalHttpServer):
     def __init__(
         self,
         *,
@@ -59,6 +60,7 @@ class FakeSlack:
         unlisted_users: dict[str, str] | None = None,
         latency: float = 0.0,
     ) -> None:
+        super().__init__()
         self.token = token
         self.latency = latency  # seconds added to every answer, like a network round trip
         self.messages: dict[str, list[dict[str, Any]]] = {c: [] for c in channels}
@@ -67,10 +69,8 @@ class FakeSlack:
         self.unlisted_users = dict(unlisted_users or {})
         self.calls: list[Call] = []
         self._faults: dict[str, deque[Fault]] = {}
-        self._changed = asyncio.Condition()
         self._closing = asyncio.Event()
         self._ts = 0
-        self._runner: web.AppRunner | None = None
         self.url = ""
 
     # ------------------------------------------------------------------ server
@@ -78,18 +78,13 @@ class FakeSlack:
     async def start(self) -> FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = await self._serve(app)
         self.url = f"http://127.0.0.1:{port}/api/"
         return self
 
     async def stop(self) -> None:
         self._closing.set()  # answers held back by lose_answer give up now
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._stop_serving()
 
     # ------------------------------------------------------------------ scripting and looking
 
@@ -108,14 +103,6 @@ class FakeSlack:
 
     def top_level(self, channel: str = "C0HANDOFF") -> list[dict[str, Any]]:
         return [m for m in self.messages.get(channel, []) if m.get("thread_ts", m["ts"]) == m["ts"]]
-
-    async def wait_for(self, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
-        """Wait until `condition()` is truthy (re-checked on every request); return its value."""
-        async with asyncio.timeout(timeout):
-            async with self._changed:
-                while not (result := condition()):
-                    await self._changed.wait()
-                return result
 
     # ------------------------------------------------------------------ the API
 
@@ -148,10 +135,6 @@ class FakeSlack:
         if fault is not None:  # stored, but the answer is lost on the way back
             await self._closing.wait()
         return web.json_response(body)
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
 
     def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "url": "https://acme.slack.com/", **BOT}

@@ -13,7 +13,6 @@ import ssl
 import subprocess
 import warnings
 from collections import defaultdict, deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from email import policy
 from email.message import EmailMessage
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
+
+from tests.fake_server import Watched
 
 
 @dataclass
@@ -48,13 +49,14 @@ def self_signed_certificate(directory: Path, host: str = "127.0.0.1") -> tuple[P
     return cert_path, key_path
 
 
-class FakeSMTP:
+class FakeSMTP(Watched):
     """An SMTP server that accepts mail and remembers every message."""
 
     def __init__(
         self, *, username: str | None = None, password: str | None = None,
         security: Literal["none", "starttls", "tls"] = "none", certificate: tuple[Path, Path] | None = None,
     ) -> None:
+        super().__init__()
         self.username, self.password, self.security = username, password, security
         self.certificate = certificate
         self.messages: list[Received] = []
@@ -63,7 +65,6 @@ class FakeSMTP:
         self.port = 0
         self._replies: defaultdict[str, deque[str]] = defaultdict(deque)
         self._hold: asyncio.Event | None = None
-        self._changed = asyncio.Condition()
         self._server: asyncio.base_events.Server | None = None
         self._open: list[SMTP] = []
 
@@ -122,11 +123,6 @@ class FakeSMTP:
         if self._hold is not None:
             self._hold.set()
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout):
-            async with self._changed:
-                await self._changed.wait_for(predicate)
-
     # ------------------------------------------------------------------ aiosmtpd hooks
 
     def _authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
@@ -158,8 +154,7 @@ class FakeSMTP:
         message = BytesParser(policy=policy.default).parsebytes(raw)
         assert isinstance(message, EmailMessage)
         self.messages.append(Received(envelope.mail_from, list(envelope.rcpt_tos), raw, message))
-        async with self._changed:
-            self._changed.notify_all()
+        await self._notify()
         if self._hold is not None:
             hold, self._hold = self._hold, None
             await hold.wait()

@@ -35,12 +35,13 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
 from aiohttp import web
+
+from tests.fake_server import LocalHttpServer
 
 BOT_USER = {"id": 7000001, "is_bot": True, "first_name": "Handoff Desk", "username": "handoff_desk_bot",
             "can_join_groups": True, "can_read_all_group_messages": False, "supports_inline_queries": False}
@@ -119,8 +120,9 @@ class BotApiError(Exception):
         self.status, self.description, self.parameters = status, description, parameters
 
 
-class FakeTelegram:
+class FakeTelegram(LocalHttpServer):
     def __init__(self, *, token: str, is_forum: bool = False, latency: float = 0.0, chat_title: str = "Support staff") -> None:
+        super().__init__()
         self.token, self.latency = token, latency
         self.chat = {"id": STAFF_CHAT_ID, "type": "supergroup", "title": chat_title, "username": "support_staff"}
         if is_forum:
@@ -136,13 +138,10 @@ class FakeTelegram:
         self._failures: list[list[Any]] = []  # [method, error, calls to let through first]
         self._held: set[str] = set()
         self._release = asyncio.Event()
-        self._changed = asyncio.Condition()
         self._poller: asyncio.Future[None] | None = None  # the getUpdates request in flight
         self._ids = itertools.count(100)
         self._update_ids = itertools.count(9000)
         self._callback_ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self.port = 0
 
     # ------------------------------------------------------------------ server
 
@@ -154,19 +153,14 @@ class FakeTelegram:
     async def start(self) -> FakeTelegram:
         app = web.Application()
         app.router.add_post("/bot{token}/{method}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await self._serve(app)
         return self
 
     async def stop(self) -> None:
         self.release()
         if self._poller and not self._poller.done():
             self._poller.set_result(None)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._stop_serving()
 
     # ------------------------------------------------------------------ test hooks
 
@@ -191,11 +185,6 @@ class FakeTelegram:
     def sent(self) -> list[dict[str, Any]]:
         """Messages the bot posted, in order."""
         return [m for m in self.messages.values() if m.get("from", {}).get("id") == BOT_USER["id"] and "text" in m]
-
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout):
-            async with self._changed:
-                await self._changed.wait_for(predicate)
 
     def sent_to(self, chat_id: int) -> list[dict[str, Any]]:
         """Messages the bot posted in one chat, in order."""
@@ -251,10 +240,6 @@ class FakeTelegram:
         }}
 
     # ------------------------------------------------------------------ the Bot API
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
 
     async def _handle(self, request: web.Request) -> web.Response:
         method, token = request.match_info["method"], request.match_info["token"]

@@ -37,7 +37,6 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime
@@ -45,6 +44,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+
+from tests.fake_server import LocalHttpServer
 
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
 AUTH_TOKEN = "f00dfeedf00dfeedf00dfeedf00dfeed"
@@ -78,10 +79,11 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class FakeTwilio:
+class FakeTwilio(LocalHttpServer):
     def __init__(self, *, account_sid: str = ACCOUNT_SID, auth_token: str = AUTH_TOKEN, senders: tuple[str, ...] = (SENDER,),
                  latency: float = 0.0, friendly_name: str = "Acme Support", account_status: str = "active",
                  session_window: bool = False) -> None:
+        super().__init__()
         self.account_sid, self.auth_token, self.senders, self.latency = account_sid, auth_token, senders, latency
         self.session_window = session_window
         self.open_sessions: set[str] = set()  # numbers that wrote to the sender "in the last 24 hours"
@@ -91,10 +93,7 @@ class FakeTwilio:
         self._faults: list[Fault] = []
         self._held = False
         self._release = asyncio.Event()
-        self._changed = asyncio.Condition()
         self._ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self.port = 0
 
     # ------------------------------------------------------------------ server
 
@@ -107,17 +106,12 @@ class FakeTwilio:
         app = web.Application()
         app.router.add_post("/2010-04-01/Accounts/{sid}/Messages.json", self._create_message)
         app.router.add_get("/2010-04-01/Accounts/{sid}.json", self._fetch_account)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await self._serve(app)
         return self
 
     async def stop(self) -> None:
         self.release()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._stop_serving()
 
     # ------------------------------------------------------------------ test hooks
 
@@ -145,11 +139,6 @@ class FakeTwilio:
 
     def sent_to(self, number: str) -> list[dict[str, Any]]:
         return [m for m in self.messages if m["to"] == number]
-
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout):
-            async with self._changed:
-                await self._changed.wait_for(predicate)
 
     def inbound(self, url: str, *, body: str | None = "Hi", sender: str = ANA_PHONE, profile_name: str | None = "Sam",
                 media: list[str] | None = None, auth_token: str | None = None, **extra: str) -> tuple[bytes, dict[str, str]]:
@@ -197,8 +186,7 @@ class FakeTwilio:
 
     async def _record(self, call: Call) -> None:
         self.calls.append(call)
-        async with self._changed:
-            self._changed.notify_all()
+        await self._notify()
 
     async def _fetch_account(self, request: web.Request) -> web.Response:
         if self.latency:

@@ -1,4 +1,5 @@
-"""A scriptable channel for failure paths the real owner inbox cannot produce.
+"""A scriptable channel for failure paths the real owner inbox cannot produce, and the
+context for a real adapter driven without a desk.
 
 It stands in for a *provider* (the far side of the adapter interface), never for the core
 under test: the outbox, the state machine and the audit trail all run for real against it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
+from bot.domain.rendering import Renderer
 from channels.base import (
     ApprovalClosed,
     ApprovalPrompt,
@@ -18,6 +20,7 @@ from channels.base import (
     ChannelContext,
     ChannelError,
     Dispatch,
+    InboundMessage,
     Notice,
     Outbound,
     Receipt,
@@ -27,6 +30,15 @@ from channels.base import (
     ToSubscriber,
     UncertainDeliveryError,
 )
+
+
+async def _nothing_delivered(message: InboundMessage) -> None:
+    raise AssertionError(f"nothing is delivered in this test, yet the adapter delivered {message!r}")
+
+
+def standalone_context() -> ChannelContext:
+    """What `start()` needs to run an adapter without a desk, in a test where nothing may come in."""
+    return ChannelContext(public_url="http://desk.test", deliver_inbound=_nothing_delivered, render=Renderer().render)
 
 
 class ScriptedChannel(ChannelAdapter):

@@ -15,20 +15,21 @@ from bot.agents.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEAD
 from bot.config import Config, ConfigError
 from bot.flow.router import FALLBACK_REPLY
 from tests.conftest import SECRET, Harness, StartDesk
+from tests.fake_server import LocalHttpServer
 
 BOT_SECRET = "owner-bot-secret-0123456789"
 
 
-class OwnersBot:
+class OwnersBot(LocalHttpServer):
     """The owner's existing bot: verifies each turn, records it, answers from a script."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.turns: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.refused: list[str] = []
         self.script: deque[tuple[int, Any, dict[str, str]]] = deque()
         self.url = ""
-        self._runner: web.AppRunner | None = None
 
     def answer(self, replies: list[str] | None = None, tool_calls: list[dict[str, Any]] | None = None) -> None:
         self.script.append((200, {"replies": replies or [], "tool_calls": tool_calls or []}, {}))
@@ -39,16 +40,11 @@ class OwnersBot:
     async def start(self) -> OwnersBot:
         app = web.Application()
         app.router.add_post("/turn", self._turn)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/turn"  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{await self._serve(app)}/turn"
         return self
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._stop_serving()
 
     async def _turn(self, request: web.Request) -> web.Response:
         body = await request.read()

@@ -16,6 +16,7 @@ from channels.base import ApprovalClosed, ApprovalPrompt, Decision, Outbound
 from tests import approval_actions
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
+from tests.fake_server import serving
 from tests.fakes import ScriptedChannel
 
 SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0}},
@@ -82,7 +83,7 @@ async def test_a_gated_call_waits_runs_exactly_what_was_approved_and_tells_the_a
     assert decided.status_code == 200, decided.text
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
-    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    view = (await harness.approval(aid))
     assert view["state"] == "approved"
     assert view["run_state"] == "succeeded"
     assert view["result"]["refund_id"] == "rf_1"
@@ -221,7 +222,7 @@ async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: S
     assert page.status_code == 200
     assert "refund_order</code> for Ana?" in page.text
     assert "&#34;order_id&#34;: &#34;1234&#34;" in page.text
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"  # GET decided nothing
+    assert (await harness.approval(aid))["state"] == "pending"  # GET decided nothing
     token = path.rsplit("/", 1)[1]
     posted = await harness.client.post(path, data={"token": token, "decision": "approve", "name": "Kim"})
     assert posted.status_code == 200
@@ -229,7 +230,7 @@ async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: S
     again = await harness.client.post(path, data={"token": token, "decision": "deny"})
     assert again.status_code == 410
     assert "changed nothing" in again.text
-    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    view = (await harness.approval(aid))
     assert view["state"] == "approved"
     assert view["receipt"]["via"] == "link"
     assert view["receipt"]["decided_by"] == "Kim (decision link)"
@@ -246,7 +247,7 @@ async def test_a_button_counts_only_in_a_channel_the_prompt_went_to(start_desk: 
     assert await harness.desk.inbound.submit_and_wait(2, press) == "duplicate"
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 5}]
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["receipt"]["via"] == "channel:2"
+    assert (await harness.approval(aid))["receipt"]["via"] == "channel:2"
 
 
 async def test_a_failing_action_is_reported_not_retried(start_desk: StartDesk) -> None:
@@ -259,7 +260,7 @@ async def test_a_failing_action_is_reported_not_retried(start_desk: StartDesk) -
     # what the owner's code printed stays with the owner (it may hold anything): the agent gets the type
     assert note.startswith("[Approval — refund_order was approved but failed: "
                            "tests.approval_actions:broken raised RuntimeError. Check the current state")
-    events = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    events = (await harness.approval(aid))
     assert events["error"] == "tests.approval_actions:broken raised RuntimeError"
     async with harness.desk.db.read() as session:
         from sqlalchemy import select
@@ -284,18 +285,11 @@ async def test_an_http_action_gets_a_signed_request_with_the_approved_arguments(
 
     app = web.Application()
     app.router.add_post("/refund", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serving(app) as port:
         harness, _, cid = await start(start_desk, refund(run={"url": f"http://127.0.0.1:{port}/refund", "secret": secret}))
         aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
         await decide(harness, aid, "approve")
         await harness.desk.settle()
-    finally:
-        await runner.cleanup()
     [got] = received
     assert got["body"] == {"action": "refund_order", "approval_id": aid, "conversation_id": cid,
                            "arguments": {"order_id": "1234", "amount": 5}}
@@ -340,7 +334,7 @@ async def test_the_agents_api_key_cannot_approve_its_own_calls(start_desk: Start
     refused = await decide(harness, aid, "approve")
     assert refused.status_code == 401
     assert "owner.token" in refused.json()["details"]["hint"]
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.approval(aid))["state"] == "pending"
     decided = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny"},
                                         headers={"Authorization": f"Bearer {owner}"})
     assert decided.status_code == 200

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import aiosmtplib
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from bot.store.models import InboundEvent
 from channels.base import ReleasePress, stored_inbound
@@ -239,7 +239,7 @@ class Discord(Provider):
     async def _stored(self, h: Harness, count: int) -> None:
         """Gateway messages arrive on their own schedule: wait until `count` are stored and handled."""
         async with asyncio.timeout(5):
-            while await stored_events(h) < count:
+            while await h.stored_events() < count:
                 await asyncio.sleep(0.005)
         await h.desk.settle()
 
@@ -249,7 +249,7 @@ class Discord(Provider):
         return next(m for m in self.fake.posts(STAFF_CHANNEL) if m["id"] == message_id)
 
     async def reply(self, h: Harness, dispatch: Any, text: str) -> Any:
-        before = await stored_events(h)
+        before = await h.stored_events()
         message = await self.fake.human_message(dispatch["id"], text)
         await self._stored(h, before + 1)
         return message
@@ -456,13 +456,6 @@ async def start(start_desk: StartDesk, provider: Provider, **channel: Any) -> Ha
     return await start_desk(channels=[entry], delivery={"base_backoff": "10ms"})
 
 
-async def stored_events(h: Harness) -> int:
-    async with h.desk.db.read() as session:
-        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
-
-
-async def human_texts(h: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await h.messages(cid) if m["role"] == "human"]
 
 
 async def handoff_on(h: Harness, provider: Provider) -> tuple[str, str, Any]:
@@ -511,13 +504,13 @@ async def test_a_dispatch_opens_a_thread_that_carries_messages_both_ways(start_d
 async def test_a_redelivered_reply_is_relayed_once(start_desk: StartDesk, provider: Provider) -> None:
     h = await start(start_desk, provider)
     cid, _sid, dispatch = await handoff_on(h, provider)
-    before = await stored_events(h)
+    before = await h.stored_events()
     delivery = await provider.reply(h, dispatch, "Only once, please.")
     for attempt in (1, 2):
         await provider.redeliver(h, delivery, attempt)
     await provider.reply(h, dispatch, "And this one next.")  # arrives after the redelivery was handled
-    assert await human_texts(h, cid) == [(provider.person, "Only once, please."), (provider.person, "And this one next.")]
-    assert await stored_events(h) == before + 2
+    assert await h.human_texts(cid) == [(provider.person, "Only once, please."), (provider.person, "And this one next.")]
+    assert await h.stored_events() == before + 2
 
 
 # --------------------------------------------------------------------------- provider failures

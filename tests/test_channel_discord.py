@@ -47,6 +47,7 @@ from tests.fake_discord import (
     FakeDiscord,
     Fault,
 )
+from tests.fakes import standalone_context
 from tests.imports import importers_of
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
@@ -116,9 +117,6 @@ async def stored(h: Harness, count: int, timeout: float = 5.0) -> None:
             await asyncio.sleep(0.005)
     await h.desk.settle()
 
-
-async def human_texts(h: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await h.messages(cid) if m["role"] == "human"]
 
 
 async def handoff_in_discord(h: Harness, fake: FakeDiscord, cid: str, **fields: Any) -> tuple[str, dict[str, Any]]:
@@ -368,10 +366,7 @@ async def test_each_failure_is_one_request_and_a_typed_error(
 
 
 async def test_an_unreachable_discord_is_transient_and_a_lost_answer_uncertain(fake: FakeDiscord) -> None:
-    async def sink(_message: InboundMessage) -> None:
-        raise AssertionError("nothing is delivered here")
-
-    ctx = ChannelContext(public_url="http://desk.test", deliver_inbound=sink, render=Renderer().render)
+    ctx = standalone_context()
     closed = DiscordChannel(adapter_config(fake, gateway=False, api_base_url="http://127.0.0.1:9/api/v10"))
     with pytest.raises(TransientChannelError) as caught:
         await closed.start(ctx)
@@ -474,7 +469,7 @@ async def test_a_person_s_reply_in_the_thread_reaches_the_subscriber(desk: Harne
     await fake.wait_for(lambda: any(e["t"] == "THREAD_CREATE" for e in fake.dispatched))
     await reply(desk, fake, dispatch["id"], "Hi Ana, <@900000000000000302> and I are on it **now**", author=SAM)
     # as the person saw it: the mention as a name, the markdown as typed
-    assert await human_texts(desk, cid) == [("Sam", "Hi Ana, @Kim and I are on it **now**")]
+    assert await desk.human_texts(cid) == [("Sam", "Hi Ana, @Kim and I are on it **now**")]
     assert "relayed_to_subscriber" in await desk.kinds(sid)
 
 
@@ -496,7 +491,7 @@ async def test_what_is_not_a_person_s_reply_in_a_handoff_thread_is_ignored(desk:
     await fake.human_message(other_thread, "a thread of another channel", author=KIM)
     await reply(desk, fake, thread, "the only real reply", author=KIM)  # the gateway is ordered: the rest came before
     assert await inbound_count(desk) == 1
-    assert await human_texts(desk, ana) == [("Kim", "the only real reply")]
+    assert await desk.human_texts(ana) == [("Kim", "the only real reply")]
 
 
 async def test_release_typed_in_the_thread_releases(desk: Harness, fake: FakeDiscord) -> None:
@@ -581,11 +576,8 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
     await h.say(cid, "My order #1234 is a week late")
 
     # the subscriber asks for a person: the agent hands off to the Discord channel
-    asked = await h.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert sid
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
+    sid, told = await h.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.posts(STAFF_CHANNEL)
     handoff = await h.handoff(sid)
     assert dispatch["embeds"][0]["title"] == escape(f"Handoff {handoff['short_code']}: Ana needs a person")
@@ -600,7 +592,7 @@ async def test_the_whole_story_through_discord(start_desk: StartDesk, fake: Fake
 
     # a person in the thread → subscriber, over the gateway
     await reply(h, fake, thread, "Hi Ana, I'm Sam. It left the depot today.")
-    assert await human_texts(h, cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
+    assert await h.human_texts(cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
 
     # /release typed in the thread hands the conversation back to the agent
     await reply(h, fake, thread, "/release resolved Parcel left the depot")
@@ -634,10 +626,7 @@ async def approvals_desk(start_desk: StartDesk, fake: FakeDiscord, *actions: dic
 
 async def ask(h: Harness, fake: FakeDiscord, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
     """The agent calls the gated action; returns the approval id and the prompt as Discord stored it."""
-    result = await h.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await h.desk.settle()
-    return result["approval_id"], fake.posts(STAFF_CHANNEL)[-1]
+    return await h.ask_approval(cid, **arguments), fake.posts(STAFF_CHANNEL)[-1]
 
 
 async def press(h: Harness, fake: FakeDiscord, prompt: dict[str, Any], choice: str, *, user: dict[str, Any] = SAM,
@@ -651,10 +640,6 @@ async def press(h: Harness, fake: FakeDiscord, prompt: dict[str, Any], choice: s
 def components(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for row in message.get("components") or [] for c in row["components"]]
 
-
-
-async def approval_view(h: Harness, aid: str) -> dict[str, Any]:
-    return (await h.client.get(f"/api/approvals/{aid}")).json()
 
 
 async def test_an_approval_prompt_is_an_embed_in_the_channel_with_buttons_and_nothing_that_pings(
@@ -679,7 +664,7 @@ async def test_an_approval_prompt_is_an_embed_in_the_channel_with_buttons_and_no
     assert description.endswith('```json\n{\n  "order_id": "<@900000000000000302> *1234*",\n  "amount": 25.5,\n'
                                 '  "note": "\\u0060\\u0060\\u0060\\n@here\\u202e"\n}\n```')
     assert description.count("```") == 2
-    deadline = (await approval_view(h, aid))["deadline"]
+    deadline = (await h.approval(aid))["deadline"]
     fields = {f["name"]: f["value"] for f in embed["fields"]}
     assert fields["Risk"] == "high"
     assert fields["Answer by"].startswith(deadline[:16].replace("T", " ") + " UTC (<t:")
@@ -709,7 +694,7 @@ async def test_approve_in_discord_runs_the_action_answers_privately_and_retires_
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await h.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                           'Result: {"refund_id": "rf_1", "amount": 25.5}]']
-    view = await approval_view(h, aid)
+    view = await h.approval(aid)
     assert view["state"] == "approved"
     assert view["receipt"]["decided_by"] == "Kim"
     assert view["receipt"]["via"] == "channel:5"
@@ -780,7 +765,7 @@ async def test_forged_foreign_or_late_presses_change_nothing(
     assert fake.posts(STAFF_CHANNEL)[0]["embeds"][0]["fields"][-1]["value"].startswith("Nobody answered in time")
     await press(h, fake, prompt, "approve")  # too late
     assert calls == []
-    assert (await approval_view(h, aid))["state"] == "expired"
+    assert (await h.approval(aid))["state"] == "expired"
 
 
 async def test_always_allow_in_discord_lets_the_same_shape_run_without_asking(
@@ -790,7 +775,7 @@ async def test_always_allow_in_discord_lets_the_same_shape_run_without_asking(
     cid = await h.conversation("Ana")
     aid, prompt = await ask(h, fake, cid, order_id="1", amount=5)
     await press(h, fake, prompt, "always")
-    assert (await approval_view(h, aid))["receipt"]["always_allow"] is True
+    assert (await h.approval(aid))["receipt"]["always_allow"] is True
     assert (await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done"
     assert len(calls) == 2
 

@@ -20,11 +20,8 @@ from typing import Any
 import aiosmtplib
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import func, select
 
-from bot.config import ConfigError
 from bot.domain.rendering import Renderer
-from bot.store.models import InboundEvent
 from channels.base import (
     ApprovalClosed,
     ApprovalPrompt,
@@ -41,7 +38,7 @@ from channels.base import (
 from channels.email import EmailChannel, EmailConfig, html_to_text, one_line, strip_reply
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
-from tests.conftest import Harness, StartDesk, make_config
+from tests.conftest import Harness, StartDesk, config_problem, make_config
 from tests.fake_smtp import FakeSMTP, Received, self_signed_certificate
 from tests.imports import imported_modules, importers_of
 
@@ -122,13 +119,6 @@ async def mail_in(harness: Harness, message: EmailMessage, *, envelope_from: str
     await harness.desk.settle()
 
 
-async def human_texts(harness: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await harness.messages(cid) if m["role"] == "human"]
-
-
-async def stored_events(harness: Harness) -> int:
-    async with harness.desk.db.read() as session:
-        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
 
 def standalone(server: FakeSMTP, **overrides: Any) -> EmailChannel:
@@ -168,9 +158,7 @@ def brief_outbound(summary: str = "Ana's order #1234 is a week late.") -> Outbou
 def test_config_problems_are_named_by_key_path_without_echoing_secrets(change: dict[str, Any], problem: str) -> None:
     entry = {"id": 1, "kind": "email", "label": "Mail", "to": [TEAM], "from": DESK,
              "smtp": {"host": "smtp.example.com", "username": "desk", "password": "SECRET-pass"}, **change}
-    with pytest.raises(ConfigError) as caught:
-        make_config("sqlite:///x.db", channels=[entry])
-    text = str(caught.value)
+    text = config_problem(channels=[entry])
     assert problem in text, text
     assert "SECRET-pass" not in text
 
@@ -507,7 +495,7 @@ async def test_a_reply_reaches_the_subscriber_without_quotes_or_signature(smtp: 
     html_only = reply_to(dispatch, "", sender=LEAD)
     html_only.set_content(html, subtype="html")
     await mail_in(harness, html_only)
-    assert await human_texts(harness, cid) == [
+    assert await harness.human_texts(cid) == [
         ("Sam Lee", "Hi Ana <3, it ships Monday & I'll send the tracking link."), (LEAD, "Checked with the carrier: depot.")]
 
 
@@ -528,8 +516,8 @@ async def test_replies_map_by_token_or_by_thread_headers_and_two_handoffs_never_
     # by In-Reply-To alone, sent to the bare address (a client that ignored Reply-To)
     by_header = reply_to(relay_b, "For Ben, by header.", to=DESK, sender=f"Kim <{LEAD}>")
     await mail_in(harness, by_header)
-    assert await human_texts(harness, ana) == [("Sam Lee", "For Ana, by token.")]
-    assert await human_texts(harness, ben) == [("Kim", "For Ben, by header.")]
+    assert await harness.human_texts(ana) == [("Sam Lee", "For Ana, by token.")]
+    assert await harness.human_texts(ben) == [("Kim", "For Ben, by header.")]
 
 
 async def test_strangers_forged_tokens_and_other_mailboxes_are_refused_during_the_smtp_dialogue(
@@ -561,8 +549,8 @@ async def test_strangers_forged_tokens_and_other_mailboxes_are_refused_during_th
         await mail_in(harness, reply_to(dispatch, "Relay me onwards.", to="someone@else.example"))
     assert elsewhere.value.recipients[0].code == 550
     assert "no such mailbox here" in elsewhere.value.recipients[0].message
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
 
 
 async def test_a_forwarded_handoff_may_be_answered_by_a_colleague_holding_the_token(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -570,7 +558,7 @@ async def test_a_forwarded_handoff_may_be_answered_by_a_colleague_holding_the_to
     cid = await harness.conversation()
     _sid, dispatch = await dispatch_of(harness, smtp, cid)
     await mail_in(harness, reply_to(dispatch, "Colleague here, handling it.", sender="Noor <noor@partner.example>"))
-    assert await human_texts(harness, cid) == [("Noor", "Colleague here, handling it.")]
+    assert await harness.human_texts(cid) == [("Noor", "Colleague here, handling it.")]
 
 
 async def test_redeliveries_robots_and_our_own_mail_are_not_relayed(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -587,8 +575,8 @@ async def test_redeliveries_robots_and_our_own_mail_are_not_relayed(smtp: FakeSM
     del echo["Message-ID"]
     echo["Message-ID"] = f"<hd.{adapter_of(harness).token_of(_sid)}.0123abcd@example.com>"
     await mail_in(harness, echo)
-    assert await human_texts(harness, cid) == [("Sam Lee", "Only once, please.")]
-    assert await stored_events(harness) == 1
+    assert await harness.human_texts(cid) == [("Sam Lee", "Only once, please.")]
+    assert await harness.stored_events() == 1
 
 
 async def test_attachments_are_mentioned_and_oversized_mail_is_refused(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -598,13 +586,13 @@ async def test_attachments_are_mentioned_and_oversized_mail_is_refused(smtp: Fak
     with_file = reply_to(dispatch, "See the label attached.")
     with_file.add_attachment(b"%PDF-1.4 tiny", maintype="application", subtype="pdf", filename="label.pdf")
     await mail_in(harness, with_file)
-    assert await human_texts(harness, cid) == [("Sam Lee", "See the label attached.\n[1 attachment(s) not forwarded: label.pdf]")]
+    assert await harness.human_texts(cid) == [("Sam Lee", "See the label attached.\n[1 attachment(s) not forwarded: label.pdf]")]
     big = reply_to(dispatch, "Huge photo attached.")
     big.add_attachment(b"\xff" * 30_000, maintype="image", subtype="jpeg", filename="photo.jpg")
     with pytest.raises(aiosmtplib.SMTPResponseException) as caught:
         await mail_in(harness, big)
     assert caught.value.code == 552
-    assert len(await human_texts(harness, cid)) == 1
+    assert len(await harness.human_texts(cid)) == 1
 
 
 async def test_the_receiver_stops_with_the_desk(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -623,10 +611,8 @@ async def test_the_whole_story_through_the_http_api(smtp: FakeSMTP, start_desk: 
     harness = await start(start_desk, smtp)
     cid = await harness.conversation("Ana")
     await harness.say(cid, "My parcel 1234 is lost")
-    asked = await harness.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join")
+    sid, told = await harness.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join")
     dispatch = smtp.messages[-1]
     assert "Ana: My parcel 1234 is lost" in dispatch.part("text/plain")
 
@@ -651,7 +637,7 @@ async def test_the_whole_story_through_the_http_api(smtp: FakeSMTP, start_desk: 
     assert (await harness.say(cid, "Thanks!"))["routed_to"] == "agent"
     # a late reply to a released handoff is stored but relays nothing
     await mail_in(harness, reply_to(dispatch, "One more thing…"))
-    assert [t for _a, t in await human_texts(harness, cid)] == ["Hi Ana, I'm Sam. Found it at the depot."]
+    assert [t for _a, t in await harness.human_texts(cid)] == ["Hi Ana, I'm Sam. Found it at the depot."]
 
 
 async def test_idle_release_reaches_the_thread(smtp: FakeSMTP, start_desk: StartDesk) -> None:
@@ -684,12 +670,10 @@ async def approval_desk(start_desk: StartDesk, server: FakeSMTP, *actions: dict[
 
 
 async def gated_call(harness: Harness, smtp: FakeSMTP, cid: str, **arguments: Any) -> tuple[str, Received]:
-    result = await harness.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await harness.desk.settle()
+    aid = await harness.ask_approval(cid, **arguments)
     prompt = smtp.messages[-1]
-    assert prompt.message["X-Handoff-Approval"] == result["approval_id"]
-    return result["approval_id"], prompt
+    assert prompt.message["X-Handoff-Approval"] == aid
+    return aid, prompt
 
 
 def decision_path(prompt: Received) -> str:
@@ -739,7 +723,7 @@ async def test_an_approval_prompt_is_a_new_escaped_mail_with_the_arguments_and_t
     assert "HIGH RISK" in html
     assert "no answer by then means denied" in html
     assert (await harness.client.get(path)).status_code == 200  # the link opens the signed page
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.approval(aid))["state"] == "pending"
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -767,7 +751,7 @@ async def test_approving_on_the_page_runs_the_action_and_the_closing_mail_answer
     assert replay.status_code == 410
     assert "changed nothing" in replay.text
     assert (await decide_on_page(harness, path[:-4] + "abcd", "deny")).status_code == 404
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "approved"
+    assert (await harness.approval(aid))["state"] == "approved"
     assert len(approval_actions.CALLS) == 1
     assert len(smtp.messages) == 2
 
@@ -824,15 +808,15 @@ async def test_replies_to_approval_mails_are_refused_and_never_count_as_a_decisi
     mixed = reply_to(dispatch, "Handoff answer.")
     mixed.replace_header("References", f"{dispatch.message['Message-ID']} {prompt.message['Message-ID']}")
     await mail_in(harness, mixed)
-    assert await human_texts(harness, cid) == [("Sam Lee", "Handoff answer.")]
-    assert await stored_events(harness) == 1
+    assert await harness.human_texts(cid) == [("Sam Lee", "Handoff answer.")]
+    assert await harness.stored_events() == 1
     assert approval_actions.CALLS == []
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.approval(aid))["state"] == "pending"
     # our own prompt coming back (a recipient list that includes the desk) is dropped quietly
     echo = reply_to(prompt, "echo")
     echo.replace_header("Message-ID", str(prompt.message["Message-ID"]))
     await mail_in(harness, echo)
-    assert await stored_events(harness) == 1
+    assert await harness.stored_events() == 1
 
 
 async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_without_the_prompt_subject(smtp: FakeSMTP) -> None:

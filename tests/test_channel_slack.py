@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -21,16 +20,15 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import Config, ConfigError
-from bot.domain.rendering import Renderer
 from bot.store.models import InboundEvent
-from channels.base import ChannelAuthError, ChannelContext, Notice, TranscriptLine
+from channels.base import ChannelAuthError, Notice, TranscriptLine
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
-from tests.conftest import Harness, StartDesk
+from tests.conftest import CliRun, Harness, StartDesk, probe_config
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
+from tests.fakes import standalone_context
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
 CHANNEL = "C0HANDOFF"
@@ -113,9 +111,6 @@ def mrkdwn_texts(blocks: list[dict[str, Any]]) -> list[str]:
 def section_texts(message: dict[str, Any], kind: str) -> list[str]:
     return [b["text"]["text"] for b in message["blocks"] if b["type"] == "section" and b.get("text", {}).get("type") == kind]
 
-
-async def human_texts(h: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await h.messages(cid) if m["role"] == "human"]
 
 
 async def inbound_count(h: Harness) -> int:
@@ -296,15 +291,15 @@ async def test_two_handoffs_in_one_channel_never_cross(desk: Harness, fake: Fake
 
     await reply(desk, d_ben["ts"], "Hi Ben, it ships today", user="U0KIM")
     await reply(desk, d_ana["ts"], "Hi Ana, checking now", user="U0SAM")
-    assert await human_texts(desk, ana) == [("Sam", "Hi Ana, checking now")]
-    assert await human_texts(desk, ben) == [("Kim", "Hi Ben, it ships today")]
+    assert await desk.human_texts(ana) == [("Sam", "Hi Ana, checking now")]
+    assert await desk.human_texts(ben) == [("Kim", "Hi Ben, it ships today")]
 
 
 async def test_a_reply_in_the_thread_reaches_the_subscriber_as_plain_text(desk: Harness, fake: FakeSlack) -> None:
     cid = await desk.conversation()
     sid, dispatch = await handoff_in_slack(desk, fake, cid)
     await reply(desk, dispatch["ts"], "Hi Ana, <@U0KIM> &amp; I are on it: <https://shop.example/o/1234|your order> &lt;3")
-    assert await human_texts(desk, cid) == [("Sam", "Hi Ana, @Kim & I are on it: your order (https://shop.example/o/1234) <3")]
+    assert await desk.human_texts(cid) == [("Sam", "Hi Ana, @Kim & I are on it: your order (https://shop.example/o/1234) <3")]
     assert "relayed_to_subscriber" in await desk.kinds(sid)
 
 
@@ -330,7 +325,7 @@ async def test_what_is_not_a_persons_reply_in_a_handoff_thread_is_ignored(desk: 
     # a person's reply in a thread that is no handoff is stored, then ignored by the core
     await reply(desk, "1699999999.000001", "unrelated thread")
     assert await inbound_count(desk) == 1
-    assert await human_texts(desk, cid) == []
+    assert await desk.human_texts(cid) == []
 
 
 async def test_a_newcomer_is_named_once_slack_has_told_us_who_they_are(desk: Harness, fake: FakeSlack) -> None:
@@ -339,7 +334,7 @@ async def test_a_newcomer_is_named_once_slack_has_told_us_who_they_are(desk: Har
     await reply(desk, dispatch["ts"], "first", user="U0NEW")  # not in users.list: the ack does not wait for a lookup
     await desk.desk.channels.get(2).settle()
     await reply(desk, dispatch["ts"], "second", user="U0NEW")
-    assert await human_texts(desk, cid) == [("U0NEW", "first"), ("Noor", "second")]
+    assert await desk.human_texts(cid) == [("U0NEW", "first"), ("Noor", "second")]
     assert [c.args["user"] for c in fake.calls_to("users.info")] == ["U0NEW"]  # cached
 
 
@@ -412,7 +407,7 @@ async def test_forged_stale_or_unsigned_callbacks_get_401_and_store_nothing(desk
     assert [r.status_code for r in attempts] == [401] * len(attempts)
     await desk.desk.settle()
     assert await inbound_count(desk) == 0
-    assert await human_texts(desk, cid) == []
+    assert await desk.human_texts(cid) == []
     assert (await desk.handoff(sid))["state"] == "active"
 
 
@@ -492,14 +487,8 @@ async def test_check_config_probe_reports_a_refused_token_clearly(tmp_path: Path
         )
         return path
 
-    async def probe(path: Path) -> tuple[int, str, str]:
-        # the real CLI, in a subprocess, as an operator runs it
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        return process.returncode or 0, out.decode(), err.decode()
+    async def probe(path: Path) -> CliRun:
+        return await probe_config(path)
 
     code, out, err = await probe(config_file("bad.yaml", "xoxb-revoked-0000"))
     assert code == 1
@@ -522,11 +511,8 @@ async def test_the_whole_story_through_slack(start_desk: StartDesk, fake: FakeSl
     await h.say(cid, "My order #1234 is a week late")
 
     # the subscriber asks for a person: the agent hands off to the Slack channel
-    asked = await h.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert sid
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join — usually within the hour.")
+    sid, told = await h.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join — usually within the hour.")
     [dispatch] = fake.top_level(CHANNEL)
     handoff = await h.handoff(sid)
     assert dispatch["blocks"][0]["text"]["text"] == f"Handoff {handoff['short_code']}: Ana needs a person"
@@ -541,7 +527,7 @@ async def test_the_whole_story_through_slack(start_desk: StartDesk, fake: FakeSl
 
     # Slack thread → subscriber
     await reply(h, dispatch["ts"], "Hi Ana, I'm Sam. It left the depot today.")
-    assert await human_texts(h, cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
+    assert await h.human_texts(cid) == [("Sam", "Hi Ana, I'm Sam. It left the depot today.")]
 
     # /release typed in the thread hands the conversation back to the agent
     await reply(h, dispatch["ts"], "/release resolved Parcel left the depot")
@@ -569,11 +555,7 @@ async def test_notices_link_only_the_desks_own_urls(fake: FakeSlack) -> None:
     config = SlackConfig(id=2, label="Sales", bot_token=TOKEN, signing_secret=SIGNING_SECRET, channel=CHANNEL,
                          api_base_url=fake.url)
     adapter = SlackChannel(config)
-
-    async def nowhere(_message: Any) -> None:
-        raise AssertionError("nothing is delivered in this test")
-
-    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    await adapter.start(standalone_context())
     fake.messages[CHANNEL].append({"type": "message", "ts": "1700000000.000001", "text": "a dispatch"})
     text = "Handoff K7: a new return-form link:\nhttp://desk.test/f/abc.def\nnot https://evil.example/x & <!here>"
     thread = {"channel": CHANNEL, "thread_ts": "1700000000.000001"}
@@ -614,10 +596,7 @@ async def approvals_desk(start_desk: StartDesk, fake: FakeSlack, *actions: dict[
 
 async def ask(h: Harness, fake: FakeSlack, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
     """The agent calls the gated action; returns the approval id and its prompt as Slack stored it."""
-    result = await h.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    aid = result["approval_id"]
-    await h.desk.settle()
+    aid = await h.ask_approval(cid, **arguments)
     prompt = next(m for m in fake.top_level(CHANNEL) if m["metadata"]["event_payload"]["handoff"] == aid)
     return aid, prompt
 
@@ -642,12 +621,6 @@ def preformatted(message: dict[str, Any]) -> str:
 
 
 
-async def approval(h: Harness, aid: str) -> dict[str, Any]:
-    response = await h.client.get(f"/api/approvals/{aid}")
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
 async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_that_pings(
     start_desk: StartDesk, fake: FakeSlack, calls: list[dict[str, Any]]
 ) -> None:
@@ -664,7 +637,7 @@ async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_t
                                                     "emoji": True}}
     assert blocks[1]["text"] == {"type": "plain_text", "emoji": True, "text": (
         "May the assistant run refund_order for Ana <!here>?\n\nRefund an order to the original payment method")}
-    deadline = (await approval(h, aid))["deadline"][:16].replace("T", " ")
+    deadline = (await h.approval(aid))["deadline"][:16].replace("T", " ")
     assert [f["text"] for f in blocks[2]["fields"]] == ["Risk: high", f"Answer by: {deadline} UTC"]
     # the exact arguments, preformatted rich text: literal, never parsed; invisible characters shown escaped
     assert preformatted(prompt) == ('{\n  "order_id": "<!channel> #1234",\n  "amount": 25.5,\n'
@@ -704,7 +677,7 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await h.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                           'Result: {"refund_id": "rf_1", "amount": 25.5}]']
-    view = await approval(h, aid)
+    view = await h.approval(aid)
     assert view["state"] == "approved"
     assert view["receipt"]["decided_by"] == "Sam"
     assert view["receipt"]["via"] == "channel:2"
@@ -724,7 +697,7 @@ async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_bu
     await press(h, prompt, "approval_approve", trigger_id="111.222.abc")
     await press(h, prompt, "approval_deny", user="U0KIM", name="kim")
     assert calls == [{"order_id": "1234", "amount": 25.5}]
-    assert (await approval(h, aid))["state"] == "approved"
+    assert (await h.approval(aid))["state"] == "approved"
     assert len(await h.system_texts(cid)) == 1
     async with h.desk.db.read() as session:
         results = list((await session.scalars(select(InboundEvent.result).order_by(InboundEvent.id))).all())
@@ -757,7 +730,7 @@ async def test_forged_misplaced_or_late_presses_change_nothing(
     # a press naming an approval that does not exist is stored, and the core ignores it
     await press(h, prompt, "approval_approve", value="ap_doesnotexist")
     assert calls == []
-    assert (await approval(h, aid))["state"] == "pending"
+    assert (await h.approval(aid))["state"] == "pending"
 
     # past the deadline: the sweep denies it, the prompt says so, a late press runs nothing
     h.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
@@ -766,7 +739,7 @@ async def test_forged_misplaced_or_late_presses_change_nothing(
     assert fake.top_level(CHANNEL)[0]["blocks"][-1]["text"]["text"].startswith("Nobody answered in time: refund_order")
     await press(h, prompt, "approval_approve")
     assert calls == []
-    assert (await approval(h, aid))["state"] == "expired"
+    assert (await h.approval(aid))["state"] == "expired"
 
 
 async def test_always_allow_in_slack_lets_the_same_shape_run_without_asking(
@@ -776,7 +749,7 @@ async def test_always_allow_in_slack_lets_the_same_shape_run_without_asking(
     cid = await h.conversation()
     aid, prompt = await ask(h, fake, cid, order_id="1", amount=5)
     await press(h, prompt, "approval_always")
-    assert (await approval(h, aid))["receipt"]["always_allow"] is True
+    assert (await h.approval(aid))["receipt"]["always_allow"] is True
     again = await h.tool(cid, "refund_order", {"order_id": "2", "amount": 7})
     assert again["status"] == "done"
     assert len(calls) == 2

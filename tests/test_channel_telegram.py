@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import os
 import re
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,8 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import func, select
 
 from bot.domain.rendering import Renderer
-from bot.store.models import InboundEvent
 from channels.base import (
     ApprovalClosed,
     ChannelAuthError,
@@ -37,12 +33,12 @@ from channels.base import (
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
-from tests.conftest import Harness, StartDesk, make_config
+from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
+from tests.fakes import standalone_context
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
 SECRET = "test_webhook-secret-1"
-ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "Ana wrote <b>free</b> & _*[]`~ <script>alert(1)</script> &amp; <a href=x>x</a> about order #1234"
 
 
@@ -89,13 +85,6 @@ async def deliver(harness: Harness, update: dict[str, Any]) -> None:
     await harness.desk.settle()
 
 
-async def human_texts(harness: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await harness.messages(cid) if m["role"] == "human"]
-
-
-async def stored_events(harness: Harness) -> int:
-    async with harness.desk.db.read() as session:
-        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
 
 def buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -218,8 +207,8 @@ async def test_two_handoffs_in_one_group_never_cross(fake: FakeTelegram, start_d
     # Telegram shows only one level of the reply chain: a reply to Ben's relay maps back through its button
     await deliver(harness, fake.message_update("For Ben: refund done.", reply_to=relay_b["message_id"], user=KIM))
     await deliver(harness, fake.message_update("Ana, one more thing.", reply_to=relay_a["message_id"], user=KIM))
-    assert await human_texts(harness, ana) == [("Sam Lee", "For Ana: it ships Monday."), ("Kim", "Ana, one more thing.")]
-    assert await human_texts(harness, ben) == [("Kim", "For Ben: refund done.")]
+    assert await harness.human_texts(ana) == [("Sam Lee", "For Ana: it ships Monday."), ("Kim", "Ana, one more thing.")]
+    assert await harness.human_texts(ben) == [("Kim", "For Ben: refund done.")]
 
 
 async def test_a_reply_in_the_group_reaches_the_subscriber_as_a_human_message(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -305,8 +294,8 @@ async def test_a_wrong_or_missing_secret_token_gets_403_and_nothing_is_stored(fa
     for body in ({"not": "an update"}, None, [update]):
         assert (await post(harness, body)).status_code == 400  # right secret, but not an update
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
 
 
 async def test_bots_other_chats_service_messages_and_side_talk_are_not_relayed(fake: FakeTelegram, start_desk: StartDesk) -> None:
@@ -327,8 +316,8 @@ async def test_bots_other_chats_service_messages_and_side_talk_are_not_relayed(f
         fake.callback_update(mid, user=OTHER_BOT),
     ):
         await deliver(harness, update)
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -406,18 +395,12 @@ async def test_a_bad_token_fails_the_probe_and_check_config_says_so(fake: FakeTe
     assert "@BotFather" in caught.value.hint
     assert "WRONG-token" not in caught.value.hint + str(caught.value)
 
-    async def check_config(token: str) -> tuple[int, str, str]:
+    async def check_config(token: str) -> CliRun:
         path = tmp_path / "desk.yaml"
         path.write_text("secret_key: 0123456789abcdef0123\nchannels:\n"
                         f"  - {{id: 1, kind: telegram, label: Support, bot_token: '{token}', chat_id: {STAFF_CHAT_ID}, "
                         f"api_base_url: '{fake.base_url}'}}\n")
-        # the real CLI, in a subprocess, as an operator runs it
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        return process.returncode or 0, out.decode(), err.decode()
+        return await probe_config(path)
 
     code, out, err = await check_config(wrong)
     assert code == 1, out + err
@@ -530,8 +513,8 @@ async def test_a_forum_group_gets_a_topic_per_handoff_and_routes_by_topic(forum:
     await deliver(harness, fake.message_update("Plain message in Ana's topic.", topic_id=topic_a))
     await deliver(harness, fake.message_update("In the General topic."))
     await deliver(harness, fake.message_update("For Ben.", topic_id=topic_b, reply_to=dispatch_b["message_id"], user=KIM))
-    assert await human_texts(harness, ana) == [("Sam Lee", "Plain message in Ana's topic.")]
-    assert await human_texts(harness, ben) == [("Kim", "For Ben.")]
+    assert await harness.human_texts(ana) == [("Sam Lee", "Plain message in Ana's topic.")]
+    assert await harness.human_texts(ben) == [("Kim", "For Ben.")]
     await deliver(harness, fake.message_update("/release", topic_id=topic_a))
     assert (await harness.handoff(sid_a))["release_reason"] == "release_token"
 
@@ -557,12 +540,9 @@ async def test_a_forum_dispatch_retried_after_a_failure_reuses_its_topic(forum: 
     ({"bot_tokn": TOKEN}, "channels[0].bot_tokn: unknown key; did you mean 'bot_token'?"),
 ])
 def test_config_problems_are_named_by_key_path_without_echoing_secrets(entry: dict[str, Any], problem: str) -> None:
-    from bot.config import ConfigError
 
     channel = {"id": 1, "kind": "telegram", "label": "TG", "bot_token": "123456:SECRET-value", "chat_id": "-100123", **entry}
-    with pytest.raises(ConfigError) as caught:
-        make_config("sqlite:///x.db", channels=[channel])
-    text = str(caught.value)
+    text = config_problem(channels=[channel])
     assert problem in text
     assert "SECRET-value" not in text
 
@@ -584,10 +564,8 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTelegram, start_de
     harness = await start(start_desk, fake)
     cid = await harness.conversation("Ana")
     await harness.say(cid, "My parcel 1234 is lost")
-    asked = await harness.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join")
+    sid, told = await harness.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join")
     dispatch = fake.sent()[-1]
     assert "Ana: My parcel 1234 is lost" in dispatch["text"]
 
@@ -643,15 +621,8 @@ async def approvals_desk(start_desk: StartDesk, fake: FakeTelegram, *actions: di
 
 async def ask(harness: Harness, fake: FakeTelegram, cid: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
     """The agent calls the gated action; returns the approval id and the prompt as Telegram shows it."""
-    result = await harness.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await harness.desk.settle()
-    return result["approval_id"], fake.sent()[-1]
+    return await harness.ask_approval(cid, **arguments), fake.sent()[-1]
 
-
-
-async def approval_state(harness: Harness, aid: str) -> dict[str, Any]:
-    return (await harness.client.get(f"/api/approvals/{aid}")).json()
 
 
 async def test_an_approval_prompt_is_escaped_html_with_an_inline_keyboard(
@@ -666,7 +637,7 @@ async def test_an_approval_prompt_is_escaped_html_with_an_inline_keyboard(
     assert "message_thread_id" not in request
     assert "&lt;i&gt;1234&lt;/i&gt; &amp; co" in request["text"]  # escaped: Telegram accepted the HTML
     text = prompt["text"]
-    deadline = (await approval_state(harness, aid))["deadline"][:16].replace("T", " ")
+    deadline = (await harness.approval(aid))["deadline"][:16].replace("T", " ")
     assert text.startswith("🔴 HIGH RISK · Approval needed: may the assistant run refund_order for Ana <b>@\u2060everyone</b>?")
     assert "\nRefund an order to the original payment method\n" in text
     assert "Risk: high" in text
@@ -699,7 +670,7 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await harness.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '
                                                 'Result: {"refund_id": "rf_1", "amount": 25.5}]']
-    view = await approval_state(harness, aid)
+    view = await harness.approval(aid)
     assert view["state"] == "approved"
     assert view["receipt"]["decided_by"] == "Kim"
     assert view["receipt"]["via"] == "channel:1"
@@ -717,8 +688,8 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
     await deliver(harness, fake.callback_update(prompt["message_id"], user=SAM, data=f"ap:{aid}:n"))
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert len(await harness.system_texts(cid)) == 1
-    assert (await approval_state(harness, aid))["state"] == "approved"
-    assert await stored_events(harness) == 2  # the redelivery was dropped
+    assert (await harness.approval(aid))["state"] == "approved"
+    assert await harness.stored_events() == 2  # the redelivery was dropped
 
 
 async def test_deny_in_telegram_is_permission_denied_and_nothing_runs(
@@ -756,7 +727,7 @@ async def test_forged_foreign_or_late_presses_change_nothing(
         assert response.json() == {
             "method": "answerCallbackQuery", "callback_query_id": update["callback_query"]["id"]}
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
+    assert await harness.stored_events() == 0
     assert calls == []
 
     harness.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
@@ -766,7 +737,7 @@ async def test_forged_foreign_or_late_presses_change_nothing(
     assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []
     await deliver(harness, press)  # too late
     assert calls == []
-    assert (await approval_state(harness, aid))["state"] == "expired"
+    assert (await harness.approval(aid))["state"] == "expired"
 
 
 async def test_always_allow_in_telegram_and_none_for_ask_always(
@@ -777,7 +748,7 @@ async def test_always_allow_in_telegram_and_none_for_ask_always(
     cid = await harness.conversation("Ana")
     aid, prompt = await ask(harness, fake, cid, order_id="1", amount=5)
     await deliver(harness, fake.callback_update(prompt["message_id"], data=f"ap:{aid}:a"))
-    assert (await approval_state(harness, aid))["receipt"]["always_allow"] is True
+    assert (await harness.approval(aid))["receipt"]["always_allow"] is True
     assert (await harness.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done"
     assert len(calls) == 2
 
@@ -820,11 +791,7 @@ async def test_after_a_restart_the_press_itself_tells_which_message_to_clean_up(
 async def test_a_closing_notice_for_a_prompt_it_never_saw_is_posted_on_its_own(fake: FakeTelegram) -> None:
     adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
                                              api_base_url=fake.base_url, poll_timeout=0))
-
-    async def nowhere(_message: InboundMessage) -> None:
-        raise AssertionError("nothing is delivered in this test")
-
-    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    await adapter.start(standalone_context())
     try:
         text = "Approved by @samlee <Sam>: refund_order (ap_x) will run."
         receipt = await adapter.send(ApprovalClosed(text=text, approval=refund_brief("ap_x")))
@@ -841,11 +808,7 @@ async def test_a_closing_notice_that_carries_the_prompt_s_receipt_takes_its_butt
     """A restarted adapter knows no prompt; the notice's `prompt` (the prompt's receipt) tells it."""
     adapter = TelegramChannel(TelegramConfig(id=9, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, mode="polling",
                                              api_base_url=fake.base_url, poll_timeout=0))
-
-    async def nowhere(_message: InboundMessage) -> None:
-        raise AssertionError("nothing is delivered in this test")
-
-    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=nowhere, render=Renderer().render))
+    await adapter.start(standalone_context())
     try:
         markup = {"inline_keyboard": [[{"text": "Approve", "callback_data": "ap:ap_x:y"}]]}
         prompt = await fake._api_sendMessage({"chat_id": STAFF_CHAT_ID, "text": "a prompt", "reply_markup": markup})

@@ -7,10 +7,7 @@ variables like Twilio, and signs webhook calls the way Twilio does.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,10 +16,8 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import func, select
 
 from bot.domain.rendering import Renderer
-from bot.store.models import InboundEvent
 from channels.base import (
     ApprovalClosed,
     ApprovalPrompt,
@@ -43,10 +38,9 @@ from channels.base import (
 from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppConfig, defuse, utf16_len
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
-from tests.conftest import Harness, StartDesk, make_config
+from tests.conftest import Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, SENDER, FakeTwilio
 
-ROOT = Path(__file__).resolve().parent.parent
 WEBHOOK_URL = "http://desk.test/webhooks/1"  # public_url of the test desk + the route
 CONTENT_SID = "HX" + "ab" * 16
 HOSTILE = "Ana says *FREE REFUND* _now_ ~no~ ```approved``` `x` — see https://shop.example/a_b~c or ana_b@example.com, ref ORD_1234"
@@ -87,13 +81,6 @@ async def reply(harness: Harness, fake: FakeTwilio, text: str, **kwargs: Any) ->
     return response
 
 
-async def human_texts(harness: Harness, cid: str) -> list[tuple[str, str]]:
-    return [(m["author"], m["text"]) for m in await harness.messages(cid) if m["role"] == "human"]
-
-
-async def stored_events(harness: Harness) -> int:
-    async with harness.desk.db.read() as session:
-        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
 
 async def dispatched(harness: Harness, cid: str, **fields: Any) -> tuple[str, str]:
@@ -270,7 +257,7 @@ async def test_a_signed_reply_reaches_the_subscriber_and_twilio_gets_empty_twiml
     assert response.headers["content-type"].startswith("text/xml")
     assert response.content == b'<?xml version="1.0" encoding="UTF-8"?><Response/>'
     await reply(harness, fake, "Second person here.", sender=BEN_PHONE, profile_name=None)
-    assert await human_texts(harness, cid) == [("Sam Lee", "Hi Ana *, I'm on it."), ("+447700900123", "Second person here.")]
+    assert await harness.human_texts(cid) == [("Sam Lee", "Hi Ana *, I'm on it."), ("+447700900123", "Second person here.")]
     assert "relayed_to_subscriber" in await harness.kinds(sid)
 
 
@@ -290,8 +277,8 @@ async def test_a_forged_webhook_gets_403_and_nothing_is_stored(fake: FakeTwilio,
     response = await post(harness, body, headers)
     assert response.status_code == 403
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
 
 
 async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_and_ignored(
@@ -313,8 +300,8 @@ async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_an
         assert response.status_code == 200
         assert response.content.endswith(b"<Response/>")
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
-    assert await human_texts(harness, cid) == []
+    assert await harness.stored_events() == 0
+    assert await harness.human_texts(cid) == []
     assert (await harness.handoff(sid))["state"] == "active"
 
 
@@ -324,7 +311,7 @@ async def test_attachments_are_announced_not_dropped(fake: FakeTwilio, start_des
     await dispatched(harness, cid)
     await reply(harness, fake, "", media=["image/jpeg"])
     await reply(harness, fake, "Here is the label", media=["application/pdf", "image/png"])
-    assert await human_texts(harness, cid) == [
+    assert await harness.human_texts(cid) == [
         ("Sam", "(image attachment, not forwarded)"),
         ("Sam", "Here is the label\n(application attachment, not forwarded)\n(image attachment, not forwarded)"),
     ]
@@ -487,12 +474,8 @@ async def test_probe_fetches_the_account_and_a_bad_token_is_an_auth_error(fake: 
         path.write_text("secret_key: 0123456789abcdef0123\nchannels:\n"
                         f"  - {{id: 1, kind: whatsapp, label: On-call, account_sid: {ACCOUNT_SID}, auth_token: '{token}', "
                         f"from: 'whatsapp:+14155238886', to: '{ANA_PHONE}', api_base_url: '{fake.base_url}'}}\n")
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "check-config", str(path), "--probe", cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        return process.returncode or 0, out.decode() + err.decode()
+        run = await probe_config(path)
+        return run.code, run.out + run.err
 
     code, output = await check_config(wrong)
     assert code == 1, output
@@ -517,13 +500,10 @@ async def test_probe_fetches_the_account_and_a_bad_token_is_an_auth_error(fake: 
     ({"auth_tokn": "x"}, "channels[0].auth_tokn: unknown key; did you mean 'auth_token'?"),
 ])
 def test_config_problems_are_named_by_key_path_without_echoing_secrets(entry: dict[str, Any], problem: str) -> None:
-    from bot.config import ConfigError
 
     channel = {"id": 1, "kind": "whatsapp", "label": "WA", "account_sid": ACCOUNT_SID, "auth_token": "SECRET-value",
                "from": "+14155238886", "to": [ANA_PHONE], **entry}
-    with pytest.raises(ConfigError) as caught:
-        make_config("sqlite:///x.db", channels=[channel])
-    text = str(caught.value)
+    text = config_problem(channels=[channel])
     assert problem in text, text
     assert "SECRET-value" not in text
 
@@ -546,10 +526,8 @@ async def test_the_whole_story_through_the_http_api(fake: FakeTwilio, start_desk
     harness = await start(start_desk, fake)
     cid = await harness.conversation("Ana")
     await harness.say(cid, "My parcel 1234 is lost")
-    asked = await harness.say(cid, "Can I talk to a person please?")
-    sid = asked["handoff_session_id"]
-    assert asked["routed_to"] == "agent"
-    assert asked["replies"][0]["text"].startswith("I've asked our team to join")
+    sid, told = await harness.ask_for_a_person(cid)
+    assert told.startswith("I've asked our team to join")
     code = (await harness.handoff(sid))["short_code"]
     dispatch = bodies(fake, ANA_PHONE)[-1]
     assert f"*Handoff #{code}*" in dispatch
@@ -589,13 +567,6 @@ async def approval_desk(start_desk: StartDesk, fake: FakeTwilio, *actions: dict[
     return await start(start_desk, fake, actions=list(actions) or [refund_action()])
 
 
-async def gated_call(harness: Harness, cid: str, **arguments: Any) -> str:
-    result = await harness.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await harness.desk.settle()
-    return str(result["approval_id"])
-
-
 def decision_path(body: str) -> str:
     import re
 
@@ -617,7 +588,7 @@ async def test_an_approval_prompt_reaches_every_number_with_exact_arguments_and_
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation(name="Ana *VIP*")
     arguments = {"order_id": "*1234* _now_ ```x``` ~no~", "amount": 25.5}
-    await gated_call(harness, cid, **arguments)
+    await harness.ask_approval(cid, **arguments)
     [to_ana], [to_ben] = fake.sent_to(ANA_PHONE), fake.sent_to(BEN_PHONE)
     body = to_ana["body"]
     assert body == to_ben["body"]
@@ -642,7 +613,7 @@ async def test_approving_on_the_page_runs_the_action_and_every_number_hears_how_
 
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation()
-    aid = await gated_call(harness, cid, order_id="1234", amount=25.5)
+    aid = await harness.ask_approval(cid, order_id="1234", amount=25.5)
     path = decision_path(bodies(fake, ANA_PHONE)[-1])
     assert (await decide_on_page(harness, path, "approve", name="Kim")).status_code == 200
     await harness.desk.settle()
@@ -663,7 +634,7 @@ async def test_denying_on_the_page_is_permission_denied(fake: FakeTwilio, start_
 
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation()
-    await gated_call(harness, cid, order_id="1234", amount=900)
+    await harness.ask_approval(cid, order_id="1234", amount=900)
     await decide_on_page(harness, decision_path(bodies(fake, ANA_PHONE)[-1]), "deny", reason="Over the *limit*")
     await harness.desk.settle()
     assert approval_actions.CALLS == []
@@ -678,13 +649,13 @@ async def test_replies_on_the_line_still_go_to_handoffs_never_to_a_pending_appro
 
     harness = await approval_desk(start_desk, fake)
     cid = await harness.conversation()
-    aid = await gated_call(harness, cid, order_id="1234", amount=5)
+    aid = await harness.ask_approval(cid, order_id="1234", amount=5)
     await reply(harness, fake, "approve")  # no open handoff: answered by the line, decides nothing
     other = await harness.conversation("Ben", email=None)
     _sid, _code = await dispatched(harness, other)
     await reply(harness, fake, "yes, approve it", profile_name="Sam")
-    assert await human_texts(harness, other) == [("Sam", "yes, approve it")]
-    assert await human_texts(harness, cid) == []
+    assert await harness.human_texts(other) == [("Sam", "yes, approve it")]
+    assert await harness.human_texts(cid) == []
     assert approval_actions.CALLS == []
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
 

@@ -12,11 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
-from bot.config import ConfigError
 from bot.domain.rendering import Renderer
-from bot.store.models import Conversation, HandoffEvent, InboundEvent
+from bot.store.models import Conversation, HandoffEvent
 from channels.base import (
     ChannelContext,
     InboundMessage,
@@ -26,7 +25,7 @@ from channels.base import (
     UserActionPrompt,
 )
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig, TelegramConnection
-from tests.conftest import Harness, StartDesk, make_config
+from tests.conftest import Harness, StartDesk, config_problem, make_config
 from tests.fake_telegram import ANA, BEN, KIM, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
@@ -103,10 +102,6 @@ async def conversation_of(harness: Harness, user: dict[str, Any]) -> Conversatio
     assert len(found) == 1
     return found[0]
 
-
-async def stored_events(harness: Harness) -> int:
-    async with harness.desk.db.read() as session:
-        return int(await session.scalar(select(func.count()).select_from(InboundEvent)) or 0)
 
 
 # --------------------------------------------------------------------------- the whole story
@@ -206,7 +201,7 @@ async def test_a_front_of_its_own_greets_answers_and_hands_off_to_another_channe
     await fake.wait_for(lambda: said_to(fake, ANA)[-1].startswith("I've asked our team to join"))
     await harness.desk.settle()
     assert fake.sent_to(STAFF_CHAT_ID) == []
-    assert await stored_events(harness) == 3
+    assert await harness.stored_events() == 3
 
     conversation = await conversation_of(harness, ANA)
     specs = await harness.desk.router.tool_specs(conversation.id)
@@ -234,7 +229,7 @@ async def test_a_front_of_its_own_takes_its_webhook_at_its_own_id(fake: FakeTele
     assert (await post(harness, hello, channel_id=FRONT_ID, secret="wrong")).status_code == 403
     assert (await post(harness, hello, channel_id=FRONT_ID, secret=None)).status_code == 403
     await harness.desk.settle()
-    assert await stored_events(harness) == 0
+    assert await harness.stored_events() == 0
     assert said_to(fake, ANA) == []
     await deliver(harness, hello, channel_id=FRONT_ID)
     assert said_to(fake, ANA) == ["Hi Ana Silva! I'm Assistant. Ask me anything, or say \"talk to a person\" and I'll "
@@ -245,7 +240,7 @@ async def test_without_a_front_private_chats_stay_ignored(fake: FakeTelegram, st
     harness = await start_desk(channels=[staff_channel(fake)])
     await deliver(harness, fake.private_update("/start"))
     await deliver(harness, fake.private_update("Hello?"))
-    assert await stored_events(harness) == 0
+    assert await harness.stored_events() == 0
     assert said_to(fake, ANA) == []
 
 
@@ -280,7 +275,7 @@ async def test_bots_and_other_groups_are_not_subscribers(fake: FakeTelegram, sta
     other_group = {"id": -100999, "type": "group", "title": "Elsewhere"}
     await deliver(harness, fake.private_update("beep", user=robot))
     await deliver(harness, fake.message_update("hello bot", chat=other_group))
-    assert await stored_events(harness) == 0
+    assert await harness.stored_events() == 0
     assert fake.sent() == []
 
 
@@ -480,8 +475,6 @@ def test_a_front_on_a_channels_token_shares_its_adapter_and_a_front_of_its_own_g
 ])
 def test_front_config_problems_are_named_by_key_path_without_echoing_secrets(front: dict[str, Any], problem: str) -> None:
     channel = {"id": 1, "kind": "telegram", "label": "TG", "bot_token": TOKEN, "chat_id": "-100123"}
-    with pytest.raises(ConfigError) as caught:
-        make_config("sqlite:///x.db", channels=[channel], fronts=[{"kind": "telegram", **front}])
-    text = str(caught.value)
+    text = config_problem(channels=[channel], fronts=[{"kind": "telegram", **front}])
     assert problem in text
     assert "SECRET-value" not in text

@@ -215,13 +215,6 @@ async def approval_desk(start_desk: StartDesk, *actions: dict[str, object]) -> H
     return await start_desk(actions=list(actions) or [refund_action()])
 
 
-async def gated(harness: Harness, cid: str, **arguments: object) -> str:
-    result = await harness.tool(cid, "refund_order", arguments)
-    assert result["status"] == "APPROVAL_PENDING", result
-    await harness.desk.settle()
-    return str(result["approval_id"])
-
-
 async def decide_in_inbox(harness: Harness, aid: str, decision: str, **form: str) -> httpx.Response:
     page = (await harness.client.get("/inbox")).text
     return await harness.client.post(f"/inbox/approvals/{aid}/decision", data={"csrf": csrf_of(page), "decision": decision, **form})
@@ -234,7 +227,7 @@ async def test_pending_approvals_wait_in_the_inbox_with_escaped_arguments(start_
 
     harness = await approval_desk(start_desk)
     cid = await harness.conversation(name="Ana <img src=x onerror=alert(1)>")
-    aid = await gated(harness, cid, order_id="<script>alert(1)</script>", amount=25.5)
+    aid = await harness.ask_approval(cid, order_id="<script>alert(1)</script>", amount=25.5)
     # the owner inbox took the prompt (the inbox reads approvals from the database)
     async with harness.desk.db.read() as session:
         items = (await session.scalars(select(OutboxItem).where(OutboxItem.handoff_session_id == aid))).all()
@@ -262,14 +255,14 @@ async def test_approving_in_the_inbox_runs_the_action_and_shows_the_receipt(star
 
     harness = await approval_desk(start_desk)
     cid = await harness.conversation()
-    aid = await gated(harness, cid, order_id="1234", amount=25.5)
+    aid = await harness.ask_approval(cid, order_id="1234", amount=25.5)
     response = await decide_in_inbox(harness, aid, "approve")
     assert response.status_code == 303
     # the action runs in the background, after the decision is stored
     assert response.headers["location"] == "/inbox?notice=Approved%3A%20refund_order%20is%20running.#approvals"
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25.5}]
-    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    view = (await harness.approval(aid))
     assert (view["state"], view["receipt"]["decided_by"], view["receipt"]["via"]) == ("approved", "owner (inbox)", "inbox")
     system = [m["text"] for m in await harness.messages(cid) if m["role"] == "system"]
     assert system[0].startswith("[Approval — refund_order was approved and ran")
@@ -293,7 +286,7 @@ async def test_denying_in_the_inbox_with_a_reason_is_permission_denied(start_des
 
     harness = await approval_desk(start_desk, refund_action(policy="ask_always"))
     cid = await harness.conversation()
-    aid = await gated(harness, cid, order_id="1234", amount=900)
+    aid = await harness.ask_approval(cid, order_id="1234", amount=900)
     html = (await harness.client.get("/inbox")).text
     assert "asks every time" in html
     assert 'name="always"' not in html  # never offered for ask_always
@@ -311,16 +304,16 @@ async def test_denying_in_the_inbox_with_a_reason_is_permission_denied(start_des
 async def test_always_allow_from_the_inbox_covers_the_same_shape(start_desk: StartDesk) -> None:
     harness = await approval_desk(start_desk)
     cid = await harness.conversation()
-    aid = await gated(harness, cid, order_id="1", amount=5)
+    aid = await harness.ask_approval(cid, order_id="1", amount=5)
     await decide_in_inbox(harness, aid, "approve", always="yes")
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["receipt"]["always_allow"] is True
+    assert (await harness.approval(aid))["receipt"]["always_allow"] is True
     assert (await harness.tool(cid, "refund_order", {"order_id": "2", "amount": 7}))["status"] == "done"
 
 
 async def test_approval_posts_need_the_csrf_token_and_this_site(start_desk: StartDesk) -> None:
     harness = await approval_desk(start_desk)
     cid = await harness.conversation()
-    aid = await gated(harness, cid, order_id="1", amount=5)
+    aid = await harness.ask_approval(cid, order_id="1", amount=5)
     page = (await harness.client.get("/inbox")).text
     path = f"/inbox/approvals/{aid}/decision"
     assert (await harness.client.post(path, data={"decision": "approve"})).status_code == 403
@@ -330,7 +323,7 @@ async def test_approval_posts_need_the_csrf_token_and_this_site(start_desk: Star
     assert cross.status_code == 403
     assert (await harness.client.get(path)).status_code == 405  # GET never decides
     assert (await harness.client.post(path, data={"csrf": csrf_of(page), "decision": "maybe"})).status_code == 303
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.approval(aid))["state"] == "pending"
     missing = await harness.client.post("/inbox/approvals/ap_nope/decision", data={"csrf": csrf_of(page), "decision": "approve"})
     assert missing.status_code == 404
     assert "Could not decide" in missing.text
@@ -339,19 +332,19 @@ async def test_approval_posts_need_the_csrf_token_and_this_site(start_desk: Star
 async def test_an_owner_token_inbox_decides_only_after_login(start_desk: StartDesk) -> None:
     harness = await approval_desk(start_desk)
     cid = await harness.conversation()
-    aid = await gated(harness, cid, order_id="1", amount=5)
+    aid = await harness.ask_approval(cid, order_id="1", amount=5)
     locked = await start_desk(owner={"token": "owner-secret"}, actions=[refund_action()])  # the same database
     response = await locked.client.post(f"/inbox/approvals/{aid}/decision", data={"decision": "approve"})
     assert response.status_code == 401
-    assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+    assert (await harness.approval(aid))["state"] == "pending"
 
 
 async def test_the_handoff_page_shows_the_conversations_approvals(start_desk: StartDesk) -> None:
     harness = await approval_desk(start_desk)
     cid = await harness.conversation()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
-    first = await gated(harness, cid, order_id="1", amount=5)
-    await gated(harness, cid, order_id="2", amount=6)
+    first = await harness.ask_approval(cid, order_id="1", amount=5)
+    await harness.ask_approval(cid, order_id="2", amount=6)
     await decide_in_inbox(harness, first, "approve")
     html = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
     assert "Approvals in this conversation" in html
@@ -444,7 +437,7 @@ async def test_the_list_version_follows_handoffs_and_approvals(start_desk: Start
     assert len(with_handoff["handoffs"]) == 1  # a new handoff appears
 
     other = await harness.conversation(name="Ben", email=None)
-    aid = await gated(harness, other, order_id="<b>9</b>", amount=5)
+    aid = await harness.ask_approval(other, order_id="<b>9</b>", amount=5)
     asked = await list_updates(harness.client, with_handoff["version"])
     [approval] = asked["approvals"]
     assert (approval["id"], approval["action_id"], approval["subscriber"], approval["policy"]) == (aid, "refund_order", "Ben", "ask")
@@ -691,9 +684,9 @@ async def test_the_inbox_refuses_an_unknown_outcome_or_an_over_long_note_and_rel
 async def test_an_over_long_denial_reason_is_refused_and_decides_nothing(start_desk: StartDesk) -> None:
     harness = await approval_desk(start_desk)
     cid = await harness.conversation()
-    aid = await gated(harness, cid, order_id="1234", amount=25.5)
+    aid = await harness.ask_approval(cid, order_id="1234", amount=25.5)
     refused = await decide_in_inbox(harness, aid, "deny", reason="x" * 2001)
     assert refused.status_code == 400
     assert "reason: at most 2000 characters, got 2001; nothing was decided." in refused.text
-    view = (await harness.client.get(f"/api/approvals/{aid}")).json()
+    view = (await harness.approval(aid))
     assert view["state"] == "pending"

@@ -7,22 +7,17 @@ Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the README screenshots in docs/screen
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from bot.desk import Desk
-from bot.runtime.clock import Clock
-from bot.web.app import create_app
 from channels.base import RecipientText
 from tests import approval_actions
-from tests.conftest import CHROMIUM, make_config, shot
+from tests.conftest import CHROMIUM, desk_served, shot
 
 if not os.path.exists(CHROMIUM) and not os.environ.get("HANDOFF_REQUIRE_BROWSER"):
     pytest.skip("Chromium is not installed (apt-get install -y chromium; .ci/run does)", allow_module_level=True)
@@ -102,21 +97,8 @@ REFUND = {"id": "refund_order", "description": "Refund an order to the original 
 @pytest.fixture
 async def served_with_actions(sqlite_url: str) -> AsyncIterator[tuple[Desk, str]]:
     """Like conftest's `served`, with a gated action whose approval channel is the owner inbox."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    base = f"http://127.0.0.1:{port}"
-    desk = Desk(make_config(sqlite_url, server={"public_url": base}, actions=[REFUND]), clock=Clock(), run_timers=False)
-    await desk.start()
-    server = uvicorn.Server(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,
-                                           log_level="warning", timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    yield desk, base
-    server.should_exit = True
-    await task
-    await desk.stop()
+    async with desk_served(sqlite_url, actions=[REFUND]) as pair:
+        yield pair
 
 
 async def test_owner_approves_from_the_inbox_and_a_phone_denies_on_the_signed_page(

@@ -14,6 +14,7 @@ from aiohttp import web
 from bot.agents.webhook import InvalidSignature, verify
 from tests import approval_actions
 from tests.conftest import Harness, StartDesk
+from tests.fake_server import serving
 
 CODE = {"reason": "verification_code", "details": "We sent a 6-digit code to your phone ending in 42.",
         "suggested_action": "Enter the code on the bank's page"}
@@ -116,12 +117,7 @@ async def test_an_expectation_that_holds(start_desk: StartDesk) -> None:
 
     app = web.Application()
     app.router.add_post("/check", check)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serving(app) as port:
         harness = await start_desk(user_actions={"expectations": [{
             "id": "card_linked", "description": "The card shows as linked",
             "run": {"url": f"http://127.0.0.1:{port}/check", "secret": secret}}]})
@@ -129,8 +125,6 @@ async def test_an_expectation_that_holds(start_desk: StartDesk) -> None:
         aid = (await ask(harness, cid, expectation="card_linked"))["user_action_id"]
         await harness.say(cid, "done")
         await harness.desk.settle()
-    finally:
-        await runner.cleanup()
     assert received[0]["arguments"]["user_action_id"] == aid
     assert (await texts(harness, cid, "system"))[-1] == (
         "[User action — verification_code: done, and the check card_linked held (observed: card •••• 4242 linked). "
@@ -205,12 +199,7 @@ async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -
 
     app = web.Application()
     app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serving(app) as port:
         harness = await start_desk(user_actions={"webhook": {"url": f"http://127.0.0.1:{port}/hook", "secret": secret}})
         created = await harness.client.post("/api/conversations", json={"background": True})
         cid = created.json()["conversation_id"]
@@ -219,8 +208,6 @@ async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -
         assert await texts(harness, cid) == []  # nobody is watching the chat
         await harness.client.post(f"/api/user_actions/{result['user_action_id']}/response", json={"outcome": "done"})
         await harness.desk.settle()
-    finally:
-        await runner.cleanup()
     assert [r["type"] for r in received] == ["user_action_requested", "user_action_resolved"]
     assert received[0]["delivery"] == f"{result['user_action_id']}:user_action_requested"
     assert received[0]["user_action_id"] == result["user_action_id"]

@@ -94,8 +94,13 @@ class RulesAgent(Agent):
         return reply + " Anything else I can help with?"
 
 
+def _last_note(turn: Turn, prefix: str) -> str:
+    """The newest system note of one kind (`[Approval …`, `[User action …`), or "" if none came."""
+    return next((m.text for m in reversed(turn.history) if m.role == Role.SYSTEM and m.text.startswith(prefix)), "")
+
+
 def _approval_outcome(turn: Turn) -> str:
-    note = next((m.text for m in reversed(turn.history) if m.role == Role.SYSTEM and m.text.startswith("[Approval")), "")
+    note = _last_note(turn, "[Approval")
     if "PERMISSION_DENIED" in note:
         return "I'm sorry: that wasn't approved, so I haven't done it."
     if "approved and ran" in note:
@@ -104,7 +109,7 @@ def _approval_outcome(turn: Turn) -> str:
 
 
 def _user_action_outcome(turn: Turn) -> str:
-    note = next((m.text for m in reversed(turn.history) if m.role == Role.SYSTEM and m.text.startswith("[User action")), "")
+    note = _last_note(turn, "[User action")
     if "HANDOFF_CANCELLED" in note:
         return "No problem, we'll leave that for now. Is there anything else I can help with?"
     if "HANDOFF_TIMEOUT" in note:

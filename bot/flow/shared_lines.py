@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlmodel import col
 
 from bot.delivery.outbox import Outbox
@@ -114,13 +114,8 @@ class SharedLines:
         """The line's active handoffs, the focused one first."""
         async with self.db.read() as session:
             rows = (await session.execute(
-                select(HandoffSession, col(Conversation.subscriber_name))
-                .join(Conversation, col(Conversation.id) == col(HandoffSession.conversation_id))
-                .where(
-                    col(HandoffSession.channel_id) == channel_id,
-                    col(HandoffSession.thread_key) == thread_key,
-                    col(HandoffSession.state) == HandoffState.ACTIVE,
-                )
+                _on_line(channel_id, thread_key)
+                .where(col(HandoffSession.state) == HandoffState.ACTIVE)
                 .order_by(col(HandoffSession.focused_at).desc(),  # set on activation (and backfilled by migration 0005)
                           col(HandoffSession.created_at).desc())
             )).all()
@@ -130,14 +125,8 @@ class SharedLines:
         since = self.clock.now() - _RECENTLY_ENDED
         async with self.db.read() as session:
             rows = (await session.execute(
-                select(HandoffSession, col(Conversation.subscriber_name))
-                .join(Conversation, col(Conversation.id) == col(HandoffSession.conversation_id))
-                .where(
-                    col(HandoffSession.channel_id) == channel_id,
-                    col(HandoffSession.thread_key) == thread_key,
-                    col(HandoffSession.state) != HandoffState.ACTIVE,
-                    col(HandoffSession.released_at) >= since,
-                )
+                _on_line(channel_id, thread_key)
+                .where(col(HandoffSession.state) != HandoffState.ACTIVE, col(HandoffSession.released_at) >= since)
                 .order_by(col(HandoffSession.released_at).desc())
                 .limit(200)
             )).all()
@@ -161,6 +150,16 @@ class SharedLines:
             )
             await audit.note(session, "line_answered", at=now, actor="desk", handoff_session_id=on.id,
                              template=template.rsplit("/", 1)[-1])
+
+
+def _on_line(channel_id: int, thread_key: str) -> Select[HandoffSession, str | None]:
+    """The handoffs on one line with their subscriber's name; each lookup adds which ones
+    (open or recently ended) and in what order."""
+    return (
+        select(HandoffSession, col(Conversation.subscriber_name))
+        .join(Conversation, col(Conversation.id) == col(HandoffSession.conversation_id))
+        .where(col(HandoffSession.channel_id) == channel_id, col(HandoffSession.thread_key) == thread_key)
+    )
 
 
 def _view(handoff: HandoffSession, subscriber_name: str | None) -> OpenHandoff:

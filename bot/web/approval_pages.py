@@ -22,7 +22,7 @@ from bot.errors import NotFound
 from bot.runtime.clock import Clock
 from bot.store.models import Approval
 from bot.web.deps import ApprovalsDep, ClockDep, ConfigDep, ConversationsDep, RendererDep
-from bot.web.pages import render_page, same_origin
+from bot.web.pages import link_not_valid, render_page, same_origin
 from channels.base import pretty_arguments
 
 router = APIRouter(include_in_schema=False)
@@ -65,9 +65,7 @@ class DecisionPages:
         )
 
     def not_found(self) -> HTMLResponse:
-        return render_page(self.renderer, "forms/status.html", status=404, title="This link is not valid", tone="info",
-                           lines=["Check that you opened the whole link from the message you received."],
-                           returned={}, missing=[], labels={})
+        return link_not_valid(self.renderer)
 
 
 def decision_pages(

@@ -37,6 +37,22 @@ def render_page(renderer: Renderer, template: str, *, status: int = 200, **conte
     return response
 
 
+def status_page(renderer: Renderer, status: int, title: str, *lines: str, tone: str = "info", **context: Any) -> HTMLResponse:
+    """The one-message page (`forms/status.html`) that the return form and the approval pages
+    answer with when there is no form to show: a title, a few lines, and nothing returned."""
+    context.setdefault("returned", {})
+    context.setdefault("missing", [])
+    context.setdefault("labels", {})
+    return render_page(renderer, "forms/status.html", status=status, title=title, lines=list(lines), tone=tone, **context)
+
+
+def link_not_valid(renderer: Renderer) -> HTMLResponse:
+    """The 404 for a signed link that names nothing: the same page for every kind of link,
+    so it does not tell a guesser which kind of token it hit."""
+    return status_page(renderer, 404, "This link is not valid",
+                       "Check that you opened the whole link from the message you received.")
+
+
 def _origin(url: str) -> str:
     parsed = urlparse(url)
     return f"{parsed.scheme}://{parsed.netloc}"
