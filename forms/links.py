@@ -80,10 +80,18 @@ class FormLinks:
             )
             .values(superseded_at=now)
         )
-        link = FormLink(id=secrets.token_urlsafe(16), handoff_session_id=handoff.id, created_at=now, expires_at=now + self.ttl)
+        link = self.new_link(handoff, now)
         session.add(link)
-        handoff.form_link_id = link.id
         await session.flush()
+        return link
+
+    def new_link(self, handoff: HandoffSession, now: datetime) -> FormLink:
+        """A link named on the handoff, for the caller to add. A handoff not stored yet gets
+        its first one this way, with nothing to supersede: the handoff row is inserted
+        already naming its link instead of being updated to it afterwards. The link's row
+        must be flushed after the handoff's (its foreign key; no ORM relationship orders them)."""
+        link = FormLink(id=secrets.token_urlsafe(16), handoff_session_id=handoff.id, created_at=now, expires_at=now + self.ttl)
+        handoff.form_link_id = link.id
         return link
 
     @staticmethod

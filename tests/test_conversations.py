@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
+from bot.domain.conversations import add_message
 from bot.errors import NotFound
+from bot.store.vocabulary import Role
 from tests.conftest import Harness
 
 
@@ -58,3 +61,23 @@ async def test_a_waiting_reader_is_woken_by_a_new_message(harness: Harness) -> N
     await harness.say(cid, "are you there?")
     woken = await asyncio.wait_for(waiting, timeout=5)
     assert woken[0].text == "are you there?"
+
+
+async def test_messages_of_one_moment_in_one_transaction_are_all_stored_and_bump_the_conversation(harness: Harness) -> None:
+    conversations = harness.desk.conversations
+    cid = await conversations.start(name="Ana")
+    later = harness.desk.clock.now() + timedelta(minutes=5)
+    async with harness.desk.db.transaction() as session:
+        first = await add_message(session, cid, role=Role.AGENT, text="the person left", now=later)
+        second = await add_message(session, cid, role=Role.SYSTEM, text="[Bot resumed — test]", now=later)
+    assert [m.id for m in await conversations.messages(cid)] == [first.id, second.id]
+    assert (await conversations.get(cid)).last_message_at == later
+    latest = later + timedelta(seconds=1)
+    async with harness.desk.db.transaction() as session:
+        await add_message(session, cid, role=Role.SUBSCRIBER, text="thanks", now=latest)
+    assert (await conversations.get(cid)).last_message_at == latest
+
+
+async def test_a_long_poll_on_an_unknown_conversation_is_not_found_at_once(harness: Harness) -> None:
+    with pytest.raises(NotFound, match="conversation 'c_nope' not found"):
+        await asyncio.wait_for(harness.desk.conversations.wait_for_messages("c_nope", 0, 10, wait=30), timeout=5)

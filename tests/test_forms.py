@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from bot.store.models import Message
+from bot.store.models import FormLink, HandoffSession, Message
 from forms.links import FormLinks
 from tests.conftest import Harness, StartDesk
 
@@ -313,3 +313,13 @@ async def test_the_owner_reissues_a_link_and_the_old_one_stops(start_desk: Start
     assert notice.purpose == "notice"
     assert f"http://desk.test{new}" in notice.text
     assert "form_link_issued" in await harness.kinds(sid)
+
+
+async def test_a_new_handoff_is_stored_naming_its_one_link(harness: Harness) -> None:
+    _cid, sid, path = await open_handoff(harness)
+    async with harness.desk.db.read() as session:
+        links = (await session.scalars(select(FormLink).where(FormLink.handoff_session_id == sid))).all()
+        handoff = await session.get(HandoffSession, sid)
+    assert [link.id for link in links] == [handoff.form_link_id if handoff else None]
+    assert links[0].superseded_at is None
+    assert harness.desk.forms.link_id(path.rsplit("/", 1)[1]) == links[0].id

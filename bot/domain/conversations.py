@@ -19,6 +19,11 @@ from bot.store.models import Conversation, Message, new_id
 from bot.store.vocabulary import Role
 from channels.base import TranscriptLine, UserActionPrompt
 
+# session.info key: the `last_message_at` each conversation was given in this session, so a
+# transaction storing several messages at one moment (a release: the subscriber's notice and
+# the resume) updates the conversation row once.
+_LAST_MESSAGE_AT = "handoff_desk_last_message_at"
+
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
 
 
@@ -81,7 +86,10 @@ async def add_message(
         created_at=now,
     )
     session.add(message)
-    await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
+    bumped = session.info.setdefault(_LAST_MESSAGE_AT, {})
+    if bumped.get(conversation_id) != now:  # a second message of the same moment sets the same value
+        await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
+        bumped[conversation_id] = now
     await session.flush()
     record(session.info, Changed(conversation_id))
     for hook in session.info.get(MESSAGE_HOOKS, ()):
@@ -160,19 +168,25 @@ class Conversations:
             return await get(session, conversation_id)
 
     async def messages(self, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
-        """Messages with an id above `after`, oldest first; NotFound for an unknown conversation."""
+        """Messages with an id above `after`, oldest first; NotFound for an unknown conversation.
+        Messages found prove the conversation exists, so only an empty answer looks it up."""
         async with self.db.read() as session:
-            await get(session, conversation_id)
-            return await messages_after(session, conversation_id, after, limit)
+            found = await messages_after(session, conversation_id, after, limit)
+            if not found:
+                await get(session, conversation_id)
+            return found
 
     async def wait_for_messages(self, conversation_id: str, after: int, limit: int, wait: float) -> list[Message]:
         """Messages after `after`, waiting up to `wait` seconds for one to arrive: woken at
-        once by this process, re-checked every 2 s for messages other instances wrote."""
+        once by this process, re-checked every 2 s for messages other instances wrote. The
+        first check settles that the conversation exists; the re-checks after a wake-up are
+        the one indexed message query (conversations are never deleted while polled)."""
         messages = await self.messages(conversation_id, after, limit)
         remaining = wait
         while not messages and remaining > 0:
             step = min(2.0, remaining)
             await self.bus.wait(conversation_id, timeout=step)
             remaining -= step
-            messages = await self.messages(conversation_id, after, limit)
+            async with self.db.read() as session:
+                messages = await messages_after(session, conversation_id, after, limit)
         return messages

@@ -376,9 +376,8 @@ class Handoffs:
         try:
             async with self.db.transaction() as session:
                 conversation = await conversations.get(session, conversation_id)
-                existing = await self.open_session(session, conversation_id)
-                if existing is not None:
-                    raise _AlreadyOpen(existing.id)
+                # No look for an open handoff first: the one-open-per-conversation unique index
+                # refuses the insert below, and only then is the open one's id looked up.
                 history = await conversations.recent_messages(session, conversation_id, self.settings.transcript_messages)
                 handoff = HandoffSession(
                     id=sid,
@@ -397,9 +396,10 @@ class Handoffs:
                     estimated_response=adapter.config.estimated_response,
                     created_at=now,
                 )
+                link = self.forms.new_link(handoff, now)
                 session.add(handoff)
                 await session.flush()
-                await self.forms.issue(session, handoff, now)
+                session.add(link)  # inserted by the next flush, after its handoff
                 requested = await audit.record(
                     session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=conversation_id, channel_id=adapter.id, channel_kind=adapter.kind,
@@ -408,9 +408,8 @@ class Handoffs:
                 outbound = self._dispatch_outbound(handoff, conversation, history)
                 item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
                 await session.flush()
-        except (_AlreadyOpen, IntegrityError) as exc:
-            active_id = exc.session_id if isinstance(exc, _AlreadyOpen) else await self._open_id(conversation_id)
-            raise HandoffAlreadyOpen(active_id) from None
+        except IntegrityError:
+            raise HandoffAlreadyOpen(await self._open_id(conversation_id)) from None
 
         started = time.perf_counter()
         refused = partial(
@@ -480,9 +479,9 @@ class Handoffs:
         notified then, and the handoff is activated from that receipt instead."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            if not await _leave_dispatching(session, sid, dispatch_sent=False, state=HandoffState.FAILED, failure=hint):
+            handoff = await _leave_dispatching(session, sid, dispatch_sent=False, state=HandoffState.FAILED, failure=hint)
+            if handoff is None:
                 return False
-            handoff = await self._get(session, sid)
             await session.execute(
                 update(OutboxItem)
                 .where(col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch", col(OutboxItem.state) != OutboxState.SENT)
@@ -510,13 +509,13 @@ class Handoffs:
         dispatch is not recorded as sent (the send's record lost its claim)."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            if not await _leave_dispatching(
+            handoff = await _leave_dispatching(
                 session, sid, dispatch_sent=True, state=HandoffState.ACTIVE, channel_message_id=receipt.message_id,
                 thread_key=receipt.thread_key, thread=receipt.thread, activated_at=now, focused_at=now,
                 last_activity_at=now, idle_deadline=now + self.idle_timeout,
-            ):
+            )
+            if handoff is None:
                 return None
-            handoff = await self._get(session, sid)
             held = (await session.scalars(
                 select(Message).where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber").order_by(col(Message.id))
             )).all()
@@ -699,80 +698,72 @@ class Handoffs:
         reason = ReleaseReason(reason)  # callers outside the type checker pass the plain word
         outcome = Outcome(outcome) if outcome else reason.default_outcome
         note = note.strip() if note and note.strip() else None
-        coerced = await self._checked_return(sid, return_values, reason=reason, actor=actor, now=now)
+        refused: ReturnValuesInvalid | None = None
+        resume: Message | None = None
+        # One transaction whichever way it goes: the values are typed against the row read
+        # here, and the loser's `release_noop` is recorded beside that read.
         async with self.db.transaction() as session:
             handoff = await self._get(session, sid)
-            conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.ACTIVE]
-            if idle_cutoff is not None:
-                conditions.append(col(HandoffSession.idle_deadline) <= idle_cutoff)
-            changed = await execute_dml(
-                session,
-                update(HandoffSession)
-                .where(*conditions)
-                .values(
-                    state=HandoffState.RELEASED, released_at=now, release_reason=reason, released_by=actor, outcome=outcome,
-                    note=note, returned=coerced.values, missing_required=coerced.missing_required,
-                )
-            )
-            won = changed.rowcount == 1
-            if won and guard is not None:
-                await guard(session, now)
-            if won:
-                await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_ended.txt", now, reason=reason)
-                text = resume_message(
-                    reason=reason, outcome=outcome, note=note, returned=coerced.values,
-                    missing_required=coerced.missing_required, idle_timeout=self.idle_timeout,
-                )
-                resume = await conversations.add_message(
-                    session, handoff.conversation_id, role=Role.SYSTEM, text=text, now=now, handoff_session_id=sid
-                )
-                await audit.record(
-                    session, "handoff_released", at=now, actor=actor, handoff_session_id=sid,
-                    conversation_id=handoff.conversation_id, reason=reason, outcome=outcome, note=note,
-                    returned=coerced.values, missing_required=coerced.missing_required or None,
-                    resume_message_id=resume.id,
-                )
-                notice = self.renderer.render(
-                    "messages/released.txt", reason=reason, outcome=outcome, actor=actor,
-                    short_code=handoff.short_code, idle_timeout=format_duration(self.idle_timeout),
-                )
-                await self.outbox.queue(
-                    session, channel_id=handoff.channel_id, now=now,
-                    outbound=Notice(handoff_id=sid, text=notice, thread=handoff.thread, about="released"),
-                )
-                await session.refresh(handoff)  # the released row, for the signal's handlers
-                record(session.info, HandoffReleased(handoff))
-        if not won:
-            async with self.db.transaction() as session:
-                current = await self._get(session, sid)
-                await audit.record(
-                    session, "release_noop", at=now, actor=actor, handoff_session_id=sid,
-                    conversation_id=current.conversation_id, reason=reason, state=current.state,
-                    released_by_reason=current.release_reason,
-                )
-            self.metrics.release_noops.labels(reason).inc()
-            return ReleaseResult(released=False, session=current)
-
-        self.metrics.releases.labels(reason).inc()
-        log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
-        return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
-
-    async def _checked_return(
-        self, sid: str, return_values: dict[str, Any] | None, *, reason: ReleaseReason, actor: str, now: datetime,
-    ) -> CoercedReturn:
-        """The returned values typed against the handoff's fields (which never change), or
-        ReturnValuesInvalid after recording the refused attempt in the audit trail."""
-        async with self.db.read() as session:
-            handoff = await self._get(session, sid)
-        try:
-            return coerce_returned(stored_fields(handoff), return_values)
-        except ReturnValuesInvalid as exc:
-            async with self.db.transaction() as session:
+            try:
+                coerced = coerce_returned(stored_fields(handoff), return_values)
+            except ReturnValuesInvalid as exc:
                 await audit.record(
                     session, "release_refused", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=handoff.conversation_id, reason=reason, invalid=exc.problems,
                 )
-            raise
+                refused = exc
+            else:
+                change = _Release(reason=reason, actor=actor, outcome=outcome, note=note, coerced=coerced)
+                released = await change.apply(session, sid, now, idle_cutoff=idle_cutoff)
+                if released is None:
+                    await session.refresh(handoff)  # what the winner (or another change) left
+                    await audit.record(
+                        session, "release_noop", at=now, actor=actor, handoff_session_id=sid,
+                        conversation_id=handoff.conversation_id, reason=reason, state=handoff.state,
+                        released_by_reason=handoff.release_reason,
+                    )
+                else:
+                    handoff = released
+                    if guard is not None:
+                        await guard(session, now)
+                    resume = await self._after_release(session, handoff, now, change)
+        if refused is not None:
+            raise refused
+        if resume is None:
+            self.metrics.release_noops.labels(reason).inc()
+            return ReleaseResult(released=False, session=handoff)
+        self.metrics.releases.labels(reason).inc()
+        log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
+        return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
+
+    async def _after_release(self, session: AsyncSession, handoff: HandoffSession, now: datetime, change: _Release) -> Message:
+        """What the winning release writes with it: the subscriber's notice, the resume
+        message, the audit event, the recipient's notice and the signal. Returns the resume."""
+        reason, actor, outcome, note, coerced = change.reason, change.actor, change.outcome, change.note, change.coerced
+        await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_ended.txt", now, reason=reason)
+        text = resume_message(
+            reason=reason, outcome=outcome, note=note, returned=coerced.values,
+            missing_required=coerced.missing_required, idle_timeout=self.idle_timeout,
+        )
+        resume = await conversations.add_message(
+            session, handoff.conversation_id, role=Role.SYSTEM, text=text, now=now, handoff_session_id=handoff.id
+        )
+        await audit.record(
+            session, "handoff_released", at=now, actor=actor, handoff_session_id=handoff.id,
+            conversation_id=handoff.conversation_id, reason=reason, outcome=outcome, note=note,
+            returned=coerced.values, missing_required=coerced.missing_required or None,
+            resume_message_id=resume.id,
+        )
+        notice = self.renderer.render(
+            "messages/released.txt", reason=reason, outcome=outcome, actor=actor,
+            short_code=handoff.short_code, idle_timeout=format_duration(self.idle_timeout),
+        )
+        await self.outbox.queue(
+            session, channel_id=handoff.channel_id, now=now,
+            outbound=Notice(handoff_id=handoff.id, text=notice, thread=handoff.thread, about="released"),
+        )
+        record(session.info, HandoffReleased(handoff))
+        return resume
 
     async def reissue_form_link(self, sid: str, *, actor: str) -> str:
         """A fresh return-form link (older unused ones stop working), sent to the recipient
@@ -837,27 +828,54 @@ class Handoffs:
         return failed
 
 
-class _AlreadyOpen(Exception):
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
+@dataclass(frozen=True)
+class _Release:
+    """One release as asked: why, by whom, how it went, and the values typed for its fields."""
+
+    reason: ReleaseReason
+    actor: str
+    outcome: Outcome
+    note: str | None
+    coerced: CoercedReturn
+
+    async def apply(self, session: AsyncSession, sid: str, now: datetime, *, idle_cutoff: datetime | None) -> HandoffSession | None:
+        """The compare-and-set active → released; the released row as the UPDATE returns it
+        (no read after it), or None when the handoff was not active (or not idle) any more."""
+        conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.ACTIVE]
+        if idle_cutoff is not None:
+            conditions.append(col(HandoffSession.idle_deadline) <= idle_cutoff)
+        changed = await session.scalars(
+            update(HandoffSession)
+            .where(*conditions)
+            .values(
+                state=HandoffState.RELEASED, released_at=now, release_reason=self.reason, released_by=self.actor,
+                outcome=self.outcome, note=self.note, returned=self.coerced.values,
+                missing_required=self.coerced.missing_required,
+            )
+            .returning(HandoffSession)
+            .execution_options(populate_existing=True)
+        )
+        return changed.first()
 
 
-async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> bool:
-    """The compare-and-set out of `dispatching`; False when another caller moved it first.
-    Whether a person was notified decides which way it may go: to `active` only once the
-    dispatch is recorded as sent, to `failed` only while it is not."""
+async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> HandoffSession | None:
+    """The compare-and-set out of `dispatching`: the changed row as the UPDATE returns it, or
+    None when another caller moved it first. Whether a person was notified decides which way
+    it may go: to `active` only once the dispatch is recorded as sent, to `failed` only while
+    it is not."""
     sent = exists().where(
         col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch",
         col(OutboxItem.state) == OutboxState.SENT,
     )
-    changed = await execute_dml(
-        session,
+    changed = await session.scalars(
         update(HandoffSession)
         .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING,
                sent if dispatch_sent else ~sent)
         .values(**values)
+        .returning(HandoffSession)
+        .execution_options(populate_existing=True)
     )
-    return changed.rowcount == 1
+    return changed.first()
 
 
 def stored_fields(handoff: HandoffSession) -> list[ReturnField]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text
+from sqlalchemy import bindparam, func, or_, select, text
 from sqlmodel import col
 
 from bot.domain.approvals import PENDING
@@ -25,6 +25,13 @@ from bot.errors import NotFound
 from bot.store.db import Database
 from bot.store.models import Approval, Conversation, FormLink, HandoffEvent, HandoffSession, Message
 from bot.store.vocabulary import OPEN_STATES, HandoffState
+
+_LINKED_HANDOFF = (
+    select(FormLink, HandoffSession)
+    .join(HandoffSession, col(HandoffSession.id) == col(FormLink.handoff_session_id))
+    .where(col(FormLink.id) == bindparam("link_id"))
+)
+"""Built once at import: the return form's lookup, on the path of every form GET and POST."""
 
 
 @dataclass(frozen=True)
@@ -119,11 +126,11 @@ class Queries:
             return await session.get(FormLink, link_id)
 
     async def linked_handoff(self, link_id: str) -> LinkedHandoff | None:
-        """The link and its handoff, or None when either is gone."""
+        """The link and its handoff, or None when either is gone: one joined query, since the
+        return form asks this on every GET and POST."""
         async with self.db.read() as session:
-            link = await session.get(FormLink, link_id)
-            handoff = await session.get(HandoffSession, link.handoff_session_id) if link else None
-        return LinkedHandoff(link, handoff) if link and handoff else None
+            row = (await session.execute(_LINKED_HANDOFF, {"link_id": link_id})).first()
+        return LinkedHandoff(row[0], row[1]) if row is not None else None
 
     async def inbox_version(self, now: datetime, *, limit: int) -> str:
         """A short hash of what decides the owner inbox's list.

@@ -3,6 +3,10 @@
 HTML templates are always autoescaped. Plain-text message templates (`*.txt`) are not,
 because HTML entities in a text message would be wrong; each channel adapter escapes
 user-derived text for its own markup instead.
+
+Templates are read once per process (`auto_reload=False`): jinja2 would otherwise stat the
+file on every render to see whether it changed, on every message and page. An owner who
+rewords a template restarts the server, as for any other configuration change.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Renderer:
             trim_blocks=True,
             lstrip_blocks=True,
             keep_trailing_newline=False,
+            auto_reload=False,
         )
         self.env.filters["hang"] = hang
         self.env.filters["one_line"] = one_line
