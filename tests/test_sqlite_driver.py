@@ -19,13 +19,13 @@ from bot.store.sqlite_driver import InlineConnection, create_inline_engine, is_b
 
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_inline_engine(f"sqlite+aiosqlite:///{tmp_path / 'inline.db'}", busy_budget=0.3)
-    async with engine.begin() as conn:
+    inline = create_inline_engine(f"sqlite+aiosqlite:///{tmp_path / 'inline.db'}", busy_budget=0.3, checkpoint_every=3)
+    async with inline.engine.begin() as conn:
         await conn.execute(text("PRAGMA journal_mode=WAL"))
-    async with engine.begin() as conn:
+    async with inline.engine.begin() as conn:
         await conn.execute(text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
-    yield engine
-    await engine.dispose()
+    yield inline.engine
+    await inline.dispose()
 
 
 def other_writer(engine: AsyncEngine) -> sqlite3.Connection:
@@ -119,6 +119,27 @@ async def test_the_desks_sqlite_connections_never_wait_inside_sqlite(sqlite_url:
             assert raw.driver_connection.isolation_level is None  # the desk emits BEGIN itself
     finally:
         await db.dispose()
+
+
+async def test_the_wal_is_checkpointed_in_the_background_not_by_a_commit(tmp_path: Path) -> None:
+    inline = create_inline_engine(f"sqlite+aiosqlite:///{tmp_path / 'inline.db'}", checkpoint_every=3)
+    assert inline.checkpointer is not None
+    try:
+        async with inline.engine.begin() as conn:
+            await conn.execute(text("PRAGMA journal_mode=WAL"))
+            assert await conn.scalar(text("PRAGMA wal_autocheckpoint")) == 0
+            await conn.execute(text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
+        for body in ("one", "two"):
+            async with inline.engine.begin() as conn:
+                await conn.execute(text("INSERT INTO notes (body) VALUES (:body)"), {"body": body})
+        await inline.checkpointer.wait()
+        assert inline.checkpointer.checkpoints == 1  # after the third commit
+        reader = sqlite3.connect(tmp_path / "inline.db")
+        busy, wal_frames, checkpointed = reader.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        reader.close()
+        assert (busy, checkpointed) == (0, wal_frames)
+    finally:
+        await inline.dispose()
 
 
 def test_a_stale_snapshot_is_not_worth_retrying() -> None:

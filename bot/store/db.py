@@ -87,7 +87,8 @@ class Database:
         options: dict[str, Any] = {"pool_reset_on_return": None} if self.is_sqlite else {}
         if not self.is_sqlite:
             options.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
-        self.engine = create_inline_engine(self.url, **options) if self.is_sqlite else create_async_engine(self.url, **options)
+        self._inline = create_inline_engine(self.url, **options) if self.is_sqlite else None
+        self.engine = self._inline.engine if self._inline is not None else create_async_engine(self.url, **options)
         if self.is_sqlite:
             _configure_sqlite(self.engine)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
@@ -141,7 +142,10 @@ class Database:
             await conn.run_sync(_upgrade_on)
 
     async def dispose(self) -> None:
-        await self.engine.dispose()
+        if self._inline is not None:
+            await self._inline.dispose()
+        else:
+            await self.engine.dispose()
 
 
 def _upgrade_on(connection: Connection) -> None:

@@ -13,14 +13,21 @@ connection opens with a busy timeout of 0, and when a call meets SQLITE_BUSY (at
 IMMEDIATE, at COMMIT, a read during recovery) it is retried after a short, growing
 `asyncio.sleep` until `BUSY_BUDGET_SECONDS` are spent, and then the last "database is locked"
 error is raised, the one a busy timeout of the same length would have raised.
+
+A commit that pushes the WAL past SQLite's auto-checkpoint size would also copy it into the
+database file and fsync both, inline: measured under bench/roundtrip.py that made the worst
+commits take tens to hundreds of milliseconds, the whole loop with them. So auto-checkpoints
+are off on these connections and `BackgroundCheckpointer` runs a PASSIVE checkpoint (it never
+blocks a writer or a reader) in a worker thread every `CHECKPOINT_EVERY_COMMITS` commits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -31,6 +38,10 @@ BUSY_BUDGET_SECONDS = 30.0
 # later ones back off so a long holder does not cost a wake-up per millisecond.
 _FIRST_DELAY = 0.0005
 _MAX_DELAY = 0.02
+
+# Frequent enough to keep the WAL to a few hundred pages under load, rare enough that the
+# thread hop is nothing next to the commits between two checkpoints.
+CHECKPOINT_EVERY_COMMITS = 200
 
 _T = TypeVar("_T")
 
@@ -127,11 +138,15 @@ class InlineConnection:
     sqlite3 connection used on the event loop's thread. `_conn`, `_connection` and `_tx` are
     the attribute names the adapter reads on an aiosqlite connection."""
 
-    def __init__(self, connection: sqlite3.Connection, *, busy_budget: float = BUSY_BUDGET_SECONDS) -> None:
+    def __init__(self, connection: sqlite3.Connection, *, busy_budget: float = BUSY_BUDGET_SECONDS,
+                 checkpointer: BackgroundCheckpointer | None = None) -> None:
         self._conn = connection
         self._connection: sqlite3.Connection | None = connection  # None once closed
         self._tx = _InlineCallQueue()
         self.busy_budget = busy_budget
+        self._checkpointer = checkpointer
+        if checkpointer is not None:
+            connection.execute("PRAGMA wal_autocheckpoint=0")
 
     @property
     def isolation_level(self) -> str | None:
@@ -147,6 +162,8 @@ class InlineConnection:
     async def commit(self) -> None:
         # A COMMIT that fails busy leaves the transaction open, ready to be committed again.
         await self.run_retrying_busy(self._conn.commit)
+        if self._checkpointer is not None:
+            self._checkpointer.after_commit()
 
     async def rollback(self) -> None:
         self._conn.rollback()
@@ -184,22 +201,80 @@ class InlineConnection:
             delay = min(delay * 2, _MAX_DELAY)
 
 
-def connect_inline(database: str, *, busy_budget: float = BUSY_BUDGET_SECONDS, **options: Any) -> InlineConnection:
-    """Open `database` for inline use: no busy timeout (see the module docstring), and usable
-    from whichever thread closes it."""
-    options.update(timeout=0, check_same_thread=False)
-    return InlineConnection(sqlite3.connect(database, **options), busy_budget=busy_budget)
+class BackgroundCheckpointer:
+    """Checkpoints the WAL in a worker thread, one checkpoint at a time, on its own connection,
+    so the fsyncs of a checkpoint never run on the event loop."""
+
+    def __init__(self, database: str, *, every: int = CHECKPOINT_EVERY_COMMITS, **options: Any) -> None:
+        self._database, self._options, self._every = database, options, every
+        self._commits = 0
+        self._running: asyncio.Task[None] | None = None
+        self._connection: sqlite3.Connection | None = None
+        self.checkpoints = 0
+
+    def after_commit(self) -> None:
+        self._commits += 1
+        if self._commits >= self._every and self._running is None:
+            self._commits = 0
+            self._running = asyncio.get_running_loop().create_task(self._checkpoint())
+
+    async def _checkpoint(self) -> None:
+        try:
+            await asyncio.to_thread(self._checkpoint_now)
+        finally:
+            self._running = None
+
+    def _checkpoint_now(self) -> None:
+        if self._connection is None:
+            self._connection = sqlite3.connect(self._database, **self._options)
+        # PASSIVE copies what no reader still needs and returns; the next one takes the rest,
+        # as it does when another connection holds a lock the checkpoint needs right now.
+        try:
+            self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.OperationalError as error:
+            if not is_busy(error):
+                raise
+            return
+        self.checkpoints += 1
+
+    async def wait(self) -> None:
+        """Until the checkpoint under way (if any) is done."""
+        if self._running is not None:
+            await asyncio.shield(self._running)
+
+    async def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):  # a failed checkpoint was reported by its task
+            await self.wait()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
-def create_inline_engine(url: str, *, busy_budget: float = BUSY_BUDGET_SECONDS, **options: Any) -> AsyncEngine:
-    """An async engine for a `sqlite+aiosqlite` URL whose connections are `InlineConnection`s,
-    opened with the arguments the dialect derives from the URL (path, `uri=true`, ...)."""
+class InlineEngine(NamedTuple):
     engine: AsyncEngine
+    checkpointer: BackgroundCheckpointer | None  # None for an in-memory database
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+        if self.checkpointer is not None:
+            await self.checkpointer.close()
+
+
+def create_inline_engine(url: str, *, busy_budget: float = BUSY_BUDGET_SECONDS,
+                         checkpoint_every: int = CHECKPOINT_EVERY_COMMITS, **options: Any) -> InlineEngine:
+    """An async engine for a `sqlite+aiosqlite` URL whose connections are `InlineConnection`s,
+    opened with the arguments the dialect derives from the URL (path, `uri=true`, ...): no busy
+    timeout (see the module docstring), usable from whichever thread closes them."""
+    engine = create_async_engine(url, async_creator=lambda: connect(), **options)
+    args, kwargs = engine.dialect.create_connect_args(engine.url)
+    kwargs.update(timeout=0, check_same_thread=False)
+    database: str = args[0] if args else ""
+    in_memory = database in ("", ":memory:") or "mode=memory" in database
+    checkpointer = None if in_memory else BackgroundCheckpointer(database, every=checkpoint_every, **kwargs)
 
     async def connect() -> InlineConnection:
-        args, kwargs = engine.dialect.create_connect_args(engine.url)
-        return connect_inline(*args, busy_budget=busy_budget, **kwargs)
+        connection = sqlite3.connect(database, **kwargs)
+        return InlineConnection(connection, busy_budget=busy_budget, checkpointer=checkpointer)
 
-    engine = create_async_engine(url, async_creator=connect, **options)
-    return engine
+    return InlineEngine(engine, checkpointer)
 
