@@ -83,7 +83,7 @@ class Database:
         self.url = async_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         # Every session ends its own transaction (commit, or rollback on error or cancel), so on
-        # SQLite the pool's extra rollback at check-in is only another thread hop per transaction.
+        # SQLite the pool's extra rollback at check-in is only another call per transaction.
         options: dict[str, Any] = {"pool_reset_on_return": None} if self.is_sqlite else {}
         if not self.is_sqlite:
             options.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
