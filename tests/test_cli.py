@@ -173,7 +173,9 @@ class Served:
     def _read(self, name: str) -> None:
         for line in getattr(self.process, name):
             self.output[name].append(line)
-            if "Application startup complete" in line:
+            # uvicorn prints this once it listens; "Application startup complete" comes before
+            # the bind, while the desk's start-up sweeps may still hold the loop.
+            if "Uvicorn running on" in line:
                 self.started.set()
 
     def printed(self, name: str) -> str:

@@ -1,17 +1,18 @@
 """The database: one async engine, short transactions, and schema upgrades through alembic.
 
 SQLite is the default and PostgreSQL the multi-instance option; the same code runs on both.
-On SQLite a writing transaction starts with BEGIN IMMEDIATE: a deferred transaction that
-reads and then writes can fail with "database is locked" without waiting, while an
-immediate one queues behind `busy_timeout`. Within one process, writers also queue on an
-asyncio lock first, in arrival order: SQLite's busy handler polls with growing sleeps, so
-without it an unlucky writer can lose the race for seconds. Read-only work uses `read()`,
-a plain deferred BEGIN that WAL lets run beside the writer.
+On SQLite the engine's connections run each call inline on the event loop's thread
+(`bot/store/sqlite_driver.py`: no thread hop per call, and a busy database is waited for
+with async sleeps, never inside SQLite). A writing transaction starts with BEGIN IMMEDIATE:
+a deferred transaction that reads and then writes can fail with "database is locked" at its
+first write, while an immediate one takes the write lock first or waits for it. Within one
+process, writers also queue on an asyncio lock first, in arrival order, so they never poll
+against each other. Read-only work uses `read()`, a plain deferred BEGIN that WAL lets run
+beside the writer.
 
 Transactions are kept short and never span a network call: the pool can not deadlock when
 a request waits on a provider while holding a connection.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -28,6 +29,7 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
+from bot.store.sqlite_driver import create_inline_engine
 
 _READ_ONLY = "handoff_desk_read_only"
 MESSAGE_HOOKS = "handoff_desk_message_hooks"
@@ -49,8 +51,9 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we emit BEGIN ourselves, below
+        # No busy timeout: the connection runs inline, so it must never wait inside SQLite.
         cursor = dbapi_connection.cursor()
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000", "foreign_keys=ON"):
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=0", "foreign_keys=ON"):
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
@@ -80,11 +83,12 @@ class Database:
         self.url = async_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         # Every session ends its own transaction (commit, or rollback on error or cancel), so on
-        # SQLite the pool's extra rollback at check-in is only another thread hop per transaction.
+        # SQLite the pool's extra rollback at check-in is only another call per transaction.
         options: dict[str, Any] = {"pool_reset_on_return": None} if self.is_sqlite else {}
         if not self.is_sqlite:
             options.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
-        self.engine = create_async_engine(self.url, **options)
+        self._inline = create_inline_engine(self.url, **options) if self.is_sqlite else None
+        self.engine = self._inline.engine if self._inline is not None else create_async_engine(self.url, **options)
         if self.is_sqlite:
             _configure_sqlite(self.engine)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
@@ -138,7 +142,10 @@ class Database:
             await conn.run_sync(_upgrade_on)
 
     async def dispose(self) -> None:
-        await self.engine.dispose()
+        if self._inline is not None:
+            await self._inline.dispose()
+        else:
+            await self.engine.dispose()
 
 
 def _upgrade_on(connection: Connection) -> None:
