@@ -60,7 +60,8 @@ class IdleTimers:
         pass later and cancels the jobs it still holds itself; that second CancelledError
         lands in the cleanup the first one started (SQLAlchemy closing the interrupted
         connection under a shield), orphans the close, and the orphan hangs the event loop's
-        final cancel (aiosqlite then waits for a worker thread that has already exited). So
+        final cancel (a threaded driver such as aiosqlite then waits for a worker thread that has
+        already exited; any driver leaves the close half done). So
         the scheduler is paused (at once, unlike shutdown), and shut down once no job runs."""
         self._stopping = True
         if self.scheduler.running:
