@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import BindParameter, and_, bindparam, event, exists, or_, select, update
+from sqlalchemy import BindParameter, and_, bindparam, event, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlmodel import col
@@ -101,6 +101,7 @@ def _claim_next_statement() -> Any:
 _OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]
 
 # Built once: constructing these expressions costs more than running them.
+_INSERT_ITEM = insert(_OUTBOX).returning(_OUTBOX.c.id)
 _DUE = _due_statement()
 _CLAIM_NEXT = _claim_next_statement()
 
@@ -185,6 +186,11 @@ class Outbox:
         """Add an item inside the caller's transaction. Relays and notices go through
         `queue()`, which also starts sending after commit; the dispatch path stores its item
         `claimed` and delivers it inline with `deliver_now`."""
+        item = self._new_item(channel_id, outbound, now, message_id, claimed=claimed)
+        session.add(item)
+        return item
+
+    def _new_item(self, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None, *, claimed: bool) -> OutboxItem:
         item = OutboxItem(
             channel_id=channel_id,
             handoff_session_id=outbound.stream,
@@ -196,7 +202,6 @@ class Outbox:
         )
         if claimed:
             item.state, item.attempts, item.lease_until = OutboxState.SENDING, 1, now + self.lease
-        session.add(item)
         return item
 
     async def queue(
@@ -220,7 +225,10 @@ class Outbox:
                 col(OutboxItem.handoff_session_id) == stream, col(OutboxItem.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
             )))
         )
-        item = self.enqueue(session, channel_id=channel_id, outbound=outbound, now=now, message_id=message_id, claimed=not ahead)
+        item = self._new_item(channel_id, outbound, now, message_id, claimed=not ahead)
+        # One Core INSERT, not an ORM flush: the item is not kept in the session, only
+        # handed to the chain that sends it
+        item.id = await session.scalar(_INSERT_ITEM, item.model_dump(exclude={"id"}))
         loop = asyncio.get_running_loop()
 
         def after_commit(_session: Any) -> None:  # runs only if the transaction commits
