@@ -98,7 +98,7 @@ def _claim_next_statement() -> Any:
 
 # The table itself, for the fenced UPDATEs that record outcomes: a Core statement skips the
 # ORM's bulk-update machinery, which costs more than the statement.
-_OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]
+_OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
 
 # Built once: constructing these expressions costs more than running them.
 _INSERT_ITEM = insert(_OUTBOX).returning(_OUTBOX.c.id)

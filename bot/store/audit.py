@@ -16,7 +16,7 @@ from bot.store.models import HandoffEvent
 
 # Built once, its rows given as parameters: a Core INSERT of the table compiles once and
 # skips the ORM's bulk-insert machinery, which costs more than the statement on hot paths.
-_INSERT_EVENT = insert(HandoffEvent.__table__)  # type: ignore[attr-defined]
+_INSERT_EVENT = insert(HandoffEvent.__table__)  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
 
 
 def _row(kind: str, at: datetime, actor: str, handoff_session_id: str | None, conversation_id: str | None,
