@@ -461,8 +461,12 @@ class Outbox:
                     records = await self._record_batch(batch)
                 except BaseException as error:
                     for delivered in batch:
-                        if not delivered.following.done():
+                        if delivered.following.done():
+                            continue
+                        if isinstance(error, Exception):
                             delivered.following.set_exception(error)
+                        else:
+                            delivered.following.cancel()
                     if not isinstance(error, Exception):
                         raise
                     continue
@@ -472,6 +476,9 @@ class Outbox:
                         delivered.following.set_result(record.following)
         finally:
             self._recorder = None
+            for delivered in self._delivered:  # left when the recorder itself was cancelled
+                delivered.following.cancel()
+            self._delivered.clear()
 
     async def _record_batch(self, batch: list[_Delivered]) -> list[_SuccessRecord]:
         now = self.clock.now()
