@@ -208,3 +208,23 @@ async def test_a_backlog_longer_than_one_chain_is_delivered_and_nothing_stays_cl
     async with harness.desk.db.read() as session:
         states = set((await session.scalars(select(OutboxItem.state))).all())
     assert states == {"sent"}
+
+
+async def test_relays_of_several_handoffs_answered_together_are_each_recorded(start_desk: StartDesk, scripted) -> None:
+    harness = await start_desk(adapters={1: scripted})  # chains of several handoffs share their record transactions
+    channel = harness.desk.channels.get(1)
+    cids = [await harness.conversation() for _ in range(3)]
+    sids = [(await harness.start_handoff(cid))["handoff_session_id"] for cid in cids]
+    held = channel.gate = asyncio.Event()
+    for round_ in range(2):
+        for c, cid in enumerate(cids):
+            await harness.say(cid, f"m{round_} from {c}")
+    held.set()  # every chain's send is answered at once, the second messages waiting behind
+    await harness.desk.settle()
+    texts = channel.texts("relay")
+    for c in range(3):
+        assert [t for t in texts if t.endswith(f"from {c}")] == [f"Ana: m0 from {c}", f"Ana: m1 from {c}"]
+    for sid in sids:
+        assert (await harness.kinds(sid)).count("relayed_to_recipient") == 2
+    async with harness.desk.db.read() as session:
+        assert set((await session.scalars(select(OutboxItem.state).where(OutboxItem.purpose == "relay"))).all()) == {"sent"}

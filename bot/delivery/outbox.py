@@ -25,11 +25,12 @@ import asyncio
 import random
 import time
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import BindParameter, and_, bindparam, event, exists, or_, select, update
+from sqlalchemy import BindParameter, and_, bindparam, event, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlmodel import col
@@ -95,7 +96,12 @@ def _claim_next_statement() -> Any:
     )
 
 
+# The table itself, for the fenced UPDATEs that record outcomes: a Core statement skips the
+# ORM's bulk-update machinery, which costs more than the statement.
+_OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+
 # Built once: constructing these expressions costs more than running them.
+_INSERT_ITEM = insert(_OUTBOX).returning(_OUTBOX.c.id)
 _DUE = _due_statement()
 _CLAIM_NEXT = _claim_next_statement()
 
@@ -106,6 +112,26 @@ _DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "su
 def _trail(item: OutboxItem) -> dict[str, str]:
     """The ids an item's audit records are filed under, as its message names them."""
     return stored_outbound(item.payload).trail()
+
+
+@dataclass
+class _Delivered:
+    """A sent item whose success waits to be recorded, and the chain waiting to hear the
+    handoff's next item (claimed in the same transaction) or None."""
+
+    item: OutboxItem
+    receipt: Receipt
+    claim_next: bool
+    following: asyncio.Future[OutboxItem | None]
+
+
+@dataclass(frozen=True)
+class _SuccessRecord:
+    """What recording one success found: whether the claim still held (only then does it
+    count as sent) and the handoff's next item, claimed, when one was asked for and due."""
+
+    recorded: bool
+    following: OutboxItem | None = None
 
 
 class DeliveryFailed(Exception):
@@ -144,6 +170,12 @@ class Outbox:
         self._kick = asyncio.Event()
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._worker: asyncio.Task[None] | None = None
+        # Successes of concurrent chains, recorded together (one transaction for a batch)
+        self._delivered: list[_Delivered] = []
+        self._recorder: asyncio.Task[None] | None = None
+        # The streams a chain of this instance is carrying, each with a count of the items
+        # stored behind it since: the chain claims those itself, so they need no worker pass.
+        self._carried: dict[str, int] = {}
 
     # ------------------------------------------------------------------ storing
 
@@ -154,6 +186,11 @@ class Outbox:
         """Add an item inside the caller's transaction. Relays and notices go through
         `queue()`, which also starts sending after commit; the dispatch path stores its item
         `claimed` and delivers it inline with `deliver_now`."""
+        item = self._new_item(channel_id, outbound, now, message_id, claimed=claimed)
+        session.add(item)
+        return item
+
+    def _new_item(self, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None, *, claimed: bool) -> OutboxItem:
         item = OutboxItem(
             channel_id=channel_id,
             handoff_session_id=outbound.stream,
@@ -165,7 +202,6 @@ class Outbox:
         )
         if claimed:
             item.state, item.attempts, item.lease_until = OutboxState.SENDING, 1, now + self.lease
-        session.add(item)
         return item
 
     async def queue(
@@ -177,19 +213,26 @@ class Outbox:
         otherwise the chain delivering the earlier items takes it in order."""
         # A stopped outbox (shutting down, or paused by a test) or a full one only stores: the
         # worker sends later. Ordering: every caller updates the handoff's row before this
-        # check in the same transaction, which serialises the checks of one handoff.
+        # check in the same transaction, which serialises the checks of one handoff. A stream
+        # one of our chains carries has an item ahead (or had one a moment ago: storing this
+        # one unclaimed is then only cautious), so that needs no query.
+        stream = outbound.stream
         ahead = (
             self._worker is None
             or len(self._in_flight) >= self.concurrency
+            or stream in self._carried
             or await session.scalar(select(exists().where(
-                col(OutboxItem.handoff_session_id) == outbound.stream, col(OutboxItem.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
+                col(OutboxItem.handoff_session_id) == stream, col(OutboxItem.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
             )))
         )
-        item = self.enqueue(session, channel_id=channel_id, outbound=outbound, now=now, message_id=message_id, claimed=not ahead)
+        item = self._new_item(channel_id, outbound, now, message_id, claimed=not ahead)
+        # One Core INSERT, not an ORM flush: the item is not kept in the session, only
+        # handed to the chain that sends it
+        item.id = await session.scalar(_INSERT_ITEM, item.model_dump(exclude={"id"}))
         loop = asyncio.get_running_loop()
 
         def after_commit(_session: Any) -> None:  # runs only if the transaction commits
-            loop.call_soon(self._start_chain, item) if not ahead else loop.call_soon(self.kick)
+            loop.call_soon(self._start_chain, item) if not ahead else loop.call_soon(self._queued_behind, stream)
 
         event.listen(session.sync_session, "after_commit", after_commit, once=True)
         return item
@@ -201,6 +244,15 @@ class Outbox:
         if self._stopping or item_id in self._in_flight:
             return
         self._track(item_id, self._deliver_chain(item_id, claimed=claimed))
+
+    def _queued_behind(self, stream: str) -> None:
+        """An item was stored behind an earlier one of its stream. The chain carrying that
+        stream here claims it next, or looks again when it ends; only a stream no chain of
+        ours carries (another instance's, a retry that waits) needs the worker now."""
+        if stream in self._carried:
+            self._carried[stream] += 1
+        else:
+            self.kick()
 
     def _track(self, item_id: int, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work, name=f"outbox:{item_id}")
@@ -281,20 +333,37 @@ class Outbox:
     async def _deliver_chain(self, item_id: int, claimed: OutboxItem | None = None) -> None:
         """Deliver an item, then the handoff's following items while they are due, in order,
         so a backlog of one conversation drains at provider speed rather than one per pass.
-        Recording a success and claiming the next item share one transaction."""
+        Recording a success and claiming the next item share one transaction, which also
+        records what the other chains delivered meanwhile."""
         # None: another instance (or an earlier pass) has it
         item = claimed if claimed is not None else await self._claim(item_id)
-        for turn in range(CHAIN_LIMIT):
-            if item is None:
-                return
-            try:
-                receipt = await self._send(item, timeout=self.send_timeout)
-            except ChannelError as error:
-                await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
-                return
-            # the last turn claims nothing: a claimed item left behind would wait out its lease
-            item = await self._record_success(item, receipt, claim_next=turn < CHAIN_LIMIT - 1)
-        self.kick()  # the chain gave others a turn; the worker picks the rest up
+        if item is None:
+            return
+        # While this chain carries its stream, items queued behind it are counted instead of
+        # kicking the worker; `seen` is the count when the chain last looked for its next item.
+        stream = item.handoff_session_id if item.handoff_session_id not in self._carried else None
+        if stream is not None:
+            self._carried[stream] = 0
+        seen = 0
+        try:
+            for turn in range(CHAIN_LIMIT):
+                try:
+                    receipt = await self._send(item, timeout=self.send_timeout)
+                except ChannelError as error:
+                    await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
+                    return
+                # the last turn claims nothing: a claimed item left behind would wait out its lease
+                last = turn == CHAIN_LIMIT - 1
+                if stream is not None and not last:
+                    seen = self._carried[stream]
+                following = await self._record_with_others(item, receipt, claim_next=not last)
+                if following is None:
+                    return
+                item = following
+            self.kick()  # the chain gave others a turn; the worker picks the rest up
+        finally:
+            if stream is not None and self._carried.pop(stream) > seen:
+                self.kick()  # stored after the chain last looked for its next item: it may have missed it
 
     async def _send(self, item: OutboxItem, *, timeout: float) -> Receipt:
         """One provider call, bounded by `timeout` (shorter than the lease, so no other
@@ -365,47 +434,109 @@ class Outbox:
         adapter = self.channels.get(channel_id)
         return adapter.kind if adapter else "unknown"
 
-    async def _record_success(self, item: OutboxItem, receipt: Receipt, *, claim_next: bool = False) -> OutboxItem | None:
-        """Record a delivered item and its receipt (fenced by its claim). Returns, with
-        `claim_next`, the handoff's next due item, already claimed."""
-        now = self.clock.now()
-        following = None
+    async def _record_success(self, item: OutboxItem, receipt: Receipt) -> None:
+        """Record one delivered item and its receipt, on its own (the inline dispatch)."""
         async with self.db.transaction() as session:
-            recorded = await execute_dml(
-                session,
-                update(OutboxItem)
-                .where(*self._still_ours(item))
-                .values(
-                    state=OutboxState.SENT, sent_at=now, lease_until=None, last_error=None, uncertain=False,
-                    receipt=receipt.model_dump(mode="json"),
+            record = await self._record_success_in(session, item, receipt, self.clock.now(), claim_next=False)
+        self._count_sent(item, record)
+
+    async def _record_with_others(self, item: OutboxItem, receipt: Receipt, *, claim_next: bool) -> OutboxItem | None:
+        """Record a chain's delivered item together with whatever other chains delivered
+        meanwhile: one transaction for the lot (a group commit), not one per item. Returns,
+        with `claim_next`, the handoff's next due item, already claimed."""
+        delivered = _Delivered(item, receipt, claim_next, asyncio.get_running_loop().create_future())
+        self._delivered.append(delivered)
+        if self._recorder is None:
+            self._recorder = asyncio.create_task(self._record_batches(), name="outbox-recorder")
+        return await delivered.following
+
+    async def _record_batches(self) -> None:
+        """Record the waiting successes, a batch per transaction, until none is left: while
+        one batch commits the next gathers. A failed transaction fails every chain of its
+        batch, as it would have failed each alone (their items are re-sent after the lease)."""
+        try:
+            while self._delivered:
+                batch, self._delivered = self._delivered, []
+                try:
+                    records = await self._record_batch(batch)
+                except BaseException as error:
+                    for delivered in batch:
+                        if delivered.following.done():
+                            continue
+                        if isinstance(error, Exception):
+                            delivered.following.set_exception(error)
+                        else:
+                            delivered.following.cancel()
+                    if not isinstance(error, Exception):
+                        raise
+                    continue
+                for delivered, record in zip(batch, records, strict=True):
+                    self._count_sent(delivered.item, record)
+                    if not delivered.following.done():
+                        delivered.following.set_result(record.following)
+        finally:
+            self._recorder = None
+            for delivered in self._delivered:  # left when the recorder itself was cancelled
+                delivered.following.cancel()
+            self._delivered.clear()
+
+    async def _record_batch(self, batch: list[_Delivered]) -> list[_SuccessRecord]:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            # a chain that was cancelled (the outbox is stopping) gets its item recorded but
+            # claims nothing: no one would send it
+            return [
+                await self._record_success_in(
+                    session, delivered.item, delivered.receipt, now, claim_next=delivered.claim_next and not delivered.following.done(),
                 )
+                for delivered in batch
+            ]
+
+    async def _record_success_in(
+        self, session: AsyncSession, item: OutboxItem, receipt: Receipt, now: datetime, *, claim_next: bool,
+    ) -> _SuccessRecord:
+        """Record a delivered item and its receipt (fenced by its claim) in the caller's
+        transaction; with `claim_next`, claim the handoff's next due item too."""
+        recorded = await execute_dml(
+            session,
+            update(_OUTBOX)
+            .where(*self._still_ours(item))
+            .values(
+                state=OutboxState.SENT, sent_at=now, lease_until=None, last_error=None, uncertain=False,
+                receipt=receipt.model_dump(mode="json"),
             )
-            if recorded.rowcount != 1:
-                # Another instance re-claimed the item after our lease ran out: the provider
-                # may now have it twice. Say so in the trail instead of overwriting its record.
-                log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
-                await audit.record(
-                    session, "delivery_claim_lost", at=now, actor="outbox", **_trail(item),
-                    outbox_id=item.id, attempts=item.attempts, channel_message_id=receipt.message_id,
-                )
-                return None
-            if item.purpose != "dispatch":
-                await audit.note(
-                    session, _DELIVERED[item.purpose], at=now, actor="outbox", **_trail(item),
-                    outbox_id=item.id, message_id=item.message_id, channel_message_id=receipt.message_id,
-                    attempts=item.attempts,
-                )
-            if claim_next and item.handoff_session_id is not None:
-                # This item was the handoff's earliest unsent one, so the next is simply the
-                # following pending row; claim it in the same statement that finds it.
-                following = (await session.scalars(
-                    _CLAIM_NEXT.execution_options(populate_existing=True),
-                    {"session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_until": now + self.lease},
-                )).first()
+        )
+        if recorded.rowcount != 1:
+            # Another instance re-claimed the item after our lease ran out: the provider
+            # may now have it twice. Say so in the trail instead of overwriting its record.
+            log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
+            await audit.record(
+                session, "delivery_claim_lost", at=now, actor="outbox", **_trail(item),
+                outbox_id=item.id, attempts=item.attempts, channel_message_id=receipt.message_id,
+            )
+            return _SuccessRecord(recorded=False)
+        if item.purpose != "dispatch":
+            await audit.note(
+                session, _DELIVERED[item.purpose], at=now, actor="outbox", **_trail(item),
+                outbox_id=item.id, message_id=item.message_id, channel_message_id=receipt.message_id,
+                attempts=item.attempts,
+            )
+        if not claim_next or item.handoff_session_id is None:
+            return _SuccessRecord(recorded=True)
+        # This item was the handoff's earliest unsent one, so the next is simply the
+        # following pending row; claim it in the same statement that finds it.
+        following = (await session.scalars(
+            _CLAIM_NEXT.execution_options(populate_existing=True),
+            {"session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_until": now + self.lease},
+        )).first()
+        return _SuccessRecord(recorded=True, following=following)
+
+    def _count_sent(self, item: OutboxItem, record: _SuccessRecord) -> None:
+        if not record.recorded:
+            return
         self.metrics.deliveries.labels(self._kind_of(item.channel_id), item.purpose, "sent").inc()
         if item.purpose == "relay":
             self.metrics.relayed.labels("to_recipient").inc()
-        return following
 
     async def _record_failure(self, item: OutboxItem, error: ChannelError, *, retry_in: float | None) -> None:
         now = self.clock.now()
@@ -427,7 +558,7 @@ class Outbox:
                 values["state"] = OutboxState.FAILED
             else:
                 values.update(state=OutboxState.PENDING, not_before=now + timedelta(seconds=retry_in))
-            recorded = await execute_dml(session, update(OutboxItem).where(*self._still_ours(item)).values(**values))
+            recorded = await execute_dml(session, update(_OUTBOX).where(*self._still_ours(item)).values(**values))
             if recorded.rowcount != 1:
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
                 return
@@ -489,6 +620,8 @@ class Outbox:
             task.cancel()
         await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
         self._in_flight.clear()
+        if self._recorder is not None:  # the sends it records happened: let it finish
+            await asyncio.gather(self._recorder, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
