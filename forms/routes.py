@@ -112,7 +112,7 @@ class FormPages:
         )
 
 
-def form_pages(
+async def form_pages(
     links: FormLinksDep, queries: QueriesDep, handoffs: HandoffsDep, channels: ChannelsDep, renderer: RendererDep,
     clock: ClockDep,
 ) -> FormPages:

@@ -46,11 +46,11 @@ MAX_WAIT_SECONDS = 30.0
 MAX_ID = 2**63 - 1
 
 
-def require_api_key(request: Request, config: ConfigDep) -> None:
+async def require_api_key(request: Request, config: ConfigDep) -> None:
     _require_bearer(request, config.api.key, "api.key")
 
 
-def require_owner_token(request: Request, config: ConfigDep) -> None:
+async def require_owner_token(request: Request, config: ConfigDep) -> None:
     """Deciding an approval is the owner's act, not the agent's: the agent side holds
     api.key (the webhook bot, DeskClient, the MCP bridge) and must not approve its own
     calls. With owner.token set, only it decides; without one, api.key does."""
@@ -108,7 +108,7 @@ class ReleaseBody(_Body):
     return_values: dict[str, Any] | None = None
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     """POSTs to the API must say they are JSON: a cross-site page cannot send that without
     a CORS preflight, which this server never grants."""
     if request.method == "POST":

@@ -68,7 +68,7 @@ class DecisionPages:
         return link_not_valid(self.renderer)
 
 
-def decision_pages(
+async def decision_pages(
     approvals: ApprovalsDep, conversations: ConversationsDep, renderer: RendererDep, clock: ClockDep,
 ) -> DecisionPages:
     return DecisionPages(approvals, conversations, renderer, clock)

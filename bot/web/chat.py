@@ -144,7 +144,7 @@ class ChatLimits:
             raise RateLimited(seconds, hint.format(seconds=seconds))
 
 
-def _limits(request: Request, config: ConfigDep, clock: ClockDep) -> ChatLimits:
+async def _limits(request: Request, config: ConfigDep, clock: ClockDep) -> ChatLimits:
     """This app's buckets, made on first use from the web front's config and the desk's clock."""
     front = _front(config)
     limits: ChatLimits | None = getattr(request.app.state, "chat_limits", None)
@@ -230,7 +230,7 @@ chat_api = APIRouter(prefix="/chat/api", include_in_schema=False, dependencies=[
 async def start(
     request: Request, config: ConfigDep, clock: ClockDep, conversations: ConversationsDep, body: StartBody | None = None,
 ) -> dict[str, Any]:
-    limits = _limits(request, config, clock)  # here, not as a dependency: a bad body stays a 422 where the chat is off
+    limits = await _limits(request, config, clock)  # here, not as a dependency: a bad body stays a 422 where the chat is off
     limits.check(limits.conversations, address_key(client_ip(request, limits.trusted_proxies)),
                  "too many new conversations from your address; try again in {seconds} s")
     cid = await conversations.start(name=(body.name if body else None) or None, front="web")

@@ -4,7 +4,7 @@ The desk only wires. `create_app` puts it on `app.state`, `desk_of` hands it ove
 service below is taken from it here, in one place; a route declares the services it uses
 (`handoffs: HandoffsDep`, `renderer: RendererDep`, …) and never the whole desk. A test swaps
 one service with `app.dependency_overrides[handoffs_of]`, or every one at once by overriding
-`desk_of`. Exception handlers, which FastAPI does not inject, call `desk_of(request)`.
+`desk_of`. Exception handlers, which FastAPI does not inject, call `app_desk(request)`.
 """
 
 from __future__ import annotations
@@ -30,69 +30,77 @@ from bot.runtime.metrics import Metrics
 from forms.links import FormLinks
 
 
-def desk_of(request: Request) -> Desk:
-    """The desk the app was built around (`create_app` sets `app.state.desk`)."""
+def app_desk(request: Request) -> Desk:
+    """The desk the app was built around (`create_app` sets `app.state.desk`), for code that
+    FastAPI does not inject (exception handlers)."""
     desk: Desk = request.app.state.desk  # Starlette's app.state is untyped
     return desk
+
+
+async def desk_of(request: Request) -> Desk:
+    """The desk, as the dependency every service below is taken from. Like every dependency
+    here it is `async def` although it awaits nothing: FastAPI runs a plain `def` dependency
+    in its threadpool, a thread hop per dependency per request for a lookup."""
+    return app_desk(request)
 
 
 DeskDep = Annotated[Desk, Depends(desk_of)]
 
 
-def config_of(desk: DeskDep) -> Config:
+async def config_of(desk: DeskDep) -> Config:
     return desk.config
 
 
-def clock_of(desk: DeskDep) -> Clock:
+async def clock_of(desk: DeskDep) -> Clock:
     return desk.clock
 
 
-def renderer_of(desk: DeskDep) -> Renderer:
+async def renderer_of(desk: DeskDep) -> Renderer:
     """The templates: pages, and the texts a page shows (the chat's banner, the widget)."""
     return desk.renderer
 
 
-def conversations_of(desk: DeskDep) -> Conversations:
+async def conversations_of(desk: DeskDep) -> Conversations:
     return desk.conversations
 
 
-def queries_of(desk: DeskDep) -> Queries:
+async def queries_of(desk: DeskDep) -> Queries:
     return desk.queries
 
 
-def handoffs_of(desk: DeskDep) -> Handoffs:
+async def handoffs_of(desk: DeskDep) -> Handoffs:
     return desk.handoffs
 
 
-def approvals_of(desk: DeskDep) -> Approvals:
+async def approvals_of(desk: DeskDep) -> Approvals:
     return desk.approvals
 
 
-def user_actions_of(desk: DeskDep) -> UserActions:
+async def user_actions_of(desk: DeskDep) -> UserActions:
     return desk.user_actions
 
 
-def router_of(desk: DeskDep) -> Router:
+async def router_of(desk: DeskDep) -> Router:
     return desk.router
 
 
-def inbound_of(desk: DeskDep) -> Inbound:
+async def inbound_of(desk: DeskDep) -> Inbound:
     return desk.inbound
 
 
-def channels_of(desk: DeskDep) -> ChannelSet:
+async def channels_of(desk: DeskDep) -> ChannelSet:
     return desk.channels
 
 
-def form_links_of(desk: DeskDep) -> FormLinks:
+async def form_links_of(desk: DeskDep) -> FormLinks:
     return desk.forms
 
 
-def bus_of(desk: DeskDep) -> ConversationBus:
+async def bus_of(desk: DeskDep) -> ConversationBus:
     return desk.bus
 
 
-def metrics_of(desk: DeskDep) -> Metrics:
+async def metrics_of(desk: DeskDep) -> Metrics:
     return desk.metrics
 
 

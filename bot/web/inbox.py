@@ -79,8 +79,7 @@ from bot.web.deps import (
     InboundDep,
     QueriesDep,
     RendererDep,
-    desk_of,
-    renderer_of,
+    app_desk,
 )
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
@@ -153,7 +152,7 @@ class Owner:
         return hmac.compare_digest(str(value), self.session_id)
 
 
-def current_owner(request: Request, config: ConfigDep) -> Owner:
+async def current_owner(request: Request, config: ConfigDep) -> Owner:
     sessions = OwnerSessions(config)
     name = sessions.name_cookie().read(request.cookies.get(NAME_COOKIE))
     cookie = request.cookies.get(COOKIE)
@@ -168,7 +167,7 @@ def current_owner(request: Request, config: ConfigDep) -> Owner:
     raise NeedsLogin()
 
 
-def verified_post(request: Request, csrf: str = Form(default=""), owner: Owner = Depends(current_owner)) -> Owner:
+async def verified_post(request: Request, csrf: str = Form(default=""), owner: Owner = Depends(current_owner)) -> Owner:
     if not same_origin(request, owner.sessions.config.public_url) or not owner.check_csrf(csrf):
         raise Forbidden()
     return owner
@@ -401,7 +400,7 @@ class InboxView:
         }
 
 
-def inbox_view(
+async def inbox_view(
     queries: QueriesDep, approvals: ApprovalsDep, channels: ChannelsDep, forms: FormLinksDep, clock: ClockDep, bus: BusDep,
 ) -> InboxView:
     return InboxView(queries, approvals, channels, forms, clock, bus)
@@ -687,6 +686,6 @@ def install_inbox_errors(app: FastAPI) -> None:
 
     @app.exception_handler(Forbidden)
     async def _forbidden(request: Request, _exc: Forbidden) -> Response:
-        return _page(renderer_of(desk_of(request)), "inbox/error.html", status=403, title="Refused",
+        return _page(app_desk(request).renderer, "inbox/error.html", status=403, title="Refused",
                      message="This form expired or came from another site. Go back, reload the page and try again.")
 
