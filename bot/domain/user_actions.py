@@ -50,6 +50,7 @@ from bot.domain.rendering import Renderer
 from bot.errors import Conflict, DeskError, NotFound
 from bot.runtime.background import Background
 from bot.runtime.clock import Clock
+from bot.runtime.locks import KeyedLocks
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Changed, record
 from bot.runtime.signed_http import post_signed
@@ -160,6 +161,9 @@ class UserActions:
                  metrics: Metrics) -> None:
         self.metrics = metrics
         self.db, self.clock, self.renderer, self.background = db, clock, renderer, background
+        # One event of an action at a time, in the order they happened: a requested event being
+        # retried must not let the resolved one overtake it at the orchestrator.
+        self._posting = KeyedLocks()
         self.timeout = config.handoff.user_action_timeout
         self.expectations = {e.id: e for e in config.user_actions.expectations}
         self.webhook = config.user_actions.webhook
@@ -344,17 +348,23 @@ class UserActions:
         (the orchestrator can drop a repeat); the outcome is audited."""
         assert self.webhook is not None
         body = json.dumps({"type": kind, **view(action)}, separators=(",", ":")).encode()
-        try:
-            async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
-                response = await post_signed(client, self.webhook.url, body, secret=self.webhook.secret.get_secret_value(),
-                                             delivery=f"{action.id}:{kind}", attempts=WEBHOOK_ATTEMPTS)
-            outcome = f"answered {response.status_code}"
-        except httpx.HTTPError as exc:
-            outcome = f"failed: {type(exc).__name__}"
+        async with self._posting[action.id]:  # tasks start in spawn order, so the lock is taken in event order
+            outcome = await self._post_signed(body, delivery=f"{action.id}:{kind}")
         async with self.db.transaction() as session:
             await audit.record(session, "user_action_webhook", at=self.clock.now(), actor="desk",
                                conversation_id=action.conversation_id, user_action_id=action.id, event=kind,
                                outcome=outcome)
+
+    async def _post_signed(self, body: bytes, *, delivery: str) -> str:
+        """One signed POST with its retries; what the orchestrator answered, for the audit."""
+        assert self.webhook is not None
+        try:
+            async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
+                response = await post_signed(client, self.webhook.url, body, secret=self.webhook.secret.get_secret_value(),
+                                             delivery=delivery, attempts=WEBHOOK_ATTEMPTS)
+            return f"answered {response.status_code}"
+        except httpx.HTTPError as exc:
+            return f"failed: {type(exc).__name__}"
 
 
 async def pending_in(session: AsyncSession, conversation_id: str) -> UserAction | None:
