@@ -4,6 +4,7 @@ timeouts, redaction and background mode, with the rules agent reading the outcom
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -212,6 +213,37 @@ async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -
     assert received[0]["delivery"] == f"{result['user_action_id']}:user_action_requested"
     assert received[0]["user_action_id"] == result["user_action_id"]
     assert received[1]["state"] == "done"
+
+
+async def test_the_orchestrator_hears_an_action_s_events_in_order_even_while_one_is_retried(start_desk: StartDesk) -> None:
+    """'requested' is refused once and its retry is held for as long as a 'resolved' posted
+    beside it would take to arrive (bounded: 0.5 s). Posted independently, 'resolved' would
+    overtake it; the desk holds it back until 'requested' is through."""
+    received: list[str] = []
+    resolved_arrived = asyncio.Event()
+    refused = [True]
+
+    async def hook(request: web.Request) -> web.Response:
+        kind = json.loads(await request.read())["type"]
+        if kind == "user_action_requested":
+            if refused.pop() if refused else False:
+                return web.Response(status=503, headers={"Retry-After": "0"})
+            with contextlib.suppress(TimeoutError):  # overtaken: 'resolved' is in `received` first
+                await asyncio.wait_for(resolved_arrived.wait(), timeout=0.5)
+        else:
+            resolved_arrived.set()
+        received.append(kind)
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    async with serving(app) as port:
+        harness = await start_desk(user_actions={"webhook": {"url": f"http://127.0.0.1:{port}/hook", "secret": "s" * 32}})
+        cid = (await harness.client.post("/api/conversations", json={"background": True})).json()["conversation_id"]
+        result = await ask(harness, cid)
+        await harness.client.post(f"/api/user_actions/{result['user_action_id']}/response", json={"outcome": "done"})
+        await harness.desk.settle()
+    assert received == ["user_action_requested", "user_action_resolved"]
 
 
 async def test_two_requests_at_once_leave_one_pending(harness: Harness) -> None:
