@@ -229,10 +229,12 @@ class Outbox:
         # One Core INSERT, not an ORM flush: the item is not kept in the session, only
         # handed to the chain that sends it
         item.id = await session.scalar(_INSERT_ITEM, item.model_dump(exclude={"id"}))
-        loop = asyncio.get_running_loop()
 
-        def after_commit(_session: Any) -> None:  # runs only if the transaction commits
-            loop.call_soon(self._start_chain, item) if not ahead else loop.call_soon(self._queued_behind, stream)
+        def after_commit(_session: Any) -> None:
+            # Runs only if the transaction commits, and registers the chain at once (its task
+            # starts on the loop's next turn), so `drain` never finds a committed, claimed
+            # item that is in nobody's hands yet.
+            self._start_chain(item) if not ahead else self._queued_behind(stream)
 
         event.listen(session.sync_session, "after_commit", after_commit, once=True)
         return item

@@ -24,12 +24,14 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, CursorResult
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.util import await_only
 
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
-from bot.store.sqlite_driver import create_inline_engine
+from bot.store.prepared import attach_inline
+from bot.store.sqlite_driver import InlineConnection, create_inline_engine
 
 _READ_ONLY = "handoff_desk_read_only"
 MESSAGE_HOOKS = "handoff_desk_message_hooks"
@@ -60,7 +62,13 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Connection) -> None:
         readonly = connection.get_execution_options().get(_READ_ONLY, False)
-        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+        # Straight to the driver: through `exec_driver_sql` the BEGIN cost a whole statement's
+        # execution machinery (~0.1 ms of CPU), once per transaction.
+        driver = connection.connection.driver_connection
+        if isinstance(driver, InlineConnection):
+            await_only(driver.run_retrying_busy(driver._conn.execute, "BEGIN" if readonly else "BEGIN IMMEDIATE"))
+        else:
+            connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
 async def execute_dml(session: AsyncSession, statement: UpdateBase) -> CursorResult[Any]:
@@ -94,6 +102,8 @@ class Database:
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = async_sessionmaker(self.engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
+        file_backed = self._inline is not None and not self._inline.in_memory
+        self._connections = _HeldConnections(self.engine) if file_backed else None
         # Called with (session, message, extras) for every conversation message stored, in the
         # storing transaction (bot.domain.conversations.add_message): how messages reach a
         # subscriber's chat on a front without every writer knowing about fronts.
@@ -114,8 +124,16 @@ class Database:
                     yield session
                 self._publish(session)
             return
-        async with self._write_lock, self._sessions() as session:
-            async with session.begin():
+        async with self._write_lock:
+            if self._connections is None:
+                async with self._sessions() as session:
+                    async with session.begin():
+                        session.info[MESSAGE_HOOKS] = self.message_hooks
+                        yield session
+                    self._publish(session)
+                return
+            connection = await self._connections.writer()
+            async with self._connections.session(connection) as session:
                 session.info[MESSAGE_HOOKS] = self.message_hooks
                 yield session
             self._publish(session)
@@ -130,8 +148,16 @@ class Database:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
         """A session for reading only: it does not wait for (or hold up) writers."""
-        async with self._read_sessions() as session, session.begin():
-            yield session
+        if self._connections is None:
+            async with self._read_sessions() as session, session.begin():
+                yield session
+            return
+        connection = await self._connections.reader()
+        try:
+            async with self._connections.session(connection) as session:
+                yield session
+        finally:
+            self._connections.give_back(connection)
 
     async def upgrade(self) -> None:
         """Bring the schema to the newest migration. Safe with several instances starting at
@@ -142,10 +168,63 @@ class Database:
             await conn.run_sync(_upgrade_on)
 
     async def dispose(self) -> None:
+        if self._connections is not None:
+            await self._connections.close()
         if self._inline is not None:
             await self._inline.dispose()
         else:
             await self.engine.dispose()
+
+
+class _HeldConnections:
+    """SQLite's connections, held open by the database instead of checked out of the pool
+    per transaction: one for writing (writers queue on the write lock, so one is all they
+    can use) and as many for reading as there are reads at once. Checking a connection out
+    of the pool and back, and opening and closing an async session the shielded way, cost
+    more CPU than a short transaction's statements; a held connection and a session closed
+    in place cost neither, and SQLite connections need no liveness checks."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._read_engine = engine.execution_options(**{_READ_ONLY: True})
+        self._writer: AsyncConnection | None = None
+        self._idle_readers: list[AsyncConnection] = []
+
+    async def writer(self) -> AsyncConnection:
+        if self._writer is None or self._writer.invalidated:
+            self._writer = await self._engine.connect()
+        return self._writer
+
+    async def reader(self) -> AsyncConnection:
+        while self._idle_readers:
+            connection = self._idle_readers.pop()
+            if not connection.invalidated:
+                return connection
+        return await self._read_engine.connect()
+
+    def give_back(self, connection: AsyncConnection) -> None:
+        if not connection.invalidated:
+            self._idle_readers.append(connection)
+
+    @asynccontextmanager
+    async def session(self, connection: AsyncConnection) -> AsyncIterator[AsyncSession]:
+        """A session in a transaction on `connection`, begun at once (so prepared statements
+        find it under way), committed on success, rolled back on error, and closed in place:
+        inline, closing awaits nothing, so no cancellation can land inside it."""
+        session = AsyncSession(bind=connection, expire_on_commit=False)
+        try:
+            async with session.begin():
+                await session.connection()
+                attach_inline(session, connection)
+                yield session
+        finally:
+            await session.close()
+
+    async def close(self) -> None:
+        held = [*self._idle_readers, *([self._writer] if self._writer is not None else [])]
+        self._writer, self._idle_readers = None, []
+        for connection in held:
+            await connection.close()
 
 
 def _upgrade_on(connection: Connection) -> None:

@@ -253,6 +253,7 @@ class BackgroundCheckpointer:
 class InlineEngine(NamedTuple):
     engine: AsyncEngine
     checkpointer: BackgroundCheckpointer | None  # None for an in-memory database
+    in_memory: bool
 
     async def dispose(self) -> None:
         await self.engine.dispose()
@@ -276,5 +277,5 @@ def create_inline_engine(url: str, *, busy_budget: float = BUSY_BUDGET_SECONDS,
         connection = sqlite3.connect(database, **kwargs)
         return InlineConnection(connection, busy_budget=busy_budget, checkpointer=checkpointer)
 
-    return InlineEngine(engine, checkpointer)
+    return InlineEngine(engine, checkpointer, in_memory)
 
