@@ -34,6 +34,8 @@ from sqlalchemy.engine import CursorResult, Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter, ClauseElement
+from sqlalchemy.sql.visitors import iterate
 
 from bot.store.sqlite_driver import InlineConnection
 
@@ -82,11 +84,20 @@ class _Compiled:
 class Prepared:
     """One Core statement, compiled lazily per dialect and per set of parameter names."""
 
-    __slots__ = ("statement", "_compiled")
+    __slots__ = ("statement", "_compiled", "_required")
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
         self._compiled: dict[tuple[str, frozenset[str]], _Compiled] = {}
+        # The `bindparam`s without a value: checked on every database, so a missing one is
+        # the same KeyError on PostgreSQL as on SQLite.
+        self._required = frozenset(
+            element.key for element in iterate(cast(ClauseElement, statement)) if isinstance(element, BindParameter) and element.required)
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        missing = self._required.difference(params)
+        if missing:
+            raise KeyError(f"prepared statement parameter {sorted(missing)[0]!r} was not given")
 
     def compiled(self, dialect: Dialect, names: frozenset[str]) -> _Compiled:
         key = (dialect.name, names)
@@ -169,6 +180,7 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
+        prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
     compiled = prepared.compiled(session.bind.dialect, frozenset(params))  # type: ignore[union-attr]  # a bound session, checked by _raw_connection
     cursor = await raw.run_retrying_busy(raw._conn.execute, compiled.sql, compiled.values(params))
@@ -188,6 +200,7 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
+        prepared.check(params)
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
     compiled = prepared.compiled(session.bind.dialect, frozenset(params))  # type: ignore[union-attr]
@@ -202,6 +215,8 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
+        for row in rows:
+            prepared.check(row)
         await session.execute(prepared.statement, [dict(r) for r in rows])
         return
     compiled = prepared.compiled(session.bind.dialect, frozenset(rows[0]))  # type: ignore[union-attr]
