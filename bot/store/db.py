@@ -25,8 +25,9 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.util import await_only
+from sqlalchemy.util import await_only, greenlet_spawn
 
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
@@ -209,22 +210,40 @@ class _HeldConnections:
     @asynccontextmanager
     async def session(self, connection: AsyncConnection) -> AsyncIterator[AsyncSession]:
         """A session in a transaction on `connection`, begun at once (so prepared statements
-        find it under way), committed on success, rolled back on error, and closed in place:
-        inline, closing awaits nothing, so no cancellation can land inside it."""
+        find it under way), committed on success, rolled back on error, and closed in place.
+        Begin-and-connect and end-and-close are one trip into SQLAlchemy's sync core each
+        (`async with session.begin()` and `await session.close()` take five); inline, they
+        await nothing but the driver, so no cancellation can land between commit and close."""
         session = AsyncSession(bind=connection, expire_on_commit=False)
+        await greenlet_spawn(_begin, session.sync_session)
+        attach_inline(session, connection)
         try:
-            async with session.begin():
-                await session.connection()
-                attach_inline(session, connection)
-                yield session
-        finally:
-            await session.close()
+            yield session
+        except BaseException:
+            await greenlet_spawn(_end, session.sync_session, False)
+            raise
+        await greenlet_spawn(_end, session.sync_session, True)
 
     async def close(self) -> None:
         held = [*self._idle_readers, *([self._writer] if self._writer is not None else [])]
         self._writer, self._idle_readers = None, []
         for connection in held:
             await connection.close()
+
+
+def _begin(session: Session) -> None:
+    session.begin()
+    session.connection()
+
+
+def _end(session: Session, commit: bool) -> None:
+    try:
+        if commit:
+            session.commit()
+        else:
+            session.rollback()
+    finally:
+        session.close()
 
 
 def _upgrade_on(connection: Connection) -> None:

@@ -108,7 +108,7 @@ class Prepared:
 
 
 def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> _Compiled:
-    compiled = cast(SQLCompiler, statement.compile(dialect=dialect, column_keys=sorted(names)))  # type: ignore[attr-defined]
+    compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect, column_keys=sorted(names)))
     defaults: dict[str, Callable[[], Any]] = {}
     for column in compiled.insert_prefetch:
         defaults[column.key] = _default_of(column, column.default)
@@ -134,11 +134,19 @@ def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Inline:
+    """Where a session's prepared statements run on SQLite: its connection and dialect."""
+
+    connection: InlineConnection
+    dialect: Dialect
+
+
 def attach_inline(session: AsyncSession, connection: AsyncConnection) -> None:
     """Tell the prepared statements which inline connection `session`'s transaction (already
     begun) runs on, so they need not ask the session for it."""
     driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
-    session.info[_RAW_CONNECTION] = driver if isinstance(driver, InlineConnection) else None
+    session.info[_RAW_CONNECTION] = _Inline(driver, connection.dialect) if isinstance(driver, InlineConnection) else None
 
 
 def _default_of(column: Any, default: Any) -> Callable[[], Any]:
@@ -153,7 +161,7 @@ def _default_of(column: Any, default: Any) -> Callable[[], Any]:
     raise ValueError(f"prepared statement: give {column.key!r} a value (its default is a SQL expression)")
 
 
-async def _raw_connection(session: AsyncSession) -> InlineConnection | None:
+async def _raw_connection(session: AsyncSession) -> _Inline | None:
     """The transaction's inline SQLite connection, or None on any other database. Taking the
     connection begins the session's transaction, as its first statement would."""
     info = session.info
@@ -162,11 +170,8 @@ async def _raw_connection(session: AsyncSession) -> InlineConnection | None:
         if bind is None or bind.dialect.name != "sqlite":
             info[_RAW_CONNECTION] = None
         else:
-            connection = await session.connection()
-            raw = await connection.get_raw_connection()
-            driver = raw.driver_connection
-            info[_RAW_CONNECTION] = driver if isinstance(driver, InlineConnection) else None
-    return cast(InlineConnection | None, info[_RAW_CONNECTION])
+            attach_inline(session, await session.connection())
+    return cast(_Inline | None, info[_RAW_CONNECTION])
 
 
 async def _flush_pending(session: AsyncSession) -> None:
@@ -182,8 +187,8 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     if raw is None:
         prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
-    compiled = prepared.compiled(session.bind.dialect, frozenset(params))  # type: ignore[union-attr]  # a bound session, checked by _raw_connection
-    cursor = await raw.run_retrying_busy(raw._conn.execute, compiled.sql, compiled.values(params))
+    compiled = prepared.compiled(raw.dialect, frozenset(params))
+    cursor = await raw.connection.run_retrying_busy(raw.connection._conn.execute, compiled.sql, compiled.values(params))
     return compiled.rows(cursor.fetchall())
 
 
@@ -203,8 +208,8 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
         prepared.check(params)
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
-    compiled = prepared.compiled(session.bind.dialect, frozenset(params))  # type: ignore[union-attr]
-    cursor = await raw.run_retrying_busy(raw._conn.execute, compiled.sql, compiled.values(params))
+    compiled = prepared.compiled(raw.dialect, frozenset(params))
+    cursor = await raw.connection.run_retrying_busy(raw.connection._conn.execute, compiled.sql, compiled.values(params))
     return cursor.rowcount
 
 
@@ -219,6 +224,6 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
             prepared.check(row)
         await session.execute(prepared.statement, [dict(r) for r in rows])
         return
-    compiled = prepared.compiled(session.bind.dialect, frozenset(rows[0]))  # type: ignore[union-attr]
+    compiled = prepared.compiled(raw.dialect, frozenset(rows[0]))
     values = [compiled.values(r) for r in rows]
-    await raw.run_retrying_busy(raw._conn.executemany, compiled.sql, values)
+    await raw.connection.run_retrying_busy(raw.connection._conn.executemany, compiled.sql, values)
