@@ -74,3 +74,32 @@ async def test_execute_dml_reports_how_many_rows_a_guarded_update_changed(sqlite
             assert missed.rowcount == 0
     finally:
         await db.dispose()
+
+
+async def test_sqlite_held_connections_read_every_commit_and_forget_rolled_back_work(sqlite_url: str) -> None:
+    """The database keeps its SQLite connections between transactions: each read still starts
+    from the last commit, a failed write leaves nothing behind for the next one, and two
+    reads at once get a connection each."""
+    db = Database(sqlite_url)
+    await db.upgrade()
+    now = datetime.now(UTC)
+    count = text("SELECT count(*) FROM conversations")
+    try:
+        async with db.read() as session:
+            assert await session.scalar(count) == 0
+        async with db.transaction() as session:
+            await conversations.create(session, now=now)
+        with pytest.raises(RuntimeError, match="rolled back"):
+            async with db.transaction() as session:
+                await conversations.create(session, now=now)
+                await session.flush()
+                raise RuntimeError("rolled back")
+        async with db.transaction() as session:
+            await conversations.create(session, now=now)
+        async with db.read() as first, db.read() as second:
+            assert await first.scalar(count) == await second.scalar(count) == 2
+            assert (await first.connection()).sync_connection is not (await second.connection()).sync_connection
+        async with db.read() as session:
+            assert await session.scalar(count) == 2
+    finally:
+        await db.dispose()

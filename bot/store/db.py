@@ -158,7 +158,7 @@ class Database:
             async with self._connections.session(connection) as session:
                 yield session
         finally:
-            self._connections.give_back(connection)
+            await self._connections.give_back(connection)
 
     async def upgrade(self) -> None:
         """Bring the schema to the newest migration. Safe with several instances starting at
@@ -190,21 +190,28 @@ class _HeldConnections:
         self._read_engine = engine.execution_options(**{_READ_ONLY: True})
         self._writer: AsyncConnection | None = None
         self._idle_readers: list[AsyncConnection] = []
+        self._closed = False
 
     async def writer(self) -> AsyncConnection:
-        if self._writer is None or self._writer.invalidated:
+        if self._writer is not None and not _reusable(self._writer):
+            await self._writer.close()
+            self._writer = None
+        if self._writer is None:
             self._writer = await self._engine.connect()
         return self._writer
 
     async def reader(self) -> AsyncConnection:
-        while self._idle_readers:
-            connection = self._idle_readers.pop()
-            if not connection.invalidated:
-                return connection
+        if self._idle_readers:
+            return self._idle_readers.pop()
         return await self._read_engine.connect()
 
-    def give_back(self, connection: AsyncConnection) -> None:
-        if not connection.invalidated:
+    async def give_back(self, connection: AsyncConnection) -> None:
+        # Not after the database was disposed of while this read was under way, nor when the
+        # read's end failed: a transaction left open would be joined by the next session,
+        # which would then read an old snapshot.
+        if self._closed or not _reusable(connection):
+            await connection.close()
+        else:
             self._idle_readers.append(connection)
 
     @asynccontextmanager
@@ -225,10 +232,15 @@ class _HeldConnections:
         await greenlet_spawn(_end, session.sync_session, True)
 
     async def close(self) -> None:
+        self._closed = True
         held = [*self._idle_readers, *([self._writer] if self._writer is not None else [])]
         self._writer, self._idle_readers = None, []
         for connection in held:
             await connection.close()
+
+
+def _reusable(connection: AsyncConnection) -> bool:
+    return not connection.invalidated and not connection.in_transaction()
 
 
 def _begin(session: Session) -> None:
