@@ -103,3 +103,26 @@ async def test_sqlite_held_connections_read_every_commit_and_forget_rolled_back_
             assert await session.scalar(count) == 2
     finally:
         await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_replaces_an_idle_connection_the_server_dropped_before_using_it(database_url: str) -> None:
+    if not database_url.startswith("postgres"):
+        pytest.skip("PostgreSQL's pooled connections")
+    db = Database(database_url, ping_after_idle=0.0)  # every checkout counts as after an idle spell
+    await db.upgrade()
+    try:
+        async with db.transaction() as session:
+            before = await session.scalar(text("SELECT pg_backend_pid()"))
+        import asyncpg
+
+        admin = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:  # the server drops the pooled connection while it sits idle
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", before)
+        finally:
+            await admin.close()
+        async with db.transaction() as session:
+            after = await session.scalar(text("SELECT pg_backend_pid()"))
+        assert after != before
+    finally:
+        await db.dispose()

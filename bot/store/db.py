@@ -16,6 +16,7 @@ a request waits on a provider while holding a connection.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -24,6 +25,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import UpdateBase
@@ -35,6 +37,9 @@ from bot.store.prepared import attach_inline
 from bot.store.sqlite_driver import InlineConnection, create_inline_engine
 
 _READ_ONLY = "handoff_desk_read_only"
+# A pooled PostgreSQL connection idle this long is pinged before it is used again (see
+# `_ping_after_idle`): longer than the gaps of a busy server, shorter than a restart.
+PING_AFTER_IDLE_SECONDS = 10.0
 MESSAGE_HOOKS = "handoff_desk_message_hooks"
 # Any constant works; it only has to be the same for every instance sharing a database.
 _MIGRATION_LOCK_ID = 0x48414E44  # "HAND"
@@ -72,6 +77,30 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
             connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
+def _ping_after_idle(engine: AsyncEngine, seconds: float) -> None:
+    """Check a pooled server connection before use only when it sat idle for `seconds`: one
+    that was in use a moment ago is alive, and `pool_pre_ping` (a round trip at every
+    checkout) cost ~0.5 ms of CPU and a server round trip per transaction. A connection that
+    fails its ping is replaced before anyone uses it (SQLAlchemy's pessimistic disconnect
+    handling). The price: a connection the server dropped less than `seconds` after its last
+    use (a database restart) fails the one transaction that takes it next, and SQLAlchemy
+    then replaces the rest of the pool."""
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < seconds:
+            return
+        try:
+            dbapi_connection.ping()
+        except Exception as error:  # whatever the driver raises for a dead connection
+            raise DisconnectionError(f"the pooled connection failed its ping: {error}") from error
+
+
 async def execute_dml(session: AsyncSession, statement: UpdateBase) -> CursorResult[Any]:
     """Run an UPDATE, DELETE or INSERT and keep its `rowcount`, the compare-and-set answer the
     state machines rely on ("did my guarded update win?"). SQLAlchemy returns a CursorResult
@@ -88,18 +117,21 @@ def alembic_config(url: str | None = None) -> AlembicConfig:
 
 
 class Database:
-    def __init__(self, url: str, *, pool_size: int = 5, signals: Signals | None = None) -> None:
+    def __init__(self, url: str, *, pool_size: int = 5, signals: Signals | None = None,
+                 ping_after_idle: float = PING_AFTER_IDLE_SECONDS) -> None:
         self.url = async_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         # Every session ends its own transaction (commit, or rollback on error or cancel), so on
         # SQLite the pool's extra rollback at check-in is only another call per transaction.
         options: dict[str, Any] = {"pool_reset_on_return": None} if self.is_sqlite else {}
         if not self.is_sqlite:
-            options.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+            options.update(pool_size=pool_size, max_overflow=pool_size * 2)
         self._inline = create_inline_engine(self.url, **options) if self.is_sqlite else None
         self.engine = self._inline.engine if self._inline is not None else create_async_engine(self.url, **options)
         if self.is_sqlite:
             _configure_sqlite(self.engine)
+        else:
+            _ping_after_idle(self.engine, ping_after_idle)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = async_sessionmaker(self.engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
