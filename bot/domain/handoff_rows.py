@@ -67,12 +67,18 @@ def detached(model: type[Model], row: Sequence[Any]) -> Model:
 
 def new_row(model: type[SQLModel], **values: Any) -> dict[str, Any]:
     """Every column of a new row of `model`: `values`, and the model's defaults for the rest
-    (a fresh `{}` or `[]` each time), so the INSERT and the object built from it agree."""
+    (a fresh `{}` or `[]` each time), so the INSERT and the object built from it agree. A
+    column without a default must be given (a KeyError names it)."""
     fields = model.model_fields
-    return {
-        key: values[key] if key in values else fields[key].get_default(call_default_factory=True)
-        for key in _KEYS[model]
-    }
+    row = {}
+    for key in _KEYS[model]:
+        if key in values:
+            row[key] = values[key]
+        elif fields[key].is_required():
+            raise KeyError(f"a new {model.__name__} needs {key!r}")
+        else:
+            row[key] = fields[key].get_default(call_default_factory=True)
+    return row
 
 
 def _sent_dispatch() -> Any:
