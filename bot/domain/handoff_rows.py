@@ -18,13 +18,14 @@ object of the same row is ever held beside them (prepared statements do not refr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, bindparam, exists, insert, or_, select, update
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import configure_mappers, make_transient_to_detached
+from sqlalchemy.orm import configure_mappers
 from sqlmodel import SQLModel
 
 from bot.store import prepared
@@ -50,34 +51,55 @@ _KEYS: dict[type[SQLModel], tuple[str, ...]] = {
 
 
 @cache
-def _mappers_ready() -> None:
-    """Mappers are configured on first ORM use; an object built here may come first."""
+def _builder(model: type[SQLModel]) -> tuple[Any, int]:
+    """The model's mapper (configured: that happens on first ORM use, and an object built
+    here may come first) and where its primary key sits in a row."""
     configure_mappers()
+    mapper = sa_inspect(model)
+    (key,) = mapper.primary_key
+    return mapper, _KEYS[model].index(key.key)
 
 
 def detached(model: type[Model], row: Sequence[Any]) -> Model:
     """The object the ORM would load for `row` (every column of `model`'s table, in table
-    order), detached: attributes read as loaded, nothing validated again."""
-    _mappers_ready()
-    instance: Model = model._sa_class_manager.new_instance()  # type: ignore[attr-defined]  # the ORM's own constructor-free path
+    order), detached: attributes read as loaded, nothing validated again, and an identity,
+    so a session it is added to updates its row (as it would one read in a closed session)."""
+    mapper, primary_key = _builder(model)
+    instance: Model = mapper.class_manager.new_instance()
     instance.__dict__.update(zip(_KEYS[model], row, strict=True))
-    make_transient_to_detached(instance)
+    sa_inspect(instance).key = mapper.identity_key_from_primary_key((row[primary_key],))
     return instance
+
+
+_REQUIRED = object()
+
+
+@cache
+def _defaults(model: type[SQLModel]) -> tuple[tuple[str, Any, Callable[[], Any] | None], ...]:
+    """Per column: its default value, or the factory that makes a fresh one, or _REQUIRED.
+    Read off the model once: pydantic's `get_default` costs tens of microseconds a field."""
+    fields = model.model_fields
+    return tuple(
+        (key, _REQUIRED if fields[key].is_required() else fields[key].default,
+         cast(Callable[[], Any] | None, fields[key].default_factory))
+        for key in _KEYS[model]
+    )
 
 
 def new_row(model: type[SQLModel], **values: Any) -> dict[str, Any]:
     """Every column of a new row of `model`: `values`, and the model's defaults for the rest
     (a fresh `{}` or `[]` each time), so the INSERT and the object built from it agree. A
     column without a default must be given (a KeyError names it)."""
-    fields = model.model_fields
     row = {}
-    for key in _KEYS[model]:
+    for key, default, factory in _defaults(model):
         if key in values:
             row[key] = values[key]
-        elif fields[key].is_required():
+        elif factory is not None:
+            row[key] = factory()
+        elif default is _REQUIRED:
             raise KeyError(f"a new {model.__name__} needs {key!r}")
         else:
-            row[key] = fields[key].get_default(call_default_factory=True)
+            row[key] = default
     return row
 
 

@@ -496,7 +496,7 @@ class Handoffs:
                 select(func.count()).select_from(Message)
                 .where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber")
             )
-            await audit.record(
+            await audit.note(
                 session, "dispatch_failed", at=now, actor=actor, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, error=error, hint=hint, attempts=attempts,
                 held_messages=held or None,
@@ -527,7 +527,7 @@ class Handoffs:
                 for message in held:
                     await self._queue_relay(session, handoff, conversation, message, now)
             await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_started.txt", now)
-            await audit.record(
+            await audit.note(
                 session, "handoff_activated", at=now, actor=actor, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
                 idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
@@ -710,7 +710,7 @@ class Handoffs:
             try:
                 coerced = coerce_returned(stored_fields(handoff), return_values)
             except ReturnValuesInvalid as exc:
-                await audit.record(
+                await audit.note(
                     session, "release_refused", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=handoff.conversation_id, reason=reason, invalid=exc.problems,
                 )
@@ -720,7 +720,7 @@ class Handoffs:
                 released = await change.apply(session, sid, now, idle_cutoff=idle_cutoff)
                 if released is None:
                     handoff = await self._get(session, sid)  # what the winner (or another change) left
-                    await audit.record(
+                    await audit.note(
                         session, "release_noop", at=now, actor=actor, handoff_session_id=sid,
                         conversation_id=handoff.conversation_id, reason=reason, state=handoff.state,
                         released_by_reason=handoff.release_reason,
@@ -751,7 +751,7 @@ class Handoffs:
         resume = await conversations.add_message(
             session, handoff.conversation_id, role=Role.SYSTEM, text=text, now=now, handoff_session_id=handoff.id
         )
-        await audit.record(
+        await audit.note(
             session, "handoff_released", at=now, actor=actor, handoff_session_id=handoff.id,
             conversation_id=handoff.conversation_id, reason=reason, outcome=outcome, note=note,
             returned=coerced.values, missing_required=coerced.missing_required or None,
@@ -778,7 +778,7 @@ class Handoffs:
                 raise NotActive(f"handoff {sid} is {handoff.state}; it has no return form any more", state=handoff.state)
             link = await self.forms.issue(session, handoff, now)
             url = self.forms.url(link.id) or ""
-            await audit.record(
+            await audit.note(
                 session, "form_link_issued", at=now, actor=actor, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, expires_at=link.expires_at.isoformat(),
             )
