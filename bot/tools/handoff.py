@@ -4,6 +4,7 @@ words of every result. The handoff service answers in facts (`HandoffStarted`, t
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from bot.domain.handoffs import (
@@ -44,6 +45,9 @@ class HandoffRequestTool(Tool):
             "a person was notified unless the result says human_notified: true. "
             "Use expected_return to ask for structured data back."
         )
+
+    def spec_key(self, ctx: ToolContext) -> Hashable:
+        return tuple((a.id, a.label, a.kind, a.config.estimated_response) for a in ctx.channels.available())
 
     def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
         schema = model_schema(self.input_model)
