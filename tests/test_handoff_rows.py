@@ -104,7 +104,7 @@ async def test_activation_waits_for_the_dispatch_to_be_recorded_as_sent_and_wins
         assert await handoff_rows.transition(session, handoff_rows.ACTIVATE, stored.id, **values) is None
 
 
-async def test_the_idle_release_applies_only_while_the_deadline_has_passed(db: Database) -> None:
+async def test_the_idle_release_applies_only_while_the_deadline_has_passed_and_ends_the_thread(db: Database) -> None:
     stored = await new_handoff(db)
     async with db.transaction() as session:
         session.add(OutboxItem(channel_id=1, handoff_session_id=stored.id, purpose="dispatch", payload={},
@@ -115,14 +115,17 @@ async def test_the_idle_release_applies_only_while_the_deadline_has_passed(db: D
                 "missing_required": ["eta"]}
     async with db.transaction() as session:
         await handoff_rows.transition(
-            session, handoff_rows.ACTIVATE, stored.id, state=HandoffState.ACTIVE, channel_message_id=None, thread_key=None,
+            session, handoff_rows.ACTIVATE, stored.id, state=HandoffState.ACTIVE, channel_message_id=None, thread_key="t1",
             thread={}, activated_at=AT, focused_at=AT, last_activity_at=AT, idle_deadline=deadline,
         )
         early = deadline - timedelta(seconds=1)
         assert await handoff_rows.transition(session, handoff_rows.RELEASE_IDLE, stored.id, cutoff=early, **released) is None
+        assert (await handoff_rows.active_in_thread(session, 1, "t1")).id == stored.id  # type: ignore[union-attr]
+        assert await handoff_rows.active_in_thread(session, 2, "t1") is None
         done = await handoff_rows.transition(session, handoff_rows.RELEASE_IDLE, stored.id, cutoff=deadline, **released)
         assert done is not None and (done.returned, done.missing_required) == ({"n": 2}, ["eta"])
         assert await handoff_rows.transition(session, handoff_rows.RELEASE, stored.id, **released) is None
+        assert await handoff_rows.active_in_thread(session, 1, "t1") is None  # released: replies find nothing
 
 
 async def test_held_messages_and_the_linked_handoff(db: Database) -> None:

@@ -127,6 +127,13 @@ SELECT_OPEN_HANDOFF = Prepared(
         or_(HANDOFFS.c.state == HandoffState.DISPATCHING, HANDOFFS.c.state == HandoffState.ACTIVE),
     ).limit(1)
 )
+# A recipient's reply finds its handoff by thread (the channel, thread, state index).
+SELECT_ACTIVE_IN_THREAD = Prepared(
+    select(*HANDOFFS.columns).where(
+        HANDOFFS.c.channel_id == bindparam("channel_id"), HANDOFFS.c.thread_key == bindparam("thread_key"),
+        HANDOFFS.c.state == HandoffState.ACTIVE,
+    ).limit(1)
+)
 INSERT_HANDOFF = Prepared(insert(HANDOFFS))
 SELECT_CONVERSATION = Prepared(select(*CONVERSATIONS.columns).where(CONVERSATIONS.c.id == bindparam("cid")))
 SELECT_HELD = Prepared(
@@ -166,6 +173,12 @@ async def handoff(session: AsyncSession, sid: str) -> HandoffSession | None:
 async def open_handoff(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
     """The conversation's open handoff (`dispatching` or `active`; the unique index allows one)."""
     row = await prepared.fetch_one(session, SELECT_OPEN_HANDOFF, {"cid": conversation_id})
+    return detached(HandoffSession, row) if row is not None else None
+
+
+async def active_in_thread(session: AsyncSession, channel_id: int, thread_key: str) -> HandoffSession | None:
+    """The active handoff a reply in this channel's thread belongs to."""
+    row = await prepared.fetch_one(session, SELECT_ACTIVE_IN_THREAD, {"channel_id": channel_id, "thread_key": thread_key})
     return detached(HandoffSession, row) if row is not None else None
 
 

@@ -345,12 +345,7 @@ class Handoffs:
     async def by_thread(self, channel_id: int, thread_key: str) -> HandoffSession | None:
         """The active session a recipient's reply in this thread belongs to."""
         async with self.db.read() as session:
-            query = select(HandoffSession).where(
-                col(HandoffSession.channel_id) == channel_id,
-                col(HandoffSession.thread_key) == thread_key,
-                col(HandoffSession.state) == HandoffState.ACTIVE,
-            )
-            return (await session.scalars(query)).first()
+            return await rows.active_in_thread(session, channel_id, thread_key)
 
     # ------------------------------------------------------------------ request
 
