@@ -134,6 +134,11 @@ SELECT_ACTIVE_IN_THREAD = Prepared(
         HANDOFFS.c.state == HandoffState.ACTIVE,
     ).limit(1)
 )
+# The newest handoffs of one state, through the (state, created_at) index.
+SELECT_NEWEST_IN_STATE = Prepared(
+    select(*HANDOFFS.columns).where(HANDOFFS.c.state == bindparam("state"))
+    .order_by(HANDOFFS.c.created_at.desc()).limit(bindparam("limit"))
+)
 INSERT_HANDOFF = Prepared(insert(HANDOFFS))
 SELECT_CONVERSATION = Prepared(select(*CONVERSATIONS.columns).where(CONVERSATIONS.c.id == bindparam("cid")))
 SELECT_HELD = Prepared(
@@ -180,6 +185,12 @@ async def active_in_thread(session: AsyncSession, channel_id: int, thread_key: s
     """The active handoff a reply in this channel's thread belongs to."""
     row = await prepared.fetch_one(session, SELECT_ACTIVE_IN_THREAD, {"channel_id": channel_id, "thread_key": thread_key})
     return detached(HandoffSession, row) if row is not None else None
+
+
+async def newest_in_state(session: AsyncSession, state: HandoffState, limit: int) -> list[HandoffSession]:
+    """Up to `limit` handoffs in `state`, newest first."""
+    found = await prepared.fetch_all(session, SELECT_NEWEST_IN_STATE, {"state": state, "limit": limit})
+    return [detached(HandoffSession, row) for row in found]
 
 
 async def conversation(session: AsyncSession, conversation_id: str) -> Conversation | None:

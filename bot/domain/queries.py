@@ -68,17 +68,13 @@ class Queries:
         found: list[HandoffSession] = []
         async with self.db.read() as session:
             for state in states:
-                query = (
-                    select(HandoffSession).where(col(HandoffSession.state) == state)
-                    .order_by(col(HandoffSession.created_at).desc()).limit(limit)
-                )
-                found.extend((await session.scalars(query)).all())
+                found.extend(await handoff_rows.newest_in_state(session, state, limit))
         return sorted(found, key=lambda h: h.created_at, reverse=True)[:limit]
 
     async def events(self, handoff_session_id: str) -> list[HandoffEvent]:
         """A handoff's audit trail, oldest first; NotFound when there is no such handoff."""
         async with self.db.read() as session:
-            if await session.get(HandoffSession, handoff_session_id) is None:
+            if await handoff_rows.handoff(session, handoff_session_id) is None:
                 raise NotFound("handoff session", handoff_session_id)
             query = (select(HandoffEvent).where(col(HandoffEvent.handoff_session_id) == handoff_session_id)
                      .order_by(col(HandoffEvent.id)))
