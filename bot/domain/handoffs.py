@@ -359,21 +359,21 @@ class Handoffs:
         self.metrics.handoff_requests.labels("none", "rejected").inc()
         return int(event.id or 0)
 
-    async def request(self, conversation_id: str, req: HandoffRequestInput, *, actor: str = "agent") -> HandoffStarted:
+    async def request(self, conversation: Conversation, req: HandoffRequestInput, *, actor: str = "agent") -> HandoffStarted:
         """Start a handoff and dispatch it now: the caller learns whether a person was
         notified. Raises ChannelUnavailable or HandoffAlreadyOpen (nothing stored; the caller
-        records the rejection with its wording), or DispatchFailed (the handoff is failed)."""
+        records the rejection with its wording), or DispatchFailed (the handoff is failed).
+        `conversation` is the one the caller just read (the tool's context): conversations are
+        never deleted, and the brief needs only who the subscriber is, so it is not read again."""
         adapter = self.channels.get(req.channel_id)
         if adapter is None or adapter not in self.channels.available():
             raise ChannelUnavailable(req.channel_id, [a.id for a in self.channels.available()])
 
         now = self.clock.now()
         sid = new_id("hs")
+        conversation_id = conversation.id
         try:
             async with self.db.transaction() as session:
-                conversation = await rows.conversation(session, conversation_id)
-                if conversation is None:
-                    raise NotFound("conversation", conversation_id)
                 # No look for an open handoff first: the one-open-per-conversation unique index
                 # refuses the insert below, and only then is the open one's id looked up.
                 history = await conversations.recent_messages(session, conversation_id, self.settings.transcript_messages)
@@ -518,7 +518,9 @@ class Handoffs:
                 return None
             held = await rows.held_messages(session, sid)
             if held:  # written while the dispatch was in flight
-                conversation = await conversations.get(session, handoff.conversation_id)
+                conversation = await rows.conversation(session, handoff.conversation_id)
+                if conversation is None:  # never deleted, so never None: the handoff's foreign key
+                    raise NotFound("conversation", handoff.conversation_id)
                 for message in held:
                     await self._queue_relay(session, handoff, conversation, message, now)
             await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_started.txt", now)

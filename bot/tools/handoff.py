@@ -59,7 +59,7 @@ class HandoffRequestTool(Tool):
 
     async def run(self, ctx: ToolContext, args: HandoffRequestInput) -> dict[str, Any]:
         try:
-            started = await ctx.handoffs.request(ctx.conversation.id, args, actor=ctx.actor)
+            started = await ctx.handoffs.request(ctx.conversation, args, actor=ctx.actor)
         except HandoffRequestRefused as refused:
             return await self._refused(ctx, refused)
         return started_result(started)
