@@ -4,7 +4,6 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,18 +14,10 @@ from bot.domain import conversations, handoff_rows
 from bot.store.db import Database
 from bot.store.models import Conversation, FormLink, HandoffSession, OutboxItem
 from bot.store.vocabulary import HandoffState, OutboxState, Role
+from tests import test_prepared
 
 AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    await database.upgrade()
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = test_prepared.db  # the same fixture: a migrated database of its own, without a desk around it
 
 
 async def new_handoff(db: Database, **values: object) -> HandoffSession:
