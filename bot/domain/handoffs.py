@@ -20,7 +20,6 @@ resume turn) is a signal recorded in the changing transaction and heard after it
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -408,7 +407,7 @@ class Handoffs:
                 outbound = self._dispatch_outbound(handoff, conversation, history)
                 item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
                 await session.flush()
-        except (IntegrityError, sqlite3.IntegrityError):  # the prepared INSERT meets SQLite's own error
+        except IntegrityError:  # the unique index on one open handoff per conversation
             raise HandoffAlreadyOpen(await self._open_id(conversation_id)) from None
 
         started = time.perf_counter()
