@@ -151,22 +151,24 @@ class Database:
         error. Never open one inside another in the same task (on SQLite they queue). The
         signals it recorded are published after the commit (see `bot/runtime/signals.py`)."""
         if self._write_lock is None:
-            async with self._sessions() as session:
-                async with session.begin():
-                    session.info[MESSAGE_HOOKS] = self.message_hooks
-                    yield session
-                self._publish(session)
+            async with self._pooled_transaction() as session:
+                yield session
             return
         async with self._write_lock:
-            if self._connections is None:
-                async with self._sessions() as session:
-                    async with session.begin():
-                        session.info[MESSAGE_HOOKS] = self.message_hooks
-                        yield session
-                    self._publish(session)
+            if self._connections is None:  # an in-memory SQLite database: the pool's one connection
+                async with self._pooled_transaction() as session:
+                    yield session
                 return
             connection = await self._connections.writer()
             async with self._connections.session(connection) as session:
+                session.info[MESSAGE_HOOKS] = self.message_hooks
+                yield session
+            self._publish(session)
+
+    @asynccontextmanager
+    async def _pooled_transaction(self) -> AsyncIterator[AsyncSession]:
+        async with self._sessions() as session:
+            async with session.begin():
                 session.info[MESSAGE_HOOKS] = self.message_hooks
                 yield session
             self._publish(session)
