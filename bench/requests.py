@@ -1,6 +1,7 @@
 """Per-request server CPU of the hot routes, through a real `handoff serve` process.
 
-Run:  python bench/requests.py [--n 1000] [--cycles 200] [--repo DIR] [--cprofile FILE [--lines 40]]
+Run:  python bench/requests.py [--n 1000] [--cycles 200] [--repo DIR] [--log-level warning]
+                               [--cprofile FILE [--lines 40]]
 
 Where `bench/roundtrip.py` times a whole handoff, this isolates what one HTTP request costs the
 server, so the web layer's share (routing, dependencies, middleware, encoding) can be seen
@@ -47,13 +48,13 @@ T = TypeVar("T")
 FORM_HEADERS = {"content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "same-origin"}
 
 
-def start_server(folder: Path, repo: Path | None, cprofile: Path | None) -> rt.Server:
+def start_server(folder: Path, repo: Path | None, cprofile: Path | None, log_level: str) -> rt.Server:
     """`handoff serve` on a fresh SQLite file, from this checkout or from `repo`."""
     command = [sys.executable, "-c", "from bot.cli import main; main()"] if repo else None
     if cprofile:
         command = [sys.executable, str(Path(rt.__file__).resolve()), "serve-profiled", str(cprofile)]
     env = {"PYTHONPATH": str(repo.resolve())} if repo else None
-    return rt.start_desk("requests", folder, f"sqlite:///{folder / 'requests.db'}", log_level="warning",
+    return rt.start_desk("requests", folder, f"sqlite:///{folder / 'requests.db'}", log_level=log_level,
                          command=command, env=env)
 
 
@@ -145,7 +146,7 @@ def main(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="handoff-bench-requests-"))
     source = args.repo or rt.ROOT
     print(f"per-request server CPU, serving {source}{' under cProfile' if args.cprofile else ''}; files in {folder}", flush=True)
-    server = start_server(folder, args.repo, args.cprofile)
+    server = start_server(folder, args.repo, args.cprofile, args.log_level)
     http = rt.Http(server.port)
     try:
         if args.n:
@@ -165,5 +166,6 @@ if __name__ == "__main__":
     parser.add_argument("--cycles", type=int, default=200, help="handoffs for the once-per-handoff routes (default 200; 0 skips)")
     parser.add_argument("--repo", type=Path, help="serve the code of this checkout instead of this one")
     parser.add_argument("--cprofile", type=Path, metavar="FILE", help="serve under cProfile, write the stats to FILE")
+    parser.add_argument("--log-level", default="warning", help="the server's logging.level (default warning; at info uvicorn logs each request)")
     parser.add_argument("--lines", type=int, default=40, help="lines of each profile top (default 40)")
     main(parser.parse_args())
