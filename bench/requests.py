@@ -54,8 +54,8 @@ CYCLE_STEPS = ("POST /api/conversations (cycle)", "POST tools/handoff_request", 
 def start_server(name: str, folder: Path, repo: Path | None, cprofile: Path | None, log_level: str) -> rt.Server:
     """`handoff serve` on a fresh SQLite file, from this checkout or from `repo`."""
     command = [sys.executable, "-c", "from bot.cli import main; main()"] if repo else None
-    if cprofile:
-        command = [sys.executable, str(Path(rt.__file__).resolve()), "serve-profiled", str(cprofile)]
+    if cprofile:  # that checkout's own roundtrip.py, which puts its checkout first on sys.path
+        command = [sys.executable, str((repo or rt.ROOT).resolve() / "bench" / "roundtrip.py"), "serve-profiled", str(cprofile)]
     env = {"PYTHONPATH": str(repo.resolve())} if repo else None
     return rt.start_desk(name, folder, f"sqlite:///{folder / f'{name}.db'}", log_level=log_level, command=command, env=env)
 
