@@ -22,6 +22,27 @@ async def test_api_key_is_required_when_configured(start_desk: StartDesk) -> Non
     assert (await harness.client.get("/healthz")).status_code == 200  # liveness stays open for probes
 
 
+async def test_the_key_is_checked_before_the_body_type(start_desk: StartDesk) -> None:
+    """One guard per router checks both (bot/web/api.py `agent_caller`, `owner_caller`): a
+    caller without the key learns only that, whatever it sent; with the key, a body that is not
+    JSON is refused before anything runs. Decisions ask for owner.token the same way."""
+    harness = await start_desk(api={"key": "k-123456"}, owner={"token": "owner-123456"})
+    not_json = {"content-type": "text/plain"}
+    for path in ("/api/conversations", "/api/approvals/ap_nope/decision"):
+        anonymous = await harness.client.post(path, content=b"{}", headers=not_json)
+        assert (anonymous.status_code, anonymous.json()["error"]) == (401, "unauthorized"), path
+    agent = {"Authorization": "Bearer k-123456"}
+    refused = await harness.client.post("/api/conversations", content=b"{}", headers={**not_json, **agent})
+    assert (refused.status_code, refused.json()["error"]) == (415, "unsupported_media_type")
+    agent_deciding = await harness.client.post("/api/approvals/ap_nope/decision", json={"decision": "approve"}, headers=agent)
+    assert agent_deciding.status_code == 401
+    assert "owner.token" in agent_deciding.json()["details"]["hint"]
+    owner = {"Authorization": "Bearer owner-123456"}
+    owner_not_json = await harness.client.post("/api/approvals/ap_nope/decision", content=b"{}", headers={**not_json, **owner})
+    assert (owner_not_json.status_code, owner_not_json.json()["error"]) == (415, "unsupported_media_type")
+    assert (await harness.client.get("/api/handoffs", headers=agent)).status_code == 200  # a GET needs no body type
+
+
 async def test_unknown_ids_are_json_404s(harness: Harness) -> None:
     for method, path in [
         ("post", "/api/conversations/c_nope/messages"), ("get", "/api/conversations/c_nope/messages"),

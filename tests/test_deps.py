@@ -1,5 +1,6 @@
-"""The one way routes get the desk (bot/web/deps.py): overriding `desk_of` swaps it for every
-router — the API, the web chat, the inbox, approval pages and return-form pages alike."""
+"""The one way routes get the desk (bot/web/deps.py): every dependency reads `app.state.desk`
+when the request comes, so putting another desk there swaps it for every router — the API, the
+web chat, the inbox, approval pages and return-form pages alike."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from pathlib import Path
 import httpx
 
 from bot.web.app import create_app
-from bot.web.deps import desk_of, handoffs_of
+from bot.web.deps import handoffs_of
 from tests.approval_actions import refund_action
 from tests.conftest import StartDesk
 
 API_KEY = "k-0123456789abcdef0123"
 
 
-async def test_every_router_reaches_the_desk_through_desk_of(start_desk: StartDesk, tmp_path: Path) -> None:
+async def test_every_router_reaches_the_desk_through_app_state(start_desk: StartDesk, tmp_path: Path) -> None:
     plain = await start_desk(url=f"sqlite:///{tmp_path / 'plain.db'}")  # no key, no chat, an open inbox
     other = await start_desk(api={"key": API_KEY}, owner={"token": "owner-secret"}, fronts=[{"kind": "web", "title": "Acme help"}],
                              actions=[refund_action(1)])
@@ -26,7 +27,7 @@ async def test_every_router_reaches_the_desk_through_desk_of(start_desk: StartDe
     approval_path = other.desk.approvals.decision_url(gated["approval_id"])
 
     app = create_app(plain.desk, manage_desk=False)
-    requests = {  # path → (status from the plain desk, status once desk_of hands over the other desk)
+    requests = {  # path → (status from the plain desk, status once app.state holds the other desk)
         "/api/handoffs": (200, 401),  # the other desk has an api.key
         "/chat": (404, 200),  # … a web front
         "/inbox": (200, 303),  # … an owner token, so a login first
@@ -35,7 +36,7 @@ async def test_every_router_reaches_the_desk_through_desk_of(start_desk: StartDe
     }
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://desk.test") as client:
         before = {path: (await client.get(path)).status_code for path in requests}
-        app.dependency_overrides[desk_of] = lambda: other.desk
+        app.state.desk = other.desk
         after = {path: (await client.get(path)).status_code for path in requests}
 
     assert before == {path: statuses[0] for path, statuses in requests.items()}

@@ -46,18 +46,23 @@ MAX_WAIT_SECONDS = 30.0
 MAX_ID = 2**63 - 1
 
 
-async def require_api_key(request: Request, config: ConfigDep) -> None:
+async def agent_caller(request: Request, config: ConfigDep) -> None:
+    """The guard of the API: the caller holds api.key, and a POST says it is JSON. Both checks
+    are one dependency because FastAPI solves every dependency of a route on each request."""
     _require_bearer(request, config.api.key, "api.key")
+    await require_json(request)
 
 
-async def require_owner_token(request: Request, config: ConfigDep) -> None:
-    """Deciding an approval is the owner's act, not the agent's: the agent side holds
-    api.key (the webhook bot, DeskClient, the MCP bridge) and must not approve its own
-    calls. With owner.token set, only it decides; without one, api.key does."""
+async def owner_caller(request: Request, config: ConfigDep) -> None:
+    """The guard of approval decisions. Deciding an approval is the owner's act, not the
+    agent's: the agent side holds api.key (the webhook bot, DeskClient, the MCP bridge) and
+    must not approve its own calls. With owner.token set, only it decides; without one,
+    api.key does. A POST says it is JSON, as everywhere in the API."""
     if config.owner.token is not None:
         _require_bearer(request, config.owner.token, "owner.token")
     else:
         _require_bearer(request, config.api.key, "api.key")
+    await require_json(request)
 
 
 def _require_bearer(request: Request, key: SecretStr | None, name: str) -> None:
@@ -151,7 +156,7 @@ def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
     }
 
 
-api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key), Depends(require_json)])
+api = APIRouter(prefix="/api", dependencies=[Depends(agent_caller)])
 
 
 @api.post("/conversations", status_code=201)
@@ -267,7 +272,7 @@ async def get_approval(aid: str, approvals: ApprovalsDep) -> dict[str, Any]:
     return approval_view(await approvals.get(aid))
 
 
-decisions = APIRouter(prefix="/api", dependencies=[Depends(require_owner_token), Depends(require_json)])
+decisions = APIRouter(prefix="/api", dependencies=[Depends(owner_caller)])
 
 
 @decisions.post("/approvals/{aid}/decision")

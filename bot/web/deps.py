@@ -1,10 +1,17 @@
 """How a route gets the services it uses: one FastAPI dependency per service.
 
-The desk only wires. `create_app` puts it on `app.state`, `desk_of` hands it over, and each
+The desk only wires. `create_app` puts it on `app.state`, `app_desk` reads it back, and each
 service below is taken from it here, in one place; a route declares the services it uses
 (`handoffs: HandoffsDep`, `renderer: RendererDep`, …) and never the whole desk. A test swaps
-one service with `app.dependency_overrides[handoffs_of]`, or every one at once by overriding
-`desk_of`. Exception handlers, which FastAPI does not inject, call `app_desk(request)`.
+one service with `app.dependency_overrides[handoffs_of]`, or every one at once by putting
+another desk on `app.state.desk`.
+
+Each dependency reads the request alone, with no dependency of its own: FastAPI solves every
+sub-dependency of a dependency again for each one that declares it (the cached value is
+reused, the solving is not), so a service taken through a shared `desk` dependency cost two
+solves per route instead of one. Like every dependency here they are `async def` although
+they await nothing: FastAPI runs a plain `def` dependency in its threadpool, a thread hop per
+dependency per request for a lookup.
 """
 
 from __future__ import annotations
@@ -31,77 +38,68 @@ from forms.links import FormLinks
 
 
 def app_desk(request: Request) -> Desk:
-    """The desk the app was built around (`create_app` sets `app.state.desk`), for code that
-    FastAPI does not inject (exception handlers)."""
+    """The desk the app was built around (`create_app` sets `app.state.desk`): what every
+    dependency below takes its service from, and what exception handlers (which FastAPI does
+    not inject) read."""
     desk: Desk = request.app.state.desk  # Starlette's app.state is untyped
     return desk
 
 
-async def desk_of(request: Request) -> Desk:
-    """The desk, as the dependency every service below is taken from. Like every dependency
-    here it is `async def` although it awaits nothing: FastAPI runs a plain `def` dependency
-    in its threadpool, a thread hop per dependency per request for a lookup."""
-    return app_desk(request)
+async def config_of(request: Request) -> Config:
+    return app_desk(request).config
 
 
-DeskDep = Annotated[Desk, Depends(desk_of)]
+async def clock_of(request: Request) -> Clock:
+    return app_desk(request).clock
 
 
-async def config_of(desk: DeskDep) -> Config:
-    return desk.config
-
-
-async def clock_of(desk: DeskDep) -> Clock:
-    return desk.clock
-
-
-async def renderer_of(desk: DeskDep) -> Renderer:
+async def renderer_of(request: Request) -> Renderer:
     """The templates: pages, and the texts a page shows (the chat's banner, the widget)."""
-    return desk.renderer
+    return app_desk(request).renderer
 
 
-async def conversations_of(desk: DeskDep) -> Conversations:
-    return desk.conversations
+async def conversations_of(request: Request) -> Conversations:
+    return app_desk(request).conversations
 
 
-async def queries_of(desk: DeskDep) -> Queries:
-    return desk.queries
+async def queries_of(request: Request) -> Queries:
+    return app_desk(request).queries
 
 
-async def handoffs_of(desk: DeskDep) -> Handoffs:
-    return desk.handoffs
+async def handoffs_of(request: Request) -> Handoffs:
+    return app_desk(request).handoffs
 
 
-async def approvals_of(desk: DeskDep) -> Approvals:
-    return desk.approvals
+async def approvals_of(request: Request) -> Approvals:
+    return app_desk(request).approvals
 
 
-async def user_actions_of(desk: DeskDep) -> UserActions:
-    return desk.user_actions
+async def user_actions_of(request: Request) -> UserActions:
+    return app_desk(request).user_actions
 
 
-async def router_of(desk: DeskDep) -> Router:
-    return desk.router
+async def router_of(request: Request) -> Router:
+    return app_desk(request).router
 
 
-async def inbound_of(desk: DeskDep) -> Inbound:
-    return desk.inbound
+async def inbound_of(request: Request) -> Inbound:
+    return app_desk(request).inbound
 
 
-async def channels_of(desk: DeskDep) -> ChannelSet:
-    return desk.channels
+async def channels_of(request: Request) -> ChannelSet:
+    return app_desk(request).channels
 
 
-async def form_links_of(desk: DeskDep) -> FormLinks:
-    return desk.forms
+async def form_links_of(request: Request) -> FormLinks:
+    return app_desk(request).forms
 
 
-async def bus_of(desk: DeskDep) -> ConversationBus:
-    return desk.bus
+async def bus_of(request: Request) -> ConversationBus:
+    return app_desk(request).bus
 
 
-async def metrics_of(desk: DeskDep) -> Metrics:
-    return desk.metrics
+async def metrics_of(request: Request) -> Metrics:
+    return app_desk(request).metrics
 
 
 ConfigDep = Annotated[Config, Depends(config_of)]

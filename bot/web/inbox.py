@@ -69,15 +69,10 @@ from bot.store.models import Approval, HandoffSession
 from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState, Outcome, ReleaseReason
 from bot.web.deps import (
     ApprovalsDep,
-    BusDep,
-    ChannelsDep,
-    ClockDep,
     ConfigDep,
     ConversationsDep,
-    FormLinksDep,
     HandoffsDep,
     InboundDep,
-    QueriesDep,
     RendererDep,
     app_desk,
 )
@@ -400,10 +395,11 @@ class InboxView:
         }
 
 
-async def inbox_view(
-    queries: QueriesDep, approvals: ApprovalsDep, channels: ChannelsDep, forms: FormLinksDep, clock: ClockDep, bus: BusDep,
-) -> InboxView:
-    return InboxView(queries, approvals, channels, forms, clock, bus)
+async def inbox_view(request: Request) -> InboxView:
+    """The inbox's services, taken from the desk in one lookup (one dependency solved per
+    request instead of six)."""
+    desk = app_desk(request)
+    return InboxView(desk.queries, desk.approvals, desk.channels, desk.forms, desk.clock, desk.bus)
 
 
 InboxViewDep = Annotated[InboxView, Depends(inbox_view)]
