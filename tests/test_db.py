@@ -126,3 +126,24 @@ async def test_postgres_replaces_an_idle_connection_the_server_dropped_before_us
         assert after != before
     finally:
         await db.dispose()
+
+
+async def test_a_single_prepared_read_sees_the_last_commit_and_takes_no_transaction(database_url: str) -> None:
+    from sqlalchemy import bindparam, select
+
+    from bot.store.prepared import Prepared
+
+    db = Database(database_url)
+    await db.upgrade()
+    name = Prepared(select(Conversation.subscriber_name).where(col(Conversation.id) == bindparam("cid")))
+    now = datetime.now(UTC)
+    try:
+        async with db.transaction() as session:
+            cid = (await conversations.create(session, now=now, name="Ana")).id
+        assert await db.fetch_one(name, {"cid": cid}) == ("Ana",)
+        async with db.transaction() as session:
+            await session.execute(update(Conversation).values(subscriber_name="Bo"))
+        assert await db.fetch_all(name, {"cid": cid}) == [("Bo",)]
+        assert await db.fetch_one(name, {"cid": "c_none"}) is None
+    finally:
+        await db.dispose()

@@ -171,7 +171,10 @@ RELEASE_IDLE = _compare_and_set(
 
 async def handoff(session: AsyncSession, sid: str) -> HandoffSession | None:
     """The handoff as stored now, or None."""
-    row = await prepared.fetch_one(session, SELECT_HANDOFF, {"sid": sid})
+    return handoff_of(await prepared.fetch_one(session, SELECT_HANDOFF, {"sid": sid}))
+
+
+def handoff_of(row: Sequence[Any] | None) -> HandoffSession | None:
     return detached(HandoffSession, row) if row is not None else None
 
 
@@ -206,8 +209,11 @@ async def held_messages(session: AsyncSession, sid: str) -> list[Message]:
 async def linked(session: AsyncSession, link_id: str) -> tuple[FormLink, HandoffSession] | None:
     """A return-form link and its handoff, in one joined read."""
     row = await prepared.fetch_one(session, SELECT_LINKED, {"link_id": link_id})
-    if row is None:
-        return None
+    return linked_of(row) if row is not None else None
+
+
+def linked_of(row: Sequence[Any]) -> tuple[FormLink, HandoffSession]:
+    """The link and its handoff from a row of `SELECT_LINKED`."""
     split = len(_KEYS[FormLink])
     return detached(FormLink, row[:split]), detached(HandoffSession, row[split:])
 

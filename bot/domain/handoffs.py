@@ -301,15 +301,12 @@ class Handoffs:
     # ------------------------------------------------------------------ queries
 
     async def get(self, session_id: str) -> HandoffSession:
-        async with self.db.read() as session:
-            return await self._get(session, session_id)
+        """The handoff as stored now: one read on its own, outside any transaction."""
+        return _found(rows.handoff_of(await self.db.fetch_one(rows.SELECT_HANDOFF, {"sid": session_id})), session_id)
 
     @staticmethod
     async def _get(session: AsyncSession, session_id: str) -> HandoffSession:
-        found = await rows.handoff(session, session_id)
-        if found is None:
-            raise NotFound("handoff session", session_id)
-        return found
+        return _found(await rows.handoff(session, session_id), session_id)
 
     @staticmethod
     async def open_session(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
@@ -874,3 +871,9 @@ def parse_release_command(text: str) -> tuple[Outcome | None, str | None] | None
     if parts and parts[0].lower() in tuple(Outcome):
         return Outcome(parts[0].lower()), (parts[1].strip() if len(parts) > 1 else "")[:MAX_NOTE] or None
     return None, rest[:MAX_NOTE] or None
+
+
+def _found(handoff: HandoffSession | None, session_id: str) -> HandoffSession:
+    if handoff is None:
+        raise NotFound("handoff session", session_id)
+    return handoff

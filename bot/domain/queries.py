@@ -23,7 +23,6 @@ from sqlmodel import col
 from bot.domain import handoff_rows
 from bot.domain.approvals import PENDING
 from bot.errors import NotFound
-from bot.store import prepared
 from bot.store.db import Database
 from bot.store.models import Approval, Conversation, FormLink, HandoffEvent, HandoffSession, Message
 from bot.store.prepared import Prepared
@@ -59,8 +58,7 @@ class Queries:
 
     async def ping(self) -> None:
         """Raise when the database cannot answer (the health check reports why)."""
-        async with self.db.read() as session:
-            await prepared.fetch_one(session, _PING)
+        await self.db.fetch_one(_PING)
 
     async def handoffs(self, *, states: tuple[HandoffState, ...], limit: int = 100) -> list[HandoffSession]:
         """Newest first. One indexed query per state, merged: an IN over states would make
@@ -122,9 +120,8 @@ class Queries:
     async def linked_handoff(self, link_id: str) -> LinkedHandoff | None:
         """The link and its handoff, or None when either is gone: one joined query, since the
         return form asks this on every GET and POST."""
-        async with self.db.read() as session:
-            found = await handoff_rows.linked(session, link_id)
-        return LinkedHandoff(*found) if found is not None else None
+        row = await self.db.fetch_one(handoff_rows.SELECT_LINKED, {"link_id": link_id})
+        return LinkedHandoff(*handoff_rows.linked_of(row)) if row is not None else None
 
     async def inbox_version(self, now: datetime, *, limit: int) -> str:
         """A short hash of what decides the owner inbox's list.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -33,7 +33,8 @@ from sqlalchemy.util import await_only, greenlet_spawn
 
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
-from bot.store.prepared import attach_inline
+from bot.store import prepared
+from bot.store.prepared import Prepared, Row, attach_inline
 from bot.store.sqlite_driver import InlineConnection, create_inline_engine
 
 _READ_ONLY = "handoff_desk_read_only"
@@ -193,6 +194,27 @@ class Database:
                 yield session
         finally:
             await self._connections.give_back(connection)
+
+    async def fetch_all(self, statement: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """One prepared SELECT, read on its own. A single statement is its own snapshot, so on
+        a SQLite file it runs on an idle reader connection with no BEGIN or COMMIT around it
+        (a read transaction's fixed cost is several times a short SELECT's); elsewhere it
+        runs in `read()`."""
+        if self._connections is None:
+            async with self.read() as session:
+                return await prepared.fetch_all(session, statement, params)
+        connection = await self._connections.reader()
+        try:
+            inline = prepared.inline_of(connection)
+            assert inline is not None, "held connections are inline ones (bot/store/sqlite_driver.py)"
+            return await prepared.fetch_all_inline(inline, statement, params)
+        finally:
+            await self._connections.give_back(connection)
+
+    async def fetch_one(self, statement: Prepared, params: Mapping[str, Any] | None = None) -> Row | None:
+        """The first row of `fetch_all`, or None."""
+        rows = await self.fetch_all(statement, params)
+        return rows[0] if rows else None
 
     async def upgrade(self) -> None:
         """Bring the schema to the newest migration. Safe with several instances starting at

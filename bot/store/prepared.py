@@ -137,7 +137,7 @@ def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> 
 
 
 @dataclass(frozen=True, slots=True)
-class _Inline:
+class Inline:
     """Where a session's prepared statements run on SQLite: its connection and dialect."""
 
     connection: InlineConnection
@@ -147,8 +147,7 @@ class _Inline:
 def attach_inline(session: AsyncSession, connection: AsyncConnection) -> None:
     """Tell the prepared statements which inline connection `session`'s transaction (already
     begun) runs on, so they need not ask the session for it."""
-    driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
-    session.info[_RAW_CONNECTION] = _Inline(driver, connection.dialect) if isinstance(driver, InlineConnection) else None
+    session.info[_RAW_CONNECTION] = inline_of(connection)
 
 
 def _default_of(column: Any, default: Any) -> Callable[[], Any]:
@@ -163,7 +162,7 @@ def _default_of(column: Any, default: Any) -> Callable[[], Any]:
     raise ValueError(f"prepared statement: give {column.key!r} a value (its default is a SQL expression)")
 
 
-async def _raw_connection(session: AsyncSession) -> _Inline | None:
+async def _raw_connection(session: AsyncSession) -> Inline | None:
     """The transaction's inline SQLite connection, or None on any other database. Taking the
     connection begins the session's transaction, as its first statement would."""
     info = session.info
@@ -173,10 +172,10 @@ async def _raw_connection(session: AsyncSession) -> _Inline | None:
             info[_RAW_CONNECTION] = None
         else:
             attach_inline(session, await session.connection())
-    return cast(_Inline | None, info[_RAW_CONNECTION])
+    return cast(Inline | None, info[_RAW_CONNECTION])
 
 
-async def _run(raw: _Inline, call: Callable[[str, Any], sqlite3.Cursor], sql: str, values: Any) -> sqlite3.Cursor:
+async def _run(raw: Inline, call: Callable[[str, Any], sqlite3.Cursor], sql: str, values: Any) -> sqlite3.Cursor:
     """One sqlite3 call; its errors are raised as the SQLAlchemy exceptions a session would
     raise (`IntegrityError` for a unique index, `OperationalError`, ...), so callers catch
     the same thing on every database and never name the driver."""
@@ -199,8 +198,21 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     if raw is None:
         prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
-    compiled = prepared.compiled(raw.dialect, frozenset(params))
-    cursor = await _run(raw, raw.connection._conn.execute, compiled.sql, compiled.values(params))
+    return await fetch_all_inline(raw, prepared, params)
+
+
+def inline_of(connection: AsyncConnection) -> Inline | None:
+    """Where prepared statements run on `connection`, when it is an inline SQLite one."""
+    driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
+    return Inline(driver, connection.dialect) if isinstance(driver, InlineConnection) else None
+
+
+async def fetch_all_inline(inline: Inline, prepared: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
+    """`fetch_all` straight on an inline connection, in whatever transaction it is in (none:
+    then the statement is its own)."""
+    params = params or {}
+    compiled = prepared.compiled(inline.dialect, frozenset(params))
+    cursor = await _run(inline, inline.connection._conn.execute, compiled.sql, compiled.values(params))
     return compiled.rows(cursor.fetchall())
 
 
