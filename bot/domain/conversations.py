@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
@@ -14,6 +14,7 @@ from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.signals import Changed, record
 from bot.runtime.text import scrub
+from bot.store import prepared
 from bot.store.db import MESSAGE_HOOKS, Database
 from bot.store.models import Conversation, Message, new_id
 from bot.store.vocabulary import Role
@@ -25,6 +26,36 @@ from channels.base import TranscriptLine, UserActionPrompt
 _LAST_MESSAGE_AT = "handoff_desk_last_message_at"
 
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
+
+_MESSAGES = Message.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+_CONVERSATIONS = Conversation.__table__  # type: ignore[attr-defined]
+# A message's columns in the order the reads below return them (`_message`).
+_MESSAGE_COLUMNS = (_MESSAGES.c.id, _MESSAGES.c.conversation_id, _MESSAGES.c.role, _MESSAGES.c.text, _MESSAGES.c.author,
+                    _MESSAGES.c.handoff_session_id, _MESSAGES.c.created_at)
+
+# Prepared once: storing and reading messages is on every relay's and every answer's path,
+# where an ORM flush or load cost several times the statement (bot/store/prepared.py).
+_INSERT_MESSAGE = prepared.Prepared(insert(_MESSAGES).returning(_MESSAGES.c.id))
+_TOUCH_CONVERSATION = prepared.Prepared(
+    update(_CONVERSATIONS).where(_CONVERSATIONS.c.id == bindparam("cid")).values(last_message_at=bindparam("now")))
+_MESSAGES_AFTER = prepared.Prepared(
+    select(*_MESSAGE_COLUMNS)
+    .where(_MESSAGES.c.conversation_id == bindparam("cid"), _MESSAGES.c.id > bindparam("after"))
+    .order_by(_MESSAGES.c.id).limit(bindparam("limit")))
+_RECENT_MESSAGES = prepared.Prepared(
+    select(*_MESSAGE_COLUMNS).where(_MESSAGES.c.conversation_id == bindparam("cid"))
+    .order_by(_MESSAGES.c.id.desc()).limit(bindparam("limit")))
+
+
+def _message(row: tuple[Any, ...]) -> Message:
+    """A message from its stored columns. Built without validation (the values come from the
+    database, or were just written to it) and kept out of the session: nothing edits a
+    message once stored."""
+    message_id, conversation_id, role, text, author, handoff_session_id, created_at = row
+    return Message.model_construct(
+        id=message_id, conversation_id=conversation_id, role=role, text=text, author=author,
+        handoff_session_id=handoff_session_id, created_at=created_at,
+    )
 
 
 async def create(
@@ -77,20 +108,20 @@ async def add_message(
     message is never stored without being sent, nor sent without being stored. Whoever
     waits on the conversation is woken once the transaction commits (a `Changed` signal).
     `user_action`: this message asks the subscriber for it (a front may offer buttons)."""
-    message = Message(
-        conversation_id=conversation_id,
-        role=role,
-        text=scrub(text),
-        author=scrub(author)[:200] if author else None,
-        handoff_session_id=handoff_session_id,
-        created_at=now,
-    )
-    session.add(message)
+    row: dict[str, Any] = {
+        "conversation_id": conversation_id,
+        "role": role,
+        "text": scrub(text),
+        "author": scrub(author)[:200] if author else None,
+        "handoff_session_id": handoff_session_id,
+        "created_at": now,
+    }
+    ((message_id,),) = await prepared.fetch_all(session, _INSERT_MESSAGE, row)
+    message = Message.model_construct(id=message_id, **row)
     bumped = session.info.setdefault(_LAST_MESSAGE_AT, {})
     if bumped.get(conversation_id) != now:  # a second message of the same moment sets the same value
-        await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
+        await prepared.execute(session, _TOUCH_CONVERSATION, {"cid": conversation_id, "now": now})
         bumped[conversation_id] = now
-    await session.flush()
     record(session.info, Changed(conversation_id))
     for hook in session.info.get(MESSAGE_HOOKS, ()):
         await hook(session, message, user_action)
@@ -104,21 +135,17 @@ async def at_front(session: AsyncSession, front: str, chat: str) -> Conversation
 
 
 async def messages_after(session: AsyncSession, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
-    query = (
-        select(Message)
-        .where(col(Message.conversation_id) == conversation_id, col(Message.id) > after)
-        .order_by(col(Message.id))
-        .limit(limit)
-    )
-    return list((await session.scalars(query)).all())
+    """Messages with an id above `after`, oldest first."""
+    rows = await prepared.fetch_all(session, _MESSAGES_AFTER, {"cid": conversation_id, "after": after, "limit": limit})
+    return [_message(row) for row in rows]
 
 
 async def recent_messages(session: AsyncSession, conversation_id: str, limit: int) -> list[Message]:
     """The last `limit` messages, oldest first."""
     if limit <= 0:
         return []
-    query = select(Message).where(col(Message.conversation_id) == conversation_id).order_by(col(Message.id).desc()).limit(limit)
-    return list(reversed((await session.scalars(query)).all()))
+    rows = await prepared.fetch_all(session, _RECENT_MESSAGES, {"cid": conversation_id, "limit": limit})
+    return [_message(row) for row in reversed(rows)]
 
 
 def speaker(message: Message, conversation: Conversation) -> str:
