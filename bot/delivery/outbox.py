@@ -40,6 +40,7 @@ from bot.runtime.metrics import Metrics
 from bot.store import audit, prepared
 from bot.store.db import Database
 from bot.store.models import HandoffSession, OutboxItem, new_id
+from bot.store.rows import Rows
 from bot.store.vocabulary import HandoffState, OutboxState
 from channels.base import (
     ChannelError,
@@ -59,10 +60,9 @@ CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others ge
 
 # The table itself: Core statements over it, prepared once (bot/store/prepared.py), run as one
 # sqlite3 call each on the transaction's connection. Items come back as tuples of every
-# column (`_item`), never through the ORM's loading machinery.
-_OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
-_COLUMNS = tuple(_OUTBOX.c)
-_KEYS = tuple(column.key for column in _COLUMNS)
+# column (`_ITEMS.one`), never through the ORM's loading machinery.
+_ITEMS = Rows(OutboxItem)
+_OUTBOX = _ITEMS.table
 # Unsent: an item still to be sent, or being sent (`IN` over two bound values, which the
 # prepared statements take, unlike an expanding list).
 _UNSENT = (literal(OutboxState.PENDING), literal(OutboxState.SENDING))
@@ -96,7 +96,7 @@ def _claim_next_statement() -> Any:
         update(_OUTBOX)
         .where(_OUTBOX.c.id == following, _OUTBOX.c.state == OutboxState.PENDING, _OUTBOX.c.not_before <= bindparam("now"))
         .values(state=OutboxState.SENDING, lease_until=bindparam("lease_end"), attempts=_OUTBOX.c.attempts + 1)
-        .returning(*_COLUMNS)
+        .returning(*_ITEMS.columns)
     )
 
 
@@ -111,7 +111,7 @@ def _claim_statement() -> Any:
             # taking over an expired claim: that attempt may have reached the provider
             uncertain=or_(_OUTBOX.c.uncertain, _OUTBOX.c.state == OutboxState.SENDING),
         )
-        .returning(*_COLUMNS)
+        .returning(*_ITEMS.columns)
     )
 
 
@@ -135,11 +135,6 @@ _RECORD_FAILED = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
     state=bindparam("new_state"), not_before=bindparam("retry_at"), lease_until=null(), last_error=bindparam("error"),
     uncertain=bindparam("still_uncertain"),
 ))
-
-
-def _item(row: tuple[Any, ...]) -> OutboxItem:
-    """An item from all its columns, as stored: built without validation, outside any session."""
-    return OutboxItem.model_construct(**dict(zip(_KEYS, row, strict=True)))
 
 
 _DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "subscriber": "delivered_to_subscriber"}
@@ -453,7 +448,7 @@ class Outbox:
     async def _claim_in(self, session: AsyncSession, item_id: int, now: datetime) -> OutboxItem | None:
         # UPDATE … RETURNING: the claim and the row in one statement (SQLite ≥ 3.35, PostgreSQL)
         row = await prepared.fetch_one(session, _CLAIM, {"item_id": item_id, "now": now, "lease_end": now + self.lease})
-        return _item(row) if row is not None else None
+        return _ITEMS.one(row) if row is not None else None
 
     def _kind_of(self, channel_id: int) -> str:
         adapter = self.channels.get(channel_id)
@@ -547,7 +542,7 @@ class Outbox:
         following = await prepared.fetch_one(session, _CLAIM_NEXT, {
             "session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_end": now + self.lease,
         })
-        return _SuccessRecord(recorded=True, following=_item(following) if following is not None else None)
+        return _SuccessRecord(recorded=True, following=_ITEMS.one(following) if following is not None else None)
 
     def _count_sent(self, item: OutboxItem, record: _SuccessRecord) -> None:
         if not record.recorded:

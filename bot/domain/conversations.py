@@ -17,6 +17,7 @@ from bot.runtime.text import scrub
 from bot.store import prepared
 from bot.store.db import MESSAGE_HOOKS, Database
 from bot.store.models import Conversation, Message, new_id
+from bot.store.rows import Rows
 from bot.store.vocabulary import Role
 from channels.base import TranscriptLine, UserActionPrompt
 
@@ -27,35 +28,22 @@ _LAST_MESSAGE_AT = "handoff_desk_last_message_at"
 
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
 
-_MESSAGES = Message.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
-_CONVERSATIONS = Conversation.__table__  # type: ignore[attr-defined]
-# A message's columns in the order the reads below return them (`_message`).
-_MESSAGE_COLUMNS = (_MESSAGES.c.id, _MESSAGES.c.conversation_id, _MESSAGES.c.role, _MESSAGES.c.text, _MESSAGES.c.author,
-                    _MESSAGES.c.handoff_session_id, _MESSAGES.c.created_at)
+_MESSAGES = Rows(Message)
+_CONVERSATIONS = Rows(Conversation)
 
 # Prepared once: storing and reading messages is on every relay's and every answer's path,
 # where an ORM flush or load cost several times the statement (bot/store/prepared.py).
-_INSERT_MESSAGE = prepared.Prepared(insert(_MESSAGES).returning(_MESSAGES.c.id))
+_INSERT_MESSAGE = prepared.Prepared(insert(_MESSAGES.table).returning(_MESSAGES.table.c.id))
 _TOUCH_CONVERSATION = prepared.Prepared(
-    update(_CONVERSATIONS).where(_CONVERSATIONS.c.id == bindparam("cid")).values(last_message_at=bindparam("now")))
+    update(_CONVERSATIONS.table).where(_CONVERSATIONS.table.c.id == bindparam("cid")).values(last_message_at=bindparam("now")))
+_CONVERSATION = prepared.Prepared(select(*_CONVERSATIONS.columns).where(_CONVERSATIONS.table.c.id == bindparam("cid")))
 _MESSAGES_AFTER = prepared.Prepared(
-    select(*_MESSAGE_COLUMNS)
-    .where(_MESSAGES.c.conversation_id == bindparam("cid"), _MESSAGES.c.id > bindparam("after"))
-    .order_by(_MESSAGES.c.id).limit(bindparam("limit")))
+    select(*_MESSAGES.columns)
+    .where(_MESSAGES.table.c.conversation_id == bindparam("cid"), _MESSAGES.table.c.id > bindparam("after"))
+    .order_by(_MESSAGES.table.c.id).limit(bindparam("limit")))
 _RECENT_MESSAGES = prepared.Prepared(
-    select(*_MESSAGE_COLUMNS).where(_MESSAGES.c.conversation_id == bindparam("cid"))
-    .order_by(_MESSAGES.c.id.desc()).limit(bindparam("limit")))
-
-
-def _message(row: tuple[Any, ...]) -> Message:
-    """A message from its stored columns. Built without validation (the values come from the
-    database, or were just written to it) and kept out of the session: nothing edits a
-    message once stored."""
-    message_id, conversation_id, role, text, author, handoff_session_id, created_at = row
-    return Message.model_construct(
-        id=message_id, conversation_id=conversation_id, role=role, text=text, author=author,
-        handoff_session_id=handoff_session_id, created_at=created_at,
-    )
+    select(*_MESSAGES.columns).where(_MESSAGES.table.c.conversation_id == bindparam("cid"))
+    .order_by(_MESSAGES.table.c.id.desc()).limit(bindparam("limit")))
 
 
 async def create(
@@ -86,10 +74,11 @@ async def create(
 
 
 async def get(session: AsyncSession, conversation_id: str) -> Conversation:
-    conversation = await session.get(Conversation, conversation_id)
-    if conversation is None:
+    """The conversation as stored (a copy: changes to it are not saved)."""
+    row = await prepared.fetch_one(session, _CONVERSATION, {"cid": conversation_id})
+    if row is None:
         raise NotFound("conversation", conversation_id)
-    return conversation
+    return _CONVERSATIONS.one(row)
 
 
 async def add_message(
@@ -137,7 +126,7 @@ async def at_front(session: AsyncSession, front: str, chat: str) -> Conversation
 async def messages_after(session: AsyncSession, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
     """Messages with an id above `after`, oldest first."""
     rows = await prepared.fetch_all(session, _MESSAGES_AFTER, {"cid": conversation_id, "after": after, "limit": limit})
-    return [_message(row) for row in rows]
+    return _MESSAGES.all(rows)
 
 
 async def recent_messages(session: AsyncSession, conversation_id: str, limit: int) -> list[Message]:
@@ -145,7 +134,7 @@ async def recent_messages(session: AsyncSession, conversation_id: str, limit: in
     if limit <= 0:
         return []
     rows = await prepared.fetch_all(session, _RECENT_MESSAGES, {"cid": conversation_id, "limit": limit})
-    return [_message(row) for row in reversed(rows)]
+    return _MESSAGES.all(rows[::-1])
 
 
 def speaker(message: Message, conversation: Conversation) -> str:

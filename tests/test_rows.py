@@ -1,0 +1,53 @@
+"""Model objects built from prepared rows (bot/store/rows.py) equal what the ORM loads for
+the same row, and stay out of the session."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import bindparam, inspect, select
+
+from bot.store import prepared
+from bot.store.db import Database
+from bot.store.models import Conversation, OutboxItem
+from bot.store.rows import Rows
+
+AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
+ITEMS = Rows(OutboxItem)
+ITEM = prepared.Prepared(select(*ITEMS.columns).where(ITEMS.table.c.id == bindparam("id")))
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url)
+    await database.upgrade()
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
+async def test_a_built_model_equals_the_one_the_orm_loads_and_is_not_tracked(db: Database) -> None:
+    async with db.transaction() as session:
+        stored = OutboxItem(channel_id=3, handoff_session_id="hs_1", purpose="relay", payload={"text": "héllo", "n": [1, 2]},
+                            not_before=AT, created_at=AT, receipt={"message_id": "m1"})
+        session.add(stored)
+        await session.flush()
+        item_id = stored.id
+    async with db.read() as session:
+        row = await prepared.fetch_one(session, ITEM, {"id": item_id})
+        assert row is not None
+        built = ITEMS.one(row)
+        loaded = await session.get(OutboxItem, item_id)
+    assert loaded is not None and built.model_dump() == loaded.model_dump()
+    assert inspect(built, raiseerr=False) is None  # no session tracks it, so no flush can write it back
+    assert built.payload == {"text": "héllo", "n": [1, 2]} and built.not_before == AT and built.uncertain is False
+
+
+def test_the_columns_are_the_whole_table_in_order_and_a_short_row_is_refused() -> None:
+    conversations = Rows(Conversation)
+    assert [c.key for c in conversations.columns] == list(Conversation.model_fields)
+    with pytest.raises(ValueError):
+        conversations.one(("c_1", "Ana"))
