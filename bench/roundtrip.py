@@ -2,7 +2,7 @@
 processes over real HTTP on loopback, next to awaithumans doing the same shape.
 
 Run:  python bench/roundtrip.py [--sequential 150] [--concurrent 300] [--clients 20] [--parked 200]
-                                [--no-postgres] [--no-awaithumans] [--awaithumans-python PATH]
+                                [--no-postgres] [--no-sqlite-pair] [--no-awaithumans] [--awaithumans-python PATH]
                                 [--count-sql [--count-n 100]] [--profile DIR] [--cprofile FILE]
 
 One round trip is what an agent and a person do for one handoff:
@@ -27,7 +27,10 @@ from scripts/pg-throwaway.sh; skipped with a line saying why when there is no in
 - concurrent: `--clients` clients at once (on PostgreSQL each sticks to one instance,
   alternating, as a load balancer with sticky sessions would);
 - parked (SQLite only): the agent's long-poll is already waiting when the form is
-  submitted; the push lag is from the form POST's answer to the long-poll's answer.
+  submitted; the push lag is from the form POST's answer to the long-poll's answer;
+- SQLite, 2 instances on one file (`--no-sqlite-pair` skips it): the concurrent pass with a
+  second `handoff serve` on the same database file, clients alternating between the two,
+  to show what a second core gives when each round trip's CPU is the limit.
 
 awaithumans 0.1.12 (`awaithumans[server]`) runs the same shape in the same run, in a venv of
 its own under a temporary directory, when pip can install it: create task → GET task →
@@ -729,6 +732,17 @@ def main(args: argparse.Namespace) -> None:
         if args.parked:
             results["parked"] = run_pass("SQLite, 1 instance, parked long-poll", [desk], DESK_PHASES, args.parked, 1, parked_trip)
             print_pass(results["parked"])
+        if args.sqlite_pair and not args.profile and args.concurrent:
+            # A second server on the same file: what the second core does for SQLite. Writers
+            # of two processes meet at SQLite's lock (BEGIN IMMEDIATE, retried inline).
+            twin = start_desk("sqlite-b", folder, f"sqlite:///{folder / 'desk.db'}", log_level=args.log_level)
+            try:
+                run_pass("warm-up", [twin], DESK_PHASES, 10, 1, desk_trip)
+                results["pair"] = run_pass(f"SQLite, 2 instances on one file, {args.clients} clients", [desk, twin],
+                                           DESK_PHASES, args.concurrent, args.clients, desk_trip)
+                print_pass(results["pair"])
+            finally:
+                twin.stop()
     finally:
         desk.stop()
 
@@ -837,6 +851,9 @@ def main(args: argparse.Namespace) -> None:
     if "seq" in results and "conc" in results and results["seq"].tally.done:
         s, c = results["seq"], results["conc"]
         print(f"   SQLite {args.clients} clients / 1 client: {(c.tally.done / c.wall) / (s.tally.done / s.wall):.2f}x")
+    if "seq" in results and "pair" in results and results["seq"].tally.done:
+        s, c = results["seq"], results["pair"]
+        print(f"   SQLite {args.clients} clients on 2 instances / 1 client: {(c.tally.done / c.wall) / (s.tally.done / s.wall):.2f}x")
     if "pg seq" in results and "pg conc" in results and results["pg seq"].tally.done:
         s, c = results["pg seq"], results["pg conc"]
         print(f"   PostgreSQL {args.clients} clients on 2 instances / 1 client: {(c.tally.done / c.wall) / (s.tally.done / s.wall):.2f}x")
@@ -855,6 +872,8 @@ if __name__ == "__main__":
     parser.add_argument("--parked", type=int, default=200, help="round trips with the long-poll parked first (default 200)")
     parser.add_argument("--awaithumans-parked", type=int, default=20, help="parked round trips for awaithumans, ~1 s each (default 20)")
     parser.add_argument("--no-postgres", dest="postgres", action="store_false", help="skip the PostgreSQL passes")
+    parser.add_argument("--no-sqlite-pair", dest="sqlite_pair", action="store_false",
+                        help="skip the pass with two instances on one SQLite file")
     parser.add_argument("--no-awaithumans", dest="awaithumans", action="store_false", help="skip the awaithumans reference")
     parser.add_argument("--awaithumans-python", metavar="PATH", help="a python with awaithumans[server]==0.1.12 already installed")
     parser.add_argument("--count-sql", action="store_true", help="count SQL statements and transactions per step")

@@ -74,3 +74,55 @@ async def test_execute_dml_reports_how_many_rows_a_guarded_update_changed(sqlite
             assert missed.rowcount == 0
     finally:
         await db.dispose()
+
+
+async def test_sqlite_held_connections_read_every_commit_and_forget_rolled_back_work(sqlite_url: str) -> None:
+    """The database keeps its SQLite connections between transactions: each read still starts
+    from the last commit, a failed write leaves nothing behind for the next one, and two
+    reads at once get a connection each."""
+    db = Database(sqlite_url)
+    await db.upgrade()
+    now = datetime.now(UTC)
+    count = text("SELECT count(*) FROM conversations")
+    try:
+        async with db.read() as session:
+            assert await session.scalar(count) == 0
+        async with db.transaction() as session:
+            await conversations.create(session, now=now)
+        with pytest.raises(RuntimeError, match="rolled back"):
+            async with db.transaction() as session:
+                await conversations.create(session, now=now)
+                await session.flush()
+                raise RuntimeError("rolled back")
+        async with db.transaction() as session:
+            await conversations.create(session, now=now)
+        async with db.read() as first, db.read() as second:
+            assert await first.scalar(count) == await second.scalar(count) == 2
+            assert (await first.connection()).sync_connection is not (await second.connection()).sync_connection
+        async with db.read() as session:
+            assert await session.scalar(count) == 2
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_replaces_an_idle_connection_the_server_dropped_before_using_it(database_url: str) -> None:
+    if not database_url.startswith("postgres"):
+        pytest.skip("PostgreSQL's pooled connections")
+    db = Database(database_url, ping_after_idle=0.0)  # every checkout counts as after an idle spell
+    await db.upgrade()
+    try:
+        async with db.transaction() as session:
+            before = await session.scalar(text("SELECT pg_backend_pid()"))
+        import asyncpg
+
+        admin = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:  # the server drops the pooled connection while it sits idle
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", before)
+        finally:
+            await admin.close()
+        async with db.transaction() as session:
+            after = await session.scalar(text("SELECT pg_backend_pid()"))
+        assert after != before
+    finally:
+        await db.dispose()

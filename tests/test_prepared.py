@@ -16,8 +16,8 @@ from bot.store import prepared
 from bot.store.db import Database
 from bot.store.models import Conversation, HandoffEvent, OutboxItem
 
-EVENTS = HandoffEvent.__table__  # type: ignore[attr-defined]
-OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]
+EVENTS = HandoffEvent.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]  # as above
 AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
 
 INSERT_EVENT = prepared.Prepared(insert(EVENTS).returning(EVENTS.c.id))

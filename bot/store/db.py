@@ -16,6 +16,7 @@ a request waits on a provider while holding a connection.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -24,9 +25,11 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.util import await_only
+from sqlalchemy.util import await_only, greenlet_spawn
 
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
@@ -34,6 +37,9 @@ from bot.store.prepared import attach_inline
 from bot.store.sqlite_driver import InlineConnection, create_inline_engine
 
 _READ_ONLY = "handoff_desk_read_only"
+# A pooled PostgreSQL connection idle this long is pinged before it is used again (see
+# `_ping_after_idle`): longer than the gaps of a busy server, shorter than a restart.
+PING_AFTER_IDLE_SECONDS = 10.0
 MESSAGE_HOOKS = "handoff_desk_message_hooks"
 # Any constant works; it only has to be the same for every instance sharing a database.
 _MIGRATION_LOCK_ID = 0x48414E44  # "HAND"
@@ -71,6 +77,30 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
             connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
+def _ping_after_idle(engine: AsyncEngine, seconds: float) -> None:
+    """Check a pooled server connection before use only when it sat idle for `seconds`: one
+    that was in use a moment ago is alive, and `pool_pre_ping` (a round trip at every
+    checkout) cost ~0.5 ms of CPU and a server round trip per transaction. A connection that
+    fails its ping is replaced before anyone uses it (SQLAlchemy's pessimistic disconnect
+    handling). The price: a connection the server dropped less than `seconds` after its last
+    use (a database restart) fails the one transaction that takes it next, and SQLAlchemy
+    then replaces the rest of the pool."""
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < seconds:
+            return
+        try:
+            dbapi_connection.ping()
+        except Exception as error:  # whatever the driver raises for a dead connection
+            raise DisconnectionError(f"the pooled connection failed its ping: {error}") from error
+
+
 async def execute_dml(session: AsyncSession, statement: UpdateBase) -> CursorResult[Any]:
     """Run an UPDATE, DELETE or INSERT and keep its `rowcount`, the compare-and-set answer the
     state machines rely on ("did my guarded update win?"). SQLAlchemy returns a CursorResult
@@ -87,18 +117,21 @@ def alembic_config(url: str | None = None) -> AlembicConfig:
 
 
 class Database:
-    def __init__(self, url: str, *, pool_size: int = 5, signals: Signals | None = None) -> None:
+    def __init__(self, url: str, *, pool_size: int = 5, signals: Signals | None = None,
+                 ping_after_idle: float = PING_AFTER_IDLE_SECONDS) -> None:
         self.url = async_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         # Every session ends its own transaction (commit, or rollback on error or cancel), so on
         # SQLite the pool's extra rollback at check-in is only another call per transaction.
         options: dict[str, Any] = {"pool_reset_on_return": None} if self.is_sqlite else {}
         if not self.is_sqlite:
-            options.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+            options.update(pool_size=pool_size, max_overflow=pool_size * 2)
         self._inline = create_inline_engine(self.url, **options) if self.is_sqlite else None
         self.engine = self._inline.engine if self._inline is not None else create_async_engine(self.url, **options)
         if self.is_sqlite:
             _configure_sqlite(self.engine)
+        else:
+            _ping_after_idle(self.engine, ping_after_idle)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = async_sessionmaker(self.engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
@@ -157,7 +190,7 @@ class Database:
             async with self._connections.session(connection) as session:
                 yield session
         finally:
-            self._connections.give_back(connection)
+            await self._connections.give_back(connection)
 
     async def upgrade(self) -> None:
         """Bring the schema to the newest migration. Safe with several instances starting at
@@ -189,42 +222,72 @@ class _HeldConnections:
         self._read_engine = engine.execution_options(**{_READ_ONLY: True})
         self._writer: AsyncConnection | None = None
         self._idle_readers: list[AsyncConnection] = []
+        self._closed = False
 
     async def writer(self) -> AsyncConnection:
-        if self._writer is None or self._writer.invalidated:
+        if self._writer is not None and not _reusable(self._writer):
+            await self._writer.close()
+            self._writer = None
+        if self._writer is None:
             self._writer = await self._engine.connect()
         return self._writer
 
     async def reader(self) -> AsyncConnection:
-        while self._idle_readers:
-            connection = self._idle_readers.pop()
-            if not connection.invalidated:
-                return connection
+        if self._idle_readers:
+            return self._idle_readers.pop()
         return await self._read_engine.connect()
 
-    def give_back(self, connection: AsyncConnection) -> None:
-        if not connection.invalidated:
+    async def give_back(self, connection: AsyncConnection) -> None:
+        # Not after the database was disposed of while this read was under way, nor when the
+        # read's end failed: a transaction left open would be joined by the next session,
+        # which would then read an old snapshot.
+        if self._closed or not _reusable(connection):
+            await connection.close()
+        else:
             self._idle_readers.append(connection)
 
     @asynccontextmanager
     async def session(self, connection: AsyncConnection) -> AsyncIterator[AsyncSession]:
         """A session in a transaction on `connection`, begun at once (so prepared statements
-        find it under way), committed on success, rolled back on error, and closed in place:
-        inline, closing awaits nothing, so no cancellation can land inside it."""
+        find it under way), committed on success, rolled back on error, and closed in place.
+        Begin-and-connect and end-and-close are one trip into SQLAlchemy's sync core each
+        (`async with session.begin()` and `await session.close()` take five); inline, they
+        await nothing but the driver, so no cancellation can land between commit and close."""
         session = AsyncSession(bind=connection, expire_on_commit=False)
+        await greenlet_spawn(_begin, session.sync_session)
+        attach_inline(session, connection)
         try:
-            async with session.begin():
-                await session.connection()
-                attach_inline(session, connection)
-                yield session
-        finally:
-            await session.close()
+            yield session
+        except BaseException:
+            await greenlet_spawn(_end, session.sync_session, False)
+            raise
+        await greenlet_spawn(_end, session.sync_session, True)
 
     async def close(self) -> None:
+        self._closed = True
         held = [*self._idle_readers, *([self._writer] if self._writer is not None else [])]
         self._writer, self._idle_readers = None, []
         for connection in held:
             await connection.close()
+
+
+def _reusable(connection: AsyncConnection) -> bool:
+    return not connection.invalidated and not connection.in_transaction()
+
+
+def _begin(session: Session) -> None:
+    session.begin()
+    session.connection()
+
+
+def _end(session: Session, commit: bool) -> None:
+    try:
+        if commit:
+            session.commit()
+        else:
+            session.rollback()
+    finally:
+        session.close()
 
 
 def _upgrade_on(connection: Connection) -> None:

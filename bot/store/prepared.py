@@ -34,6 +34,8 @@ from sqlalchemy.engine import CursorResult, Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter, ClauseElement
+from sqlalchemy.sql.visitors import iterate
 
 from bot.store.sqlite_driver import InlineConnection
 
@@ -82,11 +84,20 @@ class _Compiled:
 class Prepared:
     """One Core statement, compiled lazily per dialect and per set of parameter names."""
 
-    __slots__ = ("statement", "_compiled")
+    __slots__ = ("statement", "_compiled", "_required")
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
         self._compiled: dict[tuple[str, frozenset[str]], _Compiled] = {}
+        # The `bindparam`s without a value: checked on every database, so a missing one is
+        # the same KeyError on PostgreSQL as on SQLite.
+        self._required = frozenset(
+            element.key for element in iterate(cast(ClauseElement, statement)) if isinstance(element, BindParameter) and element.required)
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        missing = self._required.difference(params)
+        if missing:
+            raise KeyError(f"prepared statement parameter {sorted(missing)[0]!r} was not given")
 
     def compiled(self, dialect: Dialect, names: frozenset[str]) -> _Compiled:
         key = (dialect.name, names)
@@ -97,7 +108,7 @@ class Prepared:
 
 
 def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> _Compiled:
-    compiled = cast(SQLCompiler, statement.compile(dialect=dialect, column_keys=sorted(names)))  # type: ignore[attr-defined]
+    compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect, column_keys=sorted(names)))
     defaults: dict[str, Callable[[], Any]] = {}
     for column in compiled.insert_prefetch:
         defaults[column.key] = _default_of(column, column.default)
@@ -123,11 +134,19 @@ def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Inline:
+    """Where a session's prepared statements run on SQLite: its connection and dialect."""
+
+    connection: InlineConnection
+    dialect: Dialect
+
+
 def attach_inline(session: AsyncSession, connection: AsyncConnection) -> None:
     """Tell the prepared statements which inline connection `session`'s transaction (already
     begun) runs on, so they need not ask the session for it."""
     driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
-    session.info[_RAW_CONNECTION] = driver if isinstance(driver, InlineConnection) else None
+    session.info[_RAW_CONNECTION] = _Inline(driver, connection.dialect) if isinstance(driver, InlineConnection) else None
 
 
 def _default_of(column: Any, default: Any) -> Callable[[], Any]:
@@ -142,7 +161,7 @@ def _default_of(column: Any, default: Any) -> Callable[[], Any]:
     raise ValueError(f"prepared statement: give {column.key!r} a value (its default is a SQL expression)")
 
 
-async def _raw_connection(session: AsyncSession) -> InlineConnection | None:
+async def _raw_connection(session: AsyncSession) -> _Inline | None:
     """The transaction's inline SQLite connection, or None on any other database. Taking the
     connection begins the session's transaction, as its first statement would."""
     info = session.info
@@ -151,11 +170,8 @@ async def _raw_connection(session: AsyncSession) -> InlineConnection | None:
         if bind is None or bind.dialect.name != "sqlite":
             info[_RAW_CONNECTION] = None
         else:
-            connection = await session.connection()
-            raw = await connection.get_raw_connection()
-            driver = raw.driver_connection
-            info[_RAW_CONNECTION] = driver if isinstance(driver, InlineConnection) else None
-    return cast(InlineConnection | None, info[_RAW_CONNECTION])
+            attach_inline(session, await session.connection())
+    return cast(_Inline | None, info[_RAW_CONNECTION])
 
 
 async def _flush_pending(session: AsyncSession) -> None:
@@ -169,9 +185,10 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
+        prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
-    compiled = prepared.compiled(session.bind.dialect, frozenset(params))  # type: ignore[union-attr]  # a bound session, checked by _raw_connection
-    cursor = await raw.run_retrying_busy(raw._conn.execute, compiled.sql, compiled.values(params))
+    compiled = prepared.compiled(raw.dialect, frozenset(params))
+    cursor = await raw.connection.run_retrying_busy(raw.connection._conn.execute, compiled.sql, compiled.values(params))
     return compiled.rows(cursor.fetchall())
 
 
@@ -188,10 +205,11 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
+        prepared.check(params)
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
-    compiled = prepared.compiled(session.bind.dialect, frozenset(params))  # type: ignore[union-attr]
-    cursor = await raw.run_retrying_busy(raw._conn.execute, compiled.sql, compiled.values(params))
+    compiled = prepared.compiled(raw.dialect, frozenset(params))
+    cursor = await raw.connection.run_retrying_busy(raw.connection._conn.execute, compiled.sql, compiled.values(params))
     return cursor.rowcount
 
 
@@ -202,8 +220,10 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
+        for row in rows:
+            prepared.check(row)
         await session.execute(prepared.statement, [dict(r) for r in rows])
         return
-    compiled = prepared.compiled(session.bind.dialect, frozenset(rows[0]))  # type: ignore[union-attr]
+    compiled = prepared.compiled(raw.dialect, frozenset(rows[0]))
     values = [compiled.values(r) for r in rows]
-    await raw.run_retrying_busy(raw._conn.executemany, compiled.sql, values)
+    await raw.connection.run_retrying_busy(raw.connection._conn.executemany, compiled.sql, values)
