@@ -37,6 +37,9 @@ _INSERT_MESSAGE = prepared.Prepared(insert(_MESSAGES.table).returning(_MESSAGES.
 _TOUCH_CONVERSATION = prepared.Prepared(
     update(_CONVERSATIONS.table).where(_CONVERSATIONS.table.c.id == bindparam("cid")).values(last_message_at=bindparam("now")))
 _CONVERSATION = prepared.Prepared(select(*_CONVERSATIONS.columns).where(_CONVERSATIONS.table.c.id == bindparam("cid")))
+_FRONT_CHAT = prepared.Prepared(
+    select(_CONVERSATIONS.table.c.front, _CONVERSATIONS.table.c.subscriber_external_id)
+    .where(_CONVERSATIONS.table.c.id == bindparam("cid")))
 _MESSAGES_AFTER = prepared.Prepared(
     select(*_MESSAGES.columns)
     .where(_MESSAGES.table.c.conversation_id == bindparam("cid"), _MESSAGES.table.c.id > bindparam("after"))
@@ -121,6 +124,15 @@ async def at_front(session: AsyncSession, front: str, chat: str) -> Conversation
     """The conversation of one chat on a front."""
     query = select(Conversation).where(col(Conversation.front) == front, col(Conversation.subscriber_external_id) == chat)
     return (await session.scalars(query)).first()
+
+
+async def front_chat(session: AsyncSession, conversation_id: str) -> tuple[str, str] | None:
+    """The front and the chat on it a conversation's subscriber talks through; None for the
+    API and the web chat, whose clients read the conversation themselves."""
+    row = await prepared.fetch_one(session, _FRONT_CHAT, {"cid": conversation_id})
+    if row is None or row[0] is None or row[1] is None:
+        return None
+    return row[0], row[1]
 
 
 async def messages_after(session: AsyncSession, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
