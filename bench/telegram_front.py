@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 import httpx  # noqa: E402
 
-from bench.relay_harness import at_each_latency, begin, percentile  # noqa: E402
+from bench.relay_harness import Stopwatch, at_each_latency, begin, percentile  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
@@ -75,7 +75,8 @@ async def converse(fake: FakeTelegram, send: Send, subscribers: int, messages: i
     return per_subscriber * subscribers / (time.perf_counter() - started), round_trips
 
 
-async def bench_desk(fake: FakeTelegram, tmp: Path, subscribers: int, messages: int) -> tuple[float, list[float]]:
+async def bench_desk(fake: FakeTelegram, tmp: Path, subscribers: int, messages: int) -> tuple[float, list[float], float]:
+    """Answers/s, the round trips (ms) and the process's CPU ms per answer (desk, client and fake)."""
     config = Config.from_mapping({
         "database_url": f"sqlite:///{tmp / f'bench-{time.monotonic_ns()}.db'}",
         "secret_key": "bench-secret-key-0123456789",
@@ -94,7 +95,10 @@ async def bench_desk(fake: FakeTelegram, tmp: Path, subscribers: int, messages: 
         assert response.status_code == 200, response.text
 
     try:
-        return await converse(fake, send, subscribers, messages)
+        watch = Stopwatch()
+        watch.start()
+        rate, trips = await converse(fake, send, subscribers, messages)
+        return rate, trips, watch.stop(len(trips)).cpu_ms_per_message
     finally:
         await client.aclose()
         await desk.stop()
@@ -125,17 +129,18 @@ async def bench_bare(fake: FakeTelegram, subscribers: int, messages: int) -> tup
 async def main(latencies: list[float], subscribers: int, messages: int) -> None:
     begin("Handoff Desk Telegram front benchmark",
           f"{messages} messages from {subscribers} subscribers, each waiting for the answer before writing again")
-    async def both(fake: FakeTelegram, tmp: Path) -> tuple[tuple[float, list[float]], tuple[float, list[float]]]:
+    async def both(fake: FakeTelegram, tmp: Path) -> tuple[tuple[float, list[float], float], tuple[float, list[float]]]:
         bare = await bench_bare(fake, subscribers, messages)
         return await bench_desk(fake, tmp, subscribers, messages), bare
 
     rows = [(latency_ms, desk, bare) async for latency_ms, (desk, bare) in at_each_latency(
         latencies, lambda latency: FakeTelegram(token=TOKEN, latency=latency).start(), both, prefix="handoff-bench-front-")]
     print(f"{'fake latency':>12} | {'desk answers/s':>14} | {'desk p50 / p99':>16} | {'bare PTB /s':>11} | "
-          f"{'bare p50 / p99':>16} | {'desk / bare':>11}")
-    for latency_ms, (desk, desk_trips), (bare, bare_trips) in rows:
+          f"{'bare p50 / p99':>16} | {'desk / bare':>11} | {'desk CPU per answer':>19}")
+    for latency_ms, (desk, desk_trips, desk_cpu), (bare, bare_trips) in rows:
         print(f"{latency_ms:>9g} ms | {desk:>14.1f} | {percentile(desk_trips, 50):>6.1f} / {percentile(desk_trips, 99):>5.1f} ms | "
-              f"{bare:>11.1f} | {percentile(bare_trips, 50):>6.1f} / {percentile(bare_trips, 99):>5.1f} ms | {desk / bare:>11.2f}")
+              f"{bare:>11.1f} | {percentile(bare_trips, 50):>6.1f} / {percentile(bare_trips, 99):>5.1f} ms | {desk / bare:>11.2f} | "
+              f"{desk_cpu:>16.2f} ms")
     print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB (the whole run, both sides)")
 
 
