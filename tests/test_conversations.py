@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from bot.domain.conversations import add_message, front_chat
+from bot.domain.conversations import add_message, front_chat, recent_lines, recent_messages
 from bot.errors import NotFound
 from bot.store.vocabulary import Role
 from tests.conftest import Harness
@@ -93,3 +93,15 @@ async def test_front_chat_names_the_front_and_chat_only_for_a_subscriber_on_a_pr
         assert await front_chat(session, on_web) is None
         assert await front_chat(session, through_api) is None
         assert await front_chat(session, "c_nope") is None
+
+
+async def test_recent_lines_are_the_last_messages_oldest_first_as_recent_messages_has_them(harness: Harness) -> None:
+    cid = await harness.desk.conversations.start(name="Ana")
+    for text in ("one", "two", "three"):
+        await harness.say(cid, text)
+    async with harness.desk.db.read() as session:
+        lines = await recent_lines(session, cid, 3)
+        messages = await recent_messages(session, cid, 3)
+        assert await recent_lines(session, cid, 0) == []
+    assert [(m.id, m.role, m.text, m.author) for m in messages] == [tuple(line) for line in lines]
+    assert lines[-1].role == "agent" and [line.id for line in lines] == sorted(line.id for line in lines)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -44,6 +44,10 @@ _MESSAGES_AFTER = prepared.Prepared(
     select(*_MESSAGES.columns)
     .where(_MESSAGES.table.c.conversation_id == bindparam("cid"), _MESSAGES.table.c.id > bindparam("after"))
     .order_by(_MESSAGES.table.c.id).limit(bindparam("limit")))
+_RECENT_LINES = prepared.Prepared(
+    select(_MESSAGES.table.c.id, _MESSAGES.table.c.role, _MESSAGES.table.c.text, _MESSAGES.table.c.author)
+    .where(_MESSAGES.table.c.conversation_id == bindparam("cid"))
+    .order_by(_MESSAGES.table.c.id.desc()).limit(bindparam("limit")))
 _RECENT_MESSAGES = prepared.Prepared(
     select(*_MESSAGES.columns).where(_MESSAGES.table.c.conversation_id == bindparam("cid"))
     .order_by(_MESSAGES.table.c.id.desc()).limit(bindparam("limit")))
@@ -147,6 +151,23 @@ async def recent_messages(session: AsyncSession, conversation_id: str, limit: in
         return []
     rows = await prepared.fetch_all(session, _RECENT_MESSAGES, {"cid": conversation_id, "limit": limit})
     return _MESSAGES.all(rows[::-1])
+
+
+class Line(NamedTuple):
+    """What an agent reads of a message: who said what (no timestamps, nothing to convert)."""
+
+    id: int
+    role: str
+    text: str
+    author: str | None
+
+
+async def recent_lines(session: AsyncSession, conversation_id: str, limit: int) -> list[Line]:
+    """The last `limit` messages as lines, oldest first: an agent's history, read every turn."""
+    if limit <= 0:
+        return []
+    rows = await prepared.fetch_all(session, _RECENT_LINES, {"cid": conversation_id, "limit": limit})
+    return [Line(*row) for row in reversed(rows)]
 
 
 def speaker(message: Message, conversation: Conversation) -> str:
