@@ -3,33 +3,23 @@ the same row, and stay out of the session."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import bindparam, inspect, select
 
 from bot.store import prepared
-from bot.store.db import Database
 from bot.store.models import Conversation, OutboxItem
 from bot.store.rows import Rows
+from tests.conftest import Harness
 
 AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
 ITEMS = Rows(OutboxItem)
 ITEM = prepared.Prepared(select(*ITEMS.columns).where(ITEMS.table.c.id == bindparam("id")))
 
 
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    await database.upgrade()
-    try:
-        yield database
-    finally:
-        await database.dispose()
-
-
-async def test_a_built_model_equals_the_one_the_orm_loads_and_is_not_tracked(db: Database) -> None:
+async def test_a_built_model_equals_the_one_the_orm_loads_and_is_not_tracked(harness: Harness) -> None:
+    db = harness.desk.db
     async with db.transaction() as session:
         stored = OutboxItem(channel_id=3, handoff_session_id="hs_1", purpose="relay", payload={"text": "héllo", "n": [1, 2]},
                             not_before=AT, created_at=AT, receipt={"message_id": "m1"})
