@@ -506,6 +506,9 @@ def serve_counted(counter_file: str, argv: list[str]) -> None:
 
     @event.listens_for(Engine, "before_cursor_execute")
     def _statement(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        _count_sql(statement)
+
+    def _count_sql(statement: str) -> None:
         words = statement.split(None, 2)
         verb = words[0].lower()
         if verb == "begin":  # bot/store/db.py opens every SQLite transaction itself
@@ -524,6 +527,22 @@ def serve_counted(counter_file: str, argv: list[str]) -> None:
         return await original(self, fn, *args, **kwargs)
 
     aiosqlite.core.Connection._execute = counted  # type: ignore[method-assign]
+
+    # What bypasses SQLAlchemy's cursor on SQLite: the BEGINs bot/store/db.py sends and the
+    # prepared statements (bot/store/prepared.py), both sqlite3 Connection calls made through
+    # the inline driver (SQLAlchemy's own statements are cursor calls, counted above).
+    import sqlite3
+
+    from bot.store.sqlite_driver import InlineConnection
+
+    inline = InlineConnection.run_retrying_busy
+
+    async def counted_inline(self: Any, call: Any, *args: Any) -> Any:
+        if isinstance(getattr(call, "__self__", None), sqlite3.Connection) and args and isinstance(args[0], str):
+            _count_sql(args[0])
+        return await inline(self, call, *args)
+
+    InlineConnection.run_retrying_busy = counted_inline  # type: ignore[method-assign]
     from bot.cli import app
 
     app(argv, prog_name="handoff")

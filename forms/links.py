@@ -21,16 +21,35 @@ import secrets
 from datetime import datetime, timedelta
 
 from itsdangerous import BadSignature, URLSafeSerializer
-from sqlalchemy import update
+from sqlalchemy import Table, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.errors import DeskError
-from bot.store.db import execute_dml
+from bot.store import prepared
 from bot.store.models import FormLink, HandoffSession
+from bot.store.prepared import Prepared
 from bot.store.vocabulary import HandoffState
 
 SALT = "handoff-desk.return-form.v1"
+
+_LINKS: Table = FormLink.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+_INSERT_LINK = Prepared(insert(_LINKS))
+_CONSUME = Prepared(
+    update(_LINKS)
+    .where(
+        _LINKS.c.id == bindparam("link_id"),
+        _LINKS.c.consumed_at.is_(None),
+        _LINKS.c.superseded_at.is_(None),
+        _LINKS.c.expires_at > bindparam("now"),
+    )
+    .values(consumed_at=bindparam("now"), consumed_by=bindparam("by"))
+)
+
+
+def new_link_id() -> str:
+    """A fresh link id: random and unguessable, though only its signed token leaves the desk."""
+    return secrets.token_urlsafe(16)
 
 
 class LinkUnavailable(DeskError):
@@ -69,8 +88,8 @@ class FormLinks:
         return value if isinstance(value, str) else None
 
     async def issue(self, session: AsyncSession, handoff: HandoffSession, now: datetime) -> FormLink:
-        """A fresh link for the handoff (inside the caller's transaction); older unused
-        links stop working."""
+        """A fresh link for the handoff (inside the caller's transaction), which the handoff
+        row names from now on; older unused links stop working."""
         await session.execute(
             update(FormLink)
             .where(
@@ -80,19 +99,20 @@ class FormLinks:
             )
             .values(superseded_at=now)
         )
-        link = self.new_link(handoff, now)
-        session.add(link)
-        await session.flush()
-        return link
+        link_id = new_link_id()
+        await self.store(session, link_id, handoff.id, now)
+        await session.execute(update(HandoffSession).where(col(HandoffSession.id) == handoff.id).values(form_link_id=link_id))
+        handoff.form_link_id = link_id
+        return FormLink(id=link_id, handoff_session_id=handoff.id, created_at=now, expires_at=now + self.ttl)
 
-    def new_link(self, handoff: HandoffSession, now: datetime) -> FormLink:
-        """A link named on the handoff, for the caller to add. A handoff not stored yet gets
-        its first one this way, with nothing to supersede: the handoff row is inserted
-        already naming its link instead of being updated to it afterwards. The link's row
-        must be flushed after the handoff's (its foreign key; no ORM relationship orders them)."""
-        link = FormLink(id=secrets.token_urlsafe(16), handoff_session_id=handoff.id, created_at=now, expires_at=now + self.ttl)
-        handoff.form_link_id = link.id
-        return link
+    async def store(self, session: AsyncSession, link_id: str, handoff_id: str, now: datetime) -> None:
+        """Store a link (inside the caller's transaction) with nothing to supersede. A new
+        handoff's first link comes this way: its row, inserted just before, already names
+        `link_id`, so it is never updated to it afterwards."""
+        await prepared.execute(session, _INSERT_LINK, {
+            "id": link_id, "handoff_session_id": handoff_id, "created_at": now, "expires_at": now + self.ttl,
+            "consumed_at": None, "consumed_by": None, "superseded_at": None,
+        })
 
     @staticmethod
     def check(link: FormLink, now: datetime) -> None:
@@ -108,18 +128,7 @@ class FormLinks:
     async def consume(session: AsyncSession, link_id: str, now: datetime, by: str) -> None:
         """Use the link up, once, in the caller's transaction; raise LinkUnavailable when a
         concurrent submission (or expiry, or a re-issue) got there first."""
-        used = await execute_dml(
-            session,
-            update(FormLink)
-            .where(
-                col(FormLink.id) == link_id,
-                col(FormLink.consumed_at).is_(None),
-                col(FormLink.superseded_at).is_(None),
-                col(FormLink.expires_at) > now,
-            )
-            .values(consumed_at=now, consumed_by=by)
-        )
-        if used.rowcount != 1:
+        if await prepared.execute(session, _CONSUME, {"link_id": link_id, "now": now, "by": by}) != 1:
             link = await session.get(FormLink, link_id)
             if link is None:
                 raise LinkUnavailable("not valid")

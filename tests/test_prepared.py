@@ -101,3 +101,15 @@ def test_statements_it_can_not_run_as_one_call_are_refused_when_compiled(sqlite_
     expanding = prepared.Prepared(select(EVENTS.c.id).where(EVENTS.c.kind.in_(bindparam("kinds", expanding=True))))
     with pytest.raises(ValueError, match="IN lists"):
         expanding.compiled(sqlite.dialect(), frozenset({"kinds"}))
+
+
+async def test_a_broken_constraint_is_sqlalchemys_integrity_error_on_every_database(db: Database) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    add = prepared.Prepared(insert(Conversation.__table__))  # type: ignore[attr-defined]  # as above
+    row = {"id": "c_same", "created_at": AT, "last_message_at": AT}
+    async with db.transaction() as session:
+        await prepared.execute(session, add, row)
+    with pytest.raises(IntegrityError):
+        async with db.transaction() as session:
+            await prepared.execute(session, add, row)

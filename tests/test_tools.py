@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.store.models import HandoffSession
+from channels.base import TransientChannelError
 from tests.conftest import Harness, StartDesk
 
 VALID = {
@@ -71,6 +72,27 @@ async def test_no_available_channel_means_no_handoff_request(start_desk: StartDe
     assert result["error"] == "unknown_tool"
     body = await harness.say(cid, "I want to talk to a person")  # the rules agent tells the truth
     assert body["replies"][0]["text"].startswith("I'm sorry, there is no one I can bring in right now")
+
+
+async def test_specs_are_built_once_and_follow_the_channels_that_are_up(start_desk: StartDesk) -> None:
+    harness = await start_desk(channels=[
+        {"id": 1, "kind": "owner_inbox", "label": "Owner inbox"},
+        {"id": 7, "kind": "owner_inbox", "label": "Night shift"},
+    ])
+    cid = await harness.conversation()
+    router = harness.desk.router
+
+    async def handoff_spec() -> Any:
+        return next(s for s in await router.tool_specs(cid) if s.name == "handoff_request")
+
+    first = await handoff_spec()
+    assert await handoff_spec() is first  # the same spec, not rendered again
+    harness.desk.channels.lost(7, TransientChannelError("socket closed"))
+    fewer = await handoff_spec()
+    assert fewer.input_schema["properties"]["channel_id"]["enum"] == [1] and "Night shift" not in fewer.description
+    assert first.input_schema["properties"]["channel_id"]["enum"] == [1, 7]  # a spec handed out never changes
+    await harness.desk.channels.retry_unavailable()
+    assert await handoff_spec() is first
 
 
 def returned_fields(n: int) -> list[dict[str, Any]]:

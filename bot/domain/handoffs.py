@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 import structlog
 from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, WithJsonSchema, field_validator
-from sqlalchemy import bindparam, exists, func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -38,6 +38,7 @@ from bot.config import HandoffSettings, format_duration
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import DeliveryFailed, Outbox
 from bot.domain import conversations
+from bot.domain import handoff_rows as rows
 from bot.domain.rendering import Renderer
 from bot.domain.resume import MAX_NOTE, resume_message
 from bot.errors import Conflict, DeskError, NotFound
@@ -54,7 +55,7 @@ from bot.store.models import (
     OutboxItem,
     new_id,
 )
-from bot.store.vocabulary import OPEN_STATES, OUTCOMES_SPOKEN, HandoffState, OutboxState, Outcome, ReleaseReason, Role
+from bot.store.vocabulary import OUTCOMES_SPOKEN, HandoffState, OutboxState, Outcome, ReleaseReason, Role
 from channels.base import DEFAULT_PUBLIC_NAME, Dispatch, HandoffBrief, Notice, Receipt, Relay
 from forms.fields import (
     MAX_RETURN_FIELDS,
@@ -64,7 +65,7 @@ from forms.fields import (
     check_unique_names,
     coerce_returned,
 )
-from forms.links import FormLinks
+from forms.links import FormLinks, new_link_id
 
 log = structlog.get_logger(__name__)
 
@@ -305,17 +306,16 @@ class Handoffs:
 
     @staticmethod
     async def _get(session: AsyncSession, session_id: str) -> HandoffSession:
-        found = await session.get(HandoffSession, session_id)
+        found = await rows.handoff(session, session_id)
         if found is None:
             raise NotFound("handoff session", session_id)
         return found
 
     @staticmethod
     async def open_session(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
-        query = select(HandoffSession).where(
-            col(HandoffSession.conversation_id) == conversation_id, col(HandoffSession.state).in_(OPEN_STATES)
-        ).execution_options(populate_existing=True)  # a re-read in the same session must see the new state
-        return (await session.scalars(query)).first()
+        """The conversation's open handoff as stored now (a re-read in the same session sees
+        a new state: each read builds its object afresh from the row)."""
+        return await rows.open_handoff(session, conversation_id)
 
     def public_name(self, handoff: HandoffSession) -> str:
         """What the subscriber is told the channel is called (its `public_name`; the default
@@ -344,12 +344,7 @@ class Handoffs:
     async def by_thread(self, channel_id: int, thread_key: str) -> HandoffSession | None:
         """The active session a recipient's reply in this thread belongs to."""
         async with self.db.read() as session:
-            query = select(HandoffSession).where(
-                col(HandoffSession.channel_id) == channel_id,
-                col(HandoffSession.thread_key) == thread_key,
-                col(HandoffSession.state) == HandoffState.ACTIVE,
-            )
-            return (await session.scalars(query)).first()
+            return await rows.active_in_thread(session, channel_id, thread_key)
 
     # ------------------------------------------------------------------ request
 
@@ -363,23 +358,29 @@ class Handoffs:
         self.metrics.handoff_requests.labels("none", "rejected").inc()
         return int(event.id or 0)
 
-    async def request(self, conversation_id: str, req: HandoffRequestInput, *, actor: str = "agent") -> HandoffStarted:
+    async def request(self, conversation: Conversation, req: HandoffRequestInput, *, actor: str = "agent") -> HandoffStarted:
         """Start a handoff and dispatch it now: the caller learns whether a person was
         notified. Raises ChannelUnavailable or HandoffAlreadyOpen (nothing stored; the caller
-        records the rejection with its wording), or DispatchFailed (the handoff is failed)."""
+        records the rejection with its wording), or DispatchFailed (the handoff is failed).
+        `conversation` is the one the caller just read (the tool's context): conversations are
+        never deleted, and the brief needs only who the subscriber is, so it is not read again."""
         adapter = self.channels.get(req.channel_id)
         if adapter is None or adapter not in self.channels.available():
             raise ChannelUnavailable(req.channel_id, [a.id for a in self.channels.available()])
 
         now = self.clock.now()
         sid = new_id("hs")
+        conversation_id = conversation.id
         try:
             async with self.db.transaction() as session:
-                conversation = await conversations.get(session, conversation_id)
                 # No look for an open handoff first: the one-open-per-conversation unique index
                 # refuses the insert below, and only then is the open one's id looked up.
                 history = await conversations.recent_messages(session, conversation_id, self.settings.transcript_messages)
-                handoff = HandoffSession(
+                # The handoff row is inserted already naming its first link, then the link
+                # (its foreign key needs the handoff).
+                link_id = new_link_id()
+                handoff = await rows.insert_handoff(
+                    session,
                     id=sid,
                     conversation_id=conversation_id,
                     channel_id=adapter.id,
@@ -395,11 +396,9 @@ class Handoffs:
                     expected_return=[f.model_dump(exclude_none=True) for f in req.expected_return or []],
                     estimated_response=adapter.config.estimated_response,
                     created_at=now,
+                    form_link_id=link_id,
                 )
-                link = self.forms.new_link(handoff, now)
-                session.add(handoff)
-                await session.flush()
-                session.add(link)  # inserted by the next flush, after its handoff
+                await self.forms.store(session, link_id, sid, now)
                 requested = await audit.record(
                     session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=conversation_id, channel_id=adapter.id, channel_kind=adapter.kind,
@@ -408,7 +407,7 @@ class Handoffs:
                 outbound = self._dispatch_outbound(handoff, conversation, history)
                 item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
                 await session.flush()
-        except IntegrityError:
+        except IntegrityError:  # the unique index on one open handoff per conversation
             raise HandoffAlreadyOpen(await self._open_id(conversation_id)) from None
 
         started = time.perf_counter()
@@ -479,7 +478,7 @@ class Handoffs:
         notified then, and the handoff is activated from that receipt instead."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            handoff = await _leave_dispatching(session, sid, dispatch_sent=False, state=HandoffState.FAILED, failure=hint)
+            handoff = await rows.transition(session, rows.FAIL, sid, state=HandoffState.FAILED, failure=hint)
             if handoff is None:
                 return False
             await session.execute(
@@ -491,7 +490,7 @@ class Handoffs:
                 select(func.count()).select_from(Message)
                 .where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber")
             )
-            await audit.record(
+            await audit.note(
                 session, "dispatch_failed", at=now, actor=actor, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, error=error, hint=hint, attempts=attempts,
                 held_messages=held or None,
@@ -509,22 +508,22 @@ class Handoffs:
         dispatch is not recorded as sent (the send's record lost its claim)."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            handoff = await _leave_dispatching(
-                session, sid, dispatch_sent=True, state=HandoffState.ACTIVE, channel_message_id=receipt.message_id,
+            handoff = await rows.transition(
+                session, rows.ACTIVATE, sid, state=HandoffState.ACTIVE, channel_message_id=receipt.message_id,
                 thread_key=receipt.thread_key, thread=receipt.thread, activated_at=now, focused_at=now,
                 last_activity_at=now, idle_deadline=now + self.idle_timeout,
             )
             if handoff is None:
                 return None
-            held = (await session.scalars(
-                select(Message).where(col(Message.handoff_session_id) == sid, col(Message.role) == "subscriber").order_by(col(Message.id))
-            )).all()
+            held = await rows.held_messages(session, sid)
             if held:  # written while the dispatch was in flight
-                conversation = await conversations.get(session, handoff.conversation_id)
+                conversation = await rows.conversation(session, handoff.conversation_id)
+                if conversation is None:  # never deleted, so never None: the handoff's foreign key
+                    raise NotFound("conversation", handoff.conversation_id)
                 for message in held:
                     await self._queue_relay(session, handoff, conversation, message, now)
             await self._tell_subscriber(session, handoff, "messages/subscriber_handoff_started.txt", now)
-            await audit.record(
+            await audit.note(
                 session, "handoff_activated", at=now, actor=actor, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, channel_message_id=receipt.message_id,
                 idle_deadline=handoff.idle_deadline.isoformat() if handoff.idle_deadline else None,
@@ -710,7 +709,7 @@ class Handoffs:
             try:
                 coerced = coerce_returned(stored_fields(handoff), return_values)
             except ReturnValuesInvalid as exc:
-                await audit.record(
+                await audit.note(
                     session, "release_refused", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=handoff.conversation_id, reason=reason, invalid=exc.problems,
                 )
@@ -719,8 +718,8 @@ class Handoffs:
                 change = _Release(reason=reason, actor=actor, outcome=outcome, note=note, coerced=coerced)
                 released = await change.apply(session, sid, now, idle_cutoff=idle_cutoff)
                 if released is None:
-                    await session.refresh(handoff)  # what the winner (or another change) left
-                    await audit.record(
+                    handoff = await self._get(session, sid)  # what the winner (or another change) left
+                    await audit.note(
                         session, "release_noop", at=now, actor=actor, handoff_session_id=sid,
                         conversation_id=handoff.conversation_id, reason=reason, state=handoff.state,
                         released_by_reason=handoff.release_reason,
@@ -751,7 +750,7 @@ class Handoffs:
         resume = await conversations.add_message(
             session, handoff.conversation_id, role=Role.SYSTEM, text=text, now=now, handoff_session_id=handoff.id
         )
-        await audit.record(
+        await audit.note(
             session, "handoff_released", at=now, actor=actor, handoff_session_id=handoff.id,
             conversation_id=handoff.conversation_id, reason=reason, outcome=outcome, note=note,
             returned=coerced.values, missing_required=coerced.missing_required or None,
@@ -778,7 +777,7 @@ class Handoffs:
                 raise NotActive(f"handoff {sid} is {handoff.state}; it has no return form any more", state=handoff.state)
             link = await self.forms.issue(session, handoff, now)
             url = self.forms.url(link.id) or ""
-            await audit.record(
+            await audit.note(
                 session, "form_link_issued", at=now, actor=actor, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, expires_at=link.expires_at.isoformat(),
             )
@@ -844,41 +843,12 @@ class _Release:
     async def apply(self, session: AsyncSession, sid: str, now: datetime, *, idle_cutoff: datetime | None) -> HandoffSession | None:
         """The compare-and-set active → released; the released row as the UPDATE returns it
         (no read after it), or None when the handoff was not active (or not idle) any more."""
-        conditions = [col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.ACTIVE]
-        if idle_cutoff is not None:
-            conditions.append(col(HandoffSession.idle_deadline) <= idle_cutoff)
-        changed = await session.scalars(
-            update(HandoffSession)
-            .where(*conditions)
-            .values(
-                state=HandoffState.RELEASED, released_at=now, release_reason=self.reason, released_by=self.actor,
-                outcome=self.outcome, note=self.note, returned=self.coerced.values,
-                missing_required=self.coerced.missing_required,
-            )
-            .returning(HandoffSession)
-            .execution_options(populate_existing=True)
+        statement, guard = (rows.RELEASE, {}) if idle_cutoff is None else (rows.RELEASE_IDLE, {"cutoff": idle_cutoff})
+        return await rows.transition(
+            session, statement, sid, **guard, state=HandoffState.RELEASED, released_at=now, release_reason=self.reason,
+            released_by=self.actor, outcome=self.outcome, note=self.note, returned=self.coerced.values,
+            missing_required=self.coerced.missing_required,
         )
-        return changed.first()
-
-
-async def _leave_dispatching(session: AsyncSession, sid: str, *, dispatch_sent: bool, **values: Any) -> HandoffSession | None:
-    """The compare-and-set out of `dispatching`: the changed row as the UPDATE returns it, or
-    None when another caller moved it first. Whether a person was notified decides which way
-    it may go: to `active` only once the dispatch is recorded as sent, to `failed` only while
-    it is not."""
-    sent = exists().where(
-        col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch",
-        col(OutboxItem.state) == OutboxState.SENT,
-    )
-    changed = await session.scalars(
-        update(HandoffSession)
-        .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.DISPATCHING,
-               sent if dispatch_sent else ~sent)
-        .values(**values)
-        .returning(HandoffSession)
-        .execution_options(populate_existing=True)
-    )
-    return changed.first()
 
 
 def stored_fields(handoff: HandoffSession) -> list[ReturnField]:

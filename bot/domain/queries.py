@@ -17,21 +17,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select, text
+from sqlalchemy import func, literal_column, or_, select
 from sqlmodel import col
 
+from bot.domain import handoff_rows
 from bot.domain.approvals import PENDING
 from bot.errors import NotFound
+from bot.store import prepared
 from bot.store.db import Database
 from bot.store.models import Approval, Conversation, FormLink, HandoffEvent, HandoffSession, Message
+from bot.store.prepared import Prepared
 from bot.store.vocabulary import OPEN_STATES, HandoffState
 
-_LINKED_HANDOFF = (
-    select(FormLink, HandoffSession)
-    .join(HandoffSession, col(HandoffSession.id) == col(FormLink.handoff_session_id))
-    .where(col(FormLink.id) == bindparam("link_id"))
-)
-"""Built once at import: the return form's lookup, on the path of every form GET and POST."""
+_PING = Prepared(select(literal_column("1")))
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class Queries:
     async def ping(self) -> None:
         """Raise when the database cannot answer (the health check reports why)."""
         async with self.db.read() as session:
-            await session.execute(text("SELECT 1"))
+            await prepared.fetch_one(session, _PING)
 
     async def handoffs(self, *, states: tuple[HandoffState, ...], limit: int = 100) -> list[HandoffSession]:
         """Newest first. One indexed query per state, merged: an IN over states would make
@@ -70,17 +68,13 @@ class Queries:
         found: list[HandoffSession] = []
         async with self.db.read() as session:
             for state in states:
-                query = (
-                    select(HandoffSession).where(col(HandoffSession.state) == state)
-                    .order_by(col(HandoffSession.created_at).desc()).limit(limit)
-                )
-                found.extend((await session.scalars(query)).all())
+                found.extend(await handoff_rows.newest_in_state(session, state, limit))
         return sorted(found, key=lambda h: h.created_at, reverse=True)[:limit]
 
     async def events(self, handoff_session_id: str) -> list[HandoffEvent]:
         """A handoff's audit trail, oldest first; NotFound when there is no such handoff."""
         async with self.db.read() as session:
-            if await session.get(HandoffSession, handoff_session_id) is None:
+            if await handoff_rows.handoff(session, handoff_session_id) is None:
                 raise NotFound("handoff session", handoff_session_id)
             query = (select(HandoffEvent).where(col(HandoffEvent.handoff_session_id) == handoff_session_id)
                      .order_by(col(HandoffEvent.id)))
@@ -129,8 +123,8 @@ class Queries:
         """The link and its handoff, or None when either is gone: one joined query, since the
         return form asks this on every GET and POST."""
         async with self.db.read() as session:
-            row = (await session.execute(_LINKED_HANDOFF, {"link_id": link_id})).first()
-        return LinkedHandoff(row[0], row[1]) if row is not None else None
+            found = await handoff_rows.linked(session, link_id)
+        return LinkedHandoff(*found) if found is not None else None
 
     async def inbox_version(self, now: datetime, *, limit: int) -> str:
         """A short hash of what decides the owner inbox's list.

@@ -10,7 +10,6 @@ left by a crash are processed on the next start.
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Hashable
 from datetime import timedelta
@@ -59,9 +58,6 @@ _CLAIM = prepared.Prepared(
 _FINISH = prepared.Prepared(
     update(_EVENTS.table).where(_EVENTS.table.c.id == bindparam("event_id"))
     .values(state=bindparam("new_state"), result=bindparam("outcome")))
-# A redelivery breaks the unique (channel_id, dedupe_key): SQLAlchemy's error on PostgreSQL,
-# sqlite3's own on SQLite, where a prepared statement runs on the driver's connection.
-_DUPLICATE = (IntegrityError, sqlite3.IntegrityError)
 
 
 class Inbound:
@@ -88,7 +84,7 @@ class Inbound:
         try:
             async with self.db.transaction() as session:
                 ((event_id,),) = await prepared.fetch_all(session, _STORE, row)
-        except _DUPLICATE:
+        except IntegrityError:  # a redelivery: the unique (channel_id, dedupe_key) refused it
             self.metrics.inbound.labels(self._kind_of(channel_id), "duplicate").inc()
             log.info("inbound_duplicate_dropped", channel_id=channel_id, dedupe_key=key)
             return None

@@ -26,11 +26,13 @@ Rules a caller keeps:
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy.engine import CursorResult, Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -174,6 +176,16 @@ async def _raw_connection(session: AsyncSession) -> _Inline | None:
     return cast(_Inline | None, info[_RAW_CONNECTION])
 
 
+async def _run(raw: _Inline, call: Callable[[str, Any], sqlite3.Cursor], sql: str, values: Any) -> sqlite3.Cursor:
+    """One sqlite3 call; its errors are raised as the SQLAlchemy exceptions a session would
+    raise (`IntegrityError` for a unique index, `OperationalError`, ...), so callers catch
+    the same thing on every database and never name the driver."""
+    try:
+        return await raw.connection.run_retrying_busy(call, sql, values)
+    except sqlite3.Error as error:
+        raise DBAPIError.instance(sql, values, error, sqlite3.Error, dialect=raw.dialect) from error
+
+
 async def _flush_pending(session: AsyncSession) -> None:
     if session.new or session.dirty or session.deleted:
         await session.flush()
@@ -188,7 +200,7 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
         prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
     compiled = prepared.compiled(raw.dialect, frozenset(params))
-    cursor = await raw.connection.run_retrying_busy(raw.connection._conn.execute, compiled.sql, compiled.values(params))
+    cursor = await _run(raw, raw.connection._conn.execute, compiled.sql, compiled.values(params))
     return compiled.rows(cursor.fetchall())
 
 
@@ -209,7 +221,7 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
     compiled = prepared.compiled(raw.dialect, frozenset(params))
-    cursor = await raw.connection.run_retrying_busy(raw.connection._conn.execute, compiled.sql, compiled.values(params))
+    cursor = await _run(raw, raw.connection._conn.execute, compiled.sql, compiled.values(params))
     return cursor.rowcount
 
 
@@ -226,4 +238,4 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
         return
     compiled = prepared.compiled(raw.dialect, frozenset(rows[0]))
     values = [compiled.values(r) for r in rows]
-    await raw.connection.run_retrying_busy(raw.connection._conn.executemany, compiled.sql, values)
+    await _run(raw, raw.connection._conn.executemany, compiled.sql, values)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import copy
 import functools
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from bot.errors import DeskError, error_body
+from bot.runtime.bounded import BoundedDict
 from bot.store.models import Conversation
 
 if TYPE_CHECKING:
@@ -65,6 +67,12 @@ class Tool(ABC):
     def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
         return model_schema(self.input_model)
 
+    def spec_key(self, ctx: ToolContext) -> Hashable:
+        """Everything of `ctx` that `describe` and `input_schema` read: the registry renders
+        the spec once per key and hands the same one out after. The default, nothing: the
+        spec is the same in every conversation."""
+        return ()
+
     def validation_context(self, ctx: ToolContext) -> dict[str, Any]:
         """Facts known only at call time (e.g. which channels are up), for the input model's validators."""
         return {}
@@ -87,16 +95,23 @@ class Tool(ABC):
 class ToolRegistry:
     def __init__(self, tools: list[Tool]) -> None:
         self._tools = {tool.name: tool for tool in tools}
+        # Every agent turn asks for every tool's spec; a description and its schema change
+        # only with what their `spec_key` names (the channels that are up), so each is built
+        # once per key. Specs are shared: whoever reads them must not change them.
+        self._specs: BoundedDict[tuple[str, Hashable], ToolSpec] = BoundedDict(256)
 
     def names(self) -> list[str]:
         return list(self._tools)
 
     def specs(self, ctx: ToolContext) -> list[ToolSpec]:
-        return [
-            ToolSpec(tool.name, tool.describe(ctx), tool.input_schema(ctx))
-            for tool in self._tools.values()
-            if tool.available(ctx)
-        ]
+        return [self._spec(tool, ctx) for tool in self._tools.values() if tool.available(ctx)]
+
+    def _spec(self, tool: Tool, ctx: ToolContext) -> ToolSpec:
+        key = (tool.name, tool.spec_key(ctx))
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = ToolSpec(tool.name, tool.describe(ctx), tool.input_schema(ctx))
+        return spec
 
     async def call(self, ctx: ToolContext, name: str, raw: Any) -> dict[str, Any]:
         tool = self._tools.get(name)

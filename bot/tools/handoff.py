@@ -4,6 +4,7 @@ words of every result. The handoff service answers in facts (`HandoffStarted`, t
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from bot.domain.handoffs import (
@@ -45,6 +46,9 @@ class HandoffRequestTool(Tool):
             "Use expected_return to ask for structured data back."
         )
 
+    def spec_key(self, ctx: ToolContext) -> Hashable:
+        return tuple((a.id, a.label, a.kind, a.config.estimated_response) for a in ctx.channels.available())
+
     def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
         schema = model_schema(self.input_model)
         schema["properties"]["channel_id"]["enum"] = [a.id for a in ctx.channels.available()]
@@ -55,7 +59,7 @@ class HandoffRequestTool(Tool):
 
     async def run(self, ctx: ToolContext, args: HandoffRequestInput) -> dict[str, Any]:
         try:
-            started = await ctx.handoffs.request(ctx.conversation.id, args, actor=ctx.actor)
+            started = await ctx.handoffs.request(ctx.conversation, args, actor=ctx.actor)
         except HandoffRequestRefused as refused:
             return await self._refused(ctx, refused)
         return started_result(started)

@@ -5,6 +5,7 @@ errors) and their hints. The API's answer to a user action is the same result
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from bot.domain.user_actions import (
@@ -41,6 +42,9 @@ class RequestUserActionTool(Tool):
             "current state before acting, and do not repeat the request automatically."
             + (f"\nName an expectation to have it verified after the user says done:{checks}" if checks else "")
         )
+
+    def spec_key(self, ctx: ToolContext) -> Hashable:
+        return tuple((e.id, e.description) for e in self.user_actions.expectations.values())
 
     def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
         schema = model_schema(self.input_model)
