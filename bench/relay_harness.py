@@ -73,6 +73,36 @@ async def post_all(client: httpx.AsyncClient, cids: list[str], per_conversation:
     await asyncio.gather(*(subscriber(c, cid) for c, cid in enumerate(cids)))
 
 
+class Timed(NamedTuple):
+    """A timed pass: how many messages, wall seconds, and the process's CPU seconds (every
+    thread: the desk, the client and the fake provider serving it in the same process)."""
+
+    messages: int
+    seconds: float
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def cpu_ms_per_message(self) -> float:
+        return self.cpu / self.messages * 1000
+
+
+class Stopwatch:
+    """Wall and process CPU time from `start()`; `stop(n)` gives the `Timed` of n messages."""
+
+    def __init__(self) -> None:
+        self._wall = self._cpu = 0.0
+
+    def start(self) -> None:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    def stop(self, messages: int) -> Timed:
+        return Timed(messages, time.perf_counter() - self._wall, time.process_time() - self._cpu)
+
+
 def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
 

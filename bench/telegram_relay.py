@@ -34,26 +34,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import at_each_latency, begin, desk_with_handoffs, post_all, relay_arguments  # noqa: E402
+from bench.relay_harness import Stopwatch, Timed, at_each_latency, begin, desk_with_handoffs, post_all, relay_arguments  # noqa: E402
 from tests.fake_telegram import STAFF_CHAT_ID, FakeTelegram  # noqa: E402
 
 TOKEN = "123456:BENCH-token_abcdefghijklmnop"
 TEXT = "message {k}: is there any news on my order? It was due on Monday & I need it <soon>."
 
 
-async def bench_desk(fake: FakeTelegram, tmp: Path, conversations: int, messages: int) -> float:
-    """Messages/s from the first POST until the fake has every relay."""
+async def bench_desk(fake: FakeTelegram, tmp: Path, conversations: int, messages: int) -> Timed:
+    """From the first POST until the fake has every relay."""
     channel = {"id": 1, "kind": "telegram", "label": "Support (Telegram)", "bot_token": TOKEN,
                "chat_id": STAFF_CHAT_ID, "api_base_url": fake.base_url}
     async with desk_with_handoffs(tmp, channel, conversations) as (_, client, cids):
         per_conversation = messages // conversations
         before, total = len(fake.requests("sendMessage")), per_conversation * conversations
-        started = time.perf_counter()
+        calls_before = len(fake.calls)  # the wait counts every call: `requests()` re-filters all of them
+        watch = Stopwatch()
+        watch.start()
         await post_all(client, cids, per_conversation, TEXT)
-        await fake.wait_for(lambda: len(fake.requests("sendMessage")) - before >= total, timeout=600)
-        elapsed = time.perf_counter() - started
+        await fake.wait_for(lambda: len(fake.calls) - calls_before >= total, timeout=600)
+        timed = watch.stop(total)
         assert len(fake.requests("sendMessage")) - before == total  # nothing sent twice
-        return total / elapsed
+        return timed
 
 
 async def bench_bare(fake: FakeTelegram, conversations: int, messages: int) -> float:
@@ -120,7 +122,7 @@ async def bench_adapter(fake: FakeTelegram, conversations: int, messages: int) -
 async def main(latencies: list[float], conversations: int, messages: int) -> None:
     begin("Handoff Desk Telegram relay benchmark",
           f"{messages} messages over {conversations} conversations with an active handoff each")
-    async def all_three(fake: FakeTelegram, tmp: Path) -> tuple[float, float, float]:
+    async def all_three(fake: FakeTelegram, tmp: Path) -> tuple[Timed, float, float]:
         bare = await bench_bare(fake, conversations, messages)
         adapter = await bench_adapter(fake, conversations, messages)
         return await bench_desk(fake, tmp, conversations, messages), adapter, bare
@@ -131,10 +133,11 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
         rows.append((latency_ms, desk, adapter, bare))
         print(f"  latency {latency_ms:g} ms done", flush=True)
     print(f"\n{'fake latency':>12} | {'desk: HTTP API -> outbox -> adapter':>35} | {'adapter.send alone':>18} | "
-          f"{'bare PTB':>10} | {'desk / bare':>11} | {'adapter / bare':>14}")
+          f"{'bare PTB':>10} | {'desk / bare':>11} | {'adapter / bare':>14} | {'desk CPU per message':>20}")
     for latency_ms, desk, adapter, bare in rows:
-        print(f"{latency_ms:>9g} ms | {desk:>29.1f} msg/s | {adapter:>12.1f} msg/s | {bare:>4.0f} msg/s | "
-              f"{desk / bare:>11.2f} | {adapter / bare:>14.2f}")
+        print(f"{latency_ms:>9g} ms | {desk.rate:>29.1f} msg/s | {adapter:>12.1f} msg/s | {bare:>4.0f} msg/s | "
+              f"{desk.rate / bare:>11.2f} | {adapter / bare:>14.2f} | {desk.cpu_ms_per_message:>17.2f} ms")
+    print("\nCPU: the whole process's (desk, client and fake) during the desk's pass, per relayed message")
 
 
 if __name__ == "__main__":

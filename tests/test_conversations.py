@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from bot.domain.conversations import add_message
+from bot.domain.conversations import add_message, front_chat, recent_lines, recent_messages
 from bot.errors import NotFound
 from bot.store.vocabulary import Role
 from tests.conftest import Harness
@@ -81,3 +81,27 @@ async def test_messages_of_one_moment_in_one_transaction_are_all_stored_and_bump
 async def test_a_long_poll_on_an_unknown_conversation_is_not_found_at_once(harness: Harness) -> None:
     with pytest.raises(NotFound, match="conversation 'c_nope' not found"):
         await asyncio.wait_for(harness.desk.conversations.wait_for_messages("c_nope", 0, 10, wait=30), timeout=5)
+
+
+async def test_front_chat_names_the_front_and_chat_only_for_a_subscriber_on_a_provider_front(harness: Harness) -> None:
+    conversations = harness.desk.conversations
+    on_telegram = await conversations.start(name="Ana", front="telegram", external_id="4242")
+    on_web = await conversations.start(name="Bo", front="web")
+    through_api = await conversations.start(name="Cy")
+    async with harness.desk.db.read() as session:
+        assert await front_chat(session, on_telegram) == ("telegram", "4242")
+        assert await front_chat(session, on_web) is None
+        assert await front_chat(session, through_api) is None
+        assert await front_chat(session, "c_nope") is None
+
+
+async def test_recent_lines_are_the_last_messages_oldest_first_as_recent_messages_has_them(harness: Harness) -> None:
+    cid = await harness.desk.conversations.start(name="Ana")
+    for text in ("one", "two", "three"):
+        await harness.say(cid, text)
+    async with harness.desk.db.read() as session:
+        lines = await recent_lines(session, cid, 3)
+        messages = await recent_messages(session, cid, 3)
+        assert await recent_lines(session, cid, 0) == []
+    assert [(m.id, m.role, m.text, m.author) for m in messages] == [tuple(line) for line in lines]
+    assert lines[-1].role == "agent" and [line.id for line in lines] == sorted(line.id for line in lines)

@@ -30,17 +30,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import BindParameter, and_, bindparam, event, exists, insert, or_, select, update
+from sqlalchemy import and_, bindparam, event, exists, insert, literal, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
 from sqlmodel import col
 
 from bot.delivery.channel_set import ChannelSet
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
-from bot.store import audit
-from bot.store.db import Database, execute_dml
-from bot.store.models import HandoffSession, OutboxItem
+from bot.store import audit, prepared
+from bot.store.db import Database
+from bot.store.models import HandoffSession, OutboxItem, new_id
+from bot.store.rows import Rows
 from bot.store.vocabulary import HandoffState, OutboxState
 from channels.base import (
     ChannelError,
@@ -58,52 +58,83 @@ log = structlog.get_logger(__name__)
 CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others get a turn
 
 
+# The table itself: Core statements over it, prepared once (bot/store/prepared.py), run as one
+# sqlite3 call each on the transaction's connection. Items come back as tuples of every
+# column (`_ITEMS.one`), never through the ORM's loading machinery.
+_ITEMS = Rows(OutboxItem)
+_OUTBOX = _ITEMS.table
+# Unsent: an item still to be sent, or being sent (`IN` over two bound values, which the
+# prepared statements take, unlike an expanding list).
+_UNSENT = (literal(OutboxState.PENDING), literal(OutboxState.SENDING))
+
+
 def _due_statement() -> Any:
     """Due relays and notices that are next in their stream (nothing earlier unsent)."""
-    now: BindParameter[datetime] = bindparam("now")
-    earlier = aliased(OutboxItem)
+    earlier = _OUTBOX.alias("earlier")
     blocked = exists().where(
-        col(earlier.handoff_session_id) == col(OutboxItem.handoff_session_id),
-        col(earlier.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
-        col(earlier.id) < col(OutboxItem.id),
+        earlier.c.handoff_session_id == _OUTBOX.c.handoff_session_id, earlier.c.state.in_(_UNSENT), earlier.c.id < _OUTBOX.c.id,
     )
     due = or_(
-        and_(col(OutboxItem.state) == OutboxState.PENDING, col(OutboxItem.not_before) <= now),
-        and_(col(OutboxItem.state) == OutboxState.SENDING, col(OutboxItem.lease_until) < now),
+        and_(_OUTBOX.c.state == OutboxState.PENDING, _OUTBOX.c.not_before <= bindparam("now")),
+        and_(_OUTBOX.c.state == OutboxState.SENDING, _OUTBOX.c.lease_until < bindparam("now")),
     )
-    return select(col(OutboxItem.id)).where(due, col(OutboxItem.purpose) != "dispatch", ~blocked).order_by(col(OutboxItem.id)).limit(200)
+    return select(_OUTBOX.c.id).where(due, _OUTBOX.c.purpose != "dispatch", ~blocked).order_by(_OUTBOX.c.id).limit(200)
 
 
 def _claim_next_statement() -> Any:
     """Claim the pending item that follows `after` in its handoff — only if it is due: a
     later item never overtakes one that is waiting."""
     following = (
-        select(col(OutboxItem.id))
-        .where(
-            col(OutboxItem.handoff_session_id) == bindparam("session_id"),
-            col(OutboxItem.id) > bindparam("after"),
-            col(OutboxItem.state) == OutboxState.PENDING,
-        )
-        .order_by(col(OutboxItem.id))
+        select(_OUTBOX.c.id)
+        .where(_OUTBOX.c.handoff_session_id == bindparam("session_id"), _OUTBOX.c.id > bindparam("after"),
+               _OUTBOX.c.state == OutboxState.PENDING)
+        .order_by(_OUTBOX.c.id)
         .limit(1)
         .scalar_subquery()
     )
     return (
-        update(OutboxItem)
-        .where(col(OutboxItem.id) == following, col(OutboxItem.state) == OutboxState.PENDING, col(OutboxItem.not_before) <= bindparam("now"))
-        .values(state=OutboxState.SENDING, lease_until=bindparam("lease_until"), attempts=col(OutboxItem.attempts) + 1)
-        .returning(OutboxItem)
+        update(_OUTBOX)
+        .where(_OUTBOX.c.id == following, _OUTBOX.c.state == OutboxState.PENDING, _OUTBOX.c.not_before <= bindparam("now"))
+        .values(state=OutboxState.SENDING, lease_until=bindparam("lease_end"), attempts=_OUTBOX.c.attempts + 1)
+        .returning(*_ITEMS.columns)
     )
 
 
-# The table itself, for the fenced UPDATEs that record outcomes: a Core statement skips the
-# ORM's bulk-update machinery, which costs more than the statement.
-_OUTBOX = OutboxItem.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+def _claim_statement() -> Any:
+    """Claim one item that is pending, or whose claim has run out."""
+    expired = and_(_OUTBOX.c.state == OutboxState.SENDING, _OUTBOX.c.lease_until < bindparam("now"))
+    return (
+        update(_OUTBOX)
+        .where(_OUTBOX.c.id == bindparam("item_id"), or_(_OUTBOX.c.state == OutboxState.PENDING, expired))
+        .values(
+            state=OutboxState.SENDING, lease_until=bindparam("lease_end"), attempts=_OUTBOX.c.attempts + 1,
+            # taking over an expired claim: that attempt may have reached the provider
+            uncertain=or_(_OUTBOX.c.uncertain, _OUTBOX.c.state == OutboxState.SENDING),
+        )
+        .returning(*_ITEMS.columns)
+    )
 
-# Built once: constructing these expressions costs more than running them.
-_INSERT_ITEM = insert(_OUTBOX).returning(_OUTBOX.c.id)
-_DUE = _due_statement()
-_CLAIM_NEXT = _claim_next_statement()
+
+def _still_ours() -> Any:
+    """Fencing: record an outcome only while the claim this attempt made still holds (after a
+    lease ran out another instance may have re-claimed the item)."""
+    return and_(_OUTBOX.c.id == bindparam("item_id"), _OUTBOX.c.state == OutboxState.SENDING,
+                _OUTBOX.c.attempts == bindparam("claim_attempts"))
+
+
+_INSERT_ITEM = prepared.Prepared(insert(_OUTBOX).returning(_OUTBOX.c.id))
+_AHEAD = prepared.Prepared(select(exists().where(_OUTBOX.c.handoff_session_id == bindparam("stream"), _OUTBOX.c.state.in_(_UNSENT))))
+_DUE = prepared.Prepared(_due_statement())
+_CLAIM = prepared.Prepared(_claim_statement())
+_CLAIM_NEXT = prepared.Prepared(_claim_next_statement())
+_RECORD_SENT = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
+    state=OutboxState.SENT, sent_at=bindparam("sent_now"), lease_until=null(), last_error=null(), uncertain=False,
+    receipt=bindparam("sent_receipt"),
+))
+_RECORD_FAILED = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
+    state=bindparam("new_state"), not_before=bindparam("retry_at"), lease_until=null(), last_error=bindparam("error"),
+    uncertain=bindparam("still_uncertain"),
+))
 
 
 _DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "subscriber": "delivered_to_subscriber"}
@@ -186,23 +217,30 @@ class Outbox:
         """Add an item inside the caller's transaction. Relays and notices go through
         `queue()`, which also starts sending after commit; the dispatch path stores its item
         `claimed` and delivers it inline with `deliver_now`."""
-        item = self._new_item(channel_id, outbound, now, message_id, claimed=claimed)
+        item = OutboxItem(**self._new_row(channel_id, outbound, now, message_id, claimed=claimed))
         session.add(item)
         return item
 
-    def _new_item(self, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None, *, claimed: bool) -> OutboxItem:
-        item = OutboxItem(
-            channel_id=channel_id,
-            handoff_session_id=outbound.stream,
-            purpose=outbound.purpose,
-            message_id=message_id,
-            payload=outbound.model_dump(mode="json"),
-            not_before=now,
-            created_at=now,
-        )
-        if claimed:
-            item.state, item.attempts, item.lease_until = OutboxState.SENDING, 1, now + self.lease
-        return item
+    def _new_row(self, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None, *,
+                 claimed: bool) -> dict[str, Any]:
+        """Every column of a new item but its id: pending, or claimed by this instance."""
+        return {
+            "channel_id": channel_id,
+            "handoff_session_id": outbound.stream,
+            "purpose": outbound.purpose,
+            "message_id": message_id,
+            "delivery_key": new_id("hd"),
+            "uncertain": False,
+            "payload": outbound.model_dump(mode="json"),
+            "state": OutboxState.SENDING if claimed else OutboxState.PENDING,
+            "attempts": 1 if claimed else 0,
+            "not_before": now,
+            "lease_until": now + self.lease if claimed else None,
+            "last_error": None,
+            "receipt": None,
+            "created_at": now,
+            "sent_at": None,
+        }
 
     async def queue(
         self, session: AsyncSession, *, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None = None
@@ -221,14 +259,13 @@ class Outbox:
             self._worker is None
             or len(self._in_flight) >= self.concurrency
             or stream in self._carried
-            or await session.scalar(select(exists().where(
-                col(OutboxItem.handoff_session_id) == stream, col(OutboxItem.state).in_((OutboxState.PENDING, OutboxState.SENDING)),
-            )))
+            or await prepared.fetch_one(session, _AHEAD, {"stream": stream}) == (True,)
         )
-        item = self._new_item(channel_id, outbound, now, message_id, claimed=not ahead)
-        # One Core INSERT, not an ORM flush: the item is not kept in the session, only
+        row = self._new_row(channel_id, outbound, now, message_id, claimed=not ahead)
+        # A prepared INSERT, not an ORM flush: the item is not kept in the session, only
         # handed to the chain that sends it
-        item.id = await session.scalar(_INSERT_ITEM, item.model_dump(exclude={"id"}))
+        ((item_id,),) = await prepared.fetch_all(session, _INSERT_ITEM, row)
+        item = OutboxItem.model_construct(id=item_id, **row)
 
         def after_commit(_session: Any) -> None:
             # Runs only if the transaction commits, and registers the chain at once (its task
@@ -305,7 +342,7 @@ class Outbox:
         if room <= 0:
             return 0
         async with self.db.read() as session:
-            ids = list((await session.scalars(_DUE, {"now": self.clock.now()})).all())
+            ids = [item_id for (item_id,) in await prepared.fetch_all(session, _DUE, {"now": self.clock.now()})]
         started = 0
         for item_id in ids:
             if started >= room:
@@ -410,27 +447,8 @@ class Outbox:
 
     async def _claim_in(self, session: AsyncSession, item_id: int, now: datetime) -> OutboxItem | None:
         # UPDATE … RETURNING: the claim and the row in one statement (SQLite ≥ 3.35, PostgreSQL)
-        claimed = await session.scalars(
-            update(OutboxItem)
-            .where(
-                col(OutboxItem.id) == item_id,
-                or_(col(OutboxItem.state) == OutboxState.PENDING, and_(col(OutboxItem.state) == OutboxState.SENDING, col(OutboxItem.lease_until) < now)),
-            )
-            .values(
-                state=OutboxState.SENDING, lease_until=now + self.lease, attempts=col(OutboxItem.attempts) + 1,
-                # taking over an expired claim: that attempt may have reached the provider
-                uncertain=or_(col(OutboxItem.uncertain), col(OutboxItem.state) == OutboxState.SENDING),
-            )
-            .returning(OutboxItem)
-            .execution_options(populate_existing=True)
-        )
-        return claimed.first()
-
-    @staticmethod
-    def _still_ours(item: OutboxItem) -> tuple[Any, ...]:
-        """Fencing: record an outcome only while the claim this attempt made still holds
-        (after a lease ran out another instance may have re-claimed the item)."""
-        return (col(OutboxItem.id) == item.id, col(OutboxItem.state) == OutboxState.SENDING, col(OutboxItem.attempts) == item.attempts)
+        row = await prepared.fetch_one(session, _CLAIM, {"item_id": item_id, "now": now, "lease_end": now + self.lease})
+        return _ITEMS.one(row) if row is not None else None
 
     def _kind_of(self, channel_id: int) -> str:
         adapter = self.channels.get(channel_id)
@@ -499,16 +517,10 @@ class Outbox:
     ) -> _SuccessRecord:
         """Record a delivered item and its receipt (fenced by its claim) in the caller's
         transaction; with `claim_next`, claim the handoff's next due item too."""
-        recorded = await execute_dml(
-            session,
-            update(_OUTBOX)
-            .where(*self._still_ours(item))
-            .values(
-                state=OutboxState.SENT, sent_at=now, lease_until=None, last_error=None, uncertain=False,
-                receipt=receipt.model_dump(mode="json"),
-            )
-        )
-        if recorded.rowcount != 1:
+        recorded = await prepared.execute(session, _RECORD_SENT, {
+            "item_id": item.id, "claim_attempts": item.attempts, "sent_now": now, "sent_receipt": receipt.model_dump(mode="json"),
+        })
+        if recorded != 1:
             # Another instance re-claimed the item after our lease ran out: the provider
             # may now have it twice. Say so in the trail instead of overwriting its record.
             log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
@@ -527,11 +539,10 @@ class Outbox:
             return _SuccessRecord(recorded=True)
         # This item was the handoff's earliest unsent one, so the next is simply the
         # following pending row; claim it in the same statement that finds it.
-        following = (await session.scalars(
-            _CLAIM_NEXT.execution_options(populate_existing=True),
-            {"session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_until": now + self.lease},
-        )).first()
-        return _SuccessRecord(recorded=True, following=following)
+        following = await prepared.fetch_one(session, _CLAIM_NEXT, {
+            "session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_end": now + self.lease,
+        })
+        return _SuccessRecord(recorded=True, following=_ITEMS.one(following) if following is not None else None)
 
     def _count_sent(self, item: OutboxItem, record: _SuccessRecord) -> None:
         if not record.recorded:
@@ -543,10 +554,11 @@ class Outbox:
     async def _record_failure(self, item: OutboxItem, error: ChannelError, *, retry_in: float | None) -> None:
         now = self.clock.now()
         values: dict[str, Any] = {
-            "lease_until": None,
-            "last_error": f"{type(error).__name__}: {error}",
+            "item_id": item.id,
+            "claim_attempts": item.attempts,
+            "error": f"{type(error).__name__}: {error}",
             # once uncertain, stays so until a send or a reconcile succeeds
-            "uncertain": item.uncertain or isinstance(error, UncertainDeliveryError),
+            "still_uncertain": item.uncertain or isinstance(error, UncertainDeliveryError),
         }
         async with self.db.transaction() as session:
             if retry_in is None and item.purpose == "relay" and isinstance(error, TransientChannelError):
@@ -557,11 +569,10 @@ class Outbox:
                 if state == HandoffState.ACTIVE:
                     retry_in = self.max_backoff
             if retry_in is None:
-                values["state"] = OutboxState.FAILED
+                values.update(new_state=OutboxState.FAILED, retry_at=item.not_before)
             else:
-                values.update(state=OutboxState.PENDING, not_before=now + timedelta(seconds=retry_in))
-            recorded = await execute_dml(session, update(_OUTBOX).where(*self._still_ours(item)).values(**values))
-            if recorded.rowcount != 1:
+                values.update(new_state=OutboxState.PENDING, retry_at=now + timedelta(seconds=retry_in))
+            if await prepared.execute(session, _RECORD_FAILED, values) != 1:
                 log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
                 return
             await audit.note(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
@@ -14,8 +14,10 @@ from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.signals import Changed, record
 from bot.runtime.text import scrub
+from bot.store import prepared
 from bot.store.db import MESSAGE_HOOKS, Database
 from bot.store.models import Conversation, Message, new_id
+from bot.store.rows import Rows
 from bot.store.vocabulary import Role
 from channels.base import TranscriptLine, UserActionPrompt
 
@@ -25,6 +27,30 @@ from channels.base import TranscriptLine, UserActionPrompt
 _LAST_MESSAGE_AT = "handoff_desk_last_message_at"
 
 ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human", "system": "System"}
+
+_MESSAGES = Rows(Message)
+_CONVERSATIONS = Rows(Conversation)
+
+# Prepared once: storing and reading messages is on every relay's and every answer's path,
+# where an ORM flush or load cost several times the statement (bot/store/prepared.py).
+_INSERT_MESSAGE = prepared.Prepared(insert(_MESSAGES.table).returning(_MESSAGES.table.c.id))
+_TOUCH_CONVERSATION = prepared.Prepared(
+    update(_CONVERSATIONS.table).where(_CONVERSATIONS.table.c.id == bindparam("cid")).values(last_message_at=bindparam("now")))
+_CONVERSATION = prepared.Prepared(select(*_CONVERSATIONS.columns).where(_CONVERSATIONS.table.c.id == bindparam("cid")))
+_FRONT_CHAT = prepared.Prepared(
+    select(_CONVERSATIONS.table.c.front, _CONVERSATIONS.table.c.subscriber_external_id)
+    .where(_CONVERSATIONS.table.c.id == bindparam("cid")))
+_MESSAGES_AFTER = prepared.Prepared(
+    select(*_MESSAGES.columns)
+    .where(_MESSAGES.table.c.conversation_id == bindparam("cid"), _MESSAGES.table.c.id > bindparam("after"))
+    .order_by(_MESSAGES.table.c.id).limit(bindparam("limit")))
+_RECENT_LINES = prepared.Prepared(
+    select(_MESSAGES.table.c.id, _MESSAGES.table.c.role, _MESSAGES.table.c.text, _MESSAGES.table.c.author)
+    .where(_MESSAGES.table.c.conversation_id == bindparam("cid"))
+    .order_by(_MESSAGES.table.c.id.desc()).limit(bindparam("limit")))
+_RECENT_MESSAGES = prepared.Prepared(
+    select(*_MESSAGES.columns).where(_MESSAGES.table.c.conversation_id == bindparam("cid"))
+    .order_by(_MESSAGES.table.c.id.desc()).limit(bindparam("limit")))
 
 
 async def create(
@@ -55,10 +81,11 @@ async def create(
 
 
 async def get(session: AsyncSession, conversation_id: str) -> Conversation:
-    conversation = await session.get(Conversation, conversation_id)
-    if conversation is None:
+    """The conversation as stored (a copy: changes to it are not saved)."""
+    row = await prepared.fetch_one(session, _CONVERSATION, {"cid": conversation_id})
+    if row is None:
         raise NotFound("conversation", conversation_id)
-    return conversation
+    return _CONVERSATIONS.one(row)
 
 
 async def add_message(
@@ -77,20 +104,20 @@ async def add_message(
     message is never stored without being sent, nor sent without being stored. Whoever
     waits on the conversation is woken once the transaction commits (a `Changed` signal).
     `user_action`: this message asks the subscriber for it (a front may offer buttons)."""
-    message = Message(
-        conversation_id=conversation_id,
-        role=role,
-        text=scrub(text),
-        author=scrub(author)[:200] if author else None,
-        handoff_session_id=handoff_session_id,
-        created_at=now,
-    )
-    session.add(message)
+    row: dict[str, Any] = {
+        "conversation_id": conversation_id,
+        "role": role,
+        "text": scrub(text),
+        "author": scrub(author)[:200] if author else None,
+        "handoff_session_id": handoff_session_id,
+        "created_at": now,
+    }
+    ((message_id,),) = await prepared.fetch_all(session, _INSERT_MESSAGE, row)
+    message = Message.model_construct(id=message_id, **row)
     bumped = session.info.setdefault(_LAST_MESSAGE_AT, {})
     if bumped.get(conversation_id) != now:  # a second message of the same moment sets the same value
-        await session.execute(update(Conversation).where(col(Conversation.id) == conversation_id).values(last_message_at=now))
+        await prepared.execute(session, _TOUCH_CONVERSATION, {"cid": conversation_id, "now": now})
         bumped[conversation_id] = now
-    await session.flush()
     record(session.info, Changed(conversation_id))
     for hook in session.info.get(MESSAGE_HOOKS, ()):
         await hook(session, message, user_action)
@@ -103,22 +130,44 @@ async def at_front(session: AsyncSession, front: str, chat: str) -> Conversation
     return (await session.scalars(query)).first()
 
 
+async def front_chat(session: AsyncSession, conversation_id: str) -> tuple[str, str] | None:
+    """The front and the chat on it a conversation's subscriber talks through; None for the
+    API and the web chat, whose clients read the conversation themselves."""
+    row = await prepared.fetch_one(session, _FRONT_CHAT, {"cid": conversation_id})
+    if row is None or row[0] is None or row[1] is None:
+        return None
+    return row[0], row[1]
+
+
 async def messages_after(session: AsyncSession, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
-    query = (
-        select(Message)
-        .where(col(Message.conversation_id) == conversation_id, col(Message.id) > after)
-        .order_by(col(Message.id))
-        .limit(limit)
-    )
-    return list((await session.scalars(query)).all())
+    """Messages with an id above `after`, oldest first."""
+    rows = await prepared.fetch_all(session, _MESSAGES_AFTER, {"cid": conversation_id, "after": after, "limit": limit})
+    return _MESSAGES.all(rows)
 
 
 async def recent_messages(session: AsyncSession, conversation_id: str, limit: int) -> list[Message]:
     """The last `limit` messages, oldest first."""
     if limit <= 0:
         return []
-    query = select(Message).where(col(Message.conversation_id) == conversation_id).order_by(col(Message.id).desc()).limit(limit)
-    return list(reversed((await session.scalars(query)).all()))
+    rows = await prepared.fetch_all(session, _RECENT_MESSAGES, {"cid": conversation_id, "limit": limit})
+    return _MESSAGES.all(rows[::-1])
+
+
+class Line(NamedTuple):
+    """What an agent reads of a message: who said what (no timestamps, nothing to convert)."""
+
+    id: int
+    role: str
+    text: str
+    author: str | None
+
+
+async def recent_lines(session: AsyncSession, conversation_id: str, limit: int) -> list[Line]:
+    """The last `limit` messages as lines, oldest first: an agent's history, read every turn."""
+    if limit <= 0:
+        return []
+    rows = await prepared.fetch_all(session, _RECENT_LINES, {"cid": conversation_id, "limit": limit})
+    return [Line(*row) for row in reversed(rows)]
 
 
 def speaker(message: Message, conversation: Conversation) -> str:

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 import structlog
 from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, WithJsonSchema, field_validator
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -46,7 +46,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Changed, record
 from bot.runtime.text import CleanStr, one_line
-from bot.store import audit
+from bot.store import audit, prepared
 from bot.store.db import Database, execute_dml
 from bot.store.models import (
     Conversation,
@@ -581,18 +581,21 @@ class Handoffs:
 
     # ------------------------------------------------------------------ relaying
 
+    # Prepared once: every relayed message, both ways, runs it (bot/store/prepared.py)
+    _BUMP = prepared.Prepared(
+        update(HandoffSession.__table__)  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models
+        .where(col(HandoffSession.id) == bindparam("sid"), col(HandoffSession.state) == HandoffState.ACTIVE)
+        .values(last_activity_at=bindparam("now"), idle_deadline=bindparam("deadline"))
+    )
+
     async def bump(self, session: AsyncSession, sid: str, now: datetime) -> bool:
         """Push the idle deadline out; False when the session is not active (any more).
 
         This UPDATE doubles as the activity check, so a message racing a release is either
-        part of the session or refused — never relayed into a released one."""
-        changed = await execute_dml(
-            session,
-            update(HandoffSession)
-            .where(col(HandoffSession.id) == sid, col(HandoffSession.state) == HandoffState.ACTIVE)
-            .values(last_activity_at=now, idle_deadline=now + self.idle_timeout)
-        )
-        return changed.rowcount == 1
+        part of the session or refused — never relayed into a released one. An ORM copy of
+        the row loaded earlier in the session keeps its old deadline."""
+        params = {"sid": sid, "now": now, "deadline": now + self.idle_timeout}
+        return await prepared.execute(session, self._BUMP, params) == 1
 
     async def route_subscriber_message(
         self, session: AsyncSession, conversation: Conversation, text: str, now: datetime

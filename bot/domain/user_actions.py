@@ -38,7 +38,7 @@ from typing import Any, Literal
 import httpx
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -55,9 +55,10 @@ from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Changed, record
 from bot.runtime.signed_http import post_signed
 from bot.runtime.text import CleanStr, iso
-from bot.store import audit
+from bot.store import audit, prepared
 from bot.store.db import Database, execute_dml
 from bot.store.models import Conversation, UserAction
+from bot.store.rows import Rows
 from bot.store.vocabulary import Role
 from channels.base import UserActionPrompt
 
@@ -367,10 +368,17 @@ class UserActions:
             return f"failed: {type(exc).__name__}"
 
 
+_ACTIONS = Rows(UserAction)
+# Prepared once: every subscriber message asks it (bot/store/prepared.py)
+_PENDING_IN = prepared.Prepared(select(*_ACTIONS.columns).where(
+    _ACTIONS.table.c.conversation_id == bindparam("cid"), _ACTIONS.table.c.state == PENDING))
+
+
 async def pending_in(session: AsyncSession, conversation_id: str) -> UserAction | None:
-    """The conversation's pending user action (at most one: a unique index), in the caller's session."""
-    return await session.scalar(select(UserAction).where(
-        col(UserAction.conversation_id) == conversation_id, col(UserAction.state) == PENDING))
+    """The conversation's pending user action (at most one: a unique index), in the caller's
+    session; a copy of the row, not tracked by the session."""
+    row = await prepared.fetch_one(session, _PENDING_IN, {"cid": conversation_id})
+    return _ACTIONS.one(row) if row is not None else None
 
 
 def prompt_for(action: UserAction) -> UserActionPrompt:

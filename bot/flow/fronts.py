@@ -34,7 +34,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
 from bot.store import audit
 from bot.store.db import Database
-from bot.store.models import Conversation, Message
+from bot.store.models import Message
 from bot.store.vocabulary import Role
 from channels.base import ChatOpened, SubscriberEvent, SubscriberText, ToSubscriber, UserActionAnswer, UserActionPrompt
 
@@ -167,18 +167,19 @@ class Fronts:
         the transaction that stored it."""
         if message.role not in SHOWN_ROLES:
             return
-        conversation = await session.get(Conversation, message.conversation_id)
-        if conversation is None or conversation.subscriber_external_id is None or conversation.front is None:
+        on_front = await conversations.front_chat(session, message.conversation_id)
+        if on_front is None:
             return  # the API or the web chat: their clients read the conversation themselves
-        front = self._by_name.get(conversation.front)
+        name, chat = on_front
+        front = self._by_name.get(name)
         if front is None:
-            log.warning("front_not_configured", conversation_id=conversation.id, front=conversation.front,
+            log.warning("front_not_configured", conversation_id=message.conversation_id, front=name,
                         hint="this conversation's front was removed or renamed in the config; its subscriber "
                              "does not receive this message")
             return
         author = message.author if message.role == Role.HUMAN else None
         outbound = ToSubscriber(
-            conversation_id=conversation.id, chat=conversation.subscriber_external_id, author=author, body=message.text,
+            conversation_id=message.conversation_id, chat=chat, author=author, body=message.text,
             text=self.renderer.render("messages/to_subscriber.txt", author=author, text=message.text).strip(),
             user_action=user_action,
         )

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from datetime import timedelta
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
@@ -27,9 +27,10 @@ from bot.runtime.background import Background
 from bot.runtime.clock import Clock
 from bot.runtime.locks import KeyedLocks
 from bot.runtime.metrics import Metrics
-from bot.store import audit
+from bot.store import audit, prepared
 from bot.store.db import Database
 from bot.store.models import InboundEvent
+from bot.store.rows import Rows
 from bot.store.vocabulary import InboundState, Outcome, ReleaseReason
 from channels.base import (
     ChatOpened,
@@ -45,6 +46,18 @@ from channels.base import (
 )
 
 log = structlog.get_logger(__name__)
+
+# Prepared once: every inbound event is stored, claimed and finished (bot/store/prepared.py)
+_EVENTS = Rows(InboundEvent)
+_STORE = prepared.Prepared(insert(_EVENTS.table).returning(_EVENTS.table.c.id))
+_CLAIM = prepared.Prepared(
+    update(_EVENTS.table)
+    .where(_EVENTS.table.c.id == bindparam("event_id"), _EVENTS.table.c.state == InboundState.PENDING)
+    .values(state=InboundState.PROCESSING, processed_at=bindparam("now"))
+    .returning(*_EVENTS.columns))
+_FINISH = prepared.Prepared(
+    update(_EVENTS.table).where(_EVENTS.table.c.id == bindparam("event_id"))
+    .values(state=bindparam("new_state"), result=bindparam("outcome")))
 
 
 class Inbound:
@@ -66,21 +79,17 @@ class Inbound:
     async def store(self, channel_id: int, message: InboundMessage) -> int | None:
         """Store one event; None when it is a redelivery of one already stored."""
         key = message.dedupe_key or _unique_key()
+        row = {"channel_id": channel_id, "dedupe_key": key, "payload": message.model_dump(mode="json"),
+               "received_at": self.clock.now()}
         try:
             async with self.db.transaction() as session:
-                event = InboundEvent(
-                    channel_id=channel_id, dedupe_key=key, payload=message.model_dump(mode="json"),
-                    received_at=self.clock.now(),
-                )
-                session.add(event)
-                await session.flush()
-                event_id = int(event.id or 0)
-        except IntegrityError:
+                ((event_id,),) = await prepared.fetch_all(session, _STORE, row)
+        except IntegrityError:  # a redelivery: the unique (channel_id, dedupe_key) refused it
             self.metrics.inbound.labels(self._kind_of(channel_id), "duplicate").inc()
             log.info("inbound_duplicate_dropped", channel_id=channel_id, dedupe_key=key)
             return None
         self.metrics.inbound.labels(self._kind_of(channel_id), "stored").inc()
-        return event_id
+        return int(event_id)
 
     async def submit(self, channel_id: int, message: InboundMessage) -> None:
         """Store and process in the background (webhooks, pollers)."""
@@ -104,13 +113,10 @@ class Inbound:
         async with self._order_locks[channel_id if lane is None else lane]:
             now = self.clock.now()
             async with self.db.transaction() as session:
-                event = (await session.scalars(
-                    update(InboundEvent).where(col(InboundEvent.id) == event_id, col(InboundEvent.state) == InboundState.PENDING)
-                    .values(state=InboundState.PROCESSING, processed_at=now)
-                    .returning(InboundEvent)
-                )).first()
-            if event is None:
+                claimed = await prepared.fetch_one(session, _CLAIM, {"event_id": event_id, "now": now})
+            if claimed is None:
                 return "already processed"
+            event = _EVENTS.one(claimed)
             try:
                 return await self._handle(event)
             except Exception as exc:  # never leave an event stuck in "processing"
@@ -197,7 +203,7 @@ class Inbound:
     async def _finish(self, event: InboundEvent, state: InboundState, result: str, handoff_session_id: str | None = None) -> str:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(update(InboundEvent).where(col(InboundEvent.id) == event.id).values(state=state, result=result))
+            await prepared.execute(session, _FINISH, {"event_id": event.id, "new_state": state, "outcome": result})
             if state in (InboundState.IGNORED, InboundState.FAILED):
                 await audit.record(
                     session, f"inbound_{state}", at=now, actor=event.payload.get("author") or "recipient",

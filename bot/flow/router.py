@@ -127,7 +127,7 @@ class Router:
     ) -> tuple[list[Message], str | None]:
         async with self.db.read() as session:
             conversation = await conversations.get(session, conversation_id)
-            history = await conversations.recent_messages(session, conversation_id, AGENT_HISTORY)
+            history = await conversations.recent_lines(session, conversation_id, AGENT_HISTORY)
             open_handoff = await self.handoffs.open_session(session, conversation_id)
         if open_handoff is not None and open_handoff.state == HandoffState.ACTIVE:
             return [], None  # a person has the conversation now (e.g. a new handoff began before a resume turn)
@@ -151,7 +151,7 @@ class Router:
             self.metrics.agent_turn_seconds.observe(time.perf_counter() - started)
         replies = await self._store_replies(conversation_id, [t for t in texts if t and t.strip()])
         if turn.tool_calls:  # a tool may have told the subscriber something too (the desk's handoff notice)
-            replies = await self._said_since(conversation_id, int(history[-1].id or 0) if history else 0)
+            replies = await self._said_since(conversation_id, history[-1].id if history else 0)
         started_handoff = next(
             (result.get("handoff_session_id") for name, _, result in turn.tool_calls
              if name == "handoff_request" and result.get("ok")),

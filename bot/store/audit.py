@@ -12,11 +12,15 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from bot.store import prepared
 from bot.store.models import HandoffEvent
 
-# Built once, its rows given as parameters: a Core INSERT of the table compiles once and
-# skips the ORM's bulk-insert machinery, which costs more than the statement on hot paths.
-_INSERT_EVENT = insert(HandoffEvent.__table__)  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+_EVENTS = HandoffEvent.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+
+# Prepared once: an event is one sqlite3 INSERT on the transaction's connection, not an ORM
+# flush (which cost several times the statement on the hot paths).
+_INSERT_EVENT = prepared.Prepared(insert(_EVENTS))
+_INSERT_EVENT_RETURNING_ID = prepared.Prepared(insert(_EVENTS).returning(_EVENTS.c.id))
 
 
 def _row(kind: str, at: datetime, actor: str, handoff_session_id: str | None, conversation_id: str | None,
@@ -41,10 +45,11 @@ async def record(
     conversation_id: str | None = None,
     **detail: Any,
 ) -> HandoffEvent:
-    event = HandoffEvent(**_row(kind, at, actor, handoff_session_id, conversation_id, detail))
-    session.add(event)
-    await session.flush()  # assigns the id callers hand back (handoff_event_id)
-    return event
+    """Write one event and return it with its id (callers hand it back as `handoff_event_id`).
+    The event is not kept in the session: it is a record of what was written."""
+    row = _row(kind, at, actor, handoff_session_id, conversation_id, detail)
+    ((event_id,),) = await prepared.fetch_all(session, _INSERT_EVENT_RETURNING_ID, row)
+    return HandoffEvent.model_construct(id=event_id, **row)
 
 
 async def note(
@@ -57,8 +62,8 @@ async def note(
     conversation_id: str | None = None,
     **detail: Any,
 ) -> None:
-    """Like `record`, for hot paths that need no event id back: one INSERT, no ORM flush."""
-    await session.execute(_INSERT_EVENT, _row(kind, at, actor, handoff_session_id, conversation_id, detail))
+    """Like `record`, for hot paths that need no event id back."""
+    await prepared.execute(session, _INSERT_EVENT, _row(kind, at, actor, handoff_session_id, conversation_id, detail))
 
 
 def event_view(event: HandoffEvent) -> dict[str, Any]:
