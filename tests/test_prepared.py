@@ -113,3 +113,11 @@ async def test_a_broken_constraint_is_sqlalchemys_integrity_error_on_every_datab
     with pytest.raises(IntegrityError):
         async with db.transaction() as session:
             await prepared.execute(session, add, row)
+
+
+async def test_a_literal_none_in_the_statement_is_a_value_not_a_missing_parameter(db: Database) -> None:
+    async with db.transaction() as session:
+        await prepared.execute_many(session, prepared.Prepared(insert(EVENTS)), [event("a", n=1)])
+        clear = prepared.Prepared(update(EVENTS).where(EVENTS.c.kind == bindparam("of_kind")).values(conversation_id=None))
+        assert await prepared.execute(session, clear, {"of_kind": "a"}) == 1
+        assert (await prepared.fetch_all(session, EVENT_BY_KIND, {"kind": "a"}))[0][4] is None

@@ -6,8 +6,8 @@ rows (the handoff, its form link, its held messages). Through the ORM every such
 an object in an identity map and every write runs a unit of work, which on a SQLite file
 costs several times the statement itself. Here each is a `Prepared` statement
 (`bot/store/prepared.py`) and the callers get back what they got before, a `HandoffSession`
-(or `FormLink`, `Conversation`, `Message`), built from the row's tuple the way the ORM's
-loader builds one (no validation, the values put in place) and then detached, as an object
+(or `FormLink`, `Conversation`, `Message`), built from the row's tuple by `Rows`
+(`bot/store/rows.py`) the way the ORM's loader builds one and then detached, as an object
 read in a session that has closed. The callers keep reading attributes, the pages and the
 signals keep their types, and a caller that adds such an object to a session gets what it
 would get from one loaded there.
@@ -20,20 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, exists, insert, or_, select, update
-from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import configure_mappers
 from sqlmodel import SQLModel
 
 from bot.store import prepared
 from bot.store.models import Conversation, FormLink, HandoffSession, Message, OutboxItem
 from bot.store.prepared import Prepared
+from bot.store.rows import Rows
 from bot.store.vocabulary import HandoffState, OutboxState, Role
-
-Model = TypeVar("Model", bound=SQLModel)
 
 
 def _table(model: type[SQLModel]) -> Table:
@@ -44,31 +41,8 @@ def _table(model: type[SQLModel]) -> Table:
 HANDOFFS, LINKS, MESSAGES, CONVERSATIONS, OUTBOX = (
     _table(m) for m in (HandoffSession, FormLink, Message, Conversation, OutboxItem)
 )
-_KEYS: dict[type[SQLModel], tuple[str, ...]] = {
-    model: tuple(column.key for column in _table(model).columns)
-    for model in (HandoffSession, FormLink, Message, Conversation)
-}
-
-
-@cache
-def _builder(model: type[SQLModel]) -> tuple[Any, int]:
-    """The model's mapper (configured: that happens on first ORM use, and an object built
-    here may come first) and where its primary key sits in a row."""
-    configure_mappers()
-    mapper = sa_inspect(model)
-    (key,) = mapper.primary_key
-    return mapper, _KEYS[model].index(key.key)
-
-
-def detached(model: type[Model], row: Sequence[Any]) -> Model:
-    """The object the ORM would load for `row` (every column of `model`'s table, in table
-    order), detached: attributes read as loaded, nothing validated again, and an identity,
-    so a session it is added to updates its row (as it would one read in a closed session)."""
-    mapper, primary_key = _builder(model)
-    instance: Model = mapper.class_manager.new_instance()
-    instance.__dict__.update(zip(_KEYS[model], row, strict=True))
-    sa_inspect(instance).key = mapper.identity_key_from_primary_key((row[primary_key],))
-    return instance
+# Built from every column of their table, in order (bot/store/rows.py).
+_HANDOFF, _LINK, _MESSAGE, _CONVERSATION = Rows(HandoffSession), Rows(FormLink), Rows(Message), Rows(Conversation)
 
 
 _REQUIRED = object()
@@ -82,7 +56,7 @@ def _defaults(model: type[SQLModel]) -> tuple[tuple[str, Any, Callable[[], Any] 
     return tuple(
         (key, _REQUIRED if fields[key].is_required() else fields[key].default,
          cast(Callable[[], Any] | None, fields[key].default_factory))
-        for key in _KEYS[model]
+        for key in (column.key for column in _table(model).columns)
     )
 
 
@@ -175,35 +149,35 @@ async def handoff(session: AsyncSession, sid: str) -> HandoffSession | None:
 
 
 def handoff_of(row: Sequence[Any] | None) -> HandoffSession | None:
-    return detached(HandoffSession, row) if row is not None else None
+    return _HANDOFF.one(row) if row is not None else None
 
 
 async def open_handoff(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
     """The conversation's open handoff (`dispatching` or `active`; the unique index allows one)."""
     row = await prepared.fetch_one(session, SELECT_OPEN_HANDOFF, {"cid": conversation_id})
-    return detached(HandoffSession, row) if row is not None else None
+    return _HANDOFF.one(row) if row is not None else None
 
 
 async def active_in_thread(session: AsyncSession, channel_id: int, thread_key: str) -> HandoffSession | None:
     """The active handoff a reply in this channel's thread belongs to."""
     row = await prepared.fetch_one(session, SELECT_ACTIVE_IN_THREAD, {"channel_id": channel_id, "thread_key": thread_key})
-    return detached(HandoffSession, row) if row is not None else None
+    return _HANDOFF.one(row) if row is not None else None
 
 
 async def newest_in_state(session: AsyncSession, state: HandoffState, limit: int) -> list[HandoffSession]:
     """Up to `limit` handoffs in `state`, newest first."""
     found = await prepared.fetch_all(session, SELECT_NEWEST_IN_STATE, {"state": state, "limit": limit})
-    return [detached(HandoffSession, row) for row in found]
+    return _HANDOFF.all(found)
 
 
 async def conversation(session: AsyncSession, conversation_id: str) -> Conversation | None:
     row = await prepared.fetch_one(session, SELECT_CONVERSATION, {"cid": conversation_id})
-    return detached(Conversation, row) if row is not None else None
+    return _CONVERSATION.one(row) if row is not None else None
 
 
 async def held_messages(session: AsyncSession, sid: str) -> list[Message]:
     """What the subscriber wrote for a person while the handoff was dispatching, in order."""
-    return [detached(Message, row) for row in await prepared.fetch_all(session, SELECT_HELD, {"sid": sid})]
+    return _MESSAGE.all(await prepared.fetch_all(session, SELECT_HELD, {"sid": sid}))
 
 
 async def linked(session: AsyncSession, link_id: str) -> tuple[FormLink, HandoffSession] | None:
@@ -214,19 +188,19 @@ async def linked(session: AsyncSession, link_id: str) -> tuple[FormLink, Handoff
 
 def linked_of(row: Sequence[Any]) -> tuple[FormLink, HandoffSession]:
     """The link and its handoff from a row of `SELECT_LINKED`."""
-    split = len(_KEYS[FormLink])
-    return detached(FormLink, row[:split]), detached(HandoffSession, row[split:])
+    split = len(_LINK.columns)
+    return _LINK.one(row[:split]), _HANDOFF.one(row[split:])
 
 
 async def insert_handoff(session: AsyncSession, **values: Any) -> HandoffSession:
     """INSERT a new handoff; the object as it is now stored."""
     row = new_row(HandoffSession, **values)
     await prepared.execute(session, INSERT_HANDOFF, row)
-    return detached(HandoffSession, tuple(row.values()))
+    return _HANDOFF.one(tuple(row.values()))
 
 
 async def transition(session: AsyncSession, statement: Prepared, sid: str, **values: Any) -> HandoffSession | None:
     """Run one of the compare-and-sets above: the changed row, or None when its guard
     matched nothing (another caller moved the handoff first)."""
     row = await prepared.fetch_one(session, statement, {"sid": sid, **values})
-    return detached(HandoffSession, row) if row is not None else None
+    return _HANDOFF.one(row) if row is not None else None

@@ -128,7 +128,7 @@ def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> 
         sql=compiled.string,
         names=order,
         bound=tuple(None if binds[n].callable else binds[n].value for n in order),
-        has_bound=tuple(binds[n].value is not None or binds[n].callable is not None for n in order),
+        has_bound=tuple(not binds[n].required for n in order),  # a literal None is bound too
         defaults=tuple(defaults.get(n) for n in order),
         binds=tuple(cast(Processor, processors.get(n)) for n in order),  # a sequence only for tuple types, unused here
         results=results,
