@@ -38,6 +38,14 @@ from bot.store.prepared import Prepared, Row, attach_inline
 from bot.store.sqlite_driver import InlineConnection, create_inline_engine
 
 _READ_ONLY = "handoff_desk_read_only"
+# PostgreSQL connections an instance keeps open, and how many more it may open in a burst.
+# Measured under bench/roundtrip.py: with 5 kept, 10 clients per instance made the pool open
+# and close a connection at almost every transaction (a new PostgreSQL backend each time),
+# which cost more CPU on both sides than the round trips themselves, and 15 kept still
+# churned at 20 clients on two instances. 25 + 15 keeps two instances within PostgreSQL's
+# default of 100 connections (the README says so to whoever runs more).
+POOL_SIZE = 25
+POOL_OVERFLOW = 15
 # A pooled PostgreSQL connection idle this long is pinged before it is used again (see
 # `_ping_after_idle`): longer than the gaps of a busy server, shorter than a restart.
 PING_AFTER_IDLE_SECONDS = 10.0
@@ -118,7 +126,7 @@ def alembic_config(url: str | None = None) -> AlembicConfig:
 
 
 class Database:
-    def __init__(self, url: str, *, pool_size: int = 5, signals: Signals | None = None,
+    def __init__(self, url: str, *, pool_size: int = POOL_SIZE, signals: Signals | None = None,
                  ping_after_idle: float = PING_AFTER_IDLE_SECONDS) -> None:
         self.url = async_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
@@ -126,7 +134,7 @@ class Database:
         # SQLite the pool's extra rollback at check-in is only another call per transaction.
         options: dict[str, Any] = {"pool_reset_on_return": None} if self.is_sqlite else {}
         if not self.is_sqlite:
-            options.update(pool_size=pool_size, max_overflow=pool_size * 2)
+            options.update(pool_size=pool_size, max_overflow=POOL_OVERFLOW)
         self._inline = create_inline_engine(self.url, **options) if self.is_sqlite else None
         self.engine = self._inline.engine if self._inline is not None else create_async_engine(self.url, **options)
         if self.is_sqlite:
