@@ -30,6 +30,9 @@ from bot.web.pages import link_not_valid, render_page, same_origin, status_page
 from forms.fields import ReturnField, ReturnValuesInvalid, coerce_returned
 from forms.links import FormLinks, LinkUnavailable
 
+NOTE_LIMIT = 2000  # the page's maxlength for the note
+NAME_LIMIT = 100  # and for the name
+
 router = APIRouter(include_in_schema=False)
 
 
@@ -107,7 +110,8 @@ class FormPages:
         return render_page(
             self.renderer, "forms/form.html", status=status, token=token, h=handoff,
             fields=views or [FieldView(f) for f in fields], errors=errors or {},
-            labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome"}, outcomes=list(Outcome),
+            labels={f.name: f.display_label for f in fields} | {"outcome": "Outcome", "note": "Note", "filled-by": "Your name"},
+            outcomes=list(Outcome),
             outcome=outcome, note=note, filled_by=filled_by, expires=_when(found.link.expires_at),
         )
 
@@ -171,8 +175,14 @@ async def submit_form(token: str, request: Request, pages: FormPagesDep, config:
     if outcome not in tuple(Outcome):
         errors["outcome"] = "must be one of: resolved, unresolved, needs follow-up"
         outcome = Outcome.RESOLVED
-    note = str(form.get("note") or "").strip()[:2000]
-    filled_by = " ".join(str(form.get("filled_by") or "").split())[:100]
+    note = str(form.get("note") or "").strip()
+    filled_by = " ".join(str(form.get("filled_by") or "").split())
+    # The page's maxlength stops a browser; a longer value posted some other way is refused,
+    # never cut short behind the recipient's back.
+    if len(note) > NOTE_LIMIT:
+        errors["note"] = f"is longer than {NOTE_LIMIT} characters ({len(note)})"
+    if len(filled_by) > NAME_LIMIT:
+        errors["filled-by"] = f"is longer than {NAME_LIMIT} characters ({len(filled_by)})"
     if errors:  # wrong-typed answers come back for correction; nothing is consumed
         return pages.form_page(token, found, status=422, views=views, errors=errors,
                           outcome=outcome, note=note, filled_by=filled_by)

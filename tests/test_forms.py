@@ -129,6 +129,18 @@ async def test_missing_required_fields_do_not_block(harness: Harness) -> None:
     assert system[0].endswith("Missing required: order_status, eta_date")
 
 
+async def test_a_note_or_name_longer_than_the_page_allows_is_refused_not_cut(harness: Harness) -> None:
+    _cid, sid, path = await open_handoff(harness)
+    response = await submit(harness, path, answers(note="n" * 2001, filled_by="S" * 101))
+    assert response.status_code == 422
+    assert "Note</a> is longer than 2000 characters (2001)" in response.text
+    assert "Your name</a> is longer than 100 characters (101)" in response.text
+    assert "n" * 2001 in response.text  # what was typed is kept, whole
+    assert (await harness.handoff(sid))["state"] == "active"  # nothing consumed, nothing released
+    assert (await submit(harness, path, answers(note="n" * 2000))).status_code == 200
+    assert (await harness.handoff(sid))["note"] == "n" * 2000
+
+
 async def test_wrong_typed_values_come_back_for_correction(harness: Harness) -> None:
     _cid, sid, path = await open_handoff(harness)
     response = await submit(harness, path, answers(f_items="three", f_eta_date="10/06/2026", f_tracking_url="ftp://x",
