@@ -61,14 +61,21 @@ async def desk_with_handoffs(
 async def post_all(client: httpx.AsyncClient, cids: list[str], per_conversation: int, text: str,
                    posted: dict[str, float] | None = None) -> None:
     """Each conversation's subscriber posts `per_conversation` messages (`text` formatted
-    with c, the conversation's index, and k), in order; `posted` records when each text went."""
+    with c, the conversation's index, and k), in order; `posted` records when each text went.
+
+    After each answer the subscriber gives the event loop one turn, as a client across a
+    network does while its next request travels: through `httpx.ASGITransport` a POST that
+    the desk answers without waiting on anything never suspends, so without that turn the
+    subscribers would hold the loop until every message was stored, and the relays' chains
+    (started at each commit) could not send before the last POST."""
     async def subscriber(c: int, cid: str) -> None:
         for k in range(per_conversation):
             body = text.format(c=c, k=k)
             if posted is not None:
                 posted[body] = time.monotonic()
             response = await client.post(f"/api/conversations/{cid}/messages", json={"text": body})
-            assert response.json()["routed_to"] == "human", response.text
+            assert response.status_code == 200 and response.json()["routed_to"] == "human", response.text
+            await asyncio.sleep(0)
 
     await asyncio.gather(*(subscriber(c, cid) for c, cid in enumerate(cids)))
 
@@ -88,6 +95,12 @@ class Timed(NamedTuple):
     @property
     def cpu_ms_per_message(self) -> float:
         return self.cpu / self.messages * 1000
+
+    def desk_cpu_ms_per_message(self, bare: Timed) -> float:
+        """The desk's own share of this pass's CPU per message: minus the `bare` pass's (the
+        same fake, SDK and messages without the desk), which is what the fake, the SDK and
+        the client cost alike in both."""
+        return self.cpu_ms_per_message - bare.cpu_ms_per_message
 
 
 class Stopwatch:

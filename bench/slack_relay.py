@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 
-from bench.relay_harness import Stopwatch, Timed  # noqa: E402
+from bench.relay_harness import Stopwatch, Timed, post_all  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.desk import Desk  # noqa: E402
 from bot.runtime.clock import Clock  # noqa: E402
@@ -72,19 +72,12 @@ def replies_in(fake: FakeSlack, threads: set[str]) -> int:
     return sum(1 for m in fake.messages[CHANNEL] if m.get("thread_ts") in threads and m["ts"] != m["thread_ts"])
 
 
-async def run_full(desk: Desk, client: httpx.AsyncClient, fake: FakeSlack, convs: list[str], threads: set[str],
-                   n: int) -> Timed:
+async def run_full(client: httpx.AsyncClient, fake: FakeSlack, convs: list[str], threads: set[str], n: int) -> Timed:
     per_conv = n // len(convs)
     before, before_all = replies_in(fake, threads), len(fake.messages[CHANNEL])
-
-    async def sender(cid: str) -> None:
-        for i in range(per_conv):
-            response = await client.post(f"/api/conversations/{cid}/messages", json={"text": f"message {i} for you"})
-            assert response.status_code == 200 and response.json()["routed_to"] == "human", response.text
-
     watch = Stopwatch()
     watch.start()
-    await asyncio.gather(*(sender(cid) for cid in convs))
+    await post_all(client, convs, per_conv, "message {k} for you")
     # Waiting on the channel's length, not on `replies_in`: re-counting the threads at every
     # message the fake records would cost the process more than the desk's own work.
     await fake.wait_for(lambda: len(fake.messages[CHANNEL]) - before_all >= per_conv * len(convs), timeout=600)
@@ -93,7 +86,7 @@ async def run_full(desk: Desk, client: httpx.AsyncClient, fake: FakeSlack, convs
     return timed
 
 
-async def run_bare(fake: FakeSlack, thread_of: dict[str, str], n: int) -> float:
+async def run_bare(fake: FakeSlack, thread_of: dict[str, str], n: int) -> Timed:
     from slack_sdk.web.async_client import AsyncWebClient
 
     per_conv = n // len(thread_of)
@@ -104,9 +97,10 @@ async def run_bare(fake: FakeSlack, thread_of: dict[str, str], n: int) -> float:
             for i in range(per_conv):
                 await sdk.chat_postMessage(channel=CHANNEL, thread_ts=thread_ts, text=f"Ana: message {i} for you")
 
-        start = time.perf_counter()
+        watch = Stopwatch()
+        watch.start()
         await asyncio.gather(*(sender(ts) for ts in thread_of.values()))
-        return time.perf_counter() - start
+        return watch.stop(per_conv * len(thread_of))
 
 
 async def run_adapter(desk: Desk, thread_of: dict[str, str], n: int) -> float:
@@ -125,7 +119,7 @@ async def run_adapter(desk: Desk, thread_of: dict[str, str], n: int) -> float:
     return time.perf_counter() - start
 
 
-async def one_latency(latency_ms: float, conversations: int, messages: int) -> tuple[list[tuple[str, int, float]], Timed]:
+async def one_latency(latency_ms: float, conversations: int, messages: int) -> tuple[list[tuple[str, int, float]], Timed, Timed]:
     fake = await FakeSlack(token=TOKEN, channels=(CHANNEL,), latency=latency_ms / 1000).start()
     with tempfile.TemporaryDirectory() as tmp:
         desk = Desk(config(Path(tmp) / "desk.db", fake), clock=Clock(), run_timers=False)
@@ -142,11 +136,11 @@ async def one_latency(latency_ms: float, conversations: int, messages: int) -> t
                 thread_of[cid] = (await desk.handoffs.get(result["handoff_session_id"])).thread["thread_ts"]
             threads = set(thread_of.values())
             # warm-up: connections, caches, first-use imports
-            await run_full(desk, client, fake, list(thread_of), threads, conversations * 2)
+            await run_full(client, fake, list(thread_of), threads, conversations * 2)
             await run_adapter(desk, thread_of, conversations * 2)
             await run_bare(fake, thread_of, conversations * 2)
 
-            full = await run_full(desk, client, fake, list(thread_of), threads, messages)
+            full = await run_full(client, fake, list(thread_of), threads, messages)
             alone = await run_adapter(desk, thread_of, messages)
             bare = await run_bare(fake, thread_of, messages)
         finally:
@@ -155,7 +149,7 @@ async def one_latency(latency_ms: float, conversations: int, messages: int) -> t
             await fake.stop()
     sent = (messages // conversations) * conversations
     return [("desk (HTTP API → outbox → adapter → SDK)", sent, full.seconds), ("SlackChannel.send() alone", sent, alone),
-            ("bare AsyncWebClient", sent, bare)], full
+            ("bare AsyncWebClient", sent, bare.seconds)], full, bare
 
 
 async def main(latencies: list[float], conversations: int, messages: int) -> None:
@@ -164,13 +158,14 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
           f"{conversations} conversations at once, {messages} messages per run")
     print(f"{'latency':>8}  {'path':<42}  {'n':>6}  {'seconds':>8}  {'msg/s':>8}  {'desk/bare':>9}")
     for latency in latencies:
-        rows, full = await one_latency(latency, conversations, messages)
+        rows, full, bare = await one_latency(latency, conversations, messages)
         n_bare, t_bare = rows[-1][1:]
         for name, n, seconds in rows:
             ratio = (n / seconds) / (n_bare / t_bare)
             print(f"{latency:>6g}ms  {name:<42}  {n:>6}  {seconds:>8.2f}  {n / seconds:>8.1f}  {ratio:>8.2f}x")
-        print(f"{'':>8}  desk CPU per relayed message: {full.cpu_ms_per_message:.2f} ms "
-              "(the whole process: desk, client and fake)")
+        print(f"{'':>8}  CPU per relayed message: {full.cpu_ms_per_message:.2f} ms the whole process (desk, client "
+              f"and fake), {full.desk_cpu_ms_per_message(bare):.2f} ms the desk's share (minus the bare pass's "
+              f"{bare.cpu_ms_per_message:.2f} ms)")
 
 
 if __name__ == "__main__":

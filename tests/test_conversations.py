@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from bot.domain.conversations import add_message, front_chat, recent_lines, recent_messages
+from bot.domain.conversations import add_message, front_chat, get, read, recent_lines, recent_messages
 from bot.errors import NotFound
 from bot.store.vocabulary import Role
 from tests.conftest import Harness
@@ -105,3 +105,15 @@ async def test_recent_lines_are_the_last_messages_oldest_first_as_recent_message
         assert await recent_lines(session, cid, 0) == []
     assert [(m.id, m.role, m.text, m.author) for m in messages] == [tuple(line) for line in lines]
     assert lines[-1].role == "agent" and [line.id for line in lines] == sorted(line.id for line in lines)
+
+
+async def test_a_conversation_read_on_its_own_is_the_one_read_in_a_transaction(harness: Harness) -> None:
+    db = harness.desk.db
+    cid = await harness.desk.conversations.start(name="Ana", email="ana@example.com", external_id="chat-7", front="telegram")
+    async with db.read() as session:
+        in_transaction = await get(session, cid)
+    alone = await read(db, cid)
+    assert alone.model_dump() == in_transaction.model_dump()
+    assert (alone.subscriber_name, alone.subscriber_external_id, alone.front) == ("Ana", "chat-7", "telegram")
+    with pytest.raises(NotFound):
+        await read(db, "c_missing")

@@ -140,3 +140,33 @@ async def test_a_release_press_releases_the_handoff_of_its_thread_with_the_outco
     again = ReleasePress(thread_key=f"thread-{sid}", author="Kim", dedupe_key="press-2")
     assert await h.desk.inbound.submit_and_wait(1, again) == "no active handoff in this thread"
     assert await human_texts(h, cid) == []
+
+
+async def test_events_submitted_back_to_back_in_one_lane_are_worked_once_each_in_arrival_order(
+    start_desk: StartDesk, scripted: Any,
+) -> None:
+    """The first is stored claimed (its lane is idle, its work starts at once); those that
+    arrive while it is worked are stored pending and claimed in turn."""
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    texts = [f"reply {n}" for n in range(5)]
+    for n, text in enumerate(texts):
+        await h.desk.inbound.submit(1, reply(sid, text, key=f"b{n}"))
+    await h.desk.settle()
+    assert await human_texts(h, cid) == texts
+    stored = await events(h)
+    assert [e.state for e in stored] == ["done"] * len(texts)
+    assert stored[0].processed_at == stored[0].received_at  # claimed as it was stored
+    assert await h.desk.inbound.process_pending() == 0
+
+
+async def test_an_event_stored_claimed_but_never_worked_is_taken_back_once_its_claim_is_stale(
+    start_desk: StartDesk, scripted: Any,
+) -> None:
+    """The instance that stored it claimed died before its work began."""
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    assert await h.desk.inbound._store_claimed(1, reply(sid, "lost before its turn", key="k")) is not None
+    h.desk.clock.advance(timedelta(minutes=4))
+    assert await h.desk.inbound.process_pending() == 0  # maybe still being worked on
+    h.desk.clock.advance(timedelta(minutes=2))
+    assert await h.desk.inbound.process_pending() == 1
+    assert await human_texts(h, cid) == ["lost before its turn"]

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.store.models import OutboxItem
-from channels.base import TransientChannelError, stored_outbound
+from channels.base import Notice, TransientChannelError, stored_outbound
 from tests.conftest import StartDesk
 
 
@@ -228,3 +228,29 @@ async def test_relays_of_several_handoffs_answered_together_are_each_recorded(st
         assert (await harness.kinds(sid)).count("relayed_to_recipient") == 2
     async with harness.desk.db.read() as session:
         assert set((await session.scalars(select(OutboxItem.state).where(OutboxItem.purpose == "relay"))).all()) == {"sent"}
+
+
+async def test_an_item_is_sent_only_once_its_transaction_commits_and_its_chain_is_under_way_at_commit(
+    start_desk: StartDesk, scripted,
+) -> None:
+    harness = await start_desk(adapters={1: scripted})
+    desk, channel = harness.desk, harness.desk.channels.get(1)
+    sid = (await harness.start_handoff(await harness.conversation()))["handoff_session_id"]
+    notice = Notice(handoff_id=sid, text="queued in a transaction", about="routing")
+
+    with pytest.raises(RuntimeError):
+        async with desk.db.transaction() as session:
+            await desk.outbox.queue(session, channel_id=1, outbound=notice, now=desk.clock.now())
+            raise RuntimeError("the step failed after queueing")
+    await desk.outbox.drain()
+    assert "queued in a transaction" not in channel.texts("notice")
+    async with desk.db.read() as session:
+        assert (await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "notice"))).all() == []
+
+    async with desk.db.transaction() as session:
+        item = await desk.outbox.queue(session, channel_id=1, outbound=notice, now=desk.clock.now())
+    # nothing else ran since the commit: the chain was registered by it, not by a worker pass
+    await desk.outbox.wait_in_flight()
+    assert channel.texts("notice")[-1:] == ["queued in a transaction"]
+    async with desk.db.read() as session:
+        assert (await session.get(OutboxItem, item.id)).state == "sent"

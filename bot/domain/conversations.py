@@ -88,6 +88,16 @@ async def get(session: AsyncSession, conversation_id: str) -> Conversation:
     return _CONVERSATIONS.one(row)
 
 
+async def read(db: Database, conversation_id: str) -> Conversation:
+    """The conversation as stored, read on its own (`Database.fetch_one`: one statement,
+    no transaction around it); for a caller that reads nothing else with it, such as the
+    tool context each agent round trip builds."""
+    row = await db.fetch_one(_CONVERSATION, {"cid": conversation_id})
+    if row is None:
+        raise NotFound("conversation", conversation_id)
+    return _CONVERSATIONS.one(row)
+
+
 async def add_message(
     session: AsyncSession,
     conversation_id: str,
@@ -213,29 +223,33 @@ class Conversations:
         return conversation.id
 
     async def get(self, conversation_id: str) -> Conversation:
-        async with self.db.read() as session:
-            return await get(session, conversation_id)
+        return await read(self.db, conversation_id)
 
     async def messages(self, conversation_id: str, after: int = 0, limit: int = 200) -> list[Message]:
         """Messages with an id above `after`, oldest first; NotFound for an unknown conversation.
-        Messages found prove the conversation exists, so only an empty answer looks it up."""
-        async with self.db.read() as session:
-            found = await messages_after(session, conversation_id, after, limit)
-            if not found:
-                await get(session, conversation_id)
-            return found
+        Messages found prove the conversation exists, so only an empty answer looks it up.
+        Each is one statement on its own: conversations are never deleted, so the two need
+        no common snapshot."""
+        found = await self._messages_after(conversation_id, after, limit)
+        if not found:
+            await read(self.db, conversation_id)
+        return found
+
+    async def _messages_after(self, conversation_id: str, after: int, limit: int) -> list[Message]:
+        rows = await self.db.fetch_all(_MESSAGES_AFTER, {"cid": conversation_id, "after": after, "limit": limit})
+        return _MESSAGES.all(rows)
 
     async def wait_for_messages(self, conversation_id: str, after: int, limit: int, wait: float) -> list[Message]:
         """Messages after `after`, waiting up to `wait` seconds for one to arrive: woken at
         once by this process, re-checked every 2 s for messages other instances wrote. The
         first check settles that the conversation exists; the re-checks after a wake-up are
-        the one indexed message query (conversations are never deleted while polled)."""
+        the one indexed message query (conversations are never deleted while polled), a
+        statement on its own with no transaction around it."""
         messages = await self.messages(conversation_id, after, limit)
         remaining = wait
         while not messages and remaining > 0:
             step = min(2.0, remaining)
             await self.bus.wait(conversation_id, timeout=step)
             remaining -= step
-            async with self.db.read() as session:
-                messages = await messages_after(session, conversation_id, after, limit)
+            messages = await self._messages_after(conversation_id, after, limit)
         return messages

@@ -11,8 +11,11 @@ left by a crash are processed on the next start.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Hashable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import structlog
 from sqlalchemy import bindparam, insert, select, update
@@ -50,6 +53,7 @@ log = structlog.get_logger(__name__)
 # Prepared once: every inbound event is stored, claimed and finished (bot/store/prepared.py)
 _EVENTS = Rows(InboundEvent)
 _STORE = prepared.Prepared(insert(_EVENTS.table).returning(_EVENTS.table.c.id))
+_STORE_CLAIMED = prepared.Prepared(insert(_EVENTS.table).returning(*_EVENTS.columns))
 _CLAIM = prepared.Prepared(
     update(_EVENTS.table)
     .where(_EVENTS.table.c.id == bindparam("event_id"), _EVENTS.table.c.state == InboundState.PENDING)
@@ -75,34 +79,90 @@ class Inbound:
         self._subscriber = subscriber  # a subscriber's message from a front (bot/flow/fronts.py)
         self._late_failure = late_failure  # a delivery the provider reports failed after accepting it
         self._order_locks = KeyedLocks()
+        # Per lane, the events this instance is storing or working (see `_stored_work`)
+        self._busy_lanes: Counter[Hashable] = Counter()
 
     async def store(self, channel_id: int, message: InboundMessage) -> int | None:
         """Store one event; None when it is a redelivery of one already stored."""
-        key = message.dedupe_key or _unique_key()
-        row = {"channel_id": channel_id, "dedupe_key": key, "payload": message.model_dump(mode="json"),
-               "received_at": self.clock.now()}
+        row = self._row(channel_id, message)
+        stored = await self._insert(channel_id, row, _STORE)
+        return None if stored is None else int(stored[0])
+
+    async def _store_claimed(self, channel_id: int, message: InboundMessage) -> InboundEvent | None:
+        """Store one event already claimed by this instance, which works it next: no claim
+        transaction of its own. One left unfinished (a crash, a stop before its turn) is
+        taken back as any stale claim is (`process_pending`)."""
+        row = self._row(channel_id, message)
+        row.update(state=InboundState.PROCESSING, processed_at=row["received_at"])
+        stored = await self._insert(channel_id, row, _STORE_CLAIMED)
+        return None if stored is None else _EVENTS.one(stored)
+
+    def _row(self, channel_id: int, message: InboundMessage) -> dict[str, Any]:
+        return {"channel_id": channel_id, "dedupe_key": message.dedupe_key or _unique_key(),
+                "payload": message.model_dump(mode="json"), "received_at": self.clock.now()}
+
+    async def _insert(self, channel_id: int, row: dict[str, Any], statement: prepared.Prepared) -> prepared.Row | None:
         try:
             async with self.db.transaction() as session:
-                ((event_id,),) = await prepared.fetch_all(session, _STORE, row)
+                stored = await prepared.fetch_one(session, statement, row)
         except IntegrityError:  # a redelivery: the unique (channel_id, dedupe_key) refused it
             self.metrics.inbound.labels(self._kind_of(channel_id), "duplicate").inc()
-            log.info("inbound_duplicate_dropped", channel_id=channel_id, dedupe_key=key)
+            log.info("inbound_duplicate_dropped", channel_id=channel_id, dedupe_key=row["dedupe_key"])
             return None
         self.metrics.inbound.labels(self._kind_of(channel_id), "stored").inc()
-        return int(event_id)
+        return stored
 
     async def submit(self, channel_id: int, message: InboundMessage) -> None:
         """Store and process in the background (webhooks, pollers)."""
-        event_id = await self.store(channel_id, message)
-        if event_id is not None:
-            self.background.spawn(self.process(event_id, channel_id, _lane(channel_id, message)), name=f"inbound:{event_id}")
+        lane = _lane(channel_id, message)
+        with self._reserve(lane) as idle:
+            work = await self._stored_work(channel_id, message, lane, idle)
+            if work is None:
+                return
+            self.background.spawn(self._released_after(work, lane), name=f"inbound:{channel_id}")
+            self._busy_lanes[lane] += 1  # handed on to the task, which gives it back
 
     async def submit_and_wait(self, channel_id: int, message: InboundMessage) -> str:
         """Store and process now (the owner inbox, which shows the result right away)."""
+        lane = _lane(channel_id, message)
+        with self._reserve(lane) as idle:
+            work = await self._stored_work(channel_id, message, lane, idle)
+            return "duplicate" if work is None else await work
+
+    async def _stored_work(self, channel_id: int, message: InboundMessage, lane: Hashable,
+                           idle: bool) -> Coroutine[Any, Any, str] | None:
+        """Store the event and return the work on it; None for a redelivery. In a lane this
+        instance has nothing else to do in, the event is stored claimed: its work starts
+        straight after (behind at most a recovery pass's event), so it needs no claim
+        transaction and its claim does not age while it waits for a turn. Otherwise it is
+        stored pending and claimed when its turn in the lane comes."""
+        if idle:
+            event = await self._store_claimed(channel_id, message)
+            return None if event is None else self._work(event, lane)
         event_id = await self.store(channel_id, message)
-        if event_id is None:
-            return "duplicate"
-        return await self.process(event_id, channel_id, _lane(channel_id, message))
+        return None if event_id is None else self.process(event_id, channel_id, lane)
+
+    @contextmanager
+    def _reserve(self, lane: Hashable) -> Iterator[bool]:
+        """Count an event's work in its lane while it is stored and worked; yields whether
+        the lane had none before."""
+        idle = not self._busy_lanes[lane]
+        self._busy_lanes[lane] += 1
+        try:
+            yield idle
+        finally:
+            self._release(lane)
+
+    async def _released_after(self, work: Coroutine[Any, Any, str], lane: Hashable) -> str:
+        try:
+            return await work
+        finally:
+            self._release(lane)
+
+    def _release(self, lane: Hashable) -> None:
+        self._busy_lanes[lane] -= 1
+        if not self._busy_lanes[lane]:
+            del self._busy_lanes[lane]
 
     async def process(self, event_id: int, channel_id: int, lane: Hashable | None = None) -> str:
         """Relay or act on one stored event, once: the claim is a conditional update.
@@ -116,12 +176,20 @@ class Inbound:
                 claimed = await prepared.fetch_one(session, _CLAIM, {"event_id": event_id, "now": now})
             if claimed is None:
                 return "already processed"
-            event = _EVENTS.one(claimed)
-            try:
-                return await self._handle(event)
-            except Exception as exc:  # never leave an event stuck in "processing"
-                log.exception("inbound_failed", inbound_event_id=event_id)
-                return await self._finish(event, InboundState.FAILED, f"internal error ({type(exc).__name__})")
+            return await self._handle_or_fail(_EVENTS.one(claimed))
+
+    async def _work(self, claimed: InboundEvent, lane: Hashable) -> str:
+        """Work an event this instance stored claimed, in its lane's order (the order the
+        lane's events were stored in: each is handed here right after its commit)."""
+        async with self._order_locks[lane]:
+            return await self._handle_or_fail(claimed)
+
+    async def _handle_or_fail(self, event: InboundEvent) -> str:
+        try:
+            return await self._handle(event)
+        except Exception as exc:  # never leave an event stuck in "processing"
+            log.exception("inbound_failed", inbound_event_id=event.id)
+            return await self._finish(event, InboundState.FAILED, f"internal error ({type(exc).__name__})")
 
     async def _handle(self, event: InboundEvent) -> str:
         """Each kind of event, in one place."""
@@ -213,7 +281,8 @@ class Inbound:
         return result
 
     async def process_pending(self) -> int:
-        """Finish events a previous run stored but did not get to (crash, restart)."""
+        """Finish events a previous run stored but did not get to (crash, restart); returns
+        how many were worked."""
         async with self.db.transaction() as session:
             # An event stuck in "processing" for a while belongs to a run that died.
             stale = self.clock.now() - timedelta(minutes=5)
@@ -226,9 +295,17 @@ class Inbound:
                 select(col(InboundEvent.id), col(InboundEvent.channel_id), col(InboundEvent.payload))
                 .where(col(InboundEvent.state) == InboundState.PENDING).order_by(col(InboundEvent.id))
             )).all()
+        worked = 0
         for event_id, channel_id, payload in pending:
-            await self.process(event_id, channel_id, _lane(channel_id, stored_inbound(payload)))
-        return len(pending)
+            lane = _lane(channel_id, stored_inbound(payload))
+            if lane in self._busy_lanes:
+                # A task of ours works this lane and has this event's turn spawned already,
+                # behind the lane's earlier event, which may still be claimed and unworked:
+                # taking it here would overtake that one.
+                continue
+            await self.process(event_id, channel_id, lane)
+            worked += 1
+        return worked
 
 
 def _lane(channel_id: int, message: InboundMessage) -> Hashable:

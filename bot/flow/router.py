@@ -110,8 +110,7 @@ class Router:
         return await self.tools.call(self.tool_context(await self._conversation(conversation_id), actor=actor), name, args)
 
     async def _conversation(self, conversation_id: str) -> Conversation:
-        async with self.db.read() as session:
-            return await conversations.get(session, conversation_id)
+        return await conversations.read(self.db, conversation_id)
 
     async def agent_turn(
         self, conversation_id: str, *, trigger: Trigger, agent: Agent | None = None,
