@@ -226,16 +226,21 @@ class Outbox:
 
     # ------------------------------------------------------------------ storing
 
-    def enqueue(
+    async def enqueue(
         self, session: AsyncSession, *, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None = None,
         claimed: bool = False,
     ) -> OutboxItem:
-        """Add an item inside the caller's transaction. Relays and notices go through
-        `queue()`, which also starts sending after commit; the dispatch path stores its item
-        `claimed` and delivers it inline with `deliver_now`."""
-        item = OutboxItem(**self._new_row(channel_id, outbound, now, message_id, claimed=claimed))
-        session.add(item)
-        return item
+        """Store an item inside the caller's transaction, and nothing else. Relays and notices
+        go through `queue()`, which also starts sending after commit; the dispatch path stores
+        its item `claimed` and delivers it inline with `deliver_now`."""
+        return await self._insert(session, self._new_row(channel_id, outbound, now, message_id, claimed=claimed))
+
+    @staticmethod
+    async def _insert(session: AsyncSession, row: dict[str, Any]) -> OutboxItem:
+        # A prepared INSERT, not an ORM flush: the item is not kept in the session, only
+        # handed to whoever sends it
+        ((item_id,),) = await prepared.fetch_all(session, _INSERT_ITEM, row)
+        return OutboxItem.model_construct(id=item_id, **row)
 
     def _new_row(self, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None, *,
                  claimed: bool) -> dict[str, Any]:
@@ -277,11 +282,7 @@ class Outbox:
             or stream in self._carried
             or await prepared.fetch_one(session, _AHEAD, {"stream": stream}) == (True,)
         )
-        row = self._new_row(channel_id, outbound, now, message_id, claimed=not ahead)
-        # A prepared INSERT, not an ORM flush: the item is not kept in the session, only
-        # handed to the chain that sends it
-        ((item_id,),) = await prepared.fetch_all(session, _INSERT_ITEM, row)
-        item = OutboxItem.model_construct(id=item_id, **row)
+        item = await self._insert(session, self._new_row(channel_id, outbound, now, message_id, claimed=not ahead))
         # Heard once the transaction commits, before its writer goes on (`_after_queued`), so
         # `drain` never finds a committed, claimed item that is in nobody's hands yet.
         record(session.info, _Queued(item, stream, claimed=not ahead))

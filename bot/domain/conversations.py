@@ -30,6 +30,7 @@ ROLE_LABELS = {"subscriber": "Subscriber", "agent": "Assistant", "human": "Human
 
 _MESSAGES = Rows(Message)
 _CONVERSATIONS = Rows(Conversation)
+_INSERT_CONVERSATION = prepared.Prepared(insert(_CONVERSATIONS.table))
 
 # Prepared once: storing and reading messages is on every relay's and every answer's path,
 # where an ORM flush or load cost several times the statement (bot/store/prepared.py).
@@ -64,20 +65,21 @@ async def create(
     background: bool = False,
     front: str | None = None,
 ) -> Conversation:
-    conversation = Conversation(
-        id=new_id("c"),
-        subscriber_name=name,
-        subscriber_email=email,
-        subscriber_external_id=external_id,
-        front=front,
-        serves_handoff_session_id=serves_handoff_session_id,
-        background=background,
-        created_at=now,
-        last_message_at=now,
-    )
-    session.add(conversation)
-    await session.flush()
-    return conversation
+    """Store a new conversation in the caller's transaction: one prepared INSERT; the object
+    handed back is detached (as one read in a closed session), not kept in the session."""
+    row = {
+        "id": new_id("c"),
+        "subscriber_name": name,
+        "subscriber_email": email,
+        "subscriber_external_id": external_id,
+        "front": front,
+        "serves_handoff_session_id": serves_handoff_session_id,
+        "background": background,
+        "created_at": now,
+        "last_message_at": now,
+    }
+    await prepared.execute(session, _INSERT_CONVERSATION, row)
+    return _CONVERSATIONS.one(tuple(row[column.key] for column in _CONVERSATIONS.columns))
 
 
 async def get(session: AsyncSession, conversation_id: str) -> Conversation:

@@ -402,8 +402,7 @@ class Handoffs:
                     request=req.model_dump(mode="json", exclude_none=True),
                 )
                 outbound = self._dispatch_outbound(handoff, conversation, history)
-                item = self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
-                await session.flush()
+                item = await self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
         except IntegrityError:  # the unique index on one open handoff per conversation
             raise HandoffAlreadyOpen(await self._open_id(conversation_id)) from None
 
