@@ -1,6 +1,6 @@
 """Per-request server CPU of the hot routes, through a real `handoff serve` process.
 
-Run:  python bench/requests.py [--n 1000] [--cycles 200] [--repo DIR] [--against DIR] [--batch 50]
+Run:  python bench/per_request.py [--n 1000] [--cycles 200] [--repo DIR] [--against DIR] [--batch 50]
                                [--log-level warning] [--cprofile FILE [--lines 40]]
 
 Where `bench/roundtrip.py` times a whole handoff, this isolates what one HTTP request costs the
