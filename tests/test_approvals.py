@@ -237,6 +237,22 @@ async def test_the_decision_page_shows_on_get_decides_once_on_post(start_desk: S
     assert (await harness.client.get(path[:-3] + "abc")).status_code == 404  # a tampered token
 
 
+async def test_the_decision_page_refuses_a_name_or_reason_longer_than_it_allows(start_desk: StartDesk) -> None:
+    harness, approvers, cid = await start(start_desk)
+    aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+    await harness.desk.settle()
+    path = prompts(approvers)[0].approval.decision_url.removeprefix("http://desk.test")  # type: ignore[union-attr]
+    token = path.rsplit("/", 1)[1]
+    posted = await harness.client.post(path, data={"token": token, "decision": "approve", "name": "K" * 201,
+                                                    "reason": "r" * 2001})
+    assert posted.status_code == 400
+    assert "Your name is longer than 200 characters (201); The reason is longer than 2000 characters (2001)" in posted.text
+    assert (await harness.approval(aid))["state"] == "pending"  # nothing decided
+    ok = await harness.client.post(path, data={"token": token, "decision": "approve", "name": "K" * 180, "reason": "r" * 2000})
+    assert ok.status_code == 200
+    assert (await harness.approval(aid))["receipt"]["decided_by"] == "K" * 180 + " (decision link)"
+
+
 async def test_a_button_counts_only_in_a_channel_the_prompt_went_to(start_desk: StartDesk) -> None:
     harness, _, cid = await start(start_desk)
     aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]

@@ -25,6 +25,9 @@ from bot.web.deps import ConfigDep, app_desk
 from bot.web.pages import link_not_valid, render_page, same_origin
 from channels.base import pretty_arguments
 
+NAME_LIMIT = 200  # the page's maxlength for the approver's name
+REASON_LIMIT = 2000  # and for the reason
+
 router = APIRouter(include_in_schema=False)
 
 ENDED = {
@@ -95,10 +98,17 @@ async def decide(token: str, request: Request, pages: DecisionPagesDep, config: 
     choice = form.get("decision")
     if choice not in ("approve", "deny"):
         return await pages.page(approval, token, status=400, notice="Choose Approve or Deny.")
-    name = str(form.get("name") or "").strip()[:200]
+    name, reason = str(form.get("name") or "").strip(), str(form.get("reason") or "").strip()
+    # The page's maxlength stops a browser; a longer value posted some other way is refused,
+    # never cut short behind the approver's back.
+    too_long = [f"{label} is longer than {limit} characters ({len(value)})"
+                for label, value, limit in (("Your name", name, NAME_LIMIT), ("The reason", reason, REASON_LIMIT))
+                if len(value) > limit]
+    if too_long:
+        return await pages.page(approval, token, status=400, notice=f"Nothing was decided: {'; '.join(too_long)}.")
     result = await pages.approvals.decide(
         approval.id, approve=choice == "approve", by=f"{name} (decision link)" if name else "decision link holder",
-        via="link", reason=str(form.get("reason") or "") or None, always_allow=form.get("always") == "yes",
+        via="link", reason=reason or None, always_allow=form.get("always") == "yes",
     )
     if not result.changed:
         return await pages.page(await pages.approvals.get(approval.id), token, status=410,
