@@ -121,3 +121,11 @@ async def test_a_literal_none_in_the_statement_is_a_value_not_a_missing_paramete
         clear = prepared.Prepared(update(EVENTS).where(EVENTS.c.kind == bindparam("of_kind")).values(conversation_id=None))
         assert await prepared.execute(session, clear, {"of_kind": "a"}) == 1
         assert (await prepared.fetch_all(session, EVENT_BY_KIND, {"kind": "a"}))[0][4] is None
+
+
+async def test_a_column_name_the_insert_does_not_have_is_refused_not_dropped(db: Database) -> None:
+    from sqlalchemy.exc import CompileError
+
+    async with db.transaction() as session:  # ours on SQLite, SQLAlchemy's own on PostgreSQL
+        with pytest.raises((ValueError, CompileError), match="[Uu]nconsumed column names"):
+            await prepared.execute(session, prepared.Prepared(insert(EVENTS)), {**event("a"), "kindd": "typo"})

@@ -36,6 +36,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
@@ -86,20 +87,27 @@ class _Compiled:
 class Prepared:
     """One Core statement, compiled lazily per dialect and per set of parameter names."""
 
-    __slots__ = ("statement", "_compiled", "_required")
+    __slots__ = ("statement", "_compiled", "_required", "_known")
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
         self._compiled: dict[tuple[str, frozenset[str]], _Compiled] = {}
         # The `bindparam`s without a value: checked on every database, so a missing one is
         # the same KeyError on PostgreSQL as on SQLite.
+        named = frozenset(element.key for element in iterate(cast(ClauseElement, statement)) if isinstance(element, BindParameter))
         self._required = frozenset(
             element.key for element in iterate(cast(ClauseElement, statement)) if isinstance(element, BindParameter) and element.required)
+        # An INSERT or UPDATE takes its table's columns and its own parameters, nothing else:
+        # a misspelt column would otherwise be left out of the statement without a word.
+        table = getattr(statement, "table", None) if isinstance(statement, UpdateBase) else None
+        self._known = None if table is None else named | frozenset(column.key for column in table.columns)
 
     def check(self, params: Mapping[str, Any]) -> None:
         missing = self._required.difference(params)
         if missing:
             raise KeyError(f"prepared statement parameter {sorted(missing)[0]!r} was not given")
+        if self._known is not None and not self._known.issuperset(params):
+            raise ValueError(f"prepared statement: unconsumed column names {sorted(set(params) - self._known)}")
 
     def compiled(self, dialect: Dialect, names: frozenset[str]) -> _Compiled:
         key = (dialect.name, names)
@@ -121,13 +129,16 @@ def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> 
     order = tuple(compiled.positiontup)
     processors = compiled._bind_processors
     binds = {name: compiled.binds[name] for name in order}
+    computed = [name for name in order if binds[name].callable is not None]
+    if computed:
+        raise ValueError(f"prepared statement: give {computed[0]!r} a value (a bindparam computed at execution is not run)")
     if "POSTCOMPILE" in compiled.string:
         raise ValueError("prepared statements can not expand IN lists; give each value its own parameter")
     results = tuple(entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns)
     return _Compiled(
         sql=compiled.string,
         names=order,
-        bound=tuple(None if binds[n].callable else binds[n].value for n in order),
+        bound=tuple(binds[n].value for n in order),
         has_bound=tuple(not binds[n].required for n in order),  # a literal None is bound too
         defaults=tuple(defaults.get(n) for n in order),
         binds=tuple(cast(Processor, processors.get(n)) for n in order),  # a sequence only for tuple types, unused here
@@ -198,7 +209,7 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     if raw is None:
         prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
-    return await fetch_all_inline(raw, prepared, params)
+    return await fetch_all_inline(raw, prepared, params)  # checks the parameters itself
 
 
 def inline_of(connection: AsyncConnection) -> Inline | None:
@@ -211,6 +222,7 @@ async def fetch_all_inline(inline: Inline, prepared: Prepared, params: Mapping[s
     """`fetch_all` straight on an inline connection, in whatever transaction it is in (none:
     then the statement is its own)."""
     params = params or {}
+    prepared.check(params)
     compiled = prepared.compiled(inline.dialect, frozenset(params))
     cursor = await _run(inline, inline.connection._conn.execute, compiled.sql, compiled.values(params))
     return compiled.rows(cursor.fetchall())
@@ -226,10 +238,10 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
     """Run an INSERT, UPDATE or DELETE without RETURNING; the rows it matched (the
     compare-and-set answer: did my guarded update win?)."""
     params = params or {}
+    prepared.check(params)
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
-        prepared.check(params)
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
     compiled = prepared.compiled(raw.dialect, frozenset(params))
@@ -241,11 +253,11 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
     """Run one INSERT (or UPDATE) for each of `rows`, which all name the same parameters."""
     if not rows:
         return
+    for row in rows:
+        prepared.check(row)
     await _flush_pending(session)
     raw = await _raw_connection(session)
     if raw is None:
-        for row in rows:
-            prepared.check(row)
         await session.execute(prepared.statement, [dict(r) for r in rows])
         return
     compiled = prepared.compiled(raw.dialect, frozenset(rows[0]))
