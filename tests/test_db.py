@@ -128,7 +128,7 @@ async def test_postgres_replaces_an_idle_connection_the_server_dropped_before_us
         await db.dispose()
 
 
-async def test_a_single_prepared_read_sees_the_last_commit_and_takes_no_transaction(database_url: str) -> None:
+async def test_a_single_prepared_read_on_its_own_sees_the_last_commit(database_url: str) -> None:
     from sqlalchemy import bindparam, select
 
     from bot.store.prepared import Prepared

@@ -54,3 +54,16 @@ async def test_a_built_object_added_to_a_session_updates_its_row(harness: Harnes
         session.add(built)
         built.subscriber_name = "Ana B."
     assert (await harness.desk.conversations.get(cid)).subscriber_name == "Ana B."
+
+
+def test_a_model_from_a_mapping_takes_each_value_by_its_column_whatever_the_order() -> None:
+    rows = Rows(Conversation)
+    values = {"last_message_at": AT, "created_at": AT, "background": True, "serves_handoff_session_id": None,
+              "front": "tg", "subscriber_external_id": "chat-1", "subscriber_email": None, "subscriber_name": "Ana",
+              "id": "c_1"}
+    built = rows.of(values)
+    assert (built.id, built.subscriber_name, built.front, built.subscriber_external_id, built.background) == (
+        "c_1", "Ana", "tg", "chat-1", True)
+    assert inspect(built).detached
+    with pytest.raises(KeyError, match="id"):
+        rows.of({k: v for k, v in values.items() if k != "id"})

@@ -79,22 +79,22 @@ async def create(
         "last_message_at": now,
     }
     await prepared.execute(session, _INSERT_CONVERSATION, row)
-    return _CONVERSATIONS.one(tuple(row[column.key] for column in _CONVERSATIONS.columns))
+    return _CONVERSATIONS.of(row)
 
 
 async def get(session: AsyncSession, conversation_id: str) -> Conversation:
     """The conversation as stored (a copy: changes to it are not saved)."""
-    row = await prepared.fetch_one(session, _CONVERSATION, {"cid": conversation_id})
-    if row is None:
-        raise NotFound("conversation", conversation_id)
-    return _CONVERSATIONS.one(row)
+    return _conversation_of(await prepared.fetch_one(session, _CONVERSATION, {"cid": conversation_id}), conversation_id)
 
 
 async def read(db: Database, conversation_id: str) -> Conversation:
     """The conversation as stored, read on its own (`Database.fetch_one`: one statement,
     no transaction around it); for a caller that reads nothing else with it, such as the
     tool context each agent round trip builds."""
-    row = await db.fetch_one(_CONVERSATION, {"cid": conversation_id})
+    return _conversation_of(await db.fetch_one(_CONVERSATION, {"cid": conversation_id}), conversation_id)
+
+
+def _conversation_of(row: prepared.Row | None, conversation_id: str) -> Conversation:
     if row is None:
         raise NotFound("conversation", conversation_id)
     return _CONVERSATIONS.one(row)

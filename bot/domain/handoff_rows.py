@@ -196,7 +196,7 @@ async def insert_handoff(session: AsyncSession, **values: Any) -> HandoffSession
     """INSERT a new handoff; the object as it is now stored."""
     row = new_row(HandoffSession, **values)
     await prepared.execute(session, INSERT_HANDOFF, row)
-    return _HANDOFF.one(tuple(row.values()))
+    return _HANDOFF.of(row)
 
 
 async def transition(session: AsyncSession, statement: Prepared, sid: str, **values: Any) -> HandoffSession | None:

@@ -11,7 +11,7 @@ added to later updates its row, as it would one loaded there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Column
@@ -43,6 +43,11 @@ class Rows(Generic[M]):
         instance.__dict__.update(zip(self._keys, row, strict=True))
         sa_inspect(instance).key = mapper.identity_key_from_primary_key((row[self._primary_key],))
         return instance
+
+    def of(self, values: Mapping[str, Any]) -> M:
+        """The detached model of a row given as every column's value by name (a row just
+        inserted), whatever order the mapping was built in."""
+        return self.one(tuple(values[key] for key in self._keys))
 
     def all(self, rows: Sequence[Sequence[Any]]) -> list[M]:
         return [self.one(row) for row in rows]
