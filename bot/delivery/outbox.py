@@ -240,7 +240,7 @@ class Outbox:
         # A prepared INSERT, not an ORM flush: the item is not kept in the session, only
         # handed to whoever sends it
         ((item_id,),) = await prepared.fetch_all(session, _INSERT_ITEM, row)
-        return OutboxItem.model_construct(id=item_id, **row)
+        return _ITEMS.of({"id": item_id, **row})
 
     def _new_row(self, channel_id: int, outbound: Outbound, now: datetime, message_id: int | None, *,
                  claimed: bool) -> dict[str, Any]:

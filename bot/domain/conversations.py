@@ -125,7 +125,7 @@ async def add_message(
         "created_at": now,
     }
     ((message_id,),) = await prepared.fetch_all(session, _INSERT_MESSAGE, row)
-    message = Message.model_construct(id=message_id, **row)
+    message = _MESSAGES.of({"id": message_id, **row})
     bumped = session.info.setdefault(_LAST_MESSAGE_AT, {})
     if bumped.get(conversation_id) != now:  # a second message of the same moment sets the same value
         await prepared.execute(session, _TOUCH_CONVERSATION, {"cid": conversation_id, "now": now})

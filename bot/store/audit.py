@@ -14,8 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.store import prepared
 from bot.store.models import HandoffEvent
+from bot.store.rows import Rows
 
-_EVENTS = HandoffEvent.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models; SQLModel does not declare it
+_EVENT_ROWS = Rows(HandoffEvent)
+_EVENTS = _EVENT_ROWS.table
 
 # Prepared once: an event is one sqlite3 INSERT on the transaction's connection, not an ORM
 # flush (which cost several times the statement on the hot paths).
@@ -49,7 +51,7 @@ async def record(
     The event is not kept in the session: it is a record of what was written."""
     row = _row(kind, at, actor, handoff_session_id, conversation_id, detail)
     ((event_id,),) = await prepared.fetch_all(session, _INSERT_EVENT_RETURNING_ID, row)
-    return HandoffEvent.model_construct(id=event_id, **row)
+    return _EVENT_ROWS.of({"id": event_id, **row})
 
 
 async def note(
