@@ -614,7 +614,7 @@ class Outbox:
         has told us it will not arrive that way. Returns what happened, for the inbound record."""
         now = self.clock.now()
         found = col(OutboxItem.receipt)["message_id"].as_string() == failure.message_id
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             item = (await session.scalars(
                 select(OutboxItem).where(col(OutboxItem.channel_id) == channel_id, col(OutboxItem.state) == OutboxState.SENT, found)
                 .order_by(col(OutboxItem.id).desc()).limit(1)
