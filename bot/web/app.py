@@ -16,6 +16,7 @@ from bot.errors import DeskError, error_body
 from bot.tools import errors_result
 from bot.web.api import ApiError, api, decisions, public
 from bot.web.approval_pages import router as approval_pages
+from bot.web.body_limit import BodyLimit
 from bot.web.chat import chat_api
 from bot.web.chat import router as chat_page_routes
 from bot.web.inbox import inbox, install_inbox_errors
@@ -45,7 +46,10 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.desk = desk
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=desk.config.server.trusted_hosts())
+    server = desk.config.server
+    # The last added runs first: a foreign Host is refused before the body's size is looked at.
+    app.add_middleware(BodyLimit, max_body=server.max_body, max_form_body=server.max_form_body)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=server.trusted_hosts())
     # A request tries the routers in the order they are included, and every route of each
     # router before its own (a few µs each), so the hot paths come first: provider webhooks and
     # the health check, the return form, then the API, whose first routes are the conversation
