@@ -228,3 +228,24 @@ async def test_a_channel_down_at_start_is_retried_by_the_sweep(start_desk: Start
 
 async def tool_names(harness: Harness, cid: str) -> list[str]:
     return [t["name"] for t in (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]]
+
+
+async def test_a_body_that_is_not_json_is_a_400_in_the_usual_shape(start_desk: StartDesk) -> None:
+    """Malformed JSON is not a wrong value (422) but no JSON at all: 400 `invalid_json` on
+    every route that reads a body, the tool calls' own parsing and the decisions included."""
+    harness = await start_desk(owner={"token": "owner-123456"})
+    cid = await harness.conversation()
+    as_json = {"content-type": "application/json"}
+    for path, headers in [
+        ("/api/conversations", as_json),
+        (f"/api/conversations/{cid}/messages", as_json),
+        (f"/api/conversations/{cid}/tools/handoff_request", as_json),
+        ("/api/approvals/ap_nope/decision", {**as_json, "Authorization": "Bearer owner-123456"}),
+        ("/chat/api/conversations", as_json),
+    ]:
+        for body in (b'{"text": "hi"', b"\xff\xfe{}", b'{"text": "\x80"}'):
+            refused = await harness.client.post(path, content=body, headers=headers)
+            assert refused.status_code == 400, (path, body, refused.text)
+            assert refused.json()["error"] == "invalid_json", (path, body)
+            assert refused.json()["details"]["hint"].startswith("the body is not valid JSON"), (path, body)
+    assert [m["text"] for m in await harness.messages(cid)] == []

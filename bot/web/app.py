@@ -14,7 +14,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from bot.desk import Desk
 from bot.errors import DeskError, error_body
 from bot.tools import errors_result
-from bot.web.api import ApiError, api, decisions, public
+from bot.web.api import ApiError, api, decisions, invalid_json, public
 from bot.web.approval_pages import router as approval_pages
 from bot.web.body_limit import BodyLimit
 from bot.web.chat import chat_api
@@ -75,12 +75,17 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        broken = next((e for e in exc.errors() if e["type"] == "json_invalid"), None)
+        if broken is not None:  # not a wrong value but no JSON at all: 400, as everywhere a body is read
+            return invalid_json(f"{broken['ctx']['error']} at position {broken['loc'][-1]}").response()
         # FastAPI prefixes locations with body/query/path; people want the field name.
         errors = [{**e, "loc": tuple(e["loc"][1:]) or tuple(e["loc"])} for e in exc.errors()]
         return JSONResponse(errors_result(errors, code="invalid_request"), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's 400 for a JSON body that is not UTF-8
+            return invalid_json(str(exc.__cause__)).response()
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
 
