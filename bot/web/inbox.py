@@ -45,7 +45,7 @@ import hmac
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -69,6 +69,7 @@ from bot.store.models import Approval, HandoffSession
 from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState, Outcome, ReleaseReason
 from bot.web.deps import (
     ApprovalsDep,
+    ClockDep,
     ConfigDep,
     ConversationsDep,
     HandoffsDep,
@@ -76,6 +77,7 @@ from bot.web.deps import (
     RendererDep,
     app_desk,
 )
+from bot.web.login_attempts import LoginAttemptsDep
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
 from bot.web.pages import render_page, same_origin, secure_headers
@@ -449,17 +451,35 @@ async def login_page(renderer: RendererDep, next: str = "/inbox", failed: bool =
 
 @inbox.post("/inbox/login", include_in_schema=False)
 async def login(
-    request: Request, config: ConfigDep, renderer: RendererDep, token: str = Form(default=""), next: str = Form(default="/inbox"),
+    request: Request, config: ConfigDep, renderer: RendererDep, clock: ClockDep, attempts: LoginAttemptsDep,
+    token: str = Form(default=""), next: str = Form(default="/inbox"),
 ) -> Response:
+    """Sign the owner in. Wrong tokens are counted per client address (bot/web/login_attempts.py):
+    past the allowance the address waits, whatever it sends."""
     expected = config.owner.token
     if not same_origin(request, config.public_url):
         return _page(renderer, "inbox/error.html", status=403, title="Refused", message="Cross-site login refused.")
-    if expected is not None and not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
-        return _redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
+    if expected is not None:
+        client = attempts.client(request)
+        locked = attempts.locked_for(client)
+        if locked:
+            return _locked_out(renderer, locked, clock.now() + timedelta(seconds=locked))
+        if not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
+            attempts.failed(client)
+            return _redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
+        attempts.succeeded(client)
     sessions = OwnerSessions(config)
     _session_id, value = sessions.issue_cookie()
     response = _redirect(_safe_next(next))
     sessions.set_owner_cookie(response, value)
+    return response
+
+
+def _locked_out(renderer: Renderer, seconds: int, until: datetime) -> HTMLResponse:
+    response = _page(renderer, "inbox/error.html", status=429, title="Too many attempts",
+                     message=f"Too many wrong tokens came from your address. Try again in {seconds} s "
+                             f"(after {until.strftime('%H:%M:%S')} UTC).")
+    response.headers["Retry-After"] = str(seconds)
     return response
 
 
