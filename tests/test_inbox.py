@@ -719,3 +719,25 @@ async def test_wrong_tokens_lock_the_address_out_for_a_while(start_desk: StartDe
     for _ in range(3):  # the success gave the address its whole allowance back
         wrong = await harness.client.post("/inbox/login", data={"token": "guess", "next": "/inbox"}, headers=guesser)
         assert wrong.status_code == 303
+
+
+async def test_logging_out_revokes_the_session_even_for_a_replayed_cookie(start_desk: StartDesk) -> None:
+    """The cookie is signed and still unexpired after a logout; the server refuses it anyway,
+    on pages, on the live updates and on posts (its CSRF token is bound to the dead session)."""
+    harness = await start_desk(owner={"token": "owner-secret"})
+    await login(harness.client)
+    replay = httpx.AsyncClient(transport=harness.client._transport, base_url="http://desk.test",
+                               cookies={"handoff_owner": harness.client.cookies["handoff_owner"]})
+    assert (await replay.get("/inbox")).status_code == 200  # a copy of the cookie works while signed in
+    csrf = csrf_of((await harness.client.get("/inbox")).text)
+    assert (await harness.client.post("/inbox/logout", data={"csrf": csrf})).headers["location"] == "/inbox/login"
+
+    page = await replay.get("/inbox")
+    assert (page.status_code, page.headers["location"]) == (303, "/inbox/login?next=/inbox")
+    assert (await replay.get("/inbox/updates", params={"wait": 0})).status_code == 401
+    assert (await replay.post("/inbox/name", data={"csrf": csrf, "name": "Mallory"})).status_code == 401
+    assert (await replay.get("/inbox/name")).status_code == 303  # still a login, not the page
+    await replay.aclose()
+
+    await login(harness.client)  # a new login is a new session
+    assert (await harness.client.get("/inbox")).status_code == 200

@@ -285,3 +285,15 @@ class InboundEvent(SQLModel, table=True):
     result: str | None = Field(default=None, sa_type=Text)
     received_at: datetime
     processed_at: datetime | None = None
+
+
+class RevokedSession(SQLModel, table=True):
+    """An owner-inbox session signed out before its cookie expired: its cookie is refused from
+    then on, even replayed. Kept until the cookie would have expired anyway, then pruned
+    (bot/delivery/retention.py)."""
+
+    __tablename__ = "revoked_sessions"
+
+    session_id: str = Field(primary_key=True, max_length=40)
+    revoked_at: datetime
+    expires_at: datetime = Field(index=True)  # the cookie's own expiry: pruning
