@@ -165,6 +165,22 @@ async def test_health_and_metrics(harness: Harness) -> None:
     assert "handoff_dispatch_seconds_bucket" in text
 
 
+async def test_metrics_can_require_a_bearer_token(start_desk: StartDesk) -> None:
+    """With metrics.token set, /metrics answers only that token (the API key does not open it);
+    without one it stays open, as the health check always is."""
+    harness = await start_desk(api={"key": "k-123456"}, metrics={"token": "scrape-123456"})
+    for headers in ({}, {"Authorization": "Bearer k-123456"}, {"Authorization": "Bearer scrape-1234567"}):
+        refused = await harness.client.get("/metrics", headers=headers)
+        assert (refused.status_code, refused.json()["error"]) == (401, "unauthorized"), headers
+        assert refused.headers["www-authenticate"] == "Bearer"
+        assert "metrics.token" in refused.json()["details"]["hint"]
+    scraped = await harness.client.get("/metrics", headers={"Authorization": "Bearer scrape-123456"})
+    assert scraped.status_code == 200
+    assert "handoff_long_polls_waiting" in scraped.text
+    assert (await harness.client.get("/healthz")).status_code == 200
+    assert (await (await start_desk()).client.get("/metrics")).status_code == 200
+
+
 async def test_openapi_document_is_served(harness: Harness) -> None:
     spec = (await harness.client.get("/api/openapi.json")).json()
     assert "/api/conversations/{cid}/messages" in spec["paths"]

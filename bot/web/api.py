@@ -362,5 +362,8 @@ async def healthz(queries: QueriesDep, channels: ChannelsDep) -> JSONResponse:
 
 
 @public.get("/metrics")
-async def metrics(metrics: MetricsDep) -> Response:
+async def metrics(request: Request, metrics: MetricsDep, config: ConfigDep) -> Response:
+    """Prometheus metrics; behind `Authorization: Bearer <metrics.token>` when one is set (the
+    counts say how busy the desk is and which channels are down)."""
+    _require_bearer(request, config.metrics.token, "metrics.token")
     return Response(metrics.exposition(), media_type=CONTENT_TYPE)
