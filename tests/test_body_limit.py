@@ -29,6 +29,9 @@ async def test_a_declared_length_over_the_limit_is_refused_without_reading_the_b
     within = await harness.client.post("/api/conversations", content=b"{" + b" " * 1000 + b"}",
                                        headers={"content-type": "application/json"})
     assert within.status_code == 201, within.text
+    for path in ("/chat/api/messages", "/webhooks/1"):  # the web chat's API and webhooks share the limit
+        refused = await harness.client.post(path, content=b"x" * 1100, headers={"content-type": "application/json"})
+        assert (refused.status_code, refused.json()["error"]) == (413, "body_too_large"), path
 
 
 async def test_a_chunked_body_is_cut_off_at_the_limit_and_the_route_never_answers(start_desk: StartDesk) -> None:

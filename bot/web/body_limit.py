@@ -82,10 +82,10 @@ class BodyLimit:
             return
         surface = self.surface_for(scope["path"])
         if declared is not None and not chunked:
-            if declared.isdigit() and int(declared) <= surface.most:
-                await self.app(scope, receive, send)  # the server hands over no more than it declared
-            else:
+            if declared.isdigit() and int(declared) > surface.most:
                 await surface.refuse(send)
+            else:  # the server hands over no more than it declared (and refuses a length that is no number)
+                await self.app(scope, receive, send)
             return
         await _Counted(self.app, surface, receive, send).run(scope)
 
