@@ -307,3 +307,15 @@ class DeskInstance(SQLModel, table=True):
     # Seconds since the epoch by the database's clock (never the instance's own): every
     # instance judges every other by one clock.
     beat_at: float
+
+
+class RevokedSession(SQLModel, table=True):
+    """An owner-inbox session signed out before its cookie expired: its cookie is refused from
+    then on, even replayed. Kept until the cookie would have expired anyway, then pruned
+    (bot/delivery/retention.py)."""
+
+    __tablename__ = "revoked_sessions"
+
+    session_id: str = Field(primary_key=True, max_length=40)
+    revoked_at: datetime
+    expires_at: datetime = Field(index=True)  # the cookie's own expiry: pruning
