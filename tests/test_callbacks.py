@@ -21,7 +21,7 @@ from channels.base import (
     TransientChannelError,
     UncertainDeliveryError,
 )
-from tests.conftest import StartDesk
+from tests.conftest import Harness, StartDesk
 from tests.fake_endpoint import Answer, FakeEndpoint
 
 SECRET = "callback-secret-0123456789"
@@ -107,12 +107,9 @@ async def test_an_endpoint_gone_from_the_config_or_a_message_for_a_channel_is_re
     assert endpoint.calls == []
 
 
-async def test_the_desk_carries_a_callback_through_its_outbox_and_says_when_it_settled(
-    start_desk: StartDesk, endpoint: FakeEndpoint,
-) -> None:
-    """Refused once (503), retried when due with the same delivery key, delivered, every
-    attempt audited, and `CallbackSettled` heard once, with the answer, after its commit."""
-    endpoint.plan(Answer(503, {"error": "busy"}, retry_after="0"), Answer(200, {"seen": True}))
+async def queued_on_a_desk(start_desk: StartDesk, endpoint: FakeEndpoint) -> tuple[Harness, list[CallbackSettled]]:
+    """A desk whose orchestrator is `endpoint`, with one callback queued and sent as far as
+    it goes now; and the `CallbackSettled` signals it records."""
     harness = await start_desk(user_actions={"webhook": {"url": endpoint.url, "secret": SECRET}})
     settled: list[CallbackSettled] = []
     harness.desk.signals.on(CallbackSettled, settled.append)
@@ -120,6 +117,16 @@ async def test_the_desk_carries_a_callback_through_its_outbox_and_says_when_it_s
         await harness.desk.outbox.queue(session, channel_id=CALLBACKS, outbound=callback(delivery_key=None),
                                         now=harness.desk.clock.now())
     await harness.desk.settle()
+    return harness, settled
+
+
+async def test_the_desk_carries_a_callback_through_its_outbox_and_says_when_it_settled(
+    start_desk: StartDesk, endpoint: FakeEndpoint,
+) -> None:
+    """Refused once (503), retried when due with the same delivery key, delivered, every
+    attempt audited, and `CallbackSettled` heard once, with the answer, after its commit."""
+    endpoint.plan(Answer(503, {"error": "busy"}, retry_after="0"), Answer(200, {"seen": True}))
+    harness, settled = await queued_on_a_desk(start_desk, endpoint)
     assert [c.answered for c in endpoint.calls] == [503]
     assert settled == []
     harness.desk.clock.advance(timedelta(seconds=2))  # type: ignore[attr-defined]
@@ -137,13 +144,7 @@ async def test_the_desk_carries_a_callback_through_its_outbox_and_says_when_it_s
 
 async def test_a_refused_callback_fails_at_once_and_says_so(start_desk: StartDesk, endpoint: FakeEndpoint) -> None:
     endpoint.plan(Answer(400, {"error": "unknown task"}))
-    harness = await start_desk(user_actions={"webhook": {"url": endpoint.url, "secret": SECRET}})
-    settled: list[CallbackSettled] = []
-    harness.desk.signals.on(CallbackSettled, settled.append)
-    async with harness.desk.db.transaction() as session:
-        await harness.desk.outbox.queue(session, channel_id=CALLBACKS, outbound=callback(delivery_key=None),
-                                        now=harness.desk.clock.now())
-    await harness.desk.settle()
+    harness, settled = await queued_on_a_desk(start_desk, endpoint)
     async with harness.desk.db.read() as session:
         item = (await session.scalars(select(OutboxItem))).one()
         [event] = (await session.scalars(select(HandoffEvent).where(HandoffEvent.conversation_id == "c_1"))).all()
