@@ -351,9 +351,11 @@ async def test_an_approved_http_call_survives_a_restart_between_the_decision_and
         '[Approval — refund_order was approved and ran with the arguments you gave. Result: {"refund_id": "rf_after_restart"}]']
 
 
-async def test_an_http_call_whose_answer_was_lost_is_retried_as_the_same_delivery_and_reported_once(
-    start_desk: StartDesk,
+async def test_an_http_call_whose_answer_was_lost_is_retried_after_a_restart_as_the_same_delivery_and_reported_once(
+    start_desk: StartDesk, database_url: str,
 ) -> None:
+    """The endpoint took the call but its answer never came (a timeout): it may have run, so
+    the desk asks again when due, here after a restart, under the same delivery id."""
     endpoint = await FakeEndpoint(HOOK_SECRET, Answer(hang=True), default=Answer(200, {"refund_id": "rf_2"})).start()
     try:
         harness, _, cid = await start(start_desk, http_refund(endpoint, timeout="200ms"))
@@ -361,14 +363,17 @@ async def test_an_http_call_whose_answer_was_lost_is_retried_as_the_same_deliver
         await decide(harness, aid, "approve")
         await harness.desk.settle()
         assert (await harness.approval(aid))["run_state"] == "running"  # may have run: asked again when due
+        await harness.desk.stop()
+        again = await start_desk(url=database_url, clock=harness.desk.clock, channels=CHANNELS,
+                                 actions=[http_refund(endpoint, timeout="200ms")], adapters={2: ScriptedChannel})
         harness.desk.clock.advance(timedelta(seconds=2))  # type: ignore[attr-defined]
-        await harness.desk.settle()
+        await again.desk.settle()
     finally:
         await endpoint.stop()
     assert [(c.delivery, c.answered) for c in endpoint.calls] == [(aid, 0), (aid, 200)]  # the endpoint can drop a repeat
-    assert (await harness.approval(aid))["result"] == {"refund_id": "rf_2"}
-    assert len([n for n in await harness.system_texts(cid) if n.startswith("[Approval — refund_order was approved")]) == 1
-    assert (await kinds(harness)).count("action_ran") == 1
+    assert (await again.approval(aid))["result"] == {"refund_id": "rf_2"}
+    assert len([n for n in await again.system_texts(cid) if n.startswith("[Approval — refund_order was approved")]) == 1
+    assert (await kinds(again)).count("action_ran") == 1
 
 
 async def test_an_http_call_the_endpoint_refuses_fails_at_once_and_the_agent_is_told(start_desk: StartDesk) -> None:
