@@ -19,6 +19,7 @@ import structlog
 
 from bot.agents import Agent, build_agent
 from bot.config import Config
+from bot.delivery.callbacks import CallbackSender, CallbackSettled
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.delivery.retention import Retention
@@ -83,7 +84,7 @@ class Desk:
         self.outbox = Outbox(
             self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
             base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
-            lease=delivery.lease, owner=self.instances.id,
+            lease=delivery.lease, owner=self.instances.id, callbacks=CallbackSender.from_config(config),
         )
         self.conversations = Conversations(self.db, self.clock, self.bus)
         self.queries = Queries(self.db)
@@ -99,7 +100,7 @@ class Desk:
             metrics=self.metrics, background=self.background,
         )
         self.user_actions = UserActions(
-            db=self.db, clock=self.clock, config=config, renderer=self.renderer, background=self.background,
+            db=self.db, clock=self.clock, config=config, renderer=self.renderer, outbox=self.outbox,
             metrics=self.metrics,
         )
         self.tools = ToolRegistry([
@@ -142,6 +143,7 @@ class Desk:
         self.signals.on(HandoffReleased, self.router.after_release)
         self.signals.on(HeldMessagesOrphaned, self.router.after_failed_dispatch)
         self.signals.on(ApprovalSettled, self.router.after_approval)
+        self.signals.on(CallbackSettled, self.approvals.on_call_settled)
         self.signals.on(UserActionSettled, self.router.after_user_action)
         self.timers.also_on_sweep.append(self.user_actions.expire_due)
         self.timers.also_on_sweep.append(self.approvals.expire_due)

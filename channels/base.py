@@ -183,7 +183,7 @@ class _Message(BaseModel):
     delivery_key: str | None = None
 
     # The outbox's coarse category (its audit event and metric label): dispatch, relay,
-    # notice or subscriber.
+    # notice, subscriber or callback.
     purpose: ClassVar[str]
 
     @property
@@ -301,8 +301,44 @@ class ToSubscriber(_Message):
         return {"conversation_id": self.conversation_id}
 
 
+class Callback(_Message):
+    """Not for a channel: a signed JSON POST to one of the owner's endpoints (a background
+    task's orchestrator, an approved action's `run` URL), stored and retried by the outbox like
+    any message and handed to the desk's callback sender (bot/delivery/callbacks.py) instead of
+    an adapter. `endpoint` names the configured endpoint, whose URL and secret are looked up at
+    each attempt, so no secret is stored; `body` is the JSON text, signed afresh each time.
+    `delivery` is the `X-Handoff-Delivery` the endpoint drops a repeat by, when it already knows
+    the call by an id of its own (an approval's); otherwise it is the item's `delivery_key`.
+    `ordered_by` is the stream: the orchestrator hears one conversation's events in order, and
+    an action's call waits for nothing but itself."""
+
+    kind: Literal["callback"] = "callback"
+    purpose: ClassVar[str] = "callback"
+    endpoint: str
+    event: str
+    body: str
+    conversation_id: str
+    ordered_by: str
+    user_action_id: str | None = None
+    approval_id: str | None = None
+    delivery: str | None = None
+
+    @property
+    def stream(self) -> str:
+        return self.ordered_by
+
+    def trail(self) -> dict[str, str]:
+        about = {"user_action_id": self.user_action_id, "approval_id": self.approval_id}
+        return {"conversation_id": self.conversation_id, **{k: v for k, v in about.items() if v is not None}}
+
+    @property
+    def delivery_id(self) -> str | None:
+        """What `X-Handoff-Delivery` says: the same for every attempt at this call."""
+        return self.delivery or self.delivery_key
+
+
 Outbound = Annotated[
-    Dispatch | Relay | Notice | ApprovalPrompt | ApprovalClosed | ToSubscriber, Field(discriminator="kind"),
+    Dispatch | Relay | Notice | ApprovalPrompt | ApprovalClosed | ToSubscriber | Callback, Field(discriminator="kind"),
 ]
 """One message to deliver; the base class's `send` calls the adapter's method for its kind."""
 HandoffMessage = Dispatch | Relay | Notice
@@ -330,6 +366,8 @@ class Receipt(BaseModel):
     message_id: str | None = None
     thread_key: str | None = None
     thread: dict[str, Any] = Field(default_factory=dict)
+    # A callback's: what the owner's endpoint answered, as a JSON object (an action's result)
+    answer: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- what comes in
@@ -593,6 +631,9 @@ class ChannelAdapter(ABC):
                 return await self.send_approval_closed(outbound)
             case ToSubscriber():
                 return await self.send_to_subscriber(outbound)
+            case Callback():
+                raise PermanentChannelError(f"channel {self.id} was handed a callback",
+                                            hint="callbacks go to the owner's endpoints through the desk's callback sender")
 
     @abstractmethod
     async def send_dispatch(self, dispatch: Dispatch) -> Receipt:

@@ -16,6 +16,7 @@ from channels.base import ApprovalClosed, ApprovalPrompt, Decision, Outbound
 from tests import approval_actions
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
+from tests.fake_endpoint import Answer, FakeEndpoint
 from tests.fake_server import serving
 from tests.fakes import ScriptedChannel
 
@@ -311,6 +312,120 @@ async def test_an_http_action_gets_a_signed_request_with_the_approved_arguments(
                            "arguments": {"order_id": "1234", "amount": 5}}
     assert got["delivery"] == aid
     assert re.search(r'"refund_id": "rf_http"', (await harness.system_texts(cid))[0])
+
+
+HOOK_SECRET = "shop-hook-secret-0123456789"
+
+
+def http_refund(endpoint: FakeEndpoint, **run: Any) -> dict[str, Any]:
+    return refund(run={"url": endpoint.url, "secret": HOOK_SECRET, **run})
+
+
+async def test_an_approved_http_call_survives_a_restart_between_the_decision_and_the_call(
+    start_desk: StartDesk, database_url: str,
+) -> None:
+    """The call is stored with the decision: a desk that stops before sending it (its outbox
+    already down) leaves it to the next one, which calls once, with the approval id as the
+    delivery id, and the agent reads the result there."""
+    endpoint = await FakeEndpoint(HOOK_SECRET, default=Answer(200, {"refund_id": "rf_after_restart"})).start()
+    try:
+        harness, _, cid = await start(start_desk, http_refund(endpoint))
+        aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+        await harness.desk.settle()
+        await harness.desk.outbox.stop()  # the crash: nothing more goes out from this desk
+        assert (await decide(harness, aid, "approve")).status_code == 200
+        await harness.desk.stop()
+        assert endpoint.calls == []
+        again = await start_desk(url=database_url, clock=harness.desk.clock, channels=CHANNELS,
+                                 actions=[http_refund(endpoint)], adapters={2: ScriptedChannel})
+        await again.desk.settle()
+        await again.desk.approvals.recover_interrupted()  # the sweep finds nothing left to do
+        await again.desk.settle()
+    finally:
+        await endpoint.stop()
+    [got] = endpoint.calls
+    assert (got.delivery, got.body["approval_id"], got.body["arguments"]) == (aid, aid, {"order_id": "1234", "amount": 5})
+    view = await again.approval(aid)
+    assert (view["run_state"], view["result"]) == ("succeeded", {"refund_id": "rf_after_restart"})
+    assert [n for n in await again.system_texts(cid) if "rf_after_restart" in n] == [
+        '[Approval — refund_order was approved and ran with the arguments you gave. Result: {"refund_id": "rf_after_restart"}]']
+
+
+async def test_an_http_call_whose_answer_was_lost_is_retried_after_a_restart_as_the_same_delivery_and_reported_once(
+    start_desk: StartDesk, database_url: str,
+) -> None:
+    """The endpoint took the call but its answer never came (a timeout): it may have run, so
+    the desk asks again when due, here after a restart, under the same delivery id."""
+    endpoint = await FakeEndpoint(HOOK_SECRET, Answer(hang=True), default=Answer(200, {"refund_id": "rf_2"})).start()
+    try:
+        harness, _, cid = await start(start_desk, http_refund(endpoint, timeout="200ms"))
+        aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+        await decide(harness, aid, "approve")
+        await harness.desk.settle()
+        assert (await harness.approval(aid))["run_state"] == "running"  # may have run: asked again when due
+        await harness.desk.stop()
+        again = await start_desk(url=database_url, clock=harness.desk.clock, channels=CHANNELS,
+                                 actions=[http_refund(endpoint, timeout="200ms")], adapters={2: ScriptedChannel})
+        harness.desk.clock.advance(timedelta(seconds=2))  # type: ignore[attr-defined]
+        await again.desk.settle()
+    finally:
+        await endpoint.stop()
+    assert [(c.delivery, c.answered) for c in endpoint.calls] == [(aid, 0), (aid, 200)]  # the endpoint can drop a repeat
+    assert (await again.approval(aid))["result"] == {"refund_id": "rf_2"}
+    assert len([n for n in await again.system_texts(cid) if n.startswith("[Approval — refund_order was approved")]) == 1
+    assert (await kinds(again)).count("action_ran") == 1
+
+
+async def test_an_http_call_the_endpoint_refuses_fails_at_once_and_the_agent_is_told(start_desk: StartDesk) -> None:
+    endpoint = await FakeEndpoint(HOOK_SECRET, Answer(404, {"error": "no such order"})).start()
+    try:
+        harness, _, cid = await start(start_desk, http_refund(endpoint))
+        aid = (await call(harness, cid, order_id="1234", amount=5))["approval_id"]
+        await decide(harness, aid, "approve")
+        await harness.desk.settle()
+    finally:
+        await endpoint.stop()
+    assert len(endpoint.calls) == 1  # a refusal is not retried
+    view = await harness.approval(aid)
+    assert (view["run_state"], view["error"]) == ("failed", f"{endpoint.url} answered 404")
+    assert (await harness.system_texts(cid))[-1].startswith(
+        f"[Approval — refund_order was approved but failed: {endpoint.url} answered 404.")
+    async with harness.desk.db.read() as session:
+        from sqlalchemy import select
+
+        from bot.store.models import HandoffEvent
+        failed = (await session.scalars(select(HandoffEvent).where(HandoffEvent.kind == "action_failed"))).one()
+    assert "no such order" in failed.detail["detail"]  # for the owner, not the model
+    assert "no such order" not in (await harness.system_texts(cid))[-1]
+
+
+async def test_a_call_the_outbox_settled_before_a_crash_is_reported_from_its_item(start_desk: StartDesk) -> None:
+    """What a crash between the outbox's record and the approval's leaves behind: the call's
+    item sent with the endpoint's answer, the approval still running. The sweep reports it once."""
+    from sqlalchemy import update
+
+    from bot.delivery.callbacks import CALLBACKS
+    from bot.domain.approvals import run_stream
+    from bot.store.models import Approval, OutboxItem
+    from channels.base import Callback
+
+    harness, _, cid = await start(start_desk, refund(run={"url": "http://127.0.0.1:9/refund", "secret": HOOK_SECRET}))
+    aid = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
+    await harness.desk.outbox.stop()
+    now = harness.desk.clock.now()
+    async with harness.desk.db.transaction() as session:
+        await session.execute(update(Approval).where(Approval.id == aid).values(
+            state="approved", decided_at=now, decided_by="Kim", decided_via="api", run_state="running"))
+        item = await harness.desk.outbox.enqueue(session, channel_id=CALLBACKS, now=now, outbound=Callback(
+            text="run", endpoint="actions.refund_order.run", event="action_run", body="{}", conversation_id=cid,
+            ordered_by=run_stream(aid), approval_id=aid, delivery=aid))
+        await session.execute(update(OutboxItem).where(OutboxItem.id == item.id).values(
+            state="sent", sent_at=now, receipt={"answer": {"refund_id": "rf_recorded"}}))
+    assert await harness.desk.approvals.recover_interrupted() == 1
+    assert await harness.desk.approvals.recover_interrupted() == 0
+    assert (await harness.approval(aid))["result"] == {"refund_id": "rf_recorded"}
+    assert [n for n in await harness.system_texts(cid) if "rf_recorded" in n] == [
+        '[Approval — refund_order was approved and ran with the arguments you gave. Result: {"refund_id": "rf_recorded"}]']
 
 
 async def test_a_decision_a_crash_interrupted_is_finished_or_reported_on_the_next_sweep(start_desk: StartDesk) -> None:

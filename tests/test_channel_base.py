@@ -13,6 +13,7 @@ from bot.store.vocabulary import Outcome
 from channels.base import (
     ApprovalClosed,
     ApprovalPrompt,
+    Callback,
     Capabilities,
     ChannelAdapter,
     ChannelConfig,
@@ -47,6 +48,8 @@ BRIEF = HandoffBrief(
     expected_action="Find it.", expected_return=[ReturnField(name="eta_date", type="date", required=True, label="ETA")],
 )
 APPROVAL = refund_brief("ap_1")
+RUN = Callback(text="action_run ap_1", endpoint="actions.refund_order.run", event="action_run", body='{"arguments":{}}',
+               conversation_id="c_1", ordered_by="ap_1:run", approval_id="ap_1", delivery="ap_1")
 
 MESSAGES: list[Outbound] = [
     Dispatch(handoff_id="hs_a7f3", text="the brief", subject="[Handoff A7F3] lost parcel", brief=BRIEF),
@@ -56,6 +59,7 @@ MESSAGES: list[Outbound] = [
     ApprovalClosed(text="Approved by Kim.", approval=APPROVAL, prompt={"message_id": "9"}),
     ToSubscriber(conversation_id="c_1", chat="4242", text="Sam: hello", body="hello", author="Sam",
                  user_action=UserActionPrompt(user_action_id="ua_1", steps=2)),
+    RUN,
 ]
 
 EVENTS: list[InboundMessage] = [
@@ -86,6 +90,7 @@ def test_an_inbound_event_reads_back_from_its_row_as_the_same_kind(event: Inboun
     (MESSAGES[3], "ap_1", {"conversation_id": "c_1", "approval_id": "ap_1"}, "notice"),
     (MESSAGES[4], "ap_1", {"conversation_id": "c_1", "approval_id": "ap_1"}, "notice"),
     (MESSAGES[5], "c_1", {"conversation_id": "c_1"}, "subscriber"),
+    (MESSAGES[6], "ap_1:run", {"conversation_id": "c_1", "approval_id": "ap_1"}, "callback"),
 ], ids=lambda value: value.kind if hasattr(value, "kind") else None)
 def test_each_message_names_what_orders_it_and_where_its_audit_records_go(
     message: Outbound, stream: str, trail: dict[str, str], purpose: str,
@@ -141,6 +146,16 @@ async def test_send_calls_the_adapters_method_for_the_kind_and_defaults_say_what
     with pytest.raises(PermanentChannelError) as no_front:
         await adapter.send(MESSAGES[5])
     assert "serves no subscribers" in str(no_front.value)
+    with pytest.raises(PermanentChannelError) as callback:
+        await adapter.send(MESSAGES[6])  # the owner's endpoints are the callback sender's, never a channel's
+    assert "handed a callback" in str(callback.value)
+
+
+def test_a_callback_names_the_delivery_id_its_endpoint_drops_a_repeat_by() -> None:
+    orchestrator = Callback(text="e", endpoint="user_actions.webhook", event="user_action_requested", body="{}",
+                            conversation_id="c_1", ordered_by="c_1:orchestrator", user_action_id="ua_1", delivery_key="hd_1")
+    assert (orchestrator.delivery_id, orchestrator.trail()) == ("hd_1", {"conversation_id": "c_1", "user_action_id": "ua_1"})
+    assert RUN.model_copy(update={"delivery_key": "hd_2"}).delivery_id == "ap_1"  # the approval id, on every attempt
 
 
 async def test_updating_a_dispatch_changes_nothing_where_the_provider_cannot_edit() -> None:

@@ -19,7 +19,10 @@ from bot.runtime.signed_http import (
     TIMESTAMP_HEADER,
     TOLERANCE_SECONDS,
     InvalidSignature,
+    answer_of,
+    as_object,
     post_signed,
+    retry_after,
     sign,
     signed_headers,
     verify,
@@ -158,3 +161,24 @@ async def test_no_answer_at_all_raises_the_httpx_error() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(unreachable)) as client:
         with pytest.raises(httpx.ConnectError):
             await post_signed(client, "http://owner.test/turn", BODY, secret=SECRET, delivery=None, attempts=1)
+
+
+@pytest.mark.parametrize(("response", "answer"), [
+    (httpx.Response(200, json={"refund_id": "rf_1"}), {"refund_id": "rf_1"}),
+    (httpx.Response(200, json=[1, 2]), {"value": [1, 2]}),
+    (httpx.Response(200, content=b"null"), {"value": None}),
+    (httpx.Response(204), {"status": 204, "body": ""}),
+    (httpx.Response(200, text="ok, refunded"), {"status": 200, "body": "ok, refunded"}),
+], ids=["object", "array", "null", "empty", "text"])
+def test_what_an_endpoint_answered_is_always_a_json_object(response: httpx.Response, answer: dict[str, object]) -> None:
+    assert answer_of(response) == answer
+
+
+def test_a_result_that_is_not_json_is_kept_as_its_repr() -> None:
+    assert as_object({"id": 1}) == {"id": 1}
+    assert as_object(object)["value"] == repr(object)
+
+
+@pytest.mark.parametrize(("header", "pause"), [("3", 3.0), ("0", 0.0), ("-5", 0.0), ("3600", 32.0), ("soon", None), (None, None)])
+def test_the_pause_an_endpoint_asks_for_is_capped_and_a_malformed_one_ignored(header: str | None, pause: float | None) -> None:
+    assert retry_after(httpx.Response(503, headers={"Retry-After": header} if header is not None else {})) == pause

@@ -11,12 +11,17 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from sqlalchemy import select
+from sqlmodel import col
 
 from bot.agents.webhook import InvalidSignature, verify
+from bot.store.models import HandoffEvent, OutboxItem
 from tests import approval_actions
 from tests.conftest import Harness, StartDesk
+from tests.fake_endpoint import Answer, FakeEndpoint
 from tests.fake_server import serving
 
+ORCHESTRATOR_SECRET = "orchestrator-secret-0123456789"
 CODE = {"reason": "verification_code", "details": "We sent a 6-digit code to your phone ending in 42.",
         "suggested_action": "Enter the code on the bank's page"}
 
@@ -184,35 +189,47 @@ async def test_invalid_requests_name_the_field(harness: Harness) -> None:
     assert set(bad["details"]["fields"]) == {"reason", "details"}
 
 
+async def background_desk(start_desk: StartDesk, endpoint: FakeEndpoint, **overrides: Any) -> tuple[Harness, str]:
+    """A desk whose background tasks' orchestrator is `endpoint`, and a background conversation."""
+    harness = await start_desk(user_actions={"webhook": {"url": endpoint.url, "secret": ORCHESTRATOR_SECRET}}, **overrides)
+    created = await harness.client.post("/api/conversations", json={"background": True})
+    return harness, created.json()["conversation_id"]
+
+
+async def callback_items(harness: Harness) -> list[OutboxItem]:
+    async with harness.desk.db.read() as session:
+        return list((await session.scalars(select(OutboxItem).where(OutboxItem.purpose == "callback")
+                                           .order_by(OutboxItem.id))).all())
+
+
 async def test_a_background_task_tells_the_orchestrator(start_desk: StartDesk) -> None:
-    received: list[dict[str, Any]] = []
-    secret = "orchestrator-secret-0123456789"
-
-    busy = [True]
-
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.read()
-        verify(secret, request.headers, body)
-        if busy.pop() if busy else False:  # the orchestrator is briefly down: retried at once, as asked
-            return web.Response(status=503, headers={"Retry-After": "0"})
-        received.append({**json.loads(body), "delivery": request.headers["X-Handoff-Delivery"]})
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    async with serving(app) as port:
-        harness = await start_desk(user_actions={"webhook": {"url": f"http://127.0.0.1:{port}/hook", "secret": secret}})
-        created = await harness.client.post("/api/conversations", json={"background": True})
-        cid = created.json()["conversation_id"]
+    """The orchestrator is briefly down (503): the event is retried when due, with the same
+    delivery id, and every attempt is in the conversation's trail."""
+    endpoint = await FakeEndpoint(ORCHESTRATOR_SECRET, Answer(503, retry_after="0"), default=Answer(204, None)).start()
+    try:
+        harness, cid = await background_desk(start_desk, endpoint)
         result = await ask(harness, cid)
         assert result["status"] == "USER_ACTION_REQUESTED"
         assert await texts(harness, cid) == []  # nobody is watching the chat
         await harness.client.post(f"/api/user_actions/{result['user_action_id']}/response", json={"outcome": "done"})
         await harness.desk.settle()
-    assert [r["type"] for r in received] == ["user_action_requested", "user_action_resolved"]
-    assert received[0]["delivery"] == f"{result['user_action_id']}:user_action_requested"
-    assert received[0]["user_action_id"] == result["user_action_id"]
-    assert received[1]["state"] == "done"
+        assert [c.answered for c in endpoint.calls] == [503]  # 'resolved' waits behind the retry of 'requested'
+        harness.desk.clock.advance(timedelta(seconds=2))  # type: ignore[attr-defined]
+        await harness.desk.settle()
+    finally:
+        await endpoint.stop()
+    received = endpoint.delivered()
+    assert [r.body["type"] for r in received] == ["user_action_requested", "user_action_resolved"]
+    assert received[0].body["user_action_id"] == result["user_action_id"]
+    assert received[1].body["state"] == "done"
+    requested, resolved = await callback_items(harness)
+    assert [c.delivery for c in endpoint.calls] == [requested.delivery_key, requested.delivery_key, resolved.delivery_key]
+    assert requested.delivery_key != resolved.delivery_key
+    async with harness.desk.db.read() as session:
+        trail = [(e.kind, e.detail.get("user_action_id")) for e in (await session.scalars(
+            select(HandoffEvent).where(HandoffEvent.conversation_id == cid, col(HandoffEvent.kind).in_(
+                ["delivery_retry_scheduled", "callback_delivered", "delivery_failed"])).order_by(HandoffEvent.id))).all()]
+    assert trail == [("delivery_retry_scheduled", result["user_action_id"])] + [("callback_delivered", result["user_action_id"])] * 2
 
 
 async def test_the_orchestrator_hears_an_action_s_events_in_order_even_while_one_is_retried(start_desk: StartDesk) -> None:
@@ -243,7 +260,53 @@ async def test_the_orchestrator_hears_an_action_s_events_in_order_even_while_one
         result = await ask(harness, cid)
         await harness.client.post(f"/api/user_actions/{result['user_action_id']}/response", json={"outcome": "done"})
         await harness.desk.settle()
+        harness.desk.clock.advance(timedelta(seconds=2))  # type: ignore[attr-defined]  # the retry is due
+        await harness.desk.settle()
     assert received == ["user_action_requested", "user_action_resolved"]
+
+
+async def test_an_event_the_orchestrator_missed_reaches_it_after_a_restart_with_the_same_delivery_id(
+    start_desk: StartDesk, database_url: str,
+) -> None:
+    """Refused while the first desk ran, the event waits in the database; a new desk on the
+    same database sends it when due, as the same delivery, and it is delivered once."""
+    endpoint = await FakeEndpoint(ORCHESTRATOR_SECRET, Answer(503)).start()
+    try:
+        first, cid = await background_desk(start_desk, endpoint)
+        uaid = (await ask(first, cid))["user_action_id"]
+        await first.desk.settle()
+        await first.desk.stop()
+        again = await start_desk(url=database_url, clock=first.desk.clock,
+                                 user_actions={"webhook": {"url": endpoint.url, "secret": ORCHESTRATOR_SECRET}})
+        first.desk.clock.advance(timedelta(seconds=2))  # type: ignore[attr-defined]
+        await again.desk.settle()
+        await again.desk.settle()  # nothing is sent twice
+    finally:
+        await endpoint.stop()
+    [item] = await callback_items(again)
+    assert [(c.answered, c.delivery) for c in endpoint.calls] == [(503, item.delivery_key), (200, item.delivery_key)]
+    assert endpoint.calls[1].body["user_action_id"] == uaid
+    assert (item.state, item.attempts) == ("sent", 2)
+
+
+async def test_an_event_the_orchestrator_refuses_is_failed_for_good_and_the_next_still_goes(start_desk: StartDesk) -> None:
+    endpoint = await FakeEndpoint(ORCHESTRATOR_SECRET, Answer(422, {"error": "unknown task"})).start()
+    try:
+        harness, cid = await background_desk(start_desk, endpoint)
+        uaid = (await ask(harness, cid))["user_action_id"]
+        await harness.desk.settle()
+        await harness.client.post(f"/api/user_actions/{uaid}/response", json={"outcome": "cancelled"})
+        await harness.desk.settle()
+    finally:
+        await endpoint.stop()
+    assert [(c.body["type"], c.answered) for c in endpoint.calls] == [("user_action_requested", 422),
+                                                                        ("user_action_resolved", 200)]
+    requested, resolved = await callback_items(harness)
+    assert (requested.state, requested.attempts, resolved.state) == ("failed", 1, "sent")
+    async with harness.desk.db.read() as session:
+        failed = (await session.scalars(select(HandoffEvent).where(HandoffEvent.kind == "delivery_failed"))).one()
+    assert (failed.conversation_id, failed.detail["error_type"]) == (cid, "PermanentChannelError")
+    assert "unknown task" in failed.detail["hint"]
 
 
 async def test_two_requests_at_once_leave_one_pending(harness: Harness) -> None:

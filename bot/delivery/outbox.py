@@ -35,6 +35,7 @@ from sqlalchemy import and_, bindparam, exists, insert, literal, null, or_, sele
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from bot.delivery.callbacks import CALLBACKS, CallbackSender, CallbackSettled
 from bot.delivery.channel_set import ChannelSet
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
@@ -45,6 +46,8 @@ from bot.store.models import HandoffSession, OutboxItem, new_id
 from bot.store.rows import Rows
 from bot.store.vocabulary import HandoffState, OutboxState
 from channels.base import (
+    Callback,
+    ChannelAdapter,
     ChannelError,
     DeliveryFailure,
     Outbound,
@@ -157,12 +160,21 @@ _RECORD_FAILED = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
 ))
 
 
-_DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "subscriber": "delivered_to_subscriber"}
+_DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "subscriber": "delivered_to_subscriber",
+              "callback": "callback_delivered"}
 
 
 def _trail(item: OutboxItem) -> dict[str, str]:
     """The ids an item's audit records are filed under, as its message names them."""
     return stored_outbound(item.payload).trail()
+
+
+def _callback_settled(session: AsyncSession, item: OutboxItem, *, answer: dict[str, Any] | None = None,
+                      error: str | None = None, hint: str | None = None) -> None:
+    """Tell whoever queued a callback how it ended, once the transaction recording it commits."""
+    callback = stored_outbound(item.payload)
+    assert isinstance(callback, Callback)
+    record(session.info, CallbackSettled(callback, answer=answer, error=error, hint=hint))
 
 
 @dataclass
@@ -219,10 +231,13 @@ class Outbox:
         poll_interval: float = 1.0,
         concurrency: int = 16,
         owner: str | None = None,
+        callbacks: CallbackSender | None = None,
     ) -> None:
         self.db, self.channels, self.clock, self.metrics = db, channels, clock, metrics
         # The instance whose claims this outbox makes (bot/store/instances.py)
         self.owner = owner or new_id("in")
+        # Delivers the items of the reserved channel id CALLBACKS (bot/delivery/callbacks.py)
+        self.callbacks = callbacks
         self.max_attempts, self.base_backoff, self.max_backoff = max_attempts, base_backoff, max_backoff
         self.lease, self.poll_interval = lease, poll_interval
         self.send_timeout = max(1.0, lease.total_seconds() - 10)
@@ -451,8 +466,8 @@ class Outbox:
     async def _send(self, item: OutboxItem, *, timeout: float) -> Receipt:
         """One provider call, bounded by `timeout` (shorter than the lease, so no other
         instance can re-claim an item whose send is still in flight)."""
-        adapter = self.channels.get(item.channel_id)
-        if adapter is None or not self.channels.is_available(item.channel_id):
+        adapter = self._sender(item.channel_id)
+        if adapter is None:
             raise TransientChannelError(f"channel {item.channel_id} is not running", hint="the channel is not available")
         outbound = stored_outbound(item.payload).model_copy(update={"delivery_key": item.delivery_key})
         try:
@@ -496,8 +511,15 @@ class Outbox:
         })
         return _ITEMS.one(row) if row is not None else None
 
+    def _sender(self, channel_id: int) -> ChannelAdapter | CallbackSender | None:
+        """Who delivers an item: the callback sender for callbacks, else the channel's
+        adapter while it runs (None: not now)."""
+        if channel_id == CALLBACKS:
+            return self.callbacks
+        return self.channels.get(channel_id) if self.channels.is_available(channel_id) else None
+
     def _kind_of(self, channel_id: int) -> str:
-        adapter = self.channels.get(channel_id)
+        adapter = self.callbacks if channel_id == CALLBACKS else self.channels.get(channel_id)
         return adapter.kind if adapter else "unknown"
 
     async def _record_success(self, item: OutboxItem, receipt: Receipt) -> None:
@@ -581,6 +603,8 @@ class Outbox:
                 outbox_id=item.id, message_id=item.message_id, channel_message_id=receipt.message_id,
                 attempts=item.attempts, **self._maybe_duplicated(item),
             )
+        if item.purpose == "callback":
+            _callback_settled(session, item, answer=receipt.answer)
         if not claim_next or item.handoff_session_id is None:
             return _SuccessRecord(recorded=True)
         # This item was the handoff's earliest unsent one, so the next is simply the
@@ -648,6 +672,8 @@ class Outbox:
                 error=str(error), error_type=type(error).__name__, hint=error.hint,
                 retry_in_seconds=None if retry_in is None else round(retry_in, 3),
             )
+            if retry_in is None and item.purpose == "callback":
+                _callback_settled(session, item, error=str(error), hint=error.hint)
         result = "failed" if retry_in is None else "retry"
         self.metrics.deliveries.labels(self._kind_of(item.channel_id), item.purpose, result).inc()
         log.warning("delivery_" + result, outbox_id=item.id, purpose=item.purpose, attempts=item.attempts, error=str(error))

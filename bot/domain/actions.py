@@ -3,8 +3,14 @@
 Two ways, both declared by the owner: POST to their endpoint, signed exactly like the
 webhook agent's turns (`X-Handoff-Signature: v1=HMAC(secret, "<timestamp>." + body)`, with
 the approval id as `X-Handoff-Delivery` so a repeat can be recognised), or a Python callable
-(sync or async) imported by path. Nothing here retries: an action may not be idempotent, so
-a timeout is reported as "may or may not have run" and the agent is told to check.
+(sync or async) imported by path.
+
+`run_action` runs one inline, for a caller that needs the answer now: an action that needs no
+approval (inside the agent's tool call), an expectation check (it decides how a user action
+ended), and a callable after an approval. Nothing here retries: an action may not be
+idempotent, so a timeout is reported as "may or may not have run" and the agent is told to
+check. An approved HTTP action does not run here: its call (`run_body`) goes through the
+outbox, stored with the decision and retried with the same delivery id (bot/domain/approvals.py).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 import httpx
 
 from bot.config import CallableActionRun, HttpActionRun
-from bot.runtime.signed_http import post_signed
+from bot.runtime.signed_http import answer_of, as_object, post_signed
 
 
 class ActionFailed(Exception):
@@ -48,14 +54,19 @@ async def _call(run: CallableActionRun, arguments: dict[str, Any]) -> dict[str, 
             result = await result
     except Exception as exc:
         raise ActionFailed(f"{run.callable} raised {type(exc).__name__}", detail=str(exc)[:2000]) from exc
-    return _as_object(result)
+    return as_object(result)
+
+
+def run_body(action_id: str, approval_id: str | None, conversation_id: str, arguments: dict[str, Any]) -> str:
+    """The JSON an HTTP action is POSTed, inline or through the outbox."""
+    return json.dumps({
+        "action": action_id, "approval_id": approval_id, "conversation_id": conversation_id, "arguments": arguments,
+    }, separators=(",", ":"))
 
 
 async def _post(run: HttpActionRun, action_id: str, approval_id: str | None, conversation_id: str,
                 arguments: dict[str, Any]) -> dict[str, Any]:
-    body = json.dumps({
-        "action": action_id, "approval_id": approval_id, "conversation_id": conversation_id, "arguments": arguments,
-    }, separators=(",", ":")).encode()
+    body = run_body(action_id, approval_id, conversation_id, arguments).encode()
     try:
         async with httpx.AsyncClient(timeout=run.timeout.total_seconds()) as client:
             response = await post_signed(client, run.url, body, secret=run.secret.get_secret_value(), delivery=approval_id)
@@ -66,15 +77,4 @@ async def _post(run: HttpActionRun, action_id: str, approval_id: str | None, con
         raise ActionFailed(f"could not reach {run.url} ({type(exc).__name__}); the action did not run") from None
     if response.status_code >= 300:
         raise ActionFailed(f"{run.url} answered {response.status_code}", detail=response.text[:2000])
-    try:
-        return _as_object(response.json())
-    except ValueError:
-        return {"status": response.status_code, "body": response.text[:2000]}
-
-
-def _as_object(value: Any) -> dict[str, Any]:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        value = repr(value)
-    return value if isinstance(value, dict) else {"value": value}
+    return answer_of(response)

@@ -18,6 +18,15 @@ a late decision changes nothing. A call with other arguments is another approval
 for the rest of the conversation; `ask_always` never does. The receipt (who, when, through
 what, the argument hash) is kept for the owner and never put into the model's context.
 
+An approved HTTP action's call is a callback (bot/delivery/callbacks.py) queued in the
+outbox in the decision's own transaction, with the approval id as its `X-Handoff-Delivery`:
+a crash between the decision and the call loses nothing, a call whose answer was lost is
+retried with the same delivery id (the endpoint drops a repeat), and the endpoint's answer
+reaches the agent when the outbox has recorded it (`CallbackSettled`), or from the item
+itself when a crash came between the two (`recover_interrupted`). An action that needs no
+approval runs inline, inside the tool call, since the agent reads its result there, and so
+does an approved callable, which has no endpoint to tell a repeat.
+
 `request` answers in facts (`ApprovalPending`, `ActionRan`, or the errors `ApprovalUnrouted`
 and `ActionRunFailed`); `bot/tools/actions.py` words them for the model. Each `[Approval — …]`
 message records an `ApprovalSettled` signal, heard after its commit (the agent's turn).
@@ -39,11 +48,12 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from bot.config import ActionConfig
+from bot.config import ActionConfig, HttpActionRun
+from bot.delivery.callbacks import CALLBACKS, CallbackSettled, action_endpoint
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.domain import conversations
-from bot.domain.actions import ActionFailed, run_action
+from bot.domain.actions import ActionFailed, run_action, run_body
 from bot.domain.rendering import Renderer
 from bot.errors import DeskError, NotFound
 from bot.runtime.background import Background
@@ -55,19 +65,28 @@ from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import Approval, ApprovalGrant, Conversation, OutboxItem
 from bot.store.vocabulary import OutboxState, Role
-from channels.base import ApprovalBrief, ApprovalClosed, ApprovalPrompt, pretty_arguments
+from channels.base import ApprovalBrief, ApprovalClosed, ApprovalPrompt, Callback, Receipt, pretty_arguments
 
 log = structlog.get_logger(__name__)
 
 PENDING, APPROVED, DENIED, EXPIRED, UNROUTED, CLEARED = "pending", "approved", "denied", "expired", "unrouted", "cleared"
-# Longer than any action may run (the HTTP runner's timeout is at most minutes): a run still
-# "running" after this was cut short by a crash or a stop.
+# run_state: the call is under way (inline, or in the outbox), or how it ended
+RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
+# Longer than any inline run may take (the HTTP runner's timeout is at most minutes): an inline
+# run still "running" after this was cut short by a crash or a stop.
 RUN_GRACE = timedelta(minutes=10)
+INTERRUPTED = {"run_state": FAILED, "error": "interrupted: the desk stopped while it ran, so it may or may not have taken effect"}
 SALT = "handoff-desk.approval-decision.v1"
 
 
 def canonical(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def run_stream(approval_id: str) -> str:
+    """The outbox stream of an approved action's call: its own, so it waits for nothing (not
+    for the approval's prompts and closing notices, which have the approval id)."""
+    return f"{approval_id}:run"
 
 
 def arguments_hash(arguments: dict[str, Any]) -> str:
@@ -299,7 +318,8 @@ class Approvals:
             await self._close_prompts(session, approval, now)
             if not approve:
                 await self._tell_agent(session, approval, "denied", now)
-        if approve:  # in the background: not inside the caller's request or a channel's inbound order
+            queued = approve and await self._queue_call(session, approval, now)
+        if approve and not queued:  # in the background: not inside the caller's request or a channel's inbound order
             self.background.spawn(self._run_approved(approval.id), name=f"approved:{approval.id}")
         return DecisionResult(True, approval)
 
@@ -311,42 +331,90 @@ class Approvals:
         except IntegrityError:
             pass  # already allowed (two prompts of one shape decided "always")
 
+    async def _queue_call(self, session: Any, approval: Approval, now: datetime) -> bool:
+        """In the caller's transaction (the decision's): claim an approved HTTP action's run
+        and queue its call in the outbox. True when the call is the outbox's to make (queued
+        now, or claimed before); False when this approval runs inline (a callable, or an
+        action that can no longer run, which `_run_approved` reports)."""
+        action = self.actions.get(approval.action_id)
+        if action is None or not isinstance(action.run, HttpActionRun) or self._cannot_run(action, approval):
+            return False
+        claimed = await execute_dml(
+            session,
+            update(Approval).where(col(Approval.id) == approval.id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
+            .values(run_state=RUNNING).execution_options(synchronize_session=False)
+        )
+        if claimed.rowcount == 1:
+            await self.outbox.queue(session, channel_id=CALLBACKS, now=now, outbound=Callback(
+                text=f"run {action.id} as approved in {approval.id}", endpoint=action_endpoint(action.id), event="action_run",
+                body=run_body(action.id, approval.id, approval.conversation_id, dict(approval.arguments)),
+                conversation_id=approval.conversation_id, ordered_by=run_stream(approval.id), approval_id=approval.id,
+                delivery=approval.id,
+            ))
+        return True
+
+    def _cannot_run(self, action: ActionConfig | None, approval: Approval) -> str | None:
+        """Why the approved arguments must not run any more, or None."""
+        if action is None:  # removed from the config since the prompt went out
+            return f"the action {approval.action_id} is no longer configured"
+        if not Draft202012Validator(action.input_schema).is_valid(approval.arguments):
+            return "its input schema changed since it was approved, so it did not run"
+        return None
+
     async def _run_approved(self, approval_id: str) -> Approval | None:
-        """Run exactly the stored arguments of this approval, once (a conditional claim);
-        None when it was not ours to run."""
+        """Run exactly the stored arguments of this approval, once (a conditional claim), or
+        queue its call when it is an HTTP action; None when it was not ours to run here."""
         async with self.db.transaction() as session:
+            approval = await session.get(Approval, approval_id)
+            if approval is None or await self._queue_call(session, approval, self.clock.now()):
+                return None
             claimed = await execute_dml(
                 session,
                 update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
-                .values(run_state="running").execution_options(synchronize_session=False)
+                .values(run_state=RUNNING).execution_options(synchronize_session=False)
             )
-            approval = await session.get(Approval, approval_id)
-        if claimed.rowcount != 1 or approval is None:
+        if claimed.rowcount != 1:
             return None
         action = self.actions.get(approval.action_id)
+        problem = self._cannot_run(action, approval)
         values: dict[str, Any]
         detail: str | None = None
-        if action is None:  # removed from the config since the prompt went out
-            values = {"run_state": "failed", "error": f"the action {approval.action_id} is no longer configured"}
-        elif not Draft202012Validator(action.input_schema).is_valid(approval.arguments):
-            values = {"run_state": "failed", "error": "its input schema changed since it was approved, so it did not run"}
+        if action is None or problem is not None:
+            values = {"run_state": FAILED, "error": problem}
         else:
             try:
                 result = await run_action(action.run, action_id=action.id, approval_id=approval.id,
                                           conversation_id=approval.conversation_id, arguments=dict(approval.arguments))
-                values = {"run_state": "succeeded", "result": result}
+                values = {"run_state": SUCCEEDED, "result": result}
             except ActionFailed as exc:
-                values, detail = {"run_state": "failed", "error": str(exc)}, exc.detail
-        return await self._record_run(approval, values, detail)
+                values, detail = {"run_state": FAILED, "error": str(exc)}, exc.detail
+        return await self._record_run(approval_id, values, detail)
 
-    async def _record_run(self, approval: Approval, values: dict[str, Any], detail: str | None) -> Approval:
+    def on_call_settled(self, settled: CallbackSettled) -> None:
+        """After the outbox recorded how an approved action's call ended: record what it
+        returned and tell the agent (in the background: the outbox's recorder goes on)."""
+        approval_id = settled.callback.approval_id
+        if approval_id is None:
+            return
+        values = ({"run_state": SUCCEEDED, "result": settled.answer} if settled.error is None
+                  else {"run_state": FAILED, "error": settled.error})
+        self.background.spawn(self._record_run(approval_id, values, settled.hint), name=f"ran:{approval_id}")
+
+    async def _record_run(self, approval_id: str, values: dict[str, Any], detail: str | None) -> Approval | None:
+        """How a run ended, recorded once (only while it is still running: the outbox's
+        signal and a recovery may both report one call), audited, and told to the agent."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            if values:
-                await session.execute(update(Approval).where(col(Approval.id) == approval.id).values(**values)
-                                      .execution_options(synchronize_session=False))
-            approval = await session.get(Approval, approval.id, populate_existing=True) or approval
-            await audit.record(session, "action_ran" if approval.run_state == "succeeded" else "action_failed", at=now,
+            changed = await execute_dml(
+                session,
+                update(Approval).where(col(Approval.id) == approval_id, col(Approval.run_state) == RUNNING)
+                .values(**values).execution_options(synchronize_session=False)
+            )
+            if changed.rowcount != 1:
+                return None
+            approval = await session.get(Approval, approval_id, populate_existing=True)
+            assert approval is not None
+            await audit.record(session, "action_ran" if approval.run_state == SUCCEEDED else "action_failed", at=now,
                                actor="desk", approval_id=approval.id, conversation_id=approval.conversation_id,
                                action=approval.action_id, arguments_hash=approval.arguments_hash, error=approval.error,
                                detail=detail)
@@ -354,28 +422,46 @@ class Approvals:
         return approval
 
     async def recover_interrupted(self) -> int:
-        """After a crash or a stop: an approved call that never started runs now (its claim
-        keeps it single), and one that was running for longer than any action may take is
-        reported as interrupted, so the agent is never left waiting (start and sweep)."""
+        """After a crash or a stop (start and sweep): an approved call that never started
+        runs now (its claim keeps it single); a call the outbox settled before the crash let
+        the answer be recorded is recorded from its item; and an inline run still "running"
+        after longer than any action may take is reported as interrupted, so the agent is
+        never left waiting. A call the outbox still carries is left to it."""
         now = self.clock.now()
         async with self.db.read() as session:
             unstarted = list((await session.scalars(select(col(Approval.id)).where(
                 col(Approval.state) == APPROVED, col(Approval.run_state).is_(None)))).all())
-            stuck = list((await session.scalars(select(Approval).where(
-                col(Approval.state) == APPROVED, col(Approval.run_state) == "running",
-                col(Approval.decided_at) < now - RUN_GRACE))).all())
+            running = list((await session.execute(select(col(Approval.id), col(Approval.decided_at)).where(
+                col(Approval.state) == APPROVED, col(Approval.run_state) == RUNNING))).all())
+            calls = {stream: (state, receipt, error) for stream, state, receipt, error in (await session.execute(
+                select(col(OutboxItem.handoff_session_id), col(OutboxItem.state), col(OutboxItem.receipt),
+                       col(OutboxItem.last_error))
+                .where(col(OutboxItem.handoff_session_id).in_([run_stream(aid) for aid, _ in running]),
+                       col(OutboxItem.purpose) == "callback"))).all()} if running else {}
         for approval_id in unstarted:
             self.background.spawn(self._run_approved(approval_id), name=f"approved:{approval_id}")
-        for approval in stuck:
-            async with self.db.transaction() as session:
-                changed = await execute_dml(
-                    session,
-                    update(Approval).where(col(Approval.id) == approval.id, col(Approval.run_state) == "running")
-                    .values(run_state="failed", error="interrupted: the desk stopped while it ran, so it may or may not "
-                                                      "have taken effect").execution_options(synchronize_session=False))
-            if changed.rowcount == 1:
-                await self._record_run(approval, {}, "interrupted while running")
-        return len(unstarted) + len(stuck)
+        recovered = 0
+        for approval_id, decided_at in running:
+            call = calls.get(run_stream(approval_id))
+            if call is not None:
+                values, detail = self._outcome_of_call(call), "recorded from its outbox item after a restart"
+            elif decided_at is not None and decided_at < now - RUN_GRACE:
+                values, detail = INTERRUPTED, "interrupted while running"
+            else:
+                continue  # an inline run that may still be going
+            if values is not None and await self._record_run(approval_id, values, detail) is not None:
+                recovered += 1
+        return len(unstarted) + recovered
+
+    @staticmethod
+    def _outcome_of_call(call: tuple[str, dict[str, Any] | None, str | None]) -> dict[str, Any] | None:
+        """How a queued call ended, as its outbox item says (None: still on its way)."""
+        state, receipt, error = call
+        if state == OutboxState.SENT:
+            return {"run_state": SUCCEEDED, "result": Receipt.model_validate(receipt or {}).answer}
+        if state == OutboxState.FAILED:  # the item keeps "<error type>: <message>"
+            return {"run_state": FAILED, "error": (error or "").partition(": ")[2] or "its call failed"}
+        return None
 
     # ------------------------------------------------------------------ fail closed without a decision
 

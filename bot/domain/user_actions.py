@@ -18,7 +18,10 @@ to the agent, and the subscriber is reminded to type it on their device instead.
 
 A conversation run as a background task (created with `background: true`) has no person
 watching the chat: the request returns `USER_ACTION_REQUESTED` and is POSTed, signed, to
-the owner's orchestrator (`user_actions.webhook`), and so is its outcome.
+the owner's orchestrator (`user_actions.webhook`), and so is its outcome. Each event is a
+callback queued in the outbox in the transaction of the change it reports
+(bot/delivery/callbacks.py): delivered after that commits, in order per conversation,
+retried across restarts with the same `X-Handoff-Delivery`, every attempt audited.
 
 The service answers in facts (`UserActionRequested`, `UserActionOutcome`, the error
 `UserActionAlreadyPending`); `bot/tools/user_actions.py` words them for the model and the
@@ -35,7 +38,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import httpx
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import bindparam, select, update
@@ -44,23 +46,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.config import Config
+from bot.delivery.callbacks import CALLBACKS, ORCHESTRATOR
+from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action
 from bot.domain.rendering import Renderer
 from bot.errors import Conflict, DeskError, NotFound
-from bot.runtime.background import Background
 from bot.runtime.clock import Clock
-from bot.runtime.locks import KeyedLocks
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Changed, record
-from bot.runtime.signed_http import post_signed
 from bot.runtime.text import CleanStr, iso
 from bot.store import audit, prepared
 from bot.store.db import Database, execute_dml
 from bot.store.models import Conversation, UserAction
 from bot.store.rows import Rows
 from bot.store.vocabulary import Role
-from channels.base import UserActionPrompt
+from channels.base import Callback, UserActionPrompt
 
 log = structlog.get_logger(__name__)
 
@@ -75,7 +76,6 @@ Reason = Literal[
     "unsupported_action", "stuck", "other",
 ]
 SECRET_REASONS = ("authentication", "verification_code")
-WEBHOOK_ATTEMPTS = 4
 PENDING = "pending"
 
 # A one-time code: 4–10 digits, maybe split by spaces or dashes ("123 456", "12-34-56").
@@ -158,13 +158,10 @@ class UserActionSettled:
 
 
 class UserActions:
-    def __init__(self, *, db: Database, clock: Clock, config: Config, renderer: Renderer, background: Background,
+    def __init__(self, *, db: Database, clock: Clock, config: Config, renderer: Renderer, outbox: Outbox,
                  metrics: Metrics) -> None:
         self.metrics = metrics
-        self.db, self.clock, self.renderer, self.background = db, clock, renderer, background
-        # One event of an action at a time, in the order they happened: a requested event being
-        # retried must not let the resolved one overtake it at the orchestrator.
-        self._posting = KeyedLocks()
+        self.db, self.clock, self.renderer, self.outbox = db, clock, renderer, outbox
         self.timeout = config.handoff.user_action_timeout
         self.expectations = {e.id: e for e in config.user_actions.expectations}
         self.webhook = config.user_actions.webhook
@@ -192,10 +189,10 @@ class UserActions:
                                    user_action_id=pending.id, identical=refused.identical)
             else:
                 action = await self._store(session, conversation, args, actor=actor, now=now)
+                if action.background:
+                    await self._tell_orchestrator(session, "user_action_requested", action, now=now)
         if refused is not None:  # raised once the refusal's audit is committed
             raise refused
-        if action.background:
-            self._tell_orchestrator("user_action_requested", action)
         return UserActionRequested(action)
 
     async def _store(self, session: AsyncSession, conversation: Conversation, args: RequestUserActionInput, *,
@@ -316,8 +313,8 @@ class UserActions:
                 await conversations.add_message(session, action.conversation_id, role=Role.SYSTEM, text=text, now=now)
                 record(session.info, UserActionSettled(action.conversation_id))
             record(session.info, Changed(action.conversation_id))  # its pages stop offering the action
-        if action.background:
-            self._tell_orchestrator("user_action_resolved", action)
+            if action.background:
+                await self._tell_orchestrator(session, "user_action_resolved", action, now=now)
         return UserActionOutcome(action)
 
     # ------------------------------------------------------------------ the subscriber's chat
@@ -337,35 +334,19 @@ class UserActions:
 
     # ------------------------------------------------------------------ background tasks
 
-    def _tell_orchestrator(self, kind: str, action: UserAction) -> None:
+    async def _tell_orchestrator(self, session: AsyncSession, event: str, action: UserAction, *, now: datetime) -> None:
+        """Queue the event for the orchestrator in the caller's transaction: it is sent once
+        that commits, behind the conversation's earlier events, and retried by the outbox."""
         if self.webhook is None:
             log.warning("user_action_without_orchestrator", user_action_id=action.id,
                         hint="set user_actions.webhook to hear about user actions of background conversations")
             return
-        self.background.spawn(self._post(kind, action), name=f"{kind}:{action.id}")
-
-    async def _post(self, kind: str, action: UserAction) -> None:
-        """POST the event, signed; transient failures are retried with the same delivery id
-        (the orchestrator can drop a repeat); the outcome is audited."""
-        assert self.webhook is not None
-        body = json.dumps({"type": kind, **view(action)}, separators=(",", ":")).encode()
-        async with self._posting[action.id]:  # tasks start in spawn order, so the lock is taken in event order
-            outcome = await self._post_signed(body, delivery=f"{action.id}:{kind}")
-        async with self.db.transaction() as session:
-            await audit.record(session, "user_action_webhook", at=self.clock.now(), actor="desk",
-                               conversation_id=action.conversation_id, user_action_id=action.id, event=kind,
-                               outcome=outcome)
-
-    async def _post_signed(self, body: bytes, *, delivery: str) -> str:
-        """One signed POST with its retries; what the orchestrator answered, for the audit."""
-        assert self.webhook is not None
-        try:
-            async with httpx.AsyncClient(timeout=self.webhook.timeout.total_seconds()) as client:
-                response = await post_signed(client, self.webhook.url, body, secret=self.webhook.secret.get_secret_value(),
-                                             delivery=delivery, attempts=WEBHOOK_ATTEMPTS)
-            return f"answered {response.status_code}"
-        except httpx.HTTPError as exc:
-            return f"failed: {type(exc).__name__}"
+        body = json.dumps({"type": event, **view(action)}, separators=(",", ":"))
+        await self.outbox.queue(session, channel_id=CALLBACKS, now=now, outbound=Callback(
+            text=f"{event} {action.id}", endpoint=ORCHESTRATOR, event=event, body=body,
+            conversation_id=action.conversation_id, ordered_by=f"{action.conversation_id}:orchestrator",
+            user_action_id=action.id,
+        ))
 
 
 _ACTIONS = Rows(UserAction)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 import structlog
@@ -75,14 +77,34 @@ async def post_signed(client: httpx.AsyncClient, url: str, body: bytes, *, secre
         else:
             if attempt == attempts or not (response.status_code == 429 or response.status_code >= 500):
                 return response
-            problem, wait = f"answered {response.status_code}", _retry_after(response)
+            problem, wait = f"answered {response.status_code}", retry_after(response)
         delay = wait if wait is not None else min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** (attempt - 1))
         log.warning("signed_post_retry", url=url, problem=problem, attempt=attempt, retry_in_seconds=delay)
         await asyncio.sleep(delay)
     raise AssertionError("attempts must be at least 1")  # pragma: no cover
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def answer_of(response: httpx.Response) -> dict[str, Any]:
+    """What an endpoint answered, as a JSON object: its JSON (another JSON value comes as
+    {"value": …}), or its status and the start of its body when that is not JSON."""
+    try:
+        return as_object(response.json())
+    except ValueError:
+        return {"status": response.status_code, "body": response.text[:2000]}
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """A result as a JSON object: a dict as it is, anything else as {"value": …} (its repr
+    when it is not JSON at all)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        value = repr(value)
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The pause the endpoint asked for (Retry-After in seconds), capped; None without one."""
     try:
         return min(MAX_RETRY_AFTER_SECONDS, max(0.0, float(response.headers.get("retry-after", ""))))
     except ValueError:

@@ -168,12 +168,13 @@ class OutboxItem(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    channel_id: int
+    channel_id: int  # 0 (bot/delivery/callbacks.py CALLBACKS): a callback to the owner's endpoints
     # The message's `stream` (channels/base.py), which orders the items: a handoff id, a
-    # conversation id (messages to a subscriber's chat) or an approval id. The column keeps
-    # its first name; the audit trail takes its ids from the message, never from here.
+    # conversation id (messages to a subscriber's chat), an approval id, or a callback's
+    # (`<conversation>:orchestrator`, `<approval>:run`). The column keeps its first name;
+    # the audit trail takes its ids from the message, never from here.
     handoff_session_id: str | None = Field(default=None, max_length=40)
-    purpose: str = Field(max_length=16)  # the message's `purpose`: dispatch | relay | notice | subscriber
+    purpose: str = Field(max_length=16)  # the message's `purpose`: dispatch | relay | notice | subscriber | callback
     message_id: int | None = None  # the conversation message a relay carries
     # Unique across databases, so two desks posting into one chat never mistake each other's
     # messages when reconciling.
@@ -219,7 +220,7 @@ class Approval(SQLModel, table=True):
     decided_via: str | None = Field(default=None, max_length=40)
     reason: str | None = Field(default=None, sa_type=Text)
     always_allow: bool = False
-    run_state: str | None = Field(default=None, max_length=12)  # running | succeeded | failed
+    run_state: str | None = Field(default=None, max_length=12)  # running (inline or in the outbox) | succeeded | failed
     result: dict[str, Any] | None = Field(default=None, sa_type=JSON)  # what the action returned
     error: str | None = Field(default=None, sa_type=Text)
 
