@@ -25,6 +25,7 @@ from bot.delivery.retention import Retention
 from bot.domain.approvals import Approvals, ApprovalSettled
 from bot.domain.conversations import Conversations
 from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs, HeldMessagesOrphaned
+from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.timers import IdleTimers
@@ -40,6 +41,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Signals
 from bot.store.db import Database
+from bot.store.models import new_id
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
@@ -138,7 +140,11 @@ class Desk:
         self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
         self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
-        self.retention = Retention(self.db, self.clock, config.retention)
+        # This run of the server, as the owner of the requests it is answering: a new one per
+        # start, so what a killed run held is known not to be held any more.
+        self.instance_id = new_id("run")
+        self.idempotency = IdempotencyKeys(self.db, self.clock, instance_id=self.instance_id)
+        self.retention = Retention(self.db, self.clock, config.retention, idempotency_ttl=config.api.idempotency_ttl)
         self.timers.also_on_sweep.append(self.retention.sweep)
         self.started = False
 
