@@ -145,19 +145,20 @@ class DeskClient:
 
     async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The request, sent again (unchanged, so with the same key) while it is worth it."""
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
+        attempt = 0
+        while True:
             try:
                 response = await self._http.request(method, path, **kwargs)
             except _RETRIED_ERRORS:
-                if last:
+                if attempt == self.retries:
                     raise
-                await asyncio.sleep(self._wait(attempt, None))
-                continue
-            if last or not _worth_retrying(response):
-                return response
-            await asyncio.sleep(self._wait(attempt, response.headers.get("retry-after")))
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                wait = self._wait(attempt, None)
+            else:
+                if attempt == self.retries or not _worth_retrying(response):
+                    return response
+                wait = self._wait(attempt, response.headers.get("retry-after"))
+            await asyncio.sleep(wait)
+            attempt += 1
 
     def _wait(self, attempt: int, retry_after: str | None) -> float:
         wait = self.backoff * 2.0**attempt

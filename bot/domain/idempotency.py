@@ -176,9 +176,9 @@ class IdempotencyKeys:
 
         async def applied(session: AsyncSession) -> None:
             named = dict(ids)
-            conversations = sorted({s.conversation_id for s in recorded(session.info) if isinstance(s, Changed)})
-            if conversations and "conversation_id" not in named:
-                named["conversation_id"] = conversations[0] if len(conversations) == 1 else ", ".join(conversations)
+            conversations = {s.conversation_id for s in recorded(session.info) if isinstance(s, Changed)}
+            if len(conversations) == 1:
+                named.setdefault("conversation_id", conversations.pop())
             if not await prepared.execute(session, _APPLY, {"key_id": claim.key_id, "me": self.instance_id, "ids": named}):
                 raise KeyTakenOver()
 
@@ -196,6 +196,11 @@ class IdempotencyKeys:
         """The request changed something and then failed without an answer worth keeping:
         its retries are told the change happened (`AnswerLost`) instead of waiting."""
         await self._own(claim, _ABANDON)
+
+    async def let_go(self, claim: Claimed, *, applied: bool) -> None:
+        """The request ended without an answer worth keeping (a 5xx, an exception): a retry
+        runs again when nothing was changed (`forget`), and is told so when it was (`abandon`)."""
+        await (self.abandon if applied else self.forget)(claim)
 
     async def _own(self, claim: Claimed, statement: Prepared, **values: Any) -> None:
         async with self.db.transaction() as session:

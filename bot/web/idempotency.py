@@ -130,11 +130,11 @@ async def _first_run(request: Request, keys: IdempotencyKeys, claim: Claimed, ru
         try:
             response = await _answer_of(request, run)
         except BaseException:
-            await (keys.abandon if effect.applied else keys.forget)(claim)
+            await keys.let_go(claim, applied=effect.applied)
             raise
     body = getattr(response, "body", None)
     if response.status_code >= 500 or not isinstance(body, bytes):
-        await (keys.abandon if effect.applied else keys.forget)(claim)
+        await keys.let_go(claim, applied=effect.applied)
     else:
         await keys.answer(claim, response.status_code, body.decode())
     return response
