@@ -41,7 +41,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Signals
 from bot.store.db import Database
-from bot.store.models import new_id
+from bot.store.instances import Instances
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
@@ -78,9 +78,12 @@ class Desk:
             fronts=config.provider_fronts,
         )
         delivery = config.delivery
+        # This process, beating in the database; what a dead one held is taken over
+        self.instances = Instances(self.db, self.clock, heartbeat=delivery.heartbeat)
         self.outbox = Outbox(
             self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
             base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
+            lease=delivery.lease, owner=self.instances.id,
         )
         self.conversations = Conversations(self.db, self.clock, self.bus)
         self.queries = Queries(self.db)
@@ -126,7 +129,11 @@ class Desk:
             shared_line=self._shared_line,
             subscriber=self.fronts.handle,
             late_failure=self.outbox.record_late_failure,
+            owner=self.instances.id, dead_after=lambda: self.instances.dead_after,
         )
+        self.instances.take_overs += [
+            lambda: self.outbox.take_over(self.instances.dead_after), self.inbound.process_pending,
+        ]
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
         self.signals.on(HandoffActivated, self.timers.on_activated)
         self.signals.on(HandoffActivated, lambda activated: self.siblings.on_activated(activated.handoff))
@@ -138,12 +145,10 @@ class Desk:
         self.timers.also_on_sweep.append(self.user_actions.expire_due)
         self.timers.also_on_sweep.append(self.approvals.expire_due)
         self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
-        self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
-        # This run of the server, as the owner of the requests it is answering: a new one per
-        # start, so what a killed run held is known not to be held any more.
-        self.instance_id = new_id("run")
-        self.idempotency = IdempotencyKeys(self.db, self.clock, instance_id=self.instance_id)
+        self.idempotency = IdempotencyKeys(
+            self.db, self.clock, instance_id=self.instances.id, dead_after=lambda: self.instances.dead_after,
+        )
         self.retention = Retention(self.db, self.clock, config.retention, idempotency_ttl=config.api.idempotency_ttl)
         self.timers.also_on_sweep.append(self.retention.sweep)
         self.started = False
@@ -165,7 +170,9 @@ class Desk:
         if self.run_timers:
             self.timers.start()
         self.started = True
-        self.background.spawn(self.inbound.process_pending(), name="inbound-recovery")
+        # Joins the desks beating in the database and takes over at once what a previous run
+        # of this process left in flight (its outbox items, its inbound events)
+        await self.instances.start()
         log.info("desk_started", channels=[s for s in self.channels.health()], public_url=self.config.public_url)
 
     def _channel_context(self, channel_id: int) -> ChannelContext:
@@ -192,6 +199,7 @@ class Desk:
         await self.timers.stop()
         await self.outbox.stop()
         await self.background.close()
+        await self.instances.stop()  # after the outbox: what it still holds is taken over at once
         await self.channels.stop()
         await self.agent.aclose()
         await self.db.dispose()

@@ -83,11 +83,35 @@ class HandoffSettings(_Section):
 
 
 class DeliverySettings(_Section):
-    """How the outbox retries transient channel errors (timeouts, 429, 5xx)."""
+    """How the outbox retries transient channel errors (timeouts, 429, 5xx), and how soon
+    the work of a desk process that died is taken over."""
 
     max_attempts: int = Field(default=10, ge=1, le=100)
     base_backoff: Duration = timedelta(seconds=1)
     max_backoff: Duration = timedelta(minutes=10)
+    heartbeat: Duration = Field(
+        default=timedelta(seconds=3),
+        description="An instance not heard from for this long is dead; another takes over what it was "
+                    "sending or working (each instance beats three times per heartbeat).",
+    )
+    lease: Duration = Field(
+        default=timedelta(seconds=60),
+        description="Longest one send may hold its item, even for a live instance (a backstop; sends time out before it).",
+    )
+
+    @field_validator("heartbeat")
+    @classmethod
+    def _heartbeat_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=0.3) <= value <= timedelta(minutes=5):
+            raise ValueError("must be between 0.3s and 5m")
+        return value
+
+    @field_validator("lease")
+    @classmethod
+    def _lease_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=15) <= value <= timedelta(hours=1):
+            raise ValueError("must be between 15s and 1h (each send times out 10 s before it)")
+        return value
 
 
 class RetentionSettings(_Section):

@@ -27,11 +27,11 @@ compare-and-set on the owner it found.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -41,6 +41,7 @@ from bot.runtime.effects import EffectMark
 from bot.runtime.signals import Changed, recorded
 from bot.store import prepared
 from bot.store.db import Database
+from bot.store.instances import alive
 from bot.store.models import IdempotencyKey
 from bot.store.prepared import Prepared
 from bot.store.rows import Rows
@@ -66,6 +67,7 @@ _APPLY = Prepared(
 _ANSWER = Prepared(
     update(_KEYS).where(*_MINE)
     .values(state=IdempotencyState.ANSWERED, status=bindparam("status"), response=bindparam("response")))
+_ALIVE = Prepared(select(literal(1)).where(bindparam("owner").in_(alive())))
 _FORGET = Prepared(delete(_KEYS).where(*_MINE, _KEYS.c.state == IdempotencyState.STARTED))
 _ABANDON = Prepared(update(_KEYS).where(*_MINE).values(owner=NOBODY))
 
@@ -128,17 +130,18 @@ class KeyTakenOver(Conflict):
 
 
 class IdempotencyKeys:
-    """The rows of the keys, for one instance (`instance_id`). `alive(owner)` says whether the
-    instance that holds a key still runs; until instances keep heartbeats only this one is
-    known to, so by default any other owner is a previous run of the server."""
+    """The rows of the keys, for one instance (`instance_id`, this process's `Instances.id`).
+    Another owner is alive while its heartbeat is (bot/store/instances.py): silent for
+    `dead_after()` seconds by the database's clock, or a previous run of this process, and
+    it is dead."""
 
-    def __init__(self, db: Database, clock: Clock, *, instance_id: str,
-                 alive: Callable[[str], Awaitable[bool]] | None = None) -> None:
-        self.db, self.clock, self.instance_id = db, clock, instance_id
-        self._alive = alive or self._is_me
+    def __init__(self, db: Database, clock: Clock, *, instance_id: str, dead_after: Callable[[], float]) -> None:
+        self.db, self.clock, self.instance_id, self.dead_after = db, clock, instance_id, dead_after
 
-    async def _is_me(self, owner: str) -> bool:
-        return owner == self.instance_id
+    async def _alive(self, owner: str) -> bool:
+        if owner == self.instance_id:
+            return True
+        return await self.db.fetch_one(_ALIVE, {"owner": owner, "dead_after": self.dead_after()}) is not None
 
     async def begin(self, request: KeyedRequest) -> Begun:
         """Take the key for `request`, or say why it can not run."""

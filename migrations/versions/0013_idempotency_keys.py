@@ -1,7 +1,7 @@
 """keep the requests sent with an Idempotency-Key, to replay their answers
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-01 18:00:00
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from alembic import op
 
 
 revision: str = '0013'
-down_revision: str | None = '0011'
+down_revision: str | None = '0012'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -27,7 +27,7 @@ def upgrade() -> None:
         sa.Column('key', sqlmodel.sql.sqltypes.AutoString(length=255), nullable=False),
         sa.Column('fingerprint', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
         sa.Column('state', sqlmodel.sql.sqltypes.AutoString(length=12), nullable=False),
-        sa.Column('owner', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column('owner', sqlmodel.sql.sqltypes.AutoString(length=40), nullable=False),
         sa.Column('applied', sa.JSON(), nullable=True),
         sa.Column('status', sa.Integer(), nullable=True),
         sa.Column('response', sa.Text(), nullable=True),
