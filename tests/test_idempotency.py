@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select, text
 
+from bot.clients.client import DeskClient, RequestAppliedAnswerLost
 from bot.config import ConfigError
 from bot.domain.idempotency import Answered, AnswerLost, Claimed, IdempotencyKeys, InProgress, KeyedRequest, Reused
 from bot.runtime.effects import committed_with
@@ -21,6 +23,7 @@ from bot.web.idempotency import caller_scope, fingerprint
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk, make_config
 from tests.fakes import ScriptedChannel
+from tests.test_cli import serving
 
 
 async def post(harness: Harness, path: str, body: dict[str, Any], key: str | None, **headers: str) -> httpx.Response:
@@ -300,6 +303,47 @@ def test_the_retry_window_is_at_least_a_day(sqlite_url: str) -> None:
     assert [str(p) for p in caught.value.problems] == [
         "api.idempotency_ttl: must be at least 24h: a client may retry a request for up to a day",
     ]
+
+
+async def test_retries_after_a_sigkill_store_every_message_once(tmp_path: Any) -> None:
+    """`handoff serve` as a real process, four clients sending keyed messages, SIGKILL once a
+    random number of them were answered; then, against the restarted server, every message
+    whose answer did not arrive is sent again with its key. Each is stored exactly once:
+    answered ones are replayed, ones that took effect are reported lost, ones that never
+    took effect run now."""
+    texts = [f"message {n}" for n in range(60)]
+    kill_after = random.randint(5, 40)
+    answered: dict[str, int] = {}
+    with serving(tmp_path) as served:
+        async with DeskClient(served.base_url, retries=0) as desk:
+            cid = await desk.create_conversation(name="Ana")
+            queue = list(texts)
+            killed = asyncio.Event()
+
+            async def sender() -> None:
+                while queue and not killed.is_set():
+                    text = queue.pop(0)
+                    try:
+                        answered[text] = (await desk.say(cid, text, idempotency_key=text))["message_id"]
+                    except (httpx.HTTPError, OSError):
+                        return  # the server is gone; this message is retried below
+                    if len(answered) >= kill_after and not killed.is_set():
+                        killed.set()
+                        served.process.kill()
+
+            await asyncio.gather(*(sender() for _ in range(4)))
+    with serving(tmp_path) as restarted:
+        async with DeskClient(restarted.base_url, retries=5, backoff=0.05) as desk:
+            for text in texts:
+                try:
+                    said = await desk.say(cid, text, idempotency_key=text)
+                except RequestAppliedAnswerLost as lost:
+                    assert text not in answered and lost.ids == {"conversation_id": cid}, text
+                    continue
+                if text in answered:
+                    assert said["message_id"] == answered[text], text  # the first answer, replayed
+            stored = [m["text"] for m in await desk.messages(cid) if m["role"] == "subscriber"]
+    assert sorted(stored) == sorted(texts), f"killed after {kill_after} answers"
 
 
 @pytest.mark.postgres
