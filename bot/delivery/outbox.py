@@ -9,8 +9,9 @@ Rules the worker keeps:
   chat on a front, or the approval a prompt asks about), messages go out in the order they
   were stored (an item waits while an earlier one of the same stream is pending), so a
   retry never reorders a conversation;
-- an item is claimed by a conditional UPDATE with a lease, so several instances never send
-  the same item at once, and an instance that dies mid-send gives it back when the lease ends;
+- an item is claimed by a conditional UPDATE for this instance, so several instances never
+  send the same item at once; what an instance that died was sending is taken over as soon
+  as its heartbeat stops (bot/store/instances.py), with the lease as a backstop;
 - transient errors back off exponentially (or as long as the provider asked), permanent
   errors fail at once, and every attempt outcome lands in the audit trail.
 
@@ -320,7 +321,8 @@ class Outbox:
 
     def _start_chain(self, claimed: OutboxItem) -> None:
         """Start sending an item claimed at enqueue. When the outbox is stopping the claim
-        is left to expire (the item is re-claimed, and checked, after its lease)."""
+        is left to the takeover (once this instance leaves, another, or its next run, takes
+        the item and checks before sending)."""
         item_id = int(claimed.id or 0)
         if self._stopping or item_id in self._in_flight:
             return
@@ -684,7 +686,7 @@ class Outbox:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop the worker, let deliveries in flight finish for up to `grace` seconds, then
-        cancel the rest (their items are re-claimed once their lease runs out)."""
+        cancel the rest (their items are taken over once this instance leaves)."""
         self._stopping = True
         if self._worker is not None:
             self._worker.cancel()
