@@ -138,6 +138,18 @@ async def test_keys_that_are_not_printable_ascii_up_to_255_are_refused_before_an
     assert (await post(harness, "/api/conversations", {}, "a key with spaces, and !#$%")).status_code == 201
 
 
+async def test_the_openapi_page_shows_the_header_on_the_changing_routes_only(harness: Harness) -> None:
+    paths = (await harness.client.get("/api/openapi.json")).json()["paths"]
+
+    def headers(operation: dict[str, Any]) -> list[str]:
+        return [p["name"] for p in operation.get("parameters", []) if p["in"] == "header"]
+
+    for path, method in (("/api/conversations/{cid}/messages", "post"), ("/api/approvals/{aid}/decision", "post"),
+                           ("/api/user_actions/{uaid}/step", "post")):
+        assert headers(paths[path][method]) == ["Idempotency-Key"], path
+    assert headers(paths["/api/conversations/{cid}/messages"]["get"]) == []
+
+
 async def test_requests_without_a_key_keep_nothing(harness: Harness) -> None:
     cid = await harness.conversation()
     await harness.say(cid, "hello")

@@ -131,9 +131,9 @@ class KeyTakenOver(Conflict):
 
 class IdempotencyKeys:
     """The rows of the keys, for one instance (`instance_id`, this process's `Instances.id`).
-    Another owner is alive while its heartbeat is (bot/store/instances.py): silent for
-    `dead_after()` seconds by the database's clock, or a previous run of this process, and
-    it is dead."""
+    Another owner is alive while it beats (bot/store/instances.py): one silent for
+    `dead_after()` seconds by the database's clock, or a previous run of this process
+    (forgotten at start), is dead."""
 
     def __init__(self, db: Database, clock: Clock, *, instance_id: str, dead_after: Callable[[], float]) -> None:
         self.db, self.clock, self.instance_id, self.dead_after = db, clock, instance_id, dead_after

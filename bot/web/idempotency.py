@@ -52,6 +52,12 @@ MAX_KEY_LENGTH = 255
 _ID_NAMES = {"cid": "conversation_id", "sid": "handoff_session_id", "aid": "approval_id", "uaid": "user_action_id",
              "name": "tool"}
 
+_HEADER_PARAMETER = {
+    "name": HEADER, "in": "header", "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+    "description": "A new value per request (a UUID); a retry with the same key and body gets the first answer again.",
+}
+
 Guard = Callable[[Request, Config], Awaitable[None]]
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -60,6 +66,13 @@ def keyed_routes(guard: Guard) -> type[APIRoute]:
     """The route class of a router guarded by `guard`: its POST routes take `Idempotency-Key`."""
 
     class KeyedRoute(APIRoute):
+        def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
+            if "POST" in (options.get("methods") or ()):  # shown on the OpenAPI page (/api/docs)
+                extra = dict(options.get("openapi_extra") or {})
+                extra["parameters"] = [*extra.get("parameters", []), _HEADER_PARAMETER]
+                options["openapi_extra"] = extra
+            super().__init__(path, endpoint, **options)
+
         def get_route_handler(self) -> Handler:
             run = super().get_route_handler()
             if "POST" not in (self.methods or ()):
