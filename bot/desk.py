@@ -28,6 +28,7 @@ from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs, Hel
 from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
+from bot.domain.revocations import Revocations
 from bot.domain.timers import IdleTimers
 from bot.domain.user_actions import UserActions, UserActionSettled
 from bot.flow.fronts import Fronts
@@ -87,6 +88,7 @@ class Desk:
         )
         self.conversations = Conversations(self.db, self.clock, self.bus)
         self.queries = Queries(self.db)
+        self.revocations = Revocations(self.db, self.clock)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,

@@ -1,6 +1,7 @@
-"""Pruning of delivery bookkeeping: processed inbound events, finished outbox items, and the
-kept answers of requests sent with an `Idempotency-Key` once their retry window
-(`api.idempotency_ttl`) has passed.
+"""Pruning of delivery bookkeeping: processed inbound events and finished outbox items, the
+inbox's revoked sessions once their cookies have expired anyway, and the kept answers of
+requests sent with an `Idempotency-Key` once their retry window (`api.idempotency_ttl`) has
+passed.
 
 Both tables grow with every message (on a front, with every subscriber message too), and
 both hold copies of message text, so keeping them forever costs disk and keeps personal
@@ -23,8 +24,8 @@ from sqlmodel import col
 
 from bot.config import RetentionSettings
 from bot.runtime.clock import Clock
-from bot.store.db import Database
-from bot.store.models import IdempotencyKey, InboundEvent, OutboxItem
+from bot.store.db import Database, execute_dml
+from bot.store.models import IdempotencyKey, InboundEvent, OutboxItem, RevokedSession
 from bot.store.vocabulary import InboundState, OutboxState
 
 log = structlog.get_logger(__name__)
@@ -63,6 +64,7 @@ class Retention:
                 select(col(OutboxItem.id)).where(col(OutboxItem.state).in_(FINISHED_ITEMS), col(OutboxItem.not_before) < cutoff),
                 OutboxItem,
             )
+        pruned["revoked_sessions"] = await self._expired_revocations(now)
         pruned["idempotency_keys"] = await self._in_batches(
             # past the retry window nobody will send the key again, whatever state it was left in
             select(col(IdempotencyKey.id)).where(col(IdempotencyKey.created_at) < now - self.idempotency_ttl),
@@ -71,6 +73,13 @@ class Retention:
         if any(pruned.values()):
             log.info("retention_pruned", **pruned)
         return pruned
+
+    async def _expired_revocations(self, now: datetime) -> int:
+        """A revoked session whose cookie has expired is refused by its signature's age alone.
+        One row per logout: a single statement, no batches needed."""
+        async with self.db.transaction() as session:
+            deleted = await execute_dml(session, delete(RevokedSession).where(col(RevokedSession.expires_at) < now))
+        return deleted.rowcount
 
     async def _in_batches(self, ids: Select[int | None], table: type[InboundEvent] | type[OutboxItem] | type[IdempotencyKey]) -> int:
         total = 0

@@ -309,6 +309,18 @@ class DeskInstance(SQLModel, table=True):
     beat_at: float
 
 
+class RevokedSession(SQLModel, table=True):
+    """An owner-inbox session signed out before its cookie expired: its cookie is refused from
+    then on, even replayed. Kept until the cookie would have expired anyway, then pruned
+    (bot/delivery/retention.py)."""
+
+    __tablename__ = "revoked_sessions"
+
+    session_id: str = Field(primary_key=True, max_length=40)
+    revoked_at: datetime
+    expires_at: datetime = Field(index=True)  # the cookie's own expiry: pruning
+
+
 class IdempotencyKey(SQLModel, table=True):
     """A request sent with an `Idempotency-Key` header, kept so that a retry of it is answered
     with the first answer instead of being run again (bot/domain/idempotency.py)."""
