@@ -14,7 +14,8 @@ that repeats.
 Two kinds of route:
 
 - repeatable (`GET /healthz`, `GET /api/handoffs/{id}`, `GET .../messages?after=0`,
-  `GET /f/{token}`, `POST /api/conversations`): `--n` requests each, after 50 unmeasured ones;
+  `GET /f/{token}`, `POST /api/conversations` without and with an `Idempotency-Key`): `--n`
+  requests each, after 50 unmeasured ones;
 - once per handoff: `--cycles` times create → `handoff_request` → form GET → form POST →
   the long-poll that sees `[Bot resumed — …]`, each request timed on its own. The work a
   route starts after its answer (the agent's turn after a form POST) lands on the next
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,8 +85,10 @@ class Target:
         return result
 
 
-def create(http: rt.Http) -> str:
-    return str(http.json("POST", "/api/conversations", {"subscriber": {"name": "Ana"}})["conversation_id"])
+def create(http: rt.Http, *, keyed: bool = False) -> str:
+    """A new conversation; `keyed`: sent with a fresh Idempotency-Key, as DeskClient does."""
+    headers = {"Idempotency-Key": str(uuid.uuid4())} if keyed else None
+    return str(http.json("POST", "/api/conversations", {"subscriber": {"name": "Ana"}}, headers)["conversation_id"])
 
 
 def request_handoff(http: rt.Http, cid: str) -> str:
@@ -115,6 +119,7 @@ def repeatable_routes(http: rt.Http) -> list[tuple[str, Callable[[], object]]]:
         ("GET messages after=0", lambda: http.json("GET", f"/api/conversations/{cid}/messages?after=0")),
         ("GET /f/{token}", lambda: http.call("GET", form)),
         ("POST /api/conversations", lambda: create(http)),
+        ("POST /api/conversations (Idempotency-Key)", lambda: create(http, keyed=True)),
     ]
 
 

@@ -26,6 +26,7 @@ from bot.delivery.retention import Retention
 from bot.domain.approvals import Approvals, ApprovalSettled
 from bot.domain.conversations import Conversations
 from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs, HeldMessagesOrphaned
+from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.revocations import Revocations
@@ -149,7 +150,10 @@ class Desk:
         self.timers.also_on_sweep.append(self.approvals.expire_due)
         self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
-        self.retention = Retention(self.db, self.clock, config.retention)
+        self.idempotency = IdempotencyKeys(
+            self.db, self.clock, instance_id=self.instances.id, dead_after=lambda: self.instances.dead_after,
+        )
+        self.retention = Retention(self.db, self.clock, config.retention, idempotency_ttl=config.api.idempotency_ttl)
         self.timers.also_on_sweep.append(self.retention.sweep)
         self.started = False
 

@@ -63,6 +63,17 @@ class ServerConfig(_Section):
 
 class ApiConfig(_Section):
     key: OptionalSecret = Field(default=None, description="Bearer token for /api; empty disables the check.")
+    idempotency_ttl: Duration = Field(
+        default=timedelta(hours=24),
+        description="How long the answer to a request sent with an Idempotency-Key is kept to replay to its retries.",
+    )
+
+    @field_validator("idempotency_ttl")
+    @classmethod
+    def _retry_window(cls, value: timedelta) -> timedelta:
+        if value < timedelta(hours=24):
+            raise ValueError("must be at least 24h: a client may retry a request for up to a day")
+        return value
 
 
 class OwnerConfig(_Section):

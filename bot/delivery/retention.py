@@ -1,5 +1,7 @@
-"""Pruning of delivery bookkeeping: processed inbound events and finished outbox items, and
-the inbox's revoked sessions once their cookies have expired anyway.
+"""Pruning of delivery bookkeeping: processed inbound events and finished outbox items, the
+inbox's revoked sessions once their cookies have expired anyway, and the kept answers of
+requests sent with an `Idempotency-Key` once their retry window (`api.idempotency_ttl`) has
+passed.
 
 Both tables grow with every message (on a front, with every subscriber message too), and
 both hold copies of message text, so keeping them forever costs disk and keeps personal
@@ -14,7 +16,7 @@ deleting a row twice is harmless.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import Select, delete, select
@@ -23,7 +25,7 @@ from sqlmodel import col
 from bot.config import RetentionSettings
 from bot.runtime.clock import Clock
 from bot.store.db import Database, execute_dml
-from bot.store.models import InboundEvent, OutboxItem, RevokedSession
+from bot.store.models import IdempotencyKey, InboundEvent, OutboxItem, RevokedSession
 from bot.store.vocabulary import InboundState, OutboxState
 
 log = structlog.get_logger(__name__)
@@ -34,8 +36,8 @@ FINISHED_ITEMS = (OutboxState.SENT, OutboxState.FAILED)
 
 
 class Retention:
-    def __init__(self, db: Database, clock: Clock, settings: RetentionSettings) -> None:
-        self.db, self.clock, self.settings = db, clock, settings
+    def __init__(self, db: Database, clock: Clock, settings: RetentionSettings, *, idempotency_ttl: timedelta) -> None:
+        self.db, self.clock, self.settings, self.idempotency_ttl = db, clock, settings, idempotency_ttl
         self._next_run: datetime | None = None
 
     async def sweep(self) -> dict[str, int]:
@@ -48,7 +50,7 @@ class Retention:
 
     async def prune(self) -> dict[str, int]:
         now = self.clock.now()
-        pruned = {"inbound_events": 0, "outbox": 0}
+        pruned = {"inbound_events": 0, "outbox": 0, "idempotency_keys": 0}
         if self.settings.inbound_events is not None:
             cutoff = now - self.settings.inbound_events
             pruned["inbound_events"] = await self._in_batches(
@@ -63,6 +65,11 @@ class Retention:
                 OutboxItem,
             )
         pruned["revoked_sessions"] = await self._expired_revocations(now)
+        pruned["idempotency_keys"] = await self._in_batches(
+            # past the retry window nobody will send the key again, whatever state it was left in
+            select(col(IdempotencyKey.id)).where(col(IdempotencyKey.created_at) < now - self.idempotency_ttl),
+            IdempotencyKey,
+        )
         if any(pruned.values()):
             log.info("retention_pruned", **pruned)
         return pruned
@@ -74,7 +81,7 @@ class Retention:
             deleted = await execute_dml(session, delete(RevokedSession).where(col(RevokedSession.expires_at) < now))
         return deleted.rowcount
 
-    async def _in_batches(self, ids: Select[int | None], table: type[InboundEvent] | type[OutboxItem]) -> int:
+    async def _in_batches(self, ids: Select[int | None], table: type[InboundEvent] | type[OutboxItem] | type[IdempotencyKey]) -> int:
         total = 0
         while True:
             async with self.db.transaction() as session:

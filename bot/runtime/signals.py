@@ -50,6 +50,13 @@ def record(info: MutableMapping[Any, Any], signal: object) -> None:
     info.setdefault(PENDING_SIGNALS, []).append(signal)
 
 
+def recorded(info: MutableMapping[Any, Any]) -> list[object]:
+    """The signals recorded in this transaction so far, left in place (for work that runs
+    in the transaction and names what it changed)."""
+    pending: list[object] = info.get(PENDING_SIGNALS, [])
+    return pending
+
+
 def take(info: MutableMapping[Any, Any]) -> list[object]:
     """The signals recorded in this transaction, removed from it."""
     pending: list[object] = info.pop(PENDING_SIGNALS, [])

@@ -320,3 +320,26 @@ class RevokedSession(SQLModel, table=True):
     session_id: str = Field(primary_key=True, max_length=40)
     revoked_at: datetime
     expires_at: datetime = Field(index=True)  # the cookie's own expiry: pruning
+
+
+class IdempotencyKey(SQLModel, table=True):
+    """A request sent with an `Idempotency-Key` header, kept so that a retry of it is answered
+    with the first answer instead of being run again (bot/domain/idempotency.py)."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (
+        UniqueConstraint("scope", "key", name="uq_idempotency_keys_scope_key"),
+        Index("ix_idempotency_keys_created_at", "created_at"),  # pruning (bot/delivery/retention.py)
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    # The route template and method, and which API key called it: two clients' keys never meet.
+    scope: str = Field(max_length=300)
+    key: str = Field(max_length=255)
+    fingerprint: str = Field(max_length=64)  # sha256 of the method, path and raw body
+    state: str = Field(max_length=12)  # an IdempotencyState (bot/store/vocabulary.py)
+    owner: str = Field(max_length=40)  # the instance (`DeskInstance.id`) running it; empty once nobody will answer it
+    applied: dict[str, Any] | None = Field(default=None, sa_type=JSON)  # the ids the change named, as its mark recorded
+    status: int | None = None
+    response: str | None = Field(default=None, sa_type=Text)  # the JSON answer, as sent
+    created_at: datetime

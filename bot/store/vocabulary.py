@@ -47,6 +47,16 @@ class InboundState(StrEnum):
     FAILED = "failed"
 
 
+class IdempotencyState(StrEnum):
+    """Where a request sent with an `Idempotency-Key` is: running (`started`), its change
+    committed (`applied`, in the very transaction of the change), or its answer kept to be
+    replayed (`answered`)."""
+
+    STARTED = "started"
+    APPLIED = "applied"
+    ANSWERED = "answered"
+
+
 class Role(StrEnum):
     """Who wrote a stored message."""
 

@@ -39,6 +39,7 @@ from bot.web.deps import (
     RouterDep,
     UserActionsDep,
 )
+from bot.web.idempotency import keyed_routes
 from channels.base import WebhookRequest
 from forms.links import FormLinks
 
@@ -165,7 +166,8 @@ def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
     }
 
 
-api = APIRouter(prefix="/api", dependencies=[Depends(agent_caller)])
+# Their POST routes take an Idempotency-Key (bot/web/idempotency.py).
+api = APIRouter(prefix="/api", dependencies=[Depends(agent_caller)], route_class=keyed_routes(agent_caller))
 
 
 @api.post("/conversations", status_code=201)
@@ -281,7 +283,7 @@ async def get_approval(aid: str, approvals: ApprovalsDep) -> dict[str, Any]:
     return approval_view(await approvals.get(aid))
 
 
-decisions = APIRouter(prefix="/api", dependencies=[Depends(owner_caller)])
+decisions = APIRouter(prefix="/api", dependencies=[Depends(owner_caller)], route_class=keyed_routes(owner_caller))
 
 
 @decisions.post("/approvals/{aid}/decision")

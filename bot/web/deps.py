@@ -26,6 +26,7 @@ from bot.desk import Desk
 from bot.domain.approvals import Approvals
 from bot.domain.conversations import Conversations
 from bot.domain.handoffs import Handoffs
+from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.revocations import Revocations
@@ -97,6 +98,12 @@ async def channels_of(request: Request) -> ChannelSet:
 
 async def form_links_of(request: Request) -> FormLinks:
     return app_desk(request).forms
+
+
+async def idempotency_of(request: Request) -> IdempotencyKeys:
+    """The kept requests of `Idempotency-Key` (bot/web/idempotency.py, which is not injected:
+    it wraps the API's POST routes around their dependencies)."""
+    return app_desk(request).idempotency
 
 
 async def bus_of(request: Request) -> ConversationBus:

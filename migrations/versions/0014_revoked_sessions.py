@@ -1,7 +1,7 @@
 """owner-inbox sessions signed out before their cookie expired
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-12-01 17:40:00
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from alembic import op
 
 
 revision: str = '0014'
-down_revision: str | None = '0012'
+down_revision: str | None = '0013'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
