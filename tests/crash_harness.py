@@ -31,6 +31,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
@@ -531,9 +532,10 @@ def reply_problems(load: Load, seen: dict[str, list[ApiMessage]]) -> list[str]:
 
 @dataclass
 class Crash:
-    """When an instance died and when delivery could resume after it (both time.monotonic()),
+    """Which instance died and when, when delivery could resume after it (both time.monotonic()),
     what the fake Slack held by then, and the bound delivery had to resume within."""
 
+    dead: str
     killed_at: float
     resumable_at: float  # the restarted instance's readiness, or the kill when a survivor takes over
     posts_at_kill: list[Posted]
@@ -546,16 +548,18 @@ def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[Ap
     """For each stream that had acknowledged work pending at the kill, how long after
     `crash.resumable_at` it was delivered: a conversation's relays into Slack (kept in order,
     so their first delivery after the kill), its people's replies back (in no order, so the
-    last of those pending). Problems past `crash.bound`, and every delay measured (to print)."""
+    last of those pending). Problems past `crash.bound` for the dead instance's streams, and
+    every delay measured (to print), a survivor's own streams' too."""
     problems, delays = [], []
     for conversation in load.conversations:
+        measure = partial(_measure, problems if conversation.instance == crash.dead else [], delays, crash=crash)
         delivered = Counter(k for c, k in relayed_marks(crash.posts_at_kill, conversation.thread_ts) if c == conversation.index)
         pending = [m for m in load.messages if m.conversation is conversation and m.answer is Answer.ACKNOWLEDGED
                    and m.answered_at < crash.killed_at and not delivered[m.k]]
         if pending:
             after = [p.stored_at for p in relays_in(posts, conversation.thread_ts) if p.stored_at > crash.killed_at]
-            _measure(problems, delays, f"conversation {conversation.index}'s relays into Slack ({len(pending)} pending, "
-                     f"first k{pending[0].k})", after, crash)
+            measure(f"conversation {conversation.index}'s relays into Slack ({len(pending)} pending, "
+                    f"first k{pending[0].k}, first delivered)", after)
         replies = [r for r in load.replies if r.conversation is conversation and r.acknowledged
                    and 0 < r.acknowledged_at < crash.killed_at]
         kill_wall = crash.killed_at + crash.wall_offset
@@ -564,20 +568,20 @@ def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[Ap
         if waiting:  # no order among replies: each pending one must come, so the last one counts
             arrivals = [stored.get(r.text) for r in waiting]
             after = [] if None in arrivals else [max(a for a in arrivals if a is not None) - crash.wall_offset]
-            _measure(problems, delays, f"conversation {conversation.index}'s human replies ({len(waiting)} pending: "
-                     f"{_ranges([r.r for r in waiting], 'r')}) all in", after, crash)
+            measure(f"conversation {conversation.index}'s human replies ({len(waiting)} pending: "
+                    f"{_ranges([r.r for r in waiting], 'r')}, all delivered)", after)
     return problems, delays
 
 
-def _measure(problems: list[str], delays: list[str], stream: str, deliveries: list[float], crash: Crash) -> None:
+def _measure(problems: list[str], delays: list[str], stream: str, deliveries: list[float], *, crash: Crash) -> None:
     if not deliveries:
-        problems.append(f"{stream}: nothing delivered after the kill (bound {crash.bound:g} s after {crash.since})")
-        delays.append(f"{stream}: nothing delivered")
+        problems.append(f"{stream}: not within {SETTLE_TIMEOUT:g} s of the load's end (bound {crash.bound:g} s after {crash.since})")
+        delays.append(f"{stream}: not delivered")
         return
     delay = min(deliveries) - crash.resumable_at
-    delays.append(f"{stream}: {delay:+.2f} s")
+    delays.append(f"{stream}: {delay:+.2f} s after {crash.since}")
     if delay > crash.bound:
-        problems.append(f"{stream}: first delivery {delay:.2f} s after {crash.since}, bound {crash.bound:g} s")
+        problems.append(f"{stream}: {delay:.2f} s after {crash.since}, bound {crash.bound:g} s")
 
 
 def settled(load: Load, slack: SlackInThread, base_url: str) -> tuple[list[Posted], dict[str, list[ApiMessage]]]:
