@@ -31,7 +31,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
@@ -545,35 +544,40 @@ class Crash:
 
 
 def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[ApiMessage]], crash: Crash) -> tuple[list[str], list[str]]:
-    """For each stream that had acknowledged work pending at the kill, how long after
-    `crash.resumable_at` it was delivered: a conversation's relays into Slack (kept in order,
-    so their first delivery after the kill), its people's replies back (in no order, so the
-    last of those pending). Problems past `crash.bound` for the dead instance's streams, and
-    every delay measured (to print), a survivor's own streams' too."""
-    problems, delays = [], []
+    """How long after `crash.resumable_at` the work pending at the kill was delivered: problems,
+    and every delay measured (to print).
+
+    Bound by `crash.bound`: the dead instance's outbox streams, each conversation's relays
+    into Slack, by their first delivery after the kill (they keep their order, so nothing of
+    the stream moves before what was pending does). Measured only: a survivor's own streams,
+    and the people's replies acknowledged before the kill. Those share one inbound lane per
+    channel, so under this load they queue for seconds even without a kill, and whether
+    each one arrived exactly once is `reply_problems`'s check."""
+    problems: list[str] = []
+    delays: list[str] = []
     for conversation in load.conversations:
-        measure = partial(_measure, problems if conversation.instance == crash.dead else [], delays, crash=crash)
+        bound = problems if conversation.instance == crash.dead else []
         delivered = Counter(k for c, k in relayed_marks(crash.posts_at_kill, conversation.thread_ts) if c == conversation.index)
         pending = [m for m in load.messages if m.conversation is conversation and m.answer is Answer.ACKNOWLEDGED
                    and m.answered_at < crash.killed_at and not delivered[m.k]]
         if pending:
             after = [p.stored_at for p in relays_in(posts, conversation.thread_ts) if p.stored_at > crash.killed_at]
-            measure(f"conversation {conversation.index}'s relays into Slack ({len(pending)} pending, "
-                    f"first k{pending[0].k}, first delivered)", after)
+            _measure(bound, delays, f"conversation {conversation.index}'s relays into Slack ({len(pending)} pending, "
+                     f"first k{pending[0].k}; first delivery)", after, crash)
         replies = [r for r in load.replies if r.conversation is conversation and r.acknowledged
                    and 0 < r.acknowledged_at < crash.killed_at]
         kill_wall = crash.killed_at + crash.wall_offset
         stored = {m.text: m.created_at for m in seen[conversation.cid] if m.role == "human"}
         waiting = [r for r in replies if stored.get(r.text, float("inf")) > kill_wall]
-        if waiting:  # no order among replies: each pending one must come, so the last one counts
+        if waiting:  # in no order: the last of them tells when all had come
             arrivals = [stored.get(r.text) for r in waiting]
             after = [] if None in arrivals else [max(a for a in arrivals if a is not None) - crash.wall_offset]
-            measure(f"conversation {conversation.index}'s human replies ({len(waiting)} pending: "
-                    f"{_ranges([r.r for r in waiting], 'r')}, all delivered)", after)
+            _measure([], delays, f"conversation {conversation.index}'s human replies ({len(waiting)} pending: "
+                     f"{_ranges([r.r for r in waiting], 'r')}; the last of them, not bound)", after, crash)
     return problems, delays
 
 
-def _measure(problems: list[str], delays: list[str], stream: str, deliveries: list[float], *, crash: Crash) -> None:
+def _measure(problems: list[str], delays: list[str], stream: str, deliveries: list[float], crash: Crash) -> None:
     if not deliveries:
         problems.append(f"{stream}: not within {SETTLE_TIMEOUT:g} s of the load's end (bound {crash.bound:g} s after {crash.since})")
         delays.append(f"{stream}: not delivered")
