@@ -504,8 +504,8 @@ def relay_problems(load: Load, posts: list[Posted]) -> list[str]:
         mine = [m for m in load.messages if m.conversation is conversation]
         missing = [m.k for m in mine if m.took_effect and not times[m.k]]
         if missing:
-            problems.append(f"conversation {conversation.index}: {len(missing)} acknowledged message(s) never reached "
-                            f"its Slack thread: {_ranges(missing, 'k')}")
+            problems.append(f"conversation {conversation.index}: {len(missing)} acknowledged message(s) not in its Slack "
+                            f"thread {SETTLE_TIMEOUT:g} s after the load's end: {_ranges(missing, 'k')}")
         problems += [f"{m.name} ({m.answer}) reached its Slack thread {times[m.k]} times" for m in mine if times[m.k] > 1]
         firsts = list(dict.fromkeys(ks))
         if firsts != sorted(firsts):
@@ -522,8 +522,8 @@ def reply_problems(load: Load, seen: dict[str, list[ApiMessage]]) -> list[str]:
         mine = [r for r in load.replies if r.conversation is conversation]
         missing = [r.r for r in mine if r.acknowledged and not texts[r.text]]
         if missing:
-            problems.append(f"conversation {conversation.index}: {len(missing)} acknowledged human reply(ies) never "
-                            f"reached the subscriber: {_ranges(missing, 'r')}")
+            problems.append(f"conversation {conversation.index}: {len(missing)} acknowledged human reply(ies) not in "
+                            f"the conversation {SETTLE_TIMEOUT:g} s after the load's end: {_ranges(missing, 'r')}")
         problems += [f"conversation {conversation.index}'s human reply r{r.r} (event {r.event_id}, callbacks answered "
                      f"{r.statuses}) reached the subscriber {texts[r.text]} times" for r in mine if texts[r.text] > 1]
     return problems
