@@ -540,6 +540,7 @@ class Crash:
     posts_at_kill: list[Posted]
     bound: float
     since: str  # what `resumable_at` was, for the messages
+    replies_bound: bool = True  # whether the people's replies pending at the kill are held to `bound` too
     wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic())
 
 
@@ -547,12 +548,13 @@ def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[Ap
     """How long after `crash.resumable_at` the work pending at the kill was delivered: problems,
     and every delay measured (to print).
 
-    Bound by `crash.bound`: the dead instance's outbox streams, each conversation's relays
-    into Slack, by their first delivery after the kill (they keep their order, so nothing of
-    the stream moves before what was pending does). Measured only: a survivor's own streams,
-    and the people's replies acknowledged before the kill. Those share one inbound lane per
-    channel, so under this load they queue for seconds even without a kill, and whether
-    each one arrived exactly once is `reply_problems`'s check."""
+    Bound by `crash.bound`, for the dead instance's conversations: the relays into Slack (an
+    outbox stream keeps its order, so nothing of it moves before what was pending does: its
+    first delivery after the kill) and, with `crash.replies_bound`, the people's replies
+    acknowledged before the kill (in no order: the last of them). A survivor's own
+    conversations are measured only. So are the replies on PostgreSQL, where they share one
+    inbound lane per channel and instance that runs seconds behind under this load even
+    without a kill; whether each one arrived exactly once is `reply_problems`'s check."""
     problems: list[str] = []
     delays: list[str] = []
     for conversation in load.conversations:
@@ -572,8 +574,10 @@ def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[Ap
         if waiting:  # in no order: the last of them tells when all had come
             arrivals = [stored.get(r.text) for r in waiting]
             after = [] if None in arrivals else [max(a for a in arrivals if a is not None) - crash.wall_offset]
-            _measure([], delays, f"conversation {conversation.index}'s human replies ({len(waiting)} pending: "
-                     f"{_ranges([r.r for r in waiting], 'r')}; the last of them, not bound)", after, crash)
+            held = crash.replies_bound
+            _measure(bound if held else [], delays, f"conversation {conversation.index}'s human replies ({len(waiting)} "
+                     f"pending: {_ranges([r.r for r in waiting], 'r')}; the last of them{'' if held else ', not bound'})",
+                     after, crash)
     return problems, delays
 
 
