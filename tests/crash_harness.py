@@ -548,9 +548,9 @@ def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[Ap
     """How long after `crash.resumable_at` the work pending at the kill was delivered: problems,
     and every delay measured (to print).
 
-    Bound by `crash.bound`, for the dead instance's conversations: the relays into Slack (an
-    outbox stream keeps its order, so nothing of it moves before what was pending does: its
-    first delivery after the kill) and, with `crash.replies_bound`, the people's replies
+    Bound by `crash.bound`, for the dead instance's conversations: the relays into Slack that
+    were not delivered at the kill (an outbox stream keeps its order, so nothing of it moves
+    before what the dead instance left in it does: its first delivery after the kill) and, with `crash.replies_bound`, the people's replies
     acknowledged before the kill (in no order: the last of them). A survivor's own
     conversations are measured only. So are the replies on PostgreSQL, where they share one
     inbound lane per channel and instance that runs seconds behind under this load even
@@ -560,12 +560,13 @@ def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[Ap
     for conversation in load.conversations:
         bound = problems if conversation.instance == crash.dead else []
         delivered = Counter(k for c, k in relayed_marks(crash.posts_at_kill, conversation.thread_ts) if c == conversation.index)
-        pending = [m for m in load.messages if m.conversation is conversation and m.answer is Answer.ACKNOWLEDGED
-                   and m.answered_at < crash.killed_at and not delivered[m.k]]
+        # Acknowledged before the kill or after it: either way the stream has to move past
+        # whatever the dead instance left in it (an unanswered message it had claimed, say).
+        pending = [m for m in load.messages if m.conversation is conversation and m.took_effect and not delivered[m.k]]
         if pending:
             after = [p.stored_at for p in relays_in(posts, conversation.thread_ts) if p.stored_at > crash.killed_at]
-            _measure(bound, delays, f"conversation {conversation.index}'s relays into Slack ({len(pending)} pending, "
-                     f"first k{pending[0].k}; first delivery)", after, crash)
+            _measure(bound, delays, f"conversation {conversation.index}'s relays into Slack ({len(pending)} to deliver "
+                     f"after the kill, from k{pending[0].k}; the first of them)", after, crash)
         replies = [r for r in load.replies if r.conversation is conversation and r.acknowledged
                    and 0 < r.acknowledged_at < crash.killed_at]
         kill_wall = crash.killed_at + crash.wall_offset
