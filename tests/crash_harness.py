@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -76,7 +76,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_until(condition: Any, *, timeout: float, interval: float = 0.05) -> bool:
+def wait_until(condition: Callable[[], bool], *, timeout: float, interval: float = 0.05) -> bool:
     """Poll `condition()` until it is truthy or `timeout` seconds have passed; whether it became true."""
     deadline = time.monotonic() + timeout
     while True:
