@@ -27,6 +27,7 @@ from bot.domain.conversations import Conversations
 from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs, HeldMessagesOrphaned
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
+from bot.domain.revocations import Revocations
 from bot.domain.timers import IdleTimers
 from bot.domain.user_actions import UserActions, UserActionSettled
 from bot.flow.fronts import Fronts
@@ -40,6 +41,7 @@ from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Signals
 from bot.store.db import Database
+from bot.store.instances import Instances
 from bot.tools import ToolRegistry
 from bot.tools.actions import ActionTool
 from bot.tools.handoff import HandoffReleaseTool, HandoffRequestTool
@@ -76,12 +78,16 @@ class Desk:
             fronts=config.provider_fronts,
         )
         delivery = config.delivery
+        # This process, beating in the database; what a dead one held is taken over
+        self.instances = Instances(self.db, self.clock, heartbeat=delivery.heartbeat)
         self.outbox = Outbox(
             self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
             base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
+            lease=delivery.lease, owner=self.instances.id,
         )
         self.conversations = Conversations(self.db, self.clock, self.bus)
         self.queries = Queries(self.db)
+        self.revocations = Revocations(self.db, self.clock)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
@@ -124,7 +130,11 @@ class Desk:
             shared_line=self._shared_line,
             subscriber=self.fronts.handle,
             late_failure=self.outbox.record_late_failure,
+            owner=self.instances.id, dead_after=lambda: self.instances.dead_after,
         )
+        self.instances.take_overs += [
+            lambda: self.outbox.take_over(self.instances.dead_after), self.inbound.process_pending,
+        ]
         self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
         self.signals.on(HandoffActivated, self.timers.on_activated)
         self.signals.on(HandoffActivated, lambda activated: self.siblings.on_activated(activated.handoff))
@@ -136,7 +146,6 @@ class Desk:
         self.timers.also_on_sweep.append(self.user_actions.expire_due)
         self.timers.also_on_sweep.append(self.approvals.expire_due)
         self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
-        self.timers.also_on_sweep.append(self.inbound.process_pending)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
         self.retention = Retention(self.db, self.clock, config.retention)
         self.timers.also_on_sweep.append(self.retention.sweep)
@@ -159,7 +168,9 @@ class Desk:
         if self.run_timers:
             self.timers.start()
         self.started = True
-        self.background.spawn(self.inbound.process_pending(), name="inbound-recovery")
+        # Joins the desks beating in the database and takes over at once what a previous run
+        # of this process left in flight (its outbox items, its inbound events)
+        await self.instances.start()
         log.info("desk_started", channels=[s for s in self.channels.health()], public_url=self.config.public_url)
 
     def _channel_context(self, channel_id: int) -> ChannelContext:
@@ -186,6 +197,7 @@ class Desk:
         await self.timers.stop()
         await self.outbox.stop()
         await self.background.close()
+        await self.instances.stop()  # after the outbox: what it still holds is taken over at once
         await self.channels.stop()
         await self.agent.aclose()
         await self.db.dispose()

@@ -23,6 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal, final
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
+from bot.errors import DeskError
 from channels.text import TextLimit
 from forms.fields import ReturnField, preview_line
 
@@ -472,6 +473,26 @@ class WebhookRequest:
     url: str
 
 
+class MalformedWebhook(DeskError):
+    """A provider call whose signature checked out but whose body is not what the provider
+    sends: 400, answered in the usual error shape like a malformed body on /api."""
+
+    code = "invalid_json"
+    status = 400
+
+
+def json_object(body: bytes | str, what: str = "the body") -> dict[str, Any]:
+    """The JSON object of a verified provider call. Parse only after the signature is checked
+    on the raw bytes; a body that is not a JSON object raises MalformedWebhook."""
+    try:
+        data = json.loads(body)
+    except ValueError:  # UnicodeDecodeError included
+        raise MalformedWebhook(f"{what} is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise MalformedWebhook(f"{what} is JSON but not an object")
+    return data
+
+
 @dataclass
 class WebhookReply:
     """What to answer the provider, plus the messages found in the call."""
@@ -530,6 +551,9 @@ class ChannelAdapter(ABC):
     # parts cut by `text_limit.split`. None: the provider takes any length (or one message
     # per handoff, as a mail does).
     text_limit: ClassVar[TextLimit | None] = None
+    # The media types the provider posts to the webhook (with `capabilities.webhook`): a call
+    # of any other type is answered 415 before the adapter sees it.
+    webhook_media_types: ClassVar[frozenset[str]] = frozenset({"application/json"})
 
     def __init__(self, config: ChannelConfig) -> None:
         self.config = config

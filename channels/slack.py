@@ -71,6 +71,7 @@ from channels.base import (
     Dispatch,
     HandoffBrief,
     InboundMessage,
+    MalformedWebhook,
     Notice,
     Outbound,
     PermanentChannelError,
@@ -84,6 +85,7 @@ from channels.base import (
     UncertainDeliveryError,
     WebhookReply,
     WebhookRequest,
+    json_object,
     pretty_arguments,
 )
 from channels.text import short_duration
@@ -233,6 +235,8 @@ class SlackChannel(ChannelAdapter):
     kind = "slack"
     config_model = SlackConfig
     capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True)
+    # The Events API posts JSON; interactivity (button clicks) posts a form with `payload=<json>`.
+    webhook_media_types = frozenset({"application/json", "application/x-www-form-urlencoded"})
     config: SlackConfig
 
     def __init__(self, config: ChannelConfig) -> None:
@@ -607,17 +611,15 @@ class SlackChannel(ChannelAdapter):
         if not self._signed_by_slack(request.body, headers):
             log.warning("slack_webhook_rejected", channel_id=self.id, reason="bad or stale signature")
             return WebhookReply(status=401, body=b"invalid signature")
-        try:
-            if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-                # Interactivity (button clicks): form-encoded `payload=<json>`.
+        if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            # Interactivity (button clicks): form-encoded `payload=<json>`.
+            try:
                 form = parse_qs(request.body.decode(), keep_blank_values=True)
-                data = json.loads((form.get("payload") or ["{}"])[0])
-            else:
-                data = json.loads(request.body or b"{}")
-        except (UnicodeDecodeError, ValueError):
-            return WebhookReply(status=400, body=b"malformed body")
-        if not isinstance(data, dict):
-            return WebhookReply(status=400, body=b"malformed body")
+            except UnicodeDecodeError:
+                raise MalformedWebhook("the form is not UTF-8") from None
+            data = json_object((form.get("payload") or ["{}"])[0], "the payload field")
+        else:
+            data = json_object(request.body or b"{}")
 
         kind = data.get("type")
         if kind == "url_verification":

@@ -97,6 +97,7 @@ from channels.base import (
     Dispatch,
     HandoffBrief,
     InboundMessage,
+    MalformedWebhook,
     Notice,
     PermanentChannelError,
     Receipt,
@@ -111,6 +112,7 @@ from channels.base import (
     UserActionPrompt,
     WebhookReply,
     WebhookRequest,
+    json_object,
     pretty_arguments,
 )
 from channels.text import Budget, SentParts, TextLimit, clip, fit_brief, utf16_len
@@ -697,14 +699,14 @@ class TelegramChannel(ChannelAdapter):
             return WebhookReply(status=403, body=b"wrong secret token")
         from telegram import Update
 
+        data = json_object(request.body)
         try:
-            data = json.loads(request.body)
-            update = Update.de_json(data, self._app.bot) if isinstance(data, dict) else None
+            update = Update.de_json(data, self._app.bot)
         except Exception:  # PTB raises whatever its constructors raise on a malformed update
             update = None
         if update is None:
             log.warning("telegram_webhook_unparseable", channel_id=self.id)
-            return WebhookReply(status=400, body=b"not a Telegram update")
+            raise MalformedWebhook("the body is JSON but not a Telegram update")
         parsed = self._parse(update)
         if parsed.spent_prompt is not None:
             await self._take_buttons_away(self._app.bot, parsed.spent_prompt)

@@ -332,6 +332,7 @@ class WhatsAppChannel(ChannelAdapter):
     capabilities = Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False, front=True,
                                 approvals=True)
     text_limit = TextLimit(BODY_LIMIT)
+    webhook_media_types = frozenset({"application/x-www-form-urlencoded"})  # Twilio posts forms
     config: WhatsAppConnection  # a WhatsAppConfig unless it is a front of its own (no staff numbers)
 
     def __init__(self, config: ChannelConfig) -> None:

@@ -165,6 +165,22 @@ async def test_health_and_metrics(harness: Harness) -> None:
     assert "handoff_dispatch_seconds_bucket" in text
 
 
+async def test_metrics_can_require_a_bearer_token(start_desk: StartDesk) -> None:
+    """With metrics.token set, /metrics answers only that token (the API key does not open it);
+    without one it stays open, as the health check always is."""
+    harness = await start_desk(api={"key": "k-123456"}, metrics={"token": "scrape-123456"})
+    for headers in ({}, {"Authorization": "Bearer k-123456"}, {"Authorization": "Bearer scrape-1234567"}):
+        refused = await harness.client.get("/metrics", headers=headers)
+        assert (refused.status_code, refused.json()["error"]) == (401, "unauthorized"), headers
+        assert refused.headers["www-authenticate"] == "Bearer"
+        assert "metrics.token" in refused.json()["details"]["hint"]
+    scraped = await harness.client.get("/metrics", headers={"Authorization": "Bearer scrape-123456"})
+    assert scraped.status_code == 200
+    assert "handoff_long_polls_waiting" in scraped.text
+    assert (await harness.client.get("/healthz")).status_code == 200
+    assert (await (await start_desk()).client.get("/metrics")).status_code == 200
+
+
 async def test_openapi_document_is_served(harness: Harness) -> None:
     spec = (await harness.client.get("/api/openapi.json")).json()
     assert "/api/conversations/{cid}/messages" in spec["paths"]
@@ -228,3 +244,24 @@ async def test_a_channel_down_at_start_is_retried_by_the_sweep(start_desk: Start
 
 async def tool_names(harness: Harness, cid: str) -> list[str]:
     return [t["name"] for t in (await harness.client.get(f"/api/conversations/{cid}/tools")).json()["tools"]]
+
+
+async def test_a_body_that_is_not_json_is_a_400_in_the_usual_shape(start_desk: StartDesk) -> None:
+    """Malformed JSON is not a wrong value (422) but no JSON at all: 400 `invalid_json` on
+    every route that reads a body, the tool calls' own parsing and the decisions included."""
+    harness = await start_desk(owner={"token": "owner-123456"})
+    cid = await harness.conversation()
+    as_json = {"content-type": "application/json"}
+    for path, headers in [
+        ("/api/conversations", as_json),
+        (f"/api/conversations/{cid}/messages", as_json),
+        (f"/api/conversations/{cid}/tools/handoff_request", as_json),
+        ("/api/approvals/ap_nope/decision", {**as_json, "Authorization": "Bearer owner-123456"}),
+        ("/chat/api/conversations", as_json),
+    ]:
+        for body in (b'{"text": "hi"', b"\xff\xfe{}", b'{"text": "\x80"}'):
+            refused = await harness.client.post(path, content=body, headers=headers)
+            assert refused.status_code == 400, (path, body, refused.text)
+            assert refused.json()["error"] == "invalid_json", (path, body)
+            assert refused.json()["details"]["hint"].startswith("the body is not valid JSON"), (path, body)
+    assert [m["text"] for m in await harness.messages(cid)] == []

@@ -22,6 +22,7 @@ from channels.base import (
     Dispatch,
     HandoffBrief,
     InboundMessage,
+    MalformedWebhook,
     Notice,
     Outbound,
     PermanentChannelError,
@@ -34,6 +35,7 @@ from channels.base import (
     ToSubscriber,
     UserActionAnswer,
     UserActionPrompt,
+    json_object,
     stored_inbound,
     stored_outbound,
 )
@@ -148,3 +150,11 @@ async def test_updating_a_dispatch_changes_nothing_where_the_provider_cannot_edi
     assert adapter.capabilities.edits is False
     assert await adapter.update_dispatch(dispatch, sent) == sent
     assert adapter.called == []
+
+
+def test_a_webhook_body_parses_to_a_json_object_or_a_400_that_says_why() -> None:
+    assert json_object(b'{"update_id": 1}') == {"update_id": 1}
+    for body, reason in ((b"{nope", "is not valid JSON"), (b"\xff", "is not valid JSON"), (b"[1]", "is JSON but not an object")):
+        with pytest.raises(MalformedWebhook) as refused:
+            json_object(body, "the payload")
+        assert (refused.value.status, refused.value.code, refused.value.message) == (400, "invalid_json", f"the payload {reason}")

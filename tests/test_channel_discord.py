@@ -533,6 +533,20 @@ async def test_ping_is_answered_and_forged_or_stale_calls_get_401(desk: Harness,
     assert [r.status_code for r in attempts] == [401] * len(attempts)
 
 
+async def test_a_signed_body_that_does_not_parse_is_a_400_and_a_foreign_type_a_415(desk: Harness, fake: FakeDiscord) -> None:
+    """Verified on the raw bytes first, parsed after: a signed body that is not a JSON object
+    gets the usual error body, as on /api."""
+    for body in (b"{not json", b"[1]"):
+        ts = str(int(time.time()))
+        signature = fake.signing_key.sign(ts.encode() + body).signature.hex()
+        response = await desk.client.post("/webhooks/5", content=body, headers={
+            "content-type": "application/json", "x-signature-ed25519": signature, "x-signature-timestamp": ts})
+        assert (response.status_code, response.json()["error"]) == (400, "invalid_json"), body
+    body, headers = fake.signed({"type": 1})
+    form = await desk.client.post("/webhooks/5", content=body, headers={**headers, "content-type": "application/x-www-form-urlencoded"})
+    assert (form.status_code, form.json()["error"]) == (415, "unsupported_media_type")
+
+
 async def test_the_release_button_releases_and_answers_the_clicker_privately(desk: Harness, fake: FakeDiscord) -> None:
     cid = await desk.conversation()
     sid, dispatch = await handoff_in_discord(desk, fake, cid)

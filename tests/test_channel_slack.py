@@ -411,6 +411,21 @@ async def test_forged_stale_or_unsigned_callbacks_get_401_and_store_nothing(desk
     assert (await desk.handoff(sid))["state"] == "active"
 
 
+async def test_a_signed_body_that_does_not_parse_is_a_400_and_a_foreign_type_a_415(desk: Harness) -> None:
+    """The signature is checked on the raw bytes before anything is parsed; a signed body that
+    is not JSON (or a form whose payload is not) gets the usual error body, as on /api."""
+    form = "application/x-www-form-urlencoded"
+    for body, content_type in ((b"{not json", "application/json"), (b"[1, 2]", "application/json"),
+                               (b"payload=%7Bnope", form), (b"payload=%FF", form)):
+        response = await webhook(desk, body, content_type=content_type)
+        assert (response.status_code, response.json()["error"]) == (400, "invalid_json"), body
+    unsigned = await desk.client.post("/webhooks/2", content=b"{not json", headers={"content-type": "application/json"})
+    assert unsigned.status_code == 401  # the signature first, then the parse
+    text = await webhook(desk, b"{}", content_type="text/plain")
+    assert (text.status_code, text.json()["error"]) == (415, "unsupported_media_type")
+    assert await inbound_count(desk) == 0
+
+
 async def test_url_verification_is_answered_with_the_challenge(desk: Harness) -> None:
     body = json.dumps({"token": "x", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
                        "type": "url_verification"}).encode()

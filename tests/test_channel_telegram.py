@@ -291,8 +291,14 @@ async def test_a_wrong_or_missing_secret_token_gets_403_and_nothing_is_stored(fa
     for secret in ("wrong-secret", "", None, SECRET + "x"):
         response = await post(harness, update, secret=secret)
         assert response.status_code == 403
-    for body in ({"not": "an update"}, None, [update]):
-        assert (await post(harness, body)).status_code == 400  # right secret, but not an update
+    for body in ({"not": "an update"}, [update]):
+        refused = await post(harness, body)  # right secret, but not an update: the usual error body
+        assert (refused.status_code, refused.json()["error"]) == (400, "invalid_json"), body
+    malformed = await harness.client.post("/webhooks/1", content=b"{not json", headers={
+        "X-Telegram-Bot-Api-Secret-Token": SECRET, "content-type": "application/json"})
+    assert (malformed.status_code, malformed.json()["error"]) == (400, "invalid_json")
+    untyped = await post(harness, None)  # no body and no Content-Type: not a call Telegram makes
+    assert (untyped.status_code, untyped.json()["error"]) == (415, "unsupported_media_type")
     await harness.desk.settle()
     assert await harness.stored_events() == 0
     assert await harness.human_texts(cid) == []

@@ -281,6 +281,15 @@ async def test_a_forged_webhook_gets_403_and_nothing_is_stored(fake: FakeTwilio,
     assert await harness.human_texts(cid) == []
 
 
+async def test_a_body_twilio_never_sends_is_a_415_before_anything_is_checked(fake: FakeTwilio, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake)
+    body, headers = fake.inbound(WEBHOOK_URL, body="Refund approved!")
+    response = await post(harness, body, {**headers, "Content-Type": "application/json"})
+    assert (response.status_code, response.json()["error"]) == (415, "unsupported_media_type")
+    assert "application/x-www-form-urlencoded" in response.json()["details"]["hint"]
+    assert await harness.stored_events() == 0
+
+
 async def test_strangers_status_callbacks_and_other_accounts_are_acknowledged_and_ignored(
     fake: FakeTwilio, start_desk: StartDesk,
 ) -> None:

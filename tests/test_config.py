@@ -23,8 +23,10 @@ from bot.config import (
     config_warnings,
     expand_env,
     format_duration,
+    format_size,
     load_config,
     parse_duration,
+    parse_size,
 )
 from channels import adapter_class, known_kinds
 
@@ -353,3 +355,36 @@ def test_every_public_name_of_the_config_package_is_exported_by_bot_config() -> 
             assert getattr(bot.config, name) is getattr(module, name), f"bot.config.{name} is not {module.__name__}.{name}"
     for name in bot.config.__all__:
         assert hasattr(bot.config, name), f"bot.config.__all__ names {name}, which bot.config does not define"
+
+
+def test_an_open_metrics_endpoint_is_a_warning_only_beyond_loopback() -> None:
+    public = {**BASE, "server": {"host": "0.0.0.0"}, "owner": {"token": "t"}, "api": {"key": "k"},
+              "secret_key": "a-long-random-secret-value"}
+    [warning] = [w for w in config_warnings(Config.from_mapping(public)) if w.startswith("metrics.token")]
+    assert warning == ("metrics.token: empty while server.host (0.0.0.0) is reachable from other machines, so anyone "
+                       "who reaches it can read /metrics; set a token your scraper sends")
+    scraped = Config.from_mapping({**public, "metrics": {"token": "scrape-123456"}})
+    assert not [w for w in config_warnings(scraped) if w.startswith("metrics.token")]
+    assert not [w for w in config_warnings(Config.from_mapping(BASE)) if w.startswith("metrics.token")]
+
+
+def test_body_limits_and_login_failures_read_sizes_and_refuse_nonsense() -> None:
+    config = Config.from_mapping({**BASE, "server": {"max_body": "2MiB", "max_form_body": "64kB"}})
+    assert (config.server.max_body, config.server.max_form_body) == (2 * 1024 * 1024, 64_000)
+    defaults = Config.from_mapping(BASE)
+    assert (defaults.server.max_body, defaults.server.max_form_body) == (1024 * 1024, 512 * 1024)
+    assert defaults.owner.max_login_failures_per_minute == 5
+    assert problems({**BASE, "server": {"max_body": "lots"}}) == [
+        "server.max_body: expected a size such as 1MiB, 256KiB or 65536, got 'lots'"]
+    assert problems({**BASE, "server": {"max_form_body": 0}}) == ["server.max_form_body: must be a positive size"]
+    assert any(p.startswith("owner.max_login_failures_per_minute:")
+               for p in problems({**BASE, "owner": {"max_login_failures_per_minute": 0}}))
+
+
+def test_sizes_read_and_print_in_bytes_kib_and_mib() -> None:
+    assert [parse_size(v) for v in ("1MiB", "256 KiB", "64kb", "2MB", "500b", "4096", 10)] == [
+        1024**2, 256 * 1024, 64_000, 2_000_000, 500, 4096, 10]
+    assert [format_size(n) for n in (1024**2, 512 * 1024, 1500)] == ["1 MiB", "512 KiB", "1500 bytes"]
+    for bad in ("1.5MiB", "-1", "1 TB", True, ""):
+        with pytest.raises(ValueError):
+            parse_size(bad)

@@ -6,13 +6,15 @@ to `Inbound` as an adapter hands them over."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import sqlite3
 from typing import Any
 
-from sqlalchemy import select, update
+import pytest
+from sqlalchemy import event, select, update
 from sqlmodel import col
 
-from bot.store.models import InboundEvent
+from bot.store.instances import Instances
+from bot.store.models import DeskInstance, InboundEvent
 from channels.base import RecipientText, ReleasePress
 from tests.conftest import Harness, StartDesk
 
@@ -113,17 +115,68 @@ async def test_events_stored_but_not_processed_are_finished_on_recovery(start_de
     assert await h.desk.inbound.process_pending() == 0
 
 
-async def test_an_event_stuck_in_processing_is_retried_only_once_it_is_stale(start_desk: StartDesk, scripted: Any) -> None:
+async def claimed_by(h: Harness, event_id: int | None, owner: str, state: str = "processing") -> None:
+    """Make the event `owner`'s, as if that instance had stored it and then claimed it."""
+    async with h.desk.db.transaction() as session:
+        await session.execute(update(InboundEvent).where(col(InboundEvent.id) == event_id)
+                              .values(state=state, claimed_by=owner, processed_at=h.desk.clock.now()))
+
+
+async def test_an_event_left_processing_by_an_instance_that_died_is_taken_over_at_once(
+    start_desk: StartDesk, scripted: Any,
+) -> None:
+    """No stale timer: the owner's missing heartbeat is what ends its claim."""
     h, cid, sid = await desk_with_handoff(start_desk, scripted)
     event_id = await h.desk.inbound.store(1, reply(sid, "lost in a crash", key="k"))
-    async with h.desk.db.transaction() as session:  # the run that claimed it died
-        await session.execute(update(InboundEvent).where(col(InboundEvent.id) == event_id)
-                              .values(state="processing", processed_at=h.desk.clock.now()))
-    h.desk.clock.advance(timedelta(minutes=4))
-    assert await h.desk.inbound.process_pending() == 0  # maybe still being worked on
-    h.desk.clock.advance(timedelta(minutes=2))
+    await claimed_by(h, event_id, "in_gone")  # no such instance beats any more
     assert await h.desk.inbound.process_pending() == 1
+    assert await h.desk.inbound.process_pending() == 0
     assert await human_texts(h, cid) == ["lost in a crash"]
+    [event] = await events(h)
+    assert (event.state, event.claimed_by) == ("done", h.desk.instances.id)
+
+
+async def test_an_event_of_a_live_instance_is_left_to_it_until_its_heartbeat_stops(
+    start_desk: StartDesk, scripted: Any,
+) -> None:
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    other = Instances(h.desk.db, h.desk.clock, heartbeat=h.desk.config.delivery.heartbeat)
+    await other.register()
+    pending_id = await h.desk.inbound.store(1, reply(sid, "stored there", key="k1"))
+    working_id = await h.desk.inbound.store(1, reply(sid, "worked there", key="k2"))
+    await claimed_by(h, pending_id, other.id, state="pending")
+    await claimed_by(h, working_id, other.id)
+    assert await h.desk.inbound.process_pending() == 0  # still beating: its work, in its order
+    async with h.desk.db.transaction() as session:  # its last beat was a heartbeat and more ago
+        await session.execute(update(DeskInstance).where(col(DeskInstance.id) == other.id)
+                              .values(beat_at=DeskInstance.beat_at - h.desk.instances.dead_after - 1))
+    assert await h.desk.inbound.process_pending() == 2
+    assert await human_texts(h, cid) == ["stored there", "worked there"]
+
+
+async def test_a_reply_is_marked_done_in_the_transaction_that_relays_it(start_desk: StartDesk, scripted: Any) -> None:
+    """A kill -9 straight after the relay commits finds the event done: it is never relayed
+    again (and one that dies before that commit left nothing, so it is worked again)."""
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    if not h.desk.db.is_sqlite:
+        pytest.skip("reads the database file with sqlite3 from inside the commit")
+    seen_at_commit: list[str] = []
+
+    async def read_states_at_commit(session: Any, message: Any, _extras: Any) -> None:
+        if message.role != "human":
+            return
+
+        def after_commit(_session: Any) -> None:  # runs inside the commit, before anything else
+            with sqlite3.connect(h.desk.db.url.split("///", 1)[1]) as raw:
+                seen_at_commit.extend(state for (state,) in raw.execute("SELECT state FROM inbound_events"))
+
+        event.listen(session.sync_session, "after_commit", after_commit, once=True)
+
+    h.desk.db.message_hooks.append(read_states_at_commit)
+    assert await h.desk.inbound.submit_and_wait(1, reply(sid, "exactly once", key="k")) == "relayed"
+    assert seen_at_commit == ["done"]
+    assert await h.desk.inbound.process_pending() == 0
+    assert await human_texts(h, cid) == ["exactly once"]
 
 
 async def test_a_release_press_releases_the_handoff_of_its_thread_with_the_outcome_it_names(
@@ -159,14 +212,13 @@ async def test_events_submitted_back_to_back_in_one_lane_are_worked_once_each_in
     assert await h.desk.inbound.process_pending() == 0
 
 
-async def test_an_event_stored_claimed_but_never_worked_is_taken_back_once_its_claim_is_stale(
+async def test_an_event_stored_claimed_by_an_instance_that_died_before_its_turn_is_taken_over(
     start_desk: StartDesk, scripted: Any,
 ) -> None:
-    """The instance that stored it claimed died before its work began."""
     h, cid, sid = await desk_with_handoff(start_desk, scripted)
-    assert await h.desk.inbound._store_claimed(1, reply(sid, "lost before its turn", key="k")) is not None
-    h.desk.clock.advance(timedelta(minutes=4))
-    assert await h.desk.inbound.process_pending() == 0  # maybe still being worked on
-    h.desk.clock.advance(timedelta(minutes=2))
+    stored = await h.desk.inbound._store_claimed(1, reply(sid, "lost before its turn", key="k"))
+    assert stored is not None
+    assert await h.desk.inbound.process_pending() == 0  # ours, and we are alive: our lane works it
+    await claimed_by(h, stored.id, "in_gone")
     assert await h.desk.inbound.process_pending() == 1
     assert await human_texts(h, cid) == ["lost before its turn"]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import timedelta
 
 import httpx
 import pytest
 
+from bot.runtime.clock import ManualClock
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk
 
@@ -690,3 +692,52 @@ async def test_an_over_long_denial_reason_is_refused_and_decides_nothing(start_d
     assert "reason: at most 2000 characters, got 2001; nothing was decided." in refused.text
     view = (await harness.approval(aid))
     assert view["state"] == "pending"
+
+
+async def test_wrong_tokens_lock_the_address_out_for_a_while(start_desk: StartDesk) -> None:
+    """owner.max_login_failures_per_minute wrong tokens from one address, then 429 with
+    Retry-After and a page that says when to try again, the right token included; other
+    addresses still log in, and once the wait is over a success resets the count."""
+    clock = ManualClock()
+    harness = await start_desk(clock=clock, owner={"token": "owner-secret", "max_login_failures_per_minute": 3})
+    guesser = {"X-Forwarded-For": "198.51.100.7"}  # the test client's peer is loopback, a trusted proxy
+    for _ in range(3):
+        wrong = await harness.client.post("/inbox/login", data={"token": "guess", "next": "/inbox"}, headers=guesser)
+        assert wrong.headers["location"].startswith("/inbox/login?failed=1")
+    for token in ("guess", "owner-secret"):
+        locked = await harness.client.post("/inbox/login", data={"token": token, "next": "/inbox"}, headers=guesser)
+        assert locked.status_code == 429
+        assert locked.headers["retry-after"] == "20"
+        assert "Too many wrong tokens came from your address. Try again in 20 s" in locked.text
+        assert "handoff_owner" not in locked.cookies
+    other = await harness.client.post("/inbox/login", data={"token": "owner-secret", "next": "/inbox"},
+                                      headers={"X-Forwarded-For": "203.0.113.9"})
+    assert other.status_code == 303
+    clock.advance(timedelta(seconds=20))
+    again = await harness.client.post("/inbox/login", data={"token": "owner-secret", "next": "/inbox"}, headers=guesser)
+    assert (again.status_code, again.headers["location"]) == (303, "/inbox")
+    for _ in range(3):  # the success gave the address its whole allowance back
+        wrong = await harness.client.post("/inbox/login", data={"token": "guess", "next": "/inbox"}, headers=guesser)
+        assert wrong.status_code == 303
+
+
+async def test_logging_out_revokes_the_session_even_for_a_replayed_cookie(start_desk: StartDesk) -> None:
+    """The cookie is signed and still unexpired after a logout; the server refuses it anyway,
+    on pages, on the live updates and on posts (its CSRF token is bound to the dead session)."""
+    harness = await start_desk(owner={"token": "owner-secret"})
+    await login(harness.client)
+    replay = httpx.AsyncClient(transport=harness.client._transport, base_url="http://desk.test",
+                               cookies={"handoff_owner": harness.client.cookies["handoff_owner"]})
+    assert (await replay.get("/inbox")).status_code == 200  # a copy of the cookie works while signed in
+    csrf = csrf_of((await harness.client.get("/inbox")).text)
+    assert (await harness.client.post("/inbox/logout", data={"csrf": csrf})).headers["location"] == "/inbox/login"
+
+    page = await replay.get("/inbox")
+    assert (page.status_code, page.headers["location"]) == (303, "/inbox/login?next=/inbox")
+    assert (await replay.get("/inbox/updates", params={"wait": 0})).status_code == 401
+    assert (await replay.post("/inbox/name", data={"csrf": csrf, "name": "Mallory"})).status_code == 401
+    assert (await replay.get("/inbox/name")).status_code == 303  # still a login, not the page
+    await replay.aclose()
+
+    await login(harness.client)  # a new login is a new session
+    assert (await harness.client.get("/inbox")).status_code == 200

@@ -7,9 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlmodel import col
 
-from bot.store.models import OutboxItem
+from bot.store.models import DeskInstance, OutboxItem
 from channels.base import Notice, TransientChannelError, stored_outbound
 from tests.conftest import StartDesk
 
@@ -254,3 +255,45 @@ async def test_an_item_is_sent_only_once_its_transaction_commits_and_its_chain_i
     assert channel.texts("notice")[-1:] == ["queued in a transaction"]
     async with desk.db.read() as session:
         assert (await session.get(OutboxItem, item.id)).state == "sent"
+
+
+async def test_what_an_instance_that_stopped_beating_was_sending_is_taken_over_without_waiting_out_a_lease(
+    start_desk: StartDesk, scripted: Any, sqlite_url: str,
+) -> None:
+    """A's relay hangs at its provider; B takes nothing while A beats, and takes the relay
+    over as soon as A's heartbeat is a heartbeat old (no clock advanced: the lease is not
+    what ends the claim). The provider may have A's attempt too, so the trail says so."""
+    first = await start_desk(adapters={1: scripted})
+    cid = await first.conversation()
+    sid = (await first.start_handoff(cid))["handoff_session_id"]
+    await first.desk.outbox.stop()
+    channel_a = first.desk.channels.get(1)
+    channel_a.gate = asyncio.Event()
+    await first.say(cid, "hello")
+    stuck = asyncio.create_task(first.desk.outbox.drain())
+    await channel_a.entered.wait()
+    second = await start_desk(adapters={1: scripted}, url=sqlite_url, clock=first.desk.clock)
+    await second.desk.outbox.stop()
+    dead_after = second.desk.instances.dead_after
+    assert await second.desk.outbox.take_over(dead_after) == 0  # A is alive: its send is its own
+
+    async with first.desk.db.transaction() as session:  # A's last beat, a heartbeat and more ago
+        await session.execute(update(DeskInstance).where(col(DeskInstance.id) == first.desk.instances.id)
+                              .values(beat_at=DeskInstance.beat_at - dead_after - 1))
+    assert await second.desk.outbox.take_over(dead_after) == 1
+    await second.desk.outbox.drain()
+    assert second.desk.channels.get(1).texts("relay") == ["Ana: hello"]
+    channel_a.gate.set()
+    await stuck
+    [delivered] = [e for e in await second.events(sid) if e["kind"] == "relayed_to_recipient"]
+    assert delivered["detail"]["maybe_duplicated"] is True
+    assert (await second.kinds(sid)).count("delivery_claim_lost") == 1  # A's late success is not recorded as well
+
+
+async def test_a_stopped_desk_leaves_so_its_claims_are_taken_over_at_once(start_desk: StartDesk, scripted: Any, sqlite_url: str) -> None:
+    first = await start_desk(adapters={1: scripted})
+    second = await start_desk(adapters={1: scripted}, url=sqlite_url, clock=first.desk.clock)
+    await first.desk.instances.stop()
+    async with second.desk.db.read() as session:
+        ids = list(await session.scalars(select(DeskInstance.id)))
+    assert ids == [second.desk.instances.id]

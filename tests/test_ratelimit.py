@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from bot.runtime.clock import ManualClock
 from bot.runtime.ratelimit import TokenBuckets
 
@@ -29,3 +31,16 @@ def test_the_buckets_stay_small() -> None:
     clock.advance(timedelta(minutes=2))
     buckets.take("203.0.113.1")
     assert len(buckets) == 1  # refilled buckets are forgotten: they equal a new one
+
+
+def test_looking_spends_nothing_and_forgetting_refills() -> None:
+    clock = ManualClock()
+    buckets = TokenBuckets(2, clock)
+    assert buckets.wait("a") == 0
+    buckets.take("a")
+    buckets.take("a")
+    assert buckets.wait("a") == buckets.wait("a") == 30  # looking twice spends nothing
+    clock.advance(timedelta(seconds=10))
+    assert buckets.wait("a") == pytest.approx(20)
+    buckets.forget("a")
+    assert [buckets.take("a") for _ in range(2)] == [0, 0]

@@ -40,7 +40,7 @@ async def test_finished_rows_past_their_age_are_pruned_and_the_rest_kept(start_d
 
     desk.clock.advance(timedelta(hours=12))  # the first reply is 3 days old, the second half a day
     pruned = await desk.retention.sweep()
-    assert pruned == {"inbound_events": 1, "outbox": 0}
+    assert pruned == {"inbound_events": 1, "outbox": 0, "revoked_sessions": 0}
     async with desk.db.read() as session:
         assert sorted((await session.scalars(select(InboundEvent.dedupe_key))).all()) == ["newer reply", "stuck"]
     assert await desk.retention.sweep() == {}  # at most once per `every`
@@ -56,7 +56,7 @@ async def test_null_keeps_everything(start_desk: StartDesk) -> None:
     harness = await start_desk(retention={"inbound_events": None, "outbox": None})
     await a_relayed_reply(harness, "reply")
     harness.desk.clock.advance(timedelta(days=400))
-    assert await harness.desk.retention.prune() == {"inbound_events": 0, "outbox": 0}
+    assert await harness.desk.retention.prune() == {"inbound_events": 0, "outbox": 0, "revoked_sessions": 0}
 
 
 def test_the_dedupe_window_is_at_least_a_day(sqlite_url: str) -> None:
@@ -66,3 +66,14 @@ def test_the_dedupe_window_is_at_least_a_day(sqlite_url: str) -> None:
         "retention.inbound_events: must be at least 1d: providers redeliver events for up to a day",
         "retention.outbox: expected a duration such as 30m, 90s or 24h, got 'forever'",
     ]
+
+
+async def test_revoked_sessions_go_once_their_cookie_has_expired_anyway(harness: Harness) -> None:
+    desk = harness.desk
+    now = desk.clock.now()
+    await desk.revocations.revoke("soon-expired", expires_at=now + timedelta(hours=1))
+    await desk.revocations.revoke("still-valid", expires_at=now + timedelta(hours=12))
+    desk.clock.advance(timedelta(hours=2))
+    assert (await desk.retention.prune())["revoked_sessions"] == 1
+    assert not await desk.revocations.is_revoked("soon-expired")  # its cookie is refused by its age now
+    assert await desk.revocations.is_revoked("still-valid")

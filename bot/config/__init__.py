@@ -7,7 +7,7 @@ misplaced token is not echoed to a terminal or a log.
 
 The package's modules, by concern, each importing only the ones before it
 (docs/architecture.md, "The layers"): `values` (durations, secrets, URLs, the section base),
-`problems` (key paths and messages), `sections` (server, api, owner, handoff, delivery,
+`problems` (key paths and messages), `sections` (server, api, owner, metrics, handoff, delivery,
 retention, logging), `agents`, `actions` (declared actions and user actions), `fronts` (the
 web chat and provider fronts), `root` (`Config` and the checks that span sections) and
 `loading` (YAML, `${VAR}`, warnings). Import from `bot.config`: every public name is
@@ -35,34 +35,42 @@ from bot.config.sections import (
     DeliverySettings,
     HandoffSettings,
     LoggingConfig,
+    MetricsConfig,
     OwnerConfig,
     RetentionSettings,
     ServerConfig,
 )
 from bot.config.values import (
     SIGNING_SECRET_HELP,
+    DataSize,
     Duration,
     OptionalSecret,
     SigningSecret,
     format_duration,
+    format_size,
     http_url,
     parse_duration,
+    parse_size,
 )
 
 __all__ = [
     # values
     "SIGNING_SECRET_HELP",
+    "DataSize",
     "Duration",
     "OptionalSecret",
     "SigningSecret",
     "format_duration",
+    "format_size",
     "http_url",
     "parse_duration",
+    "parse_size",
     # sections
     "ApiConfig",
     "DeliverySettings",
     "HandoffSettings",
     "LoggingConfig",
+    "MetricsConfig",
     "OwnerConfig",
     "RetentionSettings",
     "ServerConfig",

@@ -15,6 +15,7 @@ import yaml
 from bot.config.agents import OpenAIAgentConfig
 from bot.config.problems import ConfigError, ConfigProblem, format_path
 from bot.config.root import DEV_SECRET_KEY, Config
+from bot.config.sections import _is_loopback
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -150,6 +151,9 @@ def config_warnings(config: Config) -> list[str]:
         warnings.append("owner.token: empty, so the owner inbox is open to anyone who can reach this server")
     if config.api.key is None:
         warnings.append("api.key: empty, so the HTTP API accepts unauthenticated calls")
+    if config.metrics.token is None and not _is_loopback(config.server.host):
+        warnings.append(f"metrics.token: empty while server.host ({config.server.host}) is reachable from other "
+                        "machines, so anyone who reaches it can read /metrics; set a token your scraper sends")
     if not any(c.enabled for c in config.channels):
         warnings.append("channels: no enabled channel, so the agent cannot hand off to anyone")
     for index, action in enumerate(config.actions):

@@ -20,6 +20,7 @@ from bot.config.sections import (
     DeliverySettings,
     HandoffSettings,
     LoggingConfig,
+    MetricsConfig,
     OwnerConfig,
     RetentionSettings,
     ServerConfig,
@@ -42,6 +43,7 @@ class Config(_Section):
     database_url: str = "sqlite:///./handoff.db"
     api: ApiConfig = ApiConfig()
     owner: OwnerConfig = OwnerConfig()
+    metrics: MetricsConfig = MetricsConfig()
     handoff: HandoffSettings = HandoffSettings()
     delivery: DeliverySettings = DeliverySettings()
     retention: RetentionSettings = RetentionSettings()

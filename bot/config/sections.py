@@ -1,5 +1,5 @@
-"""The small top-level sections of the config: `server`, `api`, `owner`, `handoff`,
-`delivery`, `retention` and `logging`."""
+"""The small top-level sections of the config: `server`, `api`, `owner`, `metrics`,
+`handoff`, `delivery`, `retention` and `logging`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from pydantic import Field, IPvAnyNetwork, field_validator
 
-from bot.config.values import Duration, OptionalSecret, _empty_to_none, _Section, http_url
+from bot.config.values import DataSize, Duration, OptionalSecret, _empty_to_none, _Section, http_url
 
 
 class ServerConfig(_Section):
@@ -35,6 +35,19 @@ class ServerConfig(_Section):
         description="Reverse proxies (addresses or CIDRs) whose X-Forwarded-For names the client; "
                     "only they are believed. The default trusts a proxy on this host.",
     )
+    # Slack's event callbacks are the largest provider calls (a message of up to 40,000
+    # characters with its blocks, a few hundred KB at worst); Telegram, Discord and Twilio send
+    # far less, and email arrives over SMTP, not here.
+    max_body: DataSize = Field(
+        default=1024**2,
+        description="Largest request body /api, the web chat's API and provider webhooks take (413 above it).",
+    )
+    # A return form of 20 fields of 10,000 characters of ordinary text fits; the inbox's
+    # reply (10,000 characters) and its login are far smaller.
+    max_form_body: DataSize = Field(
+        default=512 * 1024,
+        description="Largest body of a form post (return form, approval pages, owner inbox and its login).",
+    )
 
     @property
     def base_url(self) -> str:
@@ -54,6 +67,16 @@ class ApiConfig(_Section):
 
 class OwnerConfig(_Section):
     token: OptionalSecret = Field(default=None, description="Password of the owner inbox; empty leaves it open.")
+    max_login_failures_per_minute: int = Field(
+        default=5, ge=1, le=1000,
+        description="Wrong inbox passwords one client address may try per minute before it must wait (429).",
+    )
+
+
+class MetricsConfig(_Section):
+    token: OptionalSecret = Field(
+        default=None, description="Bearer token /metrics asks for; empty leaves it open (fine on 127.0.0.1 only)."
+    )
 
 
 class HandoffSettings(_Section):
@@ -72,11 +95,35 @@ class HandoffSettings(_Section):
 
 
 class DeliverySettings(_Section):
-    """How the outbox retries transient channel errors (timeouts, 429, 5xx)."""
+    """How the outbox retries transient channel errors (timeouts, 429, 5xx), and how soon
+    the work of a desk process that died is taken over."""
 
     max_attempts: int = Field(default=10, ge=1, le=100)
     base_backoff: Duration = timedelta(seconds=1)
     max_backoff: Duration = timedelta(minutes=10)
+    heartbeat: Duration = Field(
+        default=timedelta(seconds=3),
+        description="An instance not heard from for this long is dead; another takes over what it was "
+                    "sending or working (each instance beats three times per heartbeat).",
+    )
+    lease: Duration = Field(
+        default=timedelta(seconds=60),
+        description="Longest one send may hold its item, even for a live instance (a backstop; sends time out before it).",
+    )
+
+    @field_validator("heartbeat")
+    @classmethod
+    def _heartbeat_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=0.3) <= value <= timedelta(minutes=5):
+            raise ValueError("must be between 0.3s and 5m")
+        return value
+
+    @field_validator("lease")
+    @classmethod
+    def _lease_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=15) <= value <= timedelta(hours=1):
+            raise ValueError("must be between 15s and 1h (each send times out 10 s before it)")
+        return value
 
 
 class RetentionSettings(_Section):

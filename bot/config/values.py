@@ -1,5 +1,5 @@
-"""The value types config keys share: durations (`30m`, `90s`, `24h`), optional and signing
-secrets, http(s) URLs, and `_Section`, the base of every section model (unknown keys are
+"""The value types config keys share: durations (`30m`, `90s`, `24h`), sizes (`1MiB`,
+`256KiB`), optional and signing secrets, http(s) URLs, and `_Section`, the base of every section model (unknown keys are
 refused, a loaded config is frozen)."""
 
 from __future__ import annotations
@@ -54,6 +54,37 @@ def format_duration(delta: timedelta) -> str:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+_SIZE = re.compile(r"(\d+)(b|kb|kib|mb|mib)?")
+_UNIT_BYTES = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
+
+
+def parse_size(value: Any) -> int:
+    """Parse `1MiB`, `256KiB`, `64kB`, `500B` or a number of bytes, into bytes. KiB and MiB are
+    powers of 1024, kB and MB of 1000, as everywhere else."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 1MiB, 256KiB or 65536")
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _SIZE.fullmatch(str(value).strip().lower().replace(" ", ""))
+        if match is None:
+            raise ValueError(f"expected a size such as 1MiB, 256KiB or 65536, got {value!r}")
+        size = int(match.group(1)) * _UNIT_BYTES[match.group(2) or "b"]
+    if size <= 0:
+        raise ValueError("must be a positive size")
+    return size
+
+
+def format_size(size: int) -> str:
+    """`1048576` -> `1 MiB`, `1500` -> `1500 bytes`, for messages people read."""
+    for unit, factor in (("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"
+
+
+DataSize = Annotated[int, BeforeValidator(parse_size)]
 
 
 def _empty_to_none(value: Any) -> Any:

@@ -9,8 +9,9 @@ Rules the worker keeps:
   chat on a front, or the approval a prompt asks about), messages go out in the order they
   were stored (an item waits while an earlier one of the same stream is pending), so a
   retry never reorders a conversation;
-- an item is claimed by a conditional UPDATE with a lease, so several instances never send
-  the same item at once, and an instance that dies mid-send gives it back when the lease ends;
+- an item is claimed by a conditional UPDATE for this instance, so several instances never
+  send the same item at once; what an instance that died was sending is taken over as soon
+  as its heartbeat stops (bot/store/instances.py), with the lease as a backstop;
 - transient errors back off exponentially (or as long as the provider asked), permanent
   errors fail at once, and every attempt outcome lands in the audit trail.
 
@@ -38,7 +39,7 @@ from bot.delivery.channel_set import ChannelSet
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import record
-from bot.store import audit, prepared
+from bot.store import audit, instances, prepared
 from bot.store.db import Database
 from bot.store.models import HandoffSession, OutboxItem, new_id
 from bot.store.rows import Rows
@@ -96,7 +97,8 @@ def _claim_next_statement() -> Any:
     return (
         update(_OUTBOX)
         .where(_OUTBOX.c.id == following, _OUTBOX.c.state == OutboxState.PENDING, _OUTBOX.c.not_before <= bindparam("now"))
-        .values(state=OutboxState.SENDING, lease_until=bindparam("lease_end"), attempts=_OUTBOX.c.attempts + 1)
+        .values(state=OutboxState.SENDING, lease_until=bindparam("lease_end"), attempts=_OUTBOX.c.attempts + 1,
+                claimed_by=bindparam("owner"))
         .returning(*_ITEMS.columns)
     )
 
@@ -109,10 +111,25 @@ def _claim_statement() -> Any:
         .where(_OUTBOX.c.id == bindparam("item_id"), or_(_OUTBOX.c.state == OutboxState.PENDING, expired))
         .values(
             state=OutboxState.SENDING, lease_until=bindparam("lease_end"), attempts=_OUTBOX.c.attempts + 1,
+            claimed_by=bindparam("owner"),
             # taking over an expired claim: that attempt may have reached the provider
             uncertain=or_(_OUTBOX.c.uncertain, _OUTBOX.c.state == OutboxState.SENDING),
         )
         .returning(*_ITEMS.columns)
+    )
+
+
+def _take_over_statement() -> Any:
+    """Give back the items being sent by instances that stopped beating (or by none: rows
+    claimed before claims had owners). Their send may have reached the provider, so the
+    next attempt reconciles first where the provider can, and says "may be duplicated"
+    where it cannot. Dispatches are not: the handoff service fails an interrupted one."""
+    dead_owner = or_(_OUTBOX.c.claimed_by.is_(None), _OUTBOX.c.claimed_by.not_in(instances.alive()))
+    return (
+        update(_OUTBOX)
+        .where(_OUTBOX.c.state == OutboxState.SENDING, _OUTBOX.c.purpose != "dispatch", dead_owner)
+        .values(state=OutboxState.PENDING, uncertain=True, claimed_by=null(), lease_until=null())
+        .returning(_OUTBOX.c.id)
     )
 
 
@@ -128,13 +145,15 @@ _AHEAD = prepared.Prepared(select(exists().where(_OUTBOX.c.handoff_session_id ==
 _DUE = prepared.Prepared(_due_statement())
 _CLAIM = prepared.Prepared(_claim_statement())
 _CLAIM_NEXT = prepared.Prepared(_claim_next_statement())
+_TAKE_OVER = prepared.Prepared(_take_over_statement())
 _RECORD_SENT = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
     state=OutboxState.SENT, sent_at=bindparam("sent_now"), lease_until=null(), last_error=null(), uncertain=False,
+    claimed_by=null(),
     receipt=bindparam("sent_receipt"),
 ))
 _RECORD_FAILED = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
     state=bindparam("new_state"), not_before=bindparam("retry_at"), lease_until=null(), last_error=bindparam("error"),
-    uncertain=bindparam("still_uncertain"),
+    uncertain=bindparam("still_uncertain"), claimed_by=null(),
 ))
 
 
@@ -199,8 +218,11 @@ class Outbox:
         lease: timedelta = timedelta(seconds=60),
         poll_interval: float = 1.0,
         concurrency: int = 16,
+        owner: str | None = None,
     ) -> None:
         self.db, self.channels, self.clock, self.metrics = db, channels, clock, metrics
+        # The instance whose claims this outbox makes (bot/store/instances.py)
+        self.owner = owner or new_id("in")
         self.max_attempts, self.base_backoff, self.max_backoff = max_attempts, base_backoff, max_backoff
         self.lease, self.poll_interval = lease, poll_interval
         self.send_timeout = max(1.0, lease.total_seconds() - 10)
@@ -257,6 +279,7 @@ class Outbox:
             "attempts": 1 if claimed else 0,
             "not_before": now,
             "lease_until": now + self.lease if claimed else None,
+            "claimed_by": self.owner if claimed else None,
             "last_error": None,
             "receipt": None,
             "created_at": now,
@@ -298,7 +321,8 @@ class Outbox:
 
     def _start_chain(self, claimed: OutboxItem) -> None:
         """Start sending an item claimed at enqueue. When the outbox is stopping the claim
-        is left to expire (the item is re-claimed, and checked, after its lease)."""
+        is left to the takeover (once this instance leaves, another, or its next run, takes
+        the item and checks before sending)."""
         item_id = int(claimed.id or 0)
         if self._stopping or item_id in self._in_flight:
             return
@@ -467,7 +491,9 @@ class Outbox:
 
     async def _claim_in(self, session: AsyncSession, item_id: int, now: datetime) -> OutboxItem | None:
         # UPDATE … RETURNING: the claim and the row in one statement (SQLite ≥ 3.35, PostgreSQL)
-        row = await prepared.fetch_one(session, _CLAIM, {"item_id": item_id, "now": now, "lease_end": now + self.lease})
+        row = await prepared.fetch_one(session, _CLAIM, {
+            "item_id": item_id, "now": now, "lease_end": now + self.lease, "owner": self.owner,
+        })
         return _ITEMS.one(row) if row is not None else None
 
     def _kind_of(self, channel_id: int) -> str:
@@ -553,7 +579,7 @@ class Outbox:
             await audit.note(
                 session, _DELIVERED[item.purpose], at=now, actor="outbox", **_trail(item),
                 outbox_id=item.id, message_id=item.message_id, channel_message_id=receipt.message_id,
-                attempts=item.attempts,
+                attempts=item.attempts, **self._maybe_duplicated(item),
             )
         if not claim_next or item.handoff_session_id is None:
             return _SuccessRecord(recorded=True)
@@ -561,8 +587,27 @@ class Outbox:
         # following pending row; claim it in the same statement that finds it.
         following = await prepared.fetch_one(session, _CLAIM_NEXT, {
             "session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_end": now + self.lease,
+            "owner": self.owner,
         })
         return _SuccessRecord(recorded=True, following=_ITEMS.one(following) if following is not None else None)
+
+    def _maybe_duplicated(self, item: OutboxItem) -> dict[str, Any]:
+        """An earlier attempt may have reached the provider and this one could not check
+        (its provider cannot be asked what it already has): the trail says so."""
+        adapter = self.channels.get(item.channel_id)
+        if item.uncertain and (adapter is None or not adapter.capabilities.reconcile):
+            return {"maybe_duplicated": True}
+        return {}
+
+    async def take_over(self, dead_after: float) -> int:
+        """Give back what dead instances were sending (`dead_after`: seconds of silence that
+        make an instance dead) and have it sent now; returns how many items."""
+        async with self.db.transaction() as session:
+            taken = await prepared.fetch_all(session, _TAKE_OVER, {"dead_after": dead_after})
+        if taken:
+            log.warning("outbox_taken_over", items=len(taken), owner=self.owner)
+            self.kick()
+        return len(taken)
 
     def _count_sent(self, item: OutboxItem, record: _SuccessRecord) -> None:
         if not record.recorded:
@@ -614,7 +659,7 @@ class Outbox:
         has told us it will not arrive that way. Returns what happened, for the inbound record."""
         now = self.clock.now()
         found = col(OutboxItem.receipt)["message_id"].as_string() == failure.message_id
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             item = (await session.scalars(
                 select(OutboxItem).where(col(OutboxItem.channel_id) == channel_id, col(OutboxItem.state) == OutboxState.SENT, found)
                 .order_by(col(OutboxItem.id).desc()).limit(1)
@@ -641,7 +686,7 @@ class Outbox:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop the worker, let deliveries in flight finish for up to `grace` seconds, then
-        cancel the rest (their items are re-claimed once their lease runs out)."""
+        cancel the rest (their items are taken over once this instance leaves)."""
         self._stopping = True
         if self._worker is not None:
             self._worker.cancel()

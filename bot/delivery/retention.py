@@ -1,4 +1,5 @@
-"""Pruning of delivery bookkeeping: processed inbound events and finished outbox items.
+"""Pruning of delivery bookkeeping: processed inbound events and finished outbox items, and
+the inbox's revoked sessions once their cookies have expired anyway.
 
 Both tables grow with every message (on a front, with every subscriber message too), and
 both hold copies of message text, so keeping them forever costs disk and keeps personal
@@ -21,8 +22,8 @@ from sqlmodel import col
 
 from bot.config import RetentionSettings
 from bot.runtime.clock import Clock
-from bot.store.db import Database
-from bot.store.models import InboundEvent, OutboxItem
+from bot.store.db import Database, execute_dml
+from bot.store.models import InboundEvent, OutboxItem, RevokedSession
 from bot.store.vocabulary import InboundState, OutboxState
 
 log = structlog.get_logger(__name__)
@@ -61,9 +62,17 @@ class Retention:
                 select(col(OutboxItem.id)).where(col(OutboxItem.state).in_(FINISHED_ITEMS), col(OutboxItem.not_before) < cutoff),
                 OutboxItem,
             )
+        pruned["revoked_sessions"] = await self._expired_revocations(now)
         if any(pruned.values()):
             log.info("retention_pruned", **pruned)
         return pruned
+
+    async def _expired_revocations(self, now: datetime) -> int:
+        """A revoked session whose cookie has expired is refused by its signature's age alone.
+        One row per logout: a single statement, no batches needed."""
+        async with self.db.transaction() as session:
+            deleted = await execute_dml(session, delete(RevokedSession).where(col(RevokedSession.expires_at) < now))
+        return deleted.rowcount
 
     async def _in_batches(self, ids: Select[int | None], table: type[InboundEvent] | type[OutboxItem]) -> int:
         total = 0

@@ -189,7 +189,7 @@ class Approvals:
             arguments_hash=arguments_hash(arguments), state=PENDING if routes else UNROUTED, channel_ids=routes,
             created_at=now, deadline=now + action.timeout,
         )
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             session.add(approval)
             await session.flush()
             self.metrics.approvals.labels(action.id, approval.state).inc()
@@ -224,12 +224,12 @@ class Approvals:
             result = await run_action(action.run, action_id=action.id, approval_id=None, conversation_id=conversation.id,
                                       arguments=arguments)
         except ActionFailed as exc:
-            async with self.db.transaction() as session:
+            async with self.db.transaction(effect=True) as session:
                 await audit.record(session, "action_failed", at=now, actor=actor, conversation_id=conversation.id,
                                    action=action.id, arguments_hash=arguments_hash(arguments), why=why, error=str(exc),
                                    detail=exc.detail)
             raise ActionRunFailed(action.id, str(exc)) from None
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             await audit.record(session, "action_ran", at=now, actor=actor, conversation_id=conversation.id,
                                action=action.id, arguments_hash=arguments_hash(arguments), why=why)
         return ActionRan(action_id=action.id, result=result)
@@ -270,7 +270,7 @@ class Approvals:
         now = self.clock.now()
         by = " ".join(by.split())[:200] or "someone"
         reason = (reason or "").strip()[:2000] or None
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             approval = await session.get(Approval, approval_id)
             if approval is None:
                 raise NotFound("approval", approval_id)

@@ -220,7 +220,7 @@ class Conversations:
 
     async def start(self, **subscriber: Any) -> str:
         """A new conversation (keywords as for `create`); returns its id."""
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             conversation = await create(session, now=self.clock.now(), **subscriber)
         return conversation.id
 

@@ -369,7 +369,7 @@ class Handoffs:
         sid = new_id("hs")
         conversation_id = conversation.id
         try:
-            async with self.db.transaction() as session:
+            async with self.db.transaction(effect=True) as session:
                 # No look for an open handoff first: the one-open-per-conversation unique index
                 # refuses the insert below, and only then is the open one's id looked up.
                 history = await conversations.recent_messages(session, conversation_id, self.settings.transcript_messages)
@@ -652,7 +652,7 @@ class Handoffs:
             outcome, note = command
             return await self.release(sid, reason=ReleaseReason.RELEASE_TOKEN, actor=author, outcome=outcome, note=note)
         now = self.clock.now()
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             if not await self.bump(session, sid, now):
                 handoff = await session.get(HandoffSession, sid)
                 if handoff is None:
@@ -700,7 +700,7 @@ class Handoffs:
         resume: Message | None = None
         # One transaction whichever way it goes: the values are typed against the row read
         # here, and the loser's `release_noop` is recorded beside that read.
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             handoff = await self._get(session, sid)
             try:
                 coerced = coerce_returned(stored_fields(handoff), return_values)

@@ -182,7 +182,7 @@ class UserActions:
     async def _request(self, conversation: Conversation, args: RequestUserActionInput, *, actor: str) -> UserActionRequested:
         now = self.clock.now()
         refused: UserActionAlreadyPending | None = None
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             pending = await pending_in(session, conversation.id)
             if pending is not None:
                 refused = UserActionAlreadyPending(
@@ -245,7 +245,7 @@ class UserActions:
         if target == action.step:
             return action  # already at the first / last step
         now = self.clock.now()
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             await session.execute(update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)
                                   .values(step=target).execution_options(synchronize_session=False))
             action = await session.get(UserAction, action.id, populate_existing=True) or action
@@ -298,7 +298,7 @@ class UserActions:
     async def _close(self, action: UserAction, state: str, *, via: str, observed: str | None,
                      tell_agent: bool) -> UserActionOutcome:
         now = self.clock.now()
-        async with self.db.transaction() as session:
+        async with self.db.transaction(effect=True) as session:
             changed = await execute_dml(
                 session,
                 update(UserAction).where(col(UserAction.id) == action.id, col(UserAction.state) == PENDING)

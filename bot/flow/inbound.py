@@ -14,23 +14,24 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import col
+from sqlalchemy import bindparam, insert, literal, or_, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.domain.approvals import Approvals
-from bot.domain.handoffs import Handoffs, ReleaseResult
+from bot.domain.approvals import APPROVED, DENIED, Approvals
+from bot.domain.handoffs import Handoffs, ReleaseResult, parse_release_command
 from bot.errors import DeskError
 from bot.flow.shared_lines import Route, SharedLines
 from bot.runtime.background import Background
 from bot.runtime.clock import Clock
+from bot.runtime.effects import committed_with
 from bot.runtime.locks import KeyedLocks
 from bot.runtime.metrics import Metrics
-from bot.store import audit, prepared
+from bot.store import audit, instances, prepared
 from bot.store.db import Database
 from bot.store.models import InboundEvent
 from bot.store.rows import Rows
@@ -54,14 +55,28 @@ log = structlog.get_logger(__name__)
 _EVENTS = Rows(InboundEvent)
 _STORE = prepared.Prepared(insert(_EVENTS.table).returning(_EVENTS.table.c.id))
 _STORE_CLAIMED = prepared.Prepared(insert(_EVENTS.table).returning(*_EVENTS.columns))
+_TABLE = _EVENTS.table
 _CLAIM = prepared.Prepared(
-    update(_EVENTS.table)
-    .where(_EVENTS.table.c.id == bindparam("event_id"), _EVENTS.table.c.state == InboundState.PENDING)
-    .values(state=InboundState.PROCESSING, processed_at=bindparam("now"))
+    update(_TABLE)
+    .where(_TABLE.c.id == bindparam("event_id"), _TABLE.c.state == InboundState.PENDING)
+    .values(state=InboundState.PROCESSING, processed_at=bindparam("now"), claimed_by=bindparam("owner"))
     .returning(*_EVENTS.columns))
 _FINISH = prepared.Prepared(
-    update(_EVENTS.table).where(_EVENTS.table.c.id == bindparam("event_id"))
+    update(_TABLE).where(_TABLE.c.id == bindparam("event_id"))
     .values(state=bindparam("new_state"), result=bindparam("outcome")))
+# Events stored or being worked by instances that stopped beating (or by none: rows from
+# before events had owners) become this instance's, to be worked again from the start: an
+# event's effect commits with its "done" mark, so one whose mark is missing changed nothing.
+_ADOPT = prepared.Prepared(
+    update(_TABLE)
+    .where(_TABLE.c.state.in_((literal(InboundState.PENDING), literal(InboundState.PROCESSING))),
+           or_(_TABLE.c.claimed_by.is_(None), _TABLE.c.claimed_by.not_in(instances.alive())))
+    .values(state=InboundState.PENDING, claimed_by=bindparam("owner"))
+    .returning(_TABLE.c.id))
+_OURS_PENDING = prepared.Prepared(
+    select(_TABLE.c.id, _TABLE.c.channel_id, _TABLE.c.payload)
+    .where(_TABLE.c.state == InboundState.PENDING, _TABLE.c.claimed_by == bindparam("owner"))
+    .order_by(_TABLE.c.id))
 
 
 class Inbound:
@@ -70,6 +85,7 @@ class Inbound:
         kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool], approvals: Approvals,
         subscriber: Callable[[int, SubscriberEvent], Awaitable[str]],
         late_failure: Callable[[int, DeliveryFailure], Awaitable[str]],
+        owner: str, dead_after: Callable[[], float],
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
@@ -78,6 +94,8 @@ class Inbound:
         self._shared_line = shared_line  # channel id -> whether its handoffs share one line (no threads)
         self._subscriber = subscriber  # a subscriber's message from a front (bot/flow/fronts.py)
         self._late_failure = late_failure  # a delivery the provider reports failed after accepting it
+        self.owner = owner  # the instance storing and working events here (bot/store/instances.py)
+        self._dead_after = dead_after  # seconds of silence that make an instance dead
         self._order_locks = KeyedLocks()
         # Per lane, the events this instance is storing or working (see `_stored_work`)
         self._busy_lanes: Counter[Hashable] = Counter()
@@ -99,7 +117,7 @@ class Inbound:
 
     def _row(self, channel_id: int, message: InboundMessage) -> dict[str, Any]:
         return {"channel_id": channel_id, "dedupe_key": message.dedupe_key or _unique_key(),
-                "payload": message.model_dump(mode="json"), "received_at": self.clock.now()}
+                "payload": message.model_dump(mode="json"), "received_at": self.clock.now(), "claimed_by": self.owner}
 
     async def _insert(self, channel_id: int, row: dict[str, Any], statement: prepared.Prepared) -> prepared.Row | None:
         try:
@@ -173,7 +191,7 @@ class Inbound:
         async with self._order_locks[channel_id if lane is None else lane]:
             now = self.clock.now()
             async with self.db.transaction() as session:
-                claimed = await prepared.fetch_one(session, _CLAIM, {"event_id": event_id, "now": now})
+                claimed = await prepared.fetch_one(session, _CLAIM, {"event_id": event_id, "now": now, "owner": self.owner})
             if claimed is None:
                 return "already processed"
             return await self._handle_or_fail(_EVENTS.one(claimed))
@@ -185,116 +203,129 @@ class Inbound:
             return await self._handle_or_fail(claimed)
 
     async def _handle_or_fail(self, event: InboundEvent) -> str:
+        """Work one claimed event, exactly once: its "done" mark commits in the transaction
+        that makes its effect (the relayed reply, the release, the decision), so a crash
+        leaves either both or neither, and an event is worked again only when nothing of it
+        committed. Work that changes nothing (an ignored reply, a no-op) is marked after."""
+        done = _DoneMark(int(event.id or 0))
         try:
-            return await self._handle(event)
+            with committed_with(done) as effect:
+                worked = await self._handle(event, done)
+        except OperationalError:  # the database hiccupped before the effect: try again later
+            if effect.applied:
+                log.exception("inbound_failed_after_its_effect", inbound_event_id=event.id)
+                return done.result
+            log.exception("inbound_deferred", inbound_event_id=event.id)
+            return await self._finish(event, _Worked(InboundState.PENDING, "deferred: the database was unavailable"))
         except Exception as exc:  # never leave an event stuck in "processing"
+            if effect.applied:  # done already, with its effect: what failed came after
+                log.exception("inbound_failed_after_its_effect", inbound_event_id=event.id)
+                return done.result
             log.exception("inbound_failed", inbound_event_id=event.id)
-            return await self._finish(event, InboundState.FAILED, f"internal error ({type(exc).__name__})")
+            return await self._finish(event, _Worked(InboundState.FAILED, f"internal error ({type(exc).__name__})"))
+        if effect.applied and worked.state == InboundState.DONE and worked.result == done.result:
+            return worked.result  # marked with its effect: nothing more to write
+        return await self._finish(event, worked)
 
-    async def _handle(self, event: InboundEvent) -> str:
-        """Each kind of event, in one place."""
+    async def _handle(self, event: InboundEvent, done: _DoneMark) -> _Worked:
+        """Each kind of event, in one place. `done.result` is set, before the service call
+        that makes the effect, to what the event will say if that effect commits."""
         message = stored_inbound(event.payload)
         match message:
             case DeliveryFailure():
-                return await self._finish(event, InboundState.DONE, await self._late_failure(event.channel_id, message))
+                return _Worked(InboundState.DONE, await self._late_failure(event.channel_id, message))
             case SubscriberText() | ChatOpened() | UserActionAnswer():
+                done.result = "routed to human"  # the hot path: a subscriber's message during a handoff
                 said = await self._subscriber(event.channel_id, message)
-                return await self._finish(event, InboundState.IGNORED if said.startswith("ignored") else InboundState.DONE, said)
+                return _Worked(InboundState.IGNORED if said.startswith("ignored") else InboundState.DONE, said)
             case Decision():
+                done.result = f"approval {APPROVED if message.approve else DENIED}"
                 return await self._decide(event, message)
             case ReleasePress():
+                done.result = "released"
                 return await self._release_press(event, message)
             case RecipientText():
+                done.result = "released" if parse_release_command(message.text) is not None else "relayed"
                 return await self._recipient_text(event, message)
 
-    async def _recipient_text(self, event: InboundEvent, message: RecipientText) -> str:
+    async def _recipient_text(self, event: InboundEvent, message: RecipientText) -> _Worked:
         """A recipient's words: to the handoff of their thread (or, on a shared line, the one
         they named or focus on), where `/release …` releases it."""
         route: Route | None = None
         if self._shared_line(event.channel_id):
             route = await self.lines.route(event.channel_id, message.thread_key, message.text)
             if route.to is None:
-                return await self._finish(event, InboundState.DONE if route.answered else InboundState.IGNORED, route.result)
+                return _Worked(InboundState.DONE if route.answered else InboundState.IGNORED, route.result)
             sid, text = route.to.id, route.text
         else:
             handoff = await self.handoffs.by_thread(event.channel_id, message.thread_key)
             if handoff is None:
-                return await self._finish(event, InboundState.IGNORED, "no active handoff in this thread")
+                return _Worked(InboundState.IGNORED, "no active handoff in this thread")
             sid, text = handoff.id, message.text
         author = message.author or "recipient"
         try:
             result = await self.handoffs.recipient_message(sid, text, author=author, via=f"channel:{event.channel_id}")
         except DeskError as exc:
-            return await self._finish(event, InboundState.IGNORED, exc.message, handoff_session_id=sid)
+            return _Worked(InboundState.IGNORED, exc.message, sid)
         if isinstance(result, ReleaseResult):
-            return await self._released(event, result, sid)
+            return _released(result, sid)
         if route is not None and route.ambiguous:
             await self.lines.acknowledge(event.channel_id, route)
-        return await self._finish(event, InboundState.DONE, "relayed", handoff_session_id=sid)
+        return _Worked(InboundState.DONE, "relayed", sid)
 
-    async def _release_press(self, event: InboundEvent, press: ReleasePress) -> str:
+    async def _release_press(self, event: InboundEvent, press: ReleasePress) -> _Worked:
         """A Release button under a dispatch: releases the handoff of its thread as a typed
         `/release` does (the buttons live only in threads, never on a shared line)."""
         handoff = await self.handoffs.by_thread(event.channel_id, press.thread_key)
         if handoff is None:
-            return await self._finish(event, InboundState.IGNORED, "no active handoff in this thread")
+            return _Worked(InboundState.IGNORED, "no active handoff in this thread")
         try:
             result = await self.handoffs.release(
                 handoff.id, reason=ReleaseReason.RELEASE_TOKEN, actor=" ".join((press.author or "").split())[:200] or "recipient",
                 outcome=Outcome(press.outcome) if press.outcome else None,
             )
         except DeskError as exc:
-            return await self._finish(event, InboundState.IGNORED, exc.message, handoff_session_id=handoff.id)
-        return await self._released(event, result, handoff.id)
+            return _Worked(InboundState.IGNORED, exc.message, handoff.id)
+        return _released(result, handoff.id)
 
-    async def _released(self, event: InboundEvent, result: ReleaseResult, sid: str) -> str:
-        outcome = "released" if result.released else "release was a no-op"
-        return await self._finish(event, InboundState.DONE, outcome, handoff_session_id=sid)
-
-    async def _decide(self, event: InboundEvent, decision: Decision) -> str:
+    async def _decide(self, event: InboundEvent, decision: Decision) -> _Worked:
         """An Approve / Deny button pressed in a channel; it counts only in a channel the
         prompt was sent to."""
         try:
             approval = await self.approvals.get(decision.approval_id)
         except DeskError as exc:
-            return await self._finish(event, InboundState.IGNORED, exc.message)
+            return _Worked(InboundState.IGNORED, exc.message)
         if event.channel_id not in approval.channel_ids:
-            return await self._finish(event, InboundState.IGNORED, f"approval {approval.id} was not asked in this channel")
+            return _Worked(InboundState.IGNORED, f"approval {approval.id} was not asked in this channel")
         result = await self.approvals.decide(
             approval.id, approve=decision.approve, by=decision.author or "recipient", via=f"channel:{event.channel_id}",
             reason=decision.reason, always_allow=decision.always_allow,
         )
         if not result.changed:
-            return await self._finish(event, InboundState.IGNORED, f"approval {approval.id} is already {result.approval.state}")
-        return await self._finish(event, InboundState.DONE, f"approval {result.approval.state}")
+            return _Worked(InboundState.IGNORED, f"approval {approval.id} is already {result.approval.state}")
+        return _Worked(InboundState.DONE, f"approval {result.approval.state}")
 
-    async def _finish(self, event: InboundEvent, state: InboundState, result: str, handoff_session_id: str | None = None) -> str:
+    async def _finish(self, event: InboundEvent, worked: _Worked) -> str:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await prepared.execute(session, _FINISH, {"event_id": event.id, "new_state": state, "outcome": result})
-            if state in (InboundState.IGNORED, InboundState.FAILED):
+            await prepared.execute(session, _FINISH, {"event_id": event.id, "new_state": worked.state, "outcome": worked.result})
+            if worked.state in (InboundState.IGNORED, InboundState.FAILED):
                 await audit.record(
-                    session, f"inbound_{state}", at=now, actor=event.payload.get("author") or "recipient",
-                    handoff_session_id=handoff_session_id, channel_id=event.channel_id, inbound_event_id=event.id,
-                    reason=result,
+                    session, f"inbound_{worked.state}", at=now, actor=event.payload.get("author") or "recipient",
+                    handoff_session_id=worked.handoff_session_id, channel_id=event.channel_id, inbound_event_id=event.id,
+                    reason=worked.result,
                 )
-        return result
+        return worked.result
 
     async def process_pending(self) -> int:
-        """Finish events a previous run stored but did not get to (crash, restart); returns
-        how many were worked."""
+        """Take over the events of instances that stopped beating (a crash, a restart: see
+        bot/store/instances.py) and work this instance's events still pending; returns how
+        many were worked. Run at start and after every heartbeat."""
         async with self.db.transaction() as session:
-            # An event stuck in "processing" for a while belongs to a run that died.
-            stale = self.clock.now() - timedelta(minutes=5)
-            await session.execute(
-                update(InboundEvent)
-                .where(col(InboundEvent.state) == InboundState.PROCESSING, col(InboundEvent.processed_at) < stale)
-                .values(state=InboundState.PENDING)
-            )
-            pending = (await session.execute(
-                select(col(InboundEvent.id), col(InboundEvent.channel_id), col(InboundEvent.payload))
-                .where(col(InboundEvent.state) == InboundState.PENDING).order_by(col(InboundEvent.id))
-            )).all()
+            adopted = await prepared.fetch_all(session, _ADOPT, {"owner": self.owner, "dead_after": self._dead_after()})
+        if adopted:
+            log.warning("inbound_taken_over", events=len(adopted), owner=self.owner)
+        pending = await self.db.fetch_all(_OURS_PENDING, {"owner": self.owner})
         worked = 0
         for event_id, channel_id, payload in pending:
             lane = _lane(channel_id, stored_inbound(payload))
@@ -306,6 +337,30 @@ class Inbound:
             await self.process(event_id, channel_id, lane)
             worked += 1
         return worked
+
+
+@dataclass(frozen=True)
+class _Worked:
+    """What working an event came to, as its row records it."""
+
+    state: InboundState
+    result: str
+    handoff_session_id: str | None = None
+
+
+@dataclass
+class _DoneMark:
+    """Marks an event done in the transaction of its effect (bot/runtime/effects.py)."""
+
+    event_id: int
+    result: str = "done"
+
+    async def __call__(self, session: AsyncSession) -> None:
+        await prepared.execute(session, _FINISH, {"event_id": self.event_id, "new_state": InboundState.DONE, "outcome": self.result})
+
+
+def _released(result: ReleaseResult, sid: str) -> _Worked:
+    return _Worked(InboundState.DONE, "released" if result.released else "release was a no-op", sid)
 
 
 def _lane(channel_id: int, message: InboundMessage) -> Hashable:

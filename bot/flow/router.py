@@ -71,7 +71,7 @@ class Router:
         # escalating is routed after the turn ends, to the human if the handoff started.
         async with self._locks[conversation_id]:
             now = self.clock.now()
-            async with self.db.transaction() as session:
+            async with self.db.transaction(effect=True) as session:
                 conversation = await conversations.get(session, conversation_id)
                 waiting = await pending_in(session, conversation_id)
                 redaction = self.user_actions.redact(waiting, text)

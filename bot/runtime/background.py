@@ -9,6 +9,8 @@ from typing import Any
 
 import structlog
 
+from bot.runtime import effects
+
 log = structlog.get_logger(__name__)
 
 
@@ -17,7 +19,8 @@ class Background:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=name)
+        # Started without the spawning request's effect mark: follow-up work is not its effect.
+        task = asyncio.create_task(coro, name=name, context=effects.detached())
         self._tasks.add(task)
         task.add_done_callback(self._done)
         return task

@@ -1,5 +1,6 @@
-"""Per-key token buckets for the public doors (the web chat API, provider fronts), kept in
-each server instance's memory and timed by the desk's clock, so tests step time."""
+"""Per-key token buckets for the public doors (the web chat API, provider fronts, the inbox
+login's failures), kept in each server instance's memory and timed by the desk's clock, so
+tests step time."""
 
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ class TokenBuckets:
         self._buckets[key] = (tokens - 1 if not wait else tokens, now)
         self._prune(now)
         return wait
+
+    def wait(self, key: str) -> float:
+        """The seconds until `key` has a token again (0.0 if it has one), spending nothing: for
+        a door that counts only failures and must look before it lets an attempt through."""
+        tokens = self._level(key, self.clock.now())
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
+    def forget(self, key: str) -> None:
+        """Give `key` its whole allowance back (a success resets what its failures spent)."""
+        self._buckets.pop(key, None)
 
     def _level(self, key: str, now: datetime) -> float:
         tokens, at = self._buckets.get(key, (self.capacity, now))

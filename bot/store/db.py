@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.util import await_only, greenlet_spawn
 
+from bot.runtime import effects
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
 from bot.store import prepared
@@ -155,31 +156,46 @@ class Database:
         self.signals = signals
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
+    async def transaction(self, *, effect: bool = False) -> AsyncIterator[AsyncSession]:
         """A session inside one writing transaction: committed on success, rolled back on
         error. Never open one inside another in the same task (on SQLite they queue). The
-        signals it recorded are published after the commit (see `bot/runtime/signals.py`)."""
-        if self._write_lock is None:
-            async with self._pooled_transaction() as session:
-                yield session
-            return
-        async with self._write_lock:
-            if self._connections is None:  # an in-memory SQLite database: the pool's one connection
-                async with self._pooled_transaction() as session:
+        signals it recorded are published after the commit (see `bot/runtime/signals.py`).
+
+        `effect`: this transaction makes the change a caller's request or event asked for,
+        so it also carries the caller's mark, if one is pending (`bot/runtime/effects.py`)."""
+        carried = effects.take_pending() if effect else None
+        try:
+            if self._write_lock is None:
+                async with self._pooled_transaction(carried) as session:
                     yield session
-                return
-            connection = await self._connections.writer()
-            async with self._connections.session(connection) as session:
-                session.info[MESSAGE_HOOKS] = self.message_hooks
-                yield session
-            self._publish(session)
+            else:
+                async with self._write_lock:
+                    if self._connections is None:  # an in-memory SQLite database: the pool's one connection
+                        async with self._pooled_transaction(carried) as session:
+                            yield session
+                    else:
+                        connection = await self._connections.writer()
+                        async with self._connections.session(connection) as session:
+                            session.info[MESSAGE_HOOKS] = self.message_hooks
+                            yield session
+                            if carried is not None:
+                                await carried.mark(session)
+                        self._publish(session)
+        except BaseException:
+            if carried is not None:
+                effects.settle(carried, committed=False)
+            raise
+        if carried is not None:
+            effects.settle(carried, committed=True)
 
     @asynccontextmanager
-    async def _pooled_transaction(self) -> AsyncIterator[AsyncSession]:
+    async def _pooled_transaction(self, carried: effects.Effect | None) -> AsyncIterator[AsyncSession]:
         async with self._sessions() as session:
             async with session.begin():
                 session.info[MESSAGE_HOOKS] = self.message_hooks
                 yield session
+                if carried is not None:
+                    await carried.mark(session)
             self._publish(session)
 
     def _publish(self, session: AsyncSession) -> None:

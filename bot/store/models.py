@@ -184,7 +184,9 @@ class OutboxItem(SQLModel, table=True):
     state: str = Field(default="pending", max_length=16)  # an OutboxState (bot/store/vocabulary.py)
     attempts: int = 0
     not_before: datetime
-    lease_until: datetime | None = None
+    lease_until: datetime | None = None  # a backstop: a claim ends first when its owner stops beating
+    # The instance (`DeskInstance.id`) whose claim this is, while the item is being sent
+    claimed_by: str | None = Field(default=None, max_length=40)
     last_error: str | None = Field(default=None, sa_type=Text)
     receipt: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     created_at: datetime
@@ -275,6 +277,8 @@ class InboundEvent(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("channel_id", "dedupe_key", name="uq_inbound_events_channel_dedupe"),
         Index("ix_inbound_events_received_at", "received_at"),  # pruning (bot/delivery/retention.py)
+        # the events still to work, and whose they are (taking over a dead instance's)
+        Index("ix_inbound_events_state_owner", "state", "claimed_by"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -285,3 +289,33 @@ class InboundEvent(SQLModel, table=True):
     result: str | None = Field(default=None, sa_type=Text)
     received_at: datetime
     processed_at: datetime | None = None
+    # The instance (`DeskInstance.id`) that stored the event and works it; another takes it
+    # over when this one stops beating
+    claimed_by: str | None = Field(default=None, max_length=40)
+
+
+class DeskInstance(SQLModel, table=True):
+    """A running desk process, alive while it beats (bot/store/instances.py). Claims on
+    outbox items and inbound events belong to an instance and end when its beat stops."""
+
+    __tablename__ = "desk_instances"
+
+    id: str = Field(primary_key=True, max_length=40)
+    host: str = Field(max_length=255)
+    pid: int
+    started_at: datetime
+    # Seconds since the epoch by the database's clock (never the instance's own): every
+    # instance judges every other by one clock.
+    beat_at: float
+
+
+class RevokedSession(SQLModel, table=True):
+    """An owner-inbox session signed out before its cookie expired: its cookie is refused from
+    then on, even replayed. Kept until the cookie would have expired anyway, then pruned
+    (bot/delivery/retention.py)."""
+
+    __tablename__ = "revoked_sessions"
+
+    session_id: str = Field(primary_key=True, max_length=40)
+    revoked_at: datetime
+    expires_at: datetime = Field(index=True)  # the cookie's own expiry: pruning

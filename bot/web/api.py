@@ -113,13 +113,22 @@ class ReleaseBody(_Body):
     return_values: dict[str, Any] | None = None
 
 
+def media_type(request: Request) -> str:
+    """The request's Content-Type without its parameters (`application/json; charset=utf-8`
+    is `application/json`)."""
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
 async def require_json(request: Request) -> None:
     """POSTs to the API must say they are JSON: a cross-site page cannot send that without
     a CORS preflight, which this server never grants."""
-    if request.method == "POST":
-        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if kind != "application/json":
-            raise ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json")
+    if request.method == "POST" and media_type(request) != "application/json":
+        raise ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json")
+
+
+def invalid_json(reason: str) -> ApiError:
+    """The 400 for a body that does not parse, wherever the API reads one."""
+    return ApiError(400, "invalid_json", f"the body is not valid JSON ({reason})")
 
 
 def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
@@ -210,8 +219,8 @@ async def call_tool(cid: str, name: str, request: Request, router: RouterDep) ->
     raw = await request.body()
     try:
         args = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        raise ApiError(400, "invalid_json", "the body must be a JSON object with the tool input") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise invalid_json(f"{exc}; send the tool input as a JSON object") from None
     return await router.call_tool(cid, name, args)
 
 
@@ -320,11 +329,16 @@ public = APIRouter()
 async def webhook(
     channel_id: int, request: Request, channels: ChannelsDep, inbound: InboundDep, config: ConfigDep,
 ) -> Response:
-    """Provider callbacks: the adapter verifies the signature on the raw body; messages are
-    stored (deduplicated) before the answer, relayed after it."""
+    """Provider callbacks: the adapter verifies the signature on the raw body, then parses it
+    (a body that does not parse is a 400 `invalid_json`, MalformedWebhook); messages are
+    stored (deduplicated) before the answer, relayed after it. A body of a type the provider
+    never sends is a 415 before the adapter sees it."""
     adapter = channels.get(channel_id)
     if adapter is None or not adapter.capabilities.webhook or not channels.is_available(channel_id):
         raise ApiError(404, "not_found", f"channel {channel_id} takes no webhooks")
+    if media_type(request) not in adapter.webhook_media_types:
+        raise ApiError(415, "unsupported_media_type",
+                       f"this channel's webhook takes {' or '.join(sorted(adapter.webhook_media_types))}")
     reply = await adapter.handle_webhook(WebhookRequest(
         body=await request.body(),
         headers={k.lower(): v for k, v in request.headers.items()},
@@ -348,5 +362,8 @@ async def healthz(queries: QueriesDep, channels: ChannelsDep) -> JSONResponse:
 
 
 @public.get("/metrics")
-async def metrics(metrics: MetricsDep) -> Response:
+async def metrics(request: Request, metrics: MetricsDep, config: ConfigDep) -> Response:
+    """Prometheus metrics; behind `Authorization: Bearer <metrics.token>` when one is set (the
+    counts say how busy the desk is and which channels are down)."""
+    _require_bearer(request, config.metrics.token, "metrics.token")
     return Response(metrics.exposition(), media_type=CONTENT_TYPE)

@@ -14,8 +14,9 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from bot.desk import Desk
 from bot.errors import DeskError, error_body
 from bot.tools import errors_result
-from bot.web.api import ApiError, api, decisions, public
+from bot.web.api import ApiError, api, decisions, invalid_json, public
 from bot.web.approval_pages import router as approval_pages
+from bot.web.body_limit import BodyLimit
 from bot.web.chat import chat_api
 from bot.web.chat import router as chat_page_routes
 from bot.web.inbox import inbox, install_inbox_errors
@@ -45,7 +46,10 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.desk = desk
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=desk.config.server.trusted_hosts())
+    server = desk.config.server
+    # The last added runs first: a foreign Host is refused before the body's size is looked at.
+    app.add_middleware(BodyLimit, max_body=server.max_body, max_form_body=server.max_form_body)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=server.trusted_hosts())
     # A request tries the routers in the order they are included, and every route of each
     # router before its own (a few µs each), so the hot paths come first: provider webhooks and
     # the health check, the return form, then the API, whose first routes are the conversation
@@ -71,12 +75,17 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        broken = next((e for e in exc.errors() if e["type"] == "json_invalid"), None)
+        if broken is not None:  # not a wrong value but no JSON at all: 400, as everywhere a body is read
+            return invalid_json(f"{broken['ctx']['error']} at position {broken['loc'][-1]}").response()
         # FastAPI prefixes locations with body/query/path; people want the field name.
         errors = [{**e, "loc": tuple(e["loc"][1:]) or tuple(e["loc"])} for e in exc.errors()]
         return JSONResponse(errors_result(errors, code="invalid_request"), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's 400 for a JSON body that is not UTF-8
+            return invalid_json(str(exc.__cause__)).response()
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
 

@@ -16,14 +16,11 @@ conversation (`max_messages_per_minute`). Over a limit: 429 with Retry-After, in
 error shape; the page says so in plain words and keeps what the visitor typed. The buckets
 live in this process (per instance), take their time from the desk's clock and forget idle
 clients, so memory stays bounded. The client address is the socket peer, unless that peer
-is one of `server.trusted_proxies`; then X-Forwarded-For is walked from the right. The same
-list is what `handoff serve` gives uvicorn, so behind uvicorn the peer is already resolved
-and this only repeats the rule for other ASGI servers.
+is one of `server.trusted_proxies` (bot/web/client_address.py).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 from collections.abc import Sequence
@@ -45,6 +42,7 @@ from bot.runtime.text import CleanStr
 from bot.store.vocabulary import Role
 from bot.tools.user_actions import outcome_result
 from bot.web.api import ApiError, require_json
+from bot.web.client_address import Network, address_key, client_ip, trusted_networks
 from bot.web.deps import (
     ClockDep,
     ConfigDep,
@@ -114,9 +112,6 @@ class StepBody(_Body):
 
 # --------------------------------------------------------------------------- rate limits
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
 class RateLimited(ApiError):
     """429 in the API's error shape, with Retry-After (seconds) in the header and the body."""
 
@@ -133,7 +128,7 @@ class RateLimited(ApiError):
 class ChatLimits:
     def __init__(self, front: WebFrontConfig, clock: Clock, trusted_proxies: Sequence[Network | str]) -> None:
         self.front = front
-        self.trusted_proxies = tuple(ipaddress.ip_network(str(n), strict=False) for n in trusted_proxies)
+        self.trusted_proxies = trusted_networks(trusted_proxies)
         self.conversations = TokenBuckets(front.max_new_conversations_per_minute, clock)
         self.messages = TokenBuckets(front.max_messages_per_minute, clock)
 
@@ -154,43 +149,6 @@ async def _limits(request: Request, config: ConfigDep, clock: ClockDep) -> ChatL
 
 
 LimitsDep = Annotated[ChatLimits, Depends(_limits)]
-
-
-def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(value.strip().strip("[]"))
-    except ValueError:
-        return None
-
-
-def client_ip(request: Request, trusted_proxies: Sequence[Network] = ()) -> str:
-    """The address a request came from: the socket peer, unless that peer is a trusted
-    proxy; then X-Forwarded-For is read from the right (each trusted proxy appended the
-    address it saw) and the first address that is not a trusted proxy is the client.
-    Whatever a client wrote further left is never believed."""
-    peer = request.client.host if request.client else ""
-    hops = [hop for value in request.headers.getlist("x-forwarded-for") for hop in value.split(",")]
-    current = peer
-    while hops:
-        address = _address(current)
-        if address is None or not any(address in network for network in trusted_proxies):
-            break
-        nxt = hops.pop().strip()
-        if _address(nxt) is None:
-            break  # garbage from the proxy chain: stop at the last address we could check
-        current = nxt
-    return current
-
-
-def address_key(ip: str) -> str:
-    """What one client is, for counting: an IPv4 address, or an IPv6 /64 (one host or home
-    network usually holds a whole /64, so counting single IPv6 addresses counts nothing)."""
-    address = _address(ip)
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
-    return str(address) if address is not None else ip or "unknown"
 
 
 # --------------------------------------------------------------------------- the page and the widget

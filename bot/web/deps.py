@@ -28,6 +28,7 @@ from bot.domain.conversations import Conversations
 from bot.domain.handoffs import Handoffs
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
+from bot.domain.revocations import Revocations
 from bot.domain.user_actions import UserActions
 from bot.flow.inbound import Inbound
 from bot.flow.router import Router
@@ -64,6 +65,10 @@ async def conversations_of(request: Request) -> Conversations:
 
 async def queries_of(request: Request) -> Queries:
     return app_desk(request).queries
+
+
+async def revocations_of(request: Request) -> Revocations:
+    return app_desk(request).revocations
 
 
 async def handoffs_of(request: Request) -> Handoffs:
@@ -107,6 +112,7 @@ ClockDep = Annotated[Clock, Depends(clock_of)]
 RendererDep = Annotated[Renderer, Depends(renderer_of)]
 ConversationsDep = Annotated[Conversations, Depends(conversations_of)]
 QueriesDep = Annotated[Queries, Depends(queries_of)]
+RevocationsDep = Annotated[Revocations, Depends(revocations_of)]
 HandoffsDep = Annotated[Handoffs, Depends(handoffs_of)]
 ApprovalsDep = Annotated[Approvals, Depends(approvals_of)]
 UserActionsDep = Annotated[UserActions, Depends(user_actions_of)]

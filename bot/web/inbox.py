@@ -4,6 +4,10 @@ Threat model, briefly. The inbox can end handoffs and speak to subscribers, so:
 - it sits behind `owner.token`; a login sets a signed, expiring, HttpOnly, SameSite=Strict
   cookie scoped to /inbox (an inbox without a token — loopback only, see config — still
   gets the cookie, because CSRF protection hangs off it);
+- wrong tokens are counted per client address, and past `owner.max_login_failures_per_minute`
+  the address waits (429, bot/web/login_attempts.py);
+- logging out revokes the session on the server (bot/domain/revocations.py): a copy of the
+  cookie, replayed before it expires, is refused like no cookie at all;
 - every POST carries a CSRF token bound to that cookie, and a cross-site `Origin` or
   `Sec-Fetch-Site` is refused, so another site cannot make the owner's browser release a
   handoff;
@@ -45,7 +49,7 @@ import hmac
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -69,13 +73,16 @@ from bot.store.models import Approval, HandoffSession
 from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState, Outcome, ReleaseReason
 from bot.web.deps import (
     ApprovalsDep,
+    ClockDep,
     ConfigDep,
     ConversationsDep,
     HandoffsDep,
     InboundDep,
     RendererDep,
+    RevocationsDep,
     app_desk,
 )
+from bot.web.login_attempts import LoginAttemptsDep
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
 from bot.web.pages import render_page, same_origin, secure_headers
@@ -86,6 +93,7 @@ from forms.links import FormLinks, LinkUnavailable
 
 COOKIE = "handoff_owner"
 SESSION_MAX_AGE = 12 * 3600
+SESSION_LIFETIME = timedelta(seconds=SESSION_MAX_AGE)
 LIST_LIMIT = 100  # the list shows the newest 100 open handoffs (an index range, also at 100k open)
 LIST_MAX_WAIT = 25.0
 RECHECK_SECONDS = 2.0  # how often a waiting list request re-reads the database
@@ -130,10 +138,13 @@ class OwnerSessions:
 
 
 class Owner:
-    """The signed-in owner's browser session, and the name this browser replies as."""
+    """The signed-in owner's browser session (until `expires_at`, when its cookie does), and
+    the name this browser replies as."""
 
-    def __init__(self, sessions: OwnerSessions, session_id: str, name: str = DEFAULT_NAME, new_cookie: str | None = None) -> None:
-        self.sessions, self.session_id, self.name, self.new_cookie = sessions, session_id, name, new_cookie
+    def __init__(self, sessions: OwnerSessions, session_id: str, expires_at: datetime, name: str = DEFAULT_NAME,
+                 new_cookie: str | None = None) -> None:
+        self.sessions, self.session_id, self.expires_at = sessions, session_id, expires_at
+        self.name, self.new_cookie = name, new_cookie
 
     @property
     def csrf(self) -> str:
@@ -147,18 +158,24 @@ class Owner:
         return hmac.compare_digest(str(value), self.session_id)
 
 
-async def current_owner(request: Request, config: ConfigDep) -> Owner:
+async def current_owner(request: Request, config: ConfigDep, clock: ClockDep, revocations: RevocationsDep) -> Owner:
+    """The owner this request comes from: a validly signed, unexpired cookie whose session was
+    not logged out (bot/domain/revocations.py), else a login (or, on an open inbox, a new
+    session)."""
     sessions = OwnerSessions(config)
     name = sessions.name_cookie().read(request.cookies.get(NAME_COOKIE))
     cookie = request.cookies.get(COOKIE)
     if cookie:
         try:
-            return Owner(sessions, str(sessions.serializer("session").loads(cookie, max_age=SESSION_MAX_AGE)), name)
+            session_id, signed_at = sessions.serializer("session").loads(cookie, max_age=SESSION_MAX_AGE, return_timestamp=True)
         except BadSignature:
             pass
+        else:
+            if not await revocations.is_revoked(str(session_id)):
+                return Owner(sessions, str(session_id), signed_at + SESSION_LIFETIME, name)
     if config.owner.token is None and request.method == "GET":
         session_id, value = sessions.issue_cookie()
-        return Owner(sessions, session_id, name, new_cookie=value)
+        return Owner(sessions, session_id, clock.now() + SESSION_LIFETIME, name, new_cookie=value)
     raise NeedsLogin()
 
 
@@ -449,13 +466,23 @@ async def login_page(renderer: RendererDep, next: str = "/inbox", failed: bool =
 
 @inbox.post("/inbox/login", include_in_schema=False)
 async def login(
-    request: Request, config: ConfigDep, renderer: RendererDep, token: str = Form(default=""), next: str = Form(default="/inbox"),
+    request: Request, config: ConfigDep, renderer: RendererDep, clock: ClockDep, attempts: LoginAttemptsDep,
+    token: str = Form(default=""), next: str = Form(default="/inbox"),
 ) -> Response:
+    """Sign the owner in. Wrong tokens are counted per client address (bot/web/login_attempts.py):
+    past the allowance the address waits, whatever it sends."""
     expected = config.owner.token
     if not same_origin(request, config.public_url):
         return _page(renderer, "inbox/error.html", status=403, title="Refused", message="Cross-site login refused.")
-    if expected is not None and not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
-        return _redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
+    if expected is not None:
+        client = attempts.client(request)
+        locked = attempts.locked_for(client)
+        if locked:
+            return _locked_out(renderer, locked, clock.now() + timedelta(seconds=locked))
+        if not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
+            attempts.failed(client)
+            return _redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
+        attempts.succeeded(client)
     sessions = OwnerSessions(config)
     _session_id, value = sessions.issue_cookie()
     response = _redirect(_safe_next(next))
@@ -463,8 +490,18 @@ async def login(
     return response
 
 
+def _locked_out(renderer: Renderer, seconds: int, until: datetime) -> HTMLResponse:
+    response = _page(renderer, "inbox/error.html", status=429, title="Too many attempts",
+                     message=f"Too many wrong tokens came from your address. Try again in {seconds} s "
+                             f"(after {until.strftime('%H:%M:%S')} UTC).")
+    response.headers["Retry-After"] = str(seconds)
+    return response
+
+
 @inbox.post("/inbox/logout", include_in_schema=False)
-async def logout(owner: Owner = Depends(verified_post)) -> Response:
+async def logout(revocations: RevocationsDep, owner: Owner = Depends(verified_post)) -> Response:
+    """Sign this session out on the server too: its cookie, replayed, is refused from now on."""
+    await revocations.revoke(owner.session_id, expires_at=owner.expires_at)
     response = _redirect("/inbox/login")
     response.delete_cookie(COOKIE, path="/")
     return response

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from bot.runtime.bounded import BoundedDict
-from channels.base import ChannelAdapter, Decision, ReleasePress, WebhookReply, WebhookRequest
+from channels.base import ChannelAdapter, Decision, ReleasePress, WebhookReply, WebhookRequest, json_object
 from channels.discord.config import DiscordConfig
 from channels.discord.protocol import (
     _APPROVAL_CUSTOM_ID,
@@ -42,12 +42,7 @@ class DiscordInteractions(ChannelAdapter):
         if not self._signed_by_discord(request.body, request.headers):
             log.warning("discord_interaction_rejected", channel_id=self.id, reason="bad, missing or stale signature")
             return WebhookReply(status=401, body=b"invalid request signature")
-        try:
-            data = json.loads(request.body)
-        except (UnicodeDecodeError, ValueError):
-            return WebhookReply(status=400, body=b"malformed body")
-        if not isinstance(data, dict):
-            return WebhookReply(status=400, body=b"malformed body")
+        data = json_object(request.body)
         if data.get("type") == PING:
             return _json_reply({"type": PONG})
         if data.get("type") == COMPONENT:
