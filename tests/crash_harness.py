@@ -284,6 +284,7 @@ class SubscriberMessage:
     status: int | None = None
     body: dict[str, Any] = field(default_factory=dict)
     answered_at: float = 0.0
+    retries: int = 0  # sent again with its key after going unanswered
 
     @property
     def text(self) -> str:
@@ -322,13 +323,17 @@ class HumanReply:
 class Load:
     """Subscribers posting over the API from several threads (each conversation in order,
     by one thread) and people replying in the Slack threads from others, each callback
-    POSTed twice with one event id. A request whose connection breaks is recorded as
-    unanswered and not retried here; the thread carries on once the gateway has somewhere
-    to send it."""
+    POSTed twice with one event id. A message whose connection breaks is recorded as
+    unanswered; the thread carries on once the gateway has somewhere to send it. With
+    `idempotent`, each message carries an `Idempotency-Key` and an unanswered one is sent
+    again with it before the next, as a client that retries connection errors does."""
+
+    RETRIES = 3  # per message, each once the gateway has somewhere to send it
 
     def __init__(self, gateway: Gateway, conversations: list[Conversation], *, messages_each: int, replies: int,
                  subscriber_threads: int = 4, reply_threads: int = 2, idempotent: bool = False) -> None:
         self.gateway, self.conversations = gateway, conversations
+        self.idempotent = idempotent
         self.messages = [SubscriberMessage(c, k, uuid.uuid4().hex if idempotent else None)
                          for k in range(messages_each) for c in conversations]
         self.replies = [HumanReply(conversations[r % len(conversations)], r) for r in range(replies)]
@@ -375,6 +380,9 @@ class Load:
             for message in self.messages:
                 if message.conversation.index % threads == t:
                     self.post(client, message)
+                    while self.idempotent and message.answer is Answer.UNANSWERED and message.retries < self.RETRIES:
+                        message.retries += 1
+                        self.post(client, message)
 
     def post(self, client: httpx.Client, message: SubscriberMessage) -> None:
         """Send (or send again) one subscriber message and record how it was answered."""
@@ -614,9 +622,11 @@ def settled(load: Load, slack: SlackInThread, base_url: str) -> tuple[list[Poste
 def summary(title: str, seed: int, kill_after: int, load: Load) -> str:
     """What a run did, to head its report: the seed, the kill point, how the requests were answered."""
     answers = ", ".join(f"{n} {answer}" for answer, n in Counter(m.answer for m in load.messages).items())
+    retried = sum(1 for m in load.messages if m.retries)
     acknowledged_replies = sum(1 for r in load.replies if r.acknowledged)
     return (f"{title}: seed {seed} (HANDOFF_CRASH_SEED={seed} repeats it), killed after {kill_after} acknowledged requests; "
-            f"subscriber messages: {answers}; human replies acknowledged: {acknowledged_replies} of {len(load.replies)}")
+            f"subscriber messages: {answers}{f' ({retried} after a retry with their key)' if retried else ''}; "
+            f"human replies acknowledged: {acknowledged_replies} of {len(load.replies)}")
 
 
 @dataclass
