@@ -68,6 +68,8 @@ class FakeSlack(LocalHttpServer):
         self.users = dict(users or {})
         self.unlisted_users = dict(unlisted_users or {})
         self.calls: list[Call] = []
+        # ts -> when the message was stored (time.monotonic()), so a test can tell how late a delivery came
+        self.stored_at: dict[str, float] = {}
         self._faults: dict[str, deque[Fault]] = {}
         self._closing = asyncio.Event()
         self._ts = 0
@@ -159,6 +161,7 @@ class FakeSlack(LocalHttpServer):
             parent["thread_ts"] = parent["ts"]  # as Slack marks a parent once it has replies
             parent["reply_count"] = parent.get("reply_count", 0) + 1
         self.messages[channel].append(message)
+        self.stored_at[ts] = time.monotonic()
         public = {k: v for k, v in message.items() if k not in ("args", "metadata")}
         return {"ok": True, "channel": channel, "ts": ts, "message": public}
 
