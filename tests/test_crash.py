@@ -163,7 +163,6 @@ def test_postgres_instance_killed_under_load_its_work_is_finished_by_the_survivo
               slack, survivor.base_url, desks)
 
 
-@pytest.mark.xfail(strict=True, reason="idempotency keys not merged yet")
 def test_retries_with_their_idempotency_keys_after_a_kill_store_nothing_twice(tmp_path: Path, sqlite_url: str) -> None:
     seed = crash_seed()
     kill_after = random.Random(seed).randint(20, 150)  # of 200 messages
