@@ -560,10 +560,8 @@ def resumption_problems(load: Load, posts: list[Posted], seen: dict[str, list[Ap
     were not delivered at the kill (an outbox stream keeps its order, so nothing of it moves
     before what the dead instance left in it does: its first delivery after the kill) and, with `crash.replies_bound`, the people's replies
     acknowledged before the kill (in no order: the last of them). A survivor's own
-    conversations are measured only. So are the replies on PostgreSQL, where the bound is
-    the relays' and the replies share one inbound lane per channel and instance that runs a
-    second or more behind under this load even without a kill; whether each one arrived
-    exactly once is `reply_problems`'s check."""
+    conversations are measured only; whether each reply arrived exactly once is
+    `reply_problems`'s check."""
     problems: list[str] = []
     delays: list[str] = []
     for conversation in load.conversations:

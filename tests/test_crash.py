@@ -156,7 +156,7 @@ def test_postgres_instance_killed_under_load_its_work_is_finished_by_the_survivo
         gateway.route("a", None)
         first.kill()
         crash = Crash(dead="a", killed_at=first.killed_at, resumable_at=first.killed_at, posts_at_kill=slack.posts(),
-                      bound=2 * HEARTBEAT, since="the kill", replies_bound=False)
+                      bound=2 * HEARTBEAT, since="the kill")
         gateway.route("a", survivor.base_url)  # the load balancer sends a's share to b
         load.join()
         judge(Findings(summary("PostgreSQL, one of two instances killed", seed, kill_after, load)), load, crash,

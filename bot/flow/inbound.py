@@ -10,6 +10,7 @@ left by a crash are processed on the next start.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterator
@@ -132,7 +133,7 @@ class Inbound:
 
     async def submit(self, channel_id: int, message: InboundMessage) -> None:
         """Store and process in the background (webhooks, pollers)."""
-        lane = _lane(channel_id, message)
+        lane = self._lane(channel_id, message)
         with self._reserve(lane) as idle:
             work = await self._stored_work(channel_id, message, lane, idle)
             if work is None:
@@ -142,7 +143,7 @@ class Inbound:
 
     async def submit_and_wait(self, channel_id: int, message: InboundMessage) -> str:
         """Store and process now (the owner inbox, which shows the result right away)."""
-        lane = _lane(channel_id, message)
+        lane = self._lane(channel_id, message)
         with self._reserve(lane) as idle:
             work = await self._stored_work(channel_id, message, lane, idle)
             return "duplicate" if work is None else await work
@@ -326,17 +327,40 @@ class Inbound:
         if adopted:
             log.warning("inbound_taken_over", events=len(adopted), owner=self.owner)
         pending = await self.db.fetch_all(_OURS_PENDING, {"owner": self.owner})
-        worked = 0
+        taken_over = {event_id for (event_id,) in adopted}
+        lanes: dict[Hashable, list[tuple[int, int]]] = {}
         for event_id, channel_id, payload in pending:
-            lane = _lane(channel_id, stored_inbound(payload))
-            if lane in self._busy_lanes:
+            lane = self._lane(channel_id, stored_inbound(payload))
+            if event_id not in taken_over and lane in self._busy_lanes:
                 # A task of ours works this lane and has this event's turn spawned already,
                 # behind the lane's earlier event, which may still be claimed and unworked:
-                # taking it here would overtake that one.
+                # taking it here would overtake that one. (An event taken over has no task
+                # here: it queues for its lane's turn, however busy the lane is.)
                 continue
+            lanes.setdefault(lane, []).append((event_id, channel_id))
+        # Lanes side by side, each in the order its events were stored
+        worked = await asyncio.gather(*(self._work_lane(lane, events) for lane, events in lanes.items()))
+        return sum(worked)
+
+    async def _work_lane(self, lane: Hashable, events: list[tuple[int, int]]) -> int:
+        for event_id, channel_id in events:
             await self.process(event_id, channel_id, lane)
-            worked += 1
-        return worked
+        return len(events)
+
+    def _lane(self, channel_id: int, message: InboundMessage) -> Hashable:
+        """Events whose order matters share a lane: a subscriber's chat; a thread of a
+        channel (one handoff's replies and its Release button); one approval's buttons; a
+        shared line as a whole (its recipients' focus is one state); anything else of a
+        channel. Lanes are worked side by side, so a busy handoff never holds up a reply
+        in another."""
+        match message:
+            case SubscriberText() | ChatOpened() | UserActionAnswer():
+                return (channel_id, "chat", message.chat)
+            case RecipientText() | ReleasePress() if not self._shared_line(channel_id):
+                return (channel_id, "thread", message.thread_key)
+            case Decision():
+                return (channel_id, "approval", message.approval_id)
+        return channel_id
 
 
 @dataclass(frozen=True)
@@ -361,14 +385,6 @@ class _DoneMark:
 
 def _released(result: ReleaseResult, sid: str) -> _Worked:
     return _Worked(InboundState.DONE, "released" if result.released else "release was a no-op", sid)
-
-
-def _lane(channel_id: int, message: InboundMessage) -> Hashable:
-    """A subscriber's chat is a lane of its own; a channel's recipients share one."""
-    match message:
-        case SubscriberText() | ChatOpened() | UserActionAnswer():
-            return (channel_id, message.chat)
-    return channel_id
 
 
 def _unique_key() -> str:
