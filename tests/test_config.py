@@ -29,6 +29,7 @@ from bot.config import (
     parse_size,
 )
 from channels import adapter_class, known_kinds
+from tests.conftest import config_problem, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {"secret_key": "0123456789abcdef0123", "channels": [{"id": 1, "kind": "owner_inbox", "label": "Inbox"}]}
@@ -388,3 +389,19 @@ def test_sizes_read_and_print_in_bytes_kib_and_mib() -> None:
     for bad in ("1.5MiB", "-1", "1 TB", True, ""):
         with pytest.raises(ValueError):
             parse_size(bad)
+
+
+@pytest.mark.parametrize(("delivery", "problem"), [
+    ({"heartbeat": "100ms"}, "delivery.heartbeat: must be between 0.3s and 5m"),
+    ({"heartbeat": "1h"}, "delivery.heartbeat: must be between 0.3s and 5m"),
+    ({"lease": "5s"}, "delivery.lease: must be between 15s and 1h (each send times out 10 s before it)"),
+])
+def test_the_heartbeat_and_the_lease_are_refused_outside_their_bounds_with_the_key_named(
+    delivery: dict[str, str], problem: str,
+) -> None:
+    assert problem in config_problem(delivery=delivery)
+
+
+def test_the_heartbeat_and_the_lease_keep_the_value_given() -> None:
+    delivery = make_config("sqlite:///x.db", delivery={"heartbeat": "1s", "lease": "2m"}).delivery
+    assert (delivery.heartbeat, delivery.lease) == (timedelta(seconds=1), timedelta(minutes=2))

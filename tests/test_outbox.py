@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 from sqlmodel import col
 
 from bot.store.models import DeskInstance, OutboxItem
+from bot.store.vocabulary import HandoffState
 from channels.base import Notice, TransientChannelError, stored_outbound
 from tests.conftest import StartDesk
 
@@ -32,9 +33,12 @@ async def test_a_provider_that_never_answers_fails_the_dispatch_in_time(start_de
     assert (await harness.say(cid, "hello"))["routed_to"] == "agent"
 
 
-async def two_instances_one_hung_relay(start_desk: StartDesk, scripted: Any, url: str) -> tuple[Any, Any, Any, Any]:
+async def two_instances_one_hung_relay(
+    start_desk: StartDesk, scripted: Any, url: str, *, lease_run_out: bool = True,
+) -> tuple[Any, Any, Any, Any]:
     """Instance A has claimed a relay and hangs at its provider; instance B shares the
-    database, and A's lease has just run out. Returns (A, B, A's channel, A's drain task)."""
+    database, and (with `lease_run_out`) A's lease has just run out. Returns (A, B, A's
+    channel, A's drain task)."""
     first = await start_desk(adapters={1: scripted})
     cid = await first.conversation()
     await first.start_handoff(cid)
@@ -46,7 +50,8 @@ async def two_instances_one_hung_relay(start_desk: StartDesk, scripted: Any, url
     await channel_a.entered.wait()
     second = await start_desk(adapters={1: scripted}, url=url, clock=first.desk.clock)
     await second.desk.outbox.stop()
-    first.desk.clock.advance(timedelta(seconds=61))
+    if lease_run_out:
+        first.desk.clock.advance(timedelta(seconds=61))
     return first, second, channel_a, stuck
 
 
@@ -263,17 +268,7 @@ async def test_what_an_instance_that_stopped_beating_was_sending_is_taken_over_w
     """A's relay hangs at its provider; B takes nothing while A beats, and takes the relay
     over as soon as A's heartbeat is a heartbeat old (no clock advanced: the lease is not
     what ends the claim). The provider may have A's attempt too, so the trail says so."""
-    first = await start_desk(adapters={1: scripted})
-    cid = await first.conversation()
-    sid = (await first.start_handoff(cid))["handoff_session_id"]
-    await first.desk.outbox.stop()
-    channel_a = first.desk.channels.get(1)
-    channel_a.gate = asyncio.Event()
-    await first.say(cid, "hello")
-    stuck = asyncio.create_task(first.desk.outbox.drain())
-    await channel_a.entered.wait()
-    second = await start_desk(adapters={1: scripted}, url=sqlite_url, clock=first.desk.clock)
-    await second.desk.outbox.stop()
+    first, second, channel_a, stuck = await two_instances_one_hung_relay(start_desk, scripted, sqlite_url, lease_run_out=False)
     dead_after = second.desk.instances.dead_after
     assert await second.desk.outbox.take_over(dead_after) == 0  # A is alive: its send is its own
 
@@ -285,9 +280,10 @@ async def test_what_an_instance_that_stopped_beating_was_sending_is_taken_over_w
     assert second.desk.channels.get(1).texts("relay") == ["Ana: hello"]
     channel_a.gate.set()
     await stuck
-    [delivered] = [e for e in await second.events(sid) if e["kind"] == "relayed_to_recipient"]
+    [handoff] = await second.desk.queries.handoffs(states=(HandoffState.ACTIVE,), limit=1)
+    [delivered] = [e for e in await second.events(handoff.id) if e["kind"] == "relayed_to_recipient"]
     assert delivered["detail"]["maybe_duplicated"] is True
-    assert (await second.kinds(sid)).count("delivery_claim_lost") == 1  # A's late success is not recorded as well
+    assert (await second.kinds(handoff.id)).count("delivery_claim_lost") == 1  # A's late success is not recorded as well
 
 
 async def test_a_stopped_desk_leaves_so_its_claims_are_taken_over_at_once(start_desk: StartDesk, scripted: Any, sqlite_url: str) -> None:

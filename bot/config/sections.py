@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import timedelta
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlparse
 
 from pydantic import Field, IPvAnyNetwork, field_validator
 
-from bot.config.values import DataSize, Duration, OptionalSecret, _empty_to_none, _Section, http_url
+from bot.config.values import DataSize, Duration, OptionalSecret, _empty_to_none, _Section, between, http_url
 
 
 class ServerConfig(_Section):
@@ -112,29 +112,16 @@ class DeliverySettings(_Section):
     max_attempts: int = Field(default=10, ge=1, le=100)
     base_backoff: Duration = timedelta(seconds=1)
     max_backoff: Duration = timedelta(minutes=10)
-    heartbeat: Duration = Field(
+    heartbeat: Annotated[Duration, between("0.3s", "5m")] = Field(
         default=timedelta(seconds=3),
         description="An instance not heard from for this long is dead; another takes over what it was "
                     "sending or working (each instance beats three times per heartbeat).",
     )
-    lease: Duration = Field(
+    lease: Annotated[Duration, between("15s", "1h", "each send times out 10 s before it")] = Field(
         default=timedelta(seconds=60),
         description="Longest one send may hold its item, even for a live instance (a backstop; sends time out before it).",
     )
 
-    @field_validator("heartbeat")
-    @classmethod
-    def _heartbeat_range(cls, value: timedelta) -> timedelta:
-        if not timedelta(seconds=0.3) <= value <= timedelta(minutes=5):
-            raise ValueError("must be between 0.3s and 5m")
-        return value
-
-    @field_validator("lease")
-    @classmethod
-    def _lease_range(cls, value: timedelta) -> timedelta:
-        if not timedelta(seconds=15) <= value <= timedelta(hours=1):
-            raise ValueError("must be between 15s and 1h (each send times out 10 s before it)")
-        return value
 
 
 class RetentionSettings(_Section):

@@ -55,6 +55,19 @@ def format_duration(delta: timedelta) -> str:
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
+
+def between(low: str, high: str, why: str | None = None) -> AfterValidator:
+    """A Duration's bounds, both included: outside them the value is refused with a message
+    that names them (and why they are there), never moved inside."""
+    lowest, highest = parse_duration(low), parse_duration(high)
+
+    def check(value: timedelta) -> timedelta:
+        if not lowest <= value <= highest:
+            raise ValueError(f"must be between {low} and {high}" + (f" ({why})" if why else ""))
+        return value
+
+    return AfterValidator(check)
+
 _SIZE = re.compile(r"(\d+)(b|kb|kib|mb|mib)?")
 _UNIT_BYTES = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
 
