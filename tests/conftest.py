@@ -26,6 +26,7 @@ from sqlalchemy import func, select
 from bot.config import Config, ConfigError
 from bot.desk import Desk
 from bot.runtime.clock import Clock, ManualClock
+from bot.store.db import Database
 from bot.store.models import InboundEvent
 from bot.web.app import create_app
 from bot.web.server import DeskServer
@@ -69,6 +70,17 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIt
 @pytest.fixture
 def sqlite_url(tmp_path: Any) -> str:
     return f"sqlite:///{tmp_path / 'desk.db'}"
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """A bare database, migrated: no desk around it."""
+    database = Database(database_url)
+    await database.upgrade()
+    try:
+        yield database
+    finally:
+        await database.dispose()
 
 
 def make_config(database_url: str, **overrides: Any) -> Config:

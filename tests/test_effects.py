@@ -4,7 +4,6 @@ back (the next effect carries it instead), and never by a background task the wo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,12 +21,6 @@ MARKS = text("SELECT count(*) FROM handoff_events WHERE kind = 'marked'")
 STARTED = text("SELECT count(*) FROM conversations")
 
 
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    await database.upgrade()
-    yield database
-    await database.dispose()
 
 
 async def mark(session: Any) -> None:

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -23,12 +22,6 @@ from bot.store.models import DeskInstance
 HEARTBEAT = 3.0
 
 
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    await database.upgrade()
-    yield database
-    await database.dispose()
 
 
 def instances(db: Database) -> Instances:

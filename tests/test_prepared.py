@@ -4,7 +4,6 @@ session)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
@@ -27,14 +26,6 @@ EVENT_BY_KIND = prepared.Prepared(
 RENAME_KIND = prepared.Prepared(update(EVENTS).where(EVENTS.c.kind == bindparam("old")).values(kind=bindparam("new")))
 
 
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    await database.upgrade()
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 def event(kind: str, **detail: object) -> dict[str, object]:
