@@ -132,6 +132,7 @@ async def test_an_event_left_processing_by_an_instance_that_died_is_taken_over_a
     assert await h.desk.inbound.process_pending() == 1
     assert await h.desk.inbound.process_pending() == 0
     assert await human_texts(h, cid) == ["lost in a crash"]
+    assert h.desk.metrics.registry.get_sample_value("handoff_taken_over_total", {"what": "inbound_event"}) == 1
     [event] = await events(h)
     assert (event.state, event.claimed_by) == ("done", h.desk.instances.id)
 

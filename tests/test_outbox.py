@@ -276,6 +276,7 @@ async def test_what_an_instance_that_stopped_beating_was_sending_is_taken_over_w
         await session.execute(update(DeskInstance).where(col(DeskInstance.id) == first.desk.instances.id)
                               .values(beat_at=DeskInstance.beat_at - dead_after - 1))
     assert await second.desk.outbox.take_over(dead_after) == 1
+    assert second.desk.metrics.registry.get_sample_value("handoff_taken_over_total", {"what": "outbox_item"}) == 1
     await second.desk.outbox.drain()
     assert second.desk.channels.get(1).texts("relay") == ["Ana: hello"]
     channel_a.gate.set()

@@ -629,6 +629,7 @@ class Outbox:
         async with self.db.transaction() as session:
             taken = await prepared.fetch_all(session, _TAKE_OVER, {"dead_after": dead_after})
         if taken:
+            self.metrics.taken_over.labels("outbox_item").inc(len(taken))
             log.warning("outbox_taken_over", items=len(taken), owner=self.owner)
             self.kick()
         return len(taken)

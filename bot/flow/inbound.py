@@ -325,6 +325,7 @@ class Inbound:
         async with self.db.transaction() as session:
             adopted = await prepared.fetch_all(session, _ADOPT, {"owner": self.owner, "dead_after": self._dead_after()})
         if adopted:
+            self.metrics.taken_over.labels("inbound_event").inc(len(adopted))
             log.warning("inbound_taken_over", events=len(adopted), owner=self.owner)
         pending = await self.db.fetch_all(_OURS_PENDING, {"owner": self.owner})
         taken_over = {event_id for (event_id,) in adopted}

@@ -37,6 +37,9 @@ class Metrics:
         self.waiting_polls = Gauge(
             "handoff_long_polls_waiting", "Requests parked on a long-poll in this process (answered at once on shutdown)",
             registry=r)
+        self.taken_over = Counter(
+            "handoff_taken_over", "Outbox items and inbound events taken over from an instance that stopped beating",
+            ["what"], registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
 
     def exposition(self) -> bytes:
