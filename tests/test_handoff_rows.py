@@ -14,10 +14,8 @@ from bot.domain import conversations, handoff_rows
 from bot.store.db import Database
 from bot.store.models import Conversation, FormLink, HandoffSession, OutboxItem
 from bot.store.vocabulary import HandoffState, OutboxState, Role
-from tests import test_prepared
 
 AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
-db = test_prepared.db  # the same fixture: a migrated database of its own, without a desk around it
 
 
 async def new_handoff(db: Database, **values: object) -> HandoffSession:
