@@ -35,9 +35,9 @@ class ServerConfig(_Section):
         description="Reverse proxies (addresses or CIDRs) whose X-Forwarded-For names the client; "
                     "only they are believed. The default trusts a proxy on this host.",
     )
-    # Slack's event callbacks are the largest provider calls (a message of up to 40,000
-    # characters with its blocks, a few hundred KB at worst); Telegram, Discord and Twilio send
-    # far less, and email arrives over SMTP, not here.
+    # The largest provider calls are chat event callbacks (a message of up to 40,000
+    # characters with its formatting blocks: a few hundred KB at worst); the other providers
+    # send far less, and mail arrives over SMTP, not here.
     max_body: DataSize = Field(
         default=1024**2,
         description="Largest request body /api, the web chat's API and provider webhooks take (413 above it).",
