@@ -58,6 +58,9 @@ class ChannelConfig(BaseModel):
         description="Who subscribers are told they are waiting for, mid-sentence: \"I've asked our team to join\".",
     )
     enabled: bool = True
+    hours: str | None = Field(
+        default=None, description="The name of a schedule under the top-level hours: when the people behind it are there.",
+    )
 
     @field_validator("public_name")
     @classmethod
