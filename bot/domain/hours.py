@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from bot.config import HoursConfig, Window
@@ -47,10 +47,20 @@ def next_opening(hours: HoursConfig, at: datetime) -> datetime | None:
 
 
 def _instant(day: date, window: Window, zone: ZoneInfo) -> datetime:
-    """When the window opens on `day`. A start the clocks skip (inside a spring-forward gap)
-    maps to the same wall time shifted by the jump, which is after the gap, as zoneinfo does."""
-    start = time(window.start // 60, window.start % 60)
-    return datetime.combine(day, start, tzinfo=zone)
+    """When the window opens on `day`. A wall time that occurs twice (autumn) opens at its
+    first occurrence. One the clocks skip (inside a spring-forward gap) opens when the clocks
+    jump: zoneinfo places it after the gap, so it is walked back to the first minute whose
+    wall time is already past the start, which is where `is_open` first says yes."""
+    wall = datetime.combine(day, time(window.start // 60, window.start % 60))
+    opening = wall.replace(tzinfo=zone).astimezone(UTC)
+    if opening.astimezone(zone).replace(tzinfo=None) == wall:
+        return opening
+    while (opening - _MINUTE).astimezone(zone).replace(tzinfo=None) >= wall:  # at most the gap's length
+        opening -= _MINUTE
+    return opening
+
+
+_MINUTE = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
