@@ -116,6 +116,9 @@ class HandoffBrief(BaseModel):
     transcript: list[TranscriptLine] = Field(default_factory=list)
     form_url: str | None = None
     idle_timeout_seconds: float = 1800
+    # One sentence for a handoff that arrived outside the channel's office hours (what the
+    # subscriber was told to expect); None within them or when the channel names no hours.
+    outside_hours: str | None = None
 
     @property
     def field_lines(self) -> list[str]:

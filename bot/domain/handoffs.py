@@ -455,6 +455,9 @@ class Handoffs:
         self, handoff: HandoffSession, conversation: Conversation, history: list[Message], *, closed: Closed | None,
     ) -> Dispatch:
         brief = self._brief(handoff, conversation, history if handoff.include_transcript else [])
+        if closed is not None:
+            outside = self.renderer.render("messages/out_of_hours_dispatch.txt", estimated_response=handoff.estimated_response)
+            brief = brief.model_copy(update={"outside_hours": outside.strip()})
         text = self.renderer.render(
             "messages/dispatch.txt",
             brief=brief,
@@ -462,8 +465,6 @@ class Handoffs:
             channel_label=handoff.channel_label,
             idle_timeout=format_duration(self.idle_timeout),
             form_ttl=format_duration(self.forms.ttl),
-            outside_hours=closed is not None,
-            estimated_response=handoff.estimated_response,
         )
         subject = f"[Handoff {handoff.short_code}] {one_line(handoff.summary, 80)}"
         return Dispatch(handoff_id=handoff.id, text=text, subject=subject, brief=brief)
