@@ -9,12 +9,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
-from bot.config import HoursConfig
+from bot.config import Config, HoursConfig
 from bot.domain.hours import is_open, next_opening
 from bot.runtime.clock import ManualClock
 from tests.conftest import StartDesk, config_problem
 from tests.fakes import ScriptedChannel
+from tests.test_readme import readme_blocks
 
 OFFICE = {
     "timezone": "Europe/Berlin",
@@ -155,6 +157,14 @@ def test_config_problems_name_the_key_and_the_fix(office: dict[str, Any], expect
     assert expected in hours_problem(office)
 
 
+def test_the_readme_s_worked_example_is_a_valid_config_open_when_it_says() -> None:
+    [block] = [b for b in readme_blocks() if b.lang == "yaml" and b.body and b.body[0] == "hours:"]
+    config = Config.from_mapping({**yaml.safe_load("\n".join(block.body)), "secret_key": "0123456789abcdef0123"})
+    office = config.hours[config.channels[0].hours or ""]
+    assert not is_open(office, utc("2026-12-04 18:00"))  # the README's Friday 19:00 in Berlin
+    assert next_opening(office, utc("2026-12-04 18:00")) == utc("2026-12-05 09:00")  # Sat 10:00
+
+
 def test_a_channel_naming_an_unknown_schedule() -> None:
     assert hours_problem({}, channel_hours="ofice") == (
         "channels[0].hours: no schedule named 'ofice' under hours: (defined: office); did you mean 'office'?; "
@@ -217,6 +227,14 @@ async def test_the_description_follows_the_clock_and_dates_a_reopening_a_week_aw
     assert "closed now; back Wed 09:00 (Europe/Berlin)" in await description(harness, cid)
     harness.desk.clock.advance(timedelta(hours=14))  # Wed 09:00: open
     assert "Owner inbox (scripted); responds within 1 business day" in await description(harness, cid)
+
+
+async def test_a_schedule_that_never_opens_promises_no_time(start_desk: StartDesk) -> None:
+    harness = await start_closed_desk(start_desk, "2026-12-01 09:00", office={**OFFICE, "weekly": {"mon-sun": "closed"}})
+    cid = await harness.conversation()
+    assert "- channel_id 1: Owner inbox (scripted); closed now; no office hours ahead\n" in await description(harness, cid)
+    started = await harness.tool(cid, "handoff_request", {"channel_id": 1, **BRIEF})
+    assert started["estimated_response"] == "when someone is next available"
 
 
 async def test_an_open_channel_and_a_channel_without_hours_are_unchanged(start_desk: StartDesk) -> None:
