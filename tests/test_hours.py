@@ -96,6 +96,7 @@ def test_a_wall_time_that_happens_twice_is_open_both_times() -> None:
     assert is_open(hours, utc("2026-10-25 01:15")) is True  # 02:15 CET, an hour later
     assert is_open(hours, utc("2026-10-25 01:45")) is False  # 02:45 CET
     assert next_opening(hours, utc("2026-10-24 12:00")) == utc("2026-10-25 00:00")  # the first 02:00
+    assert next_opening(hours, utc("2026-10-25 00:45")) == utc("2026-10-25 01:00")  # and again at the second
 
 
 # --------------------------------------------------------------------------- next opening

@@ -40,24 +40,26 @@ def next_opening(hours: HoursConfig, at: datetime) -> datetime | None:
         if day in hours.holidays:
             continue
         for window in hours.windows_on(day.weekday()):
-            opening = _instant(day, window, zone)
-            if opening > at:
-                return opening
+            later = [opening for opening in _openings(day, window, zone) if opening > at]
+            if later:
+                return later[0]
     return None  # unreachable while every holiday is one date; kept so a change cannot loop for ever
 
 
-def _instant(day: date, window: Window, zone: ZoneInfo) -> datetime:
-    """When the window opens on `day`. A wall time that occurs twice (autumn) opens at its
-    first occurrence. One the clocks skip (inside a spring-forward gap) opens when the clocks
-    jump: zoneinfo places it after the gap, so it is walked back to the first minute whose
-    wall time is already past the start, which is where `is_open` first says yes."""
+def _openings(day: date, window: Window, zone: ZoneInfo) -> list[datetime]:
+    """The instants the window opens on `day`, earliest first: one, or two when the clocks go
+    back through its start (the wall time happens twice, and so does the opening). A start
+    the clocks skip (inside a spring-forward gap) opens when they jump: zoneinfo places it
+    after the gap, so it is walked back to the first minute whose wall time is already past
+    the start, which is where `is_open` first says yes."""
     wall = datetime.combine(day, time(window.start // 60, window.start % 60))
-    opening = wall.replace(tzinfo=zone).astimezone(UTC)
-    if opening.astimezone(zone).replace(tzinfo=None) == wall:
-        return opening
+    first, second = (wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1))
+    if first.astimezone(zone).replace(tzinfo=None) == wall:
+        return [first] if second == first else [first, second]
+    opening = first
     while (opening - _MINUTE).astimezone(zone).replace(tzinfo=None) >= wall:  # at most the gap's length
         opening -= _MINUTE
-    return opening
+    return [opening]
 
 
 _MINUTE = timedelta(minutes=1)
