@@ -26,6 +26,7 @@ from bot.delivery.retention import Retention
 from bot.domain.approvals import Approvals, ApprovalSettled
 from bot.domain.conversations import Conversations
 from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs, HeldMessagesOrphaned
+from bot.domain.hours import OfficeHours
 from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
@@ -94,6 +95,7 @@ class Desk:
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, metrics=self.metrics, forms=self.forms,
+            hours=OfficeHours(config.hours, self.clock),
         )
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,

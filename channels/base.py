@@ -58,6 +58,9 @@ class ChannelConfig(BaseModel):
         description="Who subscribers are told they are waiting for, mid-sentence: \"I've asked our team to join\".",
     )
     enabled: bool = True
+    hours: str | None = Field(
+        default=None, description="The name of a schedule under the top-level hours: when the people behind it are there.",
+    )
 
     @field_validator("public_name")
     @classmethod
@@ -113,6 +116,9 @@ class HandoffBrief(BaseModel):
     transcript: list[TranscriptLine] = Field(default_factory=list)
     form_url: str | None = None
     idle_timeout_seconds: float = 1800
+    # One sentence for a handoff that arrived outside the channel's office hours (what the
+    # subscriber was told to expect); None within them or when the channel names no hours.
+    outside_hours: str | None = None
 
     @property
     def field_lines(self) -> list[str]:

@@ -440,6 +440,7 @@ class SlackChannel(ChannelAdapter):
         who = brief.subscriber_name or "A subscriber"
         blocks: list[dict[str, Any]] = [
             {"type": "header", "text": plain(clip(self._render("header.txt", brief=brief, who=who), HEADER_LIMIT))},
+            *([mrkdwn_block(f"_{escape(brief.outside_hours)}_")] if brief.outside_hours else []),
             mrkdwn_section("Summary", brief.summary),
             mrkdwn_section("What to do", brief.expected_action),
         ]

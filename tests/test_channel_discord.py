@@ -49,6 +49,7 @@ from tests.fake_discord import (
 )
 from tests.fakes import standalone_context
 from tests.imports import importers_of
+from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -893,3 +894,9 @@ def test_the_discord_package_keeps_rest_gateway_interactions_and_sdk_patching_ap
         users = importers_of(DISCORD_PACKAGE, sdk)
         assert "config" not in users, f"channels/discord/config.py imports {sdk}"
         assert "protocol" not in users, f"channels/discord/protocol.py imports {sdk}"
+
+
+async def test_a_dispatch_outside_office_hours_says_so_above_its_summary(start_desk: StartDesk, fake: FakeDiscord) -> None:
+    desk = await start_desk(channels=[discord_entry(fake, hours="mondays")], hours=CLOSED_HOURS, clock=closed_clock())
+    _sid, dispatch = await handoff_in_discord(desk, fake, await desk.conversation())
+    assert dispatch["embeds"][0]["description"].startswith(f"*{OUTSIDE_HOURS_LINE}*\n\n**Summary**")

@@ -41,6 +41,7 @@ from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, config_problem, make_config
 from tests.fake_smtp import FakeSMTP, Received, self_signed_certificate
 from tests.imports import imported_modules, importers_of
+from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
 
 TEAM = "team@example.com"
 LEAD = "lead@example.com"
@@ -864,3 +865,10 @@ def test_the_email_package_keeps_sending_receiving_and_parsing_apart() -> None:
     parser_imports = imported_modules(EMAIL_PACKAGE / "replies.py")
     outside = {m for m in parser_imports if m.split(".")[0] not in sys.stdlib_module_names and m != "channels.email.text"}
     assert outside == set(), f"the reply parser imports {sorted(outside)}"
+
+
+async def test_a_dispatch_outside_office_hours_says_so_in_both_parts(smtp: FakeSMTP, start_desk: StartDesk) -> None:
+    harness = await start_desk(channels=[email_channel(smtp, hours="mondays")], hours=CLOSED_HOURS, clock=closed_clock())
+    _sid, mail = await dispatch_of(harness, smtp, await harness.conversation())
+    assert mail.part("text/plain").splitlines()[1] == OUTSIDE_HOURS_LINE
+    assert f"{OUTSIDE_HOURS_LINE}</p>" in mail.part("text/html")

@@ -28,6 +28,7 @@ from tests.conftest import SECRET as DESK_SECRET
 from tests.conftest import CliRun, Harness, StartDesk, probe_config
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
 from tests.fakes import standalone_context
+from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
 
 TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
@@ -837,3 +838,9 @@ async def test_a_rate_limited_edit_is_retried_by_the_core(start_desk: StartDesk,
     assert len(fake.calls_to("chat.update")) == 2
     assert len(fake.top_level(CHANNEL)) == 1
     assert calls == [{"order_id": "1234", "amount": 5}]
+
+
+async def test_a_dispatch_outside_office_hours_says_so_under_its_header(start_desk: StartDesk, fake: FakeSlack) -> None:
+    desk = await start_desk(channels=[slack_entry(fake, hours="mondays")], hours=CLOSED_HOURS, clock=closed_clock())
+    _sid, dispatch = await handoff_in_slack(desk, fake, await desk.conversation())
+    assert dispatch["blocks"][1]["text"]["text"] == f"_{OUTSIDE_HOURS_LINE}_"

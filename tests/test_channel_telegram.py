@@ -36,6 +36,7 @@ from tests.approval_actions import refund_brief
 from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 from tests.fakes import standalone_context
+from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
 SECRET = "test_webhook-secret-1"
@@ -825,3 +826,9 @@ async def test_a_closing_notice_that_carries_the_prompt_s_receipt_takes_its_butt
         await adapter.stop()
     assert buttons(fake.messages[(STAFF_CHAT_ID, prompt["message_id"])]) == []
     assert fake.sent()[-1]["reply_to_message"]["message_id"] == prompt["message_id"]
+
+
+async def test_a_dispatch_outside_office_hours_says_so_under_its_title(fake: FakeTelegram, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake, channel={"hours": "mondays"}, hours=CLOSED_HOURS, clock=closed_clock())
+    _sid, message = await dispatch_of(harness, fake, await harness.conversation())
+    assert message["text"].splitlines()[1] == OUTSIDE_HOURS_LINE

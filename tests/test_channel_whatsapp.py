@@ -40,6 +40,7 @@ from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, SENDER, FakeTwilio
+from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
 
 WEBHOOK_URL = "http://desk.test/webhooks/1"  # public_url of the test desk + the route
 CONTENT_SID = "HX" + "ab" * 16
@@ -706,3 +707,9 @@ def _brief(code: str) -> HandoffBrief:
     return HandoffBrief(handoff_session_id=f"hs_{code}0000", short_code=code.upper(), conversation_id="c1", subscriber_name="Ana",
                         summary="Ana's order #1234 is a week late.", expected_action="Check the carrier.",
                         transcript=[TranscriptLine(role="subscriber", author="Ana", text="hello", at="2026-01-01T00:00:00Z")])
+
+
+async def test_a_dispatch_outside_office_hours_says_so_under_its_title(fake: FakeTwilio, start_desk: StartDesk) -> None:
+    harness = await start(start_desk, fake, channel={"hours": "mondays"}, hours=CLOSED_HOURS, clock=closed_clock())
+    await dispatched(harness, await harness.conversation())
+    assert fake.sent_to(ANA_PHONE)[0]["body"].splitlines()[1] == OUTSIDE_HOURS_LINE

@@ -6,7 +6,7 @@ import ast
 import importlib
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, get_args
 
@@ -405,3 +405,13 @@ def test_the_heartbeat_and_the_lease_are_refused_outside_their_bounds_with_the_k
 def test_the_heartbeat_and_the_lease_keep_the_value_given() -> None:
     delivery = make_config("sqlite:///x.db", delivery={"heartbeat": "1s", "lease": "2m"}).delivery
     assert (delivery.heartbeat, delivery.lease) == (timedelta(seconds=1), timedelta(minutes=2))
+
+
+def test_a_date_shaped_value_that_is_no_date_is_named_by_its_key_not_a_parser_crash(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("hours:\n  office: {timezone: UTC, weekly: {mon: 09:00-17:00}, holidays: [2026-12-25, 2026-02-30]}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert [str(p) for p in caught.value.problems] == ["hours.office.holidays[1]: '2026-02-30' is not a date such as 2026-12-25"]
+    path.write_text("hours:\n  office: {timezone: UTC, weekly: {mon: 09:00-17:00}, holidays: [2026-12-25]}\n")
+    assert load_config(path, env={}).hours["office"].holidays == [date(2026, 12, 25)]

@@ -8,8 +8,8 @@ misplaced token is not echoed to a terminal or a log.
 The package's modules, by concern, each importing only the ones before it
 (docs/architecture.md, "The layers"): `values` (durations, secrets, URLs, the section base),
 `problems` (key paths and messages), `sections` (server, api, owner, metrics, handoff, delivery,
-retention, logging), `agents`, `actions` (declared actions and user actions), `fronts` (the
-web chat and provider fronts), `root` (`Config` and the checks that span sections) and
+retention, logging), `agents`, `actions` (declared actions and user actions), `hours` (office-hours
+schedules), `fronts` (the web chat and provider fronts), `root` (`Config` and the checks that span sections) and
 `loading` (YAML, `${VAR}`, warnings). Import from `bot.config`: every public name is
 re-exported here.
 
@@ -27,6 +27,7 @@ from bot.config.actions import (
 )
 from bot.config.agents import DEFAULT_SYSTEM_PROMPT, AgentConfig, OpenAIAgentConfig, RulesAgentConfig, WebhookAgentConfig
 from bot.config.fronts import FRONT_ID_BASE, ProviderFront, WebFrontConfig
+from bot.config.hours import DAY_NAMES, HoursConfig, ScheduleName, Window
 from bot.config.loading import config_warnings, expand_env, load_config, yaml_problem
 from bot.config.problems import ConfigError, ConfigProblem, format_path, problems_from
 from bot.config.root import DEV_SECRET_KEY, Config, exposure_problems
@@ -90,6 +91,11 @@ __all__ = [
     "ExpectationConfig",
     "HttpActionRun",
     "UserActionsConfig",
+    # hours
+    "DAY_NAMES",
+    "HoursConfig",
+    "ScheduleName",
+    "Window",
     # fronts
     "FRONT_ID_BASE",
     "ProviderFront",

@@ -90,7 +90,7 @@ class _FrontKeys(_Section):
 FRONT_ID_BASE = 1000
 _FRONT_KEYS = list(_FrontKeys.model_fields)
 # A channel's keys that mean nothing on a front: the core sets id and label itself.
-_CHANNEL_ONLY = {"id", "kind", "label", "estimated_response", "public_name", "enabled"}
+_CHANNEL_ONLY = {"id", "kind", "label", "estimated_response", "public_name", "enabled", "hours"}
 
 
 def _keys_of(model: type[BaseModel]) -> list[str]:

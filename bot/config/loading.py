@@ -17,6 +17,21 @@ from bot.config.problems import ConfigError, ConfigProblem, format_path
 from bot.config.root import DEV_SECRET_KEY, Config
 from bot.config.sections import _is_loopback
 
+
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a date-shaped value that is no date (`2026-02-30`) stays
+    the text it is, so the key's own check names it with its key path instead of the parser
+    failing on the whole file."""
+
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError:
+            return self.construct_scalar(node)
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", _ConfigLoader.construct_yaml_timestamp)
+
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
@@ -61,7 +76,7 @@ def load_config(path: str | Path, env: dict[str, str] | None = None) -> Config:
     except OSError as exc:
         raise ConfigError([ConfigProblem("", f"cannot read {path}: {exc.strerror or exc}")]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506  # a SafeLoader
     except yaml.YAMLError as exc:
         raise ConfigError([yaml_problem(path, text, exc)]) from None
     if data is None:

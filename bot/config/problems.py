@@ -36,6 +36,8 @@ class ConfigError(Exception):
 def format_path(loc: tuple[Any, ...], prefix: str = "") -> str:
     path = prefix
     for part in loc:
+        if part == "[key]":  # pydantic's marker for a mapping's key that failed: the path already names it
+            continue
         if isinstance(part, int):
             path += f"[{part}]"
         else:

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from bot.config.actions import ActionConfig, UserActionsConfig
 from bot.config.agents import AgentConfig, RulesAgentConfig
 from bot.config.fronts import ProviderFront, WebFrontConfig, _validate_fronts
+from bot.config.hours import HoursConfig, ScheduleName
 from bot.config.problems import ConfigError, ConfigProblem, problems_from
 from bot.config.sections import (
     ApiConfig,
@@ -54,6 +55,9 @@ class Config(_Section):
     # per kind by `Config.from_mapping` (a provider front against its adapter's front_model).
     fronts: list[Any] = Field(default_factory=list, description="Where subscribers talk to the bot.")
     logging: LoggingConfig = LoggingConfig()
+    hours: dict[ScheduleName, HoursConfig] = Field(
+        default_factory=dict, description="Named office-hours schedules that channels name with hours: <name>.",
+    )
     # Validated per kind against the adapter's own model by `Config.from_mapping`.
     channels: list[Any] = Field(default_factory=list)
 
@@ -120,6 +124,7 @@ class Config(_Section):
                 if channel is not None:
                     channels.append(channel)
         problems.extend(_cross_checks(raw_channels if isinstance(raw_channels, list) else []))
+        problems.extend(_hours_checks(data.get("hours"), raw_channels if isinstance(raw_channels, list) else []))
         fronts, found = _validate_fronts(raw_fronts, channels)
         problems.extend(found)
         if config is not None:
@@ -178,6 +183,25 @@ def _action_checks(config: Config, channels: list[ChannelConfig]) -> list[Config
                 problems.append(ConfigProblem(where, f"no channel with id {cid} (configured: {', '.join(map(str, known)) or 'none'})"))
             elif kinds[cid] == "agent":
                 problems.append(ConfigProblem(where, f"channel {cid} is a sibling agent: approvals need a person"))
+    return problems
+
+
+def _hours_checks(raw_hours: Any, raw_channels: list[Any]) -> list[ConfigProblem]:
+    """Every schedule a channel names exists under `hours:`. Both are read raw, so a name is
+    checked even when its schedule or its channel is refused for another key."""
+    problems: list[ConfigProblem] = []
+    defined = sorted(map(str, raw_hours)) if isinstance(raw_hours, dict) else []
+    for index, entry in enumerate(raw_channels):
+        name = entry.get("hours") if isinstance(entry, dict) else None
+        if name is None or name in defined:
+            continue
+        close = difflib.get_close_matches(str(name), defined, n=1)
+        guess = f"; did you mean '{close[0]}'?" if close else ""
+        problems.append(ConfigProblem(
+            f"channels[{index}].hours",
+            f"no schedule named {name!r} under hours: (defined: {', '.join(defined) or 'none'}){guess}; "
+            "add it there or fix the name",
+        ))
     return problems
 
 

@@ -39,6 +39,7 @@ from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import DeliveryFailed, Outbox
 from bot.domain import conversations
 from bot.domain import handoff_rows as rows
+from bot.domain.hours import Closed, OfficeHours
 from bot.domain.rendering import Renderer
 from bot.domain.resume import MAX_NOTE, resume_message
 from bot.errors import Conflict, DeskError, NotFound
@@ -56,7 +57,7 @@ from bot.store.models import (
     new_id,
 )
 from bot.store.vocabulary import OUTCOMES_SPOKEN, HandoffState, OutboxState, Outcome, ReleaseReason, Role
-from channels.base import DEFAULT_PUBLIC_NAME, Dispatch, HandoffBrief, Notice, Receipt, Relay
+from channels.base import DEFAULT_PUBLIC_NAME, ChannelConfig, Dispatch, HandoffBrief, Notice, Receipt, Relay
 from forms.fields import (
     MAX_RETURN_FIELDS,
     CoercedReturn,
@@ -289,10 +290,11 @@ class Handoffs:
         renderer: Renderer,
         metrics: Metrics,
         forms: FormLinks,
+        hours: OfficeHours,
     ) -> None:
         self.db, self.clock, self.settings, self.forms = db, clock, settings, forms
         self.channels, self.outbox, self.renderer = channels, outbox, renderer
-        self.metrics = metrics
+        self.metrics, self.hours = metrics, hours
 
     @property
     def idle_timeout(self) -> timedelta:
@@ -368,6 +370,8 @@ class Handoffs:
         now = self.clock.now()
         sid = new_id("hs")
         conversation_id = conversation.id
+        closed = self.hours.closed(adapter.config)
+        estimate = self._estimate(adapter.config, closed)
         try:
             async with self.db.transaction(effect=True) as session:
                 # No look for an open handoff first: the one-open-per-conversation unique index
@@ -391,7 +395,7 @@ class Handoffs:
                     include_transcript=req.include_transcript,
                     extra_context=req.extra_context or {},
                     expected_return=[f.model_dump(exclude_none=True) for f in req.expected_return or []],
-                    estimated_response=adapter.config.estimated_response,
+                    estimated_response=estimate,
                     created_at=now,
                     form_link_id=link_id,
                 )
@@ -401,7 +405,7 @@ class Handoffs:
                     conversation_id=conversation_id, channel_id=adapter.id, channel_kind=adapter.kind,
                     request=req.model_dump(mode="json", exclude_none=True),
                 )
-                outbound = self._dispatch_outbound(handoff, conversation, history)
+                outbound = self._dispatch_outbound(handoff, conversation, history, closed=closed)
                 item = await self.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
         except IntegrityError:  # the unique index on one open handoff per conversation
             raise HandoffAlreadyOpen(await self._open_id(conversation_id)) from None
@@ -430,16 +434,30 @@ class Handoffs:
         return HandoffStarted(
             handoff_session_id=sid, handoff_event_id=int(requested.id or 0), channel_id=adapter.id,
             channel_kind=adapter.kind, channel_label=adapter.label, channel_message_id=receipt.message_id,
-            estimated_response=adapter.config.estimated_response,
+            estimated_response=estimate,
         )
+
+    def _estimate(self, channel: ChannelConfig, closed: Closed | None) -> str:
+        """What the model and the subscriber are told to expect: the channel's own estimate,
+        or, outside its office hours, when its people are back (a template owners can reword)."""
+        if closed is None:
+            return channel.estimated_response
+        return self.renderer.render(
+            "messages/out_of_hours_estimate.txt", back=closed.back_text, usual=channel.estimated_response,
+        ).strip()
 
     async def _open_id(self, conversation_id: str) -> str | None:
         async with self.db.read() as session:
             found = await self.open_session(session, conversation_id)
             return found.id if found else None
 
-    def _dispatch_outbound(self, handoff: HandoffSession, conversation: Conversation, history: list[Message]) -> Dispatch:
+    def _dispatch_outbound(
+        self, handoff: HandoffSession, conversation: Conversation, history: list[Message], *, closed: Closed | None,
+    ) -> Dispatch:
         brief = self._brief(handoff, conversation, history if handoff.include_transcript else [])
+        if closed is not None:
+            outside = self.renderer.render("messages/out_of_hours_dispatch.txt", estimated_response=handoff.estimated_response)
+            brief = brief.model_copy(update={"outside_hours": outside.strip()})
         text = self.renderer.render(
             "messages/dispatch.txt",
             brief=brief,

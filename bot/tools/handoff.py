@@ -19,6 +19,7 @@ from bot.domain.handoffs import (
 from bot.errors import error_body
 from bot.store.vocabulary import ReleaseReason
 from bot.tools import Tool, ToolContext, model_schema
+from channels.base import ChannelConfig
 
 
 class HandoffRequestTool(Tool):
@@ -31,10 +32,7 @@ class HandoffRequestTool(Tool):
         return bool(ctx.channels.available()) and ctx.conversation.serves_handoff_session_id is None
 
     def describe(self, ctx: ToolContext) -> str:
-        lines = [
-            f"- channel_id {a.id}: {a.label} ({a.kind}); responds {a.config.estimated_response}"
-            for a in ctx.channels.available()
-        ]
+        lines = [f"- channel_id {a.id}: {a.label} ({a.kind}); {_availability(ctx, a.config)}" for a in ctx.channels.available()]
         return (
             "Hand this conversation to a person (or a sibling agent) through one of the configured channels. "
             "Use it when the user asks for a human, or when you cannot safely or correctly help.\n"
@@ -47,7 +45,7 @@ class HandoffRequestTool(Tool):
         )
 
     def spec_key(self, ctx: ToolContext) -> Hashable:
-        return tuple((a.id, a.label, a.kind, a.config.estimated_response) for a in ctx.channels.available())
+        return tuple((a.id, a.label, a.kind, _availability(ctx, a.config)) for a in ctx.channels.available())
 
     def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
         schema = model_schema(self.input_model)
@@ -92,6 +90,16 @@ class HandoffRequestTool(Tool):
         )
         details["handoff_event_id"] = str(event_id)
         return error
+
+
+def _availability(ctx: ToolContext, channel: ChannelConfig) -> str:
+    """A channel's line in the description: its usual estimate, or, outside its office hours,
+    that it is closed and when someone is back."""
+    closed = ctx.handoffs.hours.closed(channel)
+    if closed is None:
+        return f"responds {channel.estimated_response}"
+    back = closed.back_text
+    return f"closed now; back {back}" if back else "closed now; no office hours ahead"
 
 
 def started_result(started: HandoffStarted) -> dict[str, Any]:

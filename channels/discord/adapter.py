@@ -404,6 +404,8 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         summary = clip_escaped(escape(brief.summary), SUMMARY_BUDGET)
         action = clip_escaped(escape(brief.expected_action), ACTION_BUDGET)
         core = f"**Summary**\n{summary}\n\n**What to do**\n{action}"
+        if brief.outside_hours:
+            core = f"*{escape(brief.outside_hours)}*\n\n{core}"
         footer = clip(self._render("footer.txt", who=who, idle=short_duration(brief.idle_timeout_seconds),
                                    release_button=bool(self.config.application_public_key)), FOOTER_LIMIT)
 
