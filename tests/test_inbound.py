@@ -155,6 +155,19 @@ async def test_an_event_of_a_live_instance_is_left_to_it_until_its_heartbeat_sto
     assert await human_texts(h, cid) == ["stored there", "worked there"]
 
 
+async def test_an_instance_taken_for_dead_mid_work_commits_nothing_of_the_event(start_desk: StartDesk, scripted: Any) -> None:
+    """Its loop stalled past a heartbeat and another instance took the event over: the done
+    mark finds the claim gone, so the relay rolls back here (the new owner relays it once)."""
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    stored = await h.desk.inbound._store_claimed(1, reply(sid, "taken over meanwhile", key="k"))
+    assert stored is not None
+    await claimed_by(h, stored.id, "in_other")  # the instance that took it over
+    assert await h.desk.inbound._work(stored, (1, "thread", f"thread-{sid}")) == "claim lost"
+    assert await human_texts(h, cid) == []
+    [event] = await events(h)
+    assert (event.state, event.claimed_by) == ("processing", "in_other")
+
+
 async def test_a_reply_is_marked_done_in_the_transaction_that_relays_it(start_desk: StartDesk, scripted: Any) -> None:
     """A kill -9 straight after the relay commits finds the event done: it is never relayed
     again (and one that dies before that commit left nothing, so it is worked again)."""

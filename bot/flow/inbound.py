@@ -62,8 +62,13 @@ _CLAIM = prepared.Prepared(
     .where(_TABLE.c.id == bindparam("event_id"), _TABLE.c.state == InboundState.PENDING)
     .values(state=InboundState.PROCESSING, processed_at=bindparam("now"), claimed_by=bindparam("owner"))
     .returning(*_EVENTS.columns))
+# Fenced: only while the event is still this instance's claim. Another instance that took it
+# for dead has it now, and its record stands (and an effect carrying this mark rolls back).
 _FINISH = prepared.Prepared(
-    update(_TABLE).where(_TABLE.c.id == bindparam("event_id"))
+    update(_TABLE)
+    .where(_TABLE.c.id == bindparam("event_id"), _TABLE.c.claimed_by == bindparam("owner"),
+           # done already when its effect carried the mark and the outcome is then worded again
+           _TABLE.c.state.in_((literal(InboundState.PROCESSING), literal(InboundState.DONE))))
     .values(state=bindparam("new_state"), result=bindparam("outcome")))
 # Events stored or being worked by instances that stopped beating (or by none: rows from
 # before events had owners) become this instance's, to be worked again from the start: an
@@ -208,10 +213,13 @@ class Inbound:
         that makes its effect (the relayed reply, the release, the decision), so a crash
         leaves either both or neither, and an event is worked again only when nothing of it
         committed. Work that changes nothing (an ignored reply, a no-op) is marked after."""
-        done = _DoneMark(int(event.id or 0))
+        done = _DoneMark(int(event.id or 0), self.owner)
         try:
             with committed_with(done) as effect:
                 worked = await self._handle(event, done)
+        except ClaimLost:  # taken over meanwhile (this instance was taken for dead): nothing of it committed here
+            log.warning("inbound_claim_lost", inbound_event_id=event.id, owner=self.owner)
+            return "claim lost"
         except OperationalError:  # the database hiccupped before the effect: try again later
             if effect.applied:
                 log.exception("inbound_failed_after_its_effect", inbound_event_id=event.id)
@@ -309,7 +317,12 @@ class Inbound:
     async def _finish(self, event: InboundEvent, worked: _Worked) -> str:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await prepared.execute(session, _FINISH, {"event_id": event.id, "new_state": worked.state, "outcome": worked.result})
+            finished = await prepared.execute(session, _FINISH, {
+                "event_id": event.id, "new_state": worked.state, "outcome": worked.result, "owner": self.owner,
+            })
+            if finished != 1:  # another instance took it over meanwhile: its record stands
+                log.warning("inbound_claim_lost", inbound_event_id=event.id, owner=self.owner)
+                return worked.result
             if worked.state in (InboundState.IGNORED, InboundState.FAILED):
                 await audit.record(
                     session, f"inbound_{worked.state}", at=now, actor=event.payload.get("author") or "recipient",
@@ -364,6 +377,15 @@ class Inbound:
         return channel_id
 
 
+class ClaimLost(Exception):
+    """The event being worked was taken over by another instance (this one was taken for
+    dead): its effect must not commit here."""
+
+    def __init__(self, event_id: int) -> None:
+        super().__init__(f"inbound event {event_id} is another instance's now")
+        self.event_id = event_id
+
+
 @dataclass(frozen=True)
 class _Worked:
     """What working an event came to, as its row records it."""
@@ -375,13 +397,19 @@ class _Worked:
 
 @dataclass
 class _DoneMark:
-    """Marks an event done in the transaction of its effect (bot/runtime/effects.py)."""
+    """Marks an event done in the transaction of its effect (bot/runtime/effects.py); raises
+    ClaimLost, rolling the effect back, when the event is no longer this instance's."""
 
     event_id: int
+    owner: str
     result: str = "done"
 
     async def __call__(self, session: AsyncSession) -> None:
-        await prepared.execute(session, _FINISH, {"event_id": self.event_id, "new_state": InboundState.DONE, "outcome": self.result})
+        marked = await prepared.execute(session, _FINISH, {
+            "event_id": self.event_id, "new_state": InboundState.DONE, "outcome": self.result, "owner": self.owner,
+        })
+        if marked != 1:
+            raise ClaimLost(self.event_id)
 
 
 def _released(result: ReleaseResult, sid: str) -> _Worked:
