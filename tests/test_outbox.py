@@ -288,9 +288,14 @@ async def test_what_an_instance_that_stopped_beating_was_sending_is_taken_over_w
 
 
 async def test_a_stopped_desk_leaves_so_its_claims_are_taken_over_at_once(start_desk: StartDesk, scripted: Any, sqlite_url: str) -> None:
-    first = await start_desk(adapters={1: scripted})
-    second = await start_desk(adapters={1: scripted}, url=sqlite_url, clock=first.desk.clock)
+    """A leaves while its relay is still claimed (a send cut off by the stop): B takes it
+    at its next pass, without waiting for A's heartbeat to age or its lease to run out."""
+    first, second, channel_a, stuck = await two_instances_one_hung_relay(start_desk, scripted, sqlite_url, lease_run_out=False)
     await first.desk.instances.stop()
     async with second.desk.db.read() as session:
-        ids = list(await session.scalars(select(DeskInstance.id)))
-    assert ids == [second.desk.instances.id]
+        assert list(await session.scalars(select(DeskInstance.id))) == [second.desk.instances.id]
+    assert await second.desk.outbox.take_over(second.desk.instances.dead_after) == 1
+    await second.desk.outbox.drain()
+    assert second.desk.channels.get(1).texts("relay") == ["Ana: hello"]
+    channel_a.gate.set()
+    await stuck

@@ -37,7 +37,7 @@ class ServerConfig(_Section):
     )
     # The largest provider calls are chat event callbacks (a message of up to 40,000
     # characters with its formatting blocks: a few hundred KB at worst); the other providers
-    # send far less, and mail arrives over SMTP, not here.
+    # send far less, and mail does not arrive over HTTP at all.
     max_body: DataSize = Field(
         default=1024**2,
         description="Largest request body /api, the web chat's API and provider webhooks take (413 above it).",
