@@ -366,7 +366,7 @@ async def test_an_http_call_whose_answer_was_lost_is_retried_after_a_restart_as_
         await harness.desk.stop()
         again = await start_desk(url=database_url, clock=harness.desk.clock, channels=CHANNELS,
                                  actions=[http_refund(endpoint, timeout="200ms")], adapters={2: ScriptedChannel})
-        harness.desk.clock.advance(timedelta(seconds=2))  # type: ignore[attr-defined]
+        harness.desk.clock.advance(timedelta(seconds=5))  # type: ignore[attr-defined]  # past any backoff with its jitter
         await again.desk.settle()
     finally:
         await endpoint.stop()
