@@ -119,6 +119,10 @@ class HandoffBrief(BaseModel):
     # One sentence for a handoff that arrived outside the channel's office hours (what the
     # subscriber was told to expect); None within them or when the channel names no hours.
     outside_hours: str | None = None
+    # Sent to several recipients at once (a route's step, config `routes:`): the first to
+    # claim takes the handoff. An adapter with buttons adds a Claim button (`ClaimPress`);
+    # without, a reply in the thread claims it, which the brief's text already says.
+    claimable: bool = False
 
     @property
     def field_lines(self) -> list[str]:
@@ -243,13 +247,18 @@ class Relay(_ToHandoff):
     thread: dict[str, Any] = Field(default_factory=dict)
 
 
-NoticeAbout = Literal["released", "form_link", "routing"]
+NoticeAbout = Literal["released", "form_link", "routing", "claimed", "taken", "reminder", "not_yours"]
 
 
 class Notice(_ToHandoff):
     """What the desk tells the handoff's thread: it was released (an adapter may also take
     the dispatch's buttons away), a new form link, or, on a shared line (no threads), which
-    handoff a recipient's message went to ("routing")."""
+    handoff a recipient's message went to ("routing"). On a route (`HandoffBrief.claimable`):
+    this thread's claim won ("claimed": the Claim button can go), someone on another channel
+    took it ("taken": an adapter with `capabilities.edits` edits its dispatch in place to say
+    so and drops the buttons, posting nothing; others post the text), nobody has taken it yet
+    ("reminder"), or what was written here was not relayed because someone else has it
+    ("not_yours")."""
 
     kind: Literal["notice"] = "notice"
     purpose: ClassVar[str] = "notice"
@@ -389,6 +398,10 @@ class Receipt(BaseModel):
 class _Event(BaseModel):
     dedupe_key: str | None = None
     author: str | None = None  # who: a person's display name, a subscriber's profile name
+    # The provider's own id of who acted (a Slack user id, a Telegram user id, a Discord
+    # user id, a phone number), as the verified call carries it; never a display name.
+    # None where the provider does not say.
+    user_id: str | None = Field(default=None, max_length=200)
 
 
 class RecipientText(_Event):
@@ -411,6 +424,13 @@ class ReleasePress(_Event):
     kind: Literal["release_press"] = "release_press"
     thread_key: str
     outcome: ReleaseOutcome | None = None
+
+
+class ClaimPress(_Event):
+    """A recipient pressed a handoff's Claim button ("I'm on it"): the first claim takes it."""
+
+    kind: Literal["claim_press"] = "claim_press"
+    thread_key: str
 
 
 class Decision(_Event):
@@ -460,7 +480,7 @@ class DeliveryFailure(_Event):
 
 SubscriberEvent = SubscriberText | ChatOpened | UserActionAnswer
 InboundMessage = Annotated[
-    RecipientText | ReleasePress | Decision | SubscriberText | ChatOpened | UserActionAnswer | DeliveryFailure,
+    RecipientText | ReleasePress | ClaimPress | Decision | SubscriberText | ChatOpened | UserActionAnswer | DeliveryFailure,
     Field(discriminator="kind"),
 ]
 """Anything an adapter hands the core: the inbox stores it, deduplicated, and handles each kind in one place."""

@@ -31,6 +31,7 @@ from bot.config.hours import DAY_NAMES, HoursConfig, ScheduleName, Window
 from bot.config.loading import config_warnings, expand_env, load_config, yaml_problem
 from bot.config.problems import ConfigError, ConfigProblem, format_path, problems_from
 from bot.config.root import DEV_SECRET_KEY, Config, exposure_problems
+from bot.config.routes import Ladder, RouteConfig, StepConfig, resolve_ladders, route_checks
 from bot.config.sections import (
     ApiConfig,
     DeliverySettings,
@@ -69,6 +70,11 @@ __all__ = [
     "parse_duration",
     "parse_size",
     # sections
+    "Ladder",
+    "RouteConfig",
+    "StepConfig",
+    "resolve_ladders",
+    "route_checks",
     "ApiConfig",
     "DeliverySettings",
     "HandoffSettings",

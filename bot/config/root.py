@@ -16,6 +16,7 @@ from bot.config.agents import AgentConfig, RulesAgentConfig
 from bot.config.fronts import ProviderFront, WebFrontConfig, _validate_fronts
 from bot.config.hours import HoursConfig, ScheduleName
 from bot.config.problems import ConfigError, ConfigProblem, problems_from
+from bot.config.routes import Ladder, RouteConfig, resolve_ladders, route_checks
 from bot.config.sections import (
     ApiConfig,
     DeliverySettings,
@@ -60,6 +61,9 @@ class Config(_Section):
     )
     # Validated per kind against the adapter's own model by `Config.from_mapping`.
     channels: list[Any] = Field(default_factory=list)
+    routes: list[RouteConfig] = Field(
+        default_factory=list, description="Ladders of channels the agent can hand to like a channel (same id space).",
+    )
 
     @field_validator("secret_key")
     @classmethod
@@ -98,6 +102,11 @@ class Config(_Section):
     def channel(self, channel_id: int) -> ChannelConfig | None:
         return next((c for c in self.channels if c.id == channel_id), None)
 
+    @property
+    def ladders(self) -> dict[int, Ladder]:
+        """Each route's whole ladder, the steps of the routes it falls through to appended."""
+        return resolve_ladders(self.routes)
+
     @classmethod
     def from_mapping(cls, data: Any, *, config_dir: Path | None = None) -> Config:
         """Validate a parsed mapping (after `${VAR}` expansion); raise ConfigError listing
@@ -125,6 +134,7 @@ class Config(_Section):
                     channels.append(channel)
         problems.extend(_cross_checks(raw_channels if isinstance(raw_channels, list) else []))
         problems.extend(_hours_checks(data.get("hours"), raw_channels if isinstance(raw_channels, list) else []))
+        problems.extend(route_checks(data.get("routes"), channels, data.get("hours")))
         fronts, found = _validate_fronts(raw_fronts, channels)
         problems.extend(found)
         if config is not None:

@@ -39,6 +39,7 @@ from bot.store.rows import Rows
 from bot.store.vocabulary import InboundState, Outcome, ReleaseReason
 from channels.base import (
     ChatOpened,
+    ClaimPress,
     Decision,
     DeliveryFailure,
     InboundMessage,
@@ -256,6 +257,8 @@ class Inbound:
             case RecipientText():
                 done.result = "released" if parse_release_command(message.text) is not None else "relayed"
                 return await self._recipient_text(event, message)
+            case ClaimPress():
+                return _Worked(InboundState.IGNORED, "claims are not handled yet")
 
     async def _recipient_text(self, event: InboundEvent, message: RecipientText) -> _Worked:
         """A recipient's words: to the handoff of their thread (or, on a shared line, the one

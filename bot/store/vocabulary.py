@@ -36,6 +36,15 @@ class OutboxState(StrEnum):
     FAILED = "failed"
 
 
+class RecipientState(StrEnum):
+    """A route's recipient (`HandoffRecipient.state`): its dispatch is being sent, reached the
+    channel, or failed (refused, given up, or reported lost by the provider after acceptance)."""
+
+    SENDING = "sending"
+    NOTIFIED = "notified"
+    FAILED = "failed"
+
+
 class InboundState(StrEnum):
     """Where a stored inbound event is: waiting, claimed by one lane, or finished (handled,
     ignored with a reason, or failed inside the desk)."""
@@ -97,11 +106,12 @@ class ReleaseReason(StrEnum):
     AGENT = "agent"
     OWNER = "owner"
     IDLE_TIMEOUT = "idle_timeout"
+    UNCLAIMED = "unclaimed"
 
     @property
     def default_outcome(self) -> Outcome:
         """The outcome recorded when the release names none: a timeout resolved nothing."""
-        return Outcome.UNRESOLVED if self is ReleaseReason.IDLE_TIMEOUT else Outcome.RESOLVED
+        return Outcome.UNRESOLVED if self in (ReleaseReason.IDLE_TIMEOUT, ReleaseReason.UNCLAIMED) else Outcome.RESOLVED
 
     def resume_phrase(self, idle_span: str = "a while") -> str:
         """Why the agent has the conversation again, in the `[Bot resumed — …]` line; the idle
@@ -120,6 +130,7 @@ _RESUME_PHRASES = {
     ReleaseReason.AGENT: "the sibling agent has handed control back",
     ReleaseReason.OWNER: "the owner released the conversation",
     ReleaseReason.IDLE_TIMEOUT: "the handoff ended after {idle_span} without activity",
+    ReleaseReason.UNCLAIMED: "nobody was available to take the handoff, so no person has answered",
 }
 
 _PAGE_PHRASES = {
@@ -128,4 +139,5 @@ _PAGE_PHRASES = {
     ReleaseReason.AGENT: "handed back by the sibling agent",
     ReleaseReason.OWNER: "released by the owner",
     ReleaseReason.IDLE_TIMEOUT: "ended after a period without activity",
+    ReleaseReason.UNCLAIMED: "handed back because nobody took it",
 }
