@@ -34,8 +34,10 @@ MONDAY_NOON = datetime(2026, 12, 7, 11, 0, tzinfo=UTC)  # Mon 12:00 in Berlin
 
 
 async def route_desk(start_desk: StartDesk, route: dict[str, Any] | None = None, **overrides: Any) -> Harness:
+    """A desk with three scripted channels and one route, on a manual clock (`now`, or a shared `clock`)."""
+    clock = overrides.pop("clock", None) or ManualClock(overrides.pop("now", MONDAY_NOON))
     return await start_desk(
-        clock=ManualClock(overrides.pop("now", MONDAY_NOON)), adapters={1: ScriptedChannel, 2: ScriptedChannel, 3: ScriptedChannel},
+        clock=clock, adapters={1: ScriptedChannel, 2: ScriptedChannel, 3: ScriptedChannel},
         channels=CHANNELS, routes=[route or SUPPORT], **overrides,
     )
 
@@ -311,3 +313,59 @@ def test_config_problems_name_the_key_path() -> None:
     assert "routes[0].steps[0].claim_within: must be between 10s and 7d" in routes_problem(
         [{**SUPPORT, "steps": [{"notify": [1], "claim_within": "1s"}]}])
     assert "routes[0].when_nobody_claims: no route with id 99" in routes_problem([{**SUPPORT, "when_nobody_claims": 99}])
+
+
+# --------------------------------------------------------------------------- two instances, a restart
+
+
+async def test_two_instances_escalate_once_and_one_claim_wins_across_them(start_desk: StartDesk, database_url: str) -> None:
+    clock = ManualClock(MONDAY_NOON)
+    first = await route_desk(start_desk, clock=clock)
+    second = await route_desk(start_desk, clock=clock, url=database_url)
+    cid, started = await route_handoff(first)
+    sid = started["handoff_session_id"]
+    clock.advance(timedelta(minutes=5))
+    await asyncio.gather(first.desk.timers.sweep(), second.desk.timers.sweep(), first.desk.timers.sweep())
+    await asyncio.gather(first.desk.settle(), second.desk.settle())
+    dispatched = [h for h in (first, second) if any(o.purpose == "dispatch" for o in channel(h, 3).sent)]
+    assert len(dispatched) == 1 and len([o for o in channel(dispatched[0], 3).sent if o.purpose == "dispatch"]) == 1
+    assert (await first.kinds(sid)).count("handoff_escalated") == 1
+    assert [t for t in await subscriber_told(first, cid) if t.startswith("Still looking")] == [
+        "Still looking for someone — I've asked more of our support team. Your messages will reach whoever takes it."]
+
+    # A Claim press on the first instance's Slack and a reply on the second's On-call phone, at once
+    thread_1 = dispatch_thread(first, 1)
+    thread_3 = dispatch_thread(dispatched[0], 3)
+    results = await asyncio.gather(
+        first.desk.inbound.submit_and_wait(1, ClaimPress(thread_key=thread_1, author="Ann", user_id="U1")),
+        second.desk.inbound.submit_and_wait(3, RecipientText(thread_key=thread_3, text="Mine", author="Olga", user_id="+49")),
+    )
+    await asyncio.gather(first.desk.settle(), second.desk.settle())
+    handoff = await first.handoff(sid)
+    assert handoff["claimed_by"] in ("Ann", "Olga")
+    kinds = await first.kinds(sid)
+    assert kinds.count("handoff_claimed") == 1
+    assert kinds.count("claim_noop") + kinds.count("not_relayed") == 1
+    if handoff["claimed_by"] == "Ann":
+        assert results[1].startswith("not relayed: Ann has this handoff")
+        assert ("Olga", "Mine") not in await first.human_texts(cid)
+    else:
+        assert results == ["already claimed by Olga", "relayed"]
+    clock.advance(timedelta(hours=1))  # claimed: no instance escalates or releases it as unclaimed any more
+    await asyncio.gather(first.desk.timers.sweep(), second.desk.timers.sweep())
+    assert (await first.handoff(sid))["release_reason"] in (None, "idle_timeout")
+
+
+async def test_a_ladder_deadline_missed_while_stopped_runs_on_start(start_desk: StartDesk, database_url: str) -> None:
+    first = await route_desk(start_desk)
+    _, started = await route_handoff(first)
+    sid = started["handoff_session_id"]
+    await first.desk.stop()
+    # down past the first step's deadline and what would have been the second's
+    second = await route_desk(start_desk, clock=ManualClock(MONDAY_NOON + timedelta(minutes=20)), url=database_url)
+    await second.desk.timers.sweep()
+    await second.desk.settle()
+    await second.desk.timers.sweep()  # the second step's deadline is counted from its own start
+    handoff = await second.handoff(sid)
+    assert handoff["step"] == 1 and handoff["state"] == "active"  # nothing was skipped silently: step 2 ran
+    assert [o.purpose for o in channel(second, 3).sent] == ["dispatch"]
