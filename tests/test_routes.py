@@ -11,11 +11,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
+from bot.config import RouteConfig, StepConfig
 from bot.runtime.clock import ManualClock
 from channels.base import ClaimPress, DeliveryFailure, Notice, PermanentChannelError, RecipientText, TransientChannelError
 from tests.conftest import Harness, StartDesk, config_problem
 from tests.fakes import ScriptedChannel
+from tests.test_readme import readme_blocks
 
 CHANNELS = [
     {"id": 1, "kind": "owner_inbox", "label": "Slack support", "estimated_response": "within 5 minutes"},
@@ -369,3 +372,46 @@ async def test_a_ladder_deadline_missed_while_stopped_runs_on_start(start_desk: 
     handoff = await second.handoff(sid)
     assert handoff["step"] == 1 and handoff["state"] == "active"  # nothing was skipped silently: step 2 ran
     assert [o.purpose for o in channel(second, 3).sent] == ["dispatch"]
+
+
+# --------------------------------------------------------------------------- the README's worked example
+
+
+async def test_the_readme_s_worked_example_happens_as_it_says(start_desk: StartDesk) -> None:
+    [block] = [b for b in readme_blocks() if b.lang == "yaml" and "routes:" in b.body]
+    example = yaml.safe_load("\n".join(block.body))
+    tuesday_two_pm = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)  # 14:00 in Berlin
+    harness = await start_desk(
+        clock=ManualClock(tuesday_two_pm), adapters={1: ScriptedChannel, 2: ScriptedChannel, 3: ScriptedChannel}, **example,
+    )
+    cid, started = await route_handoff(harness)
+    assert {k: started[k] for k in ("ok", "human_notified", "channel_id", "channel_kind", "channels_failed", "estimated_response")} \
+        == {"ok": True, "human_notified": True, "channel_id": 20, "channel_kind": "route", "channels_failed": [],
+            "estimated_response": "within 10 minutes"}
+    assert sorted(started["channels_notified"]) == [1, 2]
+    assert "I've asked our support team to join — usually within 10 minutes." in (await subscriber_told(harness, cid))[-1]
+
+    await escalate(harness, timedelta(minutes=5))  # 14:05
+    assert [len(notices(harness, c, "reminder")) for c in (1, 2)] == [1, 1]
+    assert [o.purpose for o in channel(harness, 3).sent] == ["dispatch"]
+    assert (await subscriber_told(harness, cid))[-1].startswith("Still looking for someone — I've asked more of our support team.")
+
+    harness.desk.clock.advance(timedelta(minutes=2))  # type: ignore[attr-defined]  # 14:07
+    assert await reply(harness, 3, "Hi Ana, Olga here.", "Olga") == "relayed"
+    await harness.desk.settle()
+    told = await subscriber_told(harness, cid)
+    assert told[-1] == "Olga from our support team has joined the conversation."
+    for c in (1, 2):
+        [taken] = notices(harness, c, "taken")
+        assert taken.text.endswith("was taken by Olga (On-call) at 13:07 UTC. Nothing more to do here.")
+    await reply(harness, 1, "I'll take it", "Eve")
+    await harness.desk.settle()
+    [refused] = notices(harness, 1, "not_yours")
+    assert refused.text.endswith("is Olga's; what you wrote here did not reach the subscriber.")
+
+
+def test_the_readme_documents_every_route_and_step_key() -> None:
+    [block] = [b for b in readme_blocks() if b.lang == "yaml" and "routes:" in b.body]
+    shown = "\n".join(block.body)
+    for key in [*RouteConfig.model_fields, *StepConfig.model_fields]:
+        assert f"{key}:" in shown, key
