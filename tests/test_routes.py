@@ -415,3 +415,14 @@ def test_the_readme_documents_every_route_and_step_key() -> None:
     shown = "\n".join(block.body)
     for key in [*RouteConfig.model_fields, *StepConfig.model_fields]:
         assert f"{key}:" in shown, key
+
+
+async def test_a_step_s_hours_follow_the_wall_clock_across_a_change_of_summer_time(start_desk: StartDesk) -> None:
+    route = {**SUPPORT, "steps": [{"notify": [1], "claim_within": "5m", "hours": "office"}, {"notify": [3], "claim_within": "5m"}]}
+    office = {"timezone": "Europe/Berlin", "weekly": {"sun": "09:00-18:00"}}
+    # 2026-03-29: 02:00 CET becomes 03:00 CEST, so 06:30 UTC is 08:30 in Berlin (closed) and 07:30 UTC 09:30 (open)
+    for at, reached in (("2026-03-29 06:30", [3]), ("2026-03-29 07:30", [1])):
+        harness = await route_desk(start_desk, route, hours={"office": office},
+                                   now=datetime.fromisoformat(at).replace(tzinfo=UTC))
+        _, started = await route_handoff(harness)
+        assert started["channels_notified"] == reached, at
