@@ -426,3 +426,19 @@ async def test_a_step_s_hours_follow_the_wall_clock_across_a_change_of_summer_ti
                                    now=datetime.fromisoformat(at).replace(tzinfo=UTC))
         _, started = await route_handoff(harness)
         assert started["channels_notified"] == reached, at
+
+
+async def test_a_claim_from_a_page_leaves_the_channels_out(start_desk: StartDesk) -> None:
+    harness = await route_desk(start_desk)
+    cid, started = await route_handoff(harness)
+    sid = started["handoff_session_id"]
+    claim = await harness.desk.handoffs.claim(sid, by="Owner", via="inbox")
+    assert claim.claimed and (await harness.handoff(sid))["claimed_via"] == "inbox"
+    again = await harness.desk.handoffs.claim(sid, by="Someone", via="inbox")
+    assert not again.claimed and again.handoff.claimed_by == "Owner"
+    await harness.say(cid, "Hello?")
+    await harness.desk.settle()
+    for c in (1, 2):  # told who has it, and relayed nothing more
+        assert len(notices(harness, c, "taken")) == 1
+        assert [o for o in channel(harness, c).sent if o.purpose == "relay"] == []
+    assert ("Hello?" in [m["text"] for m in await harness.messages(cid) if m["role"] == "subscriber"])

@@ -975,11 +975,14 @@ class Handoffs:
 
     async def _lines(self, session: AsyncSession, handoff: HandoffSession) -> list[_Line]:
         """Where the handoff's messages go, as (channel, thread, lane): its one line, or, on a
-        route nobody has claimed, every recipient reached. On a route each channel has a lane
+        route nobody has claimed, every recipient reached (none once someone took it from a
+        page, the inbox, where they read the conversation itself). On a route each channel has a lane
         of its own (a slow channel never holds up another's messages)."""
         if handoff.route_id is None:
             return [(handoff.channel_id, handoff.thread, None)]
         if handoff.claimed_at is not None:
+            if handoff.claimed_recipient_id is None:  # taken where no dispatch went (the inbox page): no thread of it
+                return []
             return [(handoff.channel_id, handoff.thread, handoff.channel_id)]
         reached = await recipients.of_handoff(session, handoff.id, state=RecipientState.NOTIFIED)
         return [(r.channel_id, r.thread, r.channel_id) for r in reached] or [(handoff.channel_id, handoff.thread, handoff.channel_id)]
