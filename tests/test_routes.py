@@ -442,3 +442,24 @@ async def test_a_claim_from_a_page_leaves_the_channels_out(start_desk: StartDesk
         assert len(notices(harness, c, "taken")) == 1
         assert [o for o in channel(harness, c).sent if o.purpose == "relay"] == []
     assert ("Hello?" in [m["text"] for m in await harness.messages(cid) if m["role"] == "subscriber"])
+
+
+async def test_the_request_answers_once_one_channel_is_reached(start_desk: StartDesk) -> None:
+    harness = await route_desk(start_desk)
+    slow = channel(harness, 2)
+    slow.gate = asyncio.Event()  # Telegram support is slow to answer
+    cid, started = await asyncio.wait_for(route_handoff_unsettled(harness), timeout=10)
+    assert (started["channels_notified"], started["channels_pending"], started["channels_failed"]) == ([1], [2], [])
+    slow.gate.set()
+    await harness.desk.settle()
+    recipients = (await harness.handoff(started["handoff_session_id"]))["recipients"]
+    assert [(r["channel_id"], r["state"]) for r in recipients] == [(1, "notified"), (2, "notified")]
+    await harness.say(cid, "Still there?")
+    await harness.desk.settle()
+    for c in (1, 2):
+        assert [o.body for o in channel(harness, c).sent if o.purpose == "relay"] == ["Still there?"]  # type: ignore[attr-defined]
+
+
+async def route_handoff_unsettled(harness: Harness) -> tuple[str, dict[str, Any]]:
+    cid = await harness.conversation()
+    return cid, await harness.tool(cid, "handoff_request", {"channel_id": 20, **BRIEF})

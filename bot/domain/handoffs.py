@@ -212,6 +212,7 @@ class HandoffStarted:
     route_id: int | None = None
     notified: tuple[int, ...] = ()
     failed: tuple[int, ...] = ()
+    pending: tuple[int, ...] = ()  # still being sent when the first was reached
 
 
 class HandoffRequestRefused(DeskError):
@@ -634,12 +635,14 @@ class Handoffs:
             )
         self.metrics.handoff_requests.labels("route", "ok").inc()
         async with self.db.read() as session:
-            reached_now = await recipients.of_handoff(session, sid, state=RecipientState.NOTIFIED)
+            now_known = await recipients.of_handoff(session, sid)
         return HandoffStarted(
             handoff_session_id=sid, handoff_event_id=int(requested.id or 0), channel_id=ladder.id,
             channel_kind="route", channel_label=ladder.route.label, channel_message_id=receipt.message_id,
-            estimated_response=estimate, route_id=ladder.id, notified=tuple(r.channel_id for r in reached_now),
-            failed=tuple(failed),
+            estimated_response=estimate, route_id=ladder.id,
+            notified=tuple(r.channel_id for r in now_known if r.state == RecipientState.NOTIFIED),
+            failed=tuple(r.channel_id for r in now_known if r.state == RecipientState.FAILED),
+            pending=tuple(r.channel_id for r in now_known if r.state == RecipientState.SENDING),
         )
 
     def _route_estimate(self, ladder: Ladder, closed: Closed | None) -> str:
