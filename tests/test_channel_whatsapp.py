@@ -339,7 +339,8 @@ async def test_the_adapter_parses_a_webhook_without_the_desk(fake: FakeTwilio) -
         await adapter.stop()
     [message] = reply_.messages
     sid = dict(pair.split("=", 1) for pair in body.decode().split("&"))["MessageSid"]
-    assert message == RecipientText(thread_key=LINE_KEY, text="#A7F3 done, /release", author="Sam Lee", dedupe_key=f"message:{sid}")
+    assert message == RecipientText(thread_key=LINE_KEY, text="#A7F3 done, /release", author="Sam Lee", user_id=ANA_PHONE,
+                                    dedupe_key=f"message:{sid}")
 
 
 # --------------------------------------------------------------------------- provider failures
