@@ -153,7 +153,7 @@ class FakeDiscord(LocalHttpServer):
     def edits(self, channel_id: int | str, message_id: int | str) -> list[Any]:
         """The bodies of every edit (PATCH) of one message, in order, as the client sent them."""
         path = f"/channels/{channel_id}/messages/{message_id}"
-        return [c.body for c in self.calls if c.method == "PATCH" and c.path == path]
+        return [c.json for c in self.calls if c.method == "PATCH" and c.path == path]
 
     # ------------------------------------------------------------------ REST
 
