@@ -526,6 +526,8 @@ class TelegramChannel(ChannelAdapter):
             rows = [kept for row in posted.rows if (kept := [b for b in row if not _is_claim(b)])]
         else:  # a dispatch this process neither sent nor saw pressed: Release alone (the form link is in its text)
             rows = [[self._release_button(_thread_topic(thread))]]
+        if posted is not None and rows == posted.rows:
+            return  # nothing to take away (a retry)
         try:
             await self._call(self._bot().edit_message_reply_markup(
                 chat_id=dispatch[0], message_id=dispatch[1], reply_markup=self._inline(rows) if rows else None),
