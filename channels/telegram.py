@@ -548,6 +548,7 @@ class TelegramChannel(ChannelAdapter):
             self._dispatches[key] = _Posted(text, [list(row) for row in markup.inline_keyboard])
 
     def _thread_key(self, thread: dict[str, Any]) -> str | None:
+        """The key replies in the handoff's thread come back under (as its dispatch's receipt said)."""
         suffix = _thread_suffix(thread)
         return f"{thread.get('chat_id') or self._staff_group()}:{suffix}" if suffix else None
 
@@ -558,17 +559,12 @@ class TelegramChannel(ChannelAdapter):
         bot, staff = self._bot(), self._staff_group()
         chat_id = thread.get("chat_id") or staff
         dispatch_id, topic_id = thread.get("message_id"), thread.get("topic_id")
-        suffix = _thread_suffix(thread)
         reply = ReplyParameters(message_id=dispatch_id, allow_sending_without_reply=True) if dispatch_id else None
         first = await self._send_parts(message, parts, lambda _index, part: bot.send_message(
             chat_id=chat_id, text=part, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_parameters=reply,
             reply_markup=markup, link_preview_options=self._no_preview(),
         ))
-        return Receipt(
-            message_id=first,
-            thread_key=f"{chat_id}:{suffix}" if suffix else None,
-            thread=dict(thread),
-        )
+        return Receipt(message_id=first, thread_key=self._thread_key(thread), thread=dict(thread))
 
     # ------------------------------------------------------------------ subscribers (the front)
 
@@ -822,11 +818,10 @@ class TelegramChannel(ChannelAdapter):
             return self._from_subscriber(update.message, dedupe_key)  # (a staff "group" may be someone's own chat)
         if query is not None:
             chat = query.message.chat if query.message else None
-            match = _HANDOFF_DATA.match(query.data) if isinstance(query.data, str) else None
-            if query.from_user.is_bot or chat is None or chat.id != self._chat_id or match is None or query.message is None:
+            suffix = _suffix_from_data(query.data, query.message.message_id) if query.message else None
+            if query.from_user.is_bot or chat is None or chat.id != self._chat_id or suffix is None:
                 return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
-            press, answer = HANDOFF_PRESSES[match.group(1)]
-            suffix = match.group(2) or str(query.message.message_id)
+            press, answer = HANDOFF_PRESSES[str(query.data).split(":", 1)[0]]
             if press is ClaimPress:
                 self._remember_dispatch(query.message)
             message = press(thread_key=f"{chat.id}:{suffix}", author=_person(query.from_user), user_id=str(query.from_user.id),
