@@ -375,29 +375,22 @@ class FakeTelegram(LocalHttpServer):
     async def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
         """The new text replaces the old one whole; without reply_markup the keyboard goes, as in Telegram."""
         message = self._message_to_edit(params)
-        text = self._visible_text(params)
-        markup = params.get("reply_markup")
+        return self._edited(message, self._visible_text(params), params.get("reply_markup"))
+
+    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
+        message = self._message_to_edit(params)
+        return self._edited(message, message.get("text"), params.get("reply_markup"))
+
+    def _edited(self, message: dict[str, Any], text: Any, markup: dict[str, Any] | None) -> dict[str, Any]:
+        """The message with its new text and keyboard (none: the keyboard goes), or Telegram's
+        refusal of an edit that changes nothing."""
         if markup is not None:
             self._check_keyboard(markup)
         if text == message.get("text") and (markup or None) == (message.get("reply_markup") or None):
             raise BotApiError(400, "Bad Request: message is not modified: specified new message content and reply markup "
                                    "are exactly the same as a current content and reply markup of the message")
-        message["text"] = text
-        if markup:
-            message["reply_markup"] = markup
-        else:
-            message.pop("reply_markup", None)
-        message["edit_date"] = int(time.time())
-        return message
-
-    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
-        message = self._message_to_edit(params)
-        markup = params.get("reply_markup")
-        if markup is not None:
-            self._check_keyboard(markup)
-        if (markup or None) == (message.get("reply_markup") or None):
-            raise BotApiError(400, "Bad Request: message is not modified: specified new message content and reply markup "
-                                   "are exactly the same as a current content and reply markup of the message")
+        if text is not None:
+            message["text"] = text
         if markup:
             message["reply_markup"] = markup
         else:

@@ -28,7 +28,6 @@ from channels.base import (
     ClaimPress,
     Decision,
     Dispatch,
-    HandoffBrief,
     InboundMessage,
     Notice,
     PermanentChannelError,
@@ -57,6 +56,7 @@ from tests.fake_discord import (
 from tests.fakes import standalone_context
 from tests.imports import importers_of
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
+from tests.route_dispatches import route_dispatch
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -912,13 +912,6 @@ async def test_a_dispatch_outside_office_hours_says_so_above_its_summary(start_d
 # --------------------------------------------------------------------------- routes: claims
 
 TAKEN = "Taken by Kim **now** @everyone at 14:02 in Slack."
-
-
-def route_dispatch(sid: str = "hs_route1", *, claimable: bool = True) -> Dispatch:
-    """A dispatch of a route's step, as the core sends one to each notified channel."""
-    brief = HandoffBrief(handoff_session_id=sid, short_code=sid[-4:].upper(), conversation_id="c_1", subscriber_name="Ana",
-                         summary=SUMMARY, expected_action=ACTION, form_url="https://desk.example.com/f/abc", claimable=claimable)
-    return Dispatch(handoff_id=sid, text="Handoff for Ana", brief=brief)
 
 
 @pytest.fixture

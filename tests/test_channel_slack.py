@@ -25,8 +25,6 @@ from channels.base import (
     ChannelAuthError,
     ClaimPress,
     Decision,
-    Dispatch,
-    HandoffBrief,
     InboundMessage,
     Notice,
     RecipientText,
@@ -42,6 +40,7 @@ from tests.conftest import CliRun, Harness, StartDesk, probe_config
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
 from tests.fakes import standalone_context
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
+from tests.route_dispatches import route_dispatch
 
 TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
@@ -862,13 +861,6 @@ async def test_a_dispatch_outside_office_hours_says_so_under_its_header(start_de
 # --------------------------------------------------------------------------- routes: claims
 
 TAKEN = "Taken by Kim <!here> & co at 14:02 in Telegram."
-
-
-def route_dispatch(sid: str = "hs_route1", *, claimable: bool = True) -> Dispatch:
-    """A dispatch of a route's step, as the core sends one to each notified channel."""
-    brief = HandoffBrief(handoff_session_id=sid, short_code=sid[-4:].upper(), conversation_id="c_1", subscriber_name="Ana",
-                         summary=SUMMARY, expected_action=ACTION, form_url="https://desk.example.com/f/abc", claimable=claimable)
-    return Dispatch(handoff_id=sid, text=f"Handoff for Ana: {SUMMARY}", brief=brief, delivery_key=f"hd-{sid}")
 
 
 async def standalone(fake: FakeSlack) -> SlackChannel:

@@ -27,10 +27,9 @@ from channels.base import (
     ChannelContext,
     ClaimPress,
     Decision,
-    Dispatch,
-    HandoffBrief,
     InboundMessage,
     Notice,
+    Receipt,
     RecipientText,
     Relay,
     ReleasePress,
@@ -46,6 +45,7 @@ from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_conf
 from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 from tests.fakes import standalone_context
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
+from tests.route_dispatches import route_dispatch
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
 SECRET = "test_webhook-secret-1"
@@ -848,14 +848,6 @@ async def test_a_dispatch_outside_office_hours_says_so_under_its_title(fake: Fak
 TAKEN = "Taken by Sam <b>Lee</b> & co at 14:02 in Slack."
 
 
-def route_dispatch(sid: str = "hs_route1", *, claimable: bool = True) -> Dispatch:
-    """A dispatch of a route's step, as the core sends one to each notified channel."""
-    brief = HandoffBrief(handoff_session_id=sid, short_code=sid[-4:].upper(), conversation_id="c_1", subscriber_name="Ana",
-                         summary="Ana's order is late.", expected_action="Tell Ana when it arrives.",
-                         form_url="https://desk.example.com/f/abc", claimable=claimable)
-    return Dispatch(handoff_id=sid, text="Handoff for Ana", brief=brief)
-
-
 async def standalone(fake: FakeTelegram) -> TelegramChannel:
     """In webhook mode (the webhook itself is not registered: the desk's URL is not https)."""
     adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url,
@@ -929,12 +921,17 @@ async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(f
     assert (notice["text"], notice["reply_to_message"]["message_id"]) == ("Kim has it.", dispatch["message_id"])
 
 
-async def test_after_a_restart_the_claim_press_tells_which_buttons_to_keep(fake: FakeTelegram) -> None:
+async def sent_before_a_restart(fake: FakeTelegram) -> Receipt:
+    """A dispatch sent by an adapter that has stopped since: a new one knows nothing of it."""
     first = await standalone(fake)
     try:
-        receipt = await first.send(route_dispatch())
+        return await first.send(route_dispatch())
     finally:
         await first.stop()
+
+
+async def test_after_a_restart_the_claim_press_tells_which_buttons_to_keep(fake: FakeTelegram) -> None:
+    receipt = await sent_before_a_restart(fake)
     again = await standalone(fake)
     try:
         await webhook_call(again, fake.callback_update(int(receipt.message_id or 0), user=KIM, data="claim"))
@@ -962,11 +959,7 @@ async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_noth
 
 async def test_a_taken_notice_for_a_dispatch_this_process_never_saw_drops_its_buttons_and_is_posted(fake: FakeTelegram) -> None:
     """The Bot API cannot read a message back, so after a restart its text cannot be edited."""
-    first = await standalone(fake)
-    try:
-        receipt = await first.send(route_dispatch())
-    finally:
-        await first.stop()
+    receipt = await sent_before_a_restart(fake)
     again = await standalone(fake)
     try:
         await again.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
