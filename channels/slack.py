@@ -209,6 +209,11 @@ def clip_escaped(text: str, limit: int) -> str:
     return cut + "…"
 
 
+def fallback_text(text: str) -> str:
+    """A message's top-level `text`, what notifications and old clients show: escaped, clipped."""
+    return clip_escaped(escape(text), FALLBACK_LIMIT)
+
+
 def chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
@@ -332,7 +337,7 @@ class SlackChannel(ChannelAdapter):
         """A top-level post: its ts is the handoff's thread."""
         blocks = self._dispatch_blocks(dispatch.brief)
         channel, ts = await self._post(dispatch, self.config.channel, None, blocks)
-        self._dispatches[f"{channel}:{ts}"] = _Posted(clip_escaped(escape(dispatch.text), FALLBACK_LIMIT), blocks)
+        self._dispatches[f"{channel}:{ts}"] = _Posted(fallback_text(dispatch.text), blocks)
         return self._receipt(dispatch, channel, ts)
 
     async def send_relay(self, relay: Relay) -> Receipt:
@@ -393,7 +398,7 @@ class SlackChannel(ChannelAdapter):
             self._require_client().chat_postMessage(
                 channel=channel,
                 thread_ts=thread_ts,
-                text=clip_escaped(escape(message.text), FALLBACK_LIMIT),  # notifications and old clients
+                text=fallback_text(message.text),  # notifications and old clients
                 blocks=blocks,
                 metadata=self._metadata(message),
                 # Nothing we post may turn text into mentions or previews by itself.
@@ -578,7 +583,7 @@ class SlackChannel(ChannelAdapter):
             kept.append({"type": "section", "block_id": "approval_closed", "text": plain(clip(text, SECTION_LIMIT))})
             try:
                 await self._call("chat.update", client.chat_update(
-                    channel=channel, ts=ts, text=clip_escaped(escape(text), FALLBACK_LIMIT), blocks=kept,
+                    channel=channel, ts=ts, text=fallback_text(text), blocks=kept,
                     parse="none", link_names=False,
                 ))
             except TransientChannelError:

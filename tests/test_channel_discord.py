@@ -966,9 +966,12 @@ async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(
     buttons_adapter: DiscordChannel, fake: FakeDiscord,
 ) -> None:
     receipt = await buttons_adapter.send(route_dispatch())
-    await buttons_adapter.send(Notice(handoff_id="hs_route1", text="Kim has it.", about="claimed", thread=receipt.thread))
+    notice = Notice(handoff_id="hs_route1", text="Kim has it.", about="claimed", thread=receipt.thread, delivery_key="hd-1")
+    await buttons_adapter.send(notice)
+    await buttons_adapter.send(notice)  # a retry: the button is gone already, nothing more to edit
     [dispatch] = fake.posts(STAFF_CHANNEL)
     assert labels(dispatch) == ["Fill return form", "Release"]
+    assert len(fake.edits(STAFF_CHANNEL, dispatch["id"])) == 1
     assert [m["content"] for m in fake.posts(receipt.thread["thread_id"])] == ["Kim has it."]
 
 

@@ -263,12 +263,16 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         try:
             # Rebuild the rows from the message as Discord has it, without those buttons.
             message = await self._call("get dispatch", client.http.request(_message_route("GET", channel_id, message_id)))
-            rows = []
+            rows: list[dict[str, Any]] = []
+            dropped = False
             for row in message.get("components") or []:
                 kept = [c for c in row.get("components") or []
                         if "custom_id" not in c or not str(c["custom_id"]).startswith(custom_id)]
+                dropped = dropped or len(kept) < len(row.get("components") or [])
                 if kept:
                     rows.append({"type": ACTION_ROW, "components": kept})
+            if not dropped:
+                return  # none of those buttons there (a retry, or a dispatch without them)
             await self._call("edit dispatch", client.http.request(
                 _message_route("PATCH", channel_id, message_id), json={"components": rows}))
         except ChannelError as exc:
