@@ -8,6 +8,7 @@ message length, buttons and pollers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -25,6 +26,7 @@ from channels.base import (
     ApprovalClosed,
     ChannelAuthError,
     ChannelContext,
+    ChatOpened,
     ClaimPress,
     Decision,
     InboundMessage,
@@ -33,6 +35,7 @@ from channels.base import (
     RecipientText,
     Relay,
     ReleasePress,
+    SubscriberText,
     TransientChannelError,
     UncertainDeliveryError,
     WebhookReply,
@@ -42,7 +45,7 @@ from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
 from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_config, probe_config
-from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
+from tests.fake_telegram import ANA, BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 from tests.fakes import standalone_context
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
 from tests.route_dispatches import route_dispatch
@@ -985,3 +988,18 @@ async def test_every_event_names_the_telegram_user_who_acted(fake: FakeTelegram)
     assert isinstance(text, RecipientText)
     assert isinstance(decision, Decision)
     assert (text.user_id, text.author, decision.user_id, decision.author) == ("501", "Sam Lee", "502", "Kim")
+
+
+async def test_a_subscriber_on_the_front_is_named_by_their_telegram_user_id(fake: FakeTelegram) -> None:
+    adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url,
+                                             webhook_secret=SECRET))
+    await adapter.start(dataclasses.replace(standalone_context(), subscribers=True))
+    try:
+        opened = await webhook_call(adapter, fake.private_update("/start", user=ANA))
+        wrote = await webhook_call(adapter, fake.private_update("Where is my order?", user=ANA))
+    finally:
+        await adapter.stop()
+    [start_], [text] = opened.messages, wrote.messages
+    assert isinstance(start_, ChatOpened)
+    assert isinstance(text, SubscriberText)
+    assert (start_.user_id, text.user_id, text.chat, text.author) == ("601", "601", "601", "Ana Silva")
