@@ -870,6 +870,14 @@ async def standalone(fake: FakeSlack) -> SlackChannel:
     return adapter
 
 
+@pytest.fixture
+async def adapter(fake: FakeSlack) -> AsyncIterator[SlackChannel]:
+    """The adapter alone, started against the fake."""
+    channel = await standalone(fake)
+    yield channel
+    await channel.stop()
+
+
 async def signed_call(adapter: SlackChannel, body: bytes, content_type: str = FORM) -> list[InboundMessage]:
     """A call Slack signs, through the adapter's own verification and parsing."""
     request = WebhookRequest(body=body, headers=signed_headers(SIGNING_SECRET, body, content_type=content_type), query={},
@@ -883,13 +891,9 @@ def action_ids(message: dict[str, Any]) -> list[str]:
     return [e["action_id"] for b in message["blocks"] if b["type"] == "actions" for e in b["elements"]]
 
 
-async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_not(fake: FakeSlack) -> None:
-    adapter = await standalone(fake)
-    try:
-        await adapter.send(route_dispatch("hs_route1"))
-        await adapter.send(route_dispatch("hs_plain1", claimable=False))
-    finally:
-        await adapter.stop()
+async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_not(fake: FakeSlack, adapter: SlackChannel) -> None:
+    await adapter.send(route_dispatch("hs_route1"))
+    await adapter.send(route_dispatch("hs_plain1", claimable=False))
     routed, plain_one = fake.top_level(CHANNEL)
     assert action_ids(routed) == ["handoff_claim", "handoff_form", "handoff_release"]
     assert [e["text"]["text"] for b in routed["blocks"] if b["type"] == "actions" for e in b["elements"]][0] == "I'm on it"
@@ -897,21 +901,17 @@ async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_n
     assert adapter.capabilities.edits is True
 
 
-async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_with_who_pressed(fake: FakeSlack) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        ts = receipt.message_id or ""
-        [claim] = await signed_call(adapter, block_actions(channel=CHANNEL, user="U0SAM", user_name="sam", message_ts=ts,
-                                                           value="hs_route1", action_id="handoff_claim", trigger_id="1.2.claim"))
-        [release] = await signed_call(adapter, block_actions(channel=CHANNEL, user="U0SAM", user_name="sam", message_ts=ts,
-                                                             value="hs_route1"))
-        forged = block_actions(channel=CHANNEL, user="U0KIM", user_name="kim", message_ts=ts, value="hs_route1",
-                               action_id="handoff_claim")
-        refused = await adapter.handle_webhook(WebhookRequest(
-            body=forged, headers=signed_headers("not-the-secret", forged, content_type=FORM), query={}, url=""))
-    finally:
-        await adapter.stop()
+async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_with_who_pressed(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    ts = receipt.message_id or ""
+    [claim] = await signed_call(adapter, block_actions(channel=CHANNEL, user="U0SAM", user_name="sam", message_ts=ts,
+                                                       value="hs_route1", action_id="handoff_claim", trigger_id="1.2.claim"))
+    [release] = await signed_call(adapter, block_actions(channel=CHANNEL, user="U0SAM", user_name="sam", message_ts=ts,
+                                                         value="hs_route1"))
+    forged = block_actions(channel=CHANNEL, user="U0KIM", user_name="kim", message_ts=ts, value="hs_route1",
+                           action_id="handoff_claim")
+    refused = await adapter.handle_webhook(WebhookRequest(
+        body=forged, headers=signed_headers("not-the-secret", forged, content_type=FORM), query={}, url=""))
     assert isinstance(claim, ClaimPress)
     assert isinstance(release, ReleasePress)
     assert claim.thread_key == release.thread_key == receipt.thread_key == f"{CHANNEL}:{ts}"
@@ -920,16 +920,12 @@ async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_w
     assert (refused.status, refused.messages) == (401, [])
 
 
-async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(fake: FakeSlack) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        notice = Notice(handoff_id="hs_route1", text="Sam has it: you claimed handoff UTE1.", about="claimed",
-                        thread=receipt.thread, delivery_key="hd-claimed")
-        await adapter.send(notice)
-        await adapter.send(notice)  # a retry: the button is gone already, nothing more to edit
-    finally:
-        await adapter.stop()
+async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    notice = Notice(handoff_id="hs_route1", text="Sam has it: you claimed handoff UTE1.", about="claimed",
+                    thread=receipt.thread, delivery_key="hd-claimed")
+    await adapter.send(notice)
+    await adapter.send(notice)  # a retry: the button is gone already, nothing more to edit
     [dispatch] = fake.top_level(CHANNEL)
     assert action_ids(dispatch) == ["handoff_form", "handoff_release"]
     assert len(fake.calls_to("chat.update")) == 1
@@ -937,15 +933,11 @@ async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(f
         ["Sam has it: you claimed handoff UTE1."]] * 2
 
 
-async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_nothing(fake: FakeSlack) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        notice = Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread, delivery_key="hd-taken")
-        taken = await adapter.send(notice)
-        await adapter.send(notice)  # a retry edits again, still one line
-    finally:
-        await adapter.stop()
+async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_nothing(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    notice = Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread, delivery_key="hd-taken")
+    taken = await adapter.send(notice)
+    await adapter.send(notice)  # a retry edits again, still one line
     [dispatch] = fake.top_level(CHANNEL)
     assert fake.posts(CHANNEL, thread_ts=dispatch["ts"]) == []
     assert (taken.message_id, taken.thread_key, taken.thread) == (dispatch["ts"], receipt.thread_key, receipt.thread)
@@ -972,34 +964,26 @@ async def test_after_a_restart_a_taken_notice_finds_the_dispatch_in_its_thread(f
     assert dispatch["blocks"][-1]["block_id"] == "handoff_taken"
 
 
-async def test_a_dispatch_that_cannot_be_edited_gets_the_taken_notice_in_its_thread(fake: FakeSlack) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        fake.fail_next("chat.update", Fault(error="cant_update_message"))
+async def test_a_dispatch_that_cannot_be_edited_gets_the_taken_notice_in_its_thread(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    fake.fail_next("chat.update", Fault(error="cant_update_message"))
+    await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
+    fake.fail_next("chat.update", Fault(status=429, error="ratelimited", headers={"Retry-After": "3"}))
+    with pytest.raises(TransientChannelError):  # nothing posted: the core retries the notice
         await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
-        fake.fail_next("chat.update", Fault(status=429, error="ratelimited", headers={"Retry-After": "3"}))
-        with pytest.raises(TransientChannelError):  # nothing posted: the core retries the notice
-            await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
-    finally:
-        await adapter.stop()
     [dispatch] = fake.top_level(CHANNEL)
     assert [section_texts(m, "mrkdwn") for m in fake.posts(CHANNEL, thread_ts=dispatch["ts"])] == [
         ["Taken by Kim &lt;!here&gt; &amp; co at 14:02 in Telegram."]]
 
 
-async def test_every_event_names_the_slack_user_who_acted(fake: FakeSlack) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        ts = receipt.message_id or ""
-        [text] = await signed_call(adapter, message_event(channel=CHANNEL, text="on it", user="U0KIM", thread_ts=ts),
-                                   content_type="application/json")
-        [decision] = await signed_call(adapter, block_actions(
-            channel=CHANNEL, user="U0KIM", user_name="kim", message_ts=ts, value="ap_1", action_id="approval_approve",
-            block_id="approval_actions"))
-    finally:
-        await adapter.stop()
+async def test_every_event_names_the_slack_user_who_acted(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    ts = receipt.message_id or ""
+    [text] = await signed_call(adapter, message_event(channel=CHANNEL, text="on it", user="U0KIM", thread_ts=ts),
+                               content_type="application/json")
+    [decision] = await signed_call(adapter, block_actions(
+        channel=CHANNEL, user="U0KIM", user_name="kim", message_ts=ts, value="ap_1", action_id="approval_approve",
+        block_id="approval_actions"))
     assert isinstance(text, RecipientText)
     assert isinstance(decision, Decision)
     assert (text.user_id, text.author, decision.user_id, decision.author) == ("U0KIM", "Kim", "U0KIM", "Kim")

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -851,12 +852,20 @@ async def test_a_dispatch_outside_office_hours_says_so_under_its_title(fake: Fak
 TAKEN = "Taken by Sam <b>Lee</b> & co at 14:02 in Slack."
 
 
-async def standalone(fake: FakeTelegram) -> TelegramChannel:
+async def standalone(fake: FakeTelegram, *, subscribers: bool = False) -> TelegramChannel:
     """In webhook mode (the webhook itself is not registered: the desk's URL is not https)."""
     adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url,
                                              webhook_secret=SECRET))
-    await adapter.start(standalone_context())
+    await adapter.start(dataclasses.replace(standalone_context(), subscribers=subscribers))
     return adapter
+
+
+@pytest.fixture
+async def adapter(fake: FakeTelegram) -> AsyncIterator[TelegramChannel]:
+    """The adapter alone, started against the fake."""
+    channel = await standalone(fake)
+    yield channel
+    await channel.stop()
 
 
 async def webhook_call(adapter: TelegramChannel, update: dict[str, Any]) -> WebhookReply:
@@ -868,13 +877,9 @@ def keyboard(message: dict[str, Any]) -> list[list[str]]:
     return [[b["text"] for b in row] for row in message.get("reply_markup", {}).get("inline_keyboard", [])]
 
 
-async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_not(fake: FakeTelegram) -> None:
-    adapter = await standalone(fake)
-    try:
-        await adapter.send(route_dispatch("hs_route1"))
-        await adapter.send(route_dispatch("hs_plain1", claimable=False))
-    finally:
-        await adapter.stop()
+async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_not(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    await adapter.send(route_dispatch("hs_route1"))
+    await adapter.send(route_dispatch("hs_plain1", claimable=False))
     routed, plain = fake.sent()
     assert keyboard(routed) == [["I'm on it"], ["Return form", "Release"]]
     assert buttons(routed)[0]["callback_data"] == "claim"
@@ -882,15 +887,11 @@ async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_n
     assert adapter.capabilities.edits is True
 
 
-async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_with_who_pressed(fake: FakeTelegram) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        dispatch_id = int(receipt.message_id or 0)
-        claimed = await webhook_call(adapter, fake.callback_update(dispatch_id, user=KIM, data="claim"))
-        released = await webhook_call(adapter, fake.callback_update(dispatch_id, user=KIM, data="release"))
-    finally:
-        await adapter.stop()
+async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_with_who_pressed(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    dispatch_id = int(receipt.message_id or 0)
+    claimed = await webhook_call(adapter, fake.callback_update(dispatch_id, user=KIM, data="claim"))
+    released = await webhook_call(adapter, fake.callback_update(dispatch_id, user=KIM, data="release"))
     [claim], [release] = claimed.messages, released.messages
     assert isinstance(claim, ClaimPress)
     assert isinstance(release, ReleasePress)
@@ -912,13 +913,9 @@ async def test_in_a_forum_the_claim_button_names_the_topic(forum: FakeTelegram) 
     assert claim.thread_key == receipt.thread_key == f"{STAFF_CHAT_ID}:topic:{receipt.thread['topic_id']}"
 
 
-async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(fake: FakeTelegram) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        await adapter.send(Notice(handoff_id="hs_route1", text="Kim has it.", about="claimed", thread=receipt.thread))
-    finally:
-        await adapter.stop()
+async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    await adapter.send(Notice(handoff_id="hs_route1", text="Kim has it.", about="claimed", thread=receipt.thread))
     dispatch, notice = fake.sent()
     assert keyboard(dispatch) == [["Return form", "Release"]]
     assert (notice["text"], notice["reply_to_message"]["message_id"]) == ("Kim has it.", dispatch["message_id"])
@@ -944,14 +941,10 @@ async def test_after_a_restart_the_claim_press_tells_which_buttons_to_keep(fake:
     assert keyboard(fake.sent()[0]) == [["Return form", "Release"]]
 
 
-async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_nothing(fake: FakeTelegram) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        brief_text = fake.sent()[0]["text"]
-        taken = await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
-    finally:
-        await adapter.stop()
+async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_nothing(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    brief_text = fake.sent()[0]["text"]
+    taken = await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
     [dispatch] = fake.sent()
     assert dispatch["text"] == f"{brief_text}\n\n{TAKEN}"  # the HTML was escaped: Telegram shows the tags as typed
     assert "reply_markup" not in dispatch
@@ -974,16 +967,12 @@ async def test_a_taken_notice_for_a_dispatch_this_process_never_saw_drops_its_bu
     assert fake.requests("editMessageText") == []
 
 
-async def test_every_event_names_the_telegram_user_who_acted(fake: FakeTelegram) -> None:
-    adapter = await standalone(fake)
-    try:
-        receipt = await adapter.send(route_dispatch())
-        replied = await webhook_call(adapter, fake.message_update("on it", user=SAM, reply_to=int(receipt.message_id or 0)))
-        markup = {"inline_keyboard": [[{"text": "Approve", "callback_data": "ap:ap_x:y"}]]}
-        prompt = await fake._api_sendMessage({"chat_id": STAFF_CHAT_ID, "text": "a prompt", "reply_markup": markup})
-        decided = await webhook_call(adapter, fake.callback_update(prompt["message_id"], user=KIM))
-    finally:
-        await adapter.stop()
+async def test_every_event_names_the_telegram_user_who_acted(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    replied = await webhook_call(adapter, fake.message_update("on it", user=SAM, reply_to=int(receipt.message_id or 0)))
+    markup = {"inline_keyboard": [[{"text": "Approve", "callback_data": "ap:ap_x:y"}]]}
+    prompt = await fake._api_sendMessage({"chat_id": STAFF_CHAT_ID, "text": "a prompt", "reply_markup": markup})
+    decided = await webhook_call(adapter, fake.callback_update(prompt["message_id"], user=KIM))
     [text], [decision] = replied.messages, decided.messages
     assert isinstance(text, RecipientText)
     assert isinstance(decision, Decision)
@@ -991,9 +980,7 @@ async def test_every_event_names_the_telegram_user_who_acted(fake: FakeTelegram)
 
 
 async def test_a_subscriber_on_the_front_is_named_by_their_telegram_user_id(fake: FakeTelegram) -> None:
-    adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url,
-                                             webhook_secret=SECRET))
-    await adapter.start(dataclasses.replace(standalone_context(), subscribers=True))
+    adapter = await standalone(fake, subscribers=True)
     try:
         opened = await webhook_call(adapter, fake.private_update("/start", user=ANA))
         wrote = await webhook_call(adapter, fake.private_update("Where is my order?", user=ANA))
