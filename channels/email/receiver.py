@@ -149,7 +149,11 @@ class ReplyReceiving(ReplyTokens):
         if len(dedupe) > 200:
             dedupe = "message-id-sha256:" + hashlib.sha256(message_id.encode()).hexdigest()
         author = one_line(name, 200) or sender
-        return _Verdict("250 2.0.0 reply accepted", RecipientText(thread_key=key, text=text, author=author, dedupe_key=dedupe))
+        # Who wrote, by the address the checks above went by (None past what the port keeps,
+        # rather than a shortened address that could be someone else's).
+        user_id = sender if len(sender) <= 200 else None
+        reply = RecipientText(thread_key=key, text=text, author=author, user_id=user_id, dedupe_key=dedupe)
+        return _Verdict("250 2.0.0 reply accepted", reply)
 
 
 class _Receiver:
