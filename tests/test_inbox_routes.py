@@ -13,21 +13,20 @@ from urllib.parse import unquote
 import pytest
 
 from bot.runtime.clock import ManualClock
+from bot.store.models import HandoffRecipient, HandoffSession
+from bot.web.inbox_routes import route_status
 from channels.base import PermanentChannelError, RecipientText
 from tests.conftest import Harness, StartDesk
 from tests.fakes import ScriptedChannel
 from tests.test_inbox import csrf_of, list_updates, nonce_of, set_name
-from tests.test_routes import BRIEF, MONDAY_NOON, channel, dispatch_thread, escalate, notices
+from tests.test_routes import BRIEF, MONDAY_NOON, SUPPORT, channel, dispatch_thread, escalate, notices
 
+# SUPPORT (route 20) notifies 1 and 2 at once, then 3; here 1 is the owner inbox itself.
 CHANNELS = [
-    {"id": 1, "kind": "owner_inbox", "label": "Owner inbox", "estimated_response": "within 5 minutes"},
-    {"id": 2, "kind": "owner_inbox", "label": "Telegram support", "estimated_response": "within 5 minutes"},
-    {"id": 3, "kind": "owner_inbox", "label": "On-call phone", "estimated_response": "within 15 minutes"},
+    {"id": 1, "kind": "owner_inbox", "label": "Owner inbox"},
+    {"id": 2, "kind": "owner_inbox", "label": "Telegram support"},
+    {"id": 3, "kind": "owner_inbox", "label": "On-call phone"},
 ]
-SUPPORT = {
-    "id": 20, "label": "Support", "public_name": "our support team", "estimated_response": "within 10 minutes",
-    "steps": [{"notify": [1, 2], "claim_within": "5m"}, {"notify": [3], "claim_within": "10m"}],
-}
 NO_INBOX = {**SUPPORT, "id": 21, "label": "Phones only", "steps": [{"notify": [2, 3], "claim_within": "5m"}]}
 
 
@@ -278,3 +277,47 @@ async def test_a_route_that_did_not_notify_the_inbox_can_be_claimed_but_not_answ
         [taken] = notices(harness, cid_, "taken")
         assert "was taken by Support (inbox)" in taken.text
     assert "Taken by Support (inbox) just now" in await page_of(harness, sid)
+
+
+# --------------------------------------------------------------------------- the words, without a desk
+
+
+def routed(**values: Any) -> HandoffSession:
+    return HandoffSession(
+        id="hs_1", conversation_id="c_1", channel_id=2, channel_kind="scripted", channel_label="Telegram support",
+        state="active", urgency="normal", summary="s", expected_action="e", created_at=MONDAY_NOON,
+        **{"route_id": 20, "step": 0, **values},
+    )
+
+
+def recipient(rid: int, channel_id: int, label: str, state: str, **values: Any) -> HandoffRecipient:
+    return HandoffRecipient(id=rid, handoff_session_id="hs_1", channel_id=channel_id, channel_kind="scripted",
+                            channel_label=label, step=0, state=state, created_at=MONDAY_NOON, **values)
+
+
+def ago(moment: Any) -> str:
+    return "at noon" if moment is not None else ""
+
+
+def test_a_route_since_removed_from_the_config_still_shows_its_id_and_step() -> None:
+    status = route_status(routed(step=1, escalate_at=MONDAY_NOON + timedelta(seconds=40)), [], None, MONDAY_NOON, ago)
+    assert status is not None
+    assert (status.label, status.step_text, status.asked) == ("route 20", "step 2", "")
+    assert status.countdown is not None and status.countdown.text == "Back to the assistant in 40 s"
+    late = route_status(routed(escalate_at=MONDAY_NOON), [], None, MONDAY_NOON + timedelta(seconds=1), ago)
+    assert late is not None and late.countdown is not None and late.countdown.text == "handing back now"
+
+
+def test_who_took_it_is_named_by_their_thread_or_by_how_they_claimed() -> None:
+    sent = [recipient(1, 1, "Slack support", "notified", notified_at=MONDAY_NOON),
+            recipient(2, 2, "Telegram support", "failed", failed_at=MONDAY_NOON, error="403\n  forbidden")]
+    by_thread = route_status(routed(claimed_at=MONDAY_NOON, claimed_by="Tom", claimed_via="channel:1", claimed_recipient_id=1),
+                             sent, None, MONDAY_NOON, ago)
+    assert by_thread is not None and by_thread.taken == "Taken by Tom (Slack support) at noon"
+    assert [r.words for r in by_thread.recipients] == ["notified at noon · has it", "failed at noon: 403 forbidden"]
+    assert by_thread.countdown is None and not by_thread.claimable
+    by_form = route_status(routed(claimed_at=MONDAY_NOON, claimed_by="Kim", claimed_via="form"), sent, None, MONDAY_NOON, ago)
+    assert by_form is not None and by_form.taken == "Taken by Kim (return form) at noon"
+    gone = route_status(routed(claimed_at=MONDAY_NOON, claimed_by="Lu", claimed_via="channel:9"), sent, None, MONDAY_NOON, ago)
+    assert gone is not None and gone.taken == "Taken by Lu (channel 9) at noon"
+    assert route_status(routed(route_id=None), sent, None, MONDAY_NOON, ago) is None

@@ -69,6 +69,14 @@ async def route_handoff(api: httpx.AsyncClient, desk: Desk, name: str = "Ana") -
     return cid, started["handoff_session_id"]
 
 
+async def tom_answers_in_slack(api: httpx.AsyncClient, slack: FakeSlack, text: str) -> None:
+    """Tom writes in the thread of Sales support's dispatch, as Slack's Events API posts it."""
+    [dispatch] = slack.top_level(SALES)
+    body = message_event(channel=SALES, text=text, user="U0TOM", thread_ts=dispatch["ts"])
+    answered = await api.post("/webhooks/2", content=body, headers=signed_headers(SIGNING_SECRET, body))
+    assert answered.status_code == 200, answered.text
+
+
 ESCALATES = re.compile(r"^Escalates in [45] min$")
 
 
@@ -133,38 +141,7 @@ async def test_a_route_handoff_in_the_browser_from_who_was_asked_to_a_claim(
     assert page.problems == []  # no CSP violations, no script errors
 
 
-async def test_a_claim_made_in_slack_shows_up_on_the_open_pages(
-    served: tuple[Desk, str], slack: FakeSlack, page: Any,
-) -> None:
-    from playwright.async_api import expect
-
-    desk, base = served
-    async with httpx.AsyncClient(base_url=base) as api:
-        cid, sid = await route_handoff(api, desk)
-        [dispatch] = slack.top_level(SALES)
-        await page.goto(f"{base}/inbox")
-        card = page.locator(f"[data-handoff='{sid}']")
-        await expect(card.locator("[data-f=route]")).to_have_text("Asked: Owner inbox (notified), Sales support (notified)")
-        await page.evaluate("window.stillTheSamePage = true")
-
-        # Tom answers in the Slack thread: he has it, on the list without a reload
-        body = message_event(channel=SALES, text="Hi Ana, Tom here.", user="U0TOM", thread_ts=dispatch["ts"])
-        answered = await api.post("/webhooks/2", content=body, headers=signed_headers(SIGNING_SECRET, body))
-        assert answered.status_code == 200
-        await expect(card.locator("[data-f=route]")).to_have_text(re.compile(r"^Taken by Tom \(Sales support\)"), timeout=10_000)
-        await expect(card.locator("[data-f=escalates]")).to_be_hidden()
-        await expect(card.locator("[data-f=time-left]")).to_have_text(re.compile(r"min left$"))
-        assert await page.evaluate("window.stillTheSamePage") is True
-
-        await page.click(f"a[href='/inbox/handoffs/{sid}']")
-        await expect(page.locator("#taken")).to_have_text(re.compile(r"^Taken by Tom \(Sales support\)"))
-        await expect(page.locator(".claim")).to_have_count(0)
-        await expect(page.locator("#no-reply")).to_have_text("Tom has this handoff; replies go through Sales support.")
-        await expect(page.locator("#recipients li").nth(1)).to_contain_text("· has it")
-    assert page.problems == []
-
-
-async def test_a_claim_elsewhere_reloads_an_open_handoff_page(
+async def test_a_claim_made_in_slack_shows_up_on_the_open_list_and_page(
     served: tuple[Desk, str], slack: FakeSlack, page: Any,
 ) -> None:
     from playwright.async_api import expect
@@ -172,12 +149,26 @@ async def test_a_claim_elsewhere_reloads_an_open_handoff_page(
     desk, base = served
     async with httpx.AsyncClient(base_url=base) as api:
         _, sid = await route_handoff(api, desk)
-        [dispatch] = slack.top_level(SALES)
-        await page.goto(f"{base}/inbox/handoffs/{sid}")
-        await expect(page.locator(".claim button")).to_be_visible()
-        body = message_event(channel=SALES, text="On it.", user="U0TOM", thread_ts=dispatch["ts"])
-        assert (await api.post("/webhooks/2", content=body, headers=signed_headers(SIGNING_SECRET, body))).status_code == 200
-        await expect(page.locator("#taken")).to_have_text(re.compile(r"^Taken by Tom \(Sales support\)"), timeout=10_000)
-        await expect(page.locator(".claim")).to_have_count(0)
-        await expect(page.locator("#transcript")).to_contain_text("On it.")
+        await page.goto(f"{base}/inbox")
+        card = page.locator(f"[data-handoff='{sid}']")
+        await expect(card.locator("[data-f=route]")).to_have_text("Asked: Owner inbox (notified), Sales support (notified)")
+        await page.evaluate("window.stillTheSamePage = true")
+        handoff_tab = await page.context.new_page()  # the same owner has the handoff open in another tab
+        handoff_tab.on("pageerror", lambda exc: page.problems.append(str(exc)))
+        await handoff_tab.goto(f"{base}/inbox/handoffs/{sid}")
+        await expect(handoff_tab.locator(".claim button")).to_be_visible()
+
+        # Tom answers in the Slack thread: he has it, on the list without a reload
+        await tom_answers_in_slack(api, slack, "Hi Ana, Tom here.")
+        await expect(card.locator("[data-f=route]")).to_have_text(re.compile(r"^Taken by Tom \(Sales support\)"), timeout=10_000)
+        await expect(card.locator("[data-f=escalates]")).to_be_hidden()
+        await expect(card.locator("[data-f=time-left]")).to_have_text(re.compile(r"min left$"))
+        assert await page.evaluate("window.stillTheSamePage") is True
+
+        # … and the open handoff page reloads into who has it: no Claim, no reply box
+        await expect(handoff_tab.locator("#taken")).to_have_text(re.compile(r"^Taken by Tom \(Sales support\)"), timeout=10_000)
+        await expect(handoff_tab.locator(".claim")).to_have_count(0)
+        await expect(handoff_tab.locator("#transcript")).to_contain_text("Hi Ana, Tom here.")
+        await expect(handoff_tab.locator("#no-reply")).to_have_text("Tom has this handoff; replies go through Sales support.")
+        await expect(handoff_tab.locator("#recipients li").nth(1)).to_contain_text("· has it")
     assert page.problems == []
