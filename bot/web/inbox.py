@@ -30,6 +30,12 @@ Return-form link: the handoff page shows the current link's state as forms/links
 it and offers the link only while it works; a fresh one is a CSRF-protected POST that
 supersedes the older links (`reissue_form_link`, audited as `form_link_issued`).
 
+Routes: a handoff on a route shows its step, who was notified where, who took it and, while
+nobody has, when the ladder moves on (bot/web/inbox_routes.py builds it for the pages and both
+long-polls). Claim is a POST like release, decided by the handoff service's compare-and-set, so
+a late or repeated press changes nothing and says who has it; inbox replies on a route come
+from the route's owner inbox thread and claim it as any recipient's reply does.
+
 Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version is a hash
 of a few indexed reads (the open handoffs with their states, deadlines and newest message
 id; the pending approvals; approved ones whose action has not finished; `Queries.inbox_version`
