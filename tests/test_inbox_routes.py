@@ -264,6 +264,7 @@ async def test_a_route_that_did_not_notify_the_inbox_can_be_claimed_but_not_answ
     refusal = "This route did not notify the owner inbox, so replies go through the channels it notified; " \
               "you can still claim or release it here."
     assert refusal in page and 'id="reply-text"' not in page
+    assert "a claim here stops the others, but you cannot answer from here." in page
     sent = await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(page), "nonce": "n", "text": "Hello"})
     assert "did%20not%20notify%20the%20owner%20inbox" in sent.headers["location"]
     assert await harness.human_texts(cid) == []
@@ -276,7 +277,10 @@ async def test_a_route_that_did_not_notify_the_inbox_can_be_claimed_but_not_answ
     for cid_ in (2, 3):
         [taken] = notices(harness, cid_, "taken")
         assert "was taken by Support (inbox)" in taken.text
-    assert "Taken by Support (inbox) just now" in await page_of(harness, sid)
+    page = await page_of(harness, sid)
+    assert "Taken by Support (inbox) just now" in page
+    assert "Taken here by Support, but this route did not notify the owner inbox, so there is no inbox thread to " \
+           "answer from; release it when you are done." in page
 
 
 # --------------------------------------------------------------------------- the words, without a desk

@@ -197,9 +197,13 @@ def inbox_line(handoff: HandoffSession, route: RouteStatus | None) -> InboxLine:
             raise NoInboxLine("Replies to this handoff go through its own channel.")
         return InboxLine(handoff.channel_id, handoff.thread_key)
     inbox = route.inbox_recipient
+    by = handoff.claimed_by or "Someone"
+    if handoff.claimed_at is not None and (inbox is None or handoff.claimed_recipient_id != inbox.id):
+        if handoff.claimed_recipient_id is None and handoff.claimed_via == "inbox":
+            raise NoInboxLine(f"Taken here by {by}, but this route did not notify the owner inbox, so there is no "
+                              "inbox thread to answer from; release it when you are done.")
+        raise NoInboxLine(f"{by} has this handoff; replies go through {route.holder_label}.")
     if inbox is None or inbox.thread_key is None:
         raise NoInboxLine("This route did not notify the owner inbox, so replies go through the channels it notified; "
                           "you can still claim or release it here.")
-    if handoff.claimed_at is not None and handoff.claimed_recipient_id != inbox.id:
-        raise NoInboxLine(f"{handoff.claimed_by or 'Someone'} has this handoff; replies go through {route.holder_label}.")
     return InboxLine(inbox.channel_id, inbox.thread_key)
