@@ -11,11 +11,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
+from bot.config import RouteConfig, StepConfig
 from bot.runtime.clock import ManualClock
 from channels.base import ClaimPress, DeliveryFailure, Notice, PermanentChannelError, RecipientText, TransientChannelError
 from tests.conftest import Harness, StartDesk, config_problem
 from tests.fakes import ScriptedChannel
+from tests.test_readme import readme_blocks
 
 CHANNELS = [
     {"id": 1, "kind": "owner_inbox", "label": "Slack support", "estimated_response": "within 5 minutes"},
@@ -34,8 +37,10 @@ MONDAY_NOON = datetime(2026, 12, 7, 11, 0, tzinfo=UTC)  # Mon 12:00 in Berlin
 
 
 async def route_desk(start_desk: StartDesk, route: dict[str, Any] | None = None, **overrides: Any) -> Harness:
+    """A desk with three scripted channels and one route, on a manual clock (`now`, or a shared `clock`)."""
+    clock = overrides.pop("clock", None) or ManualClock(overrides.pop("now", MONDAY_NOON))
     return await start_desk(
-        clock=ManualClock(overrides.pop("now", MONDAY_NOON)), adapters={1: ScriptedChannel, 2: ScriptedChannel, 3: ScriptedChannel},
+        clock=clock, adapters={1: ScriptedChannel, 2: ScriptedChannel, 3: ScriptedChannel},
         channels=CHANNELS, routes=[route or SUPPORT], **overrides,
     )
 
@@ -311,3 +316,150 @@ def test_config_problems_name_the_key_path() -> None:
     assert "routes[0].steps[0].claim_within: must be between 10s and 7d" in routes_problem(
         [{**SUPPORT, "steps": [{"notify": [1], "claim_within": "1s"}]}])
     assert "routes[0].when_nobody_claims: no route with id 99" in routes_problem([{**SUPPORT, "when_nobody_claims": 99}])
+
+
+# --------------------------------------------------------------------------- two instances, a restart
+
+
+async def test_two_instances_escalate_once_and_one_claim_wins_across_them(start_desk: StartDesk, database_url: str) -> None:
+    clock = ManualClock(MONDAY_NOON)
+    first = await route_desk(start_desk, clock=clock)
+    second = await route_desk(start_desk, clock=clock, url=database_url)
+    cid, started = await route_handoff(first)
+    sid = started["handoff_session_id"]
+    clock.advance(timedelta(minutes=5))
+    await asyncio.gather(first.desk.timers.sweep(), second.desk.timers.sweep(), first.desk.timers.sweep())
+    await asyncio.gather(first.desk.settle(), second.desk.settle())
+    dispatched = [h for h in (first, second) if any(o.purpose == "dispatch" for o in channel(h, 3).sent)]
+    assert len(dispatched) == 1 and len([o for o in channel(dispatched[0], 3).sent if o.purpose == "dispatch"]) == 1
+    assert (await first.kinds(sid)).count("handoff_escalated") == 1
+    assert [t for t in await subscriber_told(first, cid) if t.startswith("Still looking")] == [
+        "Still looking for someone — I've asked more of our support team. Your messages will reach whoever takes it."]
+
+    # A Claim press on the first instance's Slack and a reply on the second's On-call phone, at once
+    thread_1 = dispatch_thread(first, 1)
+    thread_3 = dispatch_thread(dispatched[0], 3)
+    results = await asyncio.gather(
+        first.desk.inbound.submit_and_wait(1, ClaimPress(thread_key=thread_1, author="Ann", user_id="U1")),
+        second.desk.inbound.submit_and_wait(3, RecipientText(thread_key=thread_3, text="Mine", author="Olga", user_id="+49")),
+    )
+    await asyncio.gather(first.desk.settle(), second.desk.settle())
+    handoff = await first.handoff(sid)
+    assert handoff["claimed_by"] in ("Ann", "Olga")
+    kinds = await first.kinds(sid)
+    assert kinds.count("handoff_claimed") == 1
+    assert kinds.count("claim_noop") + kinds.count("not_relayed") == 1
+    if handoff["claimed_by"] == "Ann":
+        assert results[1].startswith("not relayed: Ann has this handoff")
+        assert ("Olga", "Mine") not in await first.human_texts(cid)
+    else:
+        assert results == ["already claimed by Olga", "relayed"]
+    clock.advance(timedelta(hours=1))  # claimed: no instance escalates or releases it as unclaimed any more
+    await asyncio.gather(first.desk.timers.sweep(), second.desk.timers.sweep())
+    assert (await first.handoff(sid))["release_reason"] in (None, "idle_timeout")
+
+
+async def test_a_ladder_deadline_missed_while_stopped_runs_on_start(start_desk: StartDesk, database_url: str) -> None:
+    first = await route_desk(start_desk)
+    _, started = await route_handoff(first)
+    sid = started["handoff_session_id"]
+    await first.desk.stop()
+    # down past the first step's deadline and what would have been the second's
+    second = await route_desk(start_desk, clock=ManualClock(MONDAY_NOON + timedelta(minutes=20)), url=database_url)
+    await second.desk.timers.sweep()
+    await second.desk.settle()
+    await second.desk.timers.sweep()  # the second step's deadline is counted from its own start
+    handoff = await second.handoff(sid)
+    assert handoff["step"] == 1 and handoff["state"] == "active"  # nothing was skipped silently: step 2 ran
+    assert [o.purpose for o in channel(second, 3).sent] == ["dispatch"]
+
+
+# --------------------------------------------------------------------------- the README's worked example
+
+
+async def test_the_readme_s_worked_example_happens_as_it_says(start_desk: StartDesk) -> None:
+    [block] = [b for b in readme_blocks() if b.lang == "yaml" and "routes:" in b.body]
+    example = yaml.safe_load("\n".join(block.body))
+    tuesday_two_pm = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)  # 14:00 in Berlin
+    harness = await start_desk(
+        clock=ManualClock(tuesday_two_pm), adapters={1: ScriptedChannel, 2: ScriptedChannel, 3: ScriptedChannel}, **example,
+    )
+    cid, started = await route_handoff(harness)
+    assert {k: started[k] for k in ("ok", "human_notified", "channel_id", "channel_kind", "channels_failed", "estimated_response")} \
+        == {"ok": True, "human_notified": True, "channel_id": 20, "channel_kind": "route", "channels_failed": [],
+            "estimated_response": "within 10 minutes"}
+    assert sorted(started["channels_notified"]) == [1, 2]
+    assert "I've asked our support team to join — usually within 10 minutes." in (await subscriber_told(harness, cid))[-1]
+
+    await escalate(harness, timedelta(minutes=5))  # 14:05
+    assert [len(notices(harness, c, "reminder")) for c in (1, 2)] == [1, 1]
+    assert [o.purpose for o in channel(harness, 3).sent] == ["dispatch"]
+    assert (await subscriber_told(harness, cid))[-1].startswith("Still looking for someone — I've asked more of our support team.")
+
+    harness.desk.clock.advance(timedelta(minutes=2))  # type: ignore[attr-defined]  # 14:07
+    assert await reply(harness, 3, "Hi Ana, Olga here.", "Olga") == "relayed"
+    await harness.desk.settle()
+    told = await subscriber_told(harness, cid)
+    assert told[-1] == "Olga from our support team has joined the conversation."
+    for c in (1, 2):
+        [taken] = notices(harness, c, "taken")
+        assert taken.text.endswith("was taken by Olga (On-call) at 13:07 UTC. Nothing more to do here.")
+    await reply(harness, 1, "I'll take it", "Eve")
+    await harness.desk.settle()
+    [refused] = notices(harness, 1, "not_yours")
+    assert refused.text.endswith("is Olga's; what you wrote here did not reach the subscriber.")
+
+
+def test_the_readme_documents_every_route_and_step_key() -> None:
+    [block] = [b for b in readme_blocks() if b.lang == "yaml" and "routes:" in b.body]
+    shown = "\n".join(block.body)
+    for key in [*RouteConfig.model_fields, *StepConfig.model_fields]:
+        assert f"{key}:" in shown, key
+
+
+async def test_a_step_s_hours_follow_the_wall_clock_across_a_change_of_summer_time(start_desk: StartDesk) -> None:
+    route = {**SUPPORT, "steps": [{"notify": [1], "claim_within": "5m", "hours": "office"}, {"notify": [3], "claim_within": "5m"}]}
+    office = {"timezone": "Europe/Berlin", "weekly": {"sun": "09:00-18:00"}}
+    # 2026-03-29: 02:00 CET becomes 03:00 CEST, so 06:30 UTC is 08:30 in Berlin (closed) and 07:30 UTC 09:30 (open)
+    for at, reached in (("2026-03-29 06:30", [3]), ("2026-03-29 07:30", [1])):
+        harness = await route_desk(start_desk, route, hours={"office": office},
+                                   now=datetime.fromisoformat(at).replace(tzinfo=UTC))
+        _, started = await route_handoff(harness)
+        assert started["channels_notified"] == reached, at
+
+
+async def test_a_claim_from_a_page_leaves_the_channels_out(start_desk: StartDesk) -> None:
+    harness = await route_desk(start_desk)
+    cid, started = await route_handoff(harness)
+    sid = started["handoff_session_id"]
+    claim = await harness.desk.handoffs.claim(sid, by="Owner", via="inbox")
+    assert claim.claimed and (await harness.handoff(sid))["claimed_via"] == "inbox"
+    again = await harness.desk.handoffs.claim(sid, by="Someone", via="inbox")
+    assert not again.claimed and again.handoff.claimed_by == "Owner"
+    await harness.say(cid, "Hello?")
+    await harness.desk.settle()
+    for c in (1, 2):  # told who has it, and relayed nothing more
+        assert len(notices(harness, c, "taken")) == 1
+        assert [o for o in channel(harness, c).sent if o.purpose == "relay"] == []
+    assert ("Hello?" in [m["text"] for m in await harness.messages(cid) if m["role"] == "subscriber"])
+
+
+async def test_the_request_answers_once_one_channel_is_reached(start_desk: StartDesk) -> None:
+    harness = await route_desk(start_desk)
+    slow = channel(harness, 2)
+    slow.gate = asyncio.Event()  # Telegram support is slow to answer
+    cid, started = await asyncio.wait_for(route_handoff_unsettled(harness), timeout=10)
+    assert (started["channels_notified"], started["channels_pending"], started["channels_failed"]) == ([1], [2], [])
+    slow.gate.set()
+    await harness.desk.settle()
+    recipients = (await harness.handoff(started["handoff_session_id"]))["recipients"]
+    assert [(r["channel_id"], r["state"]) for r in recipients] == [(1, "notified"), (2, "notified")]
+    await harness.say(cid, "Still there?")
+    await harness.desk.settle()
+    for c in (1, 2):
+        assert [o.body for o in channel(harness, c).sent if o.purpose == "relay"] == ["Still there?"]  # type: ignore[attr-defined]
+
+
+async def route_handoff_unsettled(harness: Harness) -> tuple[str, dict[str, Any]]:
+    cid = await harness.conversation()
+    return cid, await harness.tool(cid, "handoff_request", {"channel_id": 20, **BRIEF})

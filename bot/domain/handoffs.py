@@ -212,6 +212,7 @@ class HandoffStarted:
     route_id: int | None = None
     notified: tuple[int, ...] = ()
     failed: tuple[int, ...] = ()
+    pending: tuple[int, ...] = ()  # still being sent when the first was reached
 
 
 class HandoffRequestRefused(DeskError):
@@ -634,12 +635,14 @@ class Handoffs:
             )
         self.metrics.handoff_requests.labels("route", "ok").inc()
         async with self.db.read() as session:
-            reached_now = await recipients.of_handoff(session, sid, state=RecipientState.NOTIFIED)
+            now_known = await recipients.of_handoff(session, sid)
         return HandoffStarted(
             handoff_session_id=sid, handoff_event_id=int(requested.id or 0), channel_id=ladder.id,
             channel_kind="route", channel_label=ladder.route.label, channel_message_id=receipt.message_id,
-            estimated_response=estimate, route_id=ladder.id, notified=tuple(r.channel_id for r in reached_now),
-            failed=tuple(failed),
+            estimated_response=estimate, route_id=ladder.id,
+            notified=tuple(r.channel_id for r in now_known if r.state == RecipientState.NOTIFIED),
+            failed=tuple(r.channel_id for r in now_known if r.state == RecipientState.FAILED),
+            pending=tuple(r.channel_id for r in now_known if r.state == RecipientState.SENDING),
         )
 
     def _route_estimate(self, ladder: Ladder, closed: Closed | None) -> str:
@@ -913,7 +916,7 @@ class Handoffs:
         .where(col(HandoffSession.id) == bindparam("sid"), col(HandoffSession.state) == HandoffState.ACTIVE)
         # While a route's ladder deadline runs the idle timer does not: it starts at the claim.
         .values(last_activity_at=bindparam("now"), idle_deadline=case(
-            (col(HandoffSession.escalate_at).is_(None), bindparam("deadline", type_=HandoffSession.__table__.c.idle_deadline.type)),  # type: ignore[attr-defined]
+            (col(HandoffSession.escalate_at).is_(None), bindparam("deadline", type_=rows.HANDOFFS.c.idle_deadline.type)),
             else_=col(HandoffSession.idle_deadline),
         ))
     )
@@ -975,11 +978,14 @@ class Handoffs:
 
     async def _lines(self, session: AsyncSession, handoff: HandoffSession) -> list[_Line]:
         """Where the handoff's messages go, as (channel, thread, lane): its one line, or, on a
-        route nobody has claimed, every recipient reached. On a route each channel has a lane
+        route nobody has claimed, every recipient reached (none once someone took it from a
+        page, the inbox, where they read the conversation itself). On a route each channel has a lane
         of its own (a slow channel never holds up another's messages)."""
         if handoff.route_id is None:
             return [(handoff.channel_id, handoff.thread, None)]
         if handoff.claimed_at is not None:
+            if handoff.claimed_recipient_id is None:  # taken where no dispatch went (the inbox page): no thread of it
+                return []
             return [(handoff.channel_id, handoff.thread, handoff.channel_id)]
         reached = await recipients.of_handoff(session, handoff.id, state=RecipientState.NOTIFIED)
         return [(r.channel_id, r.thread, r.channel_id) for r in reached] or [(handoff.channel_id, handoff.thread, handoff.channel_id)]
@@ -1024,13 +1030,15 @@ class Handoffs:
 
     async def claim(
         self, sid: str, *, by: str, via: str, recipient_id: int | None = None, effect: bool = False,
+        record_noop: bool = True,
     ) -> ClaimResult:
         """Take a handoff on a route nobody has claimed yet: exactly one claim wins (a
         compare-and-set on the row, as a release is); the rest are recorded as no-ops. The
         winner's thread becomes the handoff's line (the subscriber's messages go only there
         from now on), the idle timer starts, the other recipients are told who has it, and the
         subscriber who has joined. `effect`: this claim is what its caller's event does (a
-        Claim press), not a step before the message that claims (a reply)."""
+        Claim press), not a step before the message that claims (a reply). `record_noop`
+        False: a caller that records the lost claim its own way (`speaking`)."""
         now = self.clock.now()
         by = " ".join(by.split())[:200] or "recipient"
         async with self.db.transaction(effect=effect) as session:
@@ -1053,6 +1061,8 @@ class Handoffs:
             handoff = rows.handoff_of(row)
             if handoff is None:
                 current = await self._get(session, sid)
+                if not record_noop:
+                    return ClaimResult(claimed=False, handoff=current)
                 await audit.note(
                     session, "claim_noop", at=now, actor=by, handoff_session_id=sid, conversation_id=current.conversation_id,
                     via=via, state=current.state, claimed_by=current.claimed_by,
@@ -1106,7 +1116,9 @@ class Handoffs:
                 return Speaking(allowed=True, handoff=handoff)
             recipient = await recipients.on_channel(session, sid, channel_id) if channel_id is not None else None
         if handoff.claimed_at is None:
-            result = await self.claim(sid, by=by, via=via, recipient_id=recipient.id if recipient else None, effect=claiming)
+            result = await self.claim(
+                sid, by=by, via=via, recipient_id=recipient.id if recipient else None, effect=claiming, record_noop=False,
+            )
             handoff = result.handoff
             if result.claimed:
                 return Speaking(allowed=True, handoff=handoff)
@@ -1116,6 +1128,8 @@ class Handoffs:
         if ours or (recipient is None and handoff.claimed_via == via):
             return Speaking(allowed=True, handoff=handoff)
         now = self.clock.now()
+        if claiming:
+            self.metrics.claims.labels("noop").inc()
         async with self.db.transaction(effect=claiming) as session:
             await audit.note(
                 session, "claim_noop" if claiming else "not_relayed", at=now, actor=by, handoff_session_id=sid, conversation_id=handoff.conversation_id,
@@ -1194,12 +1208,17 @@ class Handoffs:
             handoff = rows.handoff_of(moved) or await self._get(session, sid)
             if moved is None:
                 return handoff
-            if ladder.steps[from_step].remind:
+            # Reminded: the step before, when it asks for it, and whoever this step names again
+            # (a channel is dispatched once per handoff; a later step naming it reminds it).
+            again = {a.id for a in plan.adapters}
+            reminded = [
+                r for r in await recipients.of_handoff(session, sid, state=RecipientState.NOTIFIED)
+                if r.channel_id in again or (ladder.steps[from_step].remind and r.step == from_step)
+            ]
+            if reminded:
                 text = self.renderer.render("messages/reminder.txt", short_code=handoff.short_code).strip()
-                earlier = [r for r in await recipients.of_handoff(session, sid, state=RecipientState.NOTIFIED)
-                           if r.step == from_step]
                 await self._notify(session, handoff, "reminder", text, now,
-                                   to=[(r.channel_id, r.thread, r.channel_id) for r in earlier])
+                                   to=[(r.channel_id, r.thread, r.channel_id) for r in reminded])
             conversation = await rows.conversation(session, handoff.conversation_id)
             if conversation is None:
                 raise NotFound("conversation", handoff.conversation_id)

@@ -132,7 +132,8 @@ def _route_availability(ctx: ToolContext, ladder: Ladder) -> str:
 
 def started_result(started: HandoffStarted) -> dict[str, Any]:
     if started.route_id is not None:
-        return {**_started(started), "channels_notified": list(started.notified), "channels_failed": list(started.failed)}
+        return {**_started(started), "channels_notified": list(started.notified), "channels_failed": list(started.failed),
+                "channels_pending": list(started.pending)}
     return _started(started)
 
 
