@@ -1135,7 +1135,8 @@ class Handoffs:
                 session, "claim_noop" if claiming else "not_relayed", at=now, actor=by, handoff_session_id=sid, conversation_id=handoff.conversation_id,
                 via=via, claimed_by=handoff.claimed_by,
             )
-            if recipient is not None and recipient.state == RecipientState.NOTIFIED:
+            # A late Claim press wrote nothing: its thread already heard who took it ("taken")
+            if not claiming and recipient is not None and recipient.state == RecipientState.NOTIFIED:
                 text = self.renderer.render("messages/not_yours.txt", short_code=handoff.short_code, by=handoff.claimed_by).strip()
                 await self._notify(session, handoff, "not_yours", text, now,
                                    to=[(recipient.channel_id, recipient.thread, recipient.channel_id)])
