@@ -6,8 +6,10 @@ are ScriptedChannels, the clock is a ManualClock."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from sqlalchemy import func, select
@@ -143,8 +145,8 @@ async def test_a_decision_nobody_verified_is_refused_and_recorded(start_desk: St
 
 
 async def test_the_owner_is_one_person_through_the_api_and_the_page(start_desk: StartDesk) -> None:
-    """Under owner.token the API and a page opened with the inbox's session are the owner, one
-    identity: the owner twice is one approval; a person in a channel is the second."""
+    """Under owner.token the API, a page opened with the inbox's session and the inbox are the
+    owner, one identity: the owner thrice is one approval; a person in a channel is the second."""
     harness, _, aid = await start(start_desk, owner={"token": OWNER_TOKEN})
     first = await decide_by_api(harness, aid, decided_by="Olga")
     assert first.status_code == 200, first.text
@@ -163,9 +165,17 @@ async def test_the_owner_is_one_person_through_the_api_and_the_page(start_desk: 
     assert ANSWERS[DecisionOutcome.SAME_PERSON] in posted.text
     assert approval_actions.CALLS == []
 
+    inbox = (await harness.client.get("/inbox")).text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', inbox)
+    assert csrf is not None
+    decided = await harness.client.post(f"/inbox/approvals/{aid}/decision", data={"csrf": csrf.group(1), "decision": "approve"})
+    assert "waiting for a second person" in unquote(decided.headers["location"])
+    assert approval_actions.CALLS == []
+
     assert await press(harness, 3, aid, "U9", author="Lee") == "approval approved"
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+    assert [v["via"] for v in (await harness.approval(aid))["votes"]] == ["api", "channel:3"]
 
 
 async def test_no_second_approval_in_time_expires_and_never_runs(start_desk: StartDesk) -> None:
@@ -283,6 +293,19 @@ async def test_a_step_outside_its_hours_is_skipped(start_desk: StartDesk) -> Non
     view = await harness.approval(aid)
     assert (view["channel_ids"], view["step"], view["escalate_at"]) == ([3], 1, None)
     assert (sent(harness, 2, ApprovalPrompt), len(sent(harness, 3, ApprovalPrompt))) == ([], 1)
+
+
+async def test_a_later_step_outside_its_hours_is_not_asked_and_the_ladder_stops(start_desk: StartDesk) -> None:
+    ladder = {**LADDER, "steps": [{"notify": [2], "claim_within": "5m"}, {"notify": [3], "claim_within": "5m", "hours": "mondays"}]}
+    harness, _, aid = await start(start_desk, on_route(), routes=[ladder], hours=CLOSED_HOURS, clock=closed_clock())
+    harness.desk.clock.advance(timedelta(minutes=5))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.escalate_due() == 0
+    assert await harness.desk.approvals.escalate_due() == 0
+    await harness.desk.settle()
+    assert sent(harness, 3, ApprovalPrompt) == []
+    view = await harness.approval(aid)
+    assert (view["state"], view["channel_ids"], view["escalate_at"]) == ("pending", [2], None)
+    assert (await kinds(harness)).count("approval_not_escalated") == 1
 
 
 async def test_a_route_and_two_people_together(start_desk: StartDesk) -> None:

@@ -376,7 +376,8 @@ class Approvals:
                 if following is None:
                     await audit.record(session, "approval_not_escalated", at=now, actor="desk", approval_id=approval_id,
                                        conversation_id=approval.conversation_id, action=approval.action_id,
-                                       route_id=route_id, why="no later step of the route is open or reachable")
+                                       route_id=route_id, why="no later step of the route is open or reachable"
+                                       if ladder is not None else "the route is no longer configured")
                     continue
                 self.metrics.approvals.labels(approval.action_id, "escalated").inc()
                 await audit.record(session, "approval_escalated", at=now, actor="desk", approval_id=approval_id,
