@@ -522,15 +522,16 @@ class Approvals:
         facts = {"approval_id": approval.id, "conversation_id": approval.conversation_id, "action": approval.action_id,
                  "via": via, "voter": voter, "decision": "approve" if approve else "deny"}
         if voter is None:
+            if approval.state != PENDING or approval.deadline <= now:
+                return DecisionOutcome.CLOSED
             await audit.record(session, "approval_vote_refused", at=now, actor=by, **facts,
                                why="two people must approve and nobody verified who this was")
             return DecisionOutcome.UNIDENTIFIED
         if not approve:
-            denied = await execute_dml(session, update(Approval).where(*self._still_open(approval.id, now)).values(
-                state=DENIED, decided_at=now, decided_by=by, decided_via=via, reason=reason,
-            ).execution_options(synchronize_session=False))
-            if denied.rowcount != 1:
-                return DecisionOutcome.CLOSED
+            denied = await self._settle_once(session, approval, approve=False, by=by, via=via, reason=reason,
+                                             always=False, now=now)
+            if denied is DecisionOutcome.CLOSED:
+                return denied
             await self._record_vote(session, approval.id, voter=voter, name=by, via=via, approve=False, now=now)
             await audit.record(session, "approval_vote", at=now, actor=by, **facts, counted=True)
             return DecisionOutcome.DECIDED
