@@ -64,7 +64,16 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
         config = Config.from_mapping({
             "database_url": f"sqlite:///{Path(folder) / 'demo.db'}",
             "secret_key": "demo-secret-key-not-for-production",
-            "channels": [{"id": 1, "kind": "owner_inbox", "label": "Support team", "estimated_response": "within a few minutes"}],
+            "channels": [
+                {"id": 1, "kind": "owner_inbox", "label": "Support team", "estimated_response": "within a few minutes"},
+                {"id": 2, "kind": "owner_inbox", "label": "Billing team", "estimated_response": "within a few minutes"},
+                {"id": 3, "kind": "owner_inbox", "label": "On-call", "estimated_response": "within 15 minutes"},
+            ],
+            # A ladder: Support and Billing at once, then the on-call person if nobody claims it in 5 minutes
+            "routes": [{
+                "id": 20, "label": "Invoices", "public_name": "our billing team", "estimated_response": "within 10 minutes",
+                "steps": [{"notify": [1, 2], "claim_within": "5m"}, {"notify": [3], "claim_within": "10m"}],
+            }],
             "actions": [{
                 "id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
                 "policy": "ask_always", "approval_channels": [1],
@@ -102,6 +111,14 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
         return body
 
     await ana("Hi!")
+
+    async def tell_ben(ben: str, *, after: int) -> int:
+        """What the desk and the people told Ben since message `after`; returns the last id."""
+        messages = (await client.get(f"/api/conversations/{ben}/messages", params={"after": after})).json()["messages"]
+        for message in messages:
+            if message["role"] != "subscriber":
+                story.say(message["role"], message.get("author") or "Assistant", message["text"])
+        return int(messages[-1]["id"]) if messages else after
 
     await story.step("2. Ana asks for a person; the agent calls handoff_request")
     body = await ana("My order #1234 was due Monday and still hasn't arrived. Can I talk to a person?")
@@ -145,16 +162,40 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
         if message["role"] in ("system", "agent"):
             story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
 
-    await story.step("6. Later: Ben asks for a person, and nobody answers")
+    await story.step("6. Later: Ben asks about an invoice; the agent hands to the Invoices route")
     ben = (await client.post("/api/conversations", json={"subscriber": {"name": "Ben"}})).json()["conversation_id"]
     story.say("subscriber", "Ben", "Can I speak to someone about my invoice?")
-    body = (await client.post(f"/api/conversations/{ben}/messages", json={"text": "Can I speak to someone about my invoice?"})).json()
-    story.say("agent", "Assistant", body["replies"][0]["text"])
-    clock.advance(desk.config.handoff.idle_timeout + timedelta(seconds=1))
-    story.note(f"… {format_duration(desk.config.handoff.idle_timeout)} pass without a reply; the idle sweep runs …")
+    call = {"channel_id": 20, "summary": "Ben has a question about his latest invoice and wants a person.",
+            "expected_action": "Answer Ben's invoice question."}
+    started = (await client.post(f"/api/conversations/{ben}/tools/handoff_request", json=call)).json()
+    story.json("handoff_request on a route", {k: started[k] for k in ("channel_kind", "channels_notified", "estimated_response")})
+    await desk.settle()
+    await tell_ben(ben, after=0)
+    seen = (await client.get(f"/api/conversations/{ben}/messages")).json()["messages"][-1]["id"]
+    clock.advance(timedelta(minutes=5))
+    story.note("… 5 minutes pass and nobody on Support or Billing claims it; the ladder's sweep runs …")
     await desk.timers.sweep()
     await desk.settle()
-    for message in (await client.get(f"/api/conversations/{ben}/messages")).json()["messages"][-3:]:
+    seen = await tell_ben(ben, after=seen)
+    handoff = (await client.get(f"/api/handoffs/{started['handoff_session_id']}")).json()
+    story.json("the handoff now", {"step": handoff["step"] + 1, "notified": [
+        f"{r['channel_label']} (step {r['step'] + 1})" for r in handoff["recipients"]]})
+    on_call = next(r for r in handoff["recipients"] if r["channel_id"] == 3)
+    thread = (await desk.handoffs.recipient_on(handoff["handoff_session_id"], on_call["channel_id"]))
+    assert thread is not None and thread.thread_key is not None
+    await desk.inbound.submit_and_wait(3, RecipientText(
+        thread_key=thread.thread_key, author="Olga", text="Hi Ben, Olga here. Which invoice number is it?",
+    ))
+    await desk.settle()
+    seen = await tell_ben(ben, after=seen)
+    handoff = (await client.get(f"/api/handoffs/{started['handoff_session_id']}")).json()
+    story.json("claimed", {k: handoff[k] for k in ("claimed_by", "claimed_via", "channel_label")})
+    story.note("Support and Billing are told \"taken by Olga (On-call)\"; Ben's messages now go only to her.")
+    clock.advance(desk.config.handoff.idle_timeout + timedelta(seconds=1))
+    story.note(f"… Ben never answers; {format_duration(desk.config.handoff.idle_timeout)} pass and the idle sweep runs …")
+    await desk.timers.sweep()
+    await desk.settle()
+    for message in (await client.get(f"/api/conversations/{ben}/messages", params={"after": seen})).json()["messages"]:
         story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
 
     await story.step("7. The agent wants to refund Ana: a person must approve that exact call")

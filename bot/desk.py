@@ -25,7 +25,14 @@ from bot.delivery.outbox import Outbox
 from bot.delivery.retention import Retention
 from bot.domain.approvals import Approvals, ApprovalSettled
 from bot.domain.conversations import Conversations
-from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs, HeldMessagesOrphaned
+from bot.domain.handoffs import (
+    EscalationDue,
+    HandoffActivated,
+    HandoffClaimed,
+    HandoffReleased,
+    Handoffs,
+    HeldMessagesOrphaned,
+)
 from bot.domain.hours import OfficeHours
 from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
@@ -95,7 +102,7 @@ class Desk:
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, metrics=self.metrics, forms=self.forms,
-            hours=OfficeHours(config.hours, self.clock),
+            hours=OfficeHours(config.hours, self.clock), ladders=config.ladders, background=self.background,
         )
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
@@ -143,6 +150,8 @@ class Desk:
         self.signals.on(HandoffActivated, self.timers.on_activated)
         self.signals.on(HandoffActivated, lambda activated: self.siblings.on_activated(activated.handoff))
         self.signals.on(HandoffReleased, self.timers.on_released)
+        self.signals.on(HandoffClaimed, self.timers.on_claimed)
+        self.signals.on(EscalationDue, self.timers.on_escalation_due)
         self.signals.on(HandoffReleased, self.router.after_release)
         self.signals.on(HeldMessagesOrphaned, self.router.after_failed_dispatch)
         self.signals.on(ApprovalSettled, self.router.after_approval)

@@ -210,10 +210,13 @@ class _ToHandoff(_Message):
     """A message about one handoff, to the people working on it."""
 
     handoff_id: str
+    # On a route (several channels at once) the channel this copy goes to: each channel's
+    # messages are ordered on their own, so one slow channel never holds up another's.
+    lane: int | None = None
 
     @property
     def stream(self) -> str:
-        return self.handoff_id
+        return self.handoff_id if self.lane is None else f"{self.handoff_id}:{self.lane}"
 
     def trail(self) -> dict[str, str]:
         return {"handoff_session_id": self.handoff_id}

@@ -128,7 +128,9 @@ def test_demo_tells_the_whole_story() -> None:
     out = result.stdout
     steps = ["Ana opens the chat", "tool call: handoff_request", "What the support team receives", "routed_to: human",
              "Sam (support): Hi Ana", "[Bot resumed — the owner released the conversation. Outcome: resolved.",
-             "Returned data:", "the handoff ended after 30 minutes without activity",
+             "Returned data:", "handoff_request on a route", "Still looking for someone", '"On-call (step 2)"',
+             "Olga from our billing team has joined the conversation.", '"claimed_by": "Olga"',
+             "the handoff ended after 30 minutes without activity",
              "APPROVAL_PENDING", "Approval needed: may the assistant run refund_order for Ana?",
              "[Approval — refund_order was approved and ran", '"via": "link"',
              "HUMAN_HANDOFF_REQUESTED", "I've hidden what looked like a code", "It's [hidden]",

@@ -138,8 +138,8 @@ def route_checks(raw_routes: Any, channels: list[ChannelConfig], raw_hours: Any)
                 at = f"{where}.steps[{position}].notify[{spot}]"
                 if not isinstance(cid, int) or isinstance(cid, bool):
                     continue
-                if cid in channel_ids and channel_ids[cid].kind == "agent" and len(step.get("notify") or []) > 1:
-                    problems.append(ConfigProblem(at, f"channel {cid} is a sibling agent: it cannot claim beside people; give it a step of its own"))
+                if cid in channel_ids and channel_ids[cid].kind == "agent":
+                    problems.append(ConfigProblem(at, f"channel {cid} is a sibling agent: hand to it directly by its id; a route's steps notify people"))
                 elif cid not in channel_ids:
                     hint = " (that is a route; use when_nobody_claims to continue with a route)" if any(
                         isinstance(r, dict) and r.get("id") == cid for r in raw_routes) else ""

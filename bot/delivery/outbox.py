@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -53,6 +53,7 @@ from channels.base import (
     Outbound,
     PermanentChannelError,
     Receipt,
+    Relay,
     TransientChannelError,
     UncertainDeliveryError,
     stored_outbound,
@@ -216,6 +217,21 @@ class DeliveryFailed(Exception):
         self.attempts = attempts
 
 
+DispatchSettled = Callable[[AsyncSession, OutboxItem, Receipt | None, str | None, datetime], Awaitable[None]]
+"""How a claimable dispatch (one of several recipients of a route's step) ended, told inside
+the transaction that records it: its receipt, or the error that failed it (given up, or
+reported lost by the provider after acceptance)."""
+
+
+def _claimable_dispatch(item: OutboxItem) -> bool:
+    """A dispatch to one of a route's recipients (its brief says the first to claim takes it);
+    read off the stored payload without parsing it."""
+    if item.purpose != "dispatch":
+        return False
+    brief = item.payload.get("brief")
+    return isinstance(brief, dict) and bool(brief.get("claimable"))
+
+
 class Outbox:
     def __init__(
         self,
@@ -260,6 +276,8 @@ class Outbox:
         # The streams a chain of this instance is carrying, each with a count of the items
         # stored behind it since: the chain claims those itself, so they need no worker pass.
         self._carried: dict[str, int] = {}
+        # The handoff service's hook (it records where a route's dispatch landed, or that it failed)
+        self.on_dispatch_settled: DispatchSettled | None = None
 
     # ------------------------------------------------------------------ storing
 
@@ -605,6 +623,8 @@ class Outbox:
             )
         if item.purpose == "callback":
             _callback_settled(session, item, answer=receipt.answer)
+        if self.on_dispatch_settled is not None and _claimable_dispatch(item):
+            await self.on_dispatch_settled(session, item, receipt, None, now)
         if not claim_next or item.handoff_session_id is None:
             return _SuccessRecord(recorded=True)
         # This item was the handoff's earliest unsent one, so the next is simply the
@@ -653,9 +673,9 @@ class Outbox:
         async with self.db.transaction() as session:
             if retry_in is None and item.purpose == "relay" and isinstance(error, TransientChannelError):
                 # A person is waiting for this message: keep trying while the handoff lasts.
-                state = await session.scalar(
-                    select(col(HandoffSession.state)).where(col(HandoffSession.id) == item.handoff_session_id)
-                )
+                relay = stored_outbound(item.payload)
+                assert isinstance(relay, Relay)
+                state = await session.scalar(select(col(HandoffSession.state)).where(col(HandoffSession.id) == relay.handoff_id))
                 if state == HandoffState.ACTIVE:
                     retry_in = self.max_backoff
             if retry_in is None:
@@ -675,6 +695,8 @@ class Outbox:
             )
             if retry_in is None and item.purpose == "callback":
                 _callback_settled(session, item, error=str(error), hint=error.hint)
+            if retry_in is None and self.on_dispatch_settled is not None and _claimable_dispatch(item):
+                await self.on_dispatch_settled(session, item, None, error.hint, now)
         result = "failed" if retry_in is None else "retry"
         self.metrics.deliveries.labels(self._kind_of(item.channel_id), item.purpose, result).inc()
         log.warning("delivery_" + result, outbox_id=item.id, purpose=item.purpose, attempts=item.attempts, error=str(error))
@@ -694,6 +716,8 @@ class Outbox:
             if item is not None:
                 await session.execute(update(OutboxItem).where(col(OutboxItem.id) == item.id).values(
                     state=OutboxState.FAILED, last_error=f"reported by the provider after delivery: {failure.error}"))
+                if self.on_dispatch_settled is not None and _claimable_dispatch(item):
+                    await self.on_dispatch_settled(session, item, None, failure.hint or failure.error, now)
             await audit.note(
                 session, "delivery_failed_after_acceptance", at=now, actor="provider",
                 **(_trail(item) if item is not None else {}), channel_id=channel_id,

@@ -134,12 +134,24 @@ ACTIVATE = _compare_and_set(
     ["state", "channel_message_id", "thread_key", "thread", "activated_at", "focused_at", "last_activity_at",
      "idle_deadline"],
 )
+# On a route the handoff's line is its first reached recipient's, and the ladder's deadline
+# runs instead of the idle timer (the idle deadline stays empty until someone claims it).
+ACTIVATE_ROUTED = _compare_and_set(
+    [HANDOFFS.c.state == HandoffState.DISPATCHING, _sent_dispatch()],
+    ["state", "channel_id", "channel_kind", "channel_label", "channel_message_id", "thread_key", "thread",
+     "activated_at", "focused_at", "last_activity_at", "idle_deadline", "escalate_at"],
+)
 FAIL = _compare_and_set([HANDOFFS.c.state == HandoffState.DISPATCHING, ~_sent_dispatch()], ["state", "failure"])
 _RELEASED = ["state", "released_at", "release_reason", "released_by", "outcome", "note", "returned", "missing_required"]
 RELEASE = _compare_and_set([HANDOFFS.c.state == HandoffState.ACTIVE], _RELEASED)
 # The idle timer's release applies only while the deadline is at or before its cutoff.
 RELEASE_IDLE = _compare_and_set(
     [HANDOFFS.c.state == HandoffState.ACTIVE, HANDOFFS.c.idle_deadline <= bindparam("cutoff")], _RELEASED
+)
+# The ladder's last deadline passed with nobody claiming: only while still unclaimed and due.
+RELEASE_UNCLAIMED = _compare_and_set(
+    [HANDOFFS.c.state == HandoffState.ACTIVE, HANDOFFS.c.claimed_at.is_(None), HANDOFFS.c.escalate_at <= bindparam("cutoff")],
+    _RELEASED,
 )
 
 

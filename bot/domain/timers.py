@@ -14,6 +14,10 @@ The release itself is the conditional update in `Handoffs.release` (state active
 deadline passed), so a double fire, two instances, or a message arriving at the last
 moment can never produce two resume messages. Jobs only exist for near deadlines, so
 100,000 idle handoffs cost a database index, not 100,000 scheduler jobs.
+
+A route's ladder deadline (`escalate_at`, while nobody has claimed the handoff) is timed the
+same way, in jobs of its own: the sweep escalates what is overdue and arms the near ones, and
+the escalation is a compare-and-set on the step and the deadline (`Handoffs.escalate_if_due`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import structlog
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.domain.handoffs import HandoffActivated, HandoffReleased, Handoffs
+from bot.domain.handoffs import EscalationDue, HandoffActivated, HandoffClaimed, HandoffReleased, Handoffs
 from bot.runtime.clock import Clock
 from bot.store.vocabulary import HandoffState
 
@@ -109,13 +113,47 @@ class IdleTimers:
         except JobLookupError:
             pass
 
+    def arm_ladder(self, sid: str, deadline: datetime) -> None:
+        """The ladder's next step, timed like an idle deadline (near ones only)."""
+        if not self.scheduler.running or deadline > self._horizon():
+            return
+        run_at = datetime.now(UTC) + (deadline - self.clock.now())
+        self.scheduler.add_job(self._run_escalate, "date", run_date=run_at, args=[sid], id=f"ladder:{sid}",
+                               replace_existing=True)
+
+    def _disarm(self, job_id: str) -> None:
+        try:
+            self.scheduler.remove_job(job_id)
+        except JobLookupError:
+            pass
+
     def on_activated(self, activated: HandoffActivated) -> None:
         if activated.handoff.idle_deadline is not None:
             self.arm(activated.handoff.id, activated.handoff.idle_deadline)
+        if activated.handoff.escalate_at is not None:
+            self.arm_ladder(activated.handoff.id, activated.handoff.escalate_at)
+
+    def on_escalation_due(self, due: EscalationDue) -> None:
+        self.arm_ladder(due.handoff_session_id, due.at)
+
+    def on_claimed(self, claimed: HandoffClaimed) -> None:
+        if self.scheduler.running:
+            self._disarm(f"ladder:{claimed.handoff.id}")
+        if claimed.handoff.idle_deadline is not None:
+            self.arm(claimed.handoff.id, claimed.handoff.idle_deadline)
 
     def on_released(self, released: HandoffReleased) -> None:
         if self.scheduler.running:
             self.disarm(released.handoff.id)
+            self._disarm(f"ladder:{released.handoff.id}")
+
+    async def _run_escalate(self, sid: str) -> None:
+        await self._tracked(self._escalate(sid))
+
+    async def _escalate(self, sid: str) -> None:
+        handoff = await self.handoffs.escalate_if_due(sid)
+        if handoff is not None and handoff.state == HandoffState.ACTIVE and handoff.claimed_at is None and handoff.escalate_at:
+            self.arm_ladder(sid, handoff.escalate_at)  # not due yet by this clock, or a new step's deadline
 
     async def _run_fire(self, sid: str) -> None:
         await self._tracked(self._fire(sid))
@@ -146,9 +184,28 @@ class IdleTimers:
                 self.arm(sid, deadline)
         except Exception:
             log.exception("idle_arm_failed")
+        await self._sweep_ladders()
         for task in self.also_on_sweep:
             try:
                 await task()
             except Exception:
                 log.exception("sweep_task_failed", task=getattr(task, "__qualname__", str(task)))
         return released
+
+    async def _sweep_ladders(self) -> None:
+        """Escalate the ladders whose deadline passed (missed while down, or an instance died)
+        and arm jobs for the near ones."""
+        try:
+            due = await self.handoffs.escalations_due(self._horizon())
+        except Exception:
+            log.exception("ladder_sweep_failed")
+            return
+        now = self.clock.now()
+        for sid, deadline in due:
+            if deadline > now:
+                self.arm_ladder(sid, deadline)
+                continue
+            try:
+                await self._escalate(sid)
+            except Exception:
+                log.exception("ladder_escalation_failed", handoff_session_id=sid)

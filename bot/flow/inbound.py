@@ -258,7 +258,8 @@ class Inbound:
                 done.result = "released" if parse_release_command(message.text) is not None else "relayed"
                 return await self._recipient_text(event, message)
             case ClaimPress():
-                return _Worked(InboundState.IGNORED, "claims are not handled yet")
+                done.result = "claimed"
+                return await self._claim_press(event, message)
 
     async def _recipient_text(self, event: InboundEvent, message: RecipientText) -> _Worked:
         """A recipient's words: to the handoff of their thread (or, on a shared line, the one
@@ -268,15 +269,20 @@ class Inbound:
             route = await self.lines.route(event.channel_id, message.thread_key, message.text)
             if route.to is None:
                 return _Worked(InboundState.DONE if route.answered else InboundState.IGNORED, route.result)
-            sid, text = route.to.id, route.text
+            sid, text, routed = route.to.id, route.text, route.to.routed
         else:
             handoff = await self.handoffs.by_thread(event.channel_id, message.thread_key)
             if handoff is None:
                 return _Worked(InboundState.IGNORED, "no active handoff in this thread")
-            sid, text = handoff.id, message.text
+            sid, text, routed = handoff.id, message.text, handoff.route_id is not None
         author = message.author or "recipient"
+        via = f"channel:{event.channel_id}"
         try:
-            result = await self.handoffs.recipient_message(sid, text, author=author, via=f"channel:{event.channel_id}")
+            # On a route: the first to write claims it; someone else's thread is told who has it.
+            speaking = await self.handoffs.speaking(sid, event.channel_id, by=author, via=via) if routed else None
+            if speaking is not None and not speaking.allowed:
+                return _Worked(InboundState.IGNORED, f"not relayed: {speaking.holder} has this handoff", sid)
+            result = await self.handoffs.recipient_message(sid, text, author=author, via=via)
         except DeskError as exc:
             return _Worked(InboundState.IGNORED, exc.message, sid)
         if isinstance(result, ReleaseResult):
@@ -291,14 +297,35 @@ class Inbound:
         handoff = await self.handoffs.by_thread(event.channel_id, press.thread_key)
         if handoff is None:
             return _Worked(InboundState.IGNORED, "no active handoff in this thread")
+        actor = " ".join((press.author or "").split())[:200] or "recipient"
         try:
+            if handoff.claimed_at is not None:  # on a route someone has: only their thread releases it
+                speaking = await self.handoffs.speaking(handoff.id, event.channel_id, by=actor, via=f"channel:{event.channel_id}")
+                if not speaking.allowed:
+                    return _Worked(InboundState.IGNORED, f"not released: {speaking.holder} has this handoff", handoff.id)
             result = await self.handoffs.release(
-                handoff.id, reason=ReleaseReason.RELEASE_TOKEN, actor=" ".join((press.author or "").split())[:200] or "recipient",
+                handoff.id, reason=ReleaseReason.RELEASE_TOKEN, actor=actor,
                 outcome=Outcome(press.outcome) if press.outcome else None,
             )
         except DeskError as exc:
             return _Worked(InboundState.IGNORED, exc.message, handoff.id)
         return _released(result, handoff.id)
+
+    async def _claim_press(self, event: InboundEvent, press: ClaimPress) -> _Worked:
+        """A Claim button under a route's dispatch: the first press anywhere takes the handoff;
+        a later one is told who has it."""
+        found = await self.handoffs.in_thread(event.channel_id, press.thread_key)
+        if found is None:
+            return _Worked(InboundState.IGNORED, "no active handoff in this thread")
+        sid = found.handoff.id
+        actor = " ".join((press.author or "").split())[:200] or "recipient"
+        try:
+            speaking = await self.handoffs.speaking(sid, event.channel_id, by=actor, via=f"channel:{event.channel_id}", claiming=True)
+        except DeskError as exc:
+            return _Worked(InboundState.IGNORED, exc.message, sid)
+        if not speaking.allowed:
+            return _Worked(InboundState.DONE, f"already claimed by {speaking.holder}", sid)
+        return _Worked(InboundState.DONE, "claimed", sid)
 
     async def _decide(self, event: InboundEvent, decision: Decision) -> _Worked:
         """An Approve / Deny button pressed in a channel; it counts only in a channel the
@@ -376,7 +403,7 @@ class Inbound:
         match message:
             case SubscriberText() | ChatOpened() | UserActionAnswer():
                 return (channel_id, "chat", message.chat)
-            case RecipientText() | ReleasePress() if not self._shared_line(channel_id):
+            case RecipientText() | ReleasePress() | ClaimPress() if not self._shared_line(channel_id):
                 return (channel_id, "thread", message.thread_key)
             case Decision():
                 return (channel_id, "approval", message.approval_id)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Select, select, update
+from sqlalchemy import Select, and_, select, union, update
 from sqlmodel import col
 
 from bot.delivery.outbox import Outbox
@@ -32,7 +32,7 @@ from bot.domain.rendering import Renderer
 from bot.runtime.clock import Clock
 from bot.store import audit
 from bot.store.db import Database
-from bot.store.models import Conversation, HandoffSession
+from bot.store.models import Conversation, HandoffRecipient, HandoffSession
 from bot.store.vocabulary import HandoffState
 from channels.base import Notice
 
@@ -49,6 +49,7 @@ class OpenHandoff:
     subscriber: str
     summary: str
     thread: dict[str, Any]
+    routed: bool = False  # on a route (config `routes:`): whose it is depends on its claim
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class SharedLines:
                 .order_by(col(HandoffSession.focused_at).desc(),  # set on activation (and backfilled by migration 0005)
                           col(HandoffSession.created_at).desc())
             )).all()
-        return [_view(handoff, name) for handoff, name in rows]
+        return [_view(handoff, name, thread) for handoff, name, thread in rows]
 
     async def _recently_ended(self, channel_id: int, thread_key: str, code: str) -> OpenHandoff | None:
         since = self.clock.now() - _RECENTLY_ENDED
@@ -130,7 +131,7 @@ class SharedLines:
                 .order_by(col(HandoffSession.released_at).desc())
                 .limit(200)
             )).all()
-        return next((_view(h, name) for h, name in rows if h.short_code == code), None)
+        return next((_view(h, name, thread) for h, name, thread in rows if h.short_code == code), None)
 
     async def _focus(self, handoff: OpenHandoff) -> None:
         now = self.clock.now()
@@ -152,18 +153,27 @@ class SharedLines:
                              template=template.rsplit("/", 1)[-1])
 
 
-def _on_line(channel_id: int, thread_key: str) -> Select[HandoffSession, str | None]:
-    """The handoffs on one line with their subscriber's name; each lookup adds which ones
-    (open or recently ended) and in what order."""
+def _on_line(channel_id: int, thread_key: str) -> Select[HandoffSession, str | None, dict[str, Any] | None]:
+    """The handoffs on one line with their subscriber's name and, for one on a route that
+    reached this line among others, the thread its dispatch landed in here; each lookup adds
+    which ones (open or recently ended) and in what order."""
+    here = and_(col(HandoffRecipient.handoff_session_id) == col(HandoffSession.id), col(HandoffRecipient.channel_id) == channel_id)
+    # Two indexed lookups, not an OR across the join (which would scan every handoff)
+    on_line = union(
+        select(col(HandoffSession.id)).where(col(HandoffSession.channel_id) == channel_id, col(HandoffSession.thread_key) == thread_key),
+        select(col(HandoffRecipient.handoff_session_id))
+        .where(col(HandoffRecipient.channel_id) == channel_id, col(HandoffRecipient.thread_key) == thread_key),
+    )
     return (
-        select(HandoffSession, col(Conversation.subscriber_name))
+        select(HandoffSession, col(Conversation.subscriber_name), col(HandoffRecipient.thread))
         .join(Conversation, col(Conversation.id) == col(HandoffSession.conversation_id))
-        .where(col(HandoffSession.channel_id) == channel_id, col(HandoffSession.thread_key) == thread_key)
+        .outerjoin(HandoffRecipient, here)
+        .where(col(HandoffSession.id).in_(on_line))
     )
 
 
-def _view(handoff: HandoffSession, subscriber_name: str | None) -> OpenHandoff:
+def _view(handoff: HandoffSession, subscriber_name: str | None, thread: dict[str, Any] | None = None) -> OpenHandoff:
     return OpenHandoff(
         id=handoff.id, short_code=handoff.short_code, subscriber=subscriber_name or "Subscriber",
-        summary=handoff.summary, thread=dict(handoff.thread or {}),
+        summary=handoff.summary, thread=dict(thread or handoff.thread or {}), routed=handoff.route_id is not None,
     )

@@ -40,6 +40,19 @@ class Metrics:
         self.taken_over = Counter(
             "handoff_taken_over", "Outbox items and inbound events taken over from an instance that stopped beating",
             ["what"], registry=r)
+        self.claims = Counter(
+            "handoff_claims", "Claims of handoffs on a route: claimed, or noop (someone had it already)", ["result"], registry=r)
+        self.time_to_claim = Histogram(
+            "handoff_time_to_claim_seconds", "From a route's handoff reaching its first person to someone claiming it",
+            ["route", "channel_kind"], buckets=(5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200), registry=r)
+        self.escalations = Counter(
+            "handoff_escalations", "A route's ladder moving to its next step, by why (nobody_claimed, failed_delivery)",
+            ["route", "why"], registry=r)
+        self.fallbacks = Counter(
+            "handoff_recipient_failures", "Dispatches of a route's step that failed (the ladder falls back)", ["channel_kind"],
+            registry=r)
+        self.unclaimed = Counter(
+            "handoff_unclaimed", "Handoffs on a route handed back because nobody claimed them", ["route"], registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
 
     def exposition(self) -> bytes:

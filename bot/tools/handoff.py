@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from bot.config import Ladder
 from bot.domain.handoffs import (
     ChannelUnavailable,
     DispatchFailed,
@@ -15,6 +16,7 @@ from bot.domain.handoffs import (
     HandoffRequestInput,
     HandoffRequestRefused,
     HandoffStarted,
+    RouteClosed,
 )
 from bot.errors import error_body
 from bot.store.vocabulary import ReleaseReason
@@ -29,10 +31,12 @@ class HandoffRequestTool(Tool):
     def available(self, ctx: ToolContext) -> bool:
         # A sibling agent serving a handoff hands back with handoff_release; it never
         # escalates again (no ping-pong between agents).
-        return bool(ctx.channels.available()) and ctx.conversation.serves_handoff_session_id is None
+        return bool(ctx.handoffs.target_ids()) and ctx.conversation.serves_handoff_session_id is None
 
     def describe(self, ctx: ToolContext) -> str:
         lines = [f"- channel_id {a.id}: {a.label} ({a.kind}); {_availability(ctx, a.config)}" for a in ctx.channels.available()]
+        lines += [f"- channel_id {ladder.id}: {ladder.route.label} (route: {_ladder_line(ctx, ladder)}); "
+                  f"{_route_availability(ctx, ladder)}" for ladder in ctx.handoffs.offered()]
         return (
             "Hand this conversation to a person (or a sibling agent) through one of the configured channels. "
             "Use it when the user asks for a human, or when you cannot safely or correctly help.\n"
@@ -45,15 +49,18 @@ class HandoffRequestTool(Tool):
         )
 
     def spec_key(self, ctx: ToolContext) -> Hashable:
-        return tuple((a.id, a.label, a.kind, _availability(ctx, a.config)) for a in ctx.channels.available())
+        return (
+            tuple((a.id, a.label, a.kind, _availability(ctx, a.config)) for a in ctx.channels.available()),
+            tuple((ladder.id, _ladder_line(ctx, ladder), _route_availability(ctx, ladder)) for ladder in ctx.handoffs.offered()),
+        )
 
     def input_schema(self, ctx: ToolContext) -> dict[str, Any]:
         schema = model_schema(self.input_model)
-        schema["properties"]["channel_id"]["enum"] = [a.id for a in ctx.channels.available()]
+        schema["properties"]["channel_id"]["enum"] = ctx.handoffs.target_ids()
         return schema
 
     def validation_context(self, ctx: ToolContext) -> dict[str, Any]:
-        return {"channel_ids": [a.id for a in ctx.channels.available()]}
+        return {"channel_ids": ctx.handoffs.target_ids()}
 
     async def run(self, ctx: ToolContext, args: HandoffRequestInput) -> dict[str, Any]:
         try:
@@ -71,6 +78,11 @@ class HandoffRequestTool(Tool):
             hint = f"channel_id {refused.channel_id} is not an available handoff channel; use one of {refused.available}"
             event_id = await ctx.handoffs.record_rejection(ctx.conversation.id, actor=ctx.actor, error=refused.code, hint=hint)
             return error_body(refused.code, hint, handoff_event_id=str(event_id), field="channel_id")
+        if isinstance(refused, RouteClosed):
+            hint = (f"nobody on channel_id {refused.route_id} is available now"
+                    + (f"; someone is back {refused.back}" if refused.back else "; no office hours ahead"))
+            event_id = await ctx.handoffs.record_rejection(ctx.conversation.id, actor=ctx.actor, error=refused.code, hint=hint)
+            return error_body(refused.code, hint, handoff_event_id=str(event_id), human_notified=False)
         if isinstance(refused, HandoffAlreadyOpen):
             hint = (
                 f"this conversation already has an open handoff ({refused.active_id}); the subscriber's messages "
@@ -102,7 +114,30 @@ def _availability(ctx: ToolContext, channel: ChannelConfig) -> str:
     return f"closed now; back {back}" if back else "closed now; no office hours ahead"
 
 
+def _ladder_line(ctx: ToolContext, ladder: Ladder) -> str:
+    """`Slack + Telegram, then WhatsApp`: who the route asks, step by step."""
+    def label(cid: int) -> str:
+        adapter = ctx.channels.get(cid)
+        return adapter.label if adapter is not None else f"channel {cid}"
+    return ", then ".join(" + ".join(label(cid) for cid in step.notify) for step in ladder.steps)
+
+
+def _route_availability(ctx: ToolContext, ladder: Ladder) -> str:
+    closed = ctx.handoffs.steps.closed_now(ladder, ctx.handoffs.clock.now())
+    if closed is None:
+        return f"responds {ladder.route.estimated_response}"
+    back = closed.back_text
+    return f"closed now; back {back}" if back else "closed now; no office hours ahead"
+
+
 def started_result(started: HandoffStarted) -> dict[str, Any]:
+    if started.route_id is not None:
+        return {**_started(started), "channels_notified": list(started.notified), "channels_failed": list(started.failed),
+                "channels_pending": list(started.pending)}
+    return _started(started)
+
+
+def _started(started: HandoffStarted) -> dict[str, Any]:
     return {
         "ok": True,
         "action": "handoff_session_started",
@@ -125,10 +160,11 @@ def dispatch_failed_result(failed: DispatchFailed) -> dict[str, Any]:
             "dispatch_failed", "the handoff was cancelled while it was being dispatched",
             handoff_event_id=event_id, handoff_session_id=sid, human_notified=False,
         )
+    routed = {"channels_failed": list(failed.failed)} if failed.failed else {}
     return error_body(
         "dispatch_failed", f"could not notify {failed.channel_label}: {failed.reason}",
         handoff_event_id=event_id, handoff_session_id=sid, channel_id=failed.channel_id, attempts=failed.attempts,
-        human_notified=False,
+        human_notified=False, **routed,
     )
 
 

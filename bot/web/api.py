@@ -23,7 +23,7 @@ from bot.errors import error_body
 from bot.runtime.metrics import CONTENT_TYPE
 from bot.runtime.text import CleanStr, iso
 from bot.store.audit import event_view
-from bot.store.models import HandoffSession
+from bot.store.models import HandoffRecipient, HandoffSession
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
 from bot.tools.user_actions import outcome_result
 from bot.web.deps import (
@@ -163,6 +163,28 @@ def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
         "last_activity_at": iso(handoff.last_activity_at),
         "idle_deadline": iso(handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else None,
         "released_at": iso(handoff.released_at),
+        # On a route (config `routes:`); all None for a handoff straight to a channel
+        "route_id": handoff.route_id,
+        "step": handoff.step,
+        "escalate_at": iso(handoff.escalate_at) if handoff.state == HandoffState.ACTIVE else None,
+        "claimed_by": handoff.claimed_by,
+        "claimed_at": iso(handoff.claimed_at),
+        "claimed_via": handoff.claimed_via,
+    }
+
+
+def recipient_view(recipient: HandoffRecipient) -> dict[str, Any]:
+    """One channel a route's handoff notified: which step, whether it was reached, and when."""
+    return {
+        "channel_id": recipient.channel_id,
+        "channel_kind": recipient.channel_kind,
+        "channel_label": recipient.channel_label,
+        "step": recipient.step,
+        "state": recipient.state,
+        "channel_message_id": recipient.channel_message_id,
+        "notified_at": iso(recipient.notified_at),
+        "failed_at": iso(recipient.failed_at),
+        "error": recipient.error,
     }
 
 
@@ -239,7 +261,11 @@ async def list_handoffs(
 
 @api.get("/handoffs/{sid}")
 async def get_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep) -> dict[str, Any]:
-    return handoff_view(await handoffs.get(sid), forms)
+    handoff = await handoffs.get(sid)
+    view = handoff_view(handoff, forms)
+    if handoff.route_id is not None:
+        view["recipients"] = [recipient_view(r) for r in await handoffs.recipients_of(sid)]
+    return view
 
 
 @api.get("/handoffs/{sid}/events")

@@ -1,0 +1,215 @@
+"""A route's ladder at run time: which step is open now, who it notifies, and the rows that
+record each notified channel (`HandoffRecipient`).
+
+A handoff on a route keeps its one "line" on the session row, as every handoff does — the
+channel and thread that get its messages once someone has claimed it (before that, its first
+notified recipient's). What only a route has lives here: every channel it notified, the
+thread each dispatch landed in (a reply or a Claim press in any of them finds the handoff),
+and whether each was delivered, so the ladder can move on the moment a whole step has failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
+
+from bot.config import HoursConfig, Ladder, StepConfig
+from bot.delivery.channel_set import ChannelSet
+from bot.domain.handoff_rows import HANDOFFS, handoff_of, new_row
+from bot.domain.hours import Closed, OfficeHours, is_open, next_opening
+from bot.store.models import HandoffRecipient, HandoffSession
+from bot.store.rows import Rows
+from bot.store.vocabulary import HandoffState, RecipientState
+from channels.base import ChannelAdapter, Receipt
+
+_RECIPIENTS = HandoffRecipient.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models
+_RECIPIENT = Rows(HandoffRecipient)
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The step to notify: its place in the ladder, the channels of it that can be reached
+    now, and, when it runs although nobody is there (`when_closed: dispatch`), when they are back."""
+
+    index: int
+    step: StepConfig
+    adapters: tuple[ChannelAdapter, ...]
+    closed: Closed | None = None
+
+
+class Steps:
+    """Which of a ladder's steps can run at the desk's clock: a step whose own `hours` are
+    closed is skipped, and so is each channel in it whose `hours` are closed or that is down."""
+
+    def __init__(self, channels: ChannelSet, hours: OfficeHours) -> None:
+        self.channels, self.hours = channels, hours
+
+    @property
+    def schedules(self) -> Mapping[str, HoursConfig]:
+        return self.hours.schedules
+
+    def reachable(self, step: StepConfig, now: datetime, *, ignore_hours: bool = False) -> tuple[ChannelAdapter, ...]:
+        if not ignore_hours and step.hours is not None and not is_open(self.schedules[step.hours], now):
+            return ()
+        found = []
+        for cid in step.notify:
+            adapter = self.channels.get(cid)
+            if adapter is None or not self.channels.is_available(cid):
+                continue
+            if not ignore_hours and self.hours.closed(adapter.config) is not None:
+                continue
+            found.append(adapter)
+        return tuple(found)
+
+    def next_open(self, ladder: Ladder, start: int, now: datetime) -> StepPlan | None:
+        """The first step from `start` on with someone there now."""
+        for index in range(start, len(ladder.steps)):
+            adapters = self.reachable(ladder.steps[index], now)
+            if adapters:
+                return StepPlan(index, ladder.steps[index], adapters)
+        return None
+
+    def first_to_open(self, ladder: Ladder, now: datetime) -> StepPlan | None:
+        """When no step is open: the one whose people are back soonest, to be notified now
+        with an honest estimate (None when no step has a channel that is up at all)."""
+        plans = [
+            StepPlan(index, step, adapters, self._opens(step, adapters, now))
+            for index, step in enumerate(ladder.steps)
+            if (adapters := self.reachable(step, now, ignore_hours=True))
+        ]
+        # never-again (back None) last; of the rest the soonest, the earlier step on a tie
+        return min(plans, key=lambda p: (p.closed is None or p.closed.back is None, p.closed.back if p.closed and p.closed.back else now),
+                   default=None)
+
+    def is_available(self, ladder: Ladder) -> bool:
+        """Offered to the model while at least one of its channels is up."""
+        return any(self.channels.is_available(cid) for cid in ladder.channel_ids)
+
+    def closed_now(self, ladder: Ladder, now: datetime) -> Closed | None:
+        """None when some step is open now; otherwise when the first one opens."""
+        if self.next_open(ladder, 0, now) is not None:
+            return None
+        plan = self.first_to_open(ladder, now)
+        return plan.closed if plan is not None else Closed(now=now, back=None, timezone="UTC")
+
+    def _opens(self, step: StepConfig, adapters: tuple[ChannelAdapter, ...], now: datetime) -> Closed:
+        """When a closed step has someone again: its own hours open and one of its channels' too."""
+        candidates: list[tuple[datetime, str]] = []
+        if step.hours is not None:
+            schedule = self.schedules[step.hours]
+            opening = next_opening(schedule, now)
+            if opening is None:
+                return Closed(now=now, back=None, timezone=schedule.timezone)
+            candidates.append((opening.astimezone(schedule.zone), schedule.timezone))
+        channel_backs = [closed for a in adapters if (closed := self.hours.closed(a.config)) is not None]
+        if len(channel_backs) == len(adapters):  # every channel of it is closed too: the first back counts
+            known = [c for c in channel_backs if c.back is not None]
+            if not known:
+                return Closed(now=now, back=None, timezone=channel_backs[0].timezone)
+            first = min(known, key=lambda c: c.back or now)
+            candidates.append((first.back or now, first.timezone))
+        back, zone = max(candidates) if candidates else (now, "UTC")
+        return Closed(now=now, back=back, timezone=zone)
+
+
+# --------------------------------------------------------------------------- the rows
+
+
+@dataclass(frozen=True)
+class InThread:
+    """The active handoff a recipient's thread belongs to, and, on a route, which of its
+    recipients that thread is (None for a handoff straight to a channel)."""
+
+    handoff: HandoffSession
+    recipient: HandoffRecipient | None
+
+
+async def add(session: AsyncSession, **values: Any) -> HandoffRecipient:
+    row = new_row(HandoffRecipient, **{"id": None, **values})
+    row.pop("id")
+    recipient_id = (await session.execute(insert(_RECIPIENTS).values(**row).returning(_RECIPIENTS.c.id))).scalar_one()
+    return _RECIPIENT.of({"id": recipient_id, **row})
+
+
+async def of_handoff(session: AsyncSession, sid: str, *, state: RecipientState | None = None) -> list[HandoffRecipient]:
+    """A handoff's recipients in the order they were notified."""
+    query = select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.handoff_session_id == sid)
+    if state is not None:
+        query = query.where(_RECIPIENTS.c.state == state)
+    return _RECIPIENT.all((await session.execute(query.order_by(_RECIPIENTS.c.id))).all())
+
+
+async def get(session: AsyncSession, recipient_id: int) -> HandoffRecipient | None:
+    row = (await session.execute(select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.id == recipient_id))).first()
+    return _RECIPIENT.one(row) if row is not None else None
+
+
+async def by_item(session: AsyncSession, outbox_item_id: int) -> HandoffRecipient | None:
+    row = (await session.execute(select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.outbox_item_id == outbox_item_id))).first()
+    return _RECIPIENT.one(row) if row is not None else None
+
+
+async def on_channel(session: AsyncSession, sid: str, channel_id: int) -> HandoffRecipient | None:
+    """The recipient a handoff has on one channel (one per channel: a unique constraint)."""
+    row = (await session.execute(
+        select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.channel_id == channel_id)
+    )).first()
+    return _RECIPIENT.one(row) if row is not None else None
+
+
+async def active_in_thread(session: AsyncSession, channel_id: int, thread_key: str) -> InThread | None:
+    """The active routed handoff one of whose dispatches landed in this thread."""
+    row = (await session.execute(
+        select(*_RECIPIENTS.columns, *HANDOFFS.columns)
+        .join(HANDOFFS, HANDOFFS.c.id == _RECIPIENTS.c.handoff_session_id)
+        .where(_RECIPIENTS.c.channel_id == channel_id, _RECIPIENTS.c.thread_key == thread_key,
+               HANDOFFS.c.state == HandoffState.ACTIVE)
+        .order_by(_RECIPIENTS.c.id.desc()).limit(1)
+    )).first()
+    if row is None:
+        return None
+    split = len(_RECIPIENTS.columns)
+    handoff = handoff_of(row[split:])
+    assert handoff is not None
+    return InThread(handoff, _RECIPIENT.one(row[:split]))
+
+
+async def notified_from(session: AsyncSession, outbox_item_id: int, receipt: Receipt, now: datetime) -> HandoffRecipient | None:
+    """The dispatch to a recipient was delivered: where it landed. None when the item is no recipient's."""
+    row = (await session.execute(
+        update(_RECIPIENTS).where(_RECIPIENTS.c.outbox_item_id == outbox_item_id, _RECIPIENTS.c.state == RecipientState.SENDING)
+        .values(state=RecipientState.NOTIFIED, thread_key=receipt.thread_key, thread=receipt.thread,
+                channel_message_id=receipt.message_id, notified_at=now)
+        .returning(*_RECIPIENTS.columns)
+    )).first()
+    return _RECIPIENT.one(row) if row is not None else None
+
+
+async def failed_at(session: AsyncSession, outbox_item_id: int, error: str, now: datetime) -> HandoffRecipient | None:
+    """The dispatch to a recipient failed, before or after the provider accepted it."""
+    row = (await session.execute(
+        update(_RECIPIENTS).where(_RECIPIENTS.c.outbox_item_id == outbox_item_id, _RECIPIENTS.c.state != RecipientState.FAILED)
+        .values(state=RecipientState.FAILED, error=error[:2000], failed_at=now)
+        .returning(*_RECIPIENTS.columns)
+    )).first()
+    return _RECIPIENT.one(row) if row is not None else None
+
+
+async def step_has_hope(session: AsyncSession, sid: str, step: int) -> bool:
+    """Whether any recipient of the step is still being sent to or was reached."""
+    found = await session.scalar(
+        select(col(HandoffRecipient.id)).where(
+            col(HandoffRecipient.handoff_session_id) == sid, col(HandoffRecipient.step) == step,
+            col(HandoffRecipient.state) != RecipientState.FAILED,
+        ).limit(1)
+    )
+    return found is not None
