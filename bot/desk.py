@@ -107,7 +107,8 @@ class Desk:
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, secret_keys=config.signing_keys, public_url=config.public_url,
-            metrics=self.metrics, background=self.background, ladders=config.ladders, hours=config.hours,
+            metrics=self.metrics, background=self.background, ladders=config.ladders,
+            hours=OfficeHours(config.hours, self.clock),
         )
         self.user_actions = UserActions(
             db=self.db, clock=self.clock, config=config, renderer=self.renderer, outbox=self.outbox,

@@ -180,7 +180,7 @@ def _cross_checks(raw_channels: list[Any]) -> list[ConfigProblem]:
 
 def _action_checks(config: Config, channels: list[ChannelConfig]) -> list[ConfigProblem]:
     """Action ids are unique, and each approval channel is a person's channel or a route
-    (one at most per action, every channel of its ladder a person's)."""
+    (one at most per action)."""
     problems: list[ConfigProblem] = []
     known = sorted(c.id for c in channels)
     kinds = {c.id: c.kind for c in channels}
@@ -194,13 +194,9 @@ def _action_checks(config: Config, channels: list[ChannelConfig]) -> list[Config
         first_route: int | None = None
         for position, cid in enumerate(action.approval_channels):
             where = f"actions[{index}].approval_channels[{position}]"
-            if cid in ladders:
-                agents = [c for c in ladders[cid].channel_ids if kinds.get(c) == "agent"]
+            if cid in ladders:  # its steps notify people only (route_checks)
                 if first_route is not None:
                     problems.append(ConfigProblem(where, f"a second route ({first_route} is one already); name one route at most"))
-                elif agents:
-                    problems.append(ConfigProblem(
-                        where, f"route {cid} notifies channel {agents[0]}, a sibling agent: approvals need a person"))
                 first_route = cid if first_route is None else first_route
             elif cid not in known:
                 problems.append(ConfigProblem(

@@ -64,13 +64,14 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from bot.config import ActionConfig, HoursConfig, HttpActionRun, Ladder, StepConfig
+from bot.config import ActionConfig, HttpActionRun, Ladder
 from bot.delivery.callbacks import CALLBACKS, CallbackSettled, action_endpoint
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action, run_body
-from bot.domain.hours import is_open
+from bot.domain.hours import OfficeHours
+from bot.domain.ladder import Steps
 from bot.domain.rendering import Renderer
 from bot.errors import DeskError, NotFound
 from bot.runtime.background import Background
@@ -243,10 +244,10 @@ class Approvals:
     def __init__(
         self, *, db: Database, clock: Clock, actions: list[ActionConfig], channels: ChannelSet, outbox: Outbox,
         renderer: Renderer, secret_keys: list[str], public_url: str, metrics: Metrics, background: Background,
-        ladders: Mapping[int, Ladder] | None = None, hours: Mapping[str, HoursConfig] | None = None,
+        hours: OfficeHours, ladders: Mapping[int, Ladder] | None = None,
     ) -> None:
         self.metrics, self.background = metrics, background
-        self.ladders, self.hours = dict(ladders or {}), dict(hours or {})
+        self.ladders, self.steps = dict(ladders or {}), Steps(channels, hours)
         self.db, self.clock, self.channels, self.outbox, self.renderer = db, clock, channels, outbox, renderer
         self.actions = {a.id: a for a in actions}
         self._links = URLSafeSerializer(secret_keys, salt=SALT)
@@ -310,32 +311,20 @@ class Approvals:
 
     def _first_ask(self, action: ActionConfig, now: datetime) -> Asked:
         """The available plain channels, and through a route its first open step's (when no
-        step is open: the first step anyone can be reached on if the route dispatches when
-        closed, nobody if it refuses)."""
+        step is open: the step back soonest if the route dispatches when closed, nobody if it
+        refuses), as the ladder of a handoff picks them (`Steps`, bot/domain/ladder.py)."""
         plain = [cid for cid in action.approval_channels if cid not in self.ladders and self.channels.is_available(cid)]
         route_id = next((cid for cid in action.approval_channels if cid in self.ladders), None)
         if route_id is None:
             return Asked(plain)
         ladder = self.ladders[route_id]
-        step = self._open_step(ladder, after=-1, now=now)
-        if step is None and ladder.route.when_closed == "dispatch":
-            step = next((i for i, s in enumerate(ladder.steps) if self._reachable(s)), None)
-        if step is None:
+        plan = self.steps.next_open(ladder, 0, now)
+        if plan is None and ladder.route.when_closed == "dispatch":
+            plan = self.steps.first_to_open(ladder, now)
+        if plan is None:
             return Asked(plain, route_id)
-        channels = plain + [cid for cid in self._reachable(ladder.steps[step]) if cid not in plain]
-        return Asked(channels, route_id, step, self._next_escalation(ladder, step, now))
-
-    def _reachable(self, step: StepConfig) -> list[int]:
-        return [cid for cid in step.notify if self.channels.is_available(cid)]
-
-    def _open_step(self, ladder: Ladder, *, after: int, now: datetime) -> int | None:
-        """The first step after `after` that is within its hours and has a channel up."""
-        for index in range(after + 1, len(ladder.steps)):
-            step = ladder.steps[index]
-            schedule = self.hours.get(step.hours) if step.hours else None
-            if self._reachable(step) and (schedule is None or is_open(schedule, now)):
-                return index
-        return None
+        channels = plain + [adapter.id for adapter in plan.adapters if adapter.id not in plain]
+        return Asked(channels, route_id, plan.index, self._next_escalation(ladder, plan.index, now))
 
     @staticmethod
     def _next_escalation(ladder: Ladder, step: int, now: datetime) -> datetime | None:
@@ -355,12 +344,12 @@ class Approvals:
         escalated = 0
         for approval_id, route_id, step in due:
             ladder = self.ladders.get(route_id) if route_id is not None else None
-            following = self._open_step(ladder, after=step, now=now) if ladder is not None and step is not None else None
+            plan = self.steps.next_open(ladder, step + 1, now) if ladder is not None and step is not None else None
+            following = plan.index if plan is not None else None
             async with self.db.transaction() as session:
                 approval = await session.get(Approval, approval_id)
                 assert approval is not None
-                added = [] if ladder is None or following is None else [
-                    cid for cid in self._reachable(ladder.steps[following]) if cid not in approval.channel_ids]
+                added = [] if plan is None else [a.id for a in plan.adapters if a.id not in approval.channel_ids]
                 changed = await execute_dml(
                     session,
                     update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == PENDING,
