@@ -129,8 +129,8 @@ def shape_of(arguments: dict[str, Any]) -> str:
 
 def approval_view(approval: Approval, votes: list[ApprovalVote] | None = None) -> dict[str, Any]:
     """For the owner: the invocation, its state, the receipt, what running it returned, how
-    many people must approve and (when given) each person's vote, and on a route the step
-    asked last and when the next one will be."""
+    many people must approve and (when given: one approval's view, not a listing) each
+    person's vote, and on a route the step asked last and when the next one will be."""
     return {
         "approval_id": approval.id, "conversation_id": approval.conversation_id, "action": approval.action_id,
         "description": approval.description, "risk": approval.risk, "policy": approval.policy,
@@ -142,8 +142,8 @@ def approval_view(approval: Approval, votes: list[ApprovalVote] | None = None) -
         },
         "run_state": approval.run_state, "result": approval.result, "error": approval.error,
         "approvals_required": approval.approvals_required,
-        "votes": [{"voter": v.voter, "name": v.name, "via": v.via, "approve": v.approve, "at": iso(v.at)}
-                  for v in votes or []],
+        **({} if votes is None else {"votes": [
+            {"voter": v.voter, "name": v.name, "via": v.via, "approve": v.approve, "at": iso(v.at)} for v in votes]}),
         "route_id": approval.route_id, "step": approval.step, "escalate_at": iso(approval.escalate_at),
     }
 
