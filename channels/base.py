@@ -88,7 +88,7 @@ class Capabilities:
     reconcile: bool = False  # can tell whether a send that timed out went through (find_sent)
     front: bool = False  # can also serve subscribers (a front): see `ChannelContext.subscribers`
     approvals: bool = False  # can put an approval prompt before a person (`send_approval_prompt`)
-    edits: bool = False  # can change a message it already sent in place (`update_dispatch`)
+    edits: bool = False  # can change a message it already sent in place (a "taken" notice edits the dispatch)
 
 
 class TranscriptLine(BaseModel):
@@ -694,14 +694,6 @@ class ChannelAdapter(ABC):
         """Post into a subscriber's chat. Only called when `capabilities.front`."""
         raise PermanentChannelError(f"channel {self.id} serves no subscribers",
                                     hint="this channel is not a front: it cannot reach a subscriber")
-
-    async def update_dispatch(self, dispatch: Dispatch, sent: Receipt) -> Receipt:
-        """Show a changed brief where the dispatch `sent` is (a handoff taken by someone on
-        another channel, a new form link). When `capabilities.edits`, an adapter edits the
-        message in place and returns its receipt; otherwise (the default) nothing changes
-        and `sent` is returned, so a caller can post a follow-up instead. Nothing in the
-        core calls this yet: it is the shape a dispatch to several channels will use."""
-        return sent
 
     async def probe(self) -> str:
         """Check credentials against the provider; return a short description of who we are."""

@@ -48,6 +48,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
@@ -67,6 +69,7 @@ from channels.base import (
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    ClaimPress,
     Decision,
     Dispatch,
     HandoffBrief,
@@ -97,7 +100,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 RELEASE_ACTION = "handoff_release"
+CLAIM_ACTION = "handoff_claim"
 FORM_ACTION = "handoff_form"
+HANDOFF_ACTIONS: dict[str, type[ReleasePress | ClaimPress]] = {RELEASE_ACTION: ReleasePress, CLAIM_ACTION: ClaimPress}
+TAKEN_BLOCK = "handoff_taken"  # the "taken" line that replaces a dispatch's buttons
 # Approval buttons: the action says what was pressed, the value carries the approval id.
 APPROVAL_ACTIONS = {"approval_approve": (True, False), "approval_deny": (False, False), "approval_always": (True, True)}
 APPROVAL_BLOCK = "approval_actions"
@@ -115,6 +121,7 @@ NAME_CACHE_LIMIT = 5000
 # characters, and at most this many in all (the rest is announced, never silently dropped).
 ARGUMENTS_BLOCK, ARGUMENTS_LIMIT = 2900, 8700
 PROMPT_CACHE_LIMIT = 1000
+DISPATCH_CACHE_LIMIT = 1000
 # find_sent looks this far back: a retry follows its lost attempt within minutes, so the
 # message is among the newest of the channel (or the newest replies of its thread).
 HISTORY_PAGES, HISTORY_PAGE_SIZE = 3, 100
@@ -202,6 +209,11 @@ def clip_escaped(text: str, limit: int) -> str:
     return cut + "…"
 
 
+def fallback_text(text: str) -> str:
+    """A message's top-level `text`, what notifications and old clients show: escaped, clipped."""
+    return clip_escaped(escape(text), FALLBACK_LIMIT)
+
+
 def chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
@@ -234,7 +246,8 @@ def plain_from_mrkdwn(text: str, name_of: Any = None) -> str:
 class SlackChannel(ChannelAdapter):
     kind = "slack"
     config_model = SlackConfig
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True,
+                                edits=True)
     # The Events API posts JSON; interactivity (button clicks) posts a form with `payload=<json>`.
     webhook_media_types = frozenset({"application/json", "application/x-www-form-urlencoded"})
     config: SlackConfig
@@ -254,6 +267,9 @@ class SlackChannel(ChannelAdapter):
         # approval id -> (channel, ts, blocks) of its prompt, so the closing notice can edit
         # it without a lookup; after a restart it is found in the channel's history instead.
         self._prompts: BoundedDict[str, tuple[str, str, list[dict[str, Any]]]] = BoundedDict(PROMPT_CACHE_LIMIT)
+        # "{channel}:{ts}" of a dispatch -> what it was posted with, so a notice about a claim
+        # can edit it without a lookup; after a restart it is read back from its thread.
+        self._dispatches: BoundedDict[str, _Posted] = BoundedDict(DISPATCH_CACHE_LIMIT)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -319,14 +335,56 @@ class SlackChannel(ChannelAdapter):
 
     async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
         """A top-level post: its ts is the handoff's thread."""
-        channel, ts = await self._post(dispatch, self.config.channel, None, self._dispatch_blocks(dispatch.brief))
+        blocks = self._dispatch_blocks(dispatch.brief)
+        channel, ts = await self._post(dispatch, self.config.channel, None, blocks)
+        self._dispatches[f"{channel}:{ts}"] = _Posted(fallback_text(dispatch.text), blocks)
         return self._receipt(dispatch, channel, ts)
 
     async def send_relay(self, relay: Relay) -> Receipt:
         return await self._post_in_thread(relay, self._relay_blocks(relay))
 
     async def send_notice(self, notice: Notice) -> Receipt:
-        return await self._post_in_thread(notice, self._notice_blocks(notice))
+        """Into the handoff's thread. On a route, "taken" edits the dispatch instead (its
+        buttons give way to the notice) and "claimed" also takes the Claim button away."""
+        if notice.about == "taken":
+            edited = await self._edit_dispatch(notice, _taken(self._notice_block(notice)))
+            if edited is not None:
+                return edited
+        receipt = await self._post_in_thread(notice, [self._notice_block(notice)])
+        if notice.about == "claimed":
+            await self._edit_dispatch(notice, _without_claim)
+        return receipt
+
+    async def _edit_dispatch(self, notice: Notice, change: _BlockChange) -> Receipt | None:
+        """chat.update of the handoff's dispatch with `change(blocks)`; None when the dispatch
+        cannot be found or edited (deleted, too old), so the caller can post instead. A
+        transient failure is raised (nothing was posted yet: the core retries the notice);
+        a change that leaves the blocks as they are makes no call (a retry)."""
+        client = self._require_client()
+        channel, ts = self._thread_of(notice.thread)
+        try:
+            posted = self._dispatches.get(f"{channel}:{ts}") or await self._find_dispatch(client, channel, ts)
+            if posted is None:
+                return None
+            blocks = change(posted.blocks)
+            if blocks != posted.blocks:
+                await self._call("chat.update", client.chat_update(
+                    channel=channel, ts=ts, text=posted.text, blocks=blocks, parse="none", link_names=False))
+                self._dispatches[f"{channel}:{ts}"] = _Posted(posted.text, blocks)
+        except TransientChannelError:
+            raise
+        except ChannelError as exc:
+            log.warning("slack_dispatch_not_updated", channel_id=self.id, handoff_id=notice.handoff_id, hint=exc.hint)
+            return None
+        return self._receipt(notice, channel, ts)
+
+    async def _find_dispatch(self, client: AsyncWebClient, channel: str, ts: str) -> _Posted | None:
+        """A dispatch this process did not post (or has forgotten): the first message of its thread."""
+        response = await self._call("conversations.replies", client.conversations_replies(channel=channel, ts=ts, limit=1))
+        message = next(iter(response.get("messages") or []), None)
+        if message is None or str(message.get("ts")) != ts or (self.bot_id is not None and message.get("bot_id") != self.bot_id):
+            return None
+        return _Posted(str(message.get("text") or ""), list(message.get("blocks") or []))
 
     async def _post_in_thread(self, message: Relay | Notice, blocks: list[dict[str, Any]]) -> Receipt:
         channel, thread_ts = self._thread_of(message.thread)
@@ -340,7 +398,7 @@ class SlackChannel(ChannelAdapter):
             self._require_client().chat_postMessage(
                 channel=channel,
                 thread_ts=thread_ts,
-                text=clip_escaped(escape(message.text), FALLBACK_LIMIT),  # notifications and old clients
+                text=fallback_text(message.text),  # notifications and old clients
                 blocks=blocks,
                 metadata=self._metadata(message),
                 # Nothing we post may turn text into mentions or previews by itself.
@@ -472,6 +530,9 @@ class SlackChannel(ChannelAdapter):
     @staticmethod
     def _buttons(brief: HandoffBrief) -> list[dict[str, Any]]:
         buttons: list[dict[str, Any]] = []
+        if brief.claimable:
+            buttons.append({"type": "button", "action_id": CLAIM_ACTION, "text": plain("I'm on it"),
+                            "value": brief.handoff_session_id})
         if brief.form_url:
             buttons.append({"type": "button", "action_id": FORM_ACTION, "text": plain("Fill return form"),
                             "url": brief.form_url, "style": "primary"})
@@ -492,13 +553,13 @@ class SlackChannel(ChannelAdapter):
             {"type": "section", "text": plain(part)} for part in chunks(relay.body, SECTION_LIMIT)
         ]
 
-    def _notice_blocks(self, notice: Notice) -> list[dict[str, Any]]:
+    def _notice_block(self, notice: Notice) -> dict[str, Any]:
         text = escape(notice.text.strip())
         # Notices are the desk's own words; make our links (a fresh return form) clickable.
         if self._ctx is not None and self._ctx.public_url:
             base = re.escape(escape(self._ctx.public_url.rstrip("/")))
             text = re.sub(rf"({base}/\S+)", r"<\1>", text)
-        return [mrkdwn_block(text)]
+        return mrkdwn_block(text)
 
     # ------------------------------------------------------------------ approvals
 
@@ -522,7 +583,7 @@ class SlackChannel(ChannelAdapter):
             kept.append({"type": "section", "block_id": "approval_closed", "text": plain(clip(text, SECTION_LIMIT))})
             try:
                 await self._call("chat.update", client.chat_update(
-                    channel=channel, ts=ts, text=clip_escaped(escape(text), FALLBACK_LIMIT), blocks=kept,
+                    channel=channel, ts=ts, text=fallback_text(text), blocks=kept,
                     parse="none", link_names=False,
                 ))
             except TransientChannelError:
@@ -667,7 +728,7 @@ class SlackChannel(ChannelAdapter):
             return None
         event_id = envelope.get("event_id")
         return RecipientText(
-            thread_key=f"{self.config.channel}:{thread_ts}", text=text, author=self._author(user),
+            thread_key=f"{self.config.channel}:{thread_ts}", text=text, author=self._author(user), user_id=user,
             dedupe_key=f"event:{event_id}" if event_id else f"message:{self.config.channel}:{ts}",
         )
 
@@ -675,7 +736,7 @@ class SlackChannel(ChannelAdapter):
         pressed = next((a for a in payload.get("actions") or [] if a.get("action_id") in APPROVAL_ACTIONS), None)
         if pressed is not None:
             return self._from_approval_press(payload, pressed)
-        action = next((a for a in payload.get("actions") or [] if a.get("action_id") == RELEASE_ACTION), None)
+        action = next((a for a in payload.get("actions") or [] if a.get("action_id") in HANDOFF_ACTIONS), None)
         if action is None:
             return None  # the form button only opens a link; nothing to do here
         channel = (payload.get("channel") or {}).get("id") or (payload.get("container") or {}).get("channel_id")
@@ -685,10 +746,11 @@ class SlackChannel(ChannelAdapter):
         if channel != self.config.channel or not thread_ts or not user.get("id"):
             return None
         key = payload.get("trigger_id") or action.get("action_ts") or f"{thread_ts}:{user['id']}"
-        return ReleasePress(
+        # Release or Claim: either names the handoff by the thread the button is in.
+        return HANDOFF_ACTIONS[action["action_id"]](
             thread_key=f"{channel}:{thread_ts}",
             author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
-            dedupe_key=f"action:{key}",
+            user_id=user["id"], dedupe_key=f"action:{key}",
         )
 
     def _from_approval_press(self, payload: dict[str, Any], action: dict[str, Any]) -> InboundMessage | None:
@@ -707,7 +769,7 @@ class SlackChannel(ChannelAdapter):
         return Decision(
             approval_id=approval_id, approve=approve, always_allow=always,
             author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
-            dedupe_key=f"action:{key}",
+            user_id=user["id"], dedupe_key=f"action:{key}",
         )
 
     # ------------------------------------------------------------------ names
@@ -846,6 +908,40 @@ def transcript_text(lines: list[TranscriptLine], limit: int = SECTION_LIMIT) -> 
     return "\n".join(reversed(kept)), len(rendered) - len(kept)
 
 
+
+
+@dataclass(frozen=True)
+class _Posted:
+    """A dispatch as posted: its notification text and its blocks, which chat.update replaces whole."""
+
+    text: str
+    blocks: list[dict[str, Any]]
+
+
+_BlockChange = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+"""How a notice changes a dispatch's blocks."""
+
+
+def _without_claim(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The dispatch once its thread has claimed the handoff: the Claim button goes, the rest stays."""
+    kept: list[dict[str, Any]] = []
+    for block in blocks:
+        if block.get("type") == "actions":
+            elements = [e for e in block.get("elements") or [] if e.get("action_id") != CLAIM_ACTION]
+            if not elements:
+                continue
+            block = {**block, "elements": elements}
+        kept.append(block)
+    return kept
+
+
+def _taken(notice: dict[str, Any]) -> _BlockChange:
+    """The dispatch once someone elsewhere took the handoff: no buttons, and the notice
+    at the end (once: a retry replaces its own line)."""
+    def change(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kept = [b for b in blocks if b.get("type") != "actions" and b.get("block_id") != TAKEN_BLOCK]
+        return [*kept, {**notice, "block_id": TAKEN_BLOCK}]
+    return change
 
 
 def _display_name(user: dict[str, Any]) -> str | None:

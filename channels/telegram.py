@@ -93,6 +93,7 @@ from channels.base import (
     ChannelContext,
     ChannelError,
     ChatOpened,
+    ClaimPress,
     Decision,
     Dispatch,
     HandoffBrief,
@@ -127,7 +128,11 @@ MESSAGE_LIMIT = 4096  # visible characters (UTF-16 code units) after entity pars
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 ALLOWED_UPDATES = ["message", "callback_query"]
 WEBHOOK_PORTS = (80, 88, 443, 8443)  # the only ports Telegram delivers webhooks to
-_RELEASE_DATA = re.compile(r"^release(?::(topic:\d+|\d+))?$")
+# A handoff's buttons: `release` / `claim` on the dispatch itself, or with the dispatch (or
+# forum topic) they belong to: `release:<id>`, `release:topic:<id>`.
+_HANDOFF_DATA = re.compile(r"^(release|claim)(?::(topic:\d+|\d+))?$")
+HANDOFF_PRESSES: dict[str, tuple[type[ReleasePress | ClaimPress], str]] = {
+    "release": (ReleasePress, "Releasing the handoff…"), "claim": (ClaimPress, "Claiming the handoff… the first claim takes it.")}
 # Approval buttons: `ap:<approval id>:y|n|a` (approve, deny, always allow); Telegram allows
 # 64 bytes of callback_data, an approval id ("ap_" + 16 characters) leaves plenty.
 _APPROVAL_DATA = re.compile(r"^ap:(ap_[A-Za-z0-9_-]{1,56}):([yna])$")
@@ -146,6 +151,7 @@ ATTACHMENTS = (("photo", "photo"), ("video", "video"), ("video_note", "video mes
 _START = re.compile(r"^/start(?:@\w+)?(?:\s|$)")
 ARGUMENTS_LIMIT = 3000  # characters of pretty JSON shown in a prompt (the rest is announced, never dropped silently)
 PROMPT_CACHE_LIMIT = 1000
+DISPATCH_CACHE_LIMIT = 1000
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 _CHAT_NAME = re.compile(r"^@[A-Za-z][A-Za-z0-9_]{3,31}$")
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -301,7 +307,7 @@ class TelegramChannel(ChannelAdapter):
     # reconcile=False: the Bot API has no way to find a message we sent, so a timed-out
     # send is retried blind (possibly posting twice) rather than lost.
     capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, front=True,
-                                approvals=True)
+                                approvals=True, edits=True)
     text_limit = TextLimit(MESSAGE_LIMIT)
     config: TelegramConnection  # a TelegramConfig unless it is a front of its own (no staff group)
 
@@ -325,6 +331,9 @@ class TelegramChannel(ChannelAdapter):
         # the closing notice can take the buttons away; the Bot API cannot look it up.
         self._prompts: BoundedDict[str, int] = BoundedDict(PROMPT_CACHE_LIMIT)
         self._parts_sent = SentParts()  # parts of long messages already sent, for a retry of the rest
+        # (chat id, message id) of a dispatch -> its HTML and keyboard, so a notice about a claim
+        # can edit it: the Bot API cannot read a message back, and an edit replaces the whole text.
+        self._dispatches: BoundedDict[tuple[int, int], _Posted] = BoundedDict(DISPATCH_CACHE_LIMIT)
 
     @classmethod
     def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
@@ -436,12 +445,15 @@ class TelegramChannel(ChannelAdapter):
         if brief.form_url and button_url_ok(brief.form_url):
             buttons.append(self._url_button("Return form", brief.form_url))
         buttons.append(self._release_button(suffix))  # plain "release" here: the dispatch is its own thread root
+        # The Claim button in a row of its own above, so it goes without moving the others.
+        rows = [[self._claim_button(suffix)], buttons] if brief.claimable else [buttons]
+        text = self._dispatch_html(brief, in_topic=topic_id is not None)
         message = await self._call(bot.send_message(
-            chat_id=staff, text=self._dispatch_html(brief, in_topic=topic_id is not None),
-            parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_markup=self._keyboard(buttons),
+            chat_id=staff, text=text, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_markup=self._inline(rows),
             link_preview_options=self._no_preview(),
         ), "sendMessage")
         self._topics.pop(brief.handoff_session_id, None)
+        self._dispatches[(message.chat.id, message.message_id)] = _Posted(text, rows)
         return Receipt(
             message_id=str(message.message_id),
             thread_key=f"{message.chat.id}:{suffix or message.message_id}",
@@ -463,9 +475,82 @@ class TelegramChannel(ChannelAdapter):
 
     async def send_notice(self, notice: Notice) -> Receipt:
         """Notices (released, new form link) as replies to the dispatch, without a button: a
-        Release under "released" is noise."""
+        Release under "released" is noise. On a route, "taken" edits the dispatch instead
+        (the notice under its text, its buttons gone) when this process knows its text, and
+        "claimed" also takes the Claim button away."""
         parts = [self._render("notice", body=chunk) for chunk in self.text_limit.split(notice.text.strip(), reserve=8)]
-        return await self._reply_in_thread(notice, notice.thread, parts, None)
+        dispatch = self._dispatch_of(notice.thread)
+        if notice.about == "taken" and dispatch is not None:
+            posted = self._dispatches.get(dispatch)
+            text = f"{posted.text}\n\n{parts[0]}" if posted is not None and len(parts) == 1 else None
+            if text is not None and visible_length(text) <= MESSAGE_LIMIT and await self._edit_dispatch(dispatch, text):
+                return Receipt(message_id=str(dispatch[1]), thread_key=self._thread_key(notice.thread), thread=dict(notice.thread))
+        receipt = await self._reply_in_thread(notice, notice.thread, parts, None)
+        if dispatch is not None and notice.about in ("taken", "claimed"):
+            await self._drop_dispatch_buttons(dispatch, notice.thread, keep_release=notice.about == "claimed")
+        return receipt
+
+    @staticmethod
+    def _dispatch_of(thread: dict[str, Any]) -> tuple[int, int] | None:
+        """(chat id, message id) of the handoff's dispatch, from its receipt's thread."""
+        chat_id, message_id = thread.get("chat_id"), thread.get("message_id")
+        return (int(chat_id), int(message_id)) if chat_id and message_id else None
+
+    async def _edit_dispatch(self, dispatch: tuple[int, int], text: str) -> bool:
+        """editMessageText of the dispatch, without its keyboard; False when Telegram will not
+        (deleted, too old), so the caller posts instead. A transient failure is raised: nothing
+        was posted yet, the core retries the notice."""
+        from telegram.constants import ParseMode
+
+        try:
+            await self._call(self._bot().edit_message_text(
+                text, chat_id=dispatch[0], message_id=dispatch[1], parse_mode=ParseMode.HTML, reply_markup=None,
+                link_preview_options=self._no_preview()), "editMessageText")
+        except TransientChannelError:
+            raise
+        except ChannelError as exc:
+            if not _unchanged(exc):  # else a retry of an edit that went through
+                log.warning("telegram_dispatch_not_edited", channel_id=self.id, hint=exc.hint)
+                return False
+        self._dispatches.pop(dispatch, None)
+        return True
+
+    async def _drop_dispatch_buttons(self, dispatch: tuple[int, int], thread: dict[str, Any], *, keep_release: bool) -> None:
+        """Take the Claim button (or, with `keep_release` False, every button) off the dispatch.
+        Cosmetic: the notice itself was posted, so a failure is logged and a press on a
+        button left behind is answered by the core like any late press."""
+        posted = self._dispatches.get(dispatch)
+        if not keep_release:
+            rows: list[list[Any]] = []
+        elif posted is not None:
+            rows = [kept for row in posted.rows if (kept := [b for b in row if not _is_claim(b)])]
+        else:  # a dispatch this process neither sent nor saw pressed: Release alone (the form link is in its text)
+            rows = [[self._release_button(_thread_topic(thread))]]
+        if posted is not None and rows == posted.rows:
+            return  # nothing to take away (a retry)
+        try:
+            await self._call(self._bot().edit_message_reply_markup(
+                chat_id=dispatch[0], message_id=dispatch[1], reply_markup=self._inline(rows) if rows else None),
+                "editMessageReplyMarkup")
+        except ChannelError as exc:
+            if not _unchanged(exc):
+                log.warning("telegram_dispatch_buttons_kept", channel_id=self.id, hint=exc.hint)
+            return
+        if posted is not None:
+            self._dispatches[dispatch] = _Posted(posted.text, rows)
+
+    def _remember_dispatch(self, message: Any) -> None:
+        """A dispatch as a press on it shows it (its text and keyboard), for the notice that
+        follows the claim when this process did not send it (a restart, another instance)."""
+        key = (message.chat.id, message.message_id)
+        markup, text = getattr(message, "reply_markup", None), getattr(message, "text_html", None)
+        if key not in self._dispatches and markup is not None and text:
+            self._dispatches[key] = _Posted(text, [list(row) for row in markup.inline_keyboard])
+
+    def _thread_key(self, thread: dict[str, Any]) -> str | None:
+        """The key replies in the handoff's thread come back under (as its dispatch's receipt said)."""
+        suffix = _thread_suffix(thread)
+        return f"{thread.get('chat_id') or self._staff_group()}:{suffix}" if suffix else None
 
     async def _reply_in_thread(self, message: Relay | Notice, thread: dict[str, Any], parts: list[str], markup: Any) -> Receipt:
         from telegram import ReplyParameters
@@ -474,17 +559,12 @@ class TelegramChannel(ChannelAdapter):
         bot, staff = self._bot(), self._staff_group()
         chat_id = thread.get("chat_id") or staff
         dispatch_id, topic_id = thread.get("message_id"), thread.get("topic_id")
-        suffix = _thread_suffix(thread)
         reply = ReplyParameters(message_id=dispatch_id, allow_sending_without_reply=True) if dispatch_id else None
         first = await self._send_parts(message, parts, lambda _index, part: bot.send_message(
             chat_id=chat_id, text=part, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_parameters=reply,
             reply_markup=markup, link_preview_options=self._no_preview(),
         ))
-        return Receipt(
-            message_id=first,
-            thread_key=f"{chat_id}:{suffix}" if suffix else None,
-            thread=dict(thread),
-        )
+        return Receipt(message_id=first, thread_key=self._thread_key(thread), thread=dict(thread))
 
     # ------------------------------------------------------------------ subscribers (the front)
 
@@ -664,6 +744,12 @@ class TelegramChannel(ChannelAdapter):
         return InlineKeyboardButton("Release", callback_data=f"release:{suffix}" if suffix else "release")
 
     @staticmethod
+    def _claim_button(suffix: str | None) -> Any:
+        from telegram import InlineKeyboardButton
+
+        return InlineKeyboardButton("I'm on it", callback_data=f"claim:{suffix}" if suffix else "claim")
+
+    @staticmethod
     def _no_preview() -> Any:
         from telegram import LinkPreviewOptions
 
@@ -735,8 +821,12 @@ class TelegramChannel(ChannelAdapter):
             suffix = _suffix_from_data(query.data, query.message.message_id) if query.message else None
             if query.from_user.is_bot or chat is None or chat.id != self._chat_id or suffix is None:
                 return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
-            message = ReleasePress(thread_key=f"{chat.id}:{suffix}", author=_person(query.from_user), dedupe_key=dedupe_key)
-            return _Parsed(message, query.id, "Releasing the handoff…")
+            press, answer = HANDOFF_PRESSES[str(query.data).split(":", 1)[0]]
+            if press is ClaimPress:
+                self._remember_dispatch(query.message)
+            message = press(thread_key=f"{chat.id}:{suffix}", author=_person(query.from_user), user_id=str(query.from_user.id),
+                            dedupe_key=dedupe_key)
+            return _Parsed(message, query.id, answer)
         msg = update.message
         if msg is None or msg.chat.id != self._chat_id:
             return _Parsed()
@@ -748,7 +838,7 @@ class TelegramChannel(ChannelAdapter):
         if suffix is None:
             return _Parsed()
         return _Parsed(RecipientText(thread_key=f"{msg.chat.id}:{suffix}", text=text.replace("\x00", "\ufffd"),
-                                     author=author, dedupe_key=dedupe_key))
+                                     author=author, user_id=_person_id(msg), dedupe_key=dedupe_key))
 
     def _approval_press(self, query: Any, dedupe_key: str) -> _Parsed:
         """Approve / Deny / Always allow on a prompt in the staff chat; the core decides
@@ -760,7 +850,7 @@ class TelegramChannel(ChannelAdapter):
         approval_id, (approve, always, word) = match.group(1), APPROVAL_CHOICES[match.group(2)]
         self._remember_prompt(approval_id, query.message.message_id)  # so the closing notice finds it
         message = Decision(approval_id=approval_id, approve=approve, always_allow=always, author=_person(query.from_user),
-                           dedupe_key=dedupe_key)
+                           user_id=str(query.from_user.id), dedupe_key=dedupe_key)
         return _Parsed(message, query.id, f"Your answer ({word}) is recorded; the first answer counts.")
 
     def _from_subscriber(self, msg: Message, dedupe_key: str) -> _Parsed:
@@ -769,10 +859,10 @@ class TelegramChannel(ChannelAdapter):
         user = msg.from_user
         if not self._subscribers or user is None or user.is_bot:
             return _Parsed()
-        chat, author = str(msg.chat.id), _person(user)
+        chat, author, user_id = str(msg.chat.id), _person(user), str(user.id)
         text = (msg.text or "").replace("\x00", "\ufffd")
         if _START.match(text):  # opening the chat (also `/start <payload>` from a t.me link): the core greets
-            return _Parsed(ChatOpened(chat=chat, author=author, dedupe_key=dedupe_key))
+            return _Parsed(ChatOpened(chat=chat, author=author, user_id=user_id, dedupe_key=dedupe_key))
         if not text.strip():
             kind = next((label for attribute, label in ATTACHMENTS if getattr(msg, attribute, None)), None)
             if kind is None:
@@ -781,7 +871,7 @@ class TelegramChannel(ChannelAdapter):
                 kind = f"sticker {msg.sticker.emoji}"
             caption = (msg.caption or "").replace("\x00", "\ufffd").strip()
             text = f"[{kind}] {caption}" if caption else f"[{kind}]"
-        return _Parsed(SubscriberText(chat=chat, text=text, author=author, dedupe_key=dedupe_key))
+        return _Parsed(SubscriberText(chat=chat, text=text, author=author, user_id=user_id, dedupe_key=dedupe_key))
 
     def _user_action_press(self, query: Any, dedupe_key: str) -> _Parsed:
         """Done / Cancel / a step button under a user-action prompt in a subscriber's chat;
@@ -793,7 +883,7 @@ class TelegramChannel(ChannelAdapter):
             return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
         move = USER_ACTION_MOVES[match.group(2)]
         message = UserActionAnswer(chat=str(chat.id), user_action_id=match.group(1), move=move, author=_person(query.from_user),
-                                   dedupe_key=dedupe_key)
+                                   user_id=str(query.from_user.id), dedupe_key=dedupe_key)
         return _Parsed(message, query.id, USER_ACTION_ANSWERS[move], spent_prompt=(chat.id, query.message.message_id))
 
     def _suffix_of(self, msg: Message) -> str | None:
@@ -965,13 +1055,43 @@ def _thread_suffix(thread: dict[str, Any]) -> str | None:
 
 
 def _suffix_from_data(data: Any, message_id: int) -> str | None:
-    """`release` (on a dispatch: its own id) or `release:<dispatch id>` / `release:topic:<id>`."""
-    match = _RELEASE_DATA.match(data) if isinstance(data, str) else None
+    """`release` / `claim` (on a dispatch: its own id) or `release:<dispatch id>` / `release:topic:<id>`."""
+    match = _HANDOFF_DATA.match(data) if isinstance(data, str) else None
     if match is None:
         return None
-    return match.group(1) or str(message_id)
+    return match.group(2) or str(message_id)
 
 
+def _thread_topic(thread: dict[str, Any]) -> str | None:
+    """What a button on the dispatch names: its forum topic, or nothing (the dispatch is the thread)."""
+    return f"topic:{thread['topic_id']}" if thread.get("topic_id") else None
+
+
+def _is_claim(button: Any) -> bool:
+    data = getattr(button, "callback_data", None)
+    return isinstance(data, str) and data.split(":", 1)[0] == "claim"
+
+
+def _unchanged(error: ChannelError) -> bool:
+    """Telegram refuses an edit that changes nothing: a retry of an edit that went through."""
+    return "message is not modified" in str(error).lower()
+
+
+@dataclass(frozen=True)
+class _Posted:
+    """A dispatch as sent: its HTML and its keyboard's rows (the Claim row first, when it has one)."""
+
+    text: str
+    rows: list[list[Any]]
+
+
+
+
+def _person_id(msg: Message) -> str | None:
+    """The Telegram user id of who wrote: None for an admin posting anonymously, since the
+    sender is then Telegram's stand-in bot for the whole group, not a person."""
+    user = msg.from_user
+    return None if user is None or user.is_bot else str(user.id)
 
 
 def _person(user: Any) -> str:

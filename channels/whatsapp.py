@@ -686,7 +686,7 @@ class WhatsAppChannel(ChannelAdapter):
         if not sid or not text:
             return None
         author = " ".join((params.get("ProfileName") or "").split())[:100] or sender.removeprefix("whatsapp:")
-        return RecipientText(thread_key=LINE_KEY, text=text, author=author, dedupe_key=f"message:{sid}")
+        return RecipientText(thread_key=LINE_KEY, text=text, author=author, user_id=sender, dedupe_key=f"message:{sid}")
 
     def _subscriber_message(self, params: dict[str, str]) -> SubscriberText | None:
         """A subscriber writing to the sender: their number is their chat (one conversation),
@@ -707,7 +707,7 @@ class WhatsAppChannel(ChannelAdapter):
         if not text:
             return None
         author = " ".join((params.get("ProfileName") or "").split())[:100] or None
-        return SubscriberText(chat=chat, text=text, author=author, dedupe_key=f"message:{sid}")
+        return SubscriberText(chat=chat, text=text, author=author, user_id=chat, dedupe_key=f"message:{sid}")
 
     def _status(self, params: dict[str, str]) -> DeliveryFailure | None:
         """A status callback: a message Twilio accepted was not delivered after all (63016

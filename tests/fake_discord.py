@@ -150,6 +150,11 @@ class FakeDiscord(LocalHttpServer):
     def posts(self, channel_id: int | str) -> list[dict[str, Any]]:
         return list(self.messages.get(int(channel_id), []))
 
+    def edits(self, channel_id: int | str, message_id: int | str) -> list[Any]:
+        """The bodies of every edit (PATCH) of one message, in order, as the client sent them."""
+        path = f"/channels/{channel_id}/messages/{message_id}"
+        return [c.json for c in self.calls if c.method == "PATCH" and c.path == path]
+
     # ------------------------------------------------------------------ REST
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:

@@ -2,7 +2,7 @@
 
 It stands in for Telegram (the far side of python-telegram-bot), never for our code: the
 adapter runs the real SDK against it over real HTTP. It speaks the subset of the Bot API the
-channel uses — getMe, getChat, sendMessage, editMessageReplyMarkup, createForumTopic,
+channel uses — getMe, getChat, sendMessage, editMessageText, editMessageReplyMarkup, createForumTopic,
 answerCallbackQuery, setWebhook, deleteWebhook, getUpdates — with form-encoded requests (JSON-typed fields such
 as `reply_markup` arrive as JSON strings), and records every request it receives.
 
@@ -315,8 +315,9 @@ class FakeTelegram(LocalHttpServer):
         }
         return {"message_thread_id": topic_id, "name": name, "icon_color": 7322096}
 
-    async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
-        chat = self._check_chat(params.get("chat_id"))
+    @staticmethod
+    def _visible_text(params: dict[str, Any]) -> str:
+        """The text of a send or an edit as Telegram would show it, or its refusal."""
         raw = params.get("text", "")
         try:
             text = parse_html(raw) if params.get("parse_mode") == "HTML" else raw
@@ -326,6 +327,11 @@ class FakeTelegram(LocalHttpServer):
             raise BotApiError(400, "Bad Request: message text is empty")
         if utf16_len(text) > 4096:
             raise BotApiError(400, "Bad Request: message is too long")
+        return text
+
+    async def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat = self._check_chat(params.get("chat_id"))
+        text = self._visible_text(params)
         markup = params.get("reply_markup")
         if markup is not None:
             self._check_keyboard(markup)
@@ -359,17 +365,32 @@ class FakeTelegram(LocalHttpServer):
                     if parsed.scheme not in ("http", "https", "tg") or parsed.hostname in ("localhost", "127.0.0.1", "::1"):
                         raise BotApiError(400, f"Bad Request: inline keyboard button URL '{button['url']}' is invalid: Wrong HTTP URL")
 
-    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _message_to_edit(self, params: dict[str, Any]) -> dict[str, Any]:
         chat = self._check_chat(params.get("chat_id"))
         message = self.messages.get((chat["id"], params.get("message_id")))
         if message is None or message.get("from", {}).get("id") != BOT_USER["id"]:
             raise BotApiError(400, "Bad Request: message to edit not found")
-        markup = params.get("reply_markup")
+        return message
+
+    async def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The new text replaces the old one whole; without reply_markup the keyboard goes, as in Telegram."""
+        message = self._message_to_edit(params)
+        return self._edited(message, self._visible_text(params), params.get("reply_markup"))
+
+    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
+        message = self._message_to_edit(params)
+        return self._edited(message, message.get("text"), params.get("reply_markup"))
+
+    def _edited(self, message: dict[str, Any], text: Any, markup: dict[str, Any] | None) -> dict[str, Any]:
+        """The message with its new text and keyboard (none: the keyboard goes), or Telegram's
+        refusal of an edit that changes nothing."""
         if markup is not None:
             self._check_keyboard(markup)
-        if (markup or None) == (message.get("reply_markup") or None):
+        if text == message.get("text") and (markup or None) == (message.get("reply_markup") or None):
             raise BotApiError(400, "Bad Request: message is not modified: specified new message content and reply markup "
                                    "are exactly the same as a current content and reply markup of the message")
+        if text is not None:
+            message["text"] = text
         if markup:
             message["reply_markup"] = markup
         else:

@@ -158,15 +158,6 @@ def test_a_callback_names_the_delivery_id_its_endpoint_drops_a_repeat_by() -> No
     assert RUN.model_copy(update={"delivery_key": "hd_2"}).delivery_id == "ap_1"  # the approval id, on every attempt
 
 
-async def test_updating_a_dispatch_changes_nothing_where_the_provider_cannot_edit() -> None:
-    adapter = Recording()
-    sent = Receipt(message_id="d", thread_key="hs_a7f3", thread={"ts": "1"})
-    dispatch = Dispatch(handoff_id="hs_a7f3", text="the brief", brief=BRIEF)
-    assert adapter.capabilities.edits is False
-    assert await adapter.update_dispatch(dispatch, sent) == sent
-    assert adapter.called == []
-
-
 def test_a_webhook_body_parses_to_a_json_object_or_a_400_that_says_why() -> None:
     assert json_object(b'{"update_id": 1}') == {"update_id": 1}
     for body, reason in ((b"{nope", "is not valid JSON"), (b"\xff", "is not valid JSON"), (b"[1]", "is JSON but not an object")):

@@ -24,11 +24,12 @@ import pytest
 from sqlalchemy import select
 
 from bot.store.models import InboundEvent
-from channels.base import ReleasePress, stored_inbound
+from channels.base import Notice, ReleasePress, stored_inbound
 from channels.email import EmailChannel
 from tests.conftest import Harness, StartDesk
 from tests.fake_discord import BOT_USER as DISCORD_BOT
 from tests.fake_discord import KIM as DISCORD_KIM
+from tests.fake_discord import SAM as DISCORD_SAM
 from tests.fake_discord import STAFF_CHANNEL, FakeDiscord
 from tests.fake_discord import Fault as DiscordFault
 from tests.fake_slack import FakeSlack, block_actions, message_event, signed_headers
@@ -57,6 +58,8 @@ class Provider:
 
     kind: ClassVar[str]
     person: ClassVar[str]  # the name the desk gives the person who replies
+    person_id: ClassVar[str | None]  # the provider's own id of that person (None: the provider says none)
+    presser_id: ClassVar[str | None] = None  # the provider's id of who presses Release
     rate_limits: ClassVar[bool] = True  # the provider answers "slow down, retry after N seconds"
     has_token: ClassVar[bool] = True  # a credential the provider can refuse
     release_button: ClassVar[bool] = False
@@ -120,8 +123,8 @@ class Provider:
 
 
 class Telegram(Provider):
-    kind, person = "telegram", "Sam Lee"
-    release_button = True
+    kind, person, person_id = "telegram", "Sam Lee", "501"
+    release_button, presser_id = True, str(TELEGRAM_KIM["id"])
     token = "123456:TEST-token_abcdefghijklmnop"
     secret = "test_webhook-secret-1"
     bad_credentials = {"bot_token": "123456:WRONG-token_zyxwvutsrqponm"}
@@ -173,7 +176,7 @@ class Telegram(Provider):
 
 
 class Slack(Provider):
-    kind, person = "slack", "Sam"
+    kind, person, person_id, presser_id = "slack", "Sam", "U0SAM", "U0KIM"
     release_button = True
     token, signing_secret, channel = "xoxb-test-token", "slack-signing-secret-for-tests", "C0HANDOFF"
     bad_credentials = {"bot_token": "xoxb-revoked-0000"}
@@ -221,7 +224,7 @@ class Slack(Provider):
 
 
 class Discord(Provider):
-    kind, person = "discord", "Sam"
+    kind, person, person_id, presser_id = "discord", "Sam", DISCORD_SAM["id"], DISCORD_KIM["id"]
     release_button = True
     token = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
     messages_route = "POST /channels/{id}/messages"
@@ -294,7 +297,7 @@ class HoldingFake:
 class WhatsApp(HoldingFake, Provider):
     """One number on the line: the contract is about one handoff's thread, not fan-out."""
 
-    kind, person = "whatsapp", "Sam"
+    kind, person, person_id = "whatsapp", "Sam", ANA_PHONE
     bad_credentials = {"auth_token": "9" * 32}
     refused_problem = f"Twilio refused account_sid/auth_token of channel {CHANNEL_ID} (20003)"
     leaked = "9" * 32
@@ -335,7 +338,7 @@ class WhatsApp(HoldingFake, Provider):
 
 
 class Email(HoldingFake, Provider):
-    kind, person = "email", "Sam Lee"
+    kind, person, person_id = "email", "Sam Lee", "team@example.com"
     rate_limits = False  # SMTP has no retry-after; its 4xx are covered in test_channel_email.py
     team, desk_address, password = "team@example.com", "desk@example.com", "s3cret-pass"
     bad_credentials = {"smtp": {"host": "127.0.0.1", "port": 0, "security": "none", "username": "desk",
@@ -400,7 +403,7 @@ class Email(HoldingFake, Provider):
 class OwnerInbox(Provider):
     """The built-in inbox: the desk is its own provider; a double submit is its redelivery."""
 
-    kind, person = "owner_inbox", "Support"
+    kind, person, person_id = "owner_inbox", "Support", None
     rate_limits = has_token = False
 
     def entry(self, **overrides: Any) -> dict[str, Any]:
@@ -498,6 +501,38 @@ async def test_a_dispatch_opens_a_thread_that_carries_messages_both_ways(start_d
     assert human["author"] == provider.person
     assert human["handoff_session_id"] == sid
     assert "relayed_to_subscriber" in await h.kinds(sid)
+
+
+@providers(EVERY)
+async def test_a_reply_names_who_wrote_by_the_provider_s_own_id(start_desk: StartDesk, provider: Provider) -> None:
+    """The id the verified call carries (never the display name), so two people with one
+    name stay two people."""
+    h = await start(start_desk, provider)
+    _cid, _sid, dispatch = await handoff_on(h, provider)
+    await provider.reply(h, dispatch, "On it.")
+    async with h.desk.db.read() as session:
+        [event] = (await session.scalars(select(InboundEvent))).all()
+    reply = stored_inbound(event.payload)
+    assert (reply.kind, reply.author, reply.user_id) == ("recipient_text", provider.person, provider.person_id)
+
+
+@providers([WhatsApp, Email, OwnerInbox])
+async def test_where_the_provider_cannot_edit_every_notice_about_a_claim_is_said_in_the_thread(
+    start_desk: StartDesk, provider: Provider,
+) -> None:
+    h = await start(start_desk, provider)
+    _cid, sid, dispatch = await handoff_on(h, provider)
+    adapter, session = h.desk.channels.get(CHANNEL_ID), await h.desk.handoffs.get(sid)
+    assert adapter is not None
+    assert adapter.capabilities.edits is False
+    code = (await h.handoff(sid))["short_code"]
+    texts = {about: f"Handoff {code}: the notice about {about}." for about in ("claimed", "taken", "reminder", "not_yours")}
+    for about, text in texts.items():
+        receipt = await adapter.send(Notice(handoff_id=sid, text=text, about=about, thread=session.thread))
+        assert receipt.thread_key == session.thread_key
+    if provider.kind != "owner_inbox":  # the inbox shows the handoff itself: a notice has nowhere to go
+        said = provider.thread_texts(dispatch)
+        assert all(any(text in posted for posted in said) for text in texts.values()), said
 
 
 @providers(EVERY)
@@ -602,6 +637,7 @@ async def test_the_release_button_reaches_the_core_as_a_typed_press(start_desk: 
     press = stored_inbound(event.payload)
     assert isinstance(press, ReleasePress)
     assert press.author == "Kim"
+    assert press.user_id == provider.presser_id
     assert press.outcome is None
     assert event.result == "released"
     assert [m["role"] for m in await h.messages(cid) if m["role"] == "human"] == []

@@ -25,12 +25,18 @@ from bot.store.models import InboundEvent
 from channels.base import (
     ChannelAuthError,
     ChannelContext,
+    ClaimPress,
+    Decision,
     Dispatch,
     InboundMessage,
+    Notice,
     PermanentChannelError,
     Relay,
+    ReleasePress,
     TransientChannelError,
     UncertainDeliveryError,
+    WebhookReply,
+    WebhookRequest,
 )
 from channels.discord import DiscordChannel, DiscordConfig, escape, split_for_messages
 from tests.approval_actions import refund_action as shared_refund_action
@@ -50,6 +56,7 @@ from tests.fake_discord import (
 from tests.fakes import standalone_context
 from tests.imports import importers_of
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
+from tests.route_dispatches import route_dispatch
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAw.GfAkE1.discord-bot-token-for-tests"
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -900,3 +907,111 @@ async def test_a_dispatch_outside_office_hours_says_so_above_its_summary(start_d
     desk = await start_desk(channels=[discord_entry(fake, hours="mondays")], hours=CLOSED_HOURS, clock=closed_clock())
     _sid, dispatch = await handoff_in_discord(desk, fake, await desk.conversation())
     assert dispatch["embeds"][0]["description"].startswith(f"*{OUTSIDE_HOURS_LINE}*\n\n**Summary**")
+
+
+# --------------------------------------------------------------------------- routes: claims
+
+TAKEN = "Taken by Kim **now** @everyone at 14:02 in Slack."
+
+
+@pytest.fixture
+async def buttons_adapter(fake: FakeDiscord) -> AsyncIterator[DiscordChannel]:
+    """The adapter alone (REST only) with its interactions endpoint, so its dispatches have buttons."""
+    channel = DiscordChannel(adapter_config(fake, gateway=False, application_public_key=fake.public_key))
+    await channel.start(standalone_context())
+    yield channel
+    await channel.stop()
+
+
+async def clicked(adapter: DiscordChannel, fake: FakeDiscord, payload: dict[str, Any]) -> WebhookReply:
+    body, headers = fake.signed(payload)
+    return await adapter.handle_webhook(WebhookRequest(body=body, headers=headers, query={}, url=""))
+
+
+def labels(message: dict[str, Any]) -> list[str]:
+    return [c["label"] for row in message.get("components") or [] for c in row["components"]]
+
+
+async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_not(
+    buttons_adapter: DiscordChannel, fake: FakeDiscord,
+) -> None:
+    await buttons_adapter.send(route_dispatch("hs_route1"))
+    await buttons_adapter.send(route_dispatch("hs_plain1", claimable=False))
+    routed, plain = fake.posts(STAFF_CHANNEL)
+    assert labels(routed) == ["I'm on it", "Fill return form", "Release"]
+    assert routed["components"][0]["components"][0]["custom_id"] == "handoff_claim:hs_route1"
+    assert labels(plain) == ["Fill return form", "Release"]
+    assert buttons_adapter.capabilities.edits is True
+
+
+async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_with_who_pressed(
+    buttons_adapter: DiscordChannel, fake: FakeDiscord,
+) -> None:
+    receipt = await buttons_adapter.send(route_dispatch())
+    [dispatch] = fake.posts(STAFF_CHANNEL)
+    claim_click = fake.button_click(dispatch, "handoff_claim:hs_route1", user=KIM)
+    claimed = await clicked(buttons_adapter, fake, claim_click)
+    released = await clicked(buttons_adapter, fake, fake.button_click(dispatch, "handoff_release:hs_route1", user=KIM))
+    [claim], [release] = claimed.messages, released.messages
+    assert isinstance(claim, ClaimPress)
+    assert isinstance(release, ReleasePress)
+    assert claim.thread_key == release.thread_key == receipt.thread_key
+    assert (claim.author, claim.user_id, release.user_id) == ("Kim", KIM["id"], KIM["id"])
+    assert claim.dedupe_key == f"interaction:{claim_click['id']}"
+    answer = json.loads(claimed.body)
+    assert (answer["data"]["content"], answer["data"]["flags"]) == ("Claiming the handoff… the first claim takes it.", 64)
+
+
+async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(
+    buttons_adapter: DiscordChannel, fake: FakeDiscord,
+) -> None:
+    receipt = await buttons_adapter.send(route_dispatch())
+    notice = Notice(handoff_id="hs_route1", text="Kim has it.", about="claimed", thread=receipt.thread, delivery_key="hd-1")
+    await buttons_adapter.send(notice)
+    await buttons_adapter.send(notice)  # a retry: the button is gone already, nothing more to edit
+    [dispatch] = fake.posts(STAFF_CHANNEL)
+    assert labels(dispatch) == ["Fill return form", "Release"]
+    assert len(fake.edits(STAFF_CHANNEL, dispatch["id"])) == 1
+    assert [m["content"] for m in fake.posts(receipt.thread["thread_id"])] == ["Kim has it."]
+
+
+async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_nothing(
+    buttons_adapter: DiscordChannel, fake: FakeDiscord,
+) -> None:
+    receipt = await buttons_adapter.send(route_dispatch())
+    [dispatch] = fake.posts(STAFF_CHANNEL)
+    title, embeds = dispatch["content"], json.loads(json.dumps(dispatch["embeds"]))
+    notice = Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread)
+    taken = await buttons_adapter.send(notice)
+    await buttons_adapter.send(notice)  # a retry: still one line
+    assert fake.posts(receipt.thread["thread_id"]) == []
+    assert dispatch["content"] == f"{title}\n{escape(TAKEN)}"
+    assert "\\*\\*now\\*\\*" in dispatch["content"]
+    assert (dispatch["components"], dispatch["embeds"]) == ([], embeds)  # the brief stays, the buttons go
+    edit = fake.edits(STAFF_CHANNEL, dispatch["id"])[-1]
+    assert (edit["components"], edit["allowed_mentions"]) == ([], {"parse": []})
+    assert (taken.message_id, taken.thread_key, taken.thread) == (receipt.message_id, receipt.thread_key, receipt.thread)
+
+
+async def test_a_dispatch_that_cannot_be_found_gets_the_taken_notice_in_its_thread(
+    buttons_adapter: DiscordChannel, fake: FakeDiscord,
+) -> None:
+    receipt = await buttons_adapter.send(route_dispatch())
+    fake.messages[STAFF_CHANNEL].clear()  # deleted
+    await buttons_adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
+    assert [m["content"] for m in fake.posts(receipt.thread["thread_id"])] == [escape(TAKEN)]
+
+
+async def test_every_event_names_the_discord_user_who_acted(desk: Harness, fake: FakeDiscord,
+                                                             buttons_adapter: DiscordChannel) -> None:
+    cid = await desk.conversation()
+    _sid, dispatch = await handoff_in_discord(desk, fake, cid)
+    await reply(desk, fake, dispatch["id"], "on it", author=SAM)
+    async with desk.desk.db.read() as session:
+        [payload] = (await session.scalars(select(InboundEvent.payload))).all()
+    prompt = await fake.human_message(STAFF_CHANNEL, "a prompt", author=BOT_USER)
+    decided = await clicked(buttons_adapter, fake, fake.button_click(prompt, "approval:ap_x:approve", user=KIM))
+    [decision] = decided.messages
+    assert (payload["kind"], payload["user_id"], payload["author"]) == ("recipient_text", SAM["id"], "Sam")
+    assert isinstance(decision, Decision)
+    assert (decision.user_id, decision.author) == (KIM["id"], "Kim")

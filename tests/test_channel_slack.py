@@ -21,7 +21,18 @@ from sqlalchemy import func, select
 
 from bot.config import Config, ConfigError
 from bot.store.models import InboundEvent
-from channels.base import ChannelAuthError, Notice, TranscriptLine
+from channels.base import (
+    ChannelAuthError,
+    ClaimPress,
+    Decision,
+    InboundMessage,
+    Notice,
+    RecipientText,
+    ReleasePress,
+    TranscriptLine,
+    TransientChannelError,
+    WebhookRequest,
+)
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
@@ -29,6 +40,7 @@ from tests.conftest import CliRun, Harness, StartDesk, probe_config
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
 from tests.fakes import standalone_context
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
+from tests.route_dispatches import route_dispatch
 
 TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
@@ -844,3 +856,134 @@ async def test_a_dispatch_outside_office_hours_says_so_under_its_header(start_de
     desk = await start_desk(channels=[slack_entry(fake, hours="mondays")], hours=CLOSED_HOURS, clock=closed_clock())
     _sid, dispatch = await handoff_in_slack(desk, fake, await desk.conversation())
     assert dispatch["blocks"][1]["text"]["text"] == f"_{OUTSIDE_HOURS_LINE}_"
+
+
+# --------------------------------------------------------------------------- routes: claims
+
+TAKEN = "Taken by Kim <!here> & co at 14:02 in Telegram."
+
+
+async def standalone(fake: FakeSlack) -> SlackChannel:
+    adapter = SlackChannel(SlackConfig(id=2, label="Sales", bot_token=TOKEN, signing_secret=SIGNING_SECRET, channel=CHANNEL,
+                                       api_base_url=fake.url))
+    await adapter.start(standalone_context())
+    return adapter
+
+
+@pytest.fixture
+async def adapter(fake: FakeSlack) -> AsyncIterator[SlackChannel]:
+    """The adapter alone, started against the fake."""
+    channel = await standalone(fake)
+    yield channel
+    await channel.stop()
+
+
+async def signed_call(adapter: SlackChannel, body: bytes, content_type: str = FORM) -> list[InboundMessage]:
+    """A call Slack signs, through the adapter's own verification and parsing."""
+    request = WebhookRequest(body=body, headers=signed_headers(SIGNING_SECRET, body, content_type=content_type), query={},
+                             url="http://desk.test/webhooks/2")
+    reply_ = await adapter.handle_webhook(request)
+    assert reply_.status == 200
+    return reply_.messages
+
+
+def action_ids(message: dict[str, Any]) -> list[str]:
+    return [e["action_id"] for b in message["blocks"] if b["type"] == "actions" for e in b["elements"]]
+
+
+async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_not(fake: FakeSlack, adapter: SlackChannel) -> None:
+    await adapter.send(route_dispatch("hs_route1"))
+    await adapter.send(route_dispatch("hs_plain1", claimable=False))
+    routed, plain_one = fake.top_level(CHANNEL)
+    assert action_ids(routed) == ["handoff_claim", "handoff_form", "handoff_release"]
+    assert [e["text"]["text"] for b in routed["blocks"] if b["type"] == "actions" for e in b["elements"]][0] == "I'm on it"
+    assert action_ids(plain_one) == ["handoff_form", "handoff_release"]
+    assert adapter.capabilities.edits is True
+
+
+async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_with_who_pressed(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    ts = receipt.message_id or ""
+    [claim] = await signed_call(adapter, block_actions(channel=CHANNEL, user="U0SAM", user_name="sam", message_ts=ts,
+                                                       value="hs_route1", action_id="handoff_claim", trigger_id="1.2.claim"))
+    [release] = await signed_call(adapter, block_actions(channel=CHANNEL, user="U0SAM", user_name="sam", message_ts=ts,
+                                                         value="hs_route1"))
+    forged = block_actions(channel=CHANNEL, user="U0KIM", user_name="kim", message_ts=ts, value="hs_route1",
+                           action_id="handoff_claim")
+    refused = await adapter.handle_webhook(WebhookRequest(
+        body=forged, headers=signed_headers("not-the-secret", forged, content_type=FORM), query={}, url=""))
+    assert isinstance(claim, ClaimPress)
+    assert isinstance(release, ReleasePress)
+    assert claim.thread_key == release.thread_key == receipt.thread_key == f"{CHANNEL}:{ts}"
+    assert (claim.author, claim.user_id, claim.dedupe_key) == ("Sam", "U0SAM", "action:1.2.claim")
+    assert (release.author, release.user_id) == ("Sam", "U0SAM")
+    assert (refused.status, refused.messages) == (401, [])
+
+
+async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    notice = Notice(handoff_id="hs_route1", text="Sam has it: you claimed handoff UTE1.", about="claimed",
+                    thread=receipt.thread, delivery_key="hd-claimed")
+    await adapter.send(notice)
+    await adapter.send(notice)  # a retry: the button is gone already, nothing more to edit
+    [dispatch] = fake.top_level(CHANNEL)
+    assert action_ids(dispatch) == ["handoff_form", "handoff_release"]
+    assert len(fake.calls_to("chat.update")) == 1
+    assert [section_texts(m, "mrkdwn") for m in fake.posts(CHANNEL, thread_ts=dispatch["ts"])] == [
+        ["Sam has it: you claimed handoff UTE1."]] * 2
+
+
+async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_nothing(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    notice = Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread, delivery_key="hd-taken")
+    taken = await adapter.send(notice)
+    await adapter.send(notice)  # a retry edits again, still one line
+    [dispatch] = fake.top_level(CHANNEL)
+    assert fake.posts(CHANNEL, thread_ts=dispatch["ts"]) == []
+    assert (taken.message_id, taken.thread_key, taken.thread) == (dispatch["ts"], receipt.thread_key, receipt.thread)
+    assert action_ids(dispatch) == []
+    assert dispatch["blocks"][-1]["text"]["text"] == "Taken by Kim &lt;!here&gt; &amp; co at 14:02 in Telegram."
+    assert [b.get("block_id") for b in dispatch["blocks"]].count("handoff_taken") == 1
+    assert dispatch["text"] == fake.calls_to("chat.postMessage")[0].args["text"]  # the notification text stays
+    assert section_texts(dispatch, "mrkdwn")[0].startswith("*Summary*")  # the brief stays
+
+
+async def test_after_a_restart_a_taken_notice_finds_the_dispatch_in_its_thread(fake: FakeSlack) -> None:
+    first = await standalone(fake)
+    try:
+        receipt = await first.send(route_dispatch())
+    finally:
+        await first.stop()
+    again = await standalone(fake)
+    try:
+        await again.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
+    finally:
+        await again.stop()
+    [dispatch] = fake.top_level(CHANNEL)
+    assert (action_ids(dispatch), fake.posts(CHANNEL, thread_ts=dispatch["ts"])) == ([], [])
+    assert dispatch["blocks"][-1]["block_id"] == "handoff_taken"
+
+
+async def test_a_dispatch_that_cannot_be_edited_gets_the_taken_notice_in_its_thread(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    fake.fail_next("chat.update", Fault(error="cant_update_message"))
+    await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
+    fake.fail_next("chat.update", Fault(status=429, error="ratelimited", headers={"Retry-After": "3"}))
+    with pytest.raises(TransientChannelError):  # nothing posted: the core retries the notice
+        await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
+    [dispatch] = fake.top_level(CHANNEL)
+    assert [section_texts(m, "mrkdwn") for m in fake.posts(CHANNEL, thread_ts=dispatch["ts"])] == [
+        ["Taken by Kim &lt;!here&gt; &amp; co at 14:02 in Telegram."]]
+
+
+async def test_every_event_names_the_slack_user_who_acted(fake: FakeSlack, adapter: SlackChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    ts = receipt.message_id or ""
+    [text] = await signed_call(adapter, message_event(channel=CHANNEL, text="on it", user="U0KIM", thread_ts=ts),
+                               content_type="application/json")
+    [decision] = await signed_call(adapter, block_actions(
+        channel=CHANNEL, user="U0KIM", user_name="kim", message_ts=ts, value="ap_1", action_id="approval_approve",
+        block_id="approval_actions"))
+    assert isinstance(text, RecipientText)
+    assert isinstance(decision, Decision)
+    assert (text.user_id, text.author, decision.user_id, decision.author) == ("U0KIM", "Kim", "U0KIM", "Kim")

@@ -8,9 +8,12 @@ message length, buttons and pollers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
+import json
 import re
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,19 +27,29 @@ from channels.base import (
     ApprovalClosed,
     ChannelAuthError,
     ChannelContext,
+    ChatOpened,
+    ClaimPress,
+    Decision,
     InboundMessage,
     Notice,
+    Receipt,
+    RecipientText,
     Relay,
+    ReleasePress,
+    SubscriberText,
     TransientChannelError,
     UncertainDeliveryError,
+    WebhookReply,
+    WebhookRequest,
 )
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
 from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_config, probe_config
-from tests.fake_telegram import BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
+from tests.fake_telegram import ANA, BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 from tests.fakes import standalone_context
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
+from tests.route_dispatches import route_dispatch
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
 SECRET = "test_webhook-secret-1"
@@ -832,3 +845,148 @@ async def test_a_dispatch_outside_office_hours_says_so_under_its_title(fake: Fak
     harness = await start(start_desk, fake, channel={"hours": "mondays"}, hours=CLOSED_HOURS, clock=closed_clock())
     _sid, message = await dispatch_of(harness, fake, await harness.conversation())
     assert message["text"].splitlines()[1] == OUTSIDE_HOURS_LINE
+
+
+# --------------------------------------------------------------------------- routes: claims
+
+TAKEN = "Taken by Sam <b>Lee</b> & co at 14:02 in Slack."
+
+
+async def standalone(fake: FakeTelegram, *, subscribers: bool = False) -> TelegramChannel:
+    """In webhook mode (the webhook itself is not registered: the desk's URL is not https)."""
+    adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url,
+                                             webhook_secret=SECRET))
+    await adapter.start(dataclasses.replace(standalone_context(), subscribers=subscribers))
+    return adapter
+
+
+@pytest.fixture
+async def adapter(fake: FakeTelegram) -> AsyncIterator[TelegramChannel]:
+    """The adapter alone, started against the fake."""
+    channel = await standalone(fake)
+    yield channel
+    await channel.stop()
+
+
+async def webhook_call(adapter: TelegramChannel, update: dict[str, Any]) -> WebhookReply:
+    return await adapter.handle_webhook(WebhookRequest(body=json.dumps(update).encode(), query={}, url="",
+                                                       headers={"x-telegram-bot-api-secret-token": SECRET}))
+
+
+def keyboard(message: dict[str, Any]) -> list[list[str]]:
+    return [[b["text"] for b in row] for row in message.get("reply_markup", {}).get("inline_keyboard", [])]
+
+
+async def test_a_claimable_dispatch_offers_a_claim_button_and_a_plain_one_does_not(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    await adapter.send(route_dispatch("hs_route1"))
+    await adapter.send(route_dispatch("hs_plain1", claimable=False))
+    routed, plain = fake.sent()
+    assert keyboard(routed) == [["I'm on it"], ["Return form", "Release"]]
+    assert buttons(routed)[0]["callback_data"] == "claim"
+    assert keyboard(plain) == [["Return form", "Release"]]
+    assert adapter.capabilities.edits is True
+
+
+async def test_the_claim_button_is_a_claim_press_on_the_release_buttons_thread_with_who_pressed(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    dispatch_id = int(receipt.message_id or 0)
+    claimed = await webhook_call(adapter, fake.callback_update(dispatch_id, user=KIM, data="claim"))
+    released = await webhook_call(adapter, fake.callback_update(dispatch_id, user=KIM, data="release"))
+    [claim], [release] = claimed.messages, released.messages
+    assert isinstance(claim, ClaimPress)
+    assert isinstance(release, ReleasePress)
+    assert claim.thread_key == release.thread_key == receipt.thread_key == f"{STAFF_CHAT_ID}:{dispatch_id}"
+    assert (claim.author, claim.user_id, release.user_id) == ("Kim", str(KIM["id"]), str(KIM["id"]))
+    assert claim.dedupe_key and claim.dedupe_key.startswith("update:")
+    assert json.loads(claimed.body)["text"] == "Claiming the handoff… the first claim takes it."
+
+
+async def test_in_a_forum_the_claim_button_names_the_topic(forum: FakeTelegram) -> None:
+    adapter = await standalone(forum)
+    try:
+        receipt = await adapter.send(route_dispatch())
+        pressed = await webhook_call(adapter, forum.callback_update(int(receipt.message_id or 0), user=KIM))
+    finally:
+        await adapter.stop()
+    [claim] = pressed.messages
+    assert isinstance(claim, ClaimPress)
+    assert claim.thread_key == receipt.thread_key == f"{STAFF_CHAT_ID}:topic:{receipt.thread['topic_id']}"
+
+
+async def test_a_claimed_notice_takes_only_the_claim_button_away_and_is_posted(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    await adapter.send(Notice(handoff_id="hs_route1", text="Kim has it.", about="claimed", thread=receipt.thread))
+    dispatch, notice = fake.sent()
+    assert keyboard(dispatch) == [["Return form", "Release"]]
+    assert (notice["text"], notice["reply_to_message"]["message_id"]) == ("Kim has it.", dispatch["message_id"])
+
+
+async def sent_before_a_restart(fake: FakeTelegram) -> Receipt:
+    """A dispatch sent by an adapter that has stopped since: a new one knows nothing of it."""
+    first = await standalone(fake)
+    try:
+        return await first.send(route_dispatch())
+    finally:
+        await first.stop()
+
+
+async def test_after_a_restart_the_claim_press_tells_which_buttons_to_keep(fake: FakeTelegram) -> None:
+    receipt = await sent_before_a_restart(fake)
+    again = await standalone(fake)
+    try:
+        await webhook_call(again, fake.callback_update(int(receipt.message_id or 0), user=KIM, data="claim"))
+        await again.send(Notice(handoff_id="hs_route1", text="Kim has it.", about="claimed", thread=receipt.thread))
+    finally:
+        await again.stop()
+    assert keyboard(fake.sent()[0]) == [["Return form", "Release"]]
+
+
+async def test_a_taken_notice_edits_the_dispatch_in_place_escaped_and_posts_nothing(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    brief_text = fake.sent()[0]["text"]
+    taken = await adapter.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
+    [dispatch] = fake.sent()
+    assert dispatch["text"] == f"{brief_text}\n\n{TAKEN}"  # the HTML was escaped: Telegram shows the tags as typed
+    assert "reply_markup" not in dispatch
+    [edit] = fake.requests("editMessageText")
+    assert (edit["chat_id"], edit["message_id"]) == (STAFF_CHAT_ID, dispatch["message_id"])
+    assert (taken.message_id, taken.thread_key, taken.thread) == (receipt.message_id, receipt.thread_key, receipt.thread)
+
+
+async def test_a_taken_notice_for_a_dispatch_this_process_never_saw_drops_its_buttons_and_is_posted(fake: FakeTelegram) -> None:
+    """The Bot API cannot read a message back, so after a restart its text cannot be edited."""
+    receipt = await sent_before_a_restart(fake)
+    again = await standalone(fake)
+    try:
+        await again.send(Notice(handoff_id="hs_route1", text=TAKEN, about="taken", thread=receipt.thread))
+    finally:
+        await again.stop()
+    dispatch, notice = fake.sent()
+    assert "reply_markup" not in dispatch
+    assert (notice["text"], notice["reply_to_message"]["message_id"]) == (TAKEN, dispatch["message_id"])
+    assert fake.requests("editMessageText") == []
+
+
+async def test_every_event_names_the_telegram_user_who_acted(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    receipt = await adapter.send(route_dispatch())
+    replied = await webhook_call(adapter, fake.message_update("on it", user=SAM, reply_to=int(receipt.message_id or 0)))
+    markup = {"inline_keyboard": [[{"text": "Approve", "callback_data": "ap:ap_x:y"}]]}
+    prompt = await fake._api_sendMessage({"chat_id": STAFF_CHAT_ID, "text": "a prompt", "reply_markup": markup})
+    decided = await webhook_call(adapter, fake.callback_update(prompt["message_id"], user=KIM))
+    [text], [decision] = replied.messages, decided.messages
+    assert isinstance(text, RecipientText)
+    assert isinstance(decision, Decision)
+    assert (text.user_id, text.author, decision.user_id, decision.author) == ("501", "Sam Lee", "502", "Kim")
+
+
+async def test_a_subscriber_on_the_front_is_named_by_their_telegram_user_id(fake: FakeTelegram) -> None:
+    adapter = await standalone(fake, subscribers=True)
+    try:
+        opened = await webhook_call(adapter, fake.private_update("/start", user=ANA))
+        wrote = await webhook_call(adapter, fake.private_update("Where is my order?", user=ANA))
+    finally:
+        await adapter.stop()
+    [start_], [text] = opened.messages, wrote.messages
+    assert isinstance(start_, ChatOpened)
+    assert isinstance(text, SubscriberText)
+    assert (start_.user_id, text.user_id, text.chat, text.author) == ("601", "601", "601", "Ana Silva")

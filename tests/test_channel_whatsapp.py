@@ -30,6 +30,7 @@ from channels.base import (
     PermanentChannelError,
     RecipientText,
     Relay,
+    SubscriberText,
     TranscriptLine,
     TransientChannelError,
     UncertainDeliveryError,
@@ -39,7 +40,7 @@ from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppCon
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, config_problem, make_config, probe_config
-from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, SENDER, FakeTwilio
+from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, CARLA_PHONE, SENDER, FakeTwilio
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
 
 WEBHOOK_URL = "http://desk.test/webhooks/1"  # public_url of the test desk + the route
@@ -339,7 +340,8 @@ async def test_the_adapter_parses_a_webhook_without_the_desk(fake: FakeTwilio) -
         await adapter.stop()
     [message] = reply_.messages
     sid = dict(pair.split("=", 1) for pair in body.decode().split("&"))["MessageSid"]
-    assert message == RecipientText(thread_key=LINE_KEY, text="#A7F3 done, /release", author="Sam Lee", dedupe_key=f"message:{sid}")
+    assert message == RecipientText(thread_key=LINE_KEY, text="#A7F3 done, /release", author="Sam Lee", user_id=ANA_PHONE,
+                                    dedupe_key=f"message:{sid}")
 
 
 # --------------------------------------------------------------------------- provider failures
@@ -713,3 +715,19 @@ async def test_a_dispatch_outside_office_hours_says_so_under_its_title(fake: Fak
     harness = await start(start_desk, fake, channel={"hours": "mondays"}, hours=CLOSED_HOURS, clock=closed_clock())
     await dispatched(harness, await harness.conversation())
     assert fake.sent_to(ANA_PHONE)[0]["body"].splitlines()[1] == OUTSIDE_HOURS_LINE
+
+
+async def test_a_subscriber_on_the_front_is_named_by_their_number(fake: FakeTwilio) -> None:
+    adapter = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake)))
+    await adapter.start(ChannelContext(public_url="https://desk.example.com", deliver_inbound=_drop, render=Renderer().render,
+                                       subscribers=True))
+    try:
+        url = "https://desk.example.com/webhooks/1"
+        body, headers = fake.inbound(url, body="Where is my order?", sender=CARLA_PHONE, profile_name="Carla")
+        reply_ = await adapter.handle_webhook(WebhookRequest(body=body, headers={k.lower(): v for k, v in headers.items()},
+                                                             query={}, url=url))
+    finally:
+        await adapter.stop()
+    [message] = reply_.messages
+    assert isinstance(message, SubscriberText)
+    assert (message.chat, message.user_id, message.author) == (CARLA_PHONE, CARLA_PHONE, "Carla")

@@ -18,7 +18,7 @@ def test_the_values_are_the_words_clients_and_templates_already_use() -> None:
     assert f"inbound_{InboundState.IGNORED}" == "inbound_ignored"  # the audit event's name
     assert [r.value for r in Role] == ["subscriber", "agent", "human", "system"]
     assert [o.value for o in Outcome] == ["resolved", "unresolved", "needs_followup"]
-    assert [r.value for r in ReleaseReason] == ["form", "release_token", "agent", "owner", "idle_timeout"]
+    assert [r.value for r in ReleaseReason] == ["form", "release_token", "agent", "owner", "idle_timeout", "unclaimed"]
 
 
 def test_a_member_is_its_string_in_json_templates_and_comparisons() -> None:
@@ -50,9 +50,10 @@ def test_every_reason_has_a_page_phrase() -> None:
     assert all(reason.page_phrase for reason in ReleaseReason)
 
 
-def test_only_a_timeout_defaults_to_unresolved() -> None:
+def test_only_the_timers_default_to_unresolved() -> None:
     defaults = {reason: reason.default_outcome for reason in ReleaseReason}
     assert defaults.pop(ReleaseReason.IDLE_TIMEOUT) is Outcome.UNRESOLVED
+    assert defaults.pop(ReleaseReason.UNCLAIMED) is Outcome.UNRESOLVED  # nobody took it: nothing was resolved
     assert set(defaults.values()) == {Outcome.RESOLVED}
 
 

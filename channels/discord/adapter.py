@@ -40,6 +40,7 @@ from channels.discord.protocol import (
     ARGUMENTS_LIMIT,
     BUTTON,
     CHANNEL_KINDS,
+    CLAIM_ID,
     CLOSED_COLOUR,
     COLOURS,
     CONTENT_LIMIT,
@@ -81,7 +82,8 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
     config_model = DiscordConfig
     # reconcile=False: a lost answer is retried, and the nonce makes Discord answer that
     # retry with the message it already has (within its nonce window of a few minutes).
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, approvals=True)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, approvals=True,
+                                edits=True)
     text_limit = TextLimit(CONTENT_LIMIT, measure=escaped_length)
     config: DiscordConfig
 
@@ -183,9 +185,19 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
             f"{label}{f' ({i}/{len(parts)})' if len(parts) > 1 else ''} {part}" for i, part in enumerate(parts, 1)])
 
     async def send_notice(self, notice: Notice) -> Receipt:
+        """Into the handoff's thread; a release takes the Release button away and a claim won
+        here the Claim button. On a route, "taken" edits the dispatch instead: the notice
+        under its title, every button gone."""
+        client = self._require_client()
+        if notice.about == "taken":
+            edited = await self._mark_taken(client, notice)
+            if edited is not None:
+                return edited
         receipt = await self._post_in_thread(notice, notice.thread, self._parts(notice.text))
         if notice.about == "released":
-            await self._retire_release_button(self._require_client(), notice.thread)
+            await self._retire_buttons(client, notice.thread, RELEASE_ID)
+        elif notice.about in ("claimed", "taken"):  # taken: only when the edit above could not be made
+            await self._retire_buttons(client, notice.thread, CLAIM_ID if notice.about == "claimed" else "")
         return receipt
 
     def _parts(self, text: str, *, reserve: int = 0) -> list[str]:
@@ -241,27 +253,53 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         return Receipt(message_id=str(message_id), thread_key=str(thread_id),
                        thread={"channel_id": str(channel_id), "message_id": str(message_id), "thread_id": str(thread_id)})
 
-    async def _retire_release_button(self, client: discord.Client, thread: dict[str, Any]) -> None:
-        """After a release, leave only the form link on the dispatch. Cosmetic: a failure is
-        logged, never raised (the notice itself was posted)."""
-        from discord.http import Route
-
+    async def _retire_buttons(self, client: discord.Client, thread: dict[str, Any], custom_id: str) -> None:
+        """Take the buttons whose custom_id starts with `custom_id` off the dispatch (every
+        one but the form link for ""). Cosmetic: a failure is logged, never raised (the
+        notice itself was posted)."""
         channel_id, message_id = thread.get("channel_id"), thread.get("message_id")
         if not (channel_id and message_id and self.config.application_public_key):
             return
-        route = Route("PATCH", "/channels/{channel_id}/messages/{message_id}", channel_id=int(channel_id), message_id=int(message_id))
         try:
-            # Only the Release button goes: rebuild the row from the message as Discord has it.
-            message = await self._call("get dispatch", client.http.request(
-                Route("GET", "/channels/{channel_id}/messages/{message_id}", channel_id=int(channel_id), message_id=int(message_id))))
-            rows = []
+            # Rebuild the rows from the message as Discord has it, without those buttons.
+            message = await self._call("get dispatch", client.http.request(_message_route("GET", channel_id, message_id)))
+            rows: list[dict[str, Any]] = []
+            dropped = False
             for row in message.get("components") or []:
-                kept = [c for c in row.get("components") or [] if not str(c.get("custom_id", "")).startswith(RELEASE_ID)]
+                kept = [c for c in row.get("components") or []
+                        if "custom_id" not in c or not str(c["custom_id"]).startswith(custom_id)]
+                dropped = dropped or len(kept) < len(row.get("components") or [])
                 if kept:
                     rows.append({"type": ACTION_ROW, "components": kept})
-            await self._call("edit dispatch", client.http.request(route, json={"components": rows}))
+            if not dropped:
+                return  # none of those buttons there (a retry, or a dispatch without them)
+            await self._call("edit dispatch", client.http.request(
+                _message_route("PATCH", channel_id, message_id), json={"components": rows}))
         except ChannelError as exc:
-            log.warning("discord_release_button_not_removed", channel_id=self.id, hint=exc.hint)
+            log.warning("discord_dispatch_buttons_kept", channel_id=self.id, hint=exc.hint)
+
+    async def _mark_taken(self, client: discord.Client, notice: Notice) -> Receipt | None:
+        """Edit the dispatch of a handoff someone elsewhere took: the notice under its title,
+        no buttons. None when it cannot be found or edited (deleted), so the caller posts
+        instead; a transient failure is raised (nothing posted yet: the core retries)."""
+        channel_id, message_id = notice.thread.get("channel_id"), notice.thread.get("message_id")
+        if not (channel_id and message_id):
+            return None
+        line = clip_escaped(escape(notice.text.strip()), CONTENT_LIMIT // 2)
+        try:
+            message = await self._call("get dispatch", client.http.request(_message_route("GET", channel_id, message_id)))
+            title = str(message.get("content") or "")
+            if not title.endswith(line):  # else a retry of an edit that went through
+                title = f"{clip_escaped(title, CONTENT_LIMIT - len(line) - 1)}\n{line}".lstrip("\n")
+            await self._call("edit dispatch", client.http.request(_message_route("PATCH", channel_id, message_id), json={
+                "content": title, "components": [], "allowed_mentions": {"parse": []}}))
+        except TransientChannelError:
+            raise
+        except ChannelError as exc:
+            log.warning("discord_dispatch_not_edited", channel_id=self.id, hint=exc.hint)
+            return None
+        thread_id = notice.thread.get("thread_id")
+        return Receipt(message_id=str(message_id), thread_key=str(thread_id) if thread_id else None, thread=dict(notice.thread))
 
     # ------------------------------------------------------------------ approvals
 
@@ -385,6 +423,9 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
 
     def _components(self, brief: HandoffBrief | None, *, release: bool) -> list[dict[str, Any]]:
         buttons: list[dict[str, Any]] = []
+        if release and brief is not None and brief.claimable and self.config.application_public_key:
+            buttons.append({"type": BUTTON, "style": SUCCESS, "label": "I'm on it",
+                            "custom_id": f"{CLAIM_ID}:{brief.handoff_session_id}"[:100]})
         if brief is not None and brief.form_url:
             buttons.append({"type": BUTTON, "style": LINK, "label": "Fill return form", "url": brief.form_url})
         if release and brief is not None and self.config.application_public_key:
@@ -447,6 +488,12 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
             if len(text) <= room:
                 return text if kept else ""
         return ""
+
+
+def _message_route(method: str, channel_id: Any, message_id: Any) -> Any:
+    from discord.http import Route
+
+    return Route(method, "/channels/{channel_id}/messages/{message_id}", channel_id=int(channel_id), message_id=int(message_id))
 
 
 def _is_prompt_of(message: dict[str, Any], approval_id: str) -> bool:

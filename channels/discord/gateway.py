@@ -100,7 +100,7 @@ class DiscordGateway(SdkClient):
             return None
         name = getattr(author, "display_name", None) or author.name
         return RecipientText(thread_key=str(message.channel.id), text=text.replace("\x00", "\ufffd"),
-                             author=" ".join(str(name).split())[:80], dedupe_key=f"message:{message.id}")
+                             author=" ".join(str(name).split())[:80], user_id=str(author.id), dedupe_key=f"message:{message.id}")
 
     def _is_handoff_thread(self, channel: Any) -> bool:
         import discord

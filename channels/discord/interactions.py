@@ -11,12 +11,13 @@ from typing import Any
 import structlog
 
 from bot.runtime.bounded import BoundedDict
-from channels.base import ChannelAdapter, Decision, ReleasePress, WebhookReply, WebhookRequest, json_object
+from channels.base import ChannelAdapter, ClaimPress, Decision, ReleasePress, WebhookReply, WebhookRequest, json_object
 from channels.discord.config import DiscordConfig
 from channels.discord.protocol import (
     _APPROVAL_CUSTOM_ID,
     APPROVAL_CHOICES,
     APPROVAL_ID,
+    CLAIM_ID,
     COMPONENT,
     EPHEMERAL,
     MESSAGE_REPLY,
@@ -49,13 +50,13 @@ class DiscordInteractions(ChannelAdapter):
             custom_id = str((data.get("data") or {}).get("custom_id") or "")
             if custom_id.startswith(APPROVAL_ID + ":"):
                 return self._approval_press(data, custom_id)
-            if custom_id == RELEASE_ID or custom_id.startswith(RELEASE_ID + ":"):
-                message = self._release_click(data)
-                if message is None:
-                    return _ephemeral("This button does not belong to a handoff of this desk.")
-                return WebhookReply(status=200, body=json.dumps(_ephemeral_body(
-                    "Releasing the handoff… the assistant takes the conversation back.")).encode(),
-                    content_type="application/json", messages=[message])
+            for button, (press, answer) in HANDOFF_BUTTONS.items():
+                if custom_id == button or custom_id.startswith(button + ":"):
+                    message = self._handoff_click(data, press)
+                    if message is None:
+                        return _ephemeral("This button does not belong to a handoff of this desk.")
+                    return WebhookReply(status=200, body=json.dumps(_ephemeral_body(answer)).encode(),
+                                        content_type="application/json", messages=[message])
         return _ephemeral("Nothing to do here: reply in the handoff's thread, or type /release there when you are done.")
 
     def _signed_by_discord(self, body: bytes, headers: Any) -> bool:
@@ -89,17 +90,16 @@ class DiscordInteractions(ChannelAdapter):
         message_id = (data.get("message") or {}).get("id")
         if message_id:
             self._remember_prompt(approval_id, str(message_id))  # so the closing notice finds it
-        name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
         decision = Decision(
-            approval_id=approval_id, approve=approve, always_allow=always, author=" ".join(str(name).split())[:80],
-            dedupe_key=f"interaction:{data.get('id')}",
+            approval_id=approval_id, approve=approve, always_allow=always, author=_display_name(member, user),
+            user_id=str(user["id"]), dedupe_key=f"interaction:{data.get('id')}",
         )
         word = {"approve": "approve", "deny": "deny", "always": "always allow"}[choice]
         return WebhookReply(status=200, content_type="application/json", messages=[decision], body=json.dumps(_ephemeral_body(
             f"Your answer ({word}) is recorded; the first answer counts. The prompt changes once it is decided.")).encode())
 
-    def _release_click(self, data: dict[str, Any]) -> ReleasePress | None:
-        """A Release click on a dispatch (in our channel) or inside a handoff thread."""
+    def _handoff_click(self, data: dict[str, Any], press: type[ReleasePress | ClaimPress]) -> ReleasePress | ClaimPress | None:
+        """A Release or Claim click on a dispatch (in our channel) or inside a handoff thread."""
         channel = data.get("channel") or {}
         channel_id = str(data.get("channel_id") or channel.get("id") or "")
         message = data.get("message") or {}
@@ -114,12 +114,23 @@ class DiscordInteractions(ChannelAdapter):
         user = member.get("user") or data.get("user") or {}
         if not thread_id or not user.get("id") or user.get("bot"):
             return None
-        name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
-        return ReleasePress(thread_key=thread_id, author=" ".join(str(name).split())[:80],
-                            dedupe_key=f"interaction:{data.get('id')}")
+        return press(thread_key=thread_id, author=_display_name(member, user), user_id=str(user["id"]),
+                     dedupe_key=f"interaction:{data.get('id')}")
 
     def _remember_prompt(self, approval_id: str, message_id: str) -> None:
         self._prompts[approval_id] = message_id  # the newest; the oldest past the limit is forgotten
+
+
+# The buttons of a dispatch: what a click on each is, and the private answer to it.
+HANDOFF_BUTTONS: dict[str, tuple[type[ReleasePress | ClaimPress], str]] = {
+    RELEASE_ID: (ReleasePress, "Releasing the handoff… the assistant takes the conversation back."),
+    CLAIM_ID: (ClaimPress, "Claiming the handoff… the first claim takes it."),
+}
+
+
+def _display_name(member: dict[str, Any], user: dict[str, Any]) -> str:
+    name = member.get("nick") or user.get("global_name") or user.get("username") or f"Discord user {user['id']}"
+    return " ".join(str(name).split())[:80]
 
 
 def _json_reply(body: dict[str, Any]) -> WebhookReply:

@@ -8,6 +8,7 @@ import re
 DEFAULT_API = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg/"
 RELEASE_ID = "handoff_release"
+CLAIM_ID = "handoff_claim"
 
 # Discord's limits (https://discord.com/developers/docs/resources/message#embed-object-embed-limits)
 CONTENT_LIMIT = 2000
