@@ -21,6 +21,7 @@ from channels.base import ApprovalClosed, ApprovalPrompt, Decision
 from tests import approval_actions
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk, config_problem
+from tests.fake_slack import FakeSlack, block_actions, signed_headers
 from tests.fakes import ScriptedChannel
 from tests.office_hours import CLOSED_HOURS, closed_clock
 
@@ -224,6 +225,41 @@ async def test_postgres_two_instances_count_two_people_once(start_desk: StartDes
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
     async with one.desk.db.read() as session:
         assert await session.scalar(select(func.count()).select_from(ApprovalVote)) == 2
+
+
+async def test_two_slack_users_pressing_approve_run_it_once_and_one_user_twice_counts_once(start_desk: StartDesk) -> None:
+    """The real Slack adapter against the fake Slack: the desk tells people apart by the user
+    id Slack's signed payload carries, not by the name they show."""
+    token, signing, channel = "xoxb-test-token", "slack-signing-secret-for-tests", "C0APPROVE"
+    fake = await FakeSlack(token=token, channels=(channel,), users={"U0SAM": "Sam", "U0KIM": "Kim"}).start()
+    try:
+        harness = await start_desk(channels=[{
+            "id": 2, "kind": "slack", "label": "Approvers", "bot_token": token, "signing_secret": signing,
+            "channel": channel, "api_base_url": fake.url,
+        }], actions=[two_person(approval_channels=[2])], delivery={"base_backoff": "10ms"})
+        cid = await harness.conversation()
+        aid = await harness.ask_approval(cid, order_id="1234", amount=25)
+        prompt = next(m for m in fake.top_level(channel) if m["metadata"]["event_payload"]["handoff"] == aid)
+
+        async def click(user: str, name: str) -> None:
+            body = block_actions(channel=channel, user=user, user_name=name, message_ts=prompt["ts"], value=aid,
+                                 action_id="approval_approve", block_id="approval_actions")
+            answered = await harness.client.post("/webhooks/2", content=body, headers=signed_headers(
+                signing, body, content_type="application/x-www-form-urlencoded"))
+            assert answered.status_code == 200, answered.text
+            await harness.desk.settle()
+
+        await click("U0SAM", "sam")
+        await click("U0SAM", "sam")
+        assert (await harness.approval(aid))["state"] == "pending"
+        assert approval_actions.CALLS == []
+        await click("U0KIM", "kim")
+    finally:
+        await fake.stop()
+    view = await harness.approval(aid)
+    assert (view["state"], [v["voter"] for v in view["votes"]]) == ("approved", ["2:U0SAM", "2:U0KIM"])
+    assert view["receipt"]["decided_by"] == "Sam and Kim"
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
 
 
 def test_a_channel_scopes_the_providers_user_id() -> None:
