@@ -107,7 +107,8 @@ class Desk:
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, secret_keys=config.signing_keys, public_url=config.public_url,
-            metrics=self.metrics, background=self.background,
+            metrics=self.metrics, background=self.background, ladders=config.ladders,
+            hours=OfficeHours(config.hours, self.clock),
         )
         self.user_actions = UserActions(
             db=self.db, clock=self.clock, config=config, renderer=self.renderer, outbox=self.outbox,
@@ -159,6 +160,7 @@ class Desk:
         self.signals.on(UserActionSettled, self.router.after_user_action)
         self.timers.also_on_sweep.append(self.user_actions.expire_due)
         self.timers.also_on_sweep.append(self.approvals.expire_due)
+        self.timers.also_on_sweep.append(self.approvals.escalate_due)
         self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
         self.timers.also_on_sweep.append(self.channels.retry_unavailable)
         self.idempotency = IdempotencyKeys(

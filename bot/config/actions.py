@@ -114,7 +114,13 @@ class ActionConfig(_Section):
         default="ask", description="none: runs at once; ask: a person approves (may allow always for the conversation); "
         "ask_always: a person approves every call.",
     )
-    approval_channels: list[int] = Field(default_factory=list, description="Channel ids the approval prompt goes to.")
+    approvals_required: Literal[1, 2] = Field(
+        default=1, description="2: two different people, each identified by their channel's verified id or the owner's "
+        "sign-in, must approve (only with policy ask_always); one denial denies.",
+    )
+    approval_channels: list[int] = Field(
+        default_factory=list, description="Channel ids the approval prompt goes to, or a route's id (its ladder).",
+    )
     timeout: Duration = Field(default=timedelta(minutes=5), description="Unanswered for this long: denied.")
     input_schema: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
@@ -127,6 +133,15 @@ class ActionConfig(_Section):
     def _not_reserved(cls, value: str) -> str:
         if value in RESERVED_TOOL_NAMES:
             raise ValueError(f"{value!r} is a built-in tool name")
+        return value
+
+    @field_validator("approvals_required")
+    @classmethod
+    def _two_people_ask_every_time(cls, value: int, info: ValidationInfo) -> int:
+        """Two people approve one exact call: "always allow" (policy ask) would let the next
+        calls run on nobody's approval, so the rule needs ask_always."""
+        if value == 2 and info.data.get("policy", "ask_always") != "ask_always":  # absent: refused for its own reason
+            raise ValueError("2 needs policy: ask_always (ask can allow always, which two people never agreed to)")
         return value
 
     @field_validator("timeout")

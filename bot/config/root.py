@@ -179,18 +179,28 @@ def _cross_checks(raw_channels: list[Any]) -> list[ConfigProblem]:
 
 
 def _action_checks(config: Config, channels: list[ChannelConfig]) -> list[ConfigProblem]:
+    """Action ids are unique, and each approval channel is a person's channel or a route
+    (one at most per action)."""
     problems: list[ConfigProblem] = []
     known = sorted(c.id for c in channels)
     kinds = {c.id: c.kind for c in channels}
+    ladders = config.ladders
+    routes = f"; routes: {', '.join(map(str, sorted(ladders)))}" if ladders else ""
     seen: dict[str, int] = {}
     for index, action in enumerate(config.actions):
         if action.id in seen:
             problems.append(ConfigProblem(f"actions[{index}].id", f"duplicate id {action.id!r} (also actions[{seen[action.id]}])"))
         seen.setdefault(action.id, index)
+        first_route: int | None = None
         for position, cid in enumerate(action.approval_channels):
             where = f"actions[{index}].approval_channels[{position}]"
-            if cid not in known:
-                problems.append(ConfigProblem(where, f"no channel with id {cid} (configured: {', '.join(map(str, known)) or 'none'})"))
+            if cid in ladders:  # its steps notify people only (route_checks)
+                if first_route is not None:
+                    problems.append(ConfigProblem(where, f"a second route ({first_route} is one already); name one route at most"))
+                first_route = cid if first_route is None else first_route
+            elif cid not in known:
+                problems.append(ConfigProblem(
+                    where, f"no channel with id {cid} (configured: {', '.join(map(str, known)) or 'none'}{routes})"))
             elif kinds[cid] == "agent":
                 problems.append(ConfigProblem(where, f"channel {cid} is a sibling agent: approvals need a person"))
     return problems

@@ -27,6 +27,20 @@ itself when a crash came between the two (`recover_interrupted`). An action that
 approval runs inline, inside the tool call, since the agent reads its result there, and so
 does an approved callable, which has no endpoint to tell a repeat.
 
+Two people (`approvals_required: 2`, only with `ask_always`): each decision must carry a
+verified identity (`OWNER` for the signed-in owner, `channel_voter` for the provider's user
+id, scoped by channel); one without is refused and recorded, never counted. The first
+approval sets `first_approver` by a compare-and-set on the pending row; the approval moves to
+`approved` only by a second compare-and-set naming a different person, in the transaction
+that records that vote, so the same person twice counts once and two instances or two
+presses at once cannot run it twice or on one person's word. One denial denies at once.
+
+Through a route (`approval_channels` names one): the prompt goes to the first open step of
+its ladder (and to any plain channels named beside it), and when nobody has decided within
+the step's `claim_within` the sweep asks the next open step too (`escalate_due`, a
+compare-and-set on the step, so it fires once across instances); earlier prompts stay
+answerable, the first decision wins, and past the last step only the deadline is left.
+
 `request` answers in facts (`ApprovalPending`, `ActionRan`, or the errors `ApprovalUnrouted`
 and `ActionRunFailed`); `bot/tools/actions.py` words them for the model. Each `[Approval — …]`
 message records an `ApprovalSettled` signal, heard after its commit (the agent's turn).
@@ -37,8 +51,10 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import structlog
@@ -48,12 +64,14 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from bot.config import ActionConfig, HttpActionRun
+from bot.config import ActionConfig, HttpActionRun, Ladder
 from bot.delivery.callbacks import CALLBACKS, CallbackSettled, action_endpoint
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action, run_body
+from bot.domain.hours import OfficeHours
+from bot.domain.ladder import Steps
 from bot.domain.rendering import Renderer
 from bot.errors import DeskError, NotFound
 from bot.runtime.background import Background
@@ -63,7 +81,7 @@ from bot.runtime.signals import record
 from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
-from bot.store.models import Approval, ApprovalGrant, Conversation, OutboxItem
+from bot.store.models import Approval, ApprovalGrant, ApprovalVote, Conversation, OutboxItem
 from bot.store.vocabulary import OutboxState, Role
 from channels.base import ApprovalBrief, ApprovalClosed, ApprovalPrompt, Callback, Receipt, pretty_arguments
 
@@ -77,6 +95,16 @@ RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 RUN_GRACE = timedelta(minutes=10)
 INTERRUPTED = {"run_state": FAILED, "error": "interrupted: the desk stopped while it ran, so it may or may not have taken effect"}
 SALT = "handoff-desk.approval-decision.v1"
+# The verified identity of the signed-in owner (the inbox, the decision page with the inbox's
+# session, the API under owner.token): one person, however many doors they use.
+OWNER = "owner"
+
+
+def channel_voter(channel_id: int, user_id: str | None) -> str | None:
+    """The verified identity of whoever pressed a button in a channel: the provider's own user
+    id, scoped by the channel (the same number on two providers is two people); None when the
+    provider did not say who it was."""
+    return f"{channel_id}:{user_id}" if user_id else None
 
 
 def canonical(arguments: dict[str, Any]) -> str:
@@ -99,8 +127,10 @@ def shape_of(arguments: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(sorted(arguments)).encode()).hexdigest()
 
 
-def approval_view(approval: Approval) -> dict[str, Any]:
-    """For the owner: the invocation, its state, the receipt and what running it returned."""
+def approval_view(approval: Approval, votes: list[ApprovalVote] | None = None) -> dict[str, Any]:
+    """For the owner: the invocation, its state, the receipt, what running it returned, how
+    many people must approve and (when given: one approval's view, not a listing) each
+    person's vote, and on a route the step asked last and when the next one will be."""
     return {
         "approval_id": approval.id, "conversation_id": approval.conversation_id, "action": approval.action_id,
         "description": approval.description, "risk": approval.risk, "policy": approval.policy,
@@ -111,13 +141,56 @@ def approval_view(approval: Approval) -> dict[str, Any]:
             "reason": approval.reason, "always_allow": approval.always_allow, "arguments_hash": approval.arguments_hash,
         },
         "run_state": approval.run_state, "result": approval.result, "error": approval.error,
+        "approvals_required": approval.approvals_required,
+        **({} if votes is None else {"votes": [
+            {"voter": v.voter, "name": v.name, "via": v.via, "approve": v.approve, "at": iso(v.at)} for v in votes]}),
+        "route_id": approval.route_id, "step": approval.step, "escalate_at": iso(approval.escalate_at),
     }
+
+
+class DecisionOutcome(StrEnum):
+    """What one person's decision did."""
+
+    DECIDED = "decided"  # approved or denied now
+    FIRST_APPROVAL = "first_approval"  # counted: the first of two people; waiting for a second
+    SAME_PERSON = "same_person"  # this person's approval was already counted: it counts once
+    UNIDENTIFIED = "unidentified"  # two people must approve, and nobody could verify who this was
+    CLOSED = "closed"  # no longer pending (decided, expired): nothing changed
+
+
+# The answer to the person who decided, for an outcome that did not settle the approval
+# (the pages, the inbox, the API's hint and the channel's inbound record say the same).
+ANSWERS = {
+    DecisionOutcome.FIRST_APPROVAL: "Your approval is counted. It needs two people: waiting for a second person.",
+    DecisionOutcome.SAME_PERSON: "Your approval was already counted and counts once: waiting for a second person.",
+    DecisionOutcome.UNIDENTIFIED: (
+        "Not counted: this action needs two different people to approve, and this decision does not say who you "
+        "are. Sign in to the inbox, or answer with the buttons in a channel that identifies you."
+    ),
+    DecisionOutcome.CLOSED: "This request was already closed; your answer changed nothing.",
+}
 
 
 @dataclass(frozen=True)
 class DecisionResult:
-    changed: bool
+    outcome: DecisionOutcome
     approval: Approval
+
+    @property
+    def changed(self) -> bool:
+        """The decision counted: it settled the approval, or it is the first of two."""
+        return self.outcome in (DecisionOutcome.DECIDED, DecisionOutcome.FIRST_APPROVAL)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """Where a prompt goes: its channels and, through a route, the ladder step asked last
+    and when the next step is asked (None: no step is left, or no route)."""
+
+    channel_ids: list[int]
+    route_id: int | None = None
+    step: int | None = None
+    escalate_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -171,8 +244,10 @@ class Approvals:
     def __init__(
         self, *, db: Database, clock: Clock, actions: list[ActionConfig], channels: ChannelSet, outbox: Outbox,
         renderer: Renderer, secret_keys: list[str], public_url: str, metrics: Metrics, background: Background,
+        hours: OfficeHours, ladders: Mapping[int, Ladder] | None = None,
     ) -> None:
         self.metrics, self.background = metrics, background
+        self.ladders, self.steps = dict(ladders or {}), Steps(channels, hours)
         self.db, self.clock, self.channels, self.outbox, self.renderer = db, clock, channels, outbox, renderer
         self.actions = {a.id: a for a in actions}
         self._links = URLSafeSerializer(secret_keys, salt=SALT)
@@ -201,12 +276,14 @@ class Approvals:
         if action.policy == "ask" and await self._granted(conversation.id, action, arguments):
             return await self._run_now(conversation, action, arguments, actor=actor, why="always allowed in this conversation")
         now = self.clock.now()
-        routes = [cid for cid in action.approval_channels if self.channels.is_available(cid)]
+        asked = self._first_ask(action, now)
+        routes = asked.channel_ids
         approval = Approval(
             id=f"ap_{secrets.token_urlsafe(12)}", conversation_id=conversation.id, action_id=action.id,
             description=action.description, risk=action.risk, policy=action.policy, arguments=arguments,
             arguments_hash=arguments_hash(arguments), state=PENDING if routes else UNROUTED, channel_ids=routes,
-            created_at=now, deadline=now + action.timeout,
+            created_at=now, deadline=now + action.timeout, approvals_required=action.approvals_required,
+            route_id=asked.route_id, step=asked.step, escalate_at=asked.escalate_at if routes else None,
         )
         async with self.db.transaction(effect=True) as session:
             session.add(approval)
@@ -220,13 +297,88 @@ class Approvals:
                 await audit.record(session, "approval_requested", at=now, actor=actor, conversation_id=conversation.id,
                                    approval_id=approval.id, action=action.id, risk=action.risk, policy=action.policy,
                                    arguments_hash=approval.arguments_hash, channel_ids=routes,
-                                   deadline=approval.deadline.isoformat())
+                                   deadline=approval.deadline.isoformat(),
+                                   approvals_required=approval.approvals_required if approval.approvals_required > 1 else None,
+                                   route_id=approval.route_id, step=approval.step)
             for channel_id in routes:
                 await self.outbox.queue(session, channel_id=channel_id, now=now,
                                         outbound=self._prompt(approval, conversation))
         if not routes:  # raised once the unrouted approval and its audit are committed
             raise ApprovalUnrouted(approval.id)
         return ApprovalPending(approval_id=approval.id, action_id=action.id, expires_at=approval.deadline)
+
+    # ------------------------------------------------------------------ where the prompt goes
+
+    def _first_ask(self, action: ActionConfig, now: datetime) -> Asked:
+        """The available plain channels, and through a route its first open step's (when no
+        step is open: the step back soonest if the route dispatches when closed, nobody if it
+        refuses), as the ladder of a handoff picks them (`Steps`, bot/domain/ladder.py)."""
+        plain = [cid for cid in action.approval_channels if cid not in self.ladders and self.channels.is_available(cid)]
+        route_id = next((cid for cid in action.approval_channels if cid in self.ladders), None)
+        if route_id is None:
+            return Asked(plain)
+        ladder = self.ladders[route_id]
+        plan = self.steps.next_open(ladder, 0, now)
+        if plan is None and ladder.route.when_closed == "dispatch":
+            plan = self.steps.first_to_open(ladder, now)
+        if plan is None:
+            return Asked(plain, route_id)
+        channels = plain + [adapter.id for adapter in plan.adapters if adapter.id not in plain]
+        return Asked(channels, route_id, plan.index, self._next_escalation(ladder, plan.index, now))
+
+    @staticmethod
+    def _next_escalation(ladder: Ladder, step: int, now: datetime) -> datetime | None:
+        """When the next step is asked if nobody decides: past the last step, never."""
+        return now + ladder.steps[step].claim_within if step + 1 < len(ladder.steps) else None
+
+    async def escalate_due(self) -> int:
+        """Ask the next open step of the ladder of every approval nobody decided within its
+        step's `claim_within` (run by the sweep). Each escalation is a compare-and-set on the
+        step asked last, so any instance may sweep and it fires once; the earlier prompts
+        stay answerable. Past the last open step nothing more is sent: the deadline is left."""
+        now = self.clock.now()
+        async with self.db.read() as session:
+            due = (await session.execute(select(col(Approval.id), col(Approval.route_id), col(Approval.step)).where(
+                col(Approval.state) == PENDING, col(Approval.escalate_at) <= now, col(Approval.deadline) > now,
+            ))).all()
+        escalated = 0
+        for approval_id, route_id, step in due:
+            ladder = self.ladders.get(route_id) if route_id is not None else None
+            plan = self.steps.next_open(ladder, step + 1, now) if ladder is not None and step is not None else None
+            following = plan.index if plan is not None else None
+            async with self.db.transaction() as session:
+                approval = await session.get(Approval, approval_id)
+                assert approval is not None
+                added = [] if plan is None else [a.id for a in plan.adapters if a.id not in approval.channel_ids]
+                changed = await execute_dml(
+                    session,
+                    update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == PENDING,
+                                           col(Approval.step) == step, col(Approval.escalate_at).is_not(None))
+                    .values(step=step if following is None else following, channel_ids=[*approval.channel_ids, *added],
+                            escalate_at=None if ladder is None or following is None
+                            else self._next_escalation(ladder, following, now))
+                    .execution_options(synchronize_session=False)
+                )
+                if changed.rowcount != 1:
+                    continue  # decided, or escalated by another instance, meanwhile
+                await session.refresh(approval)
+                if following is None:
+                    await audit.record(session, "approval_not_escalated", at=now, actor="desk", approval_id=approval_id,
+                                       conversation_id=approval.conversation_id, action=approval.action_id,
+                                       route_id=route_id, why="no later step of the route is open or reachable"
+                                       if ladder is not None else "the route is no longer configured")
+                    continue
+                self.metrics.approvals.labels(approval.action_id, "escalated").inc()
+                await audit.record(session, "approval_escalated", at=now, actor="desk", approval_id=approval_id,
+                                   conversation_id=approval.conversation_id, action=approval.action_id,
+                                   route_id=route_id, step=following, channel_ids=added)
+                conversation = await session.get(Conversation, approval.conversation_id)
+                assert conversation is not None
+                for channel_id in added:
+                    await self.outbox.queue(session, channel_id=channel_id, now=now,
+                                            outbound=self._prompt(approval, conversation))
+            escalated += 1
+        return escalated
 
     async def _granted(self, conversation_id: str, action: ActionConfig, arguments: dict[str, Any]) -> bool:
         async with self.db.read() as session:
@@ -264,7 +416,8 @@ class Approvals:
     def _prompt(self, approval: Approval, conversation: Conversation) -> ApprovalPrompt:
         brief = self._brief(approval, conversation.subscriber_name)
         text = self.renderer.render("messages/approval_prompt.txt", approval=brief,
-                                    arguments=pretty_arguments(approval.arguments)[0]).strip()
+                                    arguments=pretty_arguments(approval.arguments)[0],
+                                    two_people=approval.approvals_required > 1).strip()
         return ApprovalPrompt(text=text, approval=brief)
 
     # ------------------------------------------------------------------ decisions
@@ -283,9 +436,21 @@ class Approvals:
             raise NotFound("approval", approval_id)
         return approval
 
-    async def decide(self, approval_id: str, *, approve: bool, by: str, via: str, reason: str | None = None,
-                     always_allow: bool = False) -> DecisionResult:
-        """A person's decision; only the first one on a pending, unexpired approval counts."""
+    async def votes(self, approval_id: str) -> list[ApprovalVote]:
+        """Each person's vote on an approval that needs two, first first."""
+        async with self.db.read() as session:
+            return list((await session.scalars(select(ApprovalVote).where(col(ApprovalVote.approval_id) == approval_id)
+                                               .order_by(col(ApprovalVote.id)))).all())
+
+    async def view(self, approval_id: str) -> dict[str, Any]:
+        """The owner's view of one approval, with its votes."""
+        return approval_view(await self.get(approval_id), await self.votes(approval_id))
+
+    async def decide(self, approval_id: str, *, approve: bool, by: str, via: str, voter: str | None = None,
+                     reason: str | None = None, always_allow: bool = False) -> DecisionResult:
+        """A person's decision; only the first one on a pending, unexpired approval counts, or,
+        when two people must approve, the first approval of each of two verified people
+        (`voter`: `OWNER` or `channel_voter`; None when nobody verified who decided)."""
         now = self.clock.now()
         by = " ".join(by.split())[:200] or "someone"
         reason = (reason or "").strip()[:2000] or None
@@ -294,25 +459,24 @@ class Approvals:
             if approval is None:
                 raise NotFound("approval", approval_id)
             always = bool(approve and always_allow and approval.policy == "ask")
-            changed = await execute_dml(
-                session,
-                update(Approval)
-                .where(col(Approval.id) == approval_id, col(Approval.state) == PENDING, col(Approval.deadline) > now)
-                .values(state=APPROVED if approve else DENIED, decided_at=now, decided_by=by, decided_via=via,
-                        reason=reason, always_allow=always)
-                .execution_options(synchronize_session=False)
-            )
-            if changed.rowcount != 1:
-                await audit.record(session, "approval_decision_ignored", at=now, actor=by, approval_id=approval_id,
-                                   conversation_id=approval.conversation_id, state=approval.state, via=via,
-                                   decision="approve" if approve else "deny")
-                return DecisionResult(False, approval)
+            if approval.approvals_required > 1:
+                outcome = await self._count_vote(session, approval, approve=approve, by=by, via=via, voter=voter,
+                                                 reason=reason, now=now)
+            else:
+                outcome = await self._settle_once(session, approval, approve=approve, by=by, via=via, reason=reason,
+                                                  always=always, now=now)
+            if outcome is not DecisionOutcome.DECIDED:
+                if outcome is DecisionOutcome.CLOSED:
+                    await audit.record(session, "approval_decision_ignored", at=now, actor=by, approval_id=approval_id,
+                                       conversation_id=approval.conversation_id, state=approval.state, via=via,
+                                       decision="approve" if approve else "deny")
+                return DecisionResult(outcome, approval)
             await session.refresh(approval)
             self.metrics.approvals.labels(approval.action_id, approval.state).inc()
-            await audit.record(session, "approval_approved" if approve else "approval_denied", at=now, actor=by,
-                               approval_id=approval_id, conversation_id=approval.conversation_id, via=via,
-                               action=approval.action_id, arguments_hash=approval.arguments_hash, reason=reason,
-                               always_allow=always or None)
+            await audit.record(session, "approval_approved" if approve else "approval_denied", at=now,
+                               actor=approval.decided_by or by, approval_id=approval_id,
+                               conversation_id=approval.conversation_id, via=via, action=approval.action_id,
+                               arguments_hash=approval.arguments_hash, reason=reason, always_allow=always or None)
             if always:
                 await self._grant(session, approval, now)
             await self._close_prompts(session, approval, now)
@@ -321,7 +485,83 @@ class Approvals:
             queued = approve and await self._queue_call(session, approval, now)
         if approve and not queued:  # in the background: not inside the caller's request or a channel's inbound order
             self.background.spawn(self._run_approved(approval.id), name=f"approved:{approval.id}")
-        return DecisionResult(True, approval)
+        return DecisionResult(DecisionOutcome.DECIDED, approval)
+
+    @staticmethod
+    def _still_open(approval_id: str, now: datetime) -> list[Any]:
+        return [col(Approval.id) == approval_id, col(Approval.state) == PENDING, col(Approval.deadline) > now]
+
+    async def _settle_once(self, session: Any, approval: Approval, *, approve: bool, by: str, via: str,
+                           reason: str | None, always: bool, now: datetime) -> DecisionOutcome:
+        """One person decides: a compare-and-set on the pending, unexpired approval."""
+        changed = await execute_dml(
+            session,
+            update(Approval).where(*self._still_open(approval.id, now))
+            .values(state=APPROVED if approve else DENIED, decided_at=now, decided_by=by, decided_via=via,
+                    reason=reason, always_allow=always)
+            .execution_options(synchronize_session=False)
+        )
+        return DecisionOutcome.DECIDED if changed.rowcount == 1 else DecisionOutcome.CLOSED
+
+    async def _count_vote(self, session: Any, approval: Approval, *, approve: bool, by: str, via: str,
+                          voter: str | None, reason: str | None, now: datetime) -> DecisionOutcome:
+        """Two people must approve. Every step is a compare-and-set on the approval's row, so
+        concurrent votes queue on it: the first approval claims `first_approver`; only a
+        different person's approval moves it to approved; a denial denies at once."""
+        facts = {"approval_id": approval.id, "conversation_id": approval.conversation_id, "action": approval.action_id,
+                 "via": via, "voter": voter, "decision": "approve" if approve else "deny"}
+        if voter is None:
+            if approval.state != PENDING or approval.deadline <= now:
+                return DecisionOutcome.CLOSED
+            await audit.record(session, "approval_vote_refused", at=now, actor=by, **facts,
+                               why="two people must approve and nobody verified who this was")
+            return DecisionOutcome.UNIDENTIFIED
+        if not approve:
+            denied = await self._settle_once(session, approval, approve=False, by=by, via=via, reason=reason,
+                                             always=False, now=now)
+            if denied is DecisionOutcome.CLOSED:
+                return denied
+            await self._record_vote(session, approval.id, voter=voter, name=by, via=via, approve=False, now=now)
+            await audit.record(session, "approval_vote", at=now, actor=by, **facts, counted=True)
+            return DecisionOutcome.DECIDED
+        first = await execute_dml(session, update(Approval).where(
+            *self._still_open(approval.id, now), col(Approval.first_approver).is_(None),
+        ).values(first_approver=voter).execution_options(synchronize_session=False))
+        if first.rowcount == 1:
+            await self._record_vote(session, approval.id, voter=voter, name=by, via=via, approve=True, now=now)
+            await audit.record(session, "approval_vote", at=now, actor=by, **facts, counted=True, approvals=1)
+            await session.refresh(approval)
+            return DecisionOutcome.FIRST_APPROVAL
+        second = await execute_dml(session, update(Approval).where(
+            *self._still_open(approval.id, now), col(Approval.first_approver).is_not(None),
+            col(Approval.first_approver) != voter,
+        ).values(state=APPROVED, decided_at=now, decided_via=via, reason=reason).execution_options(synchronize_session=False))
+        await session.refresh(approval)
+        if second.rowcount != 1:
+            if approval.state == PENDING and approval.first_approver == voter:
+                await audit.record(session, "approval_vote_repeated", at=now, actor=by, **facts, counted=False)
+                return DecisionOutcome.SAME_PERSON
+            return DecisionOutcome.CLOSED
+        await self._record_vote(session, approval.id, voter=voter, name=by, via=via, approve=True, now=now)
+        await audit.record(session, "approval_vote", at=now, actor=by, **facts, counted=True, approvals=2)
+        first_name = await session.scalar(select(col(ApprovalVote.name)).where(
+            col(ApprovalVote.approval_id) == approval.id, col(ApprovalVote.voter) == approval.first_approver))
+        await execute_dml(session, update(Approval).where(col(Approval.id) == approval.id).values(
+            decided_by=f"{first_name or 'someone'} and {by}"[:200]).execution_options(synchronize_session=False))
+        return DecisionOutcome.DECIDED
+
+    @staticmethod
+    async def _record_vote(session: Any, approval_id: str, *, voter: str, name: str, via: str, approve: bool,
+                           now: datetime) -> None:
+        """One row per person: a denial after their own approval replaces it (their last word
+        stands; the audit keeps both)."""
+        earlier = await session.scalar(select(ApprovalVote).where(
+            col(ApprovalVote.approval_id) == approval_id, col(ApprovalVote.voter) == voter))
+        if earlier is None:
+            session.add(ApprovalVote(approval_id=approval_id, voter=voter, name=name, via=via, approve=approve, at=now))
+        else:
+            earlier.name, earlier.via, earlier.approve, earlier.at = name, via, approve, now
+        await session.flush()
 
     async def _grant(self, session: Any, approval: Approval, now: datetime) -> None:
         try:

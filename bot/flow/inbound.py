@@ -23,7 +23,7 @@ from sqlalchemy import bindparam, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.domain.approvals import APPROVED, DENIED, Approvals
+from bot.domain.approvals import ANSWERS, APPROVED, DENIED, Approvals, DecisionOutcome, channel_voter
 from bot.domain.handoffs import Handoffs, ReleaseResult, parse_release_command
 from bot.errors import DeskError
 from bot.flow.shared_lines import Route, SharedLines
@@ -338,10 +338,13 @@ class Inbound:
             return _Worked(InboundState.IGNORED, f"approval {approval.id} was not asked in this channel")
         result = await self.approvals.decide(
             approval.id, approve=decision.approve, by=decision.author or "recipient", via=f"channel:{event.channel_id}",
-            reason=decision.reason, always_allow=decision.always_allow,
+            voter=channel_voter(event.channel_id, decision.user_id), reason=decision.reason,
+            always_allow=decision.always_allow,
         )
-        if not result.changed:
+        if result.outcome is DecisionOutcome.CLOSED:
             return _Worked(InboundState.IGNORED, f"approval {approval.id} is already {result.approval.state}")
+        if result.outcome is not DecisionOutcome.DECIDED:  # one of two people, or not counted: say which
+            return _Worked(InboundState.DONE if result.changed else InboundState.IGNORED, ANSWERS[result.outcome])
         return _Worked(InboundState.DONE, f"approval {result.approval.state}")
 
     async def _finish(self, event: InboundEvent, worked: _Worked) -> str:

@@ -245,7 +245,10 @@ class Approval(SQLModel, table=True):
     and the receipt (who, when, through what), and what running the action returned."""
 
     __tablename__ = "approvals"
-    __table_args__ = (Index("ix_approvals_state_deadline", "state", "deadline"),)
+    __table_args__ = (
+        Index("ix_approvals_state_deadline", "state", "deadline"),
+        Index("ix_approvals_state_escalate_at", "state", "escalate_at"),
+    )
 
     id: str = Field(primary_key=True, max_length=40)
     conversation_id: str = Field(foreign_key="conversations.id", index=True, max_length=40)
@@ -269,6 +272,15 @@ class Approval(SQLModel, table=True):
     run_state: str | None = Field(default=None, max_length=12)  # running (inline or in the outbox) | succeeded | failed
     result: dict[str, Any] | None = Field(default=None, sa_type=JSON)  # what the action returned
     error: str | None = Field(default=None, sa_type=Text)
+    # The two-person rule: how many different people must approve (1 or 2), and the verified
+    # identity of the first approval while it waits for a second (the compare-and-set key).
+    approvals_required: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
+    first_approver: str | None = Field(default=None, max_length=250)
+    # Asked through a route: its id, the ladder step asked last, and when the next step is
+    # asked if nobody has decided (None: no further step).
+    route_id: int | None = None
+    step: int | None = None
+    escalate_at: datetime | None = None
 
 
 class ApprovalGrant(SQLModel, table=True):
@@ -283,6 +295,23 @@ class ApprovalGrant(SQLModel, table=True):
     shape: str = Field(max_length=1000)
     approval_id: str = Field(max_length=40)
     created_at: datetime
+
+
+class ApprovalVote(SQLModel, table=True):
+    """One person's decision on an approval that needs two: who (the verified identity, never
+    a display name), what they are called, through what, and when. One row per person, so
+    the same person approving twice counts once."""
+
+    __tablename__ = "approval_votes"
+    __table_args__ = (UniqueConstraint("approval_id", "voter", name="uq_approval_votes_voter"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    approval_id: str = Field(foreign_key="approvals.id", index=True, max_length=40)
+    voter: str = Field(max_length=250)  # "owner", or "<channel id>:<the provider's user id>"
+    name: str = Field(max_length=200)
+    via: str = Field(max_length=40)
+    approve: bool
+    at: datetime
 
 
 class UserAction(SQLModel, table=True):

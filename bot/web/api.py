@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 
-from bot.domain.approvals import approval_view
+from bot.domain.approvals import ANSWERS, OWNER, DecisionOutcome, approval_view
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import OutcomeInput
 from bot.domain.user_actions import view as user_action_view
@@ -306,22 +306,29 @@ async def list_approvals(
 
 @api.get("/approvals/{aid}")
 async def get_approval(aid: str, approvals: ApprovalsDep) -> dict[str, Any]:
-    return approval_view(await approvals.get(aid))
+    return await approvals.view(aid)
 
 
 decisions = APIRouter(prefix="/api", dependencies=[Depends(owner_caller)], route_class=keyed_routes(owner_caller))
 
 
 @decisions.post("/approvals/{aid}/decision")
-async def decide_approval(aid: str, body: DecisionBody, approvals: ApprovalsDep) -> dict[str, Any]:
+async def decide_approval(aid: str, body: DecisionBody, approvals: ApprovalsDep, config: ConfigDep) -> dict[str, Any]:
+    """The owner decides. Under owner.token the caller is the owner (a verified identity, the
+    same as the inbox's); without one, api.key decides and cannot be one of two people."""
     result = await approvals.decide(
-        aid, approve=body.decision == "approve", by=body.decided_by, via="api", reason=body.reason,
-        always_allow=body.always_allow,
+        aid, approve=body.decision == "approve", by=body.decided_by, via="api",
+        voter=OWNER if config.owner.token is not None else None, reason=body.reason, always_allow=body.always_allow,
     )
+    if result.outcome is DecisionOutcome.UNIDENTIFIED:
+        raise ApiError(403, "approval_needs_identity", "two people must approve this action; the API counts as the "
+                       "owner only when owner.token is set", approval=await approvals.view(aid))
+    if result.outcome is DecisionOutcome.SAME_PERSON:
+        raise ApiError(409, "approval_already_counted", ANSWERS[result.outcome], approval=await approvals.view(aid))
     if not result.changed:
         raise ApiError(409, "approval_not_pending", f"the approval is {result.approval.state}; the decision changed nothing",
                        approval=approval_view(result.approval))
-    return approval_view(await approvals.get(aid))
+    return await approvals.view(aid)
 
 
 class StepBody(_Body):

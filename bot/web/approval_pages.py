@@ -5,6 +5,10 @@ the approval id signed with `secret_key` (its own salt), so it works only for th
 GET never decides (mail scanners open links); POST is accepted from the page itself only,
 and the decision is the approvals' compare-and-set, so the link works once and a late
 answer changes nothing.
+
+A link proves only that its holder has it, not who they are. When two people must approve,
+the page counts a decision only from a browser signed in to the inbox (the owner, one
+identity); a bare link's decision is refused, saying so, and recorded.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
-from bot.domain.approvals import PENDING, Approvals
+from bot.config import Config
+from bot.domain.approvals import ANSWERS, OWNER, PENDING, Approvals, DecisionOutcome
 from bot.domain.conversations import Conversations
 from bot.domain.rendering import Renderer
+from bot.domain.revocations import Revocations
 from bot.errors import NotFound
 from bot.runtime.clock import Clock
 from bot.store.models import Approval
 from bot.web.deps import ConfigDep, app_desk
+from bot.web.inbox import OwnerSessions, signed_in_session
 from bot.web.pages import link_not_valid, render_page, same_origin
 from channels.base import pretty_arguments
 
@@ -41,12 +48,18 @@ ENDED = {
 
 @dataclass(frozen=True)
 class DecisionPages:
-    """The services the decision page reads: the approvals, and the subscriber's name."""
+    """The services the decision page reads: the approvals, the subscriber's name, and the
+    owner's inbox session (a verified identity)."""
 
     approvals: Approvals
     conversations: Conversations
     renderer: Renderer
     clock: Clock
+    config: Config
+    revocations: Revocations
+
+    async def owner_signed_in(self, request: Request) -> bool:
+        return await signed_in_session(request, OwnerSessions(self.config), self.revocations) is not None
 
     async def load(self, token: str) -> Approval | None:
         approval_id = self.approvals.approval_id(token)
@@ -57,12 +70,14 @@ class DecisionPages:
         except NotFound:
             return None
 
-    async def page(self, approval: Approval, token: str, *, status: int = 200, notice: str | None = None) -> HTMLResponse:
+    async def page(self, approval: Approval, token: str, *, status: int = 200, notice: str | None = None,
+                   signed_in: bool = False) -> HTMLResponse:
         open_ = approval.state == PENDING and approval.deadline > self.clock.now()
         subscriber = (await self.conversations.get(approval.conversation_id)).subscriber_name
+        approvers = [v.name for v in await self.approvals.votes(approval.id) if v.approve]
         return render_page(
             self.renderer, "approvals/decide.html", status=status, a=approval, token=token, open=open_, notice=notice,
-            subscriber=subscriber,
+            subscriber=subscriber, two_people=approval.approvals_required > 1, approvers=approvers, signed_in=signed_in,
             ended=ENDED.get(approval.state, "It is closed"), arguments=pretty_arguments(approval.arguments)[0],
             deadline=approval.deadline.strftime("%d %b %Y, %H:%M UTC"),
         )
@@ -75,16 +90,18 @@ async def decision_pages(request: Request) -> DecisionPages:
     """The approval page's services, taken from the desk in one lookup (one dependency
     solved per request instead of four)."""
     desk = app_desk(request)
-    return DecisionPages(desk.approvals, desk.conversations, desk.renderer, desk.clock)
+    return DecisionPages(desk.approvals, desk.conversations, desk.renderer, desk.clock, desk.config, desk.revocations)
 
 
 DecisionPagesDep = Annotated[DecisionPages, Depends(decision_pages)]
 
 
 @router.get("/a/{token}", response_class=HTMLResponse)
-async def show(token: str, pages: DecisionPagesDep) -> HTMLResponse:
+async def show(token: str, request: Request, pages: DecisionPagesDep) -> HTMLResponse:
     approval = await pages.load(token)
-    return await pages.page(approval, token) if approval else pages.not_found()
+    if approval is None:
+        return pages.not_found()
+    return await pages.page(approval, token, signed_in=await pages.owner_signed_in(request))
 
 
 @router.post("/a/{token}", response_class=HTMLResponse)
@@ -106,11 +123,13 @@ async def decide(token: str, request: Request, pages: DecisionPagesDep, config: 
                 if len(value) > limit]
     if too_long:
         return await pages.page(approval, token, status=400, notice=f"Nothing was decided: {'; '.join(too_long)}.")
+    signed_in = await pages.owner_signed_in(request)
     result = await pages.approvals.decide(
         approval.id, approve=choice == "approve", by=f"{name} (decision link)" if name else "decision link holder",
-        via="link", reason=reason or None, always_allow=form.get("always") == "yes",
+        via="link", voter=OWNER if signed_in else None, reason=reason or None, always_allow=form.get("always") == "yes",
     )
-    if not result.changed:
-        return await pages.page(await pages.approvals.get(approval.id), token, status=410,
-                                notice="This request was already closed; your answer changed nothing.")
-    return await pages.page(await pages.approvals.get(approval.id), token, notice="Thank you: your decision is recorded.")
+    after = await pages.approvals.get(approval.id)
+    if result.outcome is DecisionOutcome.DECIDED:
+        return await pages.page(after, token, notice="Thank you: your decision is recorded.", signed_in=signed_in)
+    status = {DecisionOutcome.CLOSED: 410, DecisionOutcome.UNIDENTIFIED: 403}.get(result.outcome, 200)
+    return await pages.page(after, token, status=status, notice=ANSWERS[result.outcome], signed_in=signed_in)

@@ -65,11 +65,12 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from bot.config import Config
 from bot.delivery.channel_set import ChannelSet
-from bot.domain.approvals import PENDING, Approvals
+from bot.domain.approvals import ANSWERS, OWNER, PENDING, Approvals, DecisionOutcome
 from bot.domain.conversations import message_view, speaker
 from bot.domain.handoffs import Handoffs, stored_fields
 from bot.domain.queries import ConversationPreview, Queries
 from bot.domain.rendering import Renderer
+from bot.domain.revocations import Revocations
 from bot.errors import DeskError, error_body
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
@@ -165,21 +166,27 @@ class Owner:
         return hmac.compare_digest(str(value), self.session_id)
 
 
+async def signed_in_session(request: Request, sessions: OwnerSessions, revocations: Revocations) -> tuple[str, datetime] | None:
+    """The owner's session this request carries (its id and when it was signed): a validly
+    signed, unexpired cookie whose session was not logged out (bot/domain/revocations.py)."""
+    cookie = request.cookies.get(COOKIE)
+    if not cookie:
+        return None
+    try:
+        session_id, signed_at = sessions.serializer("session").loads(cookie, max_age=SESSION_MAX_AGE, return_timestamp=True)
+    except BadSignature:
+        return None
+    return None if await revocations.is_revoked(str(session_id)) else (str(session_id), signed_at)
+
+
 async def current_owner(request: Request, config: ConfigDep, clock: ClockDep, revocations: RevocationsDep) -> Owner:
-    """The owner this request comes from: a validly signed, unexpired cookie whose session was
-    not logged out (bot/domain/revocations.py), else a login (or, on an open inbox, a new
-    session)."""
+    """The owner this request comes from: the session it carries (`signed_in_session`), else
+    a login (or, on an open inbox, a new session)."""
     sessions = OwnerSessions(config)
     name = sessions.name_cookie().read(request.cookies.get(NAME_COOKIE))
-    cookie = request.cookies.get(COOKIE)
-    if cookie:
-        try:
-            session_id, signed_at = sessions.serializer("session").loads(cookie, max_age=SESSION_MAX_AGE, return_timestamp=True)
-        except BadSignature:
-            pass
-        else:
-            if not await revocations.is_revoked(str(session_id)):
-                return Owner(sessions, str(session_id), signed_at + SESSION_LIFETIME, name)
+    signed_in = await signed_in_session(request, sessions, revocations)
+    if signed_in is not None:
+        return Owner(sessions, signed_in[0], signed_in[1] + SESSION_LIFETIME, name)
     if config.owner.token is None and request.method == "GET":
         session_id, value = sessions.issue_cookie()
         return Owner(sessions, session_id, clock.now() + SESSION_LIFETIME, name, new_cookie=value)
@@ -748,14 +755,16 @@ async def decide_approval(
                      message=f"reason: at most {MAX_RELEASE_NOTE} characters, got {len(reason.strip())}; nothing was decided.")
     try:
         result = await approvals.decide(
-            aid, approve=decision == "approve", by="owner (inbox)", via="inbox", reason=reason.strip() or None,
-            always_allow=always == "yes",
+            aid, approve=decision == "approve", by="owner (inbox)", via="inbox", voter=OWNER,
+            reason=reason.strip() or None, always_allow=always == "yes",
         )
     except DeskError as exc:
         return _page(renderer, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
                      title="Could not decide", message=exc.message)
     approval = await approvals.get(aid)
-    if not result.changed:
+    if result.outcome in (DecisionOutcome.FIRST_APPROVAL, DecisionOutcome.SAME_PERSON):
+        notice = f"{approval.action_id}: {ANSWERS[result.outcome]}"
+    elif not result.changed:
         notice = f"{approval.action_id} was already {ENDED.get(approval.state, approval.state)}; your answer changed nothing."
     elif approval.state == "denied":
         notice = f"Denied: {approval.action_id} did not run."

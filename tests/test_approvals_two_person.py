@@ -1,0 +1,402 @@
+"""The two-person rule (`approvals_required: 2`) and approvals asked through a route's ladder,
+with the real desk: buttons pressed in channels go through the desk's inbound, the owner
+decides through the API, the inbox's session and the decision page; the approvers' channels
+are ScriptedChannels, the clock is a ManualClock."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import timedelta
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+from sqlalchemy import func, select
+
+from bot.domain.approvals import ANSWERS, OWNER, DecisionOutcome, channel_voter
+from bot.runtime.clock import ManualClock
+from bot.store.models import ApprovalVote, HandoffEvent, OutboxItem
+from channels.base import ApprovalClosed, ApprovalPrompt, Decision
+from tests import approval_actions
+from tests.approval_actions import refund_action
+from tests.conftest import Harness, StartDesk, config_problem
+from tests.fake_slack import FakeSlack, block_actions, signed_headers
+from tests.fakes import ScriptedChannel
+from tests.office_hours import CLOSED_HOURS, closed_clock
+
+CHANNELS = [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox"},
+            {"id": 2, "kind": "owner_inbox", "label": "Approvers"},
+            {"id": 3, "kind": "owner_inbox", "label": "On call"}]
+SCRIPTED = {2: ScriptedChannel, 3: ScriptedChannel}
+OWNER_TOKEN = "owner-token-0123456789abcdef"
+LADDER = {"id": 20, "label": "Approvers on call", "steps": [
+    {"notify": [2], "claim_within": "5m"}, {"notify": [3], "claim_within": "5m"}]}
+
+
+def two_person(**overrides: Any) -> dict[str, Any]:
+    return refund_action(2, **{"policy": "ask_always", "approvals_required": 2, "approval_channels": [2, 3], **overrides})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls() -> None:
+    approval_actions.CALLS.clear()
+
+
+async def start(start_desk: StartDesk, action: dict[str, Any] | None = None, **overrides: Any) -> tuple[Harness, str, str]:
+    """A desk whose agent has asked for `action` (two people by default); the approval id."""
+    harness = await start_desk(channels=CHANNELS, actions=[action or two_person()], adapters=SCRIPTED, **overrides)
+    cid = await harness.conversation()
+    return harness, cid, await harness.ask_approval(cid, order_id="1234", amount=25)
+
+
+async def press(harness: Harness, channel_id: int, aid: str, user_id: str | None, *, approve: bool = True,
+                author: str = "Kim") -> str:
+    """A person presses Approve or Deny in a channel; what the desk's inbound made of it."""
+    return await harness.desk.inbound.submit_and_wait(channel_id, Decision(
+        author=author, user_id=user_id, approval_id=aid, approve=approve))
+
+
+def sent(harness: Harness, channel_id: int, kind: type[ApprovalPrompt] | type[ApprovalClosed]) -> list[str]:
+    channel = harness.desk.channels.get(channel_id)
+    assert isinstance(channel, ScriptedChannel)
+    return [o.text for o in channel.sent if isinstance(o, kind)]
+
+
+async def kinds(harness: Harness) -> list[str]:
+    async with harness.desk.db.read() as session:
+        return list((await session.scalars(select(HandoffEvent.kind).order_by(HandoffEvent.id))).all())
+
+
+async def decide_by_api(harness: Harness, aid: str, decision: str = "approve", **body: Any) -> Any:
+    return await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": decision, **body},
+                                     headers={"Authorization": f"Bearer {OWNER_TOKEN}"})
+
+
+# --------------------------------------------------------------------------- two people
+
+
+async def test_two_people_must_approve_and_the_same_person_twice_counts_once(start_desk: StartDesk) -> None:
+    harness, cid, aid = await start(start_desk)
+    [prompt] = sent(harness, 2, ApprovalPrompt)
+    assert "Needs two people: two different people must approve it (each counts once); one denial denies." in prompt
+
+    assert await press(harness, 2, aid, "U1") == ANSWERS[DecisionOutcome.FIRST_APPROVAL]
+    assert await press(harness, 2, aid, "U1", author="Kim again") == ANSWERS[DecisionOutcome.SAME_PERSON]
+    await harness.desk.settle()
+    view = await harness.approval(aid)
+    assert (view["state"], view["approvals_required"]) == ("pending", 2)
+    assert [(v["voter"], v["name"], v["approve"]) for v in view["votes"]] == [("2:U1", "Kim", True)]
+    assert approval_actions.CALLS == []
+
+    assert await press(harness, 3, aid, "U2", author="Lee") == "approval approved"
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]  # once
+    view = await harness.approval(aid)
+    assert (view["state"], view["run_state"], view["receipt"]["decided_by"]) == ("approved", "succeeded", "Kim and Lee")
+    assert [v["voter"] for v in view["votes"]] == ["2:U1", "3:U2"]
+    assert "Approved by Kim and Lee" in sent(harness, 2, ApprovalClosed)[0]
+    assert (await harness.system_texts(cid))[0].startswith("[Approval — refund_order was approved and ran")
+    trail = await kinds(harness)
+    assert trail.count("approval_vote") == 2
+    assert trail.count("approval_vote_repeated") == 1
+    assert trail.index("approval_approved") > trail.index("approval_vote_repeated")
+
+
+async def test_one_denial_denies_at_once_even_after_an_approval(start_desk: StartDesk) -> None:
+    harness, cid, aid = await start(start_desk)
+    assert await press(harness, 2, aid, "U1") == ANSWERS[DecisionOutcome.FIRST_APPROVAL]
+    assert await press(harness, 3, aid, "U2", approve=False, author="Lee") == "approval denied"
+    assert await press(harness, 2, aid, "U3", author="Max") == f"approval {aid} is already denied"
+    await harness.desk.settle()
+    assert approval_actions.CALLS == []
+    assert (await harness.approval(aid))["state"] == "denied"
+    assert (await harness.system_texts(cid))[-1].startswith("[Approval — refund_order: PERMISSION_DENIED. A person denied it")
+
+
+async def test_a_person_who_approved_and_then_denies_denies(start_desk: StartDesk) -> None:
+    """A change of mind is a denial: fail closed. Their one vote row holds their last word."""
+    harness, _, aid = await start(start_desk)
+    await press(harness, 2, aid, "U1")
+    assert await press(harness, 2, aid, "U1", approve=False) == "approval denied"
+    await harness.desk.settle()
+    view = await harness.approval(aid)
+    assert view["state"] == "denied"
+    assert [(v["voter"], v["approve"]) for v in view["votes"]] == [("2:U1", False)]
+    assert approval_actions.CALLS == []
+
+
+async def test_a_decision_nobody_verified_is_refused_and_recorded(start_desk: StartDesk) -> None:
+    harness, _, aid = await start(start_desk)
+    assert await press(harness, 2, aid, None) == ANSWERS[DecisionOutcome.UNIDENTIFIED]
+    refused = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "approve"})  # no owner.token
+    assert refused.status_code == 403
+    assert refused.json()["error"] == "approval_needs_identity"
+    path = harness.desk.approvals.decision_url(aid).removeprefix("http://desk.test")
+    page = await harness.client.get(path)
+    assert "cannot count as one of the two" in page.text
+    posted = await harness.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": "approve", "name": "Kim"})
+    assert posted.status_code == 403
+    assert "Not counted: this action needs two different people to approve" in posted.text
+    await harness.desk.settle()
+    view = await harness.approval(aid)
+    assert (view["state"], view["votes"]) == ("pending", [])
+    assert (await kinds(harness)).count("approval_vote_refused") == 3
+    assert approval_actions.CALLS == []
+
+
+async def test_the_owner_is_one_person_through_the_api_and_the_page(start_desk: StartDesk) -> None:
+    """Under owner.token the API, a page opened with the inbox's session and the inbox are the
+    owner, one identity: the owner thrice is one approval; a person in a channel is the second."""
+    harness, _, aid = await start(start_desk, owner={"token": OWNER_TOKEN})
+    first = await decide_by_api(harness, aid, decided_by="Olga")
+    assert first.status_code == 200, first.text
+    assert [(v["voter"], v["via"]) for v in first.json()["votes"]] == [(OWNER, "api")]
+    again = await decide_by_api(harness, aid)
+    assert (again.status_code, again.json()["error"]) == (409, "approval_already_counted")
+
+    logged_in = await harness.client.post("/inbox/login", data={"token": OWNER_TOKEN, "next": "/inbox"})
+    assert logged_in.status_code == 303
+    path = harness.desk.approvals.decision_url(aid).removeprefix("http://desk.test")
+    page = await harness.client.get(path)
+    assert "Approved by Olga, waiting for a second person." in page.text
+    assert "cannot count as one of the two" not in page.text
+    posted = await harness.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": "approve"})
+    assert posted.status_code == 200
+    assert ANSWERS[DecisionOutcome.SAME_PERSON] in posted.text
+    assert approval_actions.CALLS == []
+
+    inbox = (await harness.client.get("/inbox")).text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', inbox)
+    assert csrf is not None
+    decided = await harness.client.post(f"/inbox/approvals/{aid}/decision", data={"csrf": csrf.group(1), "decision": "approve"})
+    assert "waiting for a second person" in unquote(decided.headers["location"])
+    assert approval_actions.CALLS == []
+
+    assert await press(harness, 3, aid, "U9", author="Lee") == "approval approved"
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+    assert [v["via"] for v in (await harness.approval(aid))["votes"]] == ["api", "channel:3"]
+
+
+async def test_no_second_approval_in_time_expires_and_never_runs(start_desk: StartDesk) -> None:
+    harness, cid, aid = await start(start_desk, two_person(timeout="1m"))
+    await press(harness, 2, aid, "U1")
+    harness.desk.clock.advance(timedelta(seconds=61))  # type: ignore[attr-defined]
+    assert await press(harness, 3, aid, "U2") == f"approval {aid} is already pending"  # past its deadline: not counted
+    assert await harness.desk.approvals.expire_due() == 1
+    await harness.desk.settle()
+    assert (await harness.approval(aid))["state"] == "expired"
+    assert approval_actions.CALLS == []
+    assert (await harness.system_texts(cid))[-1].startswith("[Approval — refund_order: PERMISSION_DENIED. Nobody approved it in time.")
+
+
+async def test_approvals_racing_run_it_once_and_never_on_one_persons_word(start_desk: StartDesk) -> None:
+    harness, _, aid = await start(start_desk)
+    approvals = harness.desk.approvals
+    same = await asyncio.gather(*(approvals.decide(aid, approve=True, by="Kim", via="channel:2", voter="2:U1")
+                                  for _ in range(3)))
+    assert sorted(r.outcome for r in same) == sorted([DecisionOutcome.FIRST_APPROVAL] + [DecisionOutcome.SAME_PERSON] * 2)
+    others = await asyncio.gather(*(approvals.decide(aid, approve=True, by=f"P{n}", via="channel:3", voter=f"3:U{n}")
+                                    for n in range(2, 6)))
+    assert sorted(r.outcome for r in others) == sorted([DecisionOutcome.DECIDED] + [DecisionOutcome.CLOSED] * 3)
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+    assert len((await harness.approval(aid))["votes"]) == 2
+
+
+@pytest.mark.postgres
+async def test_postgres_two_instances_count_two_people_once(start_desk: StartDesk, database_url: str) -> None:
+    """Two instances on one database, pressed at once: the approval row queues the votes, so
+    two people approve it once and the same person on both instances counts once."""
+    if not database_url.startswith("postgres"):
+        pytest.skip("the two instances share a PostgreSQL database")
+    clock = ManualClock()
+    one, _, aid = await start(start_desk, clock=clock)
+    two = await start_desk(channels=CHANNELS, actions=[two_person()], adapters=SCRIPTED, clock=clock)
+    same = await asyncio.gather(*(desk.desk.approvals.decide(aid, approve=True, by="Kim", via="channel:2", voter="2:U1")
+                                  for desk in (one, two)))
+    assert sorted(r.outcome for r in same) == [DecisionOutcome.FIRST_APPROVAL, DecisionOutcome.SAME_PERSON]
+    both = await asyncio.gather(*(desk.desk.approvals.decide(aid, approve=True, by=f"P{n}", via="channel:3", voter=f"3:U{n}")
+                                  for n, desk in enumerate((one, two))))
+    assert sorted(r.outcome for r in both) == [DecisionOutcome.CLOSED, DecisionOutcome.DECIDED]
+    await one.desk.settle()
+    await two.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+    async with one.desk.db.read() as session:
+        assert await session.scalar(select(func.count()).select_from(ApprovalVote)) == 2
+
+
+async def test_two_slack_users_pressing_approve_run_it_once_and_one_user_twice_counts_once(start_desk: StartDesk) -> None:
+    """The real Slack adapter against the fake Slack: the desk tells people apart by the user
+    id Slack's signed payload carries, not by the name they show."""
+    token, signing, channel = "xoxb-test-token", "slack-signing-secret-for-tests", "C0APPROVE"
+    fake = await FakeSlack(token=token, channels=(channel,), users={"U0SAM": "Sam", "U0KIM": "Kim"}).start()
+    try:
+        harness = await start_desk(channels=[{
+            "id": 2, "kind": "slack", "label": "Approvers", "bot_token": token, "signing_secret": signing,
+            "channel": channel, "api_base_url": fake.url,
+        }], actions=[two_person(approval_channels=[2])], delivery={"base_backoff": "10ms"})
+        cid = await harness.conversation()
+        aid = await harness.ask_approval(cid, order_id="1234", amount=25)
+        prompt = next(m for m in fake.top_level(channel) if m["metadata"]["event_payload"]["handoff"] == aid)
+
+        async def click(user: str, name: str) -> None:
+            body = block_actions(channel=channel, user=user, user_name=name, message_ts=prompt["ts"], value=aid,
+                                 action_id="approval_approve", block_id="approval_actions")
+            answered = await harness.client.post("/webhooks/2", content=body, headers=signed_headers(
+                signing, body, content_type="application/x-www-form-urlencoded"))
+            assert answered.status_code == 200, answered.text
+            await harness.desk.settle()
+
+        await click("U0SAM", "sam")
+        await click("U0SAM", "sam")
+        assert (await harness.approval(aid))["state"] == "pending"
+        assert approval_actions.CALLS == []
+        await click("U0KIM", "kim")
+    finally:
+        await fake.stop()
+    view = await harness.approval(aid)
+    assert (view["state"], [v["voter"] for v in view["votes"]]) == ("approved", ["2:U0SAM", "2:U0KIM"])
+    assert view["receipt"]["decided_by"] == "Sam and Kim"
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+
+
+def test_a_channel_scopes_the_providers_user_id() -> None:
+    assert channel_voter(2, "U1") == "2:U1"
+    assert channel_voter(3, "U1") != channel_voter(2, "U1")  # the same number on two providers is two people
+    assert channel_voter(2, None) is None
+    assert channel_voter(2, "") is None
+
+
+# --------------------------------------------------------------------------- through a route
+
+
+def on_route(**overrides: Any) -> dict[str, Any]:
+    return refund_action(20, **{"policy": "ask_always", "timeout": "30m", **overrides})
+
+
+async def test_a_route_asks_its_first_step_then_the_next_when_nobody_decides(start_desk: StartDesk) -> None:
+    harness, cid, aid = await start(start_desk, on_route(), routes=[LADDER])
+    assert (len(sent(harness, 2, ApprovalPrompt)), sent(harness, 3, ApprovalPrompt)) == (1, [])
+    view = await harness.approval(aid)
+    assert (view["channel_ids"], view["route_id"], view["step"]) == ([2], 20, 0)
+    approvals = harness.desk.approvals
+    harness.desk.clock.advance(timedelta(minutes=4))  # type: ignore[attr-defined]
+    assert await approvals.escalate_due() == 0
+    harness.desk.clock.advance(timedelta(minutes=1))  # type: ignore[attr-defined]
+    assert await approvals.escalate_due() == 1
+    assert await approvals.escalate_due() == 0  # fired once
+    await harness.desk.settle()
+    assert len(sent(harness, 3, ApprovalPrompt)) == 1
+    view = await harness.approval(aid)
+    assert (view["channel_ids"], view["step"], view["escalate_at"]) == ([2, 3], 1, None)  # the last step
+    harness.desk.clock.advance(timedelta(minutes=10))  # type: ignore[attr-defined]
+    assert await approvals.escalate_due() == 0  # past the last step nothing more is sent
+
+    assert await press(harness, 2, aid, "U1") == "approval approved"  # the earlier prompt still answers; first wins
+    assert await press(harness, 3, aid, "U2") == f"approval {aid} is already approved"
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+    assert len(sent(harness, 2, ApprovalClosed)) == len(sent(harness, 3, ApprovalClosed)) == 1
+    assert "approval_escalated" in await kinds(harness)
+
+
+async def test_nothing_escalates_after_a_decision(start_desk: StartDesk) -> None:
+    harness, _, aid = await start(start_desk, on_route(), routes=[LADDER])
+    assert await press(harness, 2, aid, "U1", approve=False) == "approval denied"
+    harness.desk.clock.advance(timedelta(minutes=6))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.escalate_due() == 0
+    await harness.desk.settle()
+    assert sent(harness, 3, ApprovalPrompt) == []
+
+
+async def test_a_route_past_its_last_step_still_expires_at_its_deadline(start_desk: StartDesk) -> None:
+    harness, cid, aid = await start(start_desk, on_route(timeout="8m"), routes=[LADDER])
+    harness.desk.clock.advance(timedelta(minutes=5))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.escalate_due() == 1
+    harness.desk.clock.advance(timedelta(minutes=3))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.escalate_due() == 0
+    assert await harness.desk.approvals.expire_due() == 1
+    await harness.desk.settle()
+    assert (await harness.approval(aid))["state"] == "expired"
+    assert approval_actions.CALLS == []
+
+
+async def test_a_step_outside_its_hours_is_skipped(start_desk: StartDesk) -> None:
+    ladder = {**LADDER, "steps": [{"notify": [2], "claim_within": "5m", "hours": "mondays"}, {"notify": [3], "claim_within": "5m"}]}
+    harness, _, aid = await start(start_desk, on_route(), routes=[ladder], hours=CLOSED_HOURS, clock=closed_clock())
+    view = await harness.approval(aid)
+    assert (view["channel_ids"], view["step"], view["escalate_at"]) == ([3], 1, None)
+    assert (sent(harness, 2, ApprovalPrompt), len(sent(harness, 3, ApprovalPrompt))) == ([], 1)
+
+
+async def test_a_later_step_outside_its_hours_is_not_asked_and_the_ladder_stops(start_desk: StartDesk) -> None:
+    ladder = {**LADDER, "steps": [{"notify": [2], "claim_within": "5m"}, {"notify": [3], "claim_within": "5m", "hours": "mondays"}]}
+    harness, _, aid = await start(start_desk, on_route(), routes=[ladder], hours=CLOSED_HOURS, clock=closed_clock())
+    harness.desk.clock.advance(timedelta(minutes=5))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.escalate_due() == 0
+    assert await harness.desk.approvals.escalate_due() == 0
+    await harness.desk.settle()
+    assert sent(harness, 3, ApprovalPrompt) == []
+    view = await harness.approval(aid)
+    assert (view["state"], view["channel_ids"], view["escalate_at"]) == ("pending", [2], None)
+    assert (await kinds(harness)).count("approval_not_escalated") == 1
+
+
+async def test_a_route_and_two_people_together(start_desk: StartDesk) -> None:
+    harness, _, aid = await start(start_desk, on_route(approvals_required=2), routes=[LADDER])
+    assert await press(harness, 2, aid, "U1") == ANSWERS[DecisionOutcome.FIRST_APPROVAL]
+    harness.desk.clock.advance(timedelta(minutes=5))  # type: ignore[attr-defined]
+    assert await harness.desk.approvals.escalate_due() == 1  # one approval is not a decision: the ladder goes on
+    assert await press(harness, 3, aid, "U2") == "approval approved"
+    await harness.desk.settle()
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+
+
+@pytest.mark.postgres
+async def test_postgres_an_escalation_fires_once_with_two_desks(start_desk: StartDesk, database_url: str) -> None:
+    if not database_url.startswith("postgres"):
+        pytest.skip("the two desks share a PostgreSQL database")
+    clock = ManualClock()
+    one, _, aid = await start(start_desk, on_route(), routes=[LADDER], clock=clock)
+    two = await start_desk(channels=CHANNELS, actions=[on_route()], adapters=SCRIPTED, routes=[LADDER], clock=clock)
+    clock.advance(timedelta(minutes=5))
+    fired = await asyncio.gather(one.desk.approvals.escalate_due(), two.desk.approvals.escalate_due())
+    assert sorted(fired) == [0, 1]
+    await one.desk.settle()
+    await two.desk.settle()
+    async with one.desk.db.read() as session:
+        prompts_to_3 = await session.scalar(select(func.count()).select_from(OutboxItem).where(
+            OutboxItem.channel_id == 3))  # the one message channel 3 gets: the escalated prompt
+    assert prompts_to_3 == 1
+    assert (await one.approval(aid))["channel_ids"] == [2, 3]
+
+
+# --------------------------------------------------------------------------- check-config
+
+
+def actions_problem(*actions: dict[str, Any], **sections: Any) -> str:
+    channels = [*CHANNELS, {"id": 7, "kind": "agent", "label": "Sibling", "agent": {"kind": "rules"}}]
+    return config_problem(channels=channels, actions=list(actions), **sections)
+
+
+def test_two_people_needs_ask_always() -> None:
+    report = actions_problem(refund_action(2, approvals_required=2))
+    assert report.splitlines()[0].startswith("actions[0].approvals_required: 2 needs policy: ask_always")
+    assert "actions[0].approvals_required: Input should be 1 or 2" in actions_problem(
+        refund_action(2, policy="ask_always", approvals_required=3))
+
+
+def test_approval_channels_accept_a_route_and_name_what_is_wrong() -> None:
+    from tests.conftest import make_config
+
+    config = make_config("sqlite:///x.db", channels=CHANNELS, routes=[LADDER], actions=[on_route(approvals_required=2)])
+    assert config.actions[0].approval_channels == [20]
+    second = {"id": 21, "label": "Others", "steps": [{"notify": [3], "claim_within": "5m"}]}
+    report = actions_problem(on_route(approval_channels=[20, 21, 9]), routes=[LADDER, second])
+    assert report.splitlines() == [
+        "actions[0].approval_channels[1]: a second route (20 is one already); name one route at most",
+        "actions[0].approval_channels[2]: no channel with id 9 (configured: 1, 2, 3, 7; routes: 20, 21)",
+    ]
+
