@@ -580,6 +580,53 @@ async def test_redeliveries_robots_and_our_own_mail_are_not_relayed(smtp: FakeSM
     assert await harness.stored_events() == 1
 
 
+def delivery_status(original: Received, *, action: str = "failed", recipient: str = TEAM, headers_only: bool = False) -> bytes:
+    """A bounce as a mail server writes it (RFC 3464): a report with the failed recipient and
+    the original message (or only its headers), as the bytes it sends."""
+    returned = original.message.as_string()
+    if headers_only:
+        returned = returned.split("\n\n", 1)[0] + "\n"
+    kind = "text/rfc822-headers" if headers_only else "message/rfc822"
+    return (
+        "From: Mail Delivery System <MAILER-DAEMON@mx.example.com>\n"
+        f"To: {DESK}\nSubject: Undelivered Mail Returned to Sender\nAuto-Submitted: auto-replied\n"
+        "Message-ID: <dsn.1@mx.example.com>\nMIME-Version: 1.0\n"
+        'Content-Type: multipart/report; report-type=delivery-status; boundary="b1"\n\n'
+        "--b1\nContent-Type: text/plain\n\nYour message could not be delivered.\n"
+        "--b1\nContent-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.com\n\n"
+        f"Final-Recipient: rfc822; {recipient}\nAction: {action}\nStatus: 5.1.1\n"
+        "Diagnostic-Code: smtp; 550 5.1.1 user unknown\n\n"
+        f"--b1\nContent-Type: {kind}\n\n{returned}\n--b1--\n"
+    ).encode()
+
+
+async def bounce_in(harness: Harness, raw: bytes) -> None:
+    """A report from a mail server: the empty envelope sender of a bounce."""
+    async with aiosmtplib.SMTP(hostname="127.0.0.1", port=adapter_of(harness).inbound_port, timeout=10,
+                               local_hostname="mx.example.com") as client:
+        await client.sendmail("", [DESK], raw)
+    await harness.desk.settle()
+
+
+@pytest.mark.parametrize("headers_only", [False, True])
+async def test_a_bounce_of_a_dispatch_fails_its_delivery_and_is_never_relayed(
+    smtp: FakeSMTP, start_desk: StartDesk, headers_only: bool,
+) -> None:
+    harness = await start(start_desk, smtp)
+    cid = await harness.conversation()
+    sid, dispatch = await dispatch_of(harness, smtp, cid)
+    await bounce_in(harness, delivery_status(dispatch, action="delayed"))  # only late: nothing failed
+    assert "delivery_failed_after_acceptance" not in await harness.kinds(sid)
+    bounce = delivery_status(dispatch, headers_only=headers_only)
+    await bounce_in(harness, bounce)
+    await bounce_in(harness, bounce)  # the same report again
+    [failed] = [e for e in await harness.events(sid) if e["kind"] == "delivery_failed_after_acceptance"]
+    assert failed["detail"]["channel_message_id"] == dispatch.message["Message-ID"]
+    assert failed["detail"]["hint"] == f"the mail to {TEAM} bounced: 550 5.1.1 user unknown"
+    assert failed["detail"]["error"] == "bounced 5.1.1"
+    assert await harness.human_texts(cid) == []
+
+
 async def test_attachments_are_mentioned_and_oversized_mail_is_refused(smtp: FakeSMTP, start_desk: StartDesk) -> None:
     harness = await start(start_desk, smtp, inbound={"host": "127.0.0.1", "port": 0, "address": DESK, "max_message_size": 20_000})
     cid = await harness.conversation()

@@ -24,9 +24,9 @@ from bot.domain import handoff_rows
 from bot.domain.approvals import PENDING
 from bot.errors import NotFound
 from bot.store.db import Database
-from bot.store.models import Approval, Conversation, FormLink, HandoffEvent, HandoffSession, Message
+from bot.store.models import Approval, Conversation, FormLink, HandoffEvent, HandoffRecipient, HandoffSession, Message
 from bot.store.prepared import Prepared
-from bot.store.vocabulary import OPEN_STATES, HandoffState
+from bot.store.vocabulary import OPEN_STATES, HandoffState, RecipientState
 
 _PING = Prepared(select(literal_column("1")))
 
@@ -132,14 +132,22 @@ class Queries:
         result shows up on the list). Anything the list shows changes one of these."""
         newest = (select(func.max(col(Message.id))).where(col(Message.conversation_id) == col(HandoffSession.conversation_id))
                   .correlate(HandoffSession).scalar_subquery())
+        # On a route the card also shows each recipient's state: a count per state moves with it
+        settled = [
+            select(func.count()).where(col(HandoffRecipient.handoff_session_id) == col(HandoffSession.id),
+                                       col(HandoffRecipient.state) == state)
+            .correlate(HandoffSession).scalar_subquery()
+            for state in (RecipientState.NOTIFIED, RecipientState.FAILED)
+        ]
         parts: list[Any] = []
         async with self.db.read() as session:
             for state in OPEN_STATES:
                 rows = (await session.execute(
-                    select(col(HandoffSession.id), col(HandoffSession.idle_deadline), newest)
+                    select(col(HandoffSession.id), col(HandoffSession.idle_deadline), newest, col(HandoffSession.step),
+                           col(HandoffSession.escalate_at), col(HandoffSession.claimed_at), *settled)
                     .where(col(HandoffSession.state) == state).order_by(col(HandoffSession.created_at).desc()).limit(limit)
                 )).all()
-                parts.append([(sid, str(deadline), last) for sid, deadline, last in rows])
+                parts.append([tuple(map(str, row)) for row in rows])
             pending = (await session.execute(
                 select(col(Approval.id), col(Approval.deadline)).where(col(Approval.state) == PENDING)
                 .order_by(col(Approval.deadline)).limit(limit)

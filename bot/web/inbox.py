@@ -30,6 +30,12 @@ Return-form link: the handoff page shows the current link's state as forms/links
 it and offers the link only while it works; a fresh one is a CSRF-protected POST that
 supersedes the older links (`reissue_form_link`, audited as `form_link_issued`).
 
+Routes: a handoff on a route shows its step, who was notified where, who took it and, while
+nobody has, when the ladder moves on (bot/web/inbox_routes.py builds it for the pages and both
+long-polls). Claim is a POST like release, decided by the handoff service's compare-and-set, so
+a late or repeated press changes nothing and says who has it; inbox replies on a route come
+from the route's owner inbox thread and claim it as any recipient's reply does.
+
 Live list: `/inbox` long-polls `GET /inbox/updates?since=<version>`. The version is a hash
 of a few indexed reads (the open handoffs with their states, deadlines and newest message
 id; the pending approvals; approved ones whose action has not finished; `Queries.inbox_version`
@@ -61,7 +67,7 @@ from bot.config import Config
 from bot.delivery.channel_set import ChannelSet
 from bot.domain.approvals import PENDING, Approvals
 from bot.domain.conversations import message_view, speaker
-from bot.domain.handoffs import stored_fields
+from bot.domain.handoffs import Handoffs, stored_fields
 from bot.domain.queries import ConversationPreview, Queries
 from bot.domain.rendering import Renderer
 from bot.errors import DeskError, error_body
@@ -82,6 +88,7 @@ from bot.web.deps import (
     RevocationsDep,
     app_desk,
 )
+from bot.web.inbox_routes import NoInboxLine, RouteStatus, inbox_line, route_status, span
 from bot.web.login_attempts import LoginAttemptsDep
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
@@ -263,6 +270,7 @@ class InboxView:
     forms: FormLinks
     clock: Clock
     bus: ConversationBus
+    handoffs: Handoffs
 
     def time_left(self, deadline: datetime | None, *, when_past: str = "releasing now") -> str:
         """"12 min left", "40 s left", or `when_past` once the deadline has passed (a handoff is
@@ -270,10 +278,7 @@ class InboxView:
         if deadline is None:
             return ""
         left = (deadline - self.clock.now()).total_seconds()
-        if left <= 0:
-            return when_past
-        minutes = int(left // 60)
-        return f"{minutes} min left" if minutes else f"{int(left)} s left"
+        return when_past if left <= 0 else f"{span(left)} left"
 
     def ago(self, moment: datetime | None) -> str:
         if moment is None:
@@ -304,18 +309,43 @@ class InboxView:
             return {"last_line": "", "last_who": ""}
         return {"last_line": f"Last message {view['last_ago']}, from {view['last_who']}", "last_who": view["last_who"]}
 
-    def card(self, handoff: HandoffSession, found: ConversationPreview | None = None) -> dict[str, Any]:
+    def card(self, handoff: HandoffSession, found: ConversationPreview | None = None,
+             route: RouteStatus | None = None) -> dict[str, Any]:
+        """What the pages show of a handoff; `route` is its route's state (`route_of`) when
+        it is on one and the page shows it."""
         fields = stored_fields(handoff)
         preview = Preview(found)
+        try:
+            inbox_line(handoff, route)
+            refusal = ""
+        except NoInboxLine as no_line:
+            refusal = no_line.message
         return {
             "h": handoff,
+            "channel": self.target_label(handoff),
             "time_left": self.time_left(handoff.idle_deadline) if handoff.state == HandoffState.ACTIVE else "",
             "deadline": handoff.idle_deadline.isoformat() if handoff.idle_deadline and handoff.state == HandoffState.ACTIVE else "",
             "field_lines": [preview_line(f) for f in fields],
-            "can_reply": handoff.state == HandoffState.ACTIVE and handoff.channel_kind == "owner_inbox",
+            "can_reply": handoff.state == HandoffState.ACTIVE and not refusal,
+            "reply_refusal": refusal,
+            "route": route,
             "p": preview,
             **self.last_line(preview),
         }
+
+    def target_label(self, handoff: HandoffSession) -> str:
+        """What the handoff was handed to: its route's label, or its channel's."""
+        if handoff.route_id is None:
+            return handoff.channel_label
+        ladder = self.handoffs.ladders.get(handoff.route_id)
+        return ladder.route.label if ladder is not None else f"route {handoff.route_id}"
+
+    async def route_of(self, handoff: HandoffSession) -> RouteStatus | None:
+        """The route's state of a handoff on one (its recipients read now); None otherwise."""
+        if handoff.route_id is None:
+            return None
+        recipients = await self.handoffs.recipients_of(handoff.id)
+        return route_status(handoff, recipients, self.handoffs.ladders.get(handoff.route_id), self.clock.now(), self.ago)
 
     async def form_link_state(self, handoff: HandoffSession) -> FormLinkState | None:
         """The link's state as forms/links.py decides it (expiry, single use, superseded), so
@@ -397,18 +427,19 @@ class InboxView:
         decided = [a for a in await self.approvals.listing(state=None, limit=40) if a.state != PENDING][:20]
         previews = await self.queries.previews([h.conversation_id for h in active])
         return {
-            "active": [self.card(h, previews.get(h.conversation_id)) for h in active],
+            "active": [self.card(h, previews.get(h.conversation_id), await self.route_of(h)) for h in active],
             "recent": [self.card(h) for h in recent],
             "approvals": await self.approval_cards(pending),
             "decided": await self.approval_cards(decided),
         }
 
     def handoff_json(self, card: dict[str, Any]) -> dict[str, Any]:
-        h = card["h"]
+        h, route = card["h"], card["route"]
         return {
-            "id": h.id, "code": h.short_code, "state": h.state, "urgency": h.urgency, "channel": h.channel_label,
+            "id": h.id, "code": h.short_code, "state": h.state, "urgency": h.urgency, "channel": card["channel"],
             "summary": h.summary, "expected_action": h.expected_action, "deadline": card["deadline"],
-            "time_left": card["time_left"], **self.preview_view(card["p"]),
+            "time_left": card["time_left"], "route": route.json() if route else None,
+            **self.preview_view(card["p"]),
         }
 
 
@@ -416,7 +447,7 @@ async def inbox_view(request: Request) -> InboxView:
     """The inbox's services, taken from the desk in one lookup (one dependency solved per
     request instead of six)."""
     desk = app_desk(request)
-    return InboxView(desk.queries, desk.approvals, desk.channels, desk.forms, desk.clock, desk.bus)
+    return InboxView(desk.queries, desk.approvals, desk.channels, desk.forms, desk.clock, desk.bus, desk.handoffs)
 
 
 InboxViewDep = Annotated[InboxView, Depends(inbox_view)]
@@ -424,7 +455,7 @@ InboxViewDep = Annotated[InboxView, Depends(inbox_view)]
 
 def _ended_json(card: dict[str, Any]) -> dict[str, Any]:
     h = card["h"]
-    return {"id": h.id, "code": h.short_code, "summary": h.summary, "channel": h.channel_label,
+    return {"id": h.id, "code": h.short_code, "summary": h.summary, "channel": card["channel"],
             "ended": "failed" if h.state == HandoffState.FAILED else
             f"{(h.release_reason or '').replace('_', ' ')} · {(h.outcome or '').replace('_', ' ')}",
             "failed": h.state == HandoffState.FAILED}
@@ -579,7 +610,7 @@ async def handoff_page(
     events = await view.queries.events(sid)
     return _page(
         renderer, "inbox/handoff.html", owner,
-        card=view.card(handoff), outcomes=list(Outcome),
+        card=view.card(handoff, route=await view.route_of(handoff)), outcomes=list(Outcome),
         form_link=await view.form_link_state(handoff),
         **_returned_view(handoff),
         conversation=conversation,
@@ -603,12 +634,14 @@ async def handoff_updates(
     messages = await conversations.wait_for_messages(handoff.conversation_id, after, 200, wait)
     handoff = await handoffs.get(sid)  # its state may have changed while we waited
     conversation = await conversations.get(handoff.conversation_id)
-    card = view.card(handoff)
+    route = await view.route_of(handoff)
+    card = view.card(handoff, route=route)
     response = JSONResponse({
         "messages": [{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
         "state": handoff.state,
         "time_left": card["time_left"],
         "deadline": card["deadline"],
+        "route": route.json() if route else None,
     })
     secure_headers(response)
     return response
@@ -616,21 +649,26 @@ async def handoff_updates(
 
 @inbox.post("/inbox/handoffs/{sid}/reply", include_in_schema=False)
 async def reply(
-    sid: str, handoffs: HandoffsDep, inbound: InboundDep, renderer: RendererDep,
+    sid: str, view: InboxViewDep, inbound: InboundDep, renderer: RendererDep,
     text: str = Form(default=""), nonce: str = Form(default=""), owner: Owner = Depends(verified_post),
 ) -> Response:
-    handoff = await handoffs.get(sid)
+    """The owner's reply, as a recipient's reply on the owner inbox channel: straight to the
+    handoff's thread, or on a route from the inbox's recipient thread, where the first reply
+    claims the handoff as anyone's does."""
+    handoff = await view.handoffs.get(sid)
     text = text.strip()
     if not text:
         return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Write a message first.')}")
-    if handoff.channel_kind != "owner_inbox" or handoff.thread_key is None:
-        return _redirect(f"/inbox/handoffs/{sid}?notice={quote('Replies to this handoff go through its own channel.')}")
+    try:
+        line = inbox_line(handoff, await view.route_of(handoff))
+    except NoInboxLine as no_line:
+        return _redirect(f"/inbox/handoffs/{sid}?notice={quote(no_line.message)}")
     if len(text) > MAX_REPLY:
         return _page(renderer, "inbox/error.html", owner, status=400, title="Could not send",
                      message=f"text: at most {MAX_REPLY} characters, got {len(text)}; nothing was sent.")
     outcome = await inbound.submit_and_wait(
-        handoff.channel_id,
-        RecipientText(thread_key=handoff.thread_key, text=text, author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
+        line.channel_id,
+        RecipientText(thread_key=line.thread_key, text=text, author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
     )
     notice = "" if outcome in ("relayed", "duplicate") else outcome
     return _redirect(f"/inbox/handoffs/{sid}" + (f"?notice={quote(notice)}" if notice else ""))
@@ -660,6 +698,28 @@ async def release(
     notice = "Released; the assistant has the conversation again." if result.released else (
         f"Already {result.session.state} ({result.session.release_reason or 'no reason'}); nothing changed."
     )
+    return _redirect(f"/inbox/handoffs/{sid}?notice={quote(notice)}")
+
+
+@inbox.post("/inbox/handoffs/{sid}/claim", include_in_schema=False)
+async def claim(sid: str, view: InboxViewDep, owner: Owner = Depends(verified_post)) -> Response:
+    """Take a route's handoff from the inbox under the owner's name. The handoff service's
+    compare-and-set decides: the first claim anywhere wins, a later one changes nothing. On
+    a route that notified the owner inbox the claim names that thread, so the subscriber's
+    messages come here and the inbox answers them."""
+    handoff = await view.handoffs.get(sid)
+    route = await view.route_of(handoff)
+    if route is None:
+        return _redirect(f"/inbox/handoffs/{sid}?notice={quote('This handoff went to one channel; there is nothing to claim.')}")
+    inbox = route.inbox_recipient
+    result = await view.handoffs.claim(sid, by=owner.name, via="inbox", recipient_id=inbox.id if inbox else None, effect=False)
+    taken = result.handoff
+    if result.claimed:
+        notice = "You have it now; everyone else asked was told."
+    elif taken.claimed_by is not None:
+        notice = f"Already taken by {taken.claimed_by}; nothing changed."
+    else:
+        notice = f"Already {taken.state}; nothing changed."
     return _redirect(f"/inbox/handoffs/{sid}?notice={quote(notice)}")
 
 

@@ -38,6 +38,9 @@ What it guards against:
   "On … wrote:" and everything after it, `>` lines, Outlook's "-----Original Message-----"
   and "From: … Sent: …" blocks, and the signature after "-- " are removed. The text/plain
   part is preferred; an HTML-only reply is turned into text (its blockquotes dropped).
+- **Bounces.** A delivery status report (RFC 3464) whose failed recipient returns one of our
+  handoff mails is handed to the core as that mail's `DeliveryFailure`, never as words;
+  a delay report, or one returning a mail not ours, is dropped like other automatic mail.
 - **Redelivery.** A sending server retries when it does not see our 250 (we answer only
   after the core stored the message); the Message-ID is the dedupe key.
 - **Size.** `inbound.max_message_size` caps a message during the DATA transfer (552).

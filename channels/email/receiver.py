@@ -16,9 +16,9 @@ from typing import Any
 
 import structlog
 
-from channels.base import ChannelContext, RecipientText, TransientChannelError
+from channels.base import ChannelContext, DeliveryFailure, RecipientText, TransientChannelError
 from channels.email.config import InboundSettings
-from channels.email.replies import _is_automatic, _reply_text, message_ids_in
+from channels.email.replies import _is_automatic, _reply_text, bounced, message_ids_in
 from channels.email.text import one_line
 from channels.email.tokens import _APPROVAL_MESSAGE_ID, _MESSAGE_ID_TOKEN, APPROVAL_TAG, ReplyTokens
 
@@ -33,7 +33,7 @@ class _Verdict:
     """What the receiver decided about one incoming message."""
 
     reply: str  # the SMTP answer
-    message: RecipientText | None = None
+    message: RecipientText | DeliveryFailure | None = None
 
 
 class ReplyReceiving(ReplyTokens):
@@ -124,6 +124,15 @@ class ReplyReceiving(ReplyTokens):
         sender = sender.lower() or mail_from.lower()
         message_id = (message_ids_in(str(message.get("Message-ID", ""))) or [""])[0]
 
+        bounce = bounced(message)
+        if bounce is not None and bounce.message_id.lower().startswith("<hd.") and bounce.message_id.lower().endswith(f"@{self._domain}>"):
+            # One of our handoff mails never arrived: the core marks its delivery failed (a
+            # route's ladder moves on at once). Never relayed as anyone's words.
+            failure = DeliveryFailure(
+                message_id=bounce.message_id, error=f"bounced {bounce.status or ''}".strip(), dedupe_key=f"bounce:{bounce.message_id}"[:200],
+                hint=f"the mail to {bounce.recipient or 'the recipient'} bounced: {bounce.diagnostic or 'no reason given'}",
+            )
+            return _Verdict("250 2.0.0 delivery status accepted", failure)
         if not mail_from or _is_automatic(message):
             return _Verdict("250 2.0.0 accepted (an automatic message: not relayed)")
         if message_id.lower().startswith(("<hd.", "<ap.")) and message_id.lower().endswith(f"@{self._domain}>"):

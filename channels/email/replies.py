@@ -5,7 +5,9 @@ Pure functions of the message: no network, no state."""
 from __future__ import annotations
 
 import re
-from email.message import EmailMessage
+from dataclasses import dataclass
+from email.message import EmailMessage, Message
+from email.parser import HeaderParser
 from html.parser import HTMLParser
 
 from channels.email.text import one_line
@@ -143,3 +145,50 @@ def _reply_text(message: EmailMessage) -> str:
         note = f"[{len(names)} attachment(s) not forwarded: {', '.join(one_line(n, 80) for n in names)}]"
         text = f"{text}\n{note}" if text else note
     return text.replace("\x00", "\ufffd")
+
+
+@dataclass(frozen=True)
+class Bounce:
+    """A delivery status notification saying a message of ours never arrived: the original
+    Message-ID, and the reporting server's words for why (RFC 3464)."""
+
+    message_id: str
+    recipient: str
+    status: str
+    diagnostic: str
+
+
+def bounced(message: EmailMessage) -> Bounce | None:
+    """The failure a DSN reports (`multipart/report; report-type=delivery-status` with an
+    `Action: failed` recipient), with the Message-ID of the mail it returns; None for any
+    other message, a delay (`Action: delayed`) or a DSN that names no original."""
+    if message.get_content_type() != "multipart/report" or message.get_param("report-type") != "delivery-status":
+        return None
+    failed: Message | None = None
+    original: str | None = None
+    for part in message.walk():
+        kind = part.get_content_type()
+        if kind == "message/delivery-status":
+            for block in part.get_payload() if isinstance(part.get_payload(), list) else []:
+                if isinstance(block, Message) and str(block.get("Action", "")).strip().lower() == "failed":
+                    failed = failed or block
+        elif kind == "message/rfc822":
+            inner = part.get_payload()
+            if isinstance(inner, list) and inner and isinstance(inner[0], Message):
+                original = original or _first_id(inner[0])
+        elif kind == "text/rfc822-headers":
+            raw = part.get_payload(decode=True)
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(part.get_payload())
+            original = original or _first_id(HeaderParser().parsestr(text))
+    if failed is None or original is None:
+        return None
+    recipient = str(failed.get("Final-Recipient", failed.get("Original-Recipient", ""))).split(";")[-1].strip()
+    return Bounce(
+        message_id=original, recipient=one_line(recipient, 200), status=one_line(str(failed.get("Status", "")), 20),
+        diagnostic=one_line(str(failed.get("Diagnostic-Code", "")).split(";", 1)[-1], 300),
+    )
+
+
+def _first_id(headers: Message) -> str | None:
+    found = message_ids_in(str(headers.get("Message-ID", "")))
+    return found[0] if found else None
