@@ -246,7 +246,7 @@ async def test_two_claim_presses_racing_from_slack_and_telegram_one_wins_the_oth
     assert f"was taken by {winner_name} ({winner_label}) at 11:00 UTC" in (loser.taken_line() or "not edited")
     assert loser.buttons() == []
     assert not any("was taken by" in t for t in loser.thread())  # edited in place, not posted beside it
-    loser_heard = loser.thread()  # (what the losing press itself was told: see the xfail test below)
+    loser_heard = loser.thread()  # (what the losing press itself was told: see the test of a late press below)
     # the winner keeps its dispatch, without the Claim button
     assert not winner.shows_claim_button() and winner.buttons() != []
     assert winner.taken_line() is None
@@ -292,9 +292,6 @@ async def test_a_reply_in_the_slack_thread_claims_and_the_telegram_dispatch_is_e
     assert (await harness.kinds(sid)).count("handoff_claimed") == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Handoffs.speaking sends the not_yours notice ('what you wrote here did not reach the subscriber') to a losing "
-    "Claim press too, though the person wrote nothing and their dispatch already says who took it"))
 async def test_a_losing_claim_press_is_not_told_that_something_it_wrote_was_dropped(
     start_desk: StartDesk, providers: Providers,
 ) -> None:
