@@ -180,10 +180,11 @@ async def test_the_ladder_escalates_when_nobody_claims_and_stops_when_someone_do
         assert [o.body for o in channel(harness, cid_).sent if o.purpose == "relay"] == ["Hello?"]  # type: ignore[attr-defined]
 
     assert await reply(harness, 3, "On it.", "Olga") == "relayed"
-    await escalate(harness, timedelta(hours=1))  # nothing escalates any more, nothing is released as unclaimed
+    await escalate(harness, timedelta(minutes=20))  # past the last step's deadline: claimed, nothing escalates
     handoff = await harness.handoff(sid)
-    assert handoff["state"] == "active" or handoff["release_reason"] == "idle_timeout"
-    assert handoff["claimed_by"] == "Olga"
+    assert (handoff["state"], handoff["claimed_by"], handoff["escalate_at"]) == ("active", "Olga", None)
+    await escalate(harness, timedelta(minutes=11))  # the idle timer started at the claim (30 minutes)
+    assert (await harness.handoff(sid))["release_reason"] == "idle_timeout"
     assert (await harness.kinds(sid)).count("handoff_escalated") == 1
     for cid_ in (1, 2):
         assert len(notices(harness, cid_, "taken")) == 1
@@ -354,9 +355,10 @@ async def test_two_instances_escalate_once_and_one_claim_wins_across_them(start_
         assert ("Olga", "Mine") not in await first.human_texts(cid)
     else:
         assert results == ["already claimed by Olga", "relayed"]
-    clock.advance(timedelta(hours=1))  # claimed: no instance escalates or releases it as unclaimed any more
+    clock.advance(timedelta(minutes=20))  # claimed: past the ladder's end, no instance escalates or releases it
     await asyncio.gather(first.desk.timers.sweep(), second.desk.timers.sweep())
-    assert (await first.handoff(sid))["release_reason"] in (None, "idle_timeout")
+    assert (await first.handoff(sid))["state"] == "active"
+    assert (await first.kinds(sid)).count("handoff_escalated") == 1
 
 
 async def test_a_ladder_deadline_missed_while_stopped_runs_on_start(start_desk: StartDesk, database_url: str) -> None:

@@ -115,7 +115,7 @@ def _availability(ctx: ToolContext, channel: ChannelConfig) -> str:
 
 
 def _ladder_line(ctx: ToolContext, ladder: Ladder) -> str:
-    """`Slack + Telegram, then WhatsApp`: who the route asks, step by step."""
+    """`Support desk + Chat team, then On-call`: who the route asks, step by step, by the channels' labels."""
     def label(cid: int) -> str:
         adapter = ctx.channels.get(cid)
         return adapter.label if adapter is not None else f"channel {cid}"

@@ -84,7 +84,7 @@ class RouteStatus:
     label: str
     step_text: str  # "step 1 of 2"
     recipients: tuple[RecipientLine, ...]
-    taken: str  # "Taken by Tom (Telegram support) 3 min ago"; empty while nobody has it
+    taken: str  # "Taken by Tom (Support desk) 3 min ago"; empty while nobody has it
     countdown: Countdown | None  # while active and unclaimed
     claimable: bool  # active and nobody has claimed it: the Claim button shows
     inbox_recipient: HandoffRecipient | None  # the owner inbox's notified thread, if the route has one
