@@ -165,6 +165,20 @@ class ApprovalBrief(BaseModel):
     decision_url: str
     allow_always: bool
     expires_at: str
+    # How many different people must approve before the action runs: 1, or 2 under the
+    # two-person rule (one denial still denies). Prompts built for 2 say so.
+    approvals_required: int = Field(default=1, ge=1, le=2)
+
+    @property
+    def two_people_line(self) -> str | None:
+        """The line every provider's prompt adds when two people must approve, so a person
+        does not take their own press for the decision; None for a one-person approval,
+        whose prompt stays as it is. The wording lives here once; each adapter escapes it
+        like any other field."""
+        return TWO_PEOPLE_LINE if self.approvals_required == 2 else None
+
+
+TWO_PEOPLE_LINE = "Needs two people: two different people must approve; one denial denies."
 
 
 class UserActionPrompt(BaseModel):

@@ -634,8 +634,10 @@ class SlackChannel(ChannelAdapter):
             {"type": "header", "text": plain(clip(self._render("approval_header.txt", approval=approval), HEADER_LIMIT))},
             {"type": "section", "text": plain(clip(self._render("approval_question.txt", approval=approval), SECTION_LIMIT))},
             {"type": "section", "fields": [plain(f"Risk: {approval.risk}"), plain(f"Answer by: {deadline} UTC")]},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": "*Exactly these arguments:*", "verbatim": True}]},
         ]
+        if approval.two_people_line:
+            blocks.append({"type": "section", "text": plain(approval.two_people_line)})
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": "*Exactly these arguments:*", "verbatim": True}]})
         shown, left_out = pretty_arguments(approval.arguments, ARGUMENTS_LIMIT)
         for part in chunks(shown, ARGUMENTS_BLOCK):
             blocks.append({"type": "rich_text", "elements": [

@@ -581,6 +581,7 @@ class WhatsAppChannel(ChannelAdapter):
                 who=defuse(template_value(brief.subscriber_name, 100)) if brief.subscriber_name else None,
                 arguments=arguments[:kept].rstrip() if kept < len(arguments) else arguments,
                 left_out=len(arguments) - kept, deadline=deadline,
+                two_people=defuse(brief.two_people_line) if brief.two_people_line else None,
             )
 
         if self.text_limit.fits(render(len(arguments))):

@@ -31,6 +31,10 @@ def refund_action(approval_channel: int, **overrides: Any) -> dict[str, Any]:
             "run": {"callable": "tests.approval_actions:refund"}, **overrides}
 
 
+# What a prompt says when two people must approve, as each provider shows it (escaped per provider).
+TWO_PEOPLE = "Needs two people: two different people must approve; one denial denies."
+
+
 def refund_brief(approval_id: str, **overrides: Any) -> ApprovalBrief:
     """The brief of a `refund_order` prompt, for driving an adapter without a desk."""
     return ApprovalBrief.model_validate({

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import get_args
 
 import pytest
+from pydantic import ValidationError
 
 from bot.store.vocabulary import Outcome
 from channels.base import (
@@ -41,7 +42,7 @@ from channels.base import (
     stored_outbound,
 )
 from forms.fields import ReturnField
-from tests.approval_actions import refund_brief
+from tests.approval_actions import TWO_PEOPLE, refund_brief
 
 BRIEF = HandoffBrief(
     handoff_session_id="hs_a7f3", short_code="A7F3", conversation_id="c_1", summary="Ana's parcel is lost.",
@@ -102,6 +103,21 @@ def test_each_message_names_what_orders_it_and_where_its_audit_records_go(
 
 def test_the_release_outcomes_a_press_may_carry_are_the_desks_outcomes() -> None:
     assert set(get_args(ReleaseOutcome)) == {outcome.value for outcome in Outcome}
+
+
+def test_an_approval_brief_carries_the_two_person_line_only_when_two_people_must_approve() -> None:
+    assert (APPROVAL.approvals_required, APPROVAL.two_people_line) == (1, None)
+    two_people = refund_brief("ap_2", approvals_required=2)
+    assert two_people.two_people_line == TWO_PEOPLE
+    prompt = ApprovalPrompt(text="…", approval=two_people)
+    assert stored_outbound(prompt.model_dump(mode="json")) == prompt
+    for impossible in (0, 3):
+        with pytest.raises(ValidationError):
+            refund_brief("ap_3", approvals_required=impossible)
+    # a prompt the outbox stored before briefs said how many people approve reads back as one person's
+    row = ApprovalPrompt(text="…", approval=APPROVAL).model_dump(mode="json")
+    del row["approval"]["approvals_required"]
+    assert stored_outbound(row) == ApprovalPrompt(text="…", approval=APPROVAL)
 
 
 def test_the_brief_lists_its_return_fields_once_for_every_rendering() -> None:

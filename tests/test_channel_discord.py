@@ -23,6 +23,7 @@ from bot.config import Config, ConfigError
 from bot.domain.rendering import Renderer
 from bot.store.models import InboundEvent
 from channels.base import (
+    ApprovalPrompt,
     ChannelAuthError,
     ChannelContext,
     ClaimPress,
@@ -39,6 +40,7 @@ from channels.base import (
     WebhookRequest,
 )
 from channels.discord import DiscordChannel, DiscordConfig, escape, split_for_messages
+from tests.approval_actions import TWO_PEOPLE, refund_brief
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
 from tests.conftest import Harness, StartDesk
@@ -907,6 +909,20 @@ async def test_a_dispatch_outside_office_hours_says_so_above_its_summary(start_d
     desk = await start_desk(channels=[discord_entry(fake, hours="mondays")], hours=CLOSED_HOURS, clock=closed_clock())
     _sid, dispatch = await handoff_in_discord(desk, fake, await desk.conversation())
     assert dispatch["embeds"][0]["description"].startswith(f"*{OUTSIDE_HOURS_LINE}*\n\n**Summary**")
+
+
+async def test_a_two_person_prompt_says_so_in_one_bold_line_before_the_arguments(
+    fake: FakeDiscord, adapter: tuple[DiscordChannel, list[InboundMessage]]
+) -> None:
+    channel, _ = adapter
+    await channel.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana **@everyone**")))
+    await channel.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana **@everyone**",
+                                                                      approvals_required=2)))
+    one, two = (post["embeds"][0] for post in fake.posts(STAFF_CHANNEL))
+    line = f"**{escape(TWO_PEOPLE)}**\n\n"
+    assert f"Refund an order\n\n{line}**Exactly these arguments:**\n" in two["description"]
+    assert {**two, "description": two["description"].replace(line, "", 1)} == one  # nothing else differs
+    assert "two people" not in json.dumps(one)
 
 
 # --------------------------------------------------------------------------- routes: claims

@@ -36,8 +36,8 @@ from channels.base import (
     UncertainDeliveryError,
 )
 from channels.email import EmailChannel, EmailConfig, html_to_text, one_line, strip_reply
+from tests.approval_actions import TWO_PEOPLE, refund_brief
 from tests.approval_actions import refund_action as shared_refund_action
-from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, config_problem, make_config
 from tests.fake_smtp import FakeSMTP, Received, self_signed_certificate
 from tests.imports import imported_modules, importers_of
@@ -865,6 +865,24 @@ async def test_replies_to_approval_mails_are_refused_and_never_count_as_a_decisi
     echo.replace_header("Message-ID", str(prompt.message["Message-ID"]))
     await mail_in(harness, echo)
     assert await harness.stored_events() == 1
+
+
+async def test_a_two_person_prompt_says_so_in_both_parts_and_a_one_person_prompt_does_not(smtp: FakeSMTP) -> None:
+    adapter = standalone(smtp)
+    await adapter.start(CONTEXT)
+    try:
+        await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <b>")))
+        await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <b>", approvals_required=2)))
+    finally:
+        await adapter.stop()
+    one, two = smtp.messages[-2:]
+    line = f"\n{TWO_PEOPLE}\n"
+    assert f"(no answer by then means denied)\n{line}\nExactly these arguments:" in two.part("text/plain")
+    assert two.part("text/plain").replace(line, "", 1) == one.part("text/plain")
+    html_line = f'<p style="margin: 12px 0 0 0;"><strong>{TWO_PEOPLE}</strong></p>\n'
+    assert f"</table>\n{html_line}" in two.part("text/html")
+    assert two.part("text/html").replace(html_line, "", 1) == one.part("text/html")
+    assert "two people" not in one.part("text/plain") + one.part("text/html")
 
 
 async def test_a_standalone_adapter_cuts_huge_arguments_visibly_and_closes_without_the_prompt_subject(smtp: FakeSMTP) -> None:

@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 from bot.config import Config, ConfigError
 from bot.store.models import InboundEvent
 from channels.base import (
+    ApprovalPrompt,
     ChannelAuthError,
     ClaimPress,
     Decision,
@@ -34,6 +35,7 @@ from channels.base import (
     WebhookRequest,
 )
 from channels.slack import SlackChannel, SlackConfig, plain_from_mrkdwn, transcript_text
+from tests.approval_actions import TWO_PEOPLE, refund_brief
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import SECRET as DESK_SECRET
 from tests.conftest import CliRun, Harness, StartDesk, probe_config
@@ -691,6 +693,20 @@ async def test_an_approval_prompt_is_a_top_level_post_with_buttons_and_nothing_t
     assert prompt["text"].startswith("[HIGH RISK] Approval needed: may the assistant run refund_order for Ana &lt;!here&gt;?")
     assert "<" not in prompt["text"].replace("&lt;", "")
     assert calls == []
+
+
+async def test_a_two_person_prompt_has_one_more_plain_text_section_that_says_so(fake: FakeSlack) -> None:
+    adapter = await standalone(fake)
+    try:
+        await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <!here>")))
+        await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <!here>",
+                                                                          approvals_required=2)))
+    finally:
+        await adapter.stop()
+    one_person, two_people = (m["blocks"] for m in fake.top_level(CHANNEL))
+    assert two_people[3] == {"type": "section", "text": {"type": "plain_text", "text": TWO_PEOPLE, "emoji": True}}
+    assert two_people[:3] + two_people[4:] == one_person  # otherwise the prompt of one person, block for block
+    assert not any("two people" in json.dumps(block) for block in one_person)
 
 
 async def test_approve_in_slack_runs_the_action_once_and_the_prompt_loses_its_buttons(

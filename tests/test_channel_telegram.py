@@ -25,6 +25,7 @@ from pydantic import SecretStr
 from bot.domain.rendering import Renderer
 from channels.base import (
     ApprovalClosed,
+    ApprovalPrompt,
     ChannelAuthError,
     ChannelContext,
     ChatOpened,
@@ -43,8 +44,8 @@ from channels.base import (
     WebhookRequest,
 )
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel, TelegramConfig
+from tests.approval_actions import TWO_PEOPLE, refund_brief
 from tests.approval_actions import refund_action as shared_refund_action
-from tests.approval_actions import refund_brief
 from tests.conftest import CliRun, Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_telegram import ANA, BOT_USER, KIM, OTHER_BOT, SAM, STAFF_CHAT_ID, FakeTelegram, utf16_len
 from tests.fakes import standalone_context
@@ -673,6 +674,30 @@ async def test_an_approval_prompt_is_escaped_html_with_an_inline_keyboard(
                                {"text": "Always allow", "callback_data": f"ap:{aid}:a"}]
     assert all(len(b["callback_data"].encode()) <= 64 for b in buttons(prompt))
     assert calls == []
+
+
+async def test_a_two_person_prompt_says_so_in_one_bold_line_and_a_one_person_prompt_does_not(
+    fake: FakeTelegram, start_desk: StartDesk
+) -> None:
+    """Through the desk: the core tells the brief how many people must approve."""
+    two_people = refund_action(policy="ask_always", approvals_required=2)
+    one_person = refund_action(id="refund_small", policy="ask_always")
+    harness = await approvals_desk(start_desk, fake, two_people, one_person)
+    cid = await harness.conversation("Ana")
+    await harness.ask_approval(cid, order_id="1", amount=5)
+    await harness.ask_approval(cid, "refund_small", order_id="2", amount=5)
+    two, one = (request["text"] for request in fake.requests("sendMessage"))
+    assert f"\n<b>Risk:</b> high\n<b>{TWO_PEOPLE}</b>\n<b>Exactly these arguments:</b>\n" in two
+    assert "\n<b>Risk:</b> high\n<b>Exactly these arguments:</b>\n" in one
+    assert "two people" not in one
+
+
+async def test_the_two_person_line_is_all_that_sets_its_prompt_apart(fake: FakeTelegram, adapter: TelegramChannel) -> None:
+    await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <b>")))
+    await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <b>", approvals_required=2)))
+    one, two = (request["text"] for request in fake.requests("sendMessage"))
+    assert two.replace(f"<b>{TWO_PEOPLE}</b>\n", "", 1) == one
+    assert "two people" not in one
 
 
 async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_the_buttons_away(

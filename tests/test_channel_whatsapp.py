@@ -37,8 +37,8 @@ from channels.base import (
     WebhookRequest,
 )
 from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppConfig, defuse, utf16_len
+from tests.approval_actions import TWO_PEOPLE, refund_brief
 from tests.approval_actions import refund_action as shared_refund_action
-from tests.approval_actions import refund_brief
 from tests.conftest import Harness, StartDesk, config_problem, make_config, probe_config
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, BEN_PHONE, CARLA_PHONE, SENDER, FakeTwilio
 from tests.office_hours import CLOSED_HOURS, OUTSIDE_HOURS_LINE, closed_clock
@@ -670,6 +670,21 @@ async def test_replies_on_the_line_still_go_to_handoffs_never_to_a_pending_appro
     assert await harness.human_texts(cid) == []
     assert approval_actions.CALLS == []
     assert (await harness.client.get(f"/api/approvals/{aid}")).json()["state"] == "pending"
+
+
+async def test_a_two_person_prompt_says_so_in_one_line_and_a_one_person_prompt_does_not(fake: FakeTwilio) -> None:
+    adapter = WhatsAppChannel(WhatsAppConfig(**whatsapp_entry(fake, to=[ANA_PHONE])))
+    await adapter.start(ChannelContext(public_url="http://desk.test", deliver_inbound=_drop, render=Renderer().render))
+    try:
+        await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="*Ana*")))
+        await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="*Ana*", approvals_required=2)))
+    finally:
+        await adapter.stop()
+    one, two = bodies(fake, ANA_PHONE)
+    line = f"{defuse(TWO_PEOPLE)}\n"
+    assert f"\n*Risk:* high\n{line}*Exactly these arguments:*\n" in two
+    assert two.replace(line, "", 1) == one
+    assert "two people" not in one
 
 
 async def test_huge_arguments_are_cut_visibly_and_the_link_is_kept(fake: FakeTwilio) -> None:

@@ -411,6 +411,7 @@ class Approvals:
             risk=approval.risk, arguments=approval.arguments, conversation_id=approval.conversation_id,
             subscriber_name=subscriber_name, decision_url=self.decision_url(approval.id),
             allow_always=approval.policy == "ask", expires_at=approval.deadline.isoformat(),
+            approvals_required=approval.approvals_required,
         )
 
     def _prompt(self, approval: Approval, conversation: Conversation) -> ApprovalPrompt:

@@ -387,7 +387,9 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         cut = f"\n*[… cut here: {left_out} more characters. The decision page shows every argument.]*" if left_out else ""
         question = escape(f"May the assistant run {approval.action_id}"
                           + (f" for {approval.subscriber_name}?" if approval.subscriber_name else "?"))
-        head = f"{clip_escaped(question, 400)}\n\n{clip_escaped(escape(approval.description), 500)}\n\n**Exactly these arguments:**\n"
+        two_people = f"**{escape(approval.two_people_line)}**\n\n" if approval.two_people_line else ""
+        head = (f"{clip_escaped(question, 400)}\n\n{clip_escaped(escape(approval.description), 500)}\n\n{two_people}"
+                "**Exactly these arguments:**\n")
         description = f"{head}```json\n{shown}\n```{cut}"
         expires = approval.expires_at[:16].replace("T", " ")
         try:
