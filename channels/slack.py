@@ -663,7 +663,7 @@ class SlackChannel(ChannelAdapter):
             })
         blocks.append({"type": "actions", "block_id": APPROVAL_BLOCK, "elements": buttons})
         help_text = self._render("approval_help.txt", deadline=escape(deadline), url=escape(approval.decision_url),
-                                 approval_id=escape(approval.approval_id))
+                                 approval_id=escape(approval.approval_id), two_people=approval.approvals_required > 1)
         blocks.append({"type": "context", "block_id": "approval_help",
                        "elements": [{"type": "mrkdwn", "text": help_text, "verbatim": True}]})
         return blocks

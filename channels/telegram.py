@@ -851,7 +851,7 @@ class TelegramChannel(ChannelAdapter):
         self._remember_prompt(approval_id, query.message.message_id)  # so the closing notice finds it
         message = Decision(approval_id=approval_id, approve=approve, always_allow=always, author=_person(query.from_user),
                            user_id=str(query.from_user.id), dedupe_key=dedupe_key)
-        return _Parsed(message, query.id, f"Your answer ({word}) is recorded; the first answer counts.")
+        return _Parsed(message, query.id, f"Your answer ({word}) is recorded; the prompt changes once it is decided.")
 
     def _from_subscriber(self, msg: Message, dedupe_key: str) -> _Parsed:
         """A message in someone's private chat with the bot: a subscriber talking to the

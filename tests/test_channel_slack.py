@@ -705,7 +705,9 @@ async def test_a_two_person_prompt_has_one_more_plain_text_section_that_says_so(
         await adapter.stop()
     one_person, two_people = (m["blocks"] for m in fake.top_level(CHANNEL))
     assert two_people[3] == {"type": "section", "text": {"type": "plain_text", "text": TWO_PEOPLE, "emoji": True}}
-    assert two_people[:3] + two_people[4:] == one_person  # otherwise the prompt of one person, block for block
+    help_two, help_one = (blocks[-1]["elements"][0]["text"] for blocks in (two_people, one_person))
+    assert help_two == help_one.replace("The first answer counts", "Two different people must approve (one denial denies)")
+    assert two_people[:3] + two_people[4:-1] == one_person[:-1]  # otherwise the prompt of one person, block for block
     assert not any("two people" in json.dumps(block) for block in one_person)
 
 

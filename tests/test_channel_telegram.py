@@ -696,7 +696,8 @@ async def test_the_two_person_line_is_all_that_sets_its_prompt_apart(fake: FakeT
     await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <b>")))
     await adapter.send(ApprovalPrompt(text="…", approval=refund_brief("ap_1", subscriber_name="Ana <b>", approvals_required=2)))
     one, two = (request["text"] for request in fake.requests("sendMessage"))
-    assert two.replace(f"<b>{TWO_PEOPLE}</b>\n", "", 1) == one
+    assert two.replace(f"<b>{TWO_PEOPLE}</b>\n", "", 1) == one.replace(
+        "the first answer counts", "two different people must approve, one denial denies")  # and its last line says so
     assert "two people" not in one
 
 
@@ -710,7 +711,7 @@ async def test_approve_in_telegram_runs_the_action_answers_the_press_and_takes_t
     response = await post(harness, press)
     assert response.status_code == 200
     assert response.json() == {"method": "answerCallbackQuery", "callback_query_id": press["callback_query"]["id"],
-                               "text": "Your answer (approve) is recorded; the first answer counts."}
+                               "text": "Your answer (approve) is recorded; the prompt changes once it is decided."}
     await harness.desk.settle()
     assert calls == [{"order_id": "1234", "amount": 25.5}]
     assert await harness.system_texts(cid) == ['[Approval — refund_order was approved and ran with the arguments you gave. '

@@ -96,7 +96,7 @@ class DiscordInteractions(ChannelAdapter):
         )
         word = {"approve": "approve", "deny": "deny", "always": "always allow"}[choice]
         return WebhookReply(status=200, content_type="application/json", messages=[decision], body=json.dumps(_ephemeral_body(
-            f"Your answer ({word}) is recorded; the first answer counts. The prompt changes once it is decided.")).encode())
+            f"Your answer ({word}) is recorded; the prompt changes once it is decided.")).encode())
 
     def _handoff_click(self, data: dict[str, Any], press: type[ReleasePress | ClaimPress]) -> ReleasePress | ClaimPress | None:
         """A Release or Claim click on a dispatch (in our channel) or inside a handoff thread."""
