@@ -37,6 +37,7 @@ from bot.domain.hours import OfficeHours
 from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
+from bot.domain.reports import Reports
 from bot.domain.revocations import Revocations
 from bot.domain.timers import IdleTimers
 from bot.domain.user_actions import UserActions, UserActionSettled
@@ -97,6 +98,7 @@ class Desk:
         )
         self.conversations = Conversations(self.db, self.clock, self.bus)
         self.queries = Queries(self.db)
+        self.reports = Reports(self.db, route_labels={route.id: route.label for route in config.routes})
         self.revocations = Revocations(self.db, self.clock)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.handoffs = Handoffs(

@@ -36,6 +36,7 @@ class Conversation(SQLModel, table=True):
             sqlite_where=text("front IS NOT NULL AND subscriber_external_id IS NOT NULL"),
             postgresql_where=text("front IS NOT NULL AND subscriber_external_id IS NOT NULL"),
         ),
+        Index("ix_conversations_created_at", "created_at"),  # containment (bot/domain/reports.py)
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -57,7 +58,11 @@ class Conversation(SQLModel, table=True):
 
 class Message(SQLModel, table=True):
     __tablename__ = "messages"
-    __table_args__ = (Index("ix_messages_conversation_id_id", "conversation_id", "id"),)
+    __table_args__ = (
+        Index("ix_messages_conversation_id_id", "conversation_id", "id"),
+        # A handoff's first human reply, one seek per handoff (bot/domain/reports.py)
+        Index("ix_messages_handoff_role_created_at", "handoff_session_id", "role", "created_at"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     conversation_id: str = Field(foreign_key="conversations.id", max_length=40)
@@ -86,6 +91,7 @@ class HandoffSession(SQLModel, table=True):
         # over the state index even without statistics (measured: 330 ms → 2 ms at 100k).
         Index("ix_handoff_sessions_channel_thread_state", "channel_id", "thread_key", "state"),
         Index("ix_handoff_sessions_state_escalate_at", "state", "escalate_at"),
+        Index("ix_handoff_sessions_created_at", "created_at"),  # a report's range (bot/domain/reports.py)
     )
 
     id: str = Field(primary_key=True, max_length=40)

@@ -1,0 +1,224 @@
+"""The report aggregates against a generated history whose every answer is known: stored
+handoff records on a real database (SQLite and PostgreSQL), times taken from a fixed clock,
+ranges that cross local midnight and both DST changes of 2026 in Europe/Berlin."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from bot.domain.reports import BUCKETS, Containment, DayCount, Reports, Tally
+from bot.store.db import Database
+from bot.store.models import Conversation, HandoffSession, Message
+from bot.store.vocabulary import HandoffState, Outcome, ReleaseReason, Role
+
+NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)  # the generator's clock: every time below is relative to it
+SUPPORT = (1, "Support")
+BILLING = (2, "Billing")
+_ids = itertools.count()
+
+
+@dataclass
+class Planned:
+    """One handoff of the generated history; offsets are seconds after `created`."""
+
+    created: datetime
+    channel: tuple[int, str] = SUPPORT
+    route_id: int | None = None
+    activated: float | None = 0
+    claimed: float | None = None
+    human_replies: tuple[float, ...] = ()
+    released: float | None = None
+    reason: ReleaseReason | None = None
+    outcome: Outcome | None = None
+    missing: list[str] = field(default_factory=list)
+    failed: bool = False
+
+
+async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[datetime, ...] = ()) -> None:
+    """Write the history: a conversation per handoff (created with it) plus conversations
+    that never had one."""
+    async with db.transaction() as session:
+        for at in plain_conversations:
+            session.add(Conversation(id=f"c_plain{next(_ids)}", created_at=at, last_message_at=at))
+        for plan in handoffs:
+            n = next(_ids)
+            at = plan.created
+            session.add(Conversation(id=f"c{n}", created_at=at, last_message_at=at))
+            state = (HandoffState.FAILED if plan.failed else HandoffState.RELEASED if plan.released is not None
+                     else HandoffState.ACTIVE)
+            session.add(HandoffSession(
+                id=f"h{n}", conversation_id=f"c{n}", channel_id=plan.channel[0], channel_kind="inbox",
+                channel_label=plan.channel[1], state=state, urgency="normal", summary="s", expected_action="a",
+                created_at=at, activated_at=_after(at, plan.activated), claimed_at=_after(at, plan.claimed),
+                released_at=_after(at, plan.released), release_reason=plan.reason, outcome=plan.outcome,
+                missing_required=plan.missing, route_id=plan.route_id,
+            ))
+            await session.flush()
+            for offset in plan.human_replies:
+                session.add(Message(conversation_id=f"c{n}", role=Role.HUMAN, text="hi", handoff_session_id=f"h{n}",
+                                    created_at=at + timedelta(seconds=offset)))
+            # Messages that must not count as a person: the subscriber's and the agent's
+            session.add(Message(conversation_id=f"c{n}", role=Role.SUBSCRIBER, text="help", handoff_session_id=f"h{n}",
+                                created_at=at + timedelta(seconds=1)))
+
+
+def _after(at: datetime, seconds: float | None) -> datetime | None:
+    return None if seconds is None else at + timedelta(seconds=seconds)
+
+
+def bars(*counts: int) -> tuple[int, ...]:
+    assert len(counts) == len(BUCKETS)
+    return counts
+
+
+async def test_every_aggregate_of_a_known_history(db: Database) -> None:
+    start = NOW - timedelta(days=1)
+    hour = timedelta(hours=1)
+    await store(
+        db,
+        # Ten handoffs reached after 10, 20, … 100 s by a claim; released after 10 min (one with fields missing)
+        *(Planned(start + hour, activated=5, claimed=5 + 10 * i, released=5 + 600, reason=ReleaseReason.FORM,
+                  outcome=Outcome.RESOLVED, missing=["order_id"] if i == 1 else []) for i in range(1, 11)),
+        # The earlier of claim and first human reply counts; a reply alone counts; 60 s is in 1–5m
+        Planned(start + 2 * hour, claimed=400, human_replies=(300, 350), released=7200,
+                reason=ReleaseReason.IDLE_TIMEOUT, outcome=Outcome.UNRESOLVED, channel=BILLING),
+        Planned(start + 2 * hour, claimed=200, human_replies=(500,), released=20000,
+                reason=ReleaseReason.OWNER, outcome=Outcome.NEEDS_FOLLOWUP, channel=BILLING),
+        Planned(start + 2 * hour, human_replies=(60,), channel=BILLING),
+        # Never activated (a failed dispatch), and never claimed (released unclaimed): nobody reached
+        Planned(start + 3 * hour, activated=None, failed=True),
+        Planned(start + 3 * hour, released=1800, reason=ReleaseReason.UNCLAIMED, outcome=Outcome.UNRESOLVED),
+        # Outside the range on both sides
+        Planned(start - timedelta(seconds=1), claimed=1),
+        Planned(NOW, claimed=1),
+        plain_conversations=(start, start + hour, NOW - timedelta(seconds=1), NOW),
+    )
+    summary = await Reports(db).summary(start, NOW)
+
+    assert summary.handoffs == 15
+    assert summary.days == (date(2026, 6, 9), date(2026, 6, 10))
+    assert summary.per_day == (
+        DayCount(date(2026, 6, 9), 1, "Support", None, None, 12),
+        DayCount(date(2026, 6, 9), 2, "Billing", None, None, 3),
+    )
+    reached = summary.time_to_person
+    # 10…100, 300, 200, 60 (300 s opens 5–15m): sorted 10 20 30 40 50 60 60 70 80 90 100 200 300 (n = 13)
+    assert (reached.count, reached.missing) == (13, 2)
+    assert (reached.p50, reached.p90, reached.max) == (60, 200, 300)  # ranks 7 and 12
+    assert tuple(b.count for b in reached.histogram) == bars(5, 7, 1, 0, 0, 0)
+    lasted = summary.duration
+    # 600 ×10, 7200, 20000, 1800; still active and the failed one have none
+    assert (lasted.count, lasted.missing) == (13, 2)
+    assert (lasted.p50, lasted.p90, lasted.max) == (600, 7200, 20000)  # ranks 7 and 12
+    assert tuple(b.count for b in lasted.histogram) == bars(0, 0, 10, 1, 1, 1)
+    endings = summary.endings
+    assert endings.by_reason == (Tally("form", 10), Tally("idle_timeout", 1), Tally("owner", 1), Tally("unclaimed", 1))
+    assert endings.by_outcome == (Tally("resolved", 10), Tally("unresolved", 2), Tally("needs_followup", 1))
+    assert (endings.missing_required, endings.unclaimed, endings.failed_dispatches, endings.open) == (1, 1, 1, 1)
+    assert summary.containment == Containment(conversations=18, contained=3, escalated=15)
+    assert summary.satisfaction is None
+
+
+async def test_a_channel_filter_and_a_route_filter_choose_their_handoffs(db: Database) -> None:
+    start = NOW - timedelta(days=7)
+    await store(
+        db,
+        Planned(start, claimed=30),
+        Planned(start, claimed=90, channel=BILLING, route_id=7),
+        Planned(start + timedelta(days=1), claimed=1000, channel=BILLING, route_id=7),
+        Planned(start + timedelta(days=1), claimed=5000, channel=BILLING),
+    )
+    reports = Reports(db, route_labels={7: "Escalations"})
+
+    billing = await reports.summary(start, NOW, channel_id=2)
+    assert billing.handoffs == 3
+    assert (billing.time_to_person.p50, billing.time_to_person.max) == (1000, 5000)
+    assert billing.per_day == (
+        DayCount(date(2026, 6, 3), 2, "Billing", 7, "Escalations", 1),
+        DayCount(date(2026, 6, 4), 2, "Billing", None, None, 1),
+        DayCount(date(2026, 6, 4), 2, "Billing", 7, "Escalations", 1),
+    )
+
+    routed = await reports.summary(start, NOW, route_id=7)
+    assert routed.handoffs == 2
+    assert (routed.time_to_person.p50, routed.time_to_person.p90) == (90, 1000)
+    assert [row.route_label for row in routed.per_day] == ["Escalations", "Escalations"]
+    assert len(routed.days) == 8  # 3 June 12:00 to 10 June 12:00 touches eight days
+
+
+async def test_a_day_is_local_midnight_to_local_midnight_across_both_dst_changes(db: Database) -> None:
+    await store(
+        db,
+        # Spring forward, Sunday 29 March 2026: the local day is 23 h, 28 Mar 23:00 to 29 Mar 22:00 UTC
+        Planned(datetime(2026, 3, 28, 22, 59, tzinfo=UTC)),  # 23:59 CET on the 28th
+        Planned(datetime(2026, 3, 28, 23, 0, tzinfo=UTC)),  # 00:00 CET on the 29th
+        Planned(datetime(2026, 3, 29, 21, 59, tzinfo=UTC)),  # 23:59 CEST on the 29th
+        Planned(datetime(2026, 3, 29, 22, 0, tzinfo=UTC)),  # 00:00 CEST on the 30th
+        # Fall back, Sunday 25 October 2026: the local day is 25 h, 24 Oct 22:00 to 25 Oct 23:00 UTC
+        Planned(datetime(2026, 10, 24, 21, 59, tzinfo=UTC)),  # 23:59 CEST on the 24th
+        Planned(datetime(2026, 10, 24, 22, 0, tzinfo=UTC)),  # 00:00 CEST on the 25th
+        Planned(datetime(2026, 10, 25, 22, 30, tzinfo=UTC)),  # 23:30 CET on the 25th
+        Planned(datetime(2026, 10, 25, 23, 0, tzinfo=UTC)),  # 00:00 CET on the 26th
+    )
+    reports = Reports(db)
+
+    def counted(rows: tuple[DayCount, ...]) -> list[tuple[date, int]]:
+        return [(row.day, row.handoffs) for row in rows]
+
+    spring = await reports.summary(datetime(2026, 3, 28, 12, tzinfo=UTC), datetime(2026, 3, 30, 12, tzinfo=UTC),
+                                   timezone="Europe/Berlin")
+    assert spring.days == (date(2026, 3, 28), date(2026, 3, 29), date(2026, 3, 30))
+    assert counted(spring.per_day) == [(date(2026, 3, 28), 1), (date(2026, 3, 29), 2), (date(2026, 3, 30), 1)]
+
+    autumn = await reports.summary(datetime(2026, 10, 24, 12, tzinfo=UTC), datetime(2026, 10, 26, 12, tzinfo=UTC),
+                                   timezone="Europe/Berlin")
+    assert counted(autumn.per_day) == [(date(2026, 10, 24), 1), (date(2026, 10, 25), 2), (date(2026, 10, 26), 1)]
+
+    # The same instants in UTC fall on other days
+    utc = await reports.summary(datetime(2026, 10, 24, 12, tzinfo=UTC), datetime(2026, 10, 26, 12, tzinfo=UTC))
+    assert counted(utc.per_day) == [(date(2026, 10, 24), 2), (date(2026, 10, 25), 2)]
+
+
+async def test_a_range_that_starts_and_ends_inside_local_days(db: Database) -> None:
+    # 21:30 to 02:30 Berlin time (CEST, +2): two local days, one handoff on each side of midnight
+    start, end = datetime(2026, 6, 9, 19, 30, tzinfo=UTC), datetime(2026, 6, 10, 0, 30, tzinfo=UTC)
+    await store(db, Planned(datetime(2026, 6, 9, 21, 59, tzinfo=UTC)), Planned(datetime(2026, 6, 9, 22, 0, tzinfo=UTC)))
+    summary = await Reports(db).summary(start, end, timezone="Europe/Berlin")
+    assert summary.days == (date(2026, 6, 9), date(2026, 6, 10))
+    assert [(row.day, row.handoffs) for row in summary.per_day] == [(date(2026, 6, 9), 1), (date(2026, 6, 10), 1)]
+
+
+async def test_an_empty_range_has_zeros_and_no_percentiles(db: Database) -> None:
+    await store(db, Planned(NOW - timedelta(days=3), claimed=10, released=100, reason=ReleaseReason.FORM,
+                            outcome=Outcome.RESOLVED))
+    reports = Reports(db)
+    for start, end in ((NOW - timedelta(days=1), NOW), (NOW, NOW)):
+        summary = await reports.summary(start, end, channel_id=1)
+        assert summary.handoffs == 0
+        assert summary.per_day == ()
+        for spread in (summary.time_to_person, summary.duration):
+            assert (spread.count, spread.missing, spread.p50, spread.p90, spread.max) == (0, 0, None, None, None)
+            assert all(b.count == 0 for b in spread.histogram)
+        assert (summary.endings.by_reason, summary.endings.by_outcome) == ((), ())
+        assert summary.containment == Containment(0, 0, 0)
+    assert (await reports.summary(NOW, NOW)).days == ()
+    # A channel that has no handoffs over a range that has some
+    assert (await reports.summary(NOW - timedelta(days=7), NOW, channel_id=99)).handoffs == 0
+
+
+async def test_a_range_that_ends_before_it_starts_is_refused(db: Database) -> None:
+    with pytest.raises(ValueError, match="before it starts"):
+        await Reports(db).summary(NOW, NOW - timedelta(seconds=1))
+
+
+async def test_a_sibling_agents_own_conversation_is_no_subscriber_conversation(db: Database) -> None:
+    await store(db, Planned(NOW - timedelta(hours=1)))
+    async with db.transaction() as session:
+        session.add(Conversation(id="c_sibling", created_at=NOW - timedelta(minutes=30),
+                                 last_message_at=NOW, serves_handoff_session_id="h_any"))
+    summary = await Reports(db).summary(NOW - timedelta(days=1), NOW)
+    assert summary.containment == Containment(conversations=1, contained=0, escalated=1)
