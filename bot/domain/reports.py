@@ -11,7 +11,9 @@ number of seconds between two timestamps (`_seconds`).
 A handoff belongs to the range its `created_at` falls in, and to the local day (in the
 summary's timezone, from local midnight to local midnight, so a day of a DST change has 23
 or 25 hours) it was created on. The indexes these queries lean on (migration 0017):
-`ix_handoff_sessions_created_at` (the range of handoffs), `ix_conversations_created_at`
+`ix_handoff_sessions_created_at` (the range of handoffs), `ix_handoff_sessions_channel_created_at`
+and `ix_handoff_sessions_route_created_at` (the range through one channel or route: without
+them SQLite walks every handoff of the channel), `ix_conversations_created_at`
 (the range of conversations) and `ix_messages_handoff_role_created_at` (one seek per handoff
 for its first human message).
 """
@@ -24,7 +26,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import ColumnElement, and_, case, exists, extract, func, literal, select
+from sqlalchemy import ColumnElement, and_, case, exists, extract, func, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
@@ -94,9 +96,10 @@ class Tally:
 
 @dataclass(frozen=True)
 class Endings:
-    """How the range's handoffs ended. `unclaimed` is also among `by_reason`; `open` are still
-    dispatching or active; `failed_dispatches` never reached their channel."""
+    """How the range's `handoffs` ended. `unclaimed` is also among `by_reason`; `open` are
+    still dispatching or active; `failed_dispatches` never reached their channel."""
 
+    handoffs: int
     by_reason: tuple[Tally, ...]
     by_outcome: tuple[Tally, ...]
     missing_required: int
@@ -172,13 +175,14 @@ class Reports:
         started = func.coalesce(col(handoffs.activated_at), col(handoffs.created_at))
         async with self.db.read() as session:
             per_day = await self._per_day(session, chosen, days, zone)
-            time_to_person = await _distribution(session, seconds(started, _reached_person()), chosen)
-            duration = await _distribution(session, seconds(col(handoffs.activated_at), col(handoffs.released_at)), chosen)
             endings = await _endings(session, chosen)
+            total = endings.handoffs
+            time_to_person = await _distribution(session, seconds(started, _reached_person()), chosen, total)
+            duration = await _distribution(session, seconds(col(handoffs.activated_at), col(handoffs.released_at)), chosen, total)
             containment = await _containment(session, start, end)
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
-            days=days, per_day=per_day, handoffs=time_to_person.count + time_to_person.missing,
+            days=days, per_day=per_day, handoffs=endings.handoffs,
             time_to_person=time_to_person, duration=duration, endings=endings, containment=containment,
         )
 
@@ -235,51 +239,47 @@ def _seconds_between(db: Database) -> Any:
 
 
 def _reached_person() -> ColumnElement[Any]:
-    """When a person took the handoff: the earlier of its claim and its first human message
-    (one seek of `ix_messages_handoff_role_created_at`); NULL when neither happened. A CASE,
-    since SQLite's min() and PostgreSQL's LEAST() treat NULL differently."""
-    first_reply = (
+    """When a person took the handoff: the earlier of its claim and its first human message,
+    NULL when neither happened. The subquery asks only for a human message before the claim
+    (one seek of `ix_messages_handoff_role_created_at`), so the answer is that message or
+    else the claim, with no comparison that would repeat the subquery."""
+    claimed = col(HandoffSession.claimed_at)
+    first_reply_before_claim = (
         select(func.min(col(Message.created_at)))
-        .where(col(Message.handoff_session_id) == col(HandoffSession.id), col(Message.role) == Role.HUMAN)
+        .where(col(Message.handoff_session_id) == col(HandoffSession.id), col(Message.role) == Role.HUMAN,
+               or_(claimed.is_(None), col(Message.created_at) < claimed))
         .correlate(HandoffSession).scalar_subquery()
     )
-    claimed = col(HandoffSession.claimed_at)
-    return case(
-        (claimed.is_(None), first_reply),
-        (first_reply.is_(None), claimed),
-        (claimed < first_reply, claimed),
-        else_=first_reply,
-    )
+    return func.coalesce(first_reply_before_claim, claimed)
 
 
 async def _distribution(session: AsyncSession, seconds: ColumnElement[Any],
-                        chosen: Sequence[ColumnElement[bool]]) -> Distribution:
-    """Count, missing, nearest-rank p50 / p90, max and the histogram of `seconds` over the
-    chosen handoffs, in one query. The rows with a value and those without are numbered apart
-    (`PARTITION BY value IS NULL`), so the ranks count only the measured ones."""
+                        chosen: Sequence[ColumnElement[bool]], total: int) -> Distribution:
+    """Count, nearest-rank p50 / p90, max and the histogram of `seconds` over the chosen
+    handoffs that have a value, in one query; the other `total - count` are `missing`. One
+    window, over the measured values only: on SQLite each extra window (a partition, a
+    count over the whole set) costs as much again as the sort itself."""
     values = select(seconds.label("s")).where(*chosen).subquery()
-    measured = values.c.s.is_not(None)
     ranked = select(
         values.c.s,
-        func.row_number().over(partition_by=measured, order_by=values.c.s).label("rank"),
-        func.count().over(partition_by=measured).label("n"),
-    ).subquery()
+        func.row_number().over(order_by=values.c.s).label("rank"),
+        func.count().over().label("n"),
+    ).where(values.c.s.is_not(None)).subquery()
     value, rank, n = ranked.c.s, ranked.c.rank, ranked.c.n
 
     def nearest_rank(percent: int) -> ColumnElement[Any]:
-        return func.max(case((and_(value.is_not(None), rank == (percent * n + 99) // 100), value)))
+        return func.max(case((rank == (percent * n + 99) // 100, value)))
 
     def within(bucket: Bucket) -> ColumnElement[Any]:
         inside = value >= bucket.lower if bucket.upper is None else and_(value >= bucket.lower, value < bucket.upper)
         return func.coalesce(func.sum(case((inside, 1), else_=0)), 0)
 
     row = (await session.execute(select(
-        func.count(value), func.count() - func.count(value), nearest_rank(50), nearest_rank(90), func.max(value),
-        *(within(bucket) for bucket in BUCKETS),
+        func.count(), nearest_rank(50), nearest_rank(90), func.max(value), *(within(bucket) for bucket in BUCKETS),
     ).select_from(ranked))).one()
-    count, missing, p50, p90, longest, *bars = row
+    count, p50, p90, longest, *bars = row
     return Distribution(
-        count=count, missing=missing, p50=_float(p50), p90=_float(p90), max=_float(longest),
+        count=count, missing=total - count, p50=_float(p50), p90=_float(p90), max=_float(longest),
         histogram=tuple(BucketCount(bucket, int(bar)) for bucket, bar in zip(BUCKETS, bars, strict=True)),
     )
 
@@ -294,8 +294,9 @@ async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]])
     )).all()
     reasons: dict[str, int] = {}
     outcomes: dict[str, int] = {}
-    missing_required = failed = still_open = 0
+    missing_required = failed = still_open = total = 0
     for state, reason, outcome, count, lacking_count in rows:
+        total += count
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + count
         if outcome is not None:
@@ -307,21 +308,25 @@ async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]])
         else:
             still_open += count
     return Endings(
-        by_reason=_tallies(reasons), by_outcome=_tallies(outcomes), missing_required=missing_required,
+        handoffs=total, by_reason=_tallies(reasons), by_outcome=_tallies(outcomes), missing_required=missing_required,
         unclaimed=reasons.get(ReleaseReason.UNCLAIMED, 0), failed_dispatches=failed, open=still_open,
     )
 
 
 async def _containment(session: AsyncSession, start: datetime, end: datetime) -> Containment:
     """Conversations started in [start, end), and how many of them had a handoff (an EXISTS
-    on the handoffs' conversation index)."""
+    on the handoffs' conversation index). Sibling agents' conversations are left out by a
+    CASE, not a WHERE: `serves_handoff_session_id IS NULL` would tempt SQLite into that
+    column's index, which holds nearly every conversation, instead of the range's."""
     had_handoff = exists().where(col(HandoffSession.conversation_id) == col(Conversation.id))
+    subscribers = col(Conversation.serves_handoff_session_id).is_(None)
     conversations, escalated = (await session.execute(
-        select(func.count(), func.coalesce(func.sum(case((had_handoff, 1), else_=0)), 0)).where(
-            col(Conversation.created_at) >= start, col(Conversation.created_at) < end,
-            col(Conversation.serves_handoff_session_id).is_(None))
+        select(func.coalesce(func.sum(case((subscribers, 1), else_=0)), 0),
+               func.coalesce(func.sum(case((and_(subscribers, had_handoff), 1), else_=0)), 0))
+        .where(col(Conversation.created_at) >= start, col(Conversation.created_at) < end)
     )).one()
-    return Containment(conversations=conversations, contained=conversations - int(escalated), escalated=int(escalated))
+    return Containment(conversations=int(conversations), contained=int(conversations) - int(escalated),
+                       escalated=int(escalated))
 
 
 def _tallies(counts: Mapping[str, int]) -> tuple[Tally, ...]:

@@ -19,6 +19,8 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.create_index('ix_handoff_sessions_created_at', 'handoff_sessions', ['created_at'], unique=False)
+    op.create_index('ix_handoff_sessions_channel_created_at', 'handoff_sessions', ['channel_id', 'created_at'], unique=False)
+    op.create_index('ix_handoff_sessions_route_created_at', 'handoff_sessions', ['route_id', 'created_at'], unique=False)
     op.create_index('ix_conversations_created_at', 'conversations', ['created_at'], unique=False)
     op.create_index('ix_messages_handoff_role_created_at', 'messages',
                     ['handoff_session_id', 'role', 'created_at'], unique=False)
@@ -27,4 +29,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index('ix_messages_handoff_role_created_at', table_name='messages')
     op.drop_index('ix_conversations_created_at', table_name='conversations')
+    op.drop_index('ix_handoff_sessions_route_created_at', table_name='handoff_sessions')
+    op.drop_index('ix_handoff_sessions_channel_created_at', table_name='handoff_sessions')
     op.drop_index('ix_handoff_sessions_created_at', table_name='handoff_sessions')

@@ -1,0 +1,233 @@
+"""Reports benchmark: what one summary of the owner's reports costs on a long history.
+
+Run:  python bench/reports.py [--handoffs N] [--calls N] [--keep PATH]
+
+Builds a SQLite file (migrated, the desk's pragmas) holding N handoffs (100,000 by default)
+spread over 90 days with a daily rhythm, over four channels and two routes, each in its own
+conversation with the subscriber's, the agent's and the people's messages; beside them 1.5
+conversations per handoff that never needed a person. Ends are mixed the way a desk sees
+them: releases by form, token, agent, owner, idle timeout and unclaimed; failed dispatches;
+a few still open; required fields missing on some form releases. Rows go in by bulk
+inserts (executemany in batches).
+
+Then it times `Reports.summary` (bot/domain/reports.py), the one call behind the reports
+page, for the last 24 h, 7 days and 30 days, each without a filter and with a channel
+filter (in Europe/Berlin): p50 / p99 wall time and CPU time per call, per query and over
+all of them, and the process RSS. The goal is a p50 of at most 200 ms for a whole summary.
+Figures are wall-clock on whatever machine runs this; nothing here asserts a threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import platform
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
+
+import sqlalchemy  # noqa: E402
+from sqlalchemy import create_engine, insert  # noqa: E402
+
+from bench.lifecycle import rss_mib  # noqa: E402
+from bot.domain.reports import Reports  # noqa: E402
+from bot.store.db import Database  # noqa: E402
+from bot.store.models import Conversation, HandoffSession, Message  # noqa: E402
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)  # the end of the generated history
+HISTORY = timedelta(days=90)
+CHANNELS = ((1, "owner_inbox", "Owner inbox"), (2, "slack", "Slack #support"), (3, "telegram", "Telegram on-call"),
+            (4, "email", "Billing email"))
+CHANNEL_WEIGHTS = (20, 45, 25, 10)
+ROUTES = (None, 10, 11)
+ROUTE_WEIGHTS = (70, 20, 10)
+# (release reason, outcome) of released handoffs, with weights; unclaimed ones never reach a person
+ENDINGS = ((("form", "resolved"), 38), (("form", "needs_followup"), 7), (("release_token", "resolved"), 15),
+           (("agent", "resolved"), 15), (("owner", "unresolved"), 5), (("idle_timeout", "unresolved"), 12),
+           (("unclaimed", "unresolved"), 8))
+HOURLY = tuple(1 + 4 * math.exp(-((h - 14) ** 2) / 18) for h in range(24))  # busier in the afternoon (UTC)
+BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Per-call wall and CPU times (seconds) of one query."""
+
+    name: str
+    wall: list[float]
+    cpu: list[float]
+
+
+# --------------------------------------------------------------------------- data
+
+
+def batches(count: int, size: int) -> Iterator[range]:
+    for first in range(0, count, size):
+        yield range(first, min(first + size, count))
+
+
+def created_at(rng: random.Random) -> datetime:
+    """A moment in the last 90 days, busier in the afternoon."""
+    day = NOW - HISTORY + timedelta(days=rng.randrange(HISTORY.days))
+    hour = rng.choices(range(24), HOURLY)[0]
+    moment = day.replace(hour=hour, minute=0, second=0) + timedelta(seconds=rng.uniform(0, 3600))
+    return min(moment, NOW - timedelta(seconds=1))
+
+
+def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """One conversation, its handoff and its messages, created at `at`."""
+    cid, hid = f"c_bench{i:09d}", f"hs_bench{i:09d}"
+    channel_id, kind, label = rng.choices(CHANNELS, CHANNEL_WEIGHTS)[0]
+    route_id = rng.choices(ROUTES, ROUTE_WEIGHTS)[0]
+    activated = at + timedelta(seconds=rng.uniform(0.2, 3))
+    failed = rng.random() < 0.02
+    still_open = not failed and at > NOW - timedelta(hours=2) and rng.random() < 0.5
+    (reason, outcome) = rng.choices([e for e, _ in ENDINGS], [w for _, w in ENDINGS])[0]
+    reached = not failed and reason != "unclaimed"
+    to_person = timedelta(seconds=rng.lognormvariate(math.log(240), 1.1))
+    claimed = activated + to_person if reached and (route_id is not None or rng.random() < 0.4) else None
+    first_reply = activated + to_person * rng.uniform(1, 1.5) if reached else None
+    released = None if failed or still_open else activated + to_person + timedelta(seconds=rng.lognormvariate(math.log(1500), 0.9))
+    messages = [
+        {"conversation_id": cid, "role": "subscriber", "text": "My order is late.", "author": None,
+         "handoff_session_id": None, "created_at": at - timedelta(seconds=30)},
+        {"conversation_id": cid, "role": "agent", "text": "Let me get a person.", "author": None,
+         "handoff_session_id": None, "created_at": at - timedelta(seconds=1)},
+    ]
+    if first_reply is not None:
+        replies = [first_reply + timedelta(seconds=60 * n) for n in range(rng.randrange(1, 4))]
+        messages += [{"conversation_id": cid, "role": "human", "text": "I'm on it.", "author": "Sam",
+                      "handoff_session_id": hid, "created_at": moment} for moment in replies]
+    conversation = {"id": cid, "subscriber_name": "Ana", "subscriber_email": None, "subscriber_external_id": None,
+                    "serves_handoff_session_id": None, "created_at": at - timedelta(seconds=30), "last_message_at": at}
+    state = "failed" if failed else "active" if still_open else "released"
+    ended = state == "released"
+    handoff = {
+        "id": hid, "conversation_id": cid, "channel_id": channel_id, "channel_kind": kind, "channel_label": label,
+        "state": state, "urgency": "normal", "summary": "Order #1234 is a week late.",
+        "expected_action": "Check the order.", "contact_back_email": None, "include_transcript": True,
+        "extra_context": {}, "expected_return": [], "estimated_response": None, "channel_message_id": None,
+        "thread_key": hid, "thread": {}, "failure": "refused" if failed else None, "created_at": at,
+        "activated_at": None if failed else activated, "last_activity_at": None, "idle_deadline": None,
+        "released_at": released, "release_reason": reason if ended else None, "released_by": None,
+        "outcome": outcome if ended else None, "note": None, "returned": {},
+        "missing_required": ["order_id"] if ended and reason == "form" and rng.random() < 0.05 else [],
+        "route_id": route_id, "claimed_at": claimed, "claimed_by": "Sam" if claimed else None,
+    }
+    return conversation, handoff, messages
+
+
+def plain_rows(i: int, at: datetime) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A conversation the bot handled alone, started at `at`."""
+    cid = f"c_plain{i:09d}"
+    conversation = {"id": cid, "subscriber_name": None, "subscriber_email": None, "subscriber_external_id": None,
+                    "serves_handoff_session_id": None, "created_at": at, "last_message_at": at}
+    return conversation, [
+        {"conversation_id": cid, "role": role, "text": text, "author": None, "handoff_session_id": None,
+         "created_at": at + timedelta(seconds=n)} for n, (role, text) in enumerate((("subscriber", "Where is my order?"),
+                                                                                    ("agent", "It ships tomorrow.")))
+    ]
+
+
+def load(path: Path, handoffs: int) -> None:
+    """Bulk-insert the history into the migrated file at `path`, oldest first as a desk writes it."""
+    rng = random.Random(18)
+    handoff_times = sorted(created_at(rng) for _ in range(handoffs))
+    plain_times = sorted(created_at(rng) for _ in range(handoffs * 3 // 2))
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        for ids in batches(handoffs, BATCH):
+            rows = [handoff_rows(i, handoff_times[i], rng) for i in ids]
+            conn.execute(insert(Conversation.__table__), [c for c, _h, _m in rows])
+            conn.execute(insert(HandoffSession.__table__), [h for _c, h, _m in rows])
+            conn.execute(insert(Message.__table__), [m for _c, _h, ms in rows for m in ms])
+        for ids in batches(len(plain_times), BATCH):
+            plain = [plain_rows(i, plain_times[i]) for i in ids]
+            conn.execute(insert(Conversation.__table__), [c for c, _m in plain])
+            conn.execute(insert(Message.__table__), [m for _c, ms in plain for m in ms])
+    engine.dispose()
+
+
+# --------------------------------------------------------------------------- the runs
+
+
+async def time_query(reports: Reports, name: str, span: timedelta, channel_id: int | None, calls: int) -> Timed:
+    """`calls` summaries in sequence after two unrecorded ones."""
+    async def once() -> None:
+        await reports.summary(NOW - span, NOW, channel_id=channel_id, timezone="Europe/Berlin")
+
+    for _ in range(2):
+        await once()
+    wall, cpu = [], []
+    for _ in range(calls):
+        w0, c0 = time.perf_counter(), time.process_time()
+        await once()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return Timed(name, wall, cpu)
+
+
+def p(samples: list[float], percent: int) -> float:
+    """A percentile in milliseconds."""
+    ms = sorted(s * 1000 for s in samples)
+    return statistics.quantiles(ms, n=100, method="inclusive")[percent - 1] if len(ms) > 1 else ms[0]
+
+
+def print_table(rows: list[Timed]) -> None:
+    width = max(len(r.name) for r in rows)
+    print(f"{'query':<{width}}  {'n':>5}  {'p50 ms':>8}  {'p99 ms':>8}  {'cpu p50 ms':>10}")
+    print("-" * (width + 39))
+    for r in rows:
+        print(f"{r.name:<{width}}  {len(r.wall):>5}  {p(r.wall, 50):8.1f}  {p(r.wall, 99):8.1f}  {p(r.cpu, 50):10.1f}")
+
+
+async def main(handoffs: int, calls: int, keep: Path | None) -> None:
+    with tempfile.TemporaryDirectory(prefix="handoff-bench-") as tmp:
+        path = keep or Path(tmp) / "reports.db"
+        db = Database(f"sqlite:///{path}")
+        await db.upgrade()
+        print("Handoff Desk reports benchmark")
+        print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | SQLAlchemy {sqlalchemy.__version__}"
+              f" | {platform.platform()}")
+        rss_before = rss_mib()
+        started = time.perf_counter()
+        load(path, handoffs)
+        print(f"loaded {handoffs:,} handoffs, {handoffs * 5 // 2:,} conversations in {time.perf_counter() - started:.1f} s"
+              f" ({path.stat().st_size / 2**20:.0f} MiB)\n", flush=True)
+        reports = Reports(db)
+        rows: list[Timed] = []
+        try:
+            for label, span in (("24 h", timedelta(days=1)), ("7 d", timedelta(days=7)), ("30 d", timedelta(days=30))):
+                for channel_id in (None, 2):
+                    name = f"summary {label}" + (f", channel {channel_id}" if channel_id else "")
+                    rows.append(await time_query(reports, name, span, channel_id, calls))
+            sample = await reports.summary(NOW - timedelta(days=30), NOW, timezone="Europe/Berlin")
+        finally:
+            await db.dispose()
+        everything = Timed("all summaries", [w for r in rows for w in r.wall], [c for r in rows for c in r.cpu])
+        print_table([*rows, everything])
+        reached = sample.time_to_person
+        print(f"\n30 d: {sample.handoffs:,} handoffs; time to a person p50 {reached.p50:.0f} s, p90 {reached.p90:.0f} s,"
+              f" not reached {reached.missing:,}; containment {sample.containment.contained:,} of"
+              f" {sample.containment.conversations:,}")
+        print(f"process RSS {rss_mib():.0f} MiB (before loading {rss_before:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--handoffs", type=int, default=100_000)
+    parser.add_argument("--calls", type=int, default=30, help="timed summaries per query")
+    parser.add_argument("--keep", type=Path, help="build the database here and leave it")
+    args = parser.parse_args()
+    asyncio.run(main(args.handoffs, args.calls, args.keep))
