@@ -20,6 +20,7 @@ from bot.web.body_limit import BodyLimit
 from bot.web.chat import chat_api
 from bot.web.chat import router as chat_page_routes
 from bot.web.inbox import inbox, install_inbox_errors
+from bot.web.reports_page import reports_page
 from forms.routes import router as form_pages
 
 
@@ -63,6 +64,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
     app.include_router(chat_api)
     app.include_router(chat_page_routes)
     app.include_router(inbox)
+    app.include_router(reports_page)
     install_inbox_errors(app)
 
     @app.exception_handler(ApiError)

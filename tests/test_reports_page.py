@@ -1,0 +1,161 @@
+"""The Reports page and its CSV through a real desk: the figures of a small known history,
+the range and filter parameters (a malformed one is a 400 naming it), the owner login, the
+charts' escaping, and, in real Chromium, the page at desktop and phone width (nothing
+wider than the viewport). Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh its README screenshots."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from bot.runtime.clock import ManualClock
+from bot.web.charts import Bar, columns, rows
+from channels.base import RecipientText
+from tests.conftest import CHROMIUM, Harness, StartDesk, desk_served, shot
+from tests.test_inbox import login
+from tests.test_inbox_browser import assert_fits_the_phone
+
+NOON = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+CHANNELS = [
+    {"id": 1, "kind": "owner_inbox", "label": "Owner inbox", "estimated_response": "within 1 business day"},
+    {"id": 2, "kind": "owner_inbox", "label": "Billing <team>", "estimated_response": "within 1 business day"},
+]
+
+
+async def history(harness: Harness) -> None:
+    """Three handoffs: one answered after 2 minutes and released by its person after 10, one
+    on channel 2 still open, one nobody answered that the idle timer ended; one conversation
+    without a handoff."""
+    clock = harness.desk.clock
+    assert isinstance(clock, ManualClock)
+    first = await harness.conversation("Ana")
+    sid = (await harness.start_handoff(first))["handoff_session_id"]
+    clock.advance(timedelta(minutes=2))
+    await harness.desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid, text="On it", author="Sam"))
+    clock.advance(timedelta(minutes=8))
+    await harness.desk.handoffs.release(sid, reason="owner", actor="owner")
+    second = await harness.conversation("Ben", email=None)
+    await harness.start_handoff(second, channel_id=2)
+    third = await harness.conversation("Cy", email=None)
+    idle = (await harness.start_handoff(third))["handoff_session_id"]
+    clock.advance(timedelta(minutes=31))
+    await harness.desk.handoffs.release_if_idle(idle)
+    await harness.conversation("Dee", email=None)  # the bot handled it alone
+    await harness.desk.settle()
+    clock.advance(timedelta(minutes=1))  # a range ends just before now: everything above is in it
+
+
+async def report_desk(start_desk: StartDesk) -> Harness:
+    harness = await start_desk(clock=ManualClock(NOON), owner={"token": "owner-secret"}, channels=CHANNELS)
+    await login(harness.client)
+    return harness
+
+
+async def test_the_page_shows_the_figures_of_the_range(start_desk: StartDesk) -> None:
+    harness = await report_desk(start_desk)
+    await history(harness)
+    page = await harness.client.get("/inbox/reports", params={"range": "24h"})
+    assert page.status_code == 200
+    html = page.text
+    assert '<strong id="report-total">3</strong> handoffs' in html
+    assert "p50 <strong>2 min</strong>" in html  # the one person who answered, after two minutes
+    assert "<td>idle timeout</td><td>1</td>" in html and "<td>owner</td><td>1</td>" in html
+    assert "<td>still open</td><td>1</td>" in html
+    assert "Billing &lt;team&gt;" in html and "Billing <team>" not in html  # labels escaped, in tables and charts
+    assert html.count('<svg class="chart"') >= 3 and "<script" not in html.split("<main", 1)[-1]
+    assert "<strong>25%</strong>" in html  # one of four conversations needed no handoff
+
+    only_billing = await harness.client.get("/inbox/reports", params={"range": "24h", "filter": "c2"})
+    assert '<strong id="report-total">1</strong> handoffs' in only_billing.text
+
+
+async def test_the_csv_holds_the_rows_behind_the_page(start_desk: StartDesk) -> None:
+    harness = await report_desk(start_desk)
+    await history(harness)
+    response = await harness.client.get("/inbox/reports.csv", params={"range": "7d"})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
+    assert response.headers["content-disposition"].startswith('attachment; filename="handoff-report-')
+    table = list(csv.reader(io.StringIO(response.text)))
+    assert table[0] == ["day", "channel_id", "channel", "route_id", "route", "handoffs"]
+    assert ["2026-12-07", "1", "Owner inbox", "", "", "2"] in table and ["2026-12-07", "2", "Billing <team>", "", "", "1"] in table
+    figures = dict(row for row in table if len(row) == 2)
+    assert figures["handoffs"] == "3" and figures["time_to_person_p50_seconds"] in ("120", "120.0")
+    assert figures["released_idle_timeout"] == "1" and figures["contained"] == "1"
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ({"range": "week"}, "range: expected one of 24h, 7d, 30d or custom, got 'week'"),
+    ({"range": "custom", "from": "2026-12-07", "to": "2026-12-01"}, "to: 2026-12-01 is before from (2026-12-07)"),
+    ({"range": "custom", "from": "yesterday", "to": "2026-12-01"}, "from: expected a date such as 2026-12-01, got 'yesterday'"),
+    ({"filter": "c9"}, "filter: no channel 9"),
+    ({"filter": "x1"}, "filter: expected a channel (c&lt;id&gt;) or a route (r&lt;id&gt;), got &#39;x1&#39;"),
+    ({"tz": "Mars/Base"}, "tz: &#39;Mars/Base&#39; is not an IANA timezone such as Europe/Berlin"),
+])
+async def test_a_malformed_parameter_is_refused_by_name(start_desk: StartDesk, params: dict[str, str], expected: str) -> None:
+    harness = await report_desk(start_desk)
+    page = await harness.client.get("/inbox/reports", params=params)
+    assert page.status_code == 400
+    assert expected.replace("'", "&#39;") in page.text or expected in page.text
+
+
+async def test_a_custom_range_counts_local_days(start_desk: StartDesk) -> None:
+    harness = await report_desk(start_desk)
+    await history(harness)
+    page = await harness.client.get("/inbox/reports", params={
+        "range": "custom", "from": "2026-12-07", "to": "2026-12-07", "tz": "Europe/Berlin"})
+    assert '<strong id="report-total">3</strong> handoffs' in page.text
+    assert "2026-12-06 23:00 – 2026-12-07 23:00 UTC · days counted in Europe/Berlin" in page.text
+    before = await harness.client.get("/inbox/reports", params={"range": "custom", "from": "2026-12-01", "to": "2026-12-06"})
+    assert '<strong id="report-total">0</strong> handoffs' in before.text
+
+
+async def test_the_page_needs_the_owner(start_desk: StartDesk) -> None:
+    harness = await start_desk(owner={"token": "owner-secret"})
+    for path in ("/inbox/reports", "/inbox/reports.csv"):
+        response = await harness.client.get(path)
+        assert response.status_code == 303 and response.headers["location"].startswith("/inbox/login")
+
+
+def test_charts_escape_their_labels_and_say_when_empty() -> None:
+    drawn = str(columns([Bar("<b>Mon</b>", 3), Bar("Tue", 0)], label="per day"))
+    assert "&lt;b&gt;Mon&lt;/b&gt;" in drawn and "<b>" not in drawn
+    assert 'role="img" aria-label="per day"' in drawn
+    assert str(rows([], label="endings")) == '<p class="chart-empty">endings: nothing in this range.</p>'
+    assert str(rows([Bar("<1m", 0)], label="waits")) == '<p class="chart-empty">waits: nothing in this range.</p>'
+
+
+# --------------------------------------------------------------------------- in Chromium
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("HANDOFF_REQUIRE_BROWSER"),
+                    reason="Chromium is not installed (apt-get install -y chromium; .ci/run does)")
+async def test_the_reports_page_fits_a_desktop_and_a_phone(sqlite_url: str, page: Any) -> None:
+    async with desk_served(sqlite_url, channels=CHANNELS) as (desk, base):
+        async with httpx.AsyncClient(base_url=base) as api:
+            for name, channel in (("Ana", 1), ("Ben", 2), ("Cy", 1)):
+                cid = (await api.post("/api/conversations", json={"subscriber": {"name": name}})).json()["conversation_id"]
+                started = (await api.post(f"/api/conversations/{cid}/tools/handoff_request", json={
+                    "channel_id": channel, "summary": f"{name}'s order is a week late and they want a person.",
+                    "expected_action": "Look the order up and tell them when it arrives."})).json()
+                sid = started["handoff_session_id"]
+                if name != "Cy":  # Cy is still waiting
+                    await desk.inbound.submit_and_wait(channel, RecipientText(thread_key=sid, text="On it", author="Sam"))
+                    await api.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
+            await api.post("/api/conversations", json={"subscriber": {"name": "Dee"}})
+        await desk.settle()
+        await page.goto(f"{base}/inbox/reports?range=7d")
+        await page.wait_for_selector("#report-total")
+        assert await page.inner_text("#report-total") == "3"
+        assert await page.locator("svg.chart").count() >= 3
+        assert page.problems == []  # no CSP violation, no script error
+        await shot(page, "inbox-reports")
+        await page.set_viewport_size({"width": 375, "height": 800})
+        await page.reload()
+        await assert_fits_the_phone(page, "the reports page")
+        await shot(page, "inbox-reports-phone")
