@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal
 
 from sqlalchemy import exists, select, update
 from sqlalchemy.sql.elements import ColumnElement
@@ -53,7 +54,7 @@ class OpenQuestion:
     once answered, the optional comment (`stage="comment"`)."""
 
     handoff_id: str
-    stage: str  # "question" | "comment"
+    stage: Literal["question", "comment"]
     in_words: bool
 
 
@@ -116,8 +117,11 @@ class Satisfaction:
 
     async def answer(
         self, handoff_id: str, satisfied: bool, *, conversation_id: str, via: str, by: str | None = None,
+        comment_in_chat: bool = False,
     ) -> Recorded:
-        """Record 👍 (True) or 👎 (False): once, while the question is open."""
+        """Record 👍 (True) or 👎 (False): once, while the question is open. `comment_in_chat`: the
+        subscriber is on a provider front, where the comment is their next message (the web
+        chat has a comment box), so the thanks says so."""
         now = self.clock.now()
         word = "yes" if satisfied else "no"
         async with self.db.transaction() as session:
@@ -134,7 +138,7 @@ class Satisfaction:
             assert row is not None
             await audit.note(session, "satisfaction_answered", at=now, actor=by or "subscriber", handoff_session_id=handoff_id,
                              conversation_id=conversation_id, answer=word, via=via)
-            offer = self.settings.comment and row.in_words
+            offer = self.settings.comment and comment_in_chat
             await conversations.add_message(
                 session, conversation_id, role=Role.AGENT, now=now,
                 text=self.renderer.render("messages/satisfaction_thanks.txt", comment_in_words=offer).strip(),
@@ -142,8 +146,9 @@ class Satisfaction:
         self.metrics.satisfaction.labels(word).inc()
         return Recorded(True, row)
 
-    async def comment(self, handoff_id: str, text: str, *, conversation_id: str) -> Recorded:
-        """Add the optional comment to an answer: once, while the comment is offered."""
+    async def comment(self, handoff_id: str, text: str, *, conversation_id: str, comment_in_chat: bool = False) -> Recorded:
+        """Add the optional comment to an answer: once, while the comment is offered. One
+        sent `comment_in_chat` (a message on a provider front) is acknowledged in the chat."""
         now = self.clock.now()
         text = text.strip()
         if not self.settings.comment or not text or len(text) > COMMENT_LIMIT:
@@ -162,7 +167,7 @@ class Satisfaction:
             row = await session.get(HandoffSatisfaction, handoff_id, populate_existing=True)
             await audit.note(session, "satisfaction_commented", at=now, actor=(row.answered_by if row else None) or "subscriber",
                              handoff_session_id=handoff_id, conversation_id=conversation_id)
-            if row is not None and row.in_words:
+            if comment_in_chat:
                 await conversations.add_message(
                     session, conversation_id, role=Role.AGENT, now=now,
                     text=self.renderer.render("messages/satisfaction_comment_thanks.txt").strip(),
@@ -170,21 +175,23 @@ class Satisfaction:
         return Recorded(True, row)
 
     async def take_words(self, conversation_id: str, text: str, *, via: str, by: str | None) -> bool:
-        """A message on a front: True when it answered the open question in words ("1" /
-        "2") or was the comment offered after the answer, so it is not a message to route."""
+        """A message on a provider front: True when it answered the open question in words
+        ("1" / "2", on a front without buttons) or was the comment offered after the answer,
+        so it is not a message to route."""
         if not self.settings.enabled:
             return False
         open_question = await self.open_for(conversation_id)
-        if open_question is None or not open_question.in_words:
+        if open_question is None:
             return False
         if open_question.stage == "comment":
-            result = await self.comment(open_question.handoff_id, text, conversation_id=conversation_id)
-            return result.recorded
-        satisfied = words_answer(text)
+            commented = await self.comment(open_question.handoff_id, text, conversation_id=conversation_id, comment_in_chat=True)
+            return commented.recorded
+        satisfied = words_answer(text) if open_question.in_words else None
         if satisfied is None:
             return False
-        result = await self.answer(open_question.handoff_id, satisfied, conversation_id=conversation_id, via=via, by=by)
-        return result.recorded
+        answered = await self.answer(open_question.handoff_id, satisfied, conversation_id=conversation_id, via=via, by=by,
+                                     comment_in_chat=True)
+        return answered.recorded
 
     # ------------------------------------------------------------------ reading
 

@@ -87,6 +87,7 @@ class Fronts:
             case SatisfactionAnswer():
                 result = await self.satisfaction.answer(
                     message.handoff_id, message.satisfied, conversation_id=cid, via=f"front:{front.name}", by=message.author,
+                    comment_in_chat=True,
                 )
                 return "satisfaction answered" if result.recorded else "ignored: the satisfaction question is closed"
             case ChatOpened():
