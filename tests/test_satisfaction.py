@@ -6,7 +6,6 @@ that expires when the subscriber moves on; and the agent never reading the answe
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select
