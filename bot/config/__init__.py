@@ -55,6 +55,7 @@ from bot.config.values import (
     http_url,
     parse_duration,
     parse_size,
+    repeated,
 )
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "DataSize",
     "Duration",
     "between",
+    "repeated",
     "OptionalSecret",
     "SigningSecret",
     "format_duration",

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from bot.config.values import _Section
+from bot.config.values import _Section, repeated
 
 AskAfter = Literal["form", "release_token", "owner", "agent", "idle_timeout", "unclaimed"]
 PERSON_HANDLED: tuple[AskAfter, ...] = ("form", "release_token", "owner", "agent")
@@ -28,7 +28,7 @@ class CsatConfig(_Section):
     @field_validator("ask_after")
     @classmethod
     def _no_repeats(cls, value: list[AskAfter]) -> list[AskAfter]:
-        repeated = sorted({reason for reason in value if value.count(reason) > 1})
-        if repeated:
-            raise ValueError(f"names {', '.join(repeated)} more than once")
+        twice = repeated(value)
+        if twice:
+            raise ValueError(f"names {', '.join(twice)} more than once")
         return value
