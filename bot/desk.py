@@ -39,6 +39,7 @@ from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.reports import Reports
 from bot.domain.revocations import Revocations
+from bot.domain.satisfaction import Satisfaction
 from bot.domain.timers import IdleTimers
 from bot.domain.user_actions import UserActions, UserActionSettled
 from bot.flow.fronts import Fronts
@@ -132,9 +133,13 @@ class Desk:
             renderer=self.renderer,
         )
         self.siblings.bind(self.channels.adapters())
+        self.satisfaction = Satisfaction(
+            db=self.db, clock=self.clock, settings=config.csat, renderer=self.renderer, metrics=self.metrics,
+            background=self.background, has_buttons=self._front_has_buttons,
+        )
         self.fronts = Fronts(
             db=self.db, clock=self.clock, fronts=config.provider_fronts, outbox=self.outbox, renderer=self.renderer,
-            router=self.router, user_actions=self.user_actions,
+            router=self.router, user_actions=self.user_actions, satisfaction=self.satisfaction,
         )
         self.inbound = Inbound(
             db=self.db, clock=self.clock, handoffs=self.handoffs, metrics=self.metrics, background=self.background,
@@ -156,6 +161,7 @@ class Desk:
         self.signals.on(HandoffClaimed, self.timers.on_claimed)
         self.signals.on(EscalationDue, self.timers.on_escalation_due)
         self.signals.on(HandoffReleased, self.router.after_release)
+        self.signals.on(HandoffReleased, self.satisfaction.on_released)
         self.signals.on(HeldMessagesOrphaned, self.router.after_failed_dispatch)
         self.signals.on(ApprovalSettled, self.router.after_approval)
         self.signals.on(CallbackSettled, self.approvals.on_call_settled)
@@ -171,6 +177,15 @@ class Desk:
         self.retention = Retention(self.db, self.clock, config.retention, idempotency_ttl=config.api.idempotency_ttl)
         self.timers.also_on_sweep.append(self.retention.sweep)
         self.started = False
+
+    def _front_has_buttons(self, front: str) -> bool:
+        """Whether a front can offer buttons (the web chat's quick replies, a provider's
+        inline keyboard), or is answered in words."""
+        provider = next((f for f in self.config.provider_fronts if f.name == front), None)
+        if provider is None:
+            return True  # the web chat
+        adapter = self.channels.get(provider.channel_id)
+        return adapter is not None and adapter.capabilities.buttons
 
     def _shared_line(self, channel_id: int) -> bool:
         """A channel without threads puts all its handoffs on one line (bot/flow/shared_lines.py)."""

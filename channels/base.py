@@ -191,6 +191,14 @@ class UserActionPrompt(BaseModel):
     step: int = 0
 
 
+class SatisfactionPrompt(BaseModel):
+    """The question asked after a handoff ended ("Did that solve it?"): an adapter with
+    buttons offers 👍 / 👎 and reports a press as a `SatisfactionAnswer`; on a front without
+    buttons the text itself says how to answer in words."""
+
+    handoff_id: str
+
+
 # --------------------------------------------------------------------------- what the core sends
 #
 # One class per kind of message, each with only its own fields. `kind` is the discriminator
@@ -315,7 +323,8 @@ class ApprovalClosed(_AboutApproval):
 class ToSubscriber(_Message):
     """A message to a subscriber through a front: `chat` is their chat (what their messages
     came with), `author` is set for a person's reply (None for the assistant), and
-    `user_action` offers its buttons when the message asks for a user action."""
+    `user_action` offers its buttons when the message asks for a user action, `satisfaction`
+its 👍 / 👎 when the message is the satisfaction question."""
 
     kind: Literal["to_subscriber"] = "to_subscriber"
     purpose: ClassVar[str] = "subscriber"
@@ -324,6 +333,7 @@ class ToSubscriber(_Message):
     author: str | None = None
     body: str
     user_action: UserActionPrompt | None = None
+    satisfaction: SatisfactionPrompt | None = None
 
     @property
     def stream(self) -> str:
@@ -484,6 +494,15 @@ class UserActionAnswer(_Event):
     move: Literal["done", "cancelled", "next", "previous"]
 
 
+class SatisfactionAnswer(_Event):
+    """A subscriber's 👍 / 👎 on a SatisfactionPrompt."""
+
+    kind: Literal["satisfaction_answer"] = "satisfaction_answer"
+    chat: str
+    handoff_id: str
+    satisfied: bool
+
+
 class DeliveryFailure(_Event):
     """Not a message: the provider reports, after it accepted a message, that it never
     arrived (a status callback such as WhatsApp's 63016). `message_id` is the Receipt's
@@ -495,9 +514,10 @@ class DeliveryFailure(_Event):
     hint: str | None = None
 
 
-SubscriberEvent = SubscriberText | ChatOpened | UserActionAnswer
+SubscriberEvent = SubscriberText | ChatOpened | UserActionAnswer | SatisfactionAnswer
 InboundMessage = Annotated[
-    RecipientText | ReleasePress | ClaimPress | Decision | SubscriberText | ChatOpened | UserActionAnswer | DeliveryFailure,
+    RecipientText | ReleasePress | ClaimPress | Decision | SubscriberText | ChatOpened | UserActionAnswer
+    | SatisfactionAnswer | DeliveryFailure,
     Field(discriminator="kind"),
 ]
 """Anything an adapter hands the core: the inbox stores it, deduplicated, and handles each kind in one place."""

@@ -105,6 +105,8 @@ from channels.base import (
     RecipientText,
     Relay,
     ReleasePress,
+    SatisfactionAnswer,
+    SatisfactionPrompt,
     SubscriberText,
     ToSubscriber,
     TransientChannelError,
@@ -142,6 +144,8 @@ APPROVAL_CHOICES = {"y": (True, False, "approve"), "n": (False, False, "deny"), 
 _USER_ACTION_DATA = re.compile(r"^ua:(ua_[A-Za-z0-9_-]{1,56}):([dcnp])$")
 USER_ACTION_MOVES: dict[str, Literal["done", "cancelled", "next", "previous"]] = {
     "d": "done", "c": "cancelled", "n": "next", "p": "previous"}
+# The satisfaction question's 👍 / 👎: `cs:<handoff id>:y|n` (a handoff id is "hs_" + 16 characters).
+_SATISFACTION_DATA = re.compile(r"^cs:(hs_[A-Za-z0-9_-]{1,56}):([yn])$")
 USER_ACTION_ANSWERS = {"done": "Got it: done.", "cancelled": "Got it: cancelled.", "next": "One moment…", "previous": "One moment…"}
 # What a subscriber's message without text was, so the agent or person reads that something
 # came ("[photo] look at this") instead of nothing; the media themselves are not passed on.
@@ -582,7 +586,8 @@ class TelegramChannel(ChannelAdapter):
         author = clip(message.author, 100) if message.author else None
         chunks = self.text_limit.split(body.strip() or body, reserve=utf16_len(author) + 4 if author else 0)
         parts = [self._render("subscriber", author=author, body=chunk) for chunk in chunks]
-        markup = self._user_action_keyboard(message.user_action) if message.user_action else None
+        markup = (self._user_action_keyboard(message.user_action) if message.user_action
+                  else self._satisfaction_keyboard(message.satisfaction) if message.satisfaction else None)
         first = await self._send_parts(message, parts, lambda index, part: bot.send_message(
             chat_id=int(chat), text=part, parse_mode=ParseMode.HTML, link_preview_options=self._no_preview(),
             reply_markup=markup if index == len(parts) - 1 else None,
@@ -621,6 +626,16 @@ class TelegramChannel(ChannelAdapter):
             log.warning("telegram_user_action_without_buttons", channel_id=self.id, user_action_id=prompt.user_action_id)
             return None
         return self._inline([row for row in rows if row])
+
+    def _satisfaction_keyboard(self, prompt: SatisfactionPrompt) -> Any:
+        """👍 / 👎 under the satisfaction question; None when the id would not fit callback_data."""
+        from telegram import InlineKeyboardButton
+
+        if not _SATISFACTION_DATA.match(f"cs:{prompt.handoff_id}:y"):
+            log.warning("telegram_satisfaction_without_buttons", channel_id=self.id, handoff_id=prompt.handoff_id)
+            return None
+        return self._inline([[InlineKeyboardButton(label, callback_data=f"cs:{prompt.handoff_id}:{code}")
+                              for label, code in (("👍", "y"), ("👎", "n"))]])
 
     # ------------------------------------------------------------------ approvals
 
@@ -814,6 +829,8 @@ class TelegramChannel(ChannelAdapter):
             return self._approval_press(query, dedupe_key)
         if query is not None and isinstance(query.data, str) and query.data.startswith("ua:"):
             return self._user_action_press(query, dedupe_key)
+        if query is not None and isinstance(query.data, str) and query.data.startswith("cs:"):
+            return self._satisfaction_press(query, dedupe_key)
         if update.message is not None and update.message.chat.type == "private" and update.message.chat.id != self._chat_id:
             return self._from_subscriber(update.message, dedupe_key)  # (a staff "group" may be someone's own chat)
         if query is not None:
@@ -885,6 +902,18 @@ class TelegramChannel(ChannelAdapter):
         message = UserActionAnswer(chat=str(chat.id), user_action_id=match.group(1), move=move, author=_person(query.from_user),
                                    user_id=str(query.from_user.id), dedupe_key=dedupe_key)
         return _Parsed(message, query.id, USER_ACTION_ANSWERS[move], spent_prompt=(chat.id, query.message.message_id))
+
+    def _satisfaction_press(self, query: Any, dedupe_key: str) -> _Parsed:
+        """👍 / 👎 under the satisfaction question in a subscriber's chat; the core checks that
+        the question is this chat's and still open."""
+        match = _SATISFACTION_DATA.match(query.data)
+        chat = query.message.chat if query.message else None
+        if (match is None or not self._subscribers or query.from_user.is_bot or chat is None
+                or chat.type != "private" or chat.id == self._chat_id):
+            return _Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
+        message = SatisfactionAnswer(chat=str(chat.id), handoff_id=match.group(1), satisfied=match.group(2) == "y",
+                                     author=_person(query.from_user), user_id=str(query.from_user.id), dedupe_key=dedupe_key)
+        return _Parsed(message, query.id, "Thanks!", spent_prompt=(chat.id, query.message.message_id))
 
     def _suffix_of(self, msg: Message) -> str | None:
         """Which handoff thread a staff message belongs to, from the message alone."""

@@ -176,7 +176,7 @@ async def test_a_reply_is_marked_done_in_the_transaction_that_relays_it(start_de
         pytest.skip("reads the database file with sqlite3 from inside the commit")
     seen_at_commit: list[str] = []
 
-    async def read_states_at_commit(session: Any, message: Any, _extras: Any) -> None:
+    async def read_states_at_commit(session: Any, message: Any, *_extras: Any) -> None:
         if message.role != "human":
             return
 

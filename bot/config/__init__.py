@@ -9,7 +9,7 @@ The package's modules, by concern, each importing only the ones before it
 (docs/architecture.md, "The layers"): `values` (durations, secrets, URLs, the section base),
 `problems` (key paths and messages), `sections` (server, api, owner, metrics, handoff, delivery,
 retention, logging), `agents`, `actions` (declared actions and user actions), `hours` (office-hours
-schedules), `fronts` (the web chat and provider fronts), `root` (`Config` and the checks that span sections) and
+schedules), `csat` (the satisfaction question), `fronts` (the web chat and provider fronts), `root` (`Config` and the checks that span sections) and
 `loading` (YAML, `${VAR}`, warnings). Import from `bot.config`: every public name is
 re-exported here.
 
@@ -26,6 +26,7 @@ from bot.config.actions import (
     UserActionsConfig,
 )
 from bot.config.agents import DEFAULT_SYSTEM_PROMPT, AgentConfig, OpenAIAgentConfig, RulesAgentConfig, WebhookAgentConfig
+from bot.config.csat import PERSON_HANDLED, AskAfter, CsatConfig
 from bot.config.fronts import FRONT_ID_BASE, ProviderFront, WebFrontConfig
 from bot.config.hours import DAY_NAMES, HoursConfig, ScheduleName, Window
 from bot.config.loading import config_warnings, expand_env, load_config, yaml_problem
@@ -54,6 +55,7 @@ from bot.config.values import (
     http_url,
     parse_duration,
     parse_size,
+    repeated,
 )
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "DataSize",
     "Duration",
     "between",
+    "repeated",
     "OptionalSecret",
     "SigningSecret",
     "format_duration",
@@ -97,6 +100,10 @@ __all__ = [
     "ExpectationConfig",
     "HttpActionRun",
     "UserActionsConfig",
+    # csat
+    "PERSON_HANDLED",
+    "AskAfter",
+    "CsatConfig",
     # hours
     "DAY_NAMES",
     "HoursConfig",

@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 
 from bot.config.actions import ActionConfig, UserActionsConfig
 from bot.config.agents import AgentConfig, RulesAgentConfig
+from bot.config.csat import CsatConfig
 from bot.config.fronts import ProviderFront, WebFrontConfig, _validate_fronts
 from bot.config.hours import HoursConfig, ScheduleName
 from bot.config.problems import ConfigError, ConfigProblem, problems_from
@@ -52,6 +53,7 @@ class Config(_Section):
     agent: AgentConfig = RulesAgentConfig()
     actions: list[ActionConfig] = Field(default_factory=list)
     user_actions: UserActionsConfig = UserActionsConfig()
+    csat: CsatConfig = CsatConfig()
     # Where subscribers talk to the bot: WebFrontConfig and ProviderFront entries, validated
     # per kind by `Config.from_mapping` (a provider front against its adapter's front_model).
     fronts: list[Any] = Field(default_factory=list, description="Where subscribers talk to the bot.")

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from bot.config.hours import ScheduleName
 from bot.config.problems import ConfigProblem
-from bot.config.values import Duration, _Section, between
+from bot.config.values import Duration, _Section, between, repeated
 from channels.base import DEFAULT_PUBLIC_NAME, ChannelConfig
 
 
@@ -37,9 +37,9 @@ class StepConfig(_Section):
     @field_validator("notify")
     @classmethod
     def _each_once(cls, value: list[int]) -> list[int]:
-        repeated = sorted({cid for cid in value if value.count(cid) > 1})
-        if repeated:
-            raise ValueError(f"names channel {', '.join(map(str, repeated))} twice; list each channel once")
+        twice = repeated(value)
+        if twice:
+            raise ValueError(f"names channel {', '.join(map(str, twice))} twice; list each channel once")
         return value
 
 

@@ -118,6 +118,11 @@ SigningSecret = Annotated[SecretStr, AfterValidator(_at_least_16)]
 SIGNING_SECRET_HELP = "a random value you make up (openssl rand -hex 32) and give the other side too"
 
 
+def repeated(values: list[Any]) -> list[Any]:
+    """The values a list names more than once, sorted: a list that means a set says so."""
+    return sorted({value for value in values if values.count(value) > 1})
+
+
 def http_url(value: str, example: str) -> str:
     """An absolute http(s) URL without its trailing slash, or a ValueError naming an example."""
     parsed = urlparse(value)

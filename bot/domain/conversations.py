@@ -19,7 +19,7 @@ from bot.store.db import MESSAGE_HOOKS, Database
 from bot.store.models import Conversation, Message, new_id
 from bot.store.rows import Rows
 from bot.store.vocabulary import Role
-from channels.base import TranscriptLine, UserActionPrompt
+from channels.base import SatisfactionPrompt, TranscriptLine, UserActionPrompt
 
 # session.info key: the `last_message_at` each conversation was given in this session, so a
 # transaction storing several messages at one moment (a release: the subscriber's notice and
@@ -110,12 +110,14 @@ async def add_message(
     author: str | None = None,
     handoff_session_id: str | None = None,
     user_action: UserActionPrompt | None = None,
+    satisfaction: SatisfactionPrompt | None = None,
 ) -> Message:
     """Store a message in the caller's transaction. The database's message hooks run in the
     same transaction (a front queues its delivery to the subscriber's chat there), so a
     message is never stored without being sent, nor sent without being stored. Whoever
     waits on the conversation is woken once the transaction commits (a `Changed` signal).
-    `user_action`: this message asks the subscriber for it (a front may offer buttons)."""
+    `user_action`: this message asks the subscriber for it (a front may offer buttons);
+    `satisfaction`: this message is the satisfaction question (a front may offer 👍 / 👎)."""
     row: dict[str, Any] = {
         "conversation_id": conversation_id,
         "role": role,
@@ -132,7 +134,7 @@ async def add_message(
         bumped[conversation_id] = now
     record(session.info, Changed(conversation_id))
     for hook in session.info.get(MESSAGE_HOOKS, ()):
-        await hook(session, message, user_action)
+        await hook(session, message, user_action, satisfaction)
     return message
 
 

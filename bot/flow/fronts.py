@@ -4,7 +4,7 @@ with the bot, a phone number), not only through the HTTP API or the web chat.
 A front is served by a channel adapter (bot/delivery/channel_set.py says which), so no provider code
 is written twice. Its messages arrive like a recipient's, through the inbound store
 (deduplicated, recovered after a crash), as subscriber events (`SubscriberText`, `ChatOpened`,
-`UserActionAnswer`); here each chat
+`UserActionAnswer`, `SatisfactionAnswer`); here each chat
 becomes one conversation and its messages go to the router, exactly as the API's would.
 
 The other way, every message a subscriber should read (the assistant's replies, a person's
@@ -26,6 +26,7 @@ from bot.config import ProviderFront
 from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.rendering import Renderer
+from bot.domain.satisfaction import Satisfaction
 from bot.domain.user_actions import UserActions
 from bot.errors import DeskError
 from bot.flow.router import Router
@@ -36,7 +37,16 @@ from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import Message
 from bot.store.vocabulary import Role
-from channels.base import ChatOpened, SubscriberEvent, SubscriberText, ToSubscriber, UserActionAnswer, UserActionPrompt
+from channels.base import (
+    ChatOpened,
+    SatisfactionAnswer,
+    SatisfactionPrompt,
+    SubscriberEvent,
+    SubscriberText,
+    ToSubscriber,
+    UserActionAnswer,
+    UserActionPrompt,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -47,10 +57,10 @@ SHOWN_ROLES = (Role.AGENT, Role.HUMAN)  # system messages are for the agent; the
 class Fronts:
     def __init__(
         self, *, db: Database, clock: Clock, fronts: list[ProviderFront], outbox: Outbox, renderer: Renderer,
-        router: Router, user_actions: UserActions,
+        router: Router, user_actions: UserActions, satisfaction: Satisfaction,
     ) -> None:
         self.db, self.clock, self.outbox, self.renderer = db, clock, outbox, renderer
-        self.router, self.user_actions = router, user_actions
+        self.router, self.user_actions, self.satisfaction = router, user_actions, satisfaction
         self._by_name = {f.name: f for f in fronts}
         self._by_channel = {f.channel_id: f for f in fronts}
         self._known: BoundedDict[tuple[str, str], str] = BoundedDict(KNOWN_CHATS, refresh_on_read=True)  # (front, chat) -> conversation id
@@ -74,6 +84,12 @@ class Fronts:
         match message:
             case UserActionAnswer():
                 return await self._answer(cid, message, front)
+            case SatisfactionAnswer():
+                result = await self.satisfaction.answer(
+                    message.handoff_id, message.satisfied, conversation_id=cid, via=f"front:{front.name}", by=message.author,
+                    comment_in_chat=True,
+                )
+                return "satisfaction answered" if result.recorded else "ignored: the satisfaction question is closed"
             case ChatOpened():
                 await self._say(cid, front.greeting or self.renderer.render(
                     "messages/front_greeting.txt", subscriber=message.author).strip())
@@ -92,6 +108,8 @@ class Fronts:
             # A provider without an "opened" event: the owner's greeting comes
             # before the answer to the first message, which is still the agent's to give.
             await self._say(cid, front.greeting)
+        if await self.satisfaction.take_words(cid, message.text, via=f"front:{front.name}", by=message.author):
+            return "satisfaction answered"  # never a message of the conversation: the agent does not read it
         result = await self.router.subscriber_message(cid, message.text)
         return f"routed to {result.routed_to}"
 
@@ -162,7 +180,10 @@ class Fronts:
 
     # ------------------------------------------------------------------ to the subscriber
 
-    async def deliver(self, session: AsyncSession, message: Message, user_action: UserActionPrompt | None) -> None:
+    async def deliver(
+        self, session: AsyncSession, message: Message, user_action: UserActionPrompt | None,
+        satisfaction: SatisfactionPrompt | None = None,
+    ) -> None:
         """The message hook: queue a message the subscriber should read for their chat, in
         the transaction that stored it."""
         if message.role not in SHOWN_ROLES:
@@ -181,7 +202,7 @@ class Fronts:
         outbound = ToSubscriber(
             conversation_id=message.conversation_id, chat=chat, author=author, body=message.text,
             text=self.renderer.render("messages/to_subscriber.txt", author=author, text=message.text).strip(),
-            user_action=user_action,
+            user_action=user_action, satisfaction=satisfaction,
         )
         await self.outbox.queue(session, channel_id=front.channel_id, outbound=outbound, now=message.created_at,
                                 message_id=message.id)

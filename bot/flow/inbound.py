@@ -45,6 +45,7 @@ from channels.base import (
     InboundMessage,
     RecipientText,
     ReleasePress,
+    SatisfactionAnswer,
     SubscriberEvent,
     SubscriberText,
     UserActionAnswer,
@@ -244,7 +245,7 @@ class Inbound:
         match message:
             case DeliveryFailure():
                 return _Worked(InboundState.DONE, await self._late_failure(event.channel_id, message))
-            case SubscriberText() | ChatOpened() | UserActionAnswer():
+            case SubscriberText() | ChatOpened() | UserActionAnswer() | SatisfactionAnswer():
                 done.result = "routed to human"  # the hot path: a subscriber's message during a handoff
                 said = await self._subscriber(event.channel_id, message)
                 return _Worked(InboundState.IGNORED if said.startswith("ignored") else InboundState.DONE, said)
@@ -401,7 +402,7 @@ class Inbound:
         channel. Lanes are worked side by side, so a busy handoff never holds up a reply
         in another."""
         match message:
-            case SubscriberText() | ChatOpened() | UserActionAnswer():
+            case SubscriberText() | ChatOpened() | UserActionAnswer() | SatisfactionAnswer():
                 return (channel_id, "chat", message.chat)
             case RecipientText() | ReleasePress() | ClaimPress() if not self._shared_line(channel_id):
                 return (channel_id, "thread", message.thread_key)

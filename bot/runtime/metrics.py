@@ -53,6 +53,8 @@ class Metrics:
             registry=r)
         self.unclaimed = Counter(
             "handoff_unclaimed", "Handoffs on a route handed back because nobody claimed them", ["route"], registry=r)
+        self.satisfaction = Counter(
+            "handoff_satisfaction", "Answers to the satisfaction question after a handoff (yes, no)", ["answer"], registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
 
     def exposition(self) -> bytes:

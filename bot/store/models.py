@@ -427,3 +427,23 @@ class IdempotencyKey(SQLModel, table=True):
     status: int | None = None
     response: str | None = Field(default=None, sa_type=Text)  # the JSON answer, as sent
     created_at: datetime
+
+
+class HandoffSatisfaction(SQLModel, table=True):
+    """The satisfaction question asked after a handoff ended, and the subscriber's answer.
+    One row per handoff: asked once, answered once (a compare-and-set on `answer IS NULL`).
+    The answer never becomes a message of the conversation, so the agent never reads it."""
+
+    __tablename__ = "handoff_satisfaction"
+
+    handoff_session_id: str = Field(primary_key=True, foreign_key="handoff_sessions.id", max_length=40)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True, max_length=40)
+    asked_at: datetime
+    asked_on: str = Field(max_length=40)  # the front: "web", or a provider front's name
+    in_words: bool  # the front has no buttons: "1" / "2" answers
+    question_message_id: int  # a subscriber message after it closes the question
+    answer: str | None = Field(default=None, max_length=3)  # "yes" / "no"
+    comment: str | None = Field(default=None, max_length=500)
+    answered_at: datetime | None = None
+    answered_by: str | None = Field(default=None, max_length=200)
+    answered_via: str | None = Field(default=None, max_length=40)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 from bot.domain.approvals import ANSWERS, OWNER, DecisionOutcome, approval_view
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import OutcomeInput
+from bot.domain.satisfaction import satisfaction_view
 from bot.domain.user_actions import view as user_action_view
 from bot.errors import error_body
 from bot.runtime.metrics import CONTENT_TYPE
@@ -37,6 +38,7 @@ from bot.web.deps import (
     MetricsDep,
     QueriesDep,
     RouterDep,
+    SatisfactionDep,
     UserActionsDep,
 )
 from bot.web.idempotency import keyed_routes
@@ -260,9 +262,10 @@ async def list_handoffs(
 
 
 @api.get("/handoffs/{sid}")
-async def get_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep) -> dict[str, Any]:
+async def get_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep) -> dict[str, Any]:
     handoff = await handoffs.get(sid)
     view = handoff_view(handoff, forms)
+    view["satisfaction"] = satisfaction_view(await satisfaction.of(sid))
     if handoff.route_id is not None:
         view["recipients"] = [recipient_view(r) for r in await handoffs.recipients_of(sid)]
     return view

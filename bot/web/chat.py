@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bot.config import Config, WebFrontConfig
 from bot.domain.handoffs import Handoffs
 from bot.domain.rendering import Renderer
+from bot.domain.satisfaction import COMMENT_LIMIT, Satisfaction
 from bot.domain.user_actions import UserActions
 from bot.errors import NotFound
 from bot.runtime.clock import Clock
@@ -50,6 +51,7 @@ from bot.web.deps import (
     HandoffsDep,
     RendererDep,
     RouterDep,
+    SatisfactionDep,
     UserActionsDep,
 )
 from bot.web.pages import render_page
@@ -108,6 +110,14 @@ class AnswerBody(_Body):
 
 class StepBody(_Body):
     move: Literal["next", "previous"]
+
+
+class RateBody(_Body):
+    satisfied: bool
+
+
+class CommentBody(_Body):
+    text: CleanStr = Field(min_length=1, max_length=COMMENT_LIMIT)
 
 
 # --------------------------------------------------------------------------- rate limits
@@ -205,21 +215,25 @@ async def say(limits: LimitsDep, router: RouterDep, body: SayBody, cid: str = De
 @chat_api.get("/messages")
 async def updates(
     conversations: ConversationsDep, handoffs: HandoffsDep, user_actions: UserActionsDep, renderer: RendererDep,
-    after: int = Query(default=0, ge=0), wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS),
+    satisfaction: SatisfactionDep, after: int = Query(default=0, ge=0), wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS),
     cid: str = Depends(_conversation),
 ) -> JSONResponse:
     messages = await conversations.wait_for_messages(cid, after, 200, wait)
     last = max([after, *(int(m.id or 0) for m in messages)])
     shown = [{"id": m.id, "role": m.role, "text": m.text, "author": m.author if m.role == Role.HUMAN else None}
              for m in messages if m.role in VISIBLE_ROLES]
-    return JSONResponse({"messages": shown, "last_id": last, **await _state(handoffs, user_actions, renderer, cid)},
+    return JSONResponse({"messages": shown, "last_id": last, **await _state(handoffs, user_actions, satisfaction, renderer, cid)},
                         headers={"Cache-Control": "no-store"})
 
 
-async def _state(handoffs: Handoffs, user_actions: UserActions, renderer: Renderer, cid: str) -> dict[str, Any]:
-    """What the page shows besides messages: who is on the line (or awaited), a step to do."""
+async def _state(
+    handoffs: Handoffs, user_actions: UserActions, satisfaction: Satisfaction, renderer: Renderer, cid: str,
+) -> dict[str, Any]:
+    """What the page shows besides messages: who is on the line (or awaited), a step to do,
+    the satisfaction question's quick replies (or its comment box)."""
     line = await handoffs.on_the_line(cid)
     action = await user_actions.pending_for(cid)
+    asked = await satisfaction.open_for(cid)
     return {
         "person": None if line is None else {
             "joined": line.joined, "name": line.name,
@@ -230,6 +244,7 @@ async def _state(handoffs: Handoffs, user_actions: UserActions, renderer: Render
             "id": action.id, "reason": action.reason, "suggested_action": action.suggested_action,
             "steps": action.steps, "step": action.step,
         },
+        "satisfaction": None if asked is None or asked.in_words else {"handoff_id": asked.handoff_id, "stage": asked.stage},
     }
 
 
@@ -245,3 +260,17 @@ async def step(user_actions: UserActionsDep, uaid: str, body: StepBody, cid: str
         raise NotFound("user action", uaid)
     moved = await user_actions.move(uaid, body.move)
     return {"step": moved.step}
+
+
+@chat_api.post("/satisfaction/{sid}")
+async def rate(satisfaction: SatisfactionDep, sid: str, body: RateBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
+    """👍 / 👎 on the satisfaction question; a closed question records nothing."""
+    result = await satisfaction.answer(sid, body.satisfied, conversation_id=cid, via="web")
+    return {"recorded": result.recorded}
+
+
+@chat_api.post("/satisfaction/{sid}/comment")
+async def comment(satisfaction: SatisfactionDep, sid: str, body: CommentBody, cid: str = Depends(_conversation)) -> dict[str, Any]:
+    """The optional comment after the answer."""
+    result = await satisfaction.comment(sid, body.text, conversation_id=cid)
+    return {"recorded": result.recorded}

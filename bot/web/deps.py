@@ -30,6 +30,7 @@ from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.revocations import Revocations
+from bot.domain.satisfaction import Satisfaction
 from bot.domain.user_actions import UserActions
 from bot.flow.inbound import Inbound
 from bot.flow.router import Router
@@ -84,6 +85,10 @@ async def user_actions_of(request: Request) -> UserActions:
     return app_desk(request).user_actions
 
 
+async def satisfaction_of(request: Request) -> Satisfaction:
+    return app_desk(request).satisfaction
+
+
 async def router_of(request: Request) -> Router:
     return app_desk(request).router
 
@@ -123,6 +128,7 @@ RevocationsDep = Annotated[Revocations, Depends(revocations_of)]
 HandoffsDep = Annotated[Handoffs, Depends(handoffs_of)]
 ApprovalsDep = Annotated[Approvals, Depends(approvals_of)]
 UserActionsDep = Annotated[UserActions, Depends(user_actions_of)]
+SatisfactionDep = Annotated[Satisfaction, Depends(satisfaction_of)]
 RouterDep = Annotated[Router, Depends(router_of)]
 InboundDep = Annotated[Inbound, Depends(inbound_of)]
 ChannelsDep = Annotated[ChannelSet, Depends(channels_of)]

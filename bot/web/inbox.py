@@ -87,6 +87,7 @@ from bot.web.deps import (
     InboundDep,
     RendererDep,
     RevocationsDep,
+    SatisfactionDep,
     app_desk,
 )
 from bot.web.inbox_routes import NoInboxLine, RouteStatus, inbox_line, route_status, span
@@ -609,7 +610,7 @@ async def list_updates(
 @inbox.get("/inbox/handoffs/{sid}", response_class=HTMLResponse, include_in_schema=False)
 async def handoff_page(
     sid: str, view: InboxViewDep, handoffs: HandoffsDep, conversations: ConversationsDep, renderer: RendererDep,
-    notice: str = "", owner: Owner = Depends(current_owner),
+    satisfaction: SatisfactionDep, notice: str = "", owner: Owner = Depends(current_owner),
 ) -> HTMLResponse:
     handoff = await handoffs.get(sid)
     conversation = await conversations.get(handoff.conversation_id)
@@ -627,6 +628,7 @@ async def handoff_page(
         approvals=await view.approval_cards(await view.queries.conversation_approvals(handoff.conversation_id)),
         nonce_reply=secrets.token_urlsafe(12),
         notice=notice[:200],
+        satisfaction=await satisfaction.of(sid),
     )
 
 
