@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+from sqlalchemy import select
+from sqlmodel import col
 
-from bot.domain.reports import BUCKETS, Containment, DayCount, Reports, Tally
+from bot.domain.reports import BUCKETS, Containment, DayCount, Reports, Satisfaction, Tally
 from bot.store.db import Database
-from bot.store.models import Conversation, HandoffSession, Message
+from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message
 from bot.store.vocabulary import HandoffState, Outcome, ReleaseReason, Role
 
 NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)  # the generator's clock: every time below is relative to it
@@ -222,3 +224,25 @@ async def test_a_sibling_agents_own_conversation_is_no_subscriber_conversation(d
                                  last_message_at=NOW, serves_handoff_session_id="h_any"))
     summary = await Reports(db).summary(NOW - timedelta(days=1), NOW)
     assert summary.containment == Containment(conversations=1, contained=0, escalated=1)
+
+
+async def test_satisfaction_counts_the_answers_of_the_chosen_handoffs(db: Database) -> None:
+    start = NOW - timedelta(days=1)
+    await store(db, *(Planned(start + timedelta(minutes=i), released=600, reason=ReleaseReason.FORM,
+                               outcome=Outcome.RESOLVED, channel=SUPPORT if i < 3 else BILLING) for i in range(4)))
+    async with db.read() as session:
+        sids = sorted((await session.scalars(select(col(HandoffSession.id)).where(col(HandoffSession.created_at) >= start))).all())
+    async with db.transaction() as session:
+        for sid, answer in zip(sids, ("yes", "yes", None, "no"), strict=True):
+            handoff = await session.get(HandoffSession, sid)
+            assert handoff is not None
+            session.add(HandoffSatisfaction(
+                handoff_session_id=sid, conversation_id=handoff.conversation_id, asked_at=start, asked_on="web",
+                in_words=False, question_message_id=1, answer=answer,
+            ))
+    reports = Reports(db)
+    everything = await reports.summary(start, NOW)
+    assert everything.satisfaction == Satisfaction(positive=2, negative=1, unanswered=1)
+    support = await reports.summary(start, NOW, channel_id=SUPPORT[0])
+    assert support.satisfaction == Satisfaction(positive=2, negative=0, unanswered=1)
+    assert (await reports.summary(NOW - timedelta(days=9), NOW - timedelta(days=8))).satisfaction is None

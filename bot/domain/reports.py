@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.store.db import Database
-from bot.store.models import Conversation, HandoffSession, Message
+from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message
 from bot.store.vocabulary import HandoffState, ReleaseReason, Role
 
 
@@ -132,7 +132,7 @@ class Satisfaction:
 class ReportSummary:
     """Everything the reports show for [start, end), with the filters it was asked for.
     `days` lists every local day of the range (a day without handoffs has no `per_day` row).
-    `satisfaction` stays None until handoffs record an answer."""
+    `satisfaction` is None when no chosen handoff was asked the satisfaction question."""
 
     start: datetime
     end: datetime
@@ -180,10 +180,12 @@ class Reports:
             time_to_person = await _distribution(session, seconds(started, _reached_person()), chosen, total)
             duration = await _distribution(session, seconds(col(handoffs.activated_at), col(handoffs.released_at)), chosen, total)
             containment = await _containment(session, start, end)
+            satisfaction = await _satisfaction(session, chosen)
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
             days=days, per_day=per_day, handoffs=endings.handoffs,
             time_to_person=time_to_person, duration=duration, endings=endings, containment=containment,
+            satisfaction=satisfaction,
         )
 
     async def _per_day(self, session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
@@ -311,6 +313,20 @@ async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]])
         handoffs=total, by_reason=_tallies(reasons), by_outcome=_tallies(outcomes), missing_required=missing_required,
         unclaimed=reasons.get(ReleaseReason.UNCLAIMED, 0), failed_dispatches=failed, open=still_open,
     )
+
+
+async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bool]]) -> Satisfaction | None:
+    """The answers to the satisfaction question asked after the chosen handoffs (None when it
+    was never asked of any: the question is off, or nothing ended yet)."""
+    answers = (await session.execute(
+        select(col(HandoffSatisfaction.answer), func.count())
+        .join(HandoffSession, col(HandoffSession.id) == col(HandoffSatisfaction.handoff_session_id))
+        .where(*chosen).group_by(col(HandoffSatisfaction.answer))
+    )).all()
+    if not answers:
+        return None
+    counts = {answer: count for answer, count in answers}
+    return Satisfaction(positive=counts.get("yes", 0), negative=counts.get("no", 0), unanswered=counts.get(None, 0))
 
 
 async def _containment(session: AsyncSession, start: datetime, end: datetime) -> Containment:
