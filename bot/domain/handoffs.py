@@ -1016,6 +1016,13 @@ class Handoffs:
                     raise NotFound("handoff session", sid)
                 raise NotActive(f"handoff {sid} is {handoff.state}; the message was not relayed", state=handoff.state)
             handoff = await self._get(session, sid)
+            # Straight to a channel, the first reply is when a person was reached (on a route,
+            # the claim is); the column is read with the row, so later replies cost nothing.
+            first_reply = handoff.route_id is None and handoff.first_human_reply_at is None and (await execute_dml(
+                session, update(HandoffSession)
+                .where(col(HandoffSession.id) == sid, col(HandoffSession.first_human_reply_at).is_(None))
+                .values(first_human_reply_at=now)
+            )).rowcount == 1
             message = await conversations.add_message(
                 session, handoff.conversation_id, role=Role.HUMAN, text=text, now=now, author=author, handoff_session_id=sid
             )
@@ -1024,7 +1031,14 @@ class Handoffs:
                 conversation_id=handoff.conversation_id, message_id=message.id, via=via,
             )
         self.metrics.relayed.labels("to_subscriber").inc()
+        if first_reply:
+            self._observe_time_to_human(handoff, handoff.channel_kind, now)
         return message
+
+    def _observe_time_to_human(self, handoff: HandoffSession, channel_kind: str, now: datetime) -> None:
+        if handoff.activated_at is not None:
+            waited = (now - handoff.activated_at).total_seconds()
+            self.metrics.time_to_human.labels(channel_kind, _route_label(handoff)).observe(waited)
 
     # ------------------------------------------------------------------ claims (routes)
 
@@ -1081,7 +1095,9 @@ class Handoffs:
             record(session.info, HandoffClaimed(handoff))
         self.metrics.claims.labels("claimed").inc()
         if waited is not None:
-            self.metrics.time_to_claim.labels(str(handoff.route_id), recipient.channel_kind if recipient else via.split(":")[0]).observe(waited)
+            kind = recipient.channel_kind if recipient else via.split(":")[0]
+            self.metrics.time_to_claim.labels(str(handoff.route_id), kind).observe(waited)
+            self._observe_time_to_human(handoff, kind, now)
         log.info("handoff_claimed", handoff_session_id=sid, by=by, via=via)
         return ClaimResult(claimed=True, handoff=handoff)
 
@@ -1314,6 +1330,9 @@ class Handoffs:
             self.metrics.release_noops.labels(reason).inc()
             return ReleaseResult(released=False, session=handoff)
         self.metrics.releases.labels(reason).inc()
+        if handoff.activated_at is not None:
+            lasted = (now - handoff.activated_at).total_seconds()
+            self.metrics.duration.labels(handoff.channel_kind, _route_label(handoff)).observe(lasted)
         log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
         return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
 
@@ -1485,6 +1504,11 @@ def parse_release_command(text: str) -> tuple[Outcome | None, str | None] | None
     if parts and parts[0].lower() in tuple(Outcome):
         return Outcome(parts[0].lower()), (parts[1].strip() if len(parts) > 1 else "")[:MAX_NOTE] or None
     return None, rest[:MAX_NOTE] or None
+
+
+def _route_label(handoff: HandoffSession) -> str:
+    """The `route` label of the timing histograms: the route's id, "" straight to a channel."""
+    return "" if handoff.route_id is None else str(handoff.route_id)
 
 
 def _found(handoff: HandoffSession | None, session_id: str) -> HandoffSession:

@@ -1,0 +1,29 @@
+"""handoffs: when a person first replied to a handoff straight to a channel (time to a person)
+
+Revision ID: 0018
+Revises: 0016
+Create Date: 2026-12-01 22:00:00
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+import sqlmodel
+from alembic import op
+
+
+revision: str = '0018'
+down_revision: str | None = '0016'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('handoff_sessions', schema=None, recreate='never') as batch_op:
+        batch_op.add_column(sa.Column('first_human_reply_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('handoff_sessions', schema=None) as batch_op:
+        batch_op.drop_column('first_human_reply_at')
