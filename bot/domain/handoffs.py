@@ -1016,13 +1016,7 @@ class Handoffs:
                     raise NotFound("handoff session", sid)
                 raise NotActive(f"handoff {sid} is {handoff.state}; the message was not relayed", state=handoff.state)
             handoff = await self._get(session, sid)
-            # Straight to a channel, the first reply is when a person was reached (on a route,
-            # the claim is); the column is read with the row, so later replies cost nothing.
-            first_reply = handoff.route_id is None and handoff.first_human_reply_at is None and (await execute_dml(
-                session, update(HandoffSession)
-                .where(col(HandoffSession.id) == sid, col(HandoffSession.first_human_reply_at).is_(None))
-                .values(first_human_reply_at=now)
-            )).rowcount == 1
+            first_reply = await self._first_reply(session, handoff, now)
             message = await conversations.add_message(
                 session, handoff.conversation_id, role=Role.HUMAN, text=text, now=now, author=author, handoff_session_id=sid
             )
@@ -1035,7 +1029,22 @@ class Handoffs:
             self._observe_time_to_human(handoff, handoff.channel_kind, now)
         return message
 
+    @staticmethod
+    async def _first_reply(session: AsyncSession, handoff: HandoffSession, now: datetime) -> bool:
+        """Whether this is the first person's reply to a handoff straight to a channel (the
+        moment a person was reached; on a route the claim is), marked on the row once. The
+        column comes with the row the caller read, so later replies cost no statement."""
+        if handoff.route_id is not None or handoff.first_human_reply_at is not None:
+            return False
+        marked = await execute_dml(
+            session, update(HandoffSession)
+            .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.first_human_reply_at).is_(None))
+            .values(first_human_reply_at=now)
+        )
+        return marked.rowcount == 1
+
     def _observe_time_to_human(self, handoff: HandoffSession, channel_kind: str, now: datetime) -> None:
+        """From the handoff reaching its first person to a person acting on it."""
         if handoff.activated_at is not None:
             waited = (now - handoff.activated_at).total_seconds()
             self.metrics.time_to_human.labels(channel_kind, _route_label(handoff)).observe(waited)

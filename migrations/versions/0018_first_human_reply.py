@@ -25,5 +25,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('handoff_sessions', schema=None) as batch_op:
-        batch_op.drop_column('first_human_reply_at')
+    # Plain ALTER TABLE … DROP COLUMN (SQLite 3.35+, PostgreSQL): a batch copy of the table
+    # would drop it, which the foreign keys of its form links and recipients refuse.
+    op.execute('ALTER TABLE handoff_sessions DROP COLUMN first_human_reply_at')
