@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from bot.domain import conversations
 from bot.domain.handoffs import OnTheLine, parse_release_command
+from bot.runtime.clock import ManualClock
 from bot.store.models import HandoffSession, Message, OutboxItem
 from bot.store.vocabulary import Role
 from channels.base import PermanentChannelError, RecipientText, TransientChannelError
@@ -395,3 +396,23 @@ async def test_a_dispatch_failed_as_stuck_while_in_flight_is_never_activated(sta
     assert (await harness.handoff(sid))["state"] == "failed"
     kinds = await harness.kinds(sid)
     assert "handoff_activated" not in kinds and "dispatch_failed" in kinds and "delivery_claim_lost" in kinds
+
+
+async def test_time_to_a_person_is_the_first_reply_and_the_duration_is_observed_at_release(harness: Harness) -> None:
+    """Straight to a channel: the first human reply observes the time to a person once (later
+    replies do not), and the release observes how long the handoff lasted."""
+    registry, clock = harness.desk.metrics.registry, harness.desk.clock
+    assert isinstance(clock, ManualClock)
+    labels = {"channel_kind": "owner_inbox", "route": ""}
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    clock.advance(timedelta(minutes=4))
+    await harness.desk.handoffs.recipient_message(sid, "Hi, Sam here.", author="Sam", via="test")
+    clock.advance(timedelta(minutes=3))
+    await harness.desk.handoffs.recipient_message(sid, "Found it.", author="Sam", via="test")
+    assert registry.get_sample_value("handoff_time_to_human_seconds_count", labels) == 1
+    assert registry.get_sample_value("handoff_time_to_human_seconds_sum", labels) == 240
+    clock.advance(timedelta(minutes=5))
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={})
+    assert registry.get_sample_value("handoff_duration_seconds_count", labels) == 1
+    assert registry.get_sample_value("handoff_duration_seconds_sum", labels) == 720

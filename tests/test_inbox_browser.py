@@ -8,6 +8,7 @@ Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the README screenshots in docs/screen
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -334,4 +335,42 @@ async def test_the_inbox_fits_a_phone(served_with_actions: tuple[Desk, str], pag
         await assert_field_shows_its_placeholder(page, "#reply-text")
         await assert_field_shows_its_placeholder(page, "#note")
         await shot(page, "inbox-handoff-phone")
+    assert page.problems == []
+
+
+# --------------------------------------------------------------------------- the handoff's timeline
+
+async def test_the_handoff_page_shows_its_timeline_at_desktop_and_on_a_phone(served: tuple[Desk, str], page: Any) -> None:
+    """Requested, notified, the relays (many in a row fold into one row that opens), released,
+    each with its time and the gap since the step before; nothing wider than a phone."""
+    desk, base = served
+    async with httpx.AsyncClient(base_url=base) as api:
+        cid = (await api.post("/api/conversations", json={"subscriber": {"name": "Ana"}})).json()["conversation_id"]
+        sid = (await api.post(f"/api/conversations/{cid}/tools/handoff_request", json={
+            "channel_id": 1, "summary": "Ana's order #1234 is a week late.", "expected_action": "Check order #1234."})).json()["handoff_session_id"]
+        for n in range(3):
+            await api.post(f"/api/conversations/{cid}/messages", json={"text": f"Are you there? ({n})"})
+            await desk.inbound.submit_and_wait(1, RecipientText(thread_key=sid, text=f"Looking into it ({n})", author="Kim"))
+        await api.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
+        await desk.settle()
+
+        await page.goto(f"{base}/inbox/handoffs/{sid}")
+        await page.wait_for_selector("#timeline")
+        steps = page.locator("#timeline > li")
+        assert [await steps.nth(i).locator(".step-what").first.inner_text() for i in range(await steps.count())] == [
+            "Requested", "Notified", "6 messages relayed: 3 to the person, 3 to the subscriber", "Released"]
+        assert await page.locator("#timeline > .step-released .step-detail").inner_text() == "by owner (API) · Resolved"
+        assert re.fullmatch(r"\+\d+ s", await page.locator("#timeline > .step-released .step-since").inner_text())
+        relays = page.locator("#timeline details.relays")
+        assert not await relays.locator(".step").first.is_visible()  # folded until opened
+        await relays.locator("summary").click()
+        inner = relays.locator(".step .step-what")
+        assert await inner.count() == 6 and await inner.first.is_visible()
+        assert await inner.nth(1).inner_text() == "Person → subscriber"
+
+        await page.set_viewport_size(PHONE)
+        await page.reload()
+        await page.wait_for_selector("#timeline")
+        await page.locator("#timeline details.relays summary").click()
+        await assert_fits_the_phone(page, "the handoff page with its timeline")
     assert page.problems == []

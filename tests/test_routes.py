@@ -465,3 +465,17 @@ async def test_the_request_answers_once_one_channel_is_reached(start_desk: Start
 async def route_handoff_unsettled(harness: Harness) -> tuple[str, dict[str, Any]]:
     cid = await harness.conversation()
     return cid, await harness.tool(cid, "handoff_request", {"channel_id": 20, **BRIEF})
+
+
+async def test_on_a_route_the_claim_is_the_time_to_a_person(start_desk: StartDesk) -> None:
+    harness = await route_desk(start_desk)
+    _, started = await route_handoff(harness)
+    clock = harness.desk.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(timedelta(minutes=2))
+    await reply(harness, 2, "On it.", "Kim")
+    await reply(harness, 2, "Still here.", "Kim")
+    registry = harness.desk.metrics.registry
+    labels = {"channel_kind": "scripted", "route": "20"}
+    assert registry.get_sample_value("handoff_time_to_human_seconds_count", labels) == 1
+    assert registry.get_sample_value("handoff_time_to_human_seconds_sum", labels) == 120

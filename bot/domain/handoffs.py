@@ -1016,6 +1016,7 @@ class Handoffs:
                     raise NotFound("handoff session", sid)
                 raise NotActive(f"handoff {sid} is {handoff.state}; the message was not relayed", state=handoff.state)
             handoff = await self._get(session, sid)
+            first_reply = await self._first_reply(session, handoff, now)
             message = await conversations.add_message(
                 session, handoff.conversation_id, role=Role.HUMAN, text=text, now=now, author=author, handoff_session_id=sid
             )
@@ -1024,7 +1025,29 @@ class Handoffs:
                 conversation_id=handoff.conversation_id, message_id=message.id, via=via,
             )
         self.metrics.relayed.labels("to_subscriber").inc()
+        if first_reply:
+            self._observe_time_to_human(handoff, handoff.channel_kind, now)
         return message
+
+    @staticmethod
+    async def _first_reply(session: AsyncSession, handoff: HandoffSession, now: datetime) -> bool:
+        """Whether this is the first person's reply to a handoff straight to a channel (the
+        moment a person was reached; on a route the claim is), marked on the row once. The
+        column comes with the row the caller read, so later replies cost no statement."""
+        if handoff.route_id is not None or handoff.first_human_reply_at is not None:
+            return False
+        marked = await execute_dml(
+            session, update(HandoffSession)
+            .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.first_human_reply_at).is_(None))
+            .values(first_human_reply_at=now)
+        )
+        return marked.rowcount == 1
+
+    def _observe_time_to_human(self, handoff: HandoffSession, channel_kind: str, now: datetime) -> None:
+        """From the handoff reaching its first person to a person acting on it."""
+        if handoff.activated_at is not None:
+            waited = (now - handoff.activated_at).total_seconds()
+            self.metrics.time_to_human.labels(channel_kind, _route_label(handoff)).observe(waited)
 
     # ------------------------------------------------------------------ claims (routes)
 
@@ -1081,7 +1104,9 @@ class Handoffs:
             record(session.info, HandoffClaimed(handoff))
         self.metrics.claims.labels("claimed").inc()
         if waited is not None:
-            self.metrics.time_to_claim.labels(str(handoff.route_id), recipient.channel_kind if recipient else via.split(":")[0]).observe(waited)
+            kind = recipient.channel_kind if recipient else via.split(":")[0]
+            self.metrics.time_to_claim.labels(str(handoff.route_id), kind).observe(waited)
+            self._observe_time_to_human(handoff, kind, now)
         log.info("handoff_claimed", handoff_session_id=sid, by=by, via=via)
         return ClaimResult(claimed=True, handoff=handoff)
 
@@ -1314,6 +1339,9 @@ class Handoffs:
             self.metrics.release_noops.labels(reason).inc()
             return ReleaseResult(released=False, session=handoff)
         self.metrics.releases.labels(reason).inc()
+        if handoff.activated_at is not None:
+            lasted = (now - handoff.activated_at).total_seconds()
+            self.metrics.duration.labels(handoff.channel_kind, _route_label(handoff)).observe(lasted)
         log.info("handoff_released", handoff_session_id=sid, reason=reason, outcome=outcome)
         return ReleaseResult(released=True, session=handoff, resume_message_id=resume.id)
 
@@ -1485,6 +1513,11 @@ def parse_release_command(text: str) -> tuple[Outcome | None, str | None] | None
     if parts and parts[0].lower() in tuple(Outcome):
         return Outcome(parts[0].lower()), (parts[1].strip() if len(parts) > 1 else "")[:MAX_NOTE] or None
     return None, rest[:MAX_NOTE] or None
+
+
+def _route_label(handoff: HandoffSession) -> str:
+    """The `route` label of the timing histograms: the route's id, "" straight to a channel."""
+    return "" if handoff.route_id is None else str(handoff.route_id)
 
 
 def _found(handoff: HandoffSession | None, session_id: str) -> HandoffSession:

@@ -8,6 +8,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+# A person answers in minutes and a handoff lasts minutes to hours: buckets from 10 s to a
+# day, so p50 and p90 fall inside a bucket rather than in the +Inf overflow.
+MINUTES_TO_HOURS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -53,6 +57,13 @@ class Metrics:
             registry=r)
         self.unclaimed = Counter(
             "handoff_unclaimed", "Handoffs on a route handed back because nobody claimed them", ["route"], registry=r)
+        self.time_to_human = Histogram(
+            "handoff_time_to_human_seconds",
+            "From a handoff reaching its first person to a person acting on it: the claim on a route, the first reply on a channel",
+            ["channel_kind", "route"], buckets=MINUTES_TO_HOURS, registry=r)
+        self.duration = Histogram(
+            "handoff_duration_seconds", "From a handoff reaching its first person to its release",
+            ["channel_kind", "route"], buckets=MINUTES_TO_HOURS, registry=r)
         self.satisfaction = Counter(
             "handoff_satisfaction", "Answers to the satisfaction question after a handoff (yes, no)", ["answer"], registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)

@@ -142,6 +142,8 @@ class HandoffSession(SQLModel, table=True):
     claimed_by: str | None = Field(default=None, max_length=200)  # the person's name as their channel shows it
     claimed_via: str | None = Field(default=None, max_length=40)  # channel:<id>, form, inbox, agent
     claimed_recipient_id: int | None = None  # the `HandoffRecipient` whose thread took it
+    # Straight to a channel (no route): when a person first replied, the moment they were reached.
+    first_human_reply_at: datetime | None = None
 
     @property
     def routed(self) -> bool:

@@ -95,6 +95,7 @@ from bot.web.login_attempts import LoginAttemptsDep
 from bot.web.owner_name import COOKIE as NAME_COOKIE
 from bot.web.owner_name import DEFAULT_NAME, InvalidName, NameCookie, parse_name
 from bot.web.pages import render_page, same_origin, secure_headers
+from bot.web.timeline import timeline
 from channels.base import RecipientText, pretty_arguments
 from channels.text import clip
 from forms.fields import preview_line
@@ -376,6 +377,10 @@ class InboxView:
         left = f"{hours} h left" if hours else self.time_left(link.expires_at)
         return FormLinkState(self.forms.url(link.id), "valid", f"Link valid until {_when(link.expires_at)} ({left}).")
 
+    def channel_name(self, channel_id: int) -> str:
+        """A channel's label, or its number once the config no longer has it."""
+        return self._channel_label(channel_id) or f"channel {channel_id}"
+
     def _channel_label(self, channel_id: int) -> str | None:
         adapter = self.channels.get(channel_id)
         return adapter.label if adapter is not None else None
@@ -386,7 +391,7 @@ class InboxView:
         now = self.clock.now()
         cards = []
         for a in approvals:
-            channel_labels = [self._channel_label(channel_id) or f"channel {channel_id}" for channel_id in a.channel_ids]
+            channel_labels = [self.channel_name(channel_id) for channel_id in a.channel_ids]
             via = a.decided_via or ""
             if via.startswith("channel:") and via[8:].isdigit():
                 label = self._channel_label(int(via[8:]))
@@ -625,6 +630,7 @@ async def handoff_page(
         messages=[{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],
         last_id=messages[-1].id if messages else 0,
         events=[event_view(e) for e in events],
+        timeline=timeline(handoff, events, view.channel_name),
         approvals=await view.approval_cards(await view.queries.conversation_approvals(handoff.conversation_id)),
         nonce_reply=secrets.token_urlsafe(12),
         notice=notice[:200],

@@ -1,7 +1,7 @@
 """handoff_satisfaction: the question asked after a handoff ended and the subscriber's answer
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-01 22:00:00
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from alembic import op
 
 
 revision: str = '0019'
-down_revision: str | None = '0017'
+down_revision: str | None = '0018'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
