@@ -31,6 +31,8 @@ from bot.store.models import InboundEvent
 from bot.web.app import create_app
 from bot.web.server import DeskServer
 from channels.base import ChannelAdapter
+from tests.fake_telegram import FakeTelegram
+from tests.fake_twilio import FakeTwilio
 from tests.fakes import ScriptedChannel
 
 POSTGRES_URL = os.environ.get("HANDOFF_TEST_POSTGRES_URL")
@@ -319,3 +321,23 @@ async def shot(page: Any, name: str) -> None:
     if os.environ.get("HANDOFF_WRITE_SCREENSHOTS"):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+TELEGRAM_TOKEN = "123456:TEST-token_abcdefghijklmnop"
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegram]:
+    """A fake Telegram Bot API (token TELEGRAM_TOKEN), for tests that drive a front or a
+    channel through a whole desk; requested before start_desk, so it outlives the desk."""
+    server = await FakeTelegram(token=TELEGRAM_TOKEN).start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def twilio() -> AsyncIterator[FakeTwilio]:
+    """A fake Twilio API, like `telegram`."""
+    server = await FakeTwilio().start()
+    yield server
+    await server.stop()

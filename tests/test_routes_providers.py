@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from bot.runtime.clock import ManualClock
-from tests.conftest import Harness, StartDesk
+from tests.conftest import TELEGRAM_TOKEN, Harness, StartDesk
 from tests.fake_slack import FakeSlack, Fault, block_actions, message_event, signed_headers
 from tests.fake_telegram import KIM, STAFF_CHAT_ID, FakeTelegram
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, SENDER, FakeTwilio
@@ -33,7 +33,6 @@ SLACK, TELEGRAM, WHATSAPP, ROUTE = 3, 2, 6, 20
 SLACK_TOKEN = "xoxb-test-token"
 SLACK_SECRET = "slack-signing-secret-for-tests"
 SLACK_CHANNEL = "C0HANDOFF"
-TELEGRAM_TOKEN = "123456:TEST-token_abcdefghijklmnop"
 TELEGRAM_SECRET = "test_webhook-secret-1"
 FORM = "application/x-www-form-urlencoded"
 PUBLIC_URL = "http://desk.test"
@@ -54,20 +53,6 @@ SUPPORT = {
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:
     server = await FakeSlack(token=SLACK_TOKEN, channels=(SLACK_CHANNEL,), users={"U0SAM": "Sam", "U0KIM": "Kim"}).start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    server = await FakeTelegram(token=TELEGRAM_TOKEN).start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def twilio() -> AsyncIterator[FakeTwilio]:
-    server = await FakeTwilio().start()
     yield server
     await server.stop()
 

@@ -5,8 +5,6 @@ that expires when the subscriber moves on; and the agent never reading the answe
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from sqlalchemy import func, select
 
@@ -17,7 +15,7 @@ from bot.store.vocabulary import ReleaseReason
 from tests.conftest import Harness, StartDesk, config_problem
 from tests.fake_telegram import ANA, KIM, STAFF_CHAT_ID, FakeTelegram
 from tests.fake_twilio import CARLA_PHONE, FakeTwilio
-from tests.test_front_telegram import PERSON, TOKEN, buttons, conversation_of, deliver, said_to, shared_desk
+from tests.test_front_telegram import PERSON, buttons, conversation_of, deliver, said_to, shared_desk
 from tests.test_front_whatsapp import OWN_URL, chat, own_desk, write
 
 CSAT = {"csat": {"enabled": True}}
@@ -27,20 +25,6 @@ QUESTION_WORDS = "Did that solve it? Reply 1 for yes, 2 for no."
 @pytest.fixture
 def database_url(sqlite_url: str) -> str:
     return sqlite_url
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    server = await FakeTelegram(token=TOKEN).start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def twilio() -> AsyncIterator[FakeTwilio]:
-    server = await FakeTwilio().start()
-    yield server
-    await server.stop()
 
 
 class Listening(Agent):

@@ -73,7 +73,6 @@ from bot.store.vocabulary import (
 from channels.base import (
     DEFAULT_PUBLIC_NAME,
     ChannelAdapter,
-    ChannelConfig,
     Dispatch,
     HandoffBrief,
     Notice,
@@ -491,35 +490,13 @@ class Handoffs:
         sid = new_id("hs")
         conversation_id = conversation.id
         closed = self.hours.closed(adapter.config)
-        estimate = self._estimate(adapter.config, closed)
+        estimate = self._estimate(adapter.config.estimated_response, closed)
         try:
             async with self.db.transaction(effect=True) as session:
                 # No look for an open handoff first: the one-open-per-conversation unique index
                 # refuses the insert below, and only then is the open one's id looked up.
                 history = await conversations.recent_messages(session, conversation_id, self.settings.transcript_messages)
-                # The handoff row is inserted already naming its first link, then the link
-                # (its foreign key needs the handoff).
-                link_id = new_link_id()
-                handoff = await rows.insert_handoff(
-                    session,
-                    id=sid,
-                    conversation_id=conversation_id,
-                    channel_id=adapter.id,
-                    channel_kind=adapter.kind,
-                    channel_label=adapter.label,
-                    state=HandoffState.DISPATCHING,
-                    urgency=req.urgency,
-                    summary=req.summary,
-                    expected_action=req.expected_action,
-                    contact_back_email=str(req.contact_back_email or conversation.subscriber_email or "") or None,
-                    include_transcript=req.include_transcript,
-                    extra_context=req.extra_context or {},
-                    expected_return=[f.model_dump(exclude_none=True) for f in req.expected_return or []],
-                    estimated_response=estimate,
-                    created_at=now,
-                    form_link_id=link_id,
-                )
-                await self.forms.store(session, link_id, sid, now)
+                handoff = await self._insert_requested(session, sid, conversation, req, adapter, estimate, now)
                 requested = await audit.record(
                     session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=conversation_id, channel_id=adapter.id, channel_kind=adapter.kind,
@@ -574,24 +551,15 @@ class Handoffs:
                 raise ChannelUnavailable(req.channel_id, self.target_ids())
             if ladder.route.when_closed == "refuse":
                 raise RouteClosed(ladder.id, plan.closed.back_text if plan.closed else None)
-        estimate = self._route_estimate(ladder, plan.closed)
+        estimate = self._estimate(ladder.route.estimated_response, plan.closed)
         sid = new_id("hs")
         first = plan.adapters[0]
         try:
             async with self.db.transaction(effect=True) as session:
                 history = await conversations.recent_messages(session, conversation.id, self.settings.transcript_messages)
-                link_id = new_link_id()
-                handoff = await rows.insert_handoff(
-                    session, id=sid, conversation_id=conversation.id, channel_id=first.id, channel_kind=first.kind,
-                    channel_label=first.label, state=HandoffState.DISPATCHING, urgency=req.urgency, summary=req.summary,
-                    expected_action=req.expected_action,
-                    contact_back_email=str(req.contact_back_email or conversation.subscriber_email or "") or None,
-                    include_transcript=req.include_transcript, extra_context=req.extra_context or {},
-                    expected_return=[f.model_dump(exclude_none=True) for f in req.expected_return or []],
-                    estimated_response=estimate, created_at=now, form_link_id=link_id, route_id=ladder.id,
-                    step=plan.index,
+                handoff = await self._insert_requested(
+                    session, sid, conversation, req, first, estimate, now, route_id=ladder.id, step=plan.index,
                 )
-                await self.forms.store(session, link_id, sid, now)
                 requested = await audit.record(
                     session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
                     conversation_id=conversation.id, channel_id=ladder.id, channel_kind="route", route_id=ladder.id,
@@ -644,12 +612,6 @@ class Handoffs:
             failed=tuple(r.channel_id for r in now_known if r.state == RecipientState.FAILED),
             pending=tuple(r.channel_id for r in now_known if r.state == RecipientState.SENDING),
         )
-
-    def _route_estimate(self, ladder: Ladder, closed: Closed | None) -> str:
-        usual = ladder.route.estimated_response
-        if closed is None:
-            return usual
-        return self.renderer.render("messages/out_of_hours_estimate.txt", back=closed.back_text, usual=usual).strip()
 
     async def _notify_step(
         self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, history: list[Message],
@@ -718,14 +680,32 @@ class Handoffs:
         except DeliveryFailed as exc:
             return exc.error.hint
 
-    def _estimate(self, channel: ChannelConfig, closed: Closed | None) -> str:
-        """What the model and the subscriber are told to expect: the channel's own estimate,
-        or, outside its office hours, when its people are back (a template owners can reword)."""
+    def _estimate(self, usual: str, closed: Closed | None) -> str:
+        """What the model and the subscriber are told to expect: the channel's (or route's) own
+        estimate, or, outside its office hours, when its people are back (a template owners can reword)."""
         if closed is None:
-            return channel.estimated_response
-        return self.renderer.render(
-            "messages/out_of_hours_estimate.txt", back=closed.back_text, usual=channel.estimated_response,
-        ).strip()
+            return usual
+        return self.renderer.render("messages/out_of_hours_estimate.txt", back=closed.back_text, usual=usual).strip()
+
+    async def _insert_requested(
+        self, session: AsyncSession, sid: str, conversation: Conversation, req: HandoffRequestInput, to: ChannelAdapter,
+        estimate: str, now: datetime, **route: int,
+    ) -> HandoffSession:
+        """The handoff row as asked for, `dispatching` on `to` (on a route, its first channel,
+        with `route_id` and `step`), and its first return-form link. The row is inserted already
+        naming the link, then the link (its foreign key needs the handoff)."""
+        link_id = new_link_id()
+        handoff = await rows.insert_handoff(
+            session, id=sid, conversation_id=conversation.id, channel_id=to.id, channel_kind=to.kind,
+            channel_label=to.label, state=HandoffState.DISPATCHING, urgency=req.urgency, summary=req.summary,
+            expected_action=req.expected_action,
+            contact_back_email=str(req.contact_back_email or conversation.subscriber_email or "") or None,
+            include_transcript=req.include_transcript, extra_context=req.extra_context or {},
+            expected_return=[f.model_dump(exclude_none=True) for f in req.expected_return or []],
+            estimated_response=estimate, created_at=now, form_link_id=link_id, **route,
+        )
+        await self.forms.store(session, link_id, sid, now)
+        return handoff
 
     async def _open_id(self, conversation_id: str) -> str | None:
         async with self.db.read() as session:

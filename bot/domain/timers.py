@@ -101,25 +101,21 @@ class IdleTimers:
         return self.clock.now() + self.sweep_interval
 
     def arm(self, sid: str, deadline: datetime) -> None:
-        """Schedule an exact job when the deadline is near; a later sweep handles far ones."""
-        if not self.scheduler.running or deadline > self._horizon():
-            return
-        run_at = datetime.now(UTC) + (deadline - self.clock.now())
-        self.scheduler.add_job(self._run_fire, "date", run_date=run_at, args=[sid], id=f"idle:{sid}", replace_existing=True)
+        """Schedule an exact job when the idle deadline is near; a later sweep handles far ones."""
+        self._arm(self._run_fire, f"idle:{sid}", sid, deadline)
 
     def disarm(self, sid: str) -> None:
-        try:
-            self.scheduler.remove_job(f"idle:{sid}")
-        except JobLookupError:
-            pass
+        self._disarm(f"idle:{sid}")
 
     def arm_ladder(self, sid: str, deadline: datetime) -> None:
         """The ladder's next step, timed like an idle deadline (near ones only)."""
+        self._arm(self._run_escalate, f"ladder:{sid}", sid, deadline)
+
+    def _arm(self, job: Callable[[str], Awaitable[None]], job_id: str, sid: str, deadline: datetime) -> None:
         if not self.scheduler.running or deadline > self._horizon():
             return
         run_at = datetime.now(UTC) + (deadline - self.clock.now())
-        self.scheduler.add_job(self._run_escalate, "date", run_date=run_at, args=[sid], id=f"ladder:{sid}",
-                               replace_existing=True)
+        self.scheduler.add_job(job, "date", run_date=run_at, args=[sid], id=job_id, replace_existing=True)
 
     def _disarm(self, job_id: str) -> None:
         try:

@@ -18,6 +18,7 @@ from bot.domain.handoffs import (
     HandoffStarted,
     RouteClosed,
 )
+from bot.domain.hours import Closed
 from bot.errors import error_body
 from bot.store.vocabulary import ReleaseReason
 from bot.tools import Tool, ToolContext, model_schema
@@ -107,11 +108,7 @@ class HandoffRequestTool(Tool):
 def _availability(ctx: ToolContext, channel: ChannelConfig) -> str:
     """A channel's line in the description: its usual estimate, or, outside its office hours,
     that it is closed and when someone is back."""
-    closed = ctx.handoffs.hours.closed(channel)
-    if closed is None:
-        return f"responds {channel.estimated_response}"
-    back = closed.back_text
-    return f"closed now; back {back}" if back else "closed now; no office hours ahead"
+    return _responds(channel.estimated_response, ctx.handoffs.hours.closed(channel))
 
 
 def _ladder_line(ctx: ToolContext, ladder: Ladder) -> str:
@@ -123,9 +120,12 @@ def _ladder_line(ctx: ToolContext, ladder: Ladder) -> str:
 
 
 def _route_availability(ctx: ToolContext, ladder: Ladder) -> str:
-    closed = ctx.handoffs.steps.closed_now(ladder, ctx.handoffs.clock.now())
+    return _responds(ladder.route.estimated_response, ctx.handoffs.steps.closed_now(ladder, ctx.handoffs.clock.now()))
+
+
+def _responds(usual: str, closed: Closed | None) -> str:
     if closed is None:
-        return f"responds {ladder.route.estimated_response}"
+        return f"responds {usual}"
     back = closed.back_text
     return f"closed now; back {back}" if back else "closed now; no office hours ahead"
 
