@@ -11,9 +11,9 @@ a few still open; required fields missing on some form releases. Rows go in by b
 inserts (executemany in batches).
 
 Then it times `Reports.summary` (bot/domain/reports.py), the one call behind the reports
-page, for the last 24 h, 7 days and 30 days, each without a filter and with a channel
-filter (in Europe/Berlin): p50 / p99 wall time and CPU time per call, per query and over
-all of them, and the process RSS. The goal is a p50 of at most 200 ms for a whole summary.
+page, for the last 24 h, 7 days and 30 days (the page's ranges) and the whole 90 days (a
+custom range), each without a filter and with a channel filter (in Europe/Berlin): p50 /
+p99 wall time and CPU time per call, per query and over all of them, and the process RSS. The goal is a p50 of at most 200 ms for a whole summary.
 Figures are wall-clock on whatever machine runs this; nothing here asserts a threshold.
 """
 
@@ -96,8 +96,9 @@ def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, An
     (reason, outcome) = rng.choices([e for e, _ in ENDINGS], [w for _, w in ENDINGS])[0]
     reached = not failed and reason != "unclaimed"
     to_person = timedelta(seconds=rng.lognormvariate(math.log(240), 1.1))
-    claimed = activated + to_person if reached and (route_id is not None or rng.random() < 0.4) else None
-    first_reply = activated + to_person * rng.uniform(1, 1.5) if reached else None
+    # On a route a person's first act claims it; straight to a channel their first reply reaches it
+    claimed = activated + to_person if reached and route_id is not None else None
+    first_reply = activated + to_person * (rng.uniform(1, 1.5) if claimed else 1) if reached else None
     released = None if failed or still_open else activated + to_person + timedelta(seconds=rng.lognormvariate(math.log(1500), 0.9))
     messages = [
         {"conversation_id": cid, "role": "subscriber", "text": "My order is late.", "author": None,
@@ -110,7 +111,8 @@ def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, An
         messages += [{"conversation_id": cid, "role": "human", "text": "I'm on it.", "author": "Sam",
                       "handoff_session_id": hid, "created_at": moment} for moment in replies]
     conversation = {"id": cid, "subscriber_name": "Ana", "subscriber_email": None, "subscriber_external_id": None,
-                    "serves_handoff_session_id": None, "created_at": at - timedelta(seconds=30), "last_message_at": at}
+                    "serves_handoff_session_id": None, "created_at": at - timedelta(seconds=30), "last_message_at": at,
+                    "first_handoff_at": at}
     state = "failed" if failed else "active" if still_open else "released"
     ended = state == "released"
     handoff = {
@@ -124,6 +126,10 @@ def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, An
         "outcome": outcome if ended else None, "note": None, "returned": {},
         "missing_required": ["order_id"] if ended and reason == "form" and rng.random() < 0.05 else [],
         "route_id": route_id, "claimed_at": claimed, "claimed_by": "Sam" if claimed else None,
+        "first_human_reply_at": first_reply if route_id is None else None,
+        # The facts the desk writes at the claim or first reply, and at the release
+        "time_to_person_seconds": round(to_person.total_seconds(), 3) if reached else None,
+        "duration_seconds": round((released - activated).total_seconds(), 3) if released is not None else None,
     }
     return conversation, handoff, messages
 
@@ -132,7 +138,7 @@ def plain_rows(i: int, at: datetime) -> tuple[dict[str, Any], list[dict[str, Any
     """A conversation the bot handled alone, started at `at`."""
     cid = f"c_plain{i:09d}"
     conversation = {"id": cid, "subscriber_name": None, "subscriber_email": None, "subscriber_external_id": None,
-                    "serves_handoff_session_id": None, "created_at": at, "last_message_at": at}
+                    "serves_handoff_session_id": None, "created_at": at, "last_message_at": at, "first_handoff_at": None}
     return conversation, [
         {"conversation_id": cid, "role": role, "text": text, "author": None, "handoff_session_id": None,
          "created_at": at + timedelta(seconds=n)} for n, (role, text) in enumerate((("subscriber", "Where is my order?"),
@@ -208,7 +214,8 @@ async def main(handoffs: int, calls: int, keep: Path | None) -> None:
         reports = Reports(db)
         rows: list[Timed] = []
         try:
-            for label, span in (("24 h", timedelta(days=1)), ("7 d", timedelta(days=7)), ("30 d", timedelta(days=30))):
+            for label, span in (("24 h", timedelta(days=1)), ("7 d", timedelta(days=7)), ("30 d", timedelta(days=30)),
+                                ("90 d", HISTORY)):
                 for channel_id in (None, 2):
                     name = f"summary {label}" + (f", channel {channel_id}" if channel_id else "")
                     rows.append(await time_query(reports, name, span, channel_id, calls))

@@ -101,7 +101,7 @@ async def test_the_idle_release_applies_only_while_the_deadline_has_passed_and_e
     deadline = AT + timedelta(minutes=30)
     released = {"state": HandoffState.RELEASED, "released_at": deadline, "release_reason": "idle_timeout",
                 "released_by": "idle timer", "outcome": "unresolved", "note": None, "returned": {"n": 2},
-                "missing_required": ["eta"]}
+                "missing_required": ["eta"], "duration_seconds": 1800.0}
     async with db.transaction() as session:
         await handoff_rows.transition(
             session, handoff_rows.ACTIVATE, stored.id, state=HandoffState.ACTIVE, channel_message_id=None, thread_key="t1",
@@ -112,7 +112,7 @@ async def test_the_idle_release_applies_only_while_the_deadline_has_passed_and_e
         assert (await handoff_rows.active_in_thread(session, 1, "t1")).id == stored.id  # type: ignore[union-attr]
         assert await handoff_rows.active_in_thread(session, 2, "t1") is None
         done = await handoff_rows.transition(session, handoff_rows.RELEASE_IDLE, stored.id, cutoff=deadline, **released)
-        assert done is not None and (done.returned, done.missing_required) == ({"n": 2}, ["eta"])
+        assert done is not None and (done.returned, done.missing_required, done.duration_seconds) == ({"n": 2}, ["eta"], 1800)
         assert await handoff_rows.transition(session, handoff_rows.RELEASE, stored.id, **released) is None
         assert await handoff_rows.active_in_thread(session, 1, "t1") is None  # released: replies find nothing
 

@@ -9,13 +9,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from alembic import command
+from sqlalchemy import insert, select
+from sqlalchemy.engine import Connection
 from sqlmodel import col
 
+from bot.domain.handoff_rows import CONVERSATIONS, HANDOFFS, MESSAGES, new_row
 from bot.domain.reports import BUCKETS, Containment, DayCount, Reports, Satisfaction, Tally
-from bot.store.db import Database
+from bot.runtime.clock import ManualClock
+from bot.store.db import Database, alembic_config
 from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message
 from bot.store.vocabulary import HandoffState, Outcome, ReleaseReason, Role
+from tests.conftest import Harness, StartDesk
+from tests.fakes import ScriptedChannel
+from tests.test_routes import escalate, reply, route_desk, route_handoff
 
 NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)  # the generator's clock: every time below is relative to it
 SUPPORT = (1, "Support")
@@ -40,32 +47,50 @@ class Planned:
     failed: bool = False
 
 
-async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[datetime, ...] = ()) -> None:
+async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[datetime, ...] = (),
+                facts: bool = True) -> None:
     """Write the history: a conversation per handoff (created with it) plus conversations
-    that never had one."""
+    that never had one. Each row carries the facts the desk writes where they happen (the
+    last tests below check a real desk writing them): the seconds from the activation to
+    the earlier of the claim and the first human reply, the seconds it lasted, and the
+    conversation's first handoff. `facts` False: a history stored before there were such
+    columns (on a schema downgraded past them), written through the tables' older columns."""
+    conversations, sessions, messages = [], [], []
+    for at in plain_conversations:
+        conversations.append(new_row(Conversation, id=f"c_plain{next(_ids)}", created_at=at, last_message_at=at))
+    for plan in handoffs:
+        n = next(_ids)
+        at = plan.created
+        conversations.append(new_row(Conversation, id=f"c{n}", created_at=at, last_message_at=at, first_handoff_at=at))
+        state = (HandoffState.FAILED if plan.failed else HandoffState.RELEASED if plan.released is not None
+                 else HandoffState.ACTIVE)
+        started = plan.activated or 0
+        reached = min((t for t in (plan.claimed, *plan.human_replies) if t is not None), default=None)
+        sessions.append(new_row(
+            HandoffSession, id=f"h{n}", conversation_id=f"c{n}", channel_id=plan.channel[0], channel_kind="inbox",
+            channel_label=plan.channel[1], state=state, urgency="normal", summary="s", expected_action="a",
+            created_at=at, activated_at=_after(at, plan.activated), claimed_at=_after(at, plan.claimed),
+            released_at=_after(at, plan.released), release_reason=plan.reason, outcome=plan.outcome,
+            missing_required=plan.missing, route_id=plan.route_id,
+            time_to_person_seconds=None if reached is None else reached - started,
+            duration_seconds=None if plan.released is None or plan.activated is None else plan.released - started,
+        ))
+        messages += [new_row(Message, conversation_id=f"c{n}", role=Role.HUMAN, text="hi", handoff_session_id=f"h{n}",
+                             created_at=at + timedelta(seconds=offset)) for offset in plan.human_replies]
+        # Messages that must not count as a person: the subscriber's and the agent's
+        messages.append(new_row(Message, conversation_id=f"c{n}", role=Role.SUBSCRIBER, text="help",
+                                handoff_session_id=f"h{n}", created_at=at + timedelta(seconds=1)))
+    if not facts:
+        for row in conversations:
+            del row["first_handoff_at"]
+        for row in sessions:
+            del row["time_to_person_seconds"], row["duration_seconds"]
+    for row in messages:
+        del row["id"]  # the database numbers them
     async with db.transaction() as session:
-        for at in plain_conversations:
-            session.add(Conversation(id=f"c_plain{next(_ids)}", created_at=at, last_message_at=at))
-        for plan in handoffs:
-            n = next(_ids)
-            at = plan.created
-            session.add(Conversation(id=f"c{n}", created_at=at, last_message_at=at))
-            state = (HandoffState.FAILED if plan.failed else HandoffState.RELEASED if plan.released is not None
-                     else HandoffState.ACTIVE)
-            session.add(HandoffSession(
-                id=f"h{n}", conversation_id=f"c{n}", channel_id=plan.channel[0], channel_kind="inbox",
-                channel_label=plan.channel[1], state=state, urgency="normal", summary="s", expected_action="a",
-                created_at=at, activated_at=_after(at, plan.activated), claimed_at=_after(at, plan.claimed),
-                released_at=_after(at, plan.released), release_reason=plan.reason, outcome=plan.outcome,
-                missing_required=plan.missing, route_id=plan.route_id,
-            ))
-            await session.flush()
-            for offset in plan.human_replies:
-                session.add(Message(conversation_id=f"c{n}", role=Role.HUMAN, text="hi", handoff_session_id=f"h{n}",
-                                    created_at=at + timedelta(seconds=offset)))
-            # Messages that must not count as a person: the subscriber's and the agent's
-            session.add(Message(conversation_id=f"c{n}", role=Role.SUBSCRIBER, text="help", handoff_session_id=f"h{n}",
-                                created_at=at + timedelta(seconds=1)))
+        for table, rows in ((CONVERSATIONS, conversations), (HANDOFFS, sessions), (MESSAGES, messages)):
+            if rows:  # an INSERT of the columns the rows name, the rest left to the database
+                await session.execute(insert(table), rows)
 
 
 def _after(at: datetime, seconds: float | None) -> datetime | None:
@@ -246,3 +271,84 @@ async def test_satisfaction_counts_the_answers_of_the_chosen_handoffs(db: Databa
     support = await reports.summary(start, NOW, channel_id=SUPPORT[0])
     assert support.satisfaction == Satisfaction(positive=2, negative=0, unanswered=1)
     assert (await reports.summary(NOW - timedelta(days=9), NOW - timedelta(days=8))).satisfaction is None
+
+
+# --------------------------------------------------------------------------- the facts a real desk writes
+
+
+async def test_a_real_desk_writes_the_facts_the_reports_read(harness: Harness) -> None:
+    """Straight to a channel: the first human reply is the time to a person (a later reply
+    changes nothing), the release the duration, the request the conversation's first handoff."""
+    clock = harness.desk.clock
+    assert isinstance(clock, ManualClock)
+    asked_at = clock.now()
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    clock.advance(timedelta(seconds=90))
+    await harness.desk.handoffs.recipient_message(sid, "Sam here.", author="Sam", via="test")
+    clock.advance(timedelta(minutes=5))
+    await harness.desk.handoffs.recipient_message(sid, "Still here.", author="Sam", via="test")
+    clock.advance(timedelta(minutes=5))
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
+
+    handoff = await harness.desk.handoffs.get(sid)
+    assert (handoff.time_to_person_seconds, handoff.duration_seconds) == (90, 690)
+    async with harness.desk.db.read() as session:
+        conversation = await session.get(Conversation, cid)
+    assert conversation is not None and conversation.first_handoff_at == asked_at
+
+    summary = await Reports(harness.desk.db).summary(asked_at, clock.now())
+    assert (summary.time_to_person.count, summary.time_to_person.p50) == (1, 90)
+    assert (summary.duration.count, summary.duration.max) == (1, 690)
+    assert summary.containment == Containment(conversations=1, contained=0, escalated=1)
+
+
+async def test_on_a_route_the_claim_is_the_time_to_a_person_the_reports_read(start_desk: StartDesk) -> None:
+    harness = await route_desk(start_desk)
+    clock = harness.desk.clock
+    assert isinstance(clock, ManualClock)
+    asked_at = clock.now()
+    _, started = await route_handoff(harness)
+    await escalate(harness, timedelta(minutes=5))
+    clock.advance(timedelta(minutes=2))
+    await reply(harness, 3, "On it.", "Kim")
+    handoff = await harness.desk.handoffs.get(started["handoff_session_id"])
+    assert (handoff.claimed_by, handoff.time_to_person_seconds, handoff.duration_seconds) == ("Kim", 420, None)
+    summary = await Reports(harness.desk.db).summary(asked_at, clock.now(), route_id=20)
+    assert (summary.time_to_person.p50, summary.endings.open, summary.duration.missing) == (420, 1, 1)
+
+
+async def test_the_upgrade_fills_in_the_facts_of_the_handoffs_stored_before_it(start_desk: StartDesk) -> None:
+    """Migration 0020 on a history written before it: the reached moment as the reports
+    worked it out then (the first human message before any claim, else the claim)."""
+    harness = await start_desk(adapters={1: ScriptedChannel})
+    cid = await harness.conversation()
+    url = harness.desk.config.database_url
+    await harness.desk.stop()
+    start = NOW - timedelta(days=1)
+    db = Database(url)
+    try:
+        async with db.engine.begin() as conn:
+            await conn.run_sync(lambda sync: _downgrade(sync, "0019"))
+        await store(db, Planned(start, activated=5, human_replies=(65, 200), released=605, reason=ReleaseReason.FORM,
+                                outcome=Outcome.RESOLVED),
+                    Planned(start, activated=5, claimed=35, human_replies=(50,)),
+                    Planned(start, activated=None, failed=True), facts=False)
+        await db.upgrade()
+        async with db.read() as session:
+            facts = sorted((await session.execute(
+                select(col(HandoffSession.time_to_person_seconds), col(HandoffSession.duration_seconds))
+                .where(col(HandoffSession.created_at) == start)
+            )).all(), key=str)
+            firsts = (await session.execute(select(col(Conversation.id), col(Conversation.first_handoff_at)))).all()
+    finally:
+        await db.dispose()
+    assert facts == sorted([(60, 600), (30, None), (None, None)], key=str)
+    assert dict(firsts)[cid] is None  # no handoff: still the bot's alone
+    assert sum(1 for _, first in firsts if first == start) == 3
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    cfg = alembic_config()
+    cfg.attributes["connection"] = connection
+    command.downgrade(cfg, revision)

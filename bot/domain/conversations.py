@@ -77,6 +77,7 @@ async def create(
         "background": background,
         "created_at": now,
         "last_message_at": now,
+        "first_handoff_at": None,
     }
     await prepared.execute(session, _INSERT_CONVERSATION, row)
     return _CONVERSATIONS.of(row)

@@ -19,6 +19,7 @@ object of the same row is ever held beside them (prepared statements do not refr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any, cast
 
@@ -114,6 +115,11 @@ SELECT_NEWEST_IN_STATE = Prepared(
     .order_by(HANDOFFS.c.created_at.desc()).limit(bindparam("limit"))
 )
 INSERT_HANDOFF = Prepared(insert(HANDOFFS))
+# A conversation's first handoff request is the moment it stopped being the bot's alone.
+MARK_ESCALATED = Prepared(
+    update(CONVERSATIONS).where(CONVERSATIONS.c.id == bindparam("cid"), CONVERSATIONS.c.first_handoff_at.is_(None))
+    .values(first_handoff_at=bindparam("at"))
+)
 SELECT_CONVERSATION = Prepared(select(*CONVERSATIONS.columns).where(CONVERSATIONS.c.id == bindparam("cid")))
 SELECT_HELD = Prepared(
     select(*MESSAGES.columns)
@@ -142,7 +148,8 @@ ACTIVATE_ROUTED = _compare_and_set(
      "activated_at", "focused_at", "last_activity_at", "idle_deadline", "escalate_at"],
 )
 FAIL = _compare_and_set([HANDOFFS.c.state == HandoffState.DISPATCHING, ~_sent_dispatch()], ["state", "failure"])
-_RELEASED = ["state", "released_at", "release_reason", "released_by", "outcome", "note", "returned", "missing_required"]
+_RELEASED = ["state", "released_at", "release_reason", "released_by", "outcome", "note", "returned", "missing_required",
+             "duration_seconds"]
 RELEASE = _compare_and_set([HANDOFFS.c.state == HandoffState.ACTIVE], _RELEASED)
 # The idle timer's release applies only while the deadline is at or before its cutoff.
 RELEASE_IDLE = _compare_and_set(
@@ -209,6 +216,11 @@ async def insert_handoff(session: AsyncSession, **values: Any) -> HandoffSession
     row = new_row(HandoffSession, **values)
     await prepared.execute(session, INSERT_HANDOFF, row)
     return _HANDOFF.of(row)
+
+
+async def mark_escalated(session: AsyncSession, conversation_id: str, at: datetime) -> None:
+    """Record the conversation's first handoff request (a later one leaves it as it is)."""
+    await prepared.execute(session, MARK_ESCALATED, {"cid": conversation_id, "at": at})
 
 
 async def transition(session: AsyncSession, statement: Prepared, sid: str, **values: Any) -> HandoffSession | None:

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 import structlog
 from pydantic import BaseModel, BeforeValidator, ConfigDict, EmailStr, Field, ValidationInfo, WithJsonSchema, field_validator
-from sqlalchemy import bindparam, case, func, select, update
+from sqlalchemy import bindparam, case, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -53,6 +53,7 @@ from bot.runtime.signals import Changed, record
 from bot.runtime.text import CleanStr, one_line
 from bot.store import audit, prepared
 from bot.store.db import Database, execute_dml
+from bot.store.dialects import seconds_between
 from bot.store.models import (
     Conversation,
     HandoffRecipient,
@@ -705,6 +706,7 @@ class Handoffs:
             estimated_response=estimate, created_at=now, form_link_id=link_id, **route,
         )
         await self.forms.store(session, link_id, sid, now)
+        await rows.mark_escalated(session, conversation.id, now)
         return handoff
 
     async def _open_id(self, conversation_id: str) -> str | None:
@@ -1019,7 +1021,7 @@ class Handoffs:
         marked = await execute_dml(
             session, update(HandoffSession)
             .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.first_human_reply_at).is_(None))
-            .values(first_human_reply_at=now)
+            .values(first_human_reply_at=now, time_to_person_seconds=_seconds_to_person(handoff, now))
         )
         return marked.rowcount == 1
 
@@ -1049,6 +1051,7 @@ class Handoffs:
             values: dict[str, Any] = {
                 "claimed_at": now, "claimed_by": by, "claimed_via": via[:40], "claimed_recipient_id": recipient_id,
                 "escalate_at": None, "idle_deadline": now + self.idle_timeout, "last_activity_at": now,
+                "time_to_person_seconds": _seconds_to_person_sql(now),
             }
             if recipient is not None and recipient.thread_key is not None:
                 values.update(
@@ -1299,7 +1302,8 @@ class Handoffs:
                 )
                 refused = exc
             else:
-                change = _Release(reason=reason, actor=actor, outcome=outcome, note=note, coerced=coerced)
+                change = _Release(reason=reason, actor=actor, outcome=outcome, note=note, coerced=coerced,
+                                  lasted=_elapsed(handoff.activated_at, now))
                 released = await change.apply(session, sid, now, idle_cutoff=idle_cutoff, unclaimed_cutoff=unclaimed_cutoff)
                 if released is None:
                     handoff = await self._get(session, sid)  # what the winner (or another change) left
@@ -1360,7 +1364,8 @@ class Handoffs:
     ) -> HandoffSession:
         row = (await session.execute(
             update(rows.HANDOFFS).where(rows.HANDOFFS.c.id == handoff.id, rows.HANDOFFS.c.claimed_at.is_(None))
-            .values(claimed_at=now, claimed_by=actor[:200], claimed_via=str(reason), escalate_at=None)
+            .values(claimed_at=now, claimed_by=actor[:200], claimed_via=str(reason), escalate_at=None,
+                    time_to_person_seconds=_seconds_to_person(handoff, now))
             .returning(*rows.HANDOFFS.columns)
         )).first()
         claimed = rows.handoff_of(row)
@@ -1450,6 +1455,7 @@ class _Release:
     outcome: Outcome
     note: str | None
     coerced: CoercedReturn
+    lasted: float | None  # seconds from the activation (None: never activated)
 
     async def apply(
         self, session: AsyncSession, sid: str, now: datetime, *, idle_cutoff: datetime | None,
@@ -1463,7 +1469,7 @@ class _Release:
         return await rows.transition(
             session, statement, sid, **guard, state=HandoffState.RELEASED, released_at=now, release_reason=self.reason,
             released_by=self.actor, outcome=self.outcome, note=self.note, returned=self.coerced.values,
-            missing_required=self.coerced.missing_required,
+            missing_required=self.coerced.missing_required, duration_seconds=self.lasted,
         )
 
 
@@ -1493,6 +1499,22 @@ def parse_release_command(text: str) -> tuple[Outcome | None, str | None] | None
     if parts and parts[0].lower() in tuple(Outcome):
         return Outcome(parts[0].lower()), (parts[1].strip() if len(parts) > 1 else "")[:MAX_NOTE] or None
     return None, rest[:MAX_NOTE] or None
+
+
+def _elapsed(start: datetime | None, end: datetime) -> float | None:
+    """Whole milliseconds, as the reports store and bucket them (None without a start)."""
+    return None if start is None else round((end - start).total_seconds(), 3)
+
+
+def _seconds_to_person(handoff: HandoffSession, now: datetime) -> float | None:
+    """The reports' time to a person of a handoff reached now: from its activation."""
+    return _elapsed(handoff.activated_at or handoff.created_at, now)
+
+
+def _seconds_to_person_sql(now: datetime) -> Any:
+    """`_seconds_to_person` as SQL, for the claim's compare-and-set, which reads no row before it."""
+    started = func.coalesce(rows.HANDOFFS.c.activated_at, rows.HANDOFFS.c.created_at)
+    return seconds_between(started, literal(now, type_=rows.HANDOFFS.c.claimed_at.type))
 
 
 def _route_label(handoff: HandoffSession) -> str:

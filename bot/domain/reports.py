@@ -1,21 +1,26 @@
 """The owner's reports: how many handoffs, how fast a person was reached, how long they
 lasted, how they ended, and how many conversations never needed a person.
 
-Every number is a SQL aggregate over the handoff records (`handoff_sessions`, the first
-`human` message of each handoff in `messages`, `conversations`): no row is loaded into
-Python, so a summary costs the same few queries on a long history as on a short one. The
-percentiles are nearest-rank ones taken with `row_number()` over the sorted values, one
-query shape that SQLite (3.25+) and PostgreSQL both run; the only per-dialect piece is the
-number of seconds between two timestamps (`_seconds`).
+Every number is a SQL aggregate over facts the desk writes once, where they happen: a
+handoff's `time_to_person_seconds` (at the claim on a route, at the first human reply
+straight to a channel) and `duration_seconds` (at the release), a conversation's
+`first_handoff_at` (at its first request). No row is loaded into Python, and SQLite answers
+each query from an index alone (migration 0020): `ix_handoff_sessions_report` holds every
+column a summary reads of a handoff, `ix_handoff_sessions_missing_required` the few released
+with required fields missing, `ix_conversations_report` the range's conversations. A
+channel or route filter is a term no index is chosen for (`unindexed`), so the range keeps
+to the covering index instead of a channel's thread index.
+
+What costs is SQLite sorting: a GROUP BY sorts the range's rows. So each group key is an
+integer where it can be, and two things that would compare a row many times compare it a
+handful: the local day of a handoff and the bucket of a duration are binary searches
+written as nested CASEs (`_interval_of`). A percentile is nearest-rank, found in two steps:
+a GROUP BY over fine buckets counts where every rank falls, then one `ORDER BY … LIMIT 1
+OFFSET` sorts only the bucket that holds it. The same queries run on PostgreSQL.
 
 A handoff belongs to the range its `created_at` falls in, and to the local day (in the
 summary's timezone, from local midnight to local midnight, so a day of a DST change has 23
-or 25 hours) it was created on. The indexes these queries lean on (migration 0017):
-`ix_handoff_sessions_created_at` (the range of handoffs), `ix_handoff_sessions_channel_created_at`
-and `ix_handoff_sessions_route_created_at` (the range through one channel or route: without
-them SQLite walks every handoff of the channel), `ix_conversations_created_at`
-(the range of conversations) and `ix_messages_handoff_role_created_at` (one seek per handoff
-for its first human message).
+or 25 hours) it was created on.
 """
 
 from __future__ import annotations
@@ -26,13 +31,18 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import ColumnElement, and_, case, exists, extract, func, literal, or_, select
+from sqlalchemy import ColumnElement, and_, case, exists, func, literal, select, text, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from bot.domain.handoff_rows import HANDOFFS
 from bot.store.db import Database
-from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message
-from bot.store.vocabulary import HandoffState, ReleaseReason, Role
+from bot.store.dialects import unindexed
+from bot.store.models import Conversation, HandoffSatisfaction
+from bot.store.rows import Rows
+from bot.store.vocabulary import HandoffState, ReleaseReason
+
+SATISFACTION = Rows(HandoffSatisfaction).table
 
 
 @dataclass(frozen=True)
@@ -165,22 +175,21 @@ class Reports:
             raise ValueError(f"the range ends ({end.isoformat()}) before it starts ({start.isoformat()})")
         zone = ZoneInfo(timezone)
         days = _local_days(start, end, zone)
-        handoffs = HandoffSession
-        chosen: list[ColumnElement[bool]] = [col(handoffs.created_at) >= start, col(handoffs.created_at) < end]
+        through: list[ColumnElement[bool]] = []
         if channel_id is not None:
-            chosen.append(col(handoffs.channel_id) == channel_id)
+            through.append(unindexed(HANDOFFS.c.channel_id) == channel_id)
         if route_id is not None:
-            chosen.append(col(handoffs.route_id) == route_id)
-        seconds = _seconds_between(self.db)
-        started = func.coalesce(col(handoffs.activated_at), col(handoffs.created_at))
+            through.append(unindexed(HANDOFFS.c.route_id) == route_id)
+        chosen = [HANDOFFS.c.created_at >= start, HANDOFFS.c.created_at < end, *through]
         async with self.db.read() as session:
-            per_day = await self._per_day(session, chosen, days, zone)
-            endings = await _endings(session, chosen)
+            per_day = await self._per_day(session, start, end, through, days, zone)
+            endings = await _endings(session, chosen, self.db.is_sqlite)
             total = endings.handoffs
-            time_to_person = await _distribution(session, seconds(started, _reached_person()), chosen, total)
-            duration = await _distribution(session, seconds(col(handoffs.activated_at), col(handoffs.released_at)), chosen, total)
+            time_to_person, duration = await _distributions(
+                session, (HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.duration_seconds), chosen, total,
+            )
             containment = await _containment(session, start, end)
-            satisfaction = await _satisfaction(session, chosen)
+            satisfaction = await _satisfaction(session, chosen, start)
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
             days=days, per_day=per_day, handoffs=endings.handoffs,
@@ -188,27 +197,36 @@ class Reports:
             satisfaction=satisfaction,
         )
 
-    async def _per_day(self, session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
-                       days: tuple[date, ...], zone: ZoneInfo) -> tuple[DayCount, ...]:
-        """Counts per (local day, channel, route). The day is a CASE over the UTC instants of
-        the range's local midnights, so the database needs no timezone rules of its own."""
-        created = col(HandoffSession.created_at)
-        midnights = [_local_midnight(day, zone) for day in days[1:]]
-        day_index: ColumnElement[Any] = (
-            case(*((created < midnight, index) for index, midnight in enumerate(midnights)), else_=len(midnights))
-            if midnights else literal(0)
-        )
-        inner = select(day_index.label("day"), col(HandoffSession.channel_id), col(HandoffSession.channel_label),
-                       col(HandoffSession.route_id)).where(*chosen).subquery()
-        rows = (await session.execute(
-            select(inner.c.day, inner.c.channel_id, inner.c.channel_label, inner.c.route_id, func.count())
-            .group_by(inner.c.day, inner.c.channel_id, inner.c.channel_label, inner.c.route_id)
-            .order_by(inner.c.day, inner.c.channel_id, inner.c.route_id.nulls_first())
-        )).all()
+    async def _per_day(self, session: AsyncSession, start: datetime, end: datetime,
+                       through: Sequence[ColumnElement[bool]], days: tuple[date, ...],
+                       zone: ZoneInfo) -> tuple[DayCount, ...]:
+        """Counts per (local day, channel, route). A local day's handoffs are one stretch of
+        the report index, from the UTC instant of its midnight to the next: each day is its
+        own GROUP BY over that stretch, all of them one statement (UNION ALL, at most
+        `DAYS_A_STATEMENT`), so the database needs no timezone rules and sorts a day's rows
+        at a time. A channel is shown under its label (the greatest, should it have been
+        renamed within a day)."""
+        if not days:
+            return ()
+        created = HANDOFFS.c.created_at
+        channel, route, label = HANDOFFS.c.channel_id, HANDOFFS.c.route_id, HANDOFFS.c.channel_label
+        # Each day's stretch: from its local midnight (the range's start on the first day)
+        # to the next (the range's end on the last)
+        bounds = [start, *(_local_midnight(day, zone) for day in days[1:]), end]
+        found: list[Any] = []
+        for first in range(0, len(days), DAYS_A_STATEMENT):
+            parts = [
+                select(literal(index).label("day"), channel, route, func.max(label), func.count())
+                .where(created >= bounds[index], created < bounds[index + 1], *through)
+                .group_by(channel, route)
+                for index in range(first, min(first + DAYS_A_STATEMENT, len(days)))
+            ]
+            found += (await session.execute(union_all(*parts) if len(parts) > 1 else parts[0])).all()
         return tuple(
-            DayCount(day=days[index], channel_id=channel, channel_label=label, route_id=route,
-                     route_label=self.route_labels.get(route) if route is not None else None, handoffs=count)
-            for index, channel, label, route, count in rows
+            DayCount(day=days[index], channel_id=channel_id, channel_label=channel_label, route_id=route_id,
+                     route_label=self.route_labels.get(route_id) if route_id is not None else None, handoffs=count)
+            for index, channel_id, route_id, channel_label, count in sorted(
+                found, key=lambda row: (row[0], row[1], -1 if row[2] is None else row[2]))
         )
 
 
@@ -227,101 +245,157 @@ def _local_midnight(day: date, zone: ZoneInfo) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
 
 
-def _seconds_between(db: Database) -> Any:
-    """The dialect's expression for the seconds from `a` to `b` (NULL when either is NULL):
-    julianday on SQLite, rounded to the millisecond so a whole minute stays a whole minute in
-    the buckets; EXTRACT(EPOCH …) of the interval on PostgreSQL, which is exact."""
-    def sqlite(a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
-        return func.round((func.julianday(b) - func.julianday(a)) * 86400.0, 3)
+def _interval_of(value: ColumnElement[Any], bounds: Sequence[Any]) -> ColumnElement[Any]:
+    """The index i of the interval a (non-NULL) `value` falls in: 0 below `bounds[0]`, i
+    from `bounds[i-1]` up to `bounds[i]`, len(bounds) from the last on. A binary search as
+    nested CASEs: about log2(n) comparisons a row where a flat CASE makes up to n."""
+    def search(low: int, high: int) -> ColumnElement[Any]:
+        if low == high:
+            return literal(low)
+        middle = (low + high) // 2
+        return case((value < bounds[middle], search(low, middle)), else_=search(middle + 1, high))
 
-    def postgresql(a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
-        return extract("epoch", b - a)
-
-    return sqlite if db.is_sqlite else postgresql
-
-
-def _reached_person() -> ColumnElement[Any]:
-    """When a person took the handoff: the earlier of its claim and its first human message,
-    NULL when neither happened. The subquery asks only for a human message before the claim
-    (one seek of `ix_messages_handoff_role_created_at`), so the answer is that message or
-    else the claim, with no comparison that would repeat the subquery."""
-    claimed = col(HandoffSession.claimed_at)
-    first_reply_before_claim = (
-        select(func.min(col(Message.created_at)))
-        .where(col(Message.handoff_session_id) == col(HandoffSession.id), col(Message.role) == Role.HUMAN,
-               or_(claimed.is_(None), col(Message.created_at) < claimed))
-        .correlate(HandoffSession).scalar_subquery()
-    )
-    return func.coalesce(first_reply_before_claim, claimed)
+    return search(0, len(bounds))
 
 
-async def _distribution(session: AsyncSession, seconds: ColumnElement[Any],
-                        chosen: Sequence[ColumnElement[bool]], total: int) -> Distribution:
-    """Count, nearest-rank p50 / p90, max and the histogram of `seconds` over the chosen
-    handoffs that have a value, in one query; the other `total - count` are `missing`. One
-    window, over the measured values only: on SQLite each extra window (a partition, a
-    count over the whole set) costs as much again as the sort itself."""
-    values = select(seconds.label("s")).where(*chosen).subquery()
-    ranked = select(
-        values.c.s,
-        func.row_number().over(order_by=values.c.s).label("rank"),
-        func.count().over().label("n"),
-    ).where(values.c.s.is_not(None)).subquery()
-    value, rank, n = ranked.c.s, ranked.c.rank, ranked.c.n
+DAYS_A_STATEMENT = 200
+"""Local days per statement of `_per_day` (SQLite allows 500 parts in one UNION)."""
 
-    def nearest_rank(percent: int) -> ColumnElement[Any]:
-        return func.max(case((rank == (percent * n + 99) // 100, value)))
-
-    def within(bucket: Bucket) -> ColumnElement[Any]:
-        inside = value >= bucket.lower if bucket.upper is None else and_(value >= bucket.lower, value < bucket.upper)
-        return func.coalesce(func.sum(case((inside, 1), else_=0)), 0)
-
-    row = (await session.execute(select(
-        func.count(), nearest_rank(50), nearest_rank(90), func.max(value), *(within(bucket) for bucket in BUCKETS),
-    ).select_from(ranked))).one()
-    count, p50, p90, longest, *bars = row
-    return Distribution(
-        count=count, missing=total - count, p50=_float(p50), p90=_float(p90), max=_float(longest),
-        histogram=tuple(BucketCount(bucket, int(bar)) for bucket, bar in zip(BUCKETS, bars, strict=True)),
-    )
+FINE_EDGES: tuple[float, ...] = tuple(sorted(
+    {round(1.25 ** power) for power in range(61)} | {bucket.lower for bucket in BUCKETS[1:]}
+))
+"""Where a percentile is looked for: every bucket edge, and a step of a quarter between
+1 s and a week, so the sort that finds the exact value holds a few percent of the range."""
+assert {bucket.lower for bucket in BUCKETS[1:]} <= set(FINE_EDGES)
 
 
-async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]]) -> Endings:
-    """One GROUP BY over (state, reason, outcome): a handful of rows, summed per word."""
-    handoffs = HandoffSession
-    lacking = case((func.json_array_length(col(handoffs.missing_required)) > 0, 1), else_=0)
+@dataclass(frozen=True)
+class _Counted:
+    """One measure's values over the chosen handoffs, counted per fine bucket."""
+
+    per_fine: dict[int, int]
+    longest: float | None
+
+    @property
+    def count(self) -> int:
+        return sum(self.per_fine.values())
+
+    def holding(self, rank: int) -> tuple[int, int]:
+        """The fine bucket the `rank`-th smallest value (from 1) is in, and how many values
+        the buckets below it hold."""
+        below = 0
+        for index in sorted(self.per_fine):
+            if below + self.per_fine[index] >= rank:
+                return index, below
+            below += self.per_fine[index]
+        raise ValueError(f"rank {rank} of {below} values")
+
+
+async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement[Any]],
+                         chosen: Sequence[ColumnElement[bool]], total: int) -> tuple[Distribution, ...]:
+    """Count, nearest-rank p50 / p90, max and the histogram of each measure (seconds) over
+    the chosen handoffs that have a value; the other `total - count` are `missing`. Per
+    measure one GROUP BY over the fine buckets (an integer key: the sort stays cheap) gives
+    the counts, the max and the bucket each rank falls in; then one statement sorts just
+    those buckets, an `ORDER BY … LIMIT 1 OFFSET` for each percentile of every measure."""
+    counted: list[_Counted] = []
+    for seconds in measures:
+        fine = _interval_of(seconds, FINE_EDGES).label("fine")
+        rows = (await session.execute(
+            select(fine, func.count(), func.max(seconds)).where(*chosen, seconds.is_not(None)).group_by(fine)
+        )).all()
+        counted.append(_Counted({int(index): int(count) for index, count, _ in rows},
+                                max((float(top) for _, _, top in rows), default=None)))
+    # Every percentile asked, of every measure: (measure, rank, its fine bucket, values below it)
+    sought = [(m, rank, *spread.holding(rank)) for m, spread in enumerate(counted) if spread.count
+              for rank in ((50 * spread.count + 99) // 100, (90 * spread.count + 99) // 100)]
+    ranked: dict[tuple[int, int], Any] = {}
+    if sought:
+        picks = [
+            select(measures[m].label("value")).where(*chosen, _within_fine(measures[m], index))
+            .order_by(measures[m]).limit(1).offset(rank - below - 1).subquery()
+            for m, rank, index, below in sought
+        ]
+        values = (await session.execute(
+            union_all(*(select(literal(n).label("n"), pick.c.value) for n, pick in enumerate(picks)))
+        )).all()
+        ranked = {(sought[n][0], sought[n][1]): value for n, value in values}
+    found = []
+    for m, spread in enumerate(counted):
+        count = spread.count
+        p50, p90 = (ranked.get((m, (percent * count + 99) // 100)) if count else None for percent in (50, 90))
+        found.append(Distribution(
+            count=count, missing=total - count, p50=_float(p50), p90=_float(p90), max=_float(spread.longest),
+            histogram=tuple(BucketCount(bucket, _in_bucket(bucket, spread.per_fine)) for bucket in BUCKETS),
+        ))
+    return tuple(found)
+
+
+def _fine_bounds(index: int) -> tuple[float, float]:
+    """[low, high) of fine bucket `index` as `_interval_of` numbers them."""
+    return (FINE_EDGES[index - 1] if index > 0 else float("-inf"),
+            FINE_EDGES[index] if index < len(FINE_EDGES) else float("inf"))
+
+
+def _within_fine(seconds: ColumnElement[Any], index: int) -> ColumnElement[bool]:
+    """`seconds` inside fine bucket `index`, as SQL."""
+    terms: list[ColumnElement[bool]] = [seconds.is_not(None)]
+    if index > 0:
+        terms.append(seconds >= FINE_EDGES[index - 1])
+    if index < len(FINE_EDGES):
+        terms.append(seconds < FINE_EDGES[index])
+    return and_(*terms)
+
+
+def _in_bucket(bucket: Bucket, per_fine: Mapping[int, int]) -> int:
+    """A display bucket's count, summed from the fine buckets inside it (the first display
+    bucket also holds anything below 0 s, a clock's skew between two instances)."""
+    return sum(count for index, count in per_fine.items()
+               if (bucket.lower == 0 or _fine_bounds(index)[0] >= bucket.lower)
+               and (bucket.upper is None or _fine_bounds(index)[0] < bucket.upper))
+
+
+async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]], is_sqlite: bool) -> Endings:
+    """One GROUP BY over (reason or state, outcome): a handful of rows, summed per word; and
+    the count of releases with required fields missing, from their own small index."""
+    # A handoff has a release reason exactly when it was released: the reason, else the
+    # state, is one key (SQLite sorts the range's rows by the keys; one fewer is a third less)
+    ending = func.coalesce(HANDOFFS.c.release_reason, HANDOFFS.c.state).label("ending")
     rows = (await session.execute(
-        select(col(handoffs.state), col(handoffs.release_reason), col(handoffs.outcome), func.count(), func.sum(lacking))
-        .where(*chosen).group_by(col(handoffs.state), col(handoffs.release_reason), col(handoffs.outcome))
+        select(ending, HANDOFFS.c.outcome, func.count()).where(*chosen).group_by(ending, HANDOFFS.c.outcome)
     )).all()
+    lacking = text("missing_required != '[]'" if is_sqlite else "missing_required::text <> '[]'")
+    missing_required = int((await session.execute(select(func.count()).where(*chosen, lacking))).scalar_one())
     reasons: dict[str, int] = {}
     outcomes: dict[str, int] = {}
-    missing_required = failed = still_open = total = 0
-    for state, reason, outcome, count, lacking_count in rows:
+    failed = still_open = total = 0
+    for ended, outcome, count in rows:
         total += count
-        if reason is not None:
-            reasons[reason] = reasons.get(reason, 0) + count
         if outcome is not None:
             outcomes[outcome] = outcomes.get(outcome, 0) + count
-        if state == HandoffState.RELEASED:
-            missing_required += int(lacking_count or 0)
-        elif state == HandoffState.FAILED:
+        if ended == HandoffState.FAILED:
             failed += count
-        else:
+        elif ended in (HandoffState.DISPATCHING, HandoffState.ACTIVE):
             still_open += count
+        else:
+            reasons[ended] = reasons.get(ended, 0) + count
     return Endings(
         handoffs=total, by_reason=_tallies(reasons), by_outcome=_tallies(outcomes), missing_required=missing_required,
         unclaimed=reasons.get(ReleaseReason.UNCLAIMED, 0), failed_dispatches=failed, open=still_open,
     )
 
 
-async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bool]]) -> Satisfaction | None:
+async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
+                        start: datetime) -> Satisfaction | None:
     """The answers to the satisfaction question asked after the chosen handoffs (None when it
-    was never asked of any: the question is off, or nothing ended yet)."""
+    was never asked of any: the question is off, or nothing ended yet). Read from the
+    answers' side: the questions asked since the range began (their `asked_at` index; a
+    question comes after its handoff), each checked against its handoff by key, so a desk
+    that never asks costs nothing here."""
+    answered = SATISFACTION.c
+    of_chosen = exists().where(HANDOFFS.c.id == answered.handoff_session_id, *chosen)
     answers = (await session.execute(
-        select(col(HandoffSatisfaction.answer), func.count())
-        .join(HandoffSession, col(HandoffSession.id) == col(HandoffSatisfaction.handoff_session_id))
-        .where(*chosen).group_by(col(HandoffSatisfaction.answer))
+        select(answered.answer, func.count()).where(answered.asked_at >= start, of_chosen).group_by(answered.answer)
     )).all()
     if not answers:
         return None
@@ -330,19 +404,19 @@ async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bo
 
 
 async def _containment(session: AsyncSession, start: datetime, end: datetime) -> Containment:
-    """Conversations started in [start, end), and how many of them had a handoff (an EXISTS
-    on the handoffs' conversation index). Sibling agents' conversations are left out by a
-    CASE, not a WHERE: `serves_handoff_session_id IS NULL` would tempt SQLite into that
-    column's index, which holds nearly every conversation, instead of the range's."""
-    had_handoff = exists().where(col(HandoffSession.conversation_id) == col(Conversation.id))
+    """Conversations started in [start, end), and how many of them have had a handoff
+    (`first_handoff_at`), from the conversations' report index alone. Sibling agents'
+    conversations are left out by a CASE, not a WHERE: `serves_handoff_session_id IS NULL`
+    would tempt SQLite into that column's index, which holds nearly every conversation."""
     subscribers = col(Conversation.serves_handoff_session_id).is_(None)
-    conversations, escalated = (await session.execute(
+    escalated = and_(subscribers, col(Conversation.first_handoff_at).is_not(None))
+    conversations, had_handoff = (await session.execute(
         select(func.coalesce(func.sum(case((subscribers, 1), else_=0)), 0),
-               func.coalesce(func.sum(case((and_(subscribers, had_handoff), 1), else_=0)), 0))
+               func.coalesce(func.sum(case((escalated, 1), else_=0)), 0))
         .where(col(Conversation.created_at) >= start, col(Conversation.created_at) < end)
     )).one()
-    return Containment(conversations=int(conversations), contained=int(conversations) - int(escalated),
-                       escalated=int(escalated))
+    return Containment(conversations=int(conversations), contained=int(conversations) - int(had_handoff),
+                       escalated=int(had_handoff))
 
 
 def _tallies(counts: Mapping[str, int]) -> tuple[Tally, ...]:

@@ -36,7 +36,8 @@ class Conversation(SQLModel, table=True):
             sqlite_where=text("front IS NOT NULL AND subscriber_external_id IS NOT NULL"),
             postgresql_where=text("front IS NOT NULL AND subscriber_external_id IS NOT NULL"),
         ),
-        Index("ix_conversations_created_at", "created_at"),  # containment (bot/domain/reports.py)
+        # Containment (bot/domain/reports.py): the range's conversations, read from the index alone
+        Index("ix_conversations_report", "created_at", "serves_handoff_session_id", "first_handoff_at"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -54,13 +55,16 @@ class Conversation(SQLModel, table=True):
     background: bool = False
     created_at: datetime
     last_message_at: datetime
+    # When its first handoff was asked for (None: the bot handled it alone so far), so the
+    # reports count containment from the conversations' index alone.
+    first_handoff_at: datetime | None = None
 
 
 class Message(SQLModel, table=True):
     __tablename__ = "messages"
     __table_args__ = (
         Index("ix_messages_conversation_id_id", "conversation_id", "id"),
-        # A handoff's first human reply, one seek per handoff (bot/domain/reports.py)
+        # A handoff's messages of one role: what the subscriber wrote while it was dispatching
         Index("ix_messages_handoff_role_created_at", "handoff_session_id", "role", "created_at"),
     )
 
@@ -91,10 +95,17 @@ class HandoffSession(SQLModel, table=True):
         # over the state index even without statistics (measured: 330 ms → 2 ms at 100k).
         Index("ix_handoff_sessions_channel_thread_state", "channel_id", "thread_key", "state"),
         Index("ix_handoff_sessions_state_escalate_at", "state", "escalate_at"),
-        # A report's range, on all handoffs or through one channel or route (bot/domain/reports.py)
-        Index("ix_handoff_sessions_created_at", "created_at"),
-        Index("ix_handoff_sessions_channel_created_at", "channel_id", "created_at"),
-        Index("ix_handoff_sessions_route_created_at", "route_id", "created_at"),
+        # A report's range (bot/domain/reports.py): every column a summary reads, so SQLite
+        # answers from the index without reading a row, through one channel or route too.
+        Index(
+            "ix_handoff_sessions_report", "created_at", "channel_id", "route_id", "state", "release_reason", "outcome",
+            "time_to_person_seconds", "duration_seconds", "channel_label",
+        ),
+        # The few released with required fields missing (JSON is no key PostgreSQL can index)
+        Index(
+            "ix_handoff_sessions_missing_required", "created_at", "channel_id", "route_id",
+            sqlite_where=text("missing_required != '[]'"), postgresql_where=text("missing_required::text <> '[]'"),
+        ),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -144,6 +155,11 @@ class HandoffSession(SQLModel, table=True):
     claimed_recipient_id: int | None = None  # the `HandoffRecipient` whose thread took it
     # Straight to a channel (no route): when a person first replied, the moment they were reached.
     first_human_reply_at: datetime | None = None
+    # The reports' facts, written once where they happen: from the activation to a person
+    # (the claim on a route, the first human reply straight to a channel), and from the
+    # activation to the release. None while it has not happened (or never will).
+    time_to_person_seconds: float | None = None
+    duration_seconds: float | None = None
 
     @property
     def routed(self) -> bool:
@@ -440,7 +456,7 @@ class HandoffSatisfaction(SQLModel, table=True):
 
     handoff_session_id: str = Field(primary_key=True, foreign_key="handoff_sessions.id", max_length=40)
     conversation_id: str = Field(foreign_key="conversations.id", index=True, max_length=40)
-    asked_at: datetime
+    asked_at: datetime = Field(index=True)  # a report's range: asked after the handoffs it chose
     asked_on: str = Field(max_length=40)  # the front: "web", or a provider front's name
     in_words: bool  # the front has no buttons: "1" / "2" answers
     question_message_id: int  # a subscriber message after it closes the question
