@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 from rich.console import Console
 from rich.panel import Panel
+from rich.table import Table
 from rich.text import Text
 from sqlalchemy import select
 from sqlmodel import col
@@ -93,6 +94,7 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
 
 async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: ManualClock) -> None:
     console = story.console
+    began = clock.now()
     console.print(Panel.fit(
         "Handoff Desk demo: an AI agent hands a conversation to a person and takes it back.\n"
         "Everything below runs locally: the real server, a SQLite file, the owner inbox channel and the built-in rules agent.",
@@ -238,7 +240,29 @@ async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: Man
     await story.step("9. The audit trail of Ana's handoff")
     for event in (await client.get(f"/api/handoffs/{sid}/events")).json()["events"]:
         console.print(Text.assemble(f"  {event['created_at'][11:23]}  ", (f"{event['kind']:<24}", "bold"), f" {event['actor']}"))
+    await story.step("10. The owner's report: time to a person, how handoffs ended")
+    await _report(story, desk, began, clock.now())
     console.print(
         "\nNext: [bold]handoff serve --config config.example.yaml[/bold], then open /inbox and drive the API "
         "(see README)."
     )
+
+
+async def _report(story: Story, desk: Desk, start: datetime, end: datetime) -> None:
+    """The summary behind the Reports page, over everything the demo did."""
+    summary = await desk.reports.summary(start, end + timedelta(seconds=1))
+    reached, lasted, endings = summary.time_to_person, summary.duration, summary.endings
+    table = Table(title="Reports (the figures of /inbox/reports)", show_header=False, box=None, padding=(0, 2))
+    table.add_row("handoffs", str(summary.handoffs))
+    table.add_row("time to a person", f"p50 {_seconds(reached.p50)}, max {_seconds(reached.max)}"
+                                      f" ({reached.count} reached, {reached.missing} not)")
+    table.add_row("duration", f"p50 {_seconds(lasted.p50)}, max {_seconds(lasted.max)} ({lasted.count} ended)")
+    table.add_row("ended by", ", ".join(f"{t.word.replace('_', ' ')} {t.count}" for t in endings.by_reason) or "—")
+    table.add_row("handled without a person", f"{summary.containment.contained} of {summary.containment.conversations}"
+                                              " conversations")
+    story.console.print(table)
+    story.note("The Reports page draws these as charts, per day and per channel or route, with a CSV of the rows.")
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else format_duration(timedelta(seconds=round(value)))

@@ -134,7 +134,8 @@ def test_demo_tells_the_whole_story() -> None:
              "APPROVAL_PENDING", "Approval needed: may the assistant run refund_order for Ana?",
              "[Approval — refund_order was approved and ran", '"via": "link"',
              "HUMAN_HANDOFF_REQUESTED", "I've hidden what looked like a code", "It's [hidden]",
-             "[User action — verification_code: the user says it is done", "handoff_released"]
+             "[User action — verification_code: the user says it is done", "handoff_released",
+             "Reports (the figures of /inbox/reports)", "(2 reached, 0 not)", "idle timeout 1, owner 1"]
     positions = [out.find(step) for step in steps]
     assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions, strict=True) if p < 0]
     assert positions == sorted(positions)

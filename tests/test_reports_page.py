@@ -13,8 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
+from sqlmodel import col
 
 from bot.runtime.clock import ManualClock
+from bot.store.db import Database
+from bot.store.models import HandoffSatisfaction, HandoffSession
 from bot.web.charts import Bar, columns, rows
 from channels.base import RecipientText
 from tests.conftest import CHROMIUM, Harness, StartDesk, desk_served, shot
@@ -89,6 +93,37 @@ async def test_the_csv_holds_the_rows_behind_the_page(start_desk: StartDesk) -> 
     assert figures["released_idle_timeout"] == "1" and figures["contained"] == "1"
 
 
+async def answered(db: Database, answers: list[tuple[str | None, str | None]]) -> None:
+    """The satisfaction question asked after each released handoff, newest first, with these
+    (answer, comment) pairs (the asking and answering are tests/test_satisfaction*.py's)."""
+    async with db.transaction() as session:
+        released = (await session.execute(
+            select(HandoffSession).where(col(HandoffSession.state) == "released").order_by(col(HandoffSession.released_at))
+        )).scalars().all()
+        for minutes, (handoff, (answer, comment)) in enumerate(zip(released, answers, strict=False)):
+            at = (handoff.released_at or NOON) + timedelta(seconds=30)
+            session.add(HandoffSatisfaction(
+                handoff_session_id=handoff.id, conversation_id=handoff.conversation_id, asked_at=at, asked_on="web",
+                in_words=False, question_message_id=1, answer=answer, comment=comment,
+                answered_at=at + timedelta(minutes=minutes) if answer else None,
+            ))
+
+
+async def test_satisfaction_shows_the_answers_and_what_subscribers_wrote(start_desk: StartDesk) -> None:
+    harness = await report_desk(start_desk)
+    await history(harness)
+    await answered(harness.desk.db, [("no", "Took <b>ages</b> =1+1"), ("yes", None)])
+    html = (await harness.client.get("/inbox/reports", params={"range": "24h"})).text
+    assert "<td>👍 solved</td><td>1</td>" in html and "<td>👎 not solved</td><td>1</td>" in html
+    assert "<q>Took &lt;b&gt;ages&lt;/b&gt; =1+1</q>" in html and "<b>ages" not in html
+    assert html.count('href="/inbox/handoffs/hs_') >= 1
+    table = list(csv.reader(io.StringIO((await harness.client.get("/inbox/reports.csv", params={"range": "24h"})).text)))
+    figures = dict(row for row in table if len(row) == 2)
+    assert (figures["satisfaction_solved"], figures["satisfaction_not_solved"]) == ("1", "1")
+    [comment] = [row for row in table if len(row) == 4 and row[2] == "no"]
+    assert comment[3] == "Took <b>ages</b> =1+1"  # starts with no formula character: kept as written
+
+
 @pytest.mark.parametrize(("params", "expected"), [
     ({"range": "week"}, "range: expected one of 24h, 7d, 30d or custom, got 'week'"),
     ({"range": "custom", "from": "2026-12-07", "to": "2026-12-01"}, "to: 2026-12-01 is before from (2026-12-07)"),
@@ -149,6 +184,8 @@ async def test_the_reports_page_fits_a_desktop_and_a_phone(sqlite_url: str, page
                     await api.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
             await api.post("/api/conversations", json={"subscriber": {"name": "Dee"}})
         await desk.settle()
+        await answered(desk.db, [("yes", "Sam found the parcel at the depot and it came the next morning — thank you!"),
+                                 ("no", None)])
         await page.goto(f"{base}/inbox/reports?range=7d")
         await page.wait_for_selector("#report-total")
         assert await page.inner_text("#report-total") == "3"

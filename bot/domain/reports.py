@@ -130,12 +130,25 @@ class Containment:
 
 
 @dataclass(frozen=True)
+class Comment:
+    """What a subscriber wrote with their answer, for the handoff it was about."""
+
+    handoff_session_id: str
+    answer: str | None  # "yes" / "no"
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class Satisfaction:
-    """Subscribers' answers to the satisfaction question."""
+    """Subscribers' answers to the satisfaction question, and the newest comments given with
+    them (`COMMENTS_SHOWN` at most, newest first; `commented` counts them all)."""
 
     positive: int
     negative: int
     unanswered: int
+    commented: int = 0
+    comments: tuple[Comment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -257,6 +270,9 @@ def _interval_of(value: ColumnElement[Any], bounds: Sequence[Any]) -> ColumnElem
 
     return search(0, len(bounds))
 
+
+COMMENTS_SHOWN = 20
+"""The newest satisfaction comments a summary carries."""
 
 DAYS_A_STATEMENT = 200
 """Local days per statement of `_per_day` (SQLite allows 500 parts in one UNION)."""
@@ -393,14 +409,23 @@ async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bo
     question comes after its handoff), each checked against its handoff by key, so a desk
     that never asks costs nothing here."""
     answered = SATISFACTION.c
-    of_chosen = exists().where(HANDOFFS.c.id == answered.handoff_session_id, *chosen)
+    asked = [answered.asked_at >= start, exists().where(HANDOFFS.c.id == answered.handoff_session_id, *chosen)]
     answers = (await session.execute(
-        select(answered.answer, func.count()).where(answered.asked_at >= start, of_chosen).group_by(answered.answer)
+        select(answered.answer, func.count(), func.count(answered.comment)).where(*asked).group_by(answered.answer)
     )).all()
     if not answers:
         return None
-    counts = {answer: count for answer, count in answers}
-    return Satisfaction(positive=counts.get("yes", 0), negative=counts.get("no", 0), unanswered=counts.get(None, 0))
+    counts = {answer: count for answer, count, _ in answers}
+    commented = sum(int(with_comment) for _, _, with_comment in answers)
+    comments = (await session.execute(
+        select(answered.handoff_session_id, answered.answer, answered.comment, answered.answered_at)
+        .where(*asked, answered.comment.is_not(None))
+        .order_by(answered.answered_at.desc(), answered.handoff_session_id).limit(COMMENTS_SHOWN)
+    )).all() if commented else []
+    return Satisfaction(
+        positive=counts.get("yes", 0), negative=counts.get("no", 0), unanswered=counts.get(None, 0), commented=commented,
+        comments=tuple(Comment(sid, answer, text, at) for sid, answer, text, at in comments),
+    )
 
 
 async def _containment(session: AsyncSession, start: datetime, end: datetime) -> Containment:

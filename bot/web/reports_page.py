@@ -180,6 +180,11 @@ async def reports_csv(
     writer.writerow(["figure", "value"])
     for name, value in _figures(summary):
         writer.writerow([name, value])
+    if summary.satisfaction is not None and summary.satisfaction.comments:
+        writer.writerow([])
+        writer.writerow(["commented_at", "handoff_session_id", "answer", "comment"])
+        for comment in summary.satisfaction.comments:
+            writer.writerow([comment.at.isoformat(), comment.handoff_session_id, comment.answer or "", _cell(comment.text)])
     filename = f"handoff-report-{asked.start.date()}-{asked.end.date()}.csv"
     return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{filename}"'})
@@ -197,6 +202,10 @@ def _figures(summary: ReportSummary) -> list[tuple[str, object]]:
     figures += [("missing_required", summary.endings.missing_required), ("unclaimed", summary.endings.unclaimed),
                 ("failed_dispatches", summary.endings.failed_dispatches),
                 ("conversations", summary.containment.conversations), ("contained", summary.containment.contained)]
+    if summary.satisfaction is not None:
+        figures += [("satisfaction_solved", summary.satisfaction.positive),
+                    ("satisfaction_not_solved", summary.satisfaction.negative),
+                    ("satisfaction_unanswered", summary.satisfaction.unanswered)]
     return figures
 
 
