@@ -479,3 +479,22 @@ async def test_on_a_route_the_claim_is_the_time_to_a_person(start_desk: StartDes
     labels = {"channel_kind": "scripted", "route": "20"}
     assert registry.get_sample_value("handoff_time_to_human_seconds_count", labels) == 1
     assert registry.get_sample_value("handoff_time_to_human_seconds_sum", labels) == 120
+
+
+async def test_a_person_handing_back_an_unclaimed_handoff_is_its_claim_and_its_time_to_a_person(
+    start_desk: StartDesk,
+) -> None:
+    harness = await route_desk(start_desk)
+    _, started = await route_handoff(harness)
+    sid = started["handoff_session_id"]
+    clock = harness.desk.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(timedelta(minutes=3))
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
+    handoff = await harness.desk.handoffs.get(sid)
+    assert (handoff.claimed_via, handoff.time_to_person_seconds, handoff.duration_seconds) == ("owner", 180, 180)
+    registry = harness.desk.metrics.registry
+    labels = {"channel_kind": "scripted", "route": "20"}
+    assert registry.get_sample_value("handoff_time_to_human_seconds_count", labels) == 1
+    assert registry.get_sample_value("handoff_time_to_human_seconds_sum", labels) == 180
+    assert registry.get_sample_value("handoff_time_to_claim_seconds_sum", {"route": "20", "channel_kind": "scripted"}) == 180

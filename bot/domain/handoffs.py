@@ -1376,6 +1376,10 @@ class Handoffs:
             conversation_id=handoff.conversation_id, via=str(reason), step=handoff.step,
         )
         self.metrics.claims.labels("claimed").inc()
+        if claimed.activated_at is not None:  # timed like any claim: a person was reached now
+            waited = (now - claimed.activated_at).total_seconds()
+            self.metrics.time_to_claim.labels(str(claimed.route_id), claimed.channel_kind).observe(waited)
+            self._observe_time_to_human(claimed, claimed.channel_kind, now)
         return claimed
 
     async def reissue_form_link(self, sid: str, *, actor: str) -> str:
