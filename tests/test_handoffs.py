@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from bot.domain import conversations
 from bot.domain.handoffs import OnTheLine, parse_release_command
 from bot.runtime.clock import ManualClock
-from bot.store.models import HandoffSession, Message, OutboxItem
+from bot.store.models import Conversation, HandoffSession, Message, OutboxItem
 from bot.store.vocabulary import Role
 from channels.base import PermanentChannelError, RecipientText, TransientChannelError
 from tests.conftest import Harness, StartDesk
@@ -400,11 +400,13 @@ async def test_a_dispatch_failed_as_stuck_while_in_flight_is_never_activated(sta
 
 async def test_time_to_a_person_is_the_first_reply_and_the_duration_is_observed_at_release(harness: Harness) -> None:
     """Straight to a channel: the first human reply observes the time to a person once (later
-    replies do not), and the release observes how long the handoff lasted."""
+    replies do not), and the release observes how long the handoff lasted; both are written
+    on the handoff for the reports, as the request is on its conversation."""
     registry, clock = harness.desk.metrics.registry, harness.desk.clock
     assert isinstance(clock, ManualClock)
     labels = {"channel_kind": "owner_inbox", "route": ""}
     cid = await harness.conversation()
+    asked_at = clock.now()
     sid = (await harness.start_handoff(cid))["handoff_session_id"]
     clock.advance(timedelta(minutes=4))
     await harness.desk.handoffs.recipient_message(sid, "Hi, Sam here.", author="Sam", via="test")
@@ -416,3 +418,8 @@ async def test_time_to_a_person_is_the_first_reply_and_the_duration_is_observed_
     await harness.client.post(f"/api/handoffs/{sid}/release", json={})
     assert registry.get_sample_value("handoff_duration_seconds_count", labels) == 1
     assert registry.get_sample_value("handoff_duration_seconds_sum", labels) == 720
+    handoff = await harness.desk.handoffs.get(sid)
+    assert (handoff.time_to_person_seconds, handoff.duration_seconds) == (240, 720)
+    async with harness.desk.db.read() as session:
+        conversation = await session.get(Conversation, cid)
+    assert conversation is not None and conversation.first_handoff_at == asked_at

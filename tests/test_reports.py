@@ -20,7 +20,7 @@ from bot.runtime.clock import ManualClock
 from bot.store.db import Database, alembic_config
 from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message
 from bot.store.vocabulary import HandoffState, Outcome, ReleaseReason, Role
-from tests.conftest import Harness, StartDesk
+from tests.conftest import StartDesk
 from tests.fakes import ScriptedChannel
 from tests.test_routes import escalate, reply, route_desk, route_handoff
 
@@ -50,8 +50,8 @@ class Planned:
 async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[datetime, ...] = (),
                 facts: bool = True) -> None:
     """Write the history: a conversation per handoff (created with it) plus conversations
-    that never had one. Each row carries the facts the desk writes where they happen (the
-    last tests below check a real desk writing them): the seconds from the activation to
+    that never had one. Each row carries the facts the desk writes where they happen (a real
+    desk writing them: tests/test_handoffs.py, and on a route below): the seconds from the activation to
     the earlier of the claim and the first human reply, the seconds it lasted, and the
     conversation's first handoff. `facts` False: a history stored before there were such
     columns (on a schema downgraded past them), written through the tables' older columns."""
@@ -274,33 +274,6 @@ async def test_satisfaction_counts_the_answers_of_the_chosen_handoffs(db: Databa
 
 
 # --------------------------------------------------------------------------- the facts a real desk writes
-
-
-async def test_a_real_desk_writes_the_facts_the_reports_read(harness: Harness) -> None:
-    """Straight to a channel: the first human reply is the time to a person (a later reply
-    changes nothing), the release the duration, the request the conversation's first handoff."""
-    clock = harness.desk.clock
-    assert isinstance(clock, ManualClock)
-    asked_at = clock.now()
-    cid = await harness.conversation()
-    sid = (await harness.start_handoff(cid))["handoff_session_id"]
-    clock.advance(timedelta(seconds=90))
-    await harness.desk.handoffs.recipient_message(sid, "Sam here.", author="Sam", via="test")
-    clock.advance(timedelta(minutes=5))
-    await harness.desk.handoffs.recipient_message(sid, "Still here.", author="Sam", via="test")
-    clock.advance(timedelta(minutes=5))
-    await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
-
-    handoff = await harness.desk.handoffs.get(sid)
-    assert (handoff.time_to_person_seconds, handoff.duration_seconds) == (90, 690)
-    async with harness.desk.db.read() as session:
-        conversation = await session.get(Conversation, cid)
-    assert conversation is not None and conversation.first_handoff_at == asked_at
-
-    summary = await Reports(harness.desk.db).summary(asked_at, clock.now())
-    assert (summary.time_to_person.count, summary.time_to_person.p50) == (1, 90)
-    assert (summary.duration.count, summary.duration.max) == (1, 690)
-    assert summary.containment == Containment(conversations=1, contained=0, escalated=1)
 
 
 async def test_on_a_route_the_claim_is_the_time_to_a_person_the_reports_read(start_desk: StartDesk) -> None:
