@@ -11,12 +11,14 @@ with required fields missing, `ix_conversations_report` the range's conversation
 channel or route filter is a term no index is chosen for (`unindexed`), so the range keeps
 to the covering index instead of a channel's thread index.
 
-What costs is SQLite sorting: a GROUP BY sorts the range's rows. So each group key is an
-integer where it can be, and two things that would compare a row many times compare it a
-handful: the local day of a handoff and the bucket of a duration are binary searches
-written as nested CASEs (`_interval_of`). A percentile is nearest-rank, found in two steps:
-a GROUP BY over fine buckets counts where every rank falls, then one `ORDER BY … LIMIT 1
-OFFSET` sorts only the bucket that holds it. The same queries run on PostgreSQL.
+What costs is SQLite sorting: a GROUP BY sorts the rows it groups. So the counts per local
+day group one day's stretch of the index at a time (its rows lie between two midnights),
+group keys are few and integers where they can be, and the bucket of a duration is a
+binary search written as nested CASEs (`_interval_of`). A percentile is nearest-rank and
+exact, found in two steps: a GROUP BY over fine buckets counts where every rank falls,
+then the rows of only the buckets holding the ranks are numbered in order (a window). The same queries
+run on PostgreSQL. The cost grows with the handoffs in the range, not with the history
+(bench/reports.py; the figures are in the README).
 
 A handoff belongs to the range its `created_at` falls in, and to the local day (in the
 summary's timezone, from local midnight to local midnight, so a day of a DST change has 23
@@ -31,7 +33,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import ColumnElement, and_, case, exists, func, literal, select, text, union_all
+from sqlalchemy import ColumnElement, and_, case, exists, func, literal, or_, select, text, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
@@ -282,7 +284,6 @@ FINE_EDGES: tuple[float, ...] = tuple(sorted(
 ))
 """Where a percentile is looked for: every bucket edge, and a step of a quarter between
 1 s and a week, so the sort that finds the exact value holds a few percent of the range."""
-assert {bucket.lower for bucket in BUCKETS[1:]} <= set(FINE_EDGES)
 
 
 @dataclass(frozen=True)
@@ -312,8 +313,8 @@ async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement
     """Count, nearest-rank p50 / p90, max and the histogram of each measure (seconds) over
     the chosen handoffs that have a value; the other `total - count` are `missing`. Per
     measure one GROUP BY over the fine buckets (an integer key: the sort stays cheap) gives
-    the counts, the max and the bucket each rank falls in; then one statement sorts just
-    those buckets, an `ORDER BY … LIMIT 1 OFFSET` for each percentile of every measure."""
+    the counts, the max and the bucket each rank falls in; then per measure one scan numbers
+    the rows of just those buckets in order (`_nearest_ranks`)."""
     counted: list[_Counted] = []
     for seconds in measures:
         fine = _interval_of(seconds, FINE_EDGES).label("fine")
@@ -322,20 +323,12 @@ async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement
         )).all()
         counted.append(_Counted({int(index): int(count) for index, count, _ in rows},
                                 max((float(top) for _, _, top in rows), default=None)))
-    # Every percentile asked, of every measure: (measure, rank, its fine bucket, values below it)
-    sought = [(m, rank, *spread.holding(rank)) for m, spread in enumerate(counted) if spread.count
-              for rank in ((50 * spread.count + 99) // 100, (90 * spread.count + 99) // 100)]
     ranked: dict[tuple[int, int], Any] = {}
-    if sought:
-        picks = [
-            select(measures[m].label("value")).where(*chosen, _within_fine(measures[m], index))
-            .order_by(measures[m]).limit(1).offset(rank - below - 1).subquery()
-            for m, rank, index, below in sought
-        ]
-        values = (await session.execute(
-            union_all(*(select(literal(n).label("n"), pick.c.value) for n, pick in enumerate(picks)))
-        )).all()
-        ranked = {(sought[n][0], sought[n][1]): value for n, value in values}
+    for m, spread in enumerate(counted):
+        if spread.count:
+            ranks = {(percent * spread.count + 99) // 100 for percent in (50, 90)}
+            ranked.update({(m, rank): value for rank, value in
+                           (await _nearest_ranks(session, measures[m], chosen, spread, ranks)).items()})
     found = []
     for m, spread in enumerate(counted):
         count = spread.count
@@ -345,6 +338,25 @@ async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement
             histogram=tuple(BucketCount(bucket, _in_bucket(bucket, spread.per_fine)) for bucket in BUCKETS),
         ))
     return tuple(found)
+
+
+async def _nearest_ranks(session: AsyncSession, seconds: ColumnElement[Any], chosen: Sequence[ColumnElement[bool]],
+                         spread: _Counted, ranks: set[int]) -> dict[int, Any]:
+    """The values at these ranks (from 1, in sorted order) in one scan: only the rows of the
+    fine buckets holding them are numbered (a sort of a few percent of the range), and a
+    rank's number among those rows follows from the counts of the buckets below."""
+    holding = {rank: spread.holding(rank) for rank in ranks}
+    buckets = sorted({index for index, _ in holding.values()})
+    numbered_from = {b: sum(spread.per_fine[other] for other in buckets if other < b) for b in buckets}
+    number_of = {rank: rank - below + numbered_from[index] for rank, (index, below) in holding.items()}
+    numbered = (
+        select(seconds.label("value"), func.row_number().over(order_by=seconds).label("n"))
+        .where(*chosen, or_(*(_within_fine(seconds, b) for b in buckets))).subquery()
+    )
+    found = dict((await session.execute(
+        select(numbered.c.n, numbered.c.value).where(numbered.c.n.in_(sorted(number_of.values())))
+    )).all())
+    return {rank: found[n] for rank, n in number_of.items()}
 
 
 def _fine_bounds(index: int) -> tuple[float, float]:
