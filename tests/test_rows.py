@@ -60,7 +60,7 @@ def test_a_model_from_a_mapping_takes_each_value_by_its_column_whatever_the_orde
     rows = Rows(Conversation)
     values = {"last_message_at": AT, "created_at": AT, "background": True, "serves_handoff_session_id": None,
               "front": "tg", "subscriber_external_id": "chat-1", "subscriber_email": None, "subscriber_name": "Ana",
-              "id": "c_1"}
+              "id": "c_1", "first_handoff_at": None}
     built = rows.of(values)
     assert (built.id, built.subscriber_name, built.front, built.subscriber_external_id, built.background) == (
         "c_1", "Ana", "tg", "chat-1", True)
