@@ -5,6 +5,7 @@ ranges that cross local midnight and both DST changes of 2026 in Europe/Berlin."
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
@@ -217,6 +218,30 @@ async def test_a_range_that_starts_and_ends_inside_local_days(db: Database) -> N
     summary = await Reports(db).summary(start, end, timezone="Europe/Berlin")
     assert summary.days == (date(2026, 6, 9), date(2026, 6, 10))
     assert [(row.day, row.handoffs) for row in summary.per_day] == [(date(2026, 6, 9), 1), (date(2026, 6, 10), 1)]
+
+
+def nearest_rank(values: list[float], percent: int) -> float:
+    ordered = sorted(values)
+    return ordered[(percent * len(ordered) + 99) // 100 - 1]
+
+
+async def test_percentiles_are_exact_wherever_the_values_fall(db: Database) -> None:
+    """Percentiles come from the fine bucket holding each rank: two ranks in one bucket,
+    ranks in buckets far apart, and a value beyond the last edge, against the nearest rank
+    worked out here."""
+    start = NOW - timedelta(days=1)
+    rng = random.Random(7)
+    spread = [round(rng.lognormvariate(5.5, 1.4), 3) for _ in range(61)] + [800_000.5]  # the last past a week
+    close = [600 + n / 10 for n in range(1, 11)]  # 600.1 … 601.0: p50 and p90 share a bucket
+    await store(db, *(Planned(start, claimed=seconds) for seconds in spread),
+                *(Planned(start + timedelta(hours=2), channel=BILLING, claimed=seconds) for seconds in close))
+    reports = Reports(db)
+    everything = (await reports.summary(start, NOW)).time_to_person
+    values = spread + close
+    assert (everything.p50, everything.p90, everything.max) == (
+        nearest_rank(values, 50), nearest_rank(values, 90), 800_000.5)
+    billing = (await reports.summary(start, NOW, channel_id=BILLING[0])).time_to_person
+    assert (billing.p50, billing.p90) == (600.5, 600.9)
 
 
 async def test_an_empty_range_has_zeros_and_no_percentiles(db: Database) -> None:

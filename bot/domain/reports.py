@@ -323,18 +323,16 @@ async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement
         )).all()
         counted.append(_Counted({int(index): int(count) for index, count, _ in rows},
                                 max((float(top) for _, _, top in rows), default=None)))
-    ranked: dict[tuple[int, int], Any] = {}
-    for m, spread in enumerate(counted):
-        if spread.count:
-            ranks = {(percent * spread.count + 99) // 100 for percent in (50, 90)}
-            ranked.update({(m, rank): value for rank, value in
-                           (await _nearest_ranks(session, measures[m], chosen, spread, ranks)).items()})
     found = []
-    for m, spread in enumerate(counted):
-        count = spread.count
-        p50, p90 = (ranked.get((m, (percent * count + 99) // 100)) if count else None for percent in (50, 90))
+    for seconds, spread in zip(measures, counted, strict=True):
+        p50 = p90 = None
+        if spread.count:
+            median, ninetieth = ((percent * spread.count + 99) // 100 for percent in (50, 90))
+            values = await _nearest_ranks(session, seconds, chosen, spread, {median, ninetieth})
+            p50, p90 = values[median], values[ninetieth]
         found.append(Distribution(
-            count=count, missing=total - count, p50=_float(p50), p90=_float(p90), max=_float(spread.longest),
+            count=spread.count, missing=total - spread.count, p50=_float(p50), p90=_float(p90),
+            max=_float(spread.longest),
             histogram=tuple(BucketCount(bucket, _in_bucket(bucket, spread.per_fine)) for bucket in BUCKETS),
         ))
     return tuple(found)
