@@ -13,8 +13,9 @@ inserts (executemany in batches).
 Then it times `Reports.summary` (bot/domain/reports.py), the one call behind the reports
 page, for the last 24 h, 7 days and 30 days (the page's ranges) and the whole 90 days (a
 custom range), each without a filter and with a channel filter (in Europe/Berlin): p50 /
-p99 wall time and CPU time per call, per query and over all of them, and the process RSS. The goal is a p50 of at most 200 ms for a whole summary.
-Figures are wall-clock on whatever machine runs this; nothing here asserts a threshold.
+p99 wall time and CPU time per call, per query and over all of them, and the process RSS.
+The goal is a p50 of at most 200 ms for a whole summary over the page's ranges. Figures
+are wall-clock on whatever machine runs this; nothing here asserts a threshold.
 """
 
 from __future__ import annotations

@@ -133,7 +133,8 @@ class Containment:
 
 @dataclass(frozen=True)
 class Comment:
-    """What a subscriber wrote with their answer, for the handoff it was about."""
+    """What a subscriber wrote with their answer, for the handoff it was about; `at` is when
+    they answered."""
 
     handoff_session_id: str
     answer: str | None  # "yes" / "no"
@@ -427,10 +428,11 @@ async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bo
         return None
     counts = {answer: count for answer, count, _ in answers}
     commented = sum(int(with_comment) for _, _, with_comment in answers)
+    said_at = func.coalesce(answered.answered_at, answered.asked_at)
     comments = (await session.execute(
-        select(answered.handoff_session_id, answered.answer, answered.comment, answered.answered_at)
+        select(answered.handoff_session_id, answered.answer, answered.comment, said_at)
         .where(*asked, answered.comment.is_not(None))
-        .order_by(answered.answered_at.desc(), answered.handoff_session_id).limit(COMMENTS_SHOWN)
+        .order_by(said_at.desc(), answered.handoff_session_id).limit(COMMENTS_SHOWN)
     )).all() if commented else []
     return Satisfaction(
         positive=counts.get("yes", 0), negative=counts.get("no", 0), unanswered=counts.get(None, 0), commented=commented,

@@ -182,7 +182,7 @@ async def reports_csv(
         writer.writerow([name, value])
     if summary.satisfaction is not None and summary.satisfaction.comments:
         writer.writerow([])
-        writer.writerow(["commented_at", "handoff_session_id", "answer", "comment"])
+        writer.writerow(["answered_at", "handoff_session_id", "answer", "comment"])
         for comment in summary.satisfaction.comments:
             writer.writerow([comment.at.isoformat(), comment.handoff_session_id, comment.answer or "", _cell(comment.text)])
     filename = f"handoff-report-{asked.start.date()}-{asked.end.date()}.csv"
