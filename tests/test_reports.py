@@ -8,6 +8,7 @@ import itertools
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import pytest
 from alembic import command
@@ -15,6 +16,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 from sqlmodel import col
 
+from bot.domain import reports as reports_module
 from bot.domain.handoff_rows import CONVERSATIONS, HANDOFFS, MESSAGES, new_row
 from bot.domain.reports import BUCKETS, Containment, DayCount, Reports, Satisfaction, Tally
 from bot.runtime.clock import ManualClock
@@ -244,6 +246,25 @@ async def test_percentiles_are_exact_wherever_the_values_fall(db: Database) -> N
     assert (billing.p50, billing.p90) == (600.5, 600.9)
 
 
+async def test_a_summary_reads_one_snapshot_while_another_instance_writes(
+    db: Database, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The percentiles are located from the counts of an earlier query: a claim committed by
+    another instance between the two must not move the ranks (on PostgreSQL each statement
+    of a READ COMMITTED transaction would see it). The write is made to land exactly there."""
+    start = NOW - timedelta(days=1)
+    await store(db, *(Planned(start, claimed=10 * i) for i in range(1, 11)))  # 10 … 100
+    locate = reports_module._nearest_ranks
+
+    async def after_a_claim_elsewhere(*args: Any, **kwargs: Any) -> Any:
+        await store(db, Planned(start + timedelta(minutes=1), claimed=45))  # committed on its own connection
+        return await locate(*args, **kwargs)
+
+    monkeypatch.setattr(reports_module, "_nearest_ranks", after_a_claim_elsewhere)
+    reached = (await Reports(db).summary(start, NOW)).time_to_person
+    assert (reached.count, reached.p50, reached.p90, reached.max) == (10, 50, 90, 100)
+
+
 async def test_an_empty_range_has_zeros_and_no_percentiles(db: Database) -> None:
     await store(db, Planned(NOW - timedelta(days=3), claimed=10, released=100, reason=ReleaseReason.FORM,
                             outcome=Outcome.RESOLVED))
@@ -318,7 +339,8 @@ async def test_on_a_route_the_claim_is_the_time_to_a_person_the_reports_read(sta
 
 async def test_the_upgrade_fills_in_the_facts_of_the_handoffs_stored_before_it(start_desk: StartDesk) -> None:
     """Migration 0020 on a history written before it: the reached moment as the reports
-    worked it out then (the first human message before any claim, else the claim)."""
+    worked it out then (the first human message before any claim, else the claim), and the
+    first-reply mark 0018 left empty, so a reply after the upgrade is not taken for the first."""
     harness = await start_desk(adapters={1: ScriptedChannel})
     cid = await harness.conversation()
     url = harness.desk.config.database_url
@@ -331,7 +353,8 @@ async def test_the_upgrade_fills_in_the_facts_of_the_handoffs_stored_before_it(s
         await store(db, Planned(start, activated=5, human_replies=(65, 200), released=605, reason=ReleaseReason.FORM,
                                 outcome=Outcome.RESOLVED),
                     Planned(start, activated=5, claimed=35, human_replies=(50,)),
-                    Planned(start, activated=None, failed=True), facts=False)
+                    Planned(start, activated=None, failed=True),
+                    Planned(start + timedelta(hours=1), activated=5, human_replies=(50,)), facts=False)
         await db.upgrade()
         async with db.read() as session:
             facts = sorted((await session.execute(
@@ -339,11 +362,21 @@ async def test_the_upgrade_fills_in_the_facts_of_the_handoffs_stored_before_it(s
                 .where(col(HandoffSession.created_at) == start)
             )).all(), key=str)
             firsts = (await session.execute(select(col(Conversation.id), col(Conversation.first_handoff_at)))).all()
+            [still_open] = (await session.scalars(
+                select(col(HandoffSession.id)).where(col(HandoffSession.created_at) == start + timedelta(hours=1))
+            )).all()
     finally:
         await db.dispose()
     assert facts == sorted([(60, 600), (30, None), (None, None)], key=str)
     assert dict(firsts)[cid] is None  # no handoff: still the bot's alone
     assert sum(1 for _, first in firsts if first == start) == 3
+
+    upgraded = await start_desk(adapters={1: ScriptedChannel}, url=url)
+    reopened = await upgraded.desk.handoffs.get(still_open)
+    assert (reopened.first_human_reply_at, reopened.time_to_person_seconds) == (
+        start + timedelta(hours=1, seconds=50), 45)
+    await upgraded.desk.handoffs.recipient_message(still_open, "Still looking.", author="Sam", via="test")
+    assert (await upgraded.desk.handoffs.get(still_open)).time_to_person_seconds == 45
 
 
 def _downgrade(connection: Connection, revision: str) -> None:

@@ -176,8 +176,9 @@ class ReportSummary:
 
 
 class Reports:
-    """The aggregates behind the reports. Each summary runs in one read session, which never
-    waits for (or holds up) a writer. `route_labels` names the config's routes."""
+    """The aggregates behind the reports. Each summary runs in one read session on one
+    snapshot (its queries build on each other), which never waits for (or holds up) a
+    writer. `route_labels` names the config's routes."""
 
     def __init__(self, db: Database, *, route_labels: Mapping[int, str] | None = None) -> None:
         self.db = db
@@ -197,7 +198,7 @@ class Reports:
         if route_id is not None:
             through.append(unindexed(HANDOFFS.c.route_id) == route_id)
         chosen = [HANDOFFS.c.created_at >= start, HANDOFFS.c.created_at < end, *through]
-        async with self.db.read() as session:
+        async with self.db.read(snapshot=True) as session:  # the ranks are located from the counts
             per_day = await self._per_day(session, start, end, through, days, zone)
             endings = await _endings(session, chosen, self.db.is_sqlite)
             total = endings.handoffs

@@ -206,10 +206,16 @@ class Database:
             self.signals.publish(signals)
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncSession]:
-        """A session for reading only: it does not wait for (or hold up) writers."""
+    async def read(self, *, snapshot: bool = False) -> AsyncIterator[AsyncSession]:
+        """A session for reading only: it does not wait for (or hold up) writers. `snapshot`:
+        every statement in it sees the same committed state, for readers whose statements
+        build on each other (a report's counts, then the ranks they locate). A SQLite read
+        transaction always does; on PostgreSQL it is REPEATABLE READ instead of each
+        statement seeing what committed before it."""
         if self._connections is None:
             async with self._read_sessions() as session, session.begin():
+                if snapshot and not self.is_sqlite:  # an in-memory SQLite database is read here too
+                    await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
                 yield session
             return
         connection = await self._connections.reader()

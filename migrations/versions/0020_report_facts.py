@@ -48,6 +48,14 @@ def upgrade() -> None:
     with op.batch_alter_table('conversations', schema=None, recreate='never') as batch_op:
         batch_op.add_column(sa.Column('first_handoff_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
 
+    # Straight to a channel, the first human reply is the reached moment the desk marks once
+    # (0018 added the mark without filling it in): without it a later reply would be taken
+    # for the first and write its own, later, time to a person over the one filled in here.
+    op.execute(
+        "UPDATE handoff_sessions SET first_human_reply_at = (SELECT min(m.created_at) FROM messages m"
+        " WHERE m.handoff_session_id = handoff_sessions.id AND m.role = 'human')"
+        " WHERE route_id IS NULL AND first_human_reply_at IS NULL"
+    )
     op.execute(f"UPDATE handoff_sessions SET time_to_person_seconds = {_seconds(_STARTED, _REACHED)}")
     op.execute(
         "UPDATE handoff_sessions SET duration_seconds = "
