@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -453,6 +453,11 @@ class Handoffs:
         """Every channel a handoff on a route notified, in order (none for one straight to a channel)."""
         async with self.db.read() as session:
             return await recipients.of_handoff(session, sid)
+
+    async def recipients_of_many(self, sids: Collection[str]) -> dict[str, list[HandoffRecipient]]:
+        """`recipients_of` for several handoffs, in one read (a listing's)."""
+        async with self.db.read() as session:
+            return await recipients.of_handoffs(session, sids)
 
     def offered(self) -> list[Ladder]:
         """The routes the model may hand to now: those with at least one channel up."""

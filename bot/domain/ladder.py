@@ -10,7 +10,7 @@ and whether each was delivered, so the ladder can move on the moment a whole ste
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -146,6 +146,16 @@ async def of_handoff(session: AsyncSession, sid: str, *, state: RecipientState |
     if state is not None:
         query = query.where(_RECIPIENTS.c.state == state)
     return _RECIPIENT.all((await session.execute(query.order_by(_RECIPIENTS.c.id))).all())
+
+
+async def of_handoffs(session: AsyncSession, sids: Collection[str]) -> dict[str, list[HandoffRecipient]]:
+    """The recipients of several handoffs in one read, each handoff's in the order notified."""
+    found: dict[str, list[HandoffRecipient]] = {sid: [] for sid in sids}
+    if sids:
+        query = select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.handoff_session_id.in_(list(sids)))
+        for recipient in _RECIPIENT.all((await session.execute(query.order_by(_RECIPIENTS.c.id))).all()):
+            found[recipient.handoff_session_id].append(recipient)
+    return found
 
 
 async def get(session: AsyncSession, recipient_id: int) -> HandoffRecipient | None:

@@ -76,7 +76,7 @@ from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
 from bot.runtime.paths import TEMPLATES_DIR
 from bot.store.audit import event_view
-from bot.store.models import Approval, HandoffSession
+from bot.store.models import Approval, HandoffRecipient, HandoffSession
 from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState, Outcome, ReleaseReason
 from bot.web.deps import (
     ApprovalsDep,
@@ -353,8 +353,17 @@ class InboxView:
         """The route's state of a handoff on one (its recipients read now); None otherwise."""
         if handoff.route_id is None:
             return None
-        recipients = await self.handoffs.recipients_of(handoff.id)
-        return route_status(handoff, recipients, self.handoffs.ladders.get(handoff.route_id), self.clock.now(), self.ago)
+        return self._route_status(handoff, await self.handoffs.recipients_of(handoff.id))
+
+    async def routes_of(self, handoffs: list[HandoffSession]) -> dict[str, RouteStatus | None]:
+        """`route_of` for a listing: the recipients of all its routed handoffs in one read."""
+        routed = [h.id for h in handoffs if h.route_id is not None]
+        found = await self.handoffs.recipients_of_many(routed) if routed else {}
+        return {h.id: self._route_status(h, found[h.id]) if h.id in found else None for h in handoffs}
+
+    def _route_status(self, handoff: HandoffSession, recipients: list[HandoffRecipient]) -> RouteStatus | None:
+        ladder = self.handoffs.ladders.get(handoff.route_id) if handoff.route_id is not None else None
+        return route_status(handoff, recipients, ladder, self.clock.now(), self.ago)
 
     async def form_link_state(self, handoff: HandoffSession) -> FormLinkState | None:
         """The link's state as forms/links.py decides it (expiry, single use, superseded), so
@@ -439,8 +448,9 @@ class InboxView:
         pending.reverse()  # the oldest first: it runs out first
         decided = [a for a in await self.approvals.listing(state=None, limit=40) if a.state != PENDING][:20]
         previews = await self.queries.previews([h.conversation_id for h in active])
+        routes = await self.routes_of(active)
         return {
-            "active": [self.card(h, previews.get(h.conversation_id), await self.route_of(h)) for h in active],
+            "active": [self.card(h, previews.get(h.conversation_id), routes[h.id]) for h in active],
             "recent": [self.card(h) for h in recent],
             "approvals": await self.approval_cards(pending),
             "decided": await self.approval_cards(decided),
