@@ -102,16 +102,16 @@ class Desk:
         self.reports = Reports(self.db, route_labels={route.id: route.label for route in config.routes})
         self.revocations = Revocations(self.db, self.clock)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
+        self.hours = OfficeHours(config.hours, self.clock)  # the handoffs' ladders and the approvals' alike
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, metrics=self.metrics, forms=self.forms,
-            hours=OfficeHours(config.hours, self.clock), ladders=config.ladders, background=self.background,
+            hours=self.hours, ladders=config.ladders, background=self.background,
         )
         self.approvals = Approvals(
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, secret_keys=config.signing_keys, public_url=config.public_url,
-            metrics=self.metrics, background=self.background, ladders=config.ladders,
-            hours=OfficeHours(config.hours, self.clock),
+            metrics=self.metrics, background=self.background, ladders=config.ladders, hours=self.hours,
         )
         self.user_actions = UserActions(
             db=self.db, clock=self.clock, config=config, renderer=self.renderer, outbox=self.outbox,

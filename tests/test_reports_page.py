@@ -116,7 +116,11 @@ async def test_satisfaction_shows_the_answers_and_what_subscribers_wrote(start_d
     html = (await harness.client.get("/inbox/reports", params={"range": "24h"})).text
     assert "<td>👍 solved</td><td>1</td>" in html and "<td>👎 not solved</td><td>1</td>" in html
     assert "<q>Took &lt;b&gt;ages&lt;/b&gt; =1+1</q>" in html and "<b>ages" not in html
-    assert html.count('href="/inbox/handoffs/hs_') >= 1
+    async with harness.desk.db.read() as session:
+        commented = (await session.scalars(
+            select(col(HandoffSatisfaction.handoff_session_id)).where(col(HandoffSatisfaction.comment).is_not(None))
+        )).one()
+    assert f'<a href="/inbox/handoffs/{commented}">the handoff</a>' in html  # the comment links to its own handoff
     table = list(csv.reader(io.StringIO((await harness.client.get("/inbox/reports.csv", params={"range": "24h"})).text)))
     figures = dict(row for row in table if len(row) == 2)
     assert (figures["satisfaction_solved"], figures["satisfaction_not_solved"]) == ("1", "1")
