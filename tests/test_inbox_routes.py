@@ -151,6 +151,23 @@ async def test_a_handoff_straight_to_a_channel_has_no_route_state(start_desk: St
     assert card["route"] is None and card["channel"] == "Owner inbox"
 
 
+async def test_the_list_shows_each_routed_handoff_its_own_step_and_recipients(start_desk: StartDesk) -> None:
+    """The list reads the recipients of all its routed handoffs at once: each card still
+    gets its own (one escalated, one just asked, one straight to a channel)."""
+    harness = await inbox_route_desk(start_desk)
+    _, escalated = await route_handoff(harness)
+    await escalate(harness, timedelta(minutes=5))
+    _, fresh = await route_handoff(harness)
+    straight = (await harness.start_handoff(await harness.conversation()))["handoff_session_id"]
+    cards = {card["id"]: card for card in (await list_updates(harness.client))["handoffs"]}
+    assert cards[escalated]["route"]["step"] == "step 2 of 2"
+    assert cards[escalated]["route"]["asked"] == (
+        "Asked: Owner inbox (notified), Telegram support (notified), On-call phone (notified)")
+    assert cards[fresh]["route"]["step"] == "step 1 of 2"
+    assert cards[fresh]["route"]["asked"] == "Asked: Owner inbox (notified), Telegram support (notified)"
+    assert cards[straight]["route"] is None
+
+
 # --------------------------------------------------------------------------- Claim
 
 
