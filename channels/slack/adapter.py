@@ -6,9 +6,6 @@ modules beside it."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING, Any
-
 import structlog
 
 from bot.runtime.bounded import BoundedDict
@@ -32,10 +29,6 @@ from channels.slack.posts import Posted, SlackPosts
 from channels.slack.protocol import DISPATCH_CACHE_LIMIT, PROMPT_CACHE_LIMIT, SECTION_LIMIT
 from channels.slack.webhooks import SlackWebhooks
 
-if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
-    import aiohttp
-    from slack_sdk.web.async_client import AsyncWebClient
-
 log = structlog.get_logger(__name__)
 
 
@@ -52,16 +45,11 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
 
     def __init__(self, config: ChannelConfig) -> None:
         super().__init__(config)
-        self._ctx: ChannelContext | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._client: AsyncWebClient | None = None
-        self._verifier: Any = None
-        self.bot_user_id: str | None = None
-        self.bot_id: str | None = None
-        self.bot_name: str | None = None
-        self.team: str | None = None
-        self._names: dict[str, str] = {}
-        self._lookups: dict[str, asyncio.Task[None]] = {}
+        # Declared by the halves that use them (blocks, transport, webhooks, names).
+        self._ctx = self._session = self._client = self._verifier = None
+        self.bot_user_id = self.bot_id = self.bot_name = self.team = None
+        self._names = {}
+        self._lookups = {}
         # approval id -> (channel, ts, blocks) of its prompt, so the closing notice can edit
         # it without a lookup; after a restart it is found in the channel's history instead.
         self._prompts: BoundedDict[str, tuple[str, str, Blocks]] = BoundedDict(PROMPT_CACHE_LIMIT)

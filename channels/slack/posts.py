@@ -31,7 +31,7 @@ from channels.slack.mrkdwn import Blocks, fallback_text
 from channels.slack.protocol import EVENT_TYPE, HISTORY_PAGE_SIZE, HISTORY_PAGES, REPLIES_PAGE_SIZE, REPLIES_PAGES
 from channels.slack.transport import SlackTransport
 
-if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
+if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ from channels.base import (
 from channels.slack.config import SlackConfig
 from channels.slack.protocol import AUTH_ERRORS, MAYBE_DONE_ERRORS, TRANSIENT_ERRORS
 
-if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
+if TYPE_CHECKING:  # slack-sdk and aiohttp are imported in the calls, so loading a config needs neither
     import aiohttp
     from slack_sdk.web.async_client import AsyncWebClient
 
