@@ -22,6 +22,8 @@ def escape(text: str) -> str:
 
 
 def clip(text: str, limit: int) -> str:
+    """At most `limit` characters, cut with an ellipsis; unlike `channels.text.clip` the text
+    is kept as given (no blanks trimmed), as Slack's layouts always were."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
