@@ -61,15 +61,16 @@ UncertainDeliveryError. The Bot API cannot look a sent message up, so `reconcile
 and such a retry may post the message twice — better than losing it. BadRequest and
 Forbidden (bot removed from the group) are permanent; a refused token is ChannelAuthError.
 
-The package, one concern a module: `adapter` (TelegramChannel: lifecycle, sending each
-outbound message), `transport` (python-telegram-bot's Application against `api_base_url`,
-each Bot API call and its error mapping), `receiver` (the webhook and its secret token, or
-the getUpdates poller, and answering presses), `inbound` (what an update means: routing,
-presses and subscriber messages as typed events), `keyboards` (our buttons and their
-callback_data, written and read in one place), `formatting` (HTML length, defusing, fitting
+The package, one concern a module: `adapter` (TelegramChannel: lifecycle, and sending to a
+handoff's thread and to a subscriber's chat), `approvals` (the prompts and their closing),
+`transport` (python-telegram-bot's Application against `api_base_url`, each Bot API call
+and its error mapping), `receiver` (the webhook and its secret token, or the getUpdates
+poller, and answering presses), `inbound` (what an update means: routing, presses and
+subscriber messages as typed events), `keyboards` (our buttons and their callback_data,
+written and read in one place), `formatting` (the templates, HTML length, defusing, fitting
 a dispatch or prompt into one message), `protocol` (Telegram's limits, header, ports and
 refused URLs) and `config` (TelegramConnection, TelegramConfig). The adapter's class puts
-the receiving, parsing and Bot API halves together as its bases.
+the receiving, approvals, parsing and Bot API halves together as its bases.
 """
 
 from channels.telegram.adapter import TelegramChannel

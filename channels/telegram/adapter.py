@@ -1,6 +1,7 @@
-"""TelegramChannel: the adapter the desk runs. It connects the bot, renders each outbound
-message (channels/telegram/formatting.py, keyboards.py) and sends it through the Bot API
-half; receiving updates, reading them and the SDK calls are its bases in the modules beside it."""
+"""TelegramChannel: the adapter the desk runs. It starts and stops the bot, and renders and
+sends what goes to a handoff's thread (dispatch, relays, notices, the edit of a taken
+dispatch) and to a subscriber's private chat; receiving updates, reading them, approval
+prompts and the Bot API calls are its bases in the modules beside it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ from pydantic import SecretStr
 
 from bot.runtime.bounded import BoundedDict
 from channels.base import (
-    ApprovalClosed,
-    ApprovalPrompt,
     Capabilities,
     ChannelConfig,
     ChannelContext,
@@ -26,12 +25,12 @@ from channels.base import (
     ToSubscriber,
     TransientChannelError,
 )
+from channels.telegram.approvals import TelegramApprovals
 from channels.telegram.config import TelegramConfig, TelegramConnection
-from channels.telegram.formatting import defuse, dispatch_html, prompt_html, visible_length
+from channels.telegram.formatting import defuse, dispatch_html, visible_length
 from channels.telegram.inbound import TelegramInbound
 from channels.telegram.keyboards import (
     Posted,
-    approval_keyboard,
     claim_button,
     inline,
     release_button,
@@ -46,11 +45,11 @@ from channels.text import SentParts, TextLimit, clip, utf16_len
 
 log = structlog.get_logger(__name__)
 
-PROMPT_CACHE_LIMIT = 1000
+PROMPT_CACHE_LIMIT = 1000  # approval prompts remembered (sent or pressed) for their closing notice
 DISPATCH_CACHE_LIMIT = 1000
 
 
-class TelegramChannel(TelegramReceiver, TelegramInbound, TelegramTransport):
+class TelegramChannel(TelegramReceiver, TelegramApprovals, TelegramInbound, TelegramTransport):
     """The Telegram adapter (channels/telegram/__init__.py describes the channel)."""
 
     kind = "telegram"
@@ -125,14 +124,6 @@ class TelegramChannel(TelegramReceiver, TelegramInbound, TelegramTransport):
         return f"@{self._username}, posting to '{chat.title or chat.id}'{forum}"
 
     # ------------------------------------------------------------------ sending
-
-    def _staff_group(self) -> int | str:
-        """The staff group, or why there is none: a front of its own is never offered to
-        handoff_request or approvals, so only a misrouted message meets this."""
-        if self._chat_id is None:
-            raise PermanentChannelError("this Telegram bot has no staff group", hint=(
-                f"Telegram front '{self.label}' serves subscribers only; give a channel with this bot_token a chat_id"))
-        return self._chat_id
 
     async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
         from telegram.constants import ParseMode
@@ -301,54 +292,6 @@ class TelegramChannel(TelegramReceiver, TelegramInbound, TelegramTransport):
                 log.warning("telegram_satisfaction_without_buttons", channel_id=self.id, handoff_id=message.satisfaction.handoff_id)
             return markup
         return None
-
-    # ------------------------------------------------------------------ approvals
-
-    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
-        """An approval prompt: a new message in the staff chat (it belongs to no handoff),
-        with Approve / Deny (/ Always allow) callback buttons."""
-        from telegram.constants import ParseMode
-
-        bot, staff, approval = self._bot(), self._staff_group(), prompt.approval
-        keyboard = approval_keyboard(approval)  # None: the id is too long for callback_data, the link alone
-        message = await self._call(bot.send_message(
-            chat_id=staff, text=prompt_html(self._render, approval, buttons=keyboard is not None), parse_mode=ParseMode.HTML,
-            reply_markup=keyboard, link_preview_options=self._no_preview(),
-        ), "sendMessage")
-        self._prompts[approval.approval_id] = message.message_id
-        return Receipt(message_id=str(message.message_id), thread={"chat_id": message.chat.id, "message_id": message.message_id})
-
-    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
-        """How an approval ended: the prompt's buttons are taken away when we know which
-        message it is (sent or pressed in this process), and the closing text is posted, as
-        a reply to the prompt when known."""
-        from telegram import ReplyParameters
-        from telegram.constants import ParseMode
-
-        bot, staff, approval_id = self._bot(), self._staff_group(), closed.approval.approval_id
-        # Remembered from the send or a press; or the prompt's receipt, which the core passes.
-        prompt_id = self._prompts.get(approval_id) or closed.prompt.get("message_id")
-        if prompt_id is not None:
-            try:
-                await self._call(bot.edit_message_reply_markup(chat_id=staff, message_id=prompt_id, reply_markup=None),
-                                 "editMessageReplyMarkup")
-            except TransientChannelError:
-                raise  # nothing posted yet: the core retries the whole notice
-            except ChannelError as exc:  # already without buttons (a retry), deleted, too old …
-                log.info("telegram_approval_buttons_not_removed", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
-        body = defuse(closed.text.strip())
-        reply = ReplyParameters(message_id=prompt_id, allow_sending_without_reply=True) if prompt_id else None
-        message = await self._call(bot.send_message(
-            chat_id=staff, text=self._render("notice", body=clip(body, MESSAGE_LIMIT - 8)), parse_mode=ParseMode.HTML,
-            reply_parameters=reply, link_preview_options=self._no_preview(),
-        ), "sendMessage")
-        self._prompts.pop(approval_id, None)
-        return Receipt(message_id=str(message.message_id), thread={"chat_id": message.chat.id, "message_id": message.message_id})
-
-    def _render(self, name: str, **context: Any) -> str:
-        assert self._ctx is not None
-        # .html templates are autoescaped: every value passed in is escaped for Telegram's HTML.
-        return self._ctx.render(f"messages/telegram/{name}.html", **context)
 
 
 def _thread_suffix(thread: dict[str, Any]) -> str | None:

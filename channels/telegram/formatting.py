@@ -8,7 +8,9 @@ construction; here is what the templates cannot do themselves.
 - `defuse`: `@name` and `/command` made inert in what people (or the agent) wrote;
 - `dispatch_html` and `prompt_html`: a dispatch or an approval prompt fitted into one
   message, the newest transcript lines (or the arguments) getting what the rest leaves and
-  what is left out announced, never dropped silently.
+  what is left out announced, never dropped silently;
+- `TelegramTemplates._render`: a template of templates/messages/telegram/ rendered with
+  the desk's context (the adapter's rendering half).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import html
 import re
 from typing import Any, Protocol
 
-from channels.base import ApprovalBrief, HandoffBrief, PermanentChannelError, pretty_arguments
+from channels.base import ApprovalBrief, ChannelAdapter, ChannelContext, HandoffBrief, PermanentChannelError, pretty_arguments
 from channels.telegram.protocol import MESSAGE_LIMIT
 from channels.text import Budget, clip, fit_brief, utf16_len
 
@@ -96,3 +98,14 @@ def prompt_html(render: Render, approval: ApprovalBrief, *, buttons: bool) -> st
         if visible_length(text) <= MESSAGE_LIMIT or limit < 200:
             return text
         limit -= visible_length(text) - MESSAGE_LIMIT + 50
+
+
+class TelegramTemplates(ChannelAdapter):
+    """The rendering half of TelegramChannel; the adapter sets `_ctx` at start."""
+
+    _ctx: ChannelContext | None
+
+    def _render(self, name: str, **context: Any) -> str:
+        assert self._ctx is not None
+        # .html templates are autoescaped: every value passed in is escaped for Telegram's HTML.
+        return self._ctx.render(f"messages/telegram/{name}.html", **context)

@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation 
 
 
 class TelegramTransport(ChannelAdapter):
-    """The Bot API half of TelegramChannel; the adapter sets `_app` (None until connected),
+    """The Bot API half of TelegramChannel: connecting, where to send (`_bot`, `_staff_group`),
+    sending a message in parts and mapping errors. The adapter sets `_app` (None until connected),
     `_ready`, `_staff` (the configured group, None for a front of its own), `_chat_id` (its
     number, from getChat) and `_parts_sent`; `_connect` sets `_bot_id` and `_username`."""
 
@@ -81,6 +82,14 @@ class TelegramTransport(ChannelAdapter):
         if self._app is None or not self._ready or (self._staff is not None and self._chat_id is None):
             raise TransientChannelError("the Telegram channel is not started", hint="the Telegram channel is not running")
         return self._app.bot
+
+    def _staff_group(self) -> int | str:
+        """The staff group, or why there is none: a front of its own is never offered to
+        handoff_request or approvals, so only a misrouted message meets this."""
+        if self._chat_id is None:
+            raise PermanentChannelError("this Telegram bot has no staff group", hint=(
+                f"Telegram front '{self.label}' serves subscribers only; give a channel with this bot_token a chat_id"))
+        return self._chat_id
 
     async def _disconnect(self) -> None:
         if self._app is not None:
