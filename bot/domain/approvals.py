@@ -73,7 +73,7 @@ from bot.domain.actions import ActionFailed, run_action, run_body
 from bot.domain.hours import OfficeHours
 from bot.domain.ladder import Steps
 from bot.domain.rendering import Renderer
-from bot.errors import DeskError, NotFound
+from bot.errors import DeskError, found
 from bot.runtime.background import Background
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
@@ -433,9 +433,7 @@ class Approvals:
     async def get(self, approval_id: str) -> Approval:
         async with self.db.read() as session:
             approval = await session.get(Approval, approval_id)
-        if approval is None:
-            raise NotFound("approval", approval_id)
-        return approval
+        return found(approval, "approval", approval_id)
 
     async def votes(self, approval_id: str) -> list[ApprovalVote]:
         """Each person's vote on an approval that needs two, first first."""
@@ -456,9 +454,7 @@ class Approvals:
         by = " ".join(by.split())[:200] or "someone"
         reason = (reason or "").strip()[:2000] or None
         async with self.db.transaction(effect=True) as session:
-            approval = await session.get(Approval, approval_id)
-            if approval is None:
-                raise NotFound("approval", approval_id)
+            approval = found(await session.get(Approval, approval_id), "approval", approval_id)
             always = bool(approve and always_allow and approval.policy == "ask")
             if approval.approvals_required > 1:
                 outcome = await self._count_vote(session, approval, approve=approve, by=by, via=via, voter=voter,
