@@ -58,7 +58,6 @@ from enum import StrEnum
 from typing import Any
 
 import structlog
-from itsdangerous import BadSignature, URLSafeSerializer
 from jsonschema import Draft202012Validator
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -78,6 +77,7 @@ from bot.runtime.background import Background
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import record
+from bot.runtime.signed_ids import SignedIds
 from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
@@ -250,20 +250,16 @@ class Approvals:
         self.ladders, self.steps = dict(ladders or {}), Steps(channels, hours)
         self.db, self.clock, self.channels, self.outbox, self.renderer = db, clock, channels, outbox, renderer
         self.actions = {a.id: a for a in actions}
-        self._links = URLSafeSerializer(secret_keys, salt=SALT)
+        self._links = SignedIds(secret_keys, SALT)
         self.public_url = public_url.rstrip("/")
 
     # ------------------------------------------------------------------ links
 
     def decision_url(self, approval_id: str) -> str:
-        return f"{self.public_url}/a/{self._links.dumps(approval_id)}"
+        return f"{self.public_url}/a/{self._links.token(approval_id)}"
 
     def approval_id(self, token: str) -> str | None:
-        try:
-            value = self._links.loads(token)
-        except BadSignature:
-            return None
-        return value if isinstance(value, str) else None
+        return self._links.ident(token)
 
     # ------------------------------------------------------------------ the agent's call
 
