@@ -202,6 +202,11 @@ def _comment_above(model: type[BaseModel], name: str) -> str:
     return ""
 
 
+def _unwrapped(annotation: Any) -> Any:
+    """`Annotated[str, …]` is a str."""
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
+
+
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
     """The pydantic models a field's type holds (itself, in a list, dict or union)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -229,11 +234,11 @@ def key_rows(model: type[BaseModel], prefix: str = "", skip: frozenset[str] = fr
         key = field.alias or name
         path = f"{prefix}{key}"
         description = field.description or _comment_above(model, name)
-        kind = "size" if _is_size(field) else _type_name(field.annotation)
-        rows.append((path, kind, _default(field), description))
         # A mapping keyed by something other than names (office hours' days) is written in
         # the file in a form of its own: its parsed model is not what an owner types.
-        keyed = typing.get_origin(field.annotation) is dict and typing.get_args(field.annotation)[0] is not str
+        keyed = typing.get_origin(field.annotation) is dict and _unwrapped(typing.get_args(field.annotation)[0]) is not str
+        kind = "size" if _is_size(field) else "mapping (as described)" if keyed else _type_name(field.annotation)
+        rows.append((path, kind, _default(field), description))
         nested = [] if keyed else _models_in(field.annotation)
         for sub in nested:
             sub_prefix = f"{path}{_container_suffix(field.annotation)}."
