@@ -317,7 +317,7 @@ async def page() -> AsyncIterator[Any]:
 
 
 async def shot(page: Any, name: str) -> None:
-    """Refresh a README screenshot when HANDOFF_WRITE_SCREENSHOTS=1."""
+    """Refresh a screenshot of the docs (docs/screenshots/) when HANDOFF_WRITE_SCREENSHOTS=1."""
     if os.environ.get("HANDOFF_WRITE_SCREENSHOTS"):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

@@ -1,6 +1,7 @@
 """.ci/run and the quality gates it passes before the tests: ruff and mypy run, fail the run
-when they fail, and every `# type: ignore` left in the checked packages says which error it
-silences and why (mypy itself only insists on the code)."""
+when they fail, the documentation site builds with `mkdocs build --strict`, and every
+`# type: ignore` left in the checked packages says which error it silences and why (mypy
+itself only insists on the code)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,16 @@ def test_ci_runs_ruff_and_mypy_before_the_readme_test_command() -> None:
     assert commands[-1] == "pip install -e '.[test]' && pytest"  # README → the tests
     assert "ruff check ." in commands[:-1]
     assert "mypy" in commands[:-1]
+
+
+def test_ci_builds_the_documentation_site_strictly_after_the_gates_and_before_the_tests() -> None:
+    commands = ci_commands()
+    [build] = [command for command in commands if "mkdocs build" in command]
+    assert "--strict" in build
+    assert "--site-dir" in build  # a temporary folder, not site/ in the clone
+    assert commands.index("pip install -q -e '.[docs]'") < commands.index(build)
+    assert commands.index("mypy") < commands.index(build) < commands.index("pip install -e '.[test]' && pytest")
+    assert "site/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
 def test_the_gates_are_installable_from_the_lint_extra() -> None:

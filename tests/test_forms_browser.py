@@ -1,6 +1,6 @@
 """The return form in Chromium: all seven field types filled and submitted, on desktop and phone.
 
-Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the README screenshots in docs/screenshots/.
+Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the docs' screenshots in docs/screenshots/.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from bot.domain.hours import is_open, next_opening
 from bot.runtime.clock import ManualClock
 from tests.conftest import StartDesk, config_problem
 from tests.fakes import ScriptedChannel
-from tests.test_readme import readme_blocks
+from tests.test_readme import ROOT, doc_blocks
 
 OFFICE = {
     "timezone": "Europe/Berlin",
@@ -158,11 +158,12 @@ def test_config_problems_name_the_key_and_the_fix(office: dict[str, Any], expect
     assert expected in hours_problem(office)
 
 
-def test_the_readme_s_worked_example_is_a_valid_config_open_when_it_says() -> None:
-    [block] = [b for b in readme_blocks() if b.lang == "yaml" and b.body and b.body[0] == "hours:" and "routes:" not in b.body]
+def test_the_docs_worked_example_is_a_valid_config_open_when_it_says() -> None:
+    """The office-hours example of docs/channels/index.md ("Office hours")."""
+    [block] = [b for b in doc_blocks(ROOT / "docs" / "channels" / "index.md") if b.lang == "yaml" and b.body and b.body[0] == "hours:" and "routes:" not in b.body]
     config = Config.from_mapping({**yaml.safe_load("\n".join(block.body)), "secret_key": "0123456789abcdef0123"})
     office = config.hours[config.channels[0].hours or ""]
-    assert not is_open(office, utc("2026-12-04 18:00"))  # the README's Friday 19:00 in Berlin
+    assert not is_open(office, utc("2026-12-04 18:00"))  # the page's Friday 19:00 in Berlin
     assert next_opening(office, utc("2026-12-04 18:00")) == utc("2026-12-05 09:00")  # Sat 10:00
 
 

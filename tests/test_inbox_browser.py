@@ -2,7 +2,7 @@
 
 What only a browser can show: the live transcript script runs under the strict CSP (no
 violations), new messages appear without a reload, and reply/release work from the page.
-Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the README screenshots in docs/screenshots/.
+Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the docs' screenshots in docs/screenshots/.
 """
 
 from __future__ import annotations

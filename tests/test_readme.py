@@ -1,8 +1,10 @@
-"""README.md's shell blocks, run as a reader pastes them, so the README cannot rot.
+"""The shell blocks of README.md and of every page of the documentation site (docs/**/*.md),
+run as a reader pastes them, so neither the front page nor the site can rot.
 
 Every ```sh, ```bash, ```shell or ```console block (and an unlabelled block that starts with
 a `$ ` prompt) is run here, unless the line just above its fence says why not:
 `<!-- readme: not run — <the reason> -->`. A new block therefore runs or gives its reason.
+The pages MkDocs generates at build time (scripts/docs_hooks.py) hold no shell blocks.
 
 - A script block runs with `bash -euo pipefail` from a scratch copy of the repository (a
   fresh clone), with this environment's `handoff` first on PATH. Its `# → ` comments are what
@@ -15,8 +17,9 @@ a `$ ` prompt) is run here, unless the line just above its fence says why not:
 - A transcript (`$ command`, then what it prints) runs in the copy, next to the files it
   takes for granted (TRANSCRIPT_FILES), and must print exactly that.
 
-Blocks that are not run are still read: the `handoff` commands they (and the "Command line"
-table) show must exist with those options, and the repository files they name must exist.
+Blocks that are not run are still read: the `handoff` commands they (and the tables of
+commands, such as docs/cli.md's) show must exist with those options, and the repository files
+they name must exist.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from bot.cli import app as handoff_app
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-README_LINES = README.read_text(encoding="utf-8").splitlines()
+# The front page, then the site's pages in a stable order.
+DOCUMENTS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+README_MAX_LINES = 300
 
 SHELL_LANGUAGES = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^```(?P<lang>\S*)\s*$")
@@ -49,6 +54,7 @@ MARKER_START = "<!-- readme:"
 NOT_RUN = re.compile(r"^<!-- readme: not run — (?P<reason>\S.*?) -->$")
 PRINTS = "# → "
 SERVED_LINE = "B=http://127.0.0.1:8000"
+STORY_PAGE = "docs/getting-started.md"
 STORY_SECTION = "Drive it through the API"
 
 # Files the README's transcripts take for granted (`$ handoff check-config bad.yaml`).
@@ -61,19 +67,32 @@ TRANSCRIPT_FILES = {
 }
 
 
+def relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
 @dataclass(frozen=True)
 class Block:
-    """One fenced block of README.md."""
+    """One fenced block of README.md or of a page under docs/."""
 
+    path: str  # the file, relative to the repository: README.md, docs/routes.md, …
     line: int  # the opening fence's line, 1-based
-    section: str  # the `## ` heading above it
+    section: str  # the `## ` heading above it (the page's `# ` title before the first one)
     lang: str
     body: tuple[str, ...]
     marker: str | None  # the line just above the fence, when it is a `<!-- readme: … -->` comment
 
     @property
     def name(self) -> str:
-        return f"line{self.line}-" + re.sub(r"[^a-z0-9]+", "-", self.section.lower()).strip("-")
+        return f"{self.path}:{self.line}-" + re.sub(r"[^a-z0-9]+", "-", self.section.lower()).strip("-")
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
 
     @property
     def is_shell(self) -> bool:
@@ -89,7 +108,7 @@ class Block:
         return self.is_shell and self.marker is None
 
     def prints(self) -> list[tuple[int, str]]:
-        """The `# → ` lines: (README line, what is printed)."""
+        """The `# → ` lines: (line in the file, what is printed)."""
         return [(self.line + 1 + n, text[len(PRINTS):]) for n, text in enumerate(self.body) if text.startswith(PRINTS)]
 
     def commands(self) -> list[str]:
@@ -97,43 +116,49 @@ class Block:
         return [text for text in self.body if text.strip() and not text.lstrip().startswith("#")]
 
 
-def readme_blocks(lines: list[str] = README_LINES) -> list[Block]:
+def doc_blocks(path: Path) -> list[Block]:
+    """The fenced blocks of one Markdown file."""
+    lines = lines_of(path)
     blocks, section, opened, lang = [], "", None, ""
     for number, text in enumerate(lines, start=1):
         if opened is None:
-            if text.startswith("## "):
-                section = text[3:].strip()
+            if text.startswith("## ") or (text.startswith("# ") and not section):
+                section = text.lstrip("#").strip()
             elif fence := FENCE.match(text):
                 opened, lang = number, fence["lang"]
         elif text == "```":
             above = lines[opened - 2] if opened > 1 else ""
-            blocks.append(Block(opened, section, lang, tuple(lines[opened:number - 1]),
+            blocks.append(Block(relative(path), opened, section, lang, tuple(lines[opened:number - 1]),
                                 above if above.startswith(MARKER_START) else None))
             opened = None
-    assert opened is None, f"README.md:{opened}: a fence that is never closed"
+    assert opened is None, f"{relative(path)}:{opened}: a fence that is never closed"
     return blocks
 
 
-SHELL_BLOCKS = [block for block in readme_blocks() if block.is_shell]
+SHELL_BLOCKS = [block for path in DOCUMENTS for block in doc_blocks(path) if block.is_shell]
 # A block that shows nothing it prints is never run (it fails the first test instead): an
 # unmarked `pip install` or `handoff serve` must not run here.
+def is_story(block: Block) -> bool:
+    return (block.path, block.section) == (STORY_PAGE, STORY_SECTION)
+
+
 RUN_SCRIPTS = [block for block in SHELL_BLOCKS
-               if block.is_run and not block.is_transcript and block.prints() and block.section != STORY_SECTION]
+               if block.is_run and not block.is_transcript and block.prints() and not is_story(block)]
 RUN_TRANSCRIPTS = [block for block in SHELL_BLOCKS if block.is_run and block.is_transcript]
 
 
 def matches(shown: str, printed: str) -> bool:
-    """Whether a printed line is the one the README shows, `…` standing for any text."""
+    """Whether a printed line is the one the page shows, `…` standing for any text."""
     return re.fullmatch(".*".join(re.escape(part) for part in shown.split("…")), printed.rstrip()) is not None
 
 
 def assert_prints(block: Block, output: str) -> None:
-    """Each `# → ` line of the block matches a line of the output, in the README's order."""
+    """Each `# → ` line of the block matches a line of the output, in the page's order."""
     printed = output.splitlines()
     at = 0
     for line, shown in block.prints():
         found = next((n for n in range(at, len(printed)) if matches(shown, printed[n])), None)
-        assert found is not None, (f"README.md:{line} shows `{PRINTS}{shown}`, but the block printed, after what "
+        assert found is not None, (f"{block.path}:{line} shows `{PRINTS}{shown}`, but the block printed, after what "
                                    f"matched before it:\n" + "\n".join(printed[at:]))
         at = found + 1
 
@@ -148,7 +173,7 @@ def reader_env() -> dict[str, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(COLUMNS="200", NO_COLOR="1")  # a wide terminal: the demo's lines are not wrapped
     for tool in ("curl", "jq"):
-        assert shutil.which(tool, path=env["PATH"]), f"the README's examples use {tool}: install it (.ci/run does)"
+        assert shutil.which(tool, path=env["PATH"]), f"the docs' examples use {tool}: install it (.ci/run does)"
     return env
 
 
@@ -236,19 +261,40 @@ def running(block: Block, clone: Path) -> Iterator[ScriptRun]:
 # --------------------------------------------------------------------------- every block
 
 
+def test_the_documents_are_the_readme_and_the_site_pages() -> None:
+    """The parser sees every page: the front page and the site's pages, each with its blocks."""
+    names = [relative(path) for path in DOCUMENTS]
+    assert names[0] == "README.md"
+    for page in ("docs/index.md", "docs/getting-started.md", "docs/channels/telegram.md", "docs/architecture.md"):
+        assert page in names, names
+    assert {block.path for block in SHELL_BLOCKS} >= {"README.md", STORY_PAGE, "docs/configuration.md"}
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """The README stays a front page: the rest lives in the site, which it links."""
+    lines = lines_of(README)
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move sections into docs/ pages"
+    linked = set(re.findall(r"\]\((docs/[\w./-]+\.md)(?:#[\w-]*)?\)", README.read_text(encoding="utf-8")))
+    missing = sorted(page for page in linked if not (ROOT / page).is_file())
+    assert not missing, f"README.md links pages that do not exist: {missing}"
+    assert "docs/getting-started.md" in linked, linked
+
+
 def test_every_shell_block_is_run_or_says_why_not() -> None:
     """So a new block cannot dodge the test: it is run (and shows what it prints), or it says why not."""
-    above_shell_blocks = {block.line - 1 for block in SHELL_BLOCKS}
-    for number, text in enumerate(README_LINES, start=1):
-        if text.startswith(MARKER_START):
-            assert NOT_RUN.match(text), f"README.md:{number}: write `<!-- readme: not run — <the reason> -->`, got {text!r}"
-            assert number in above_shell_blocks, (
-                f"README.md:{number}: a `not run` comment belongs just above a shell block's fence")
-    assert SHELL_BLOCKS, "README.md has no shell blocks: has the parser broken?"
+    above_shell_blocks = {(block.path, block.line - 1) for block in SHELL_BLOCKS}
+    for path in DOCUMENTS:
+        for number, text in enumerate(lines_of(path), start=1):
+            if text.startswith(MARKER_START):
+                where = f"{relative(path)}:{number}"
+                assert NOT_RUN.match(text), f"{where}: write `<!-- readme: not run — <the reason> -->`, got {text!r}"
+                assert (relative(path), number) in above_shell_blocks, (
+                    f"{where}: a `not run` comment belongs just above a shell block's fence")
+    assert SHELL_BLOCKS, "the documents have no shell blocks: has the parser broken?"
     for block in SHELL_BLOCKS:
         if not block.is_run:
             continue
-        where = f"README.md:{block.line} ({block.section or 'top'})"
+        where = f"{block.where} ({block.section or 'top'})"
         assert block.is_transcript or block.prints(), (
             f"{where}: a block that is run shows what it prints (`{PRINTS}…` lines), or add a `not run` comment saying why")
         for command in block.commands():
@@ -259,7 +305,7 @@ def test_every_shell_block_is_run_or_says_why_not() -> None:
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.name) for b in RUN_SCRIPTS])
 def test_script_block_prints_what_it_shows(block: Block, clone: Path) -> None:
     with running(block, clone) as run:
-        assert run.returncode == 0, f"README.md:{block.line} failed as pasted:\n{run.stdout}\n{run.stderr}"
+        assert run.returncode == 0, f"{block.where} failed as pasted:\n{run.stdout}\n{run.stderr}"
         assert_prints(block, run.stdout)
 
 
@@ -277,7 +323,7 @@ def test_transcript_prints_exactly_what_it_shows(block: Block, clone: Path) -> N
         done = subprocess.run(["bash", "-c", command], cwd=clone, env=reader_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=60)
         printed = done.stdout.rstrip("\n").splitlines()
-        difference = f"README.md:{block.line}: `$ {command}` shows\n" + "\n".join(shown) + "\nbut printed\n" + "\n".join(printed)
+        difference = f"{block.where}: `$ {command}` shows\n" + "\n".join(shown) + "\nbut printed\n" + "\n".join(printed)
         assert len(printed) == len(shown), difference
         assert all(map(matches, shown, printed)), difference
 
@@ -288,12 +334,12 @@ def test_transcript_prints_exactly_what_it_shows(block: Block, clone: Path) -> N
 def test_the_api_block_hands_off_once_relays_releases_and_resumes(clone: Path) -> None:
     """The story the block teaches, read back from the desk it ran against: one handoff, the
     relayed message, the owner's release with the returned data, one resume message."""
-    [block] = [b for b in SHELL_BLOCKS if b.section == STORY_SECTION]
+    [block] = [b for b in SHELL_BLOCKS if is_story(b)]
     assert block.is_run, "the API block is run, against the served desk"
     assert block.prints(), "the API block is run, against the served desk"
     assert SERVED_LINE in block.body, "the API block is run, against the served desk"
     with running(block, clone) as run:
-        assert run.returncode == 0, f"README.md:{block.line} failed as pasted:\n{run.stdout}\n{run.stderr}"
+        assert run.returncode == 0, f"{block.where} failed as pasted:\n{run.stdout}\n{run.stderr}"
         assert_prints(block, run.stdout)
         with httpx.Client(base_url=run.desk or "") as desk:
             assert desk.get("/api/handoffs?state=open").json()["handoffs"] == []
@@ -318,27 +364,25 @@ def test_the_api_block_hands_off_once_relays_releases_and_resumes(clone: Path) -
 
 def shown_handoff_commands() -> list[tuple[str, str, str]]:
     """(where, command, text its options are read from): every `handoff …` line of a shell
-    block and every command of the "Command line" table."""
+    block and every table row whose first cell is a `handoff …` command (docs/cli.md's)."""
     found = []
     for block in SHELL_BLOCKS:
         for command in block.commands():
             command = command.removeprefix("$ ").split("  #")[0].strip()
             if command.startswith("handoff "):
-                found.append((f"README.md:{block.line}", command, command))
-    in_table = False
-    for number, text in enumerate(README_LINES, start=1):
-        if text.startswith("## "):
-            in_table = text == "## Command line"
-        elif in_table and (row := re.match(r"^\| (?P<cell>(?:\\\||[^|])*)\|", text)):
-            if command := re.match(r"`(handoff [^`]+)`", row["cell"]):
-                found.append((f"README.md:{number}", command[1], row["cell"]))
+                found.append((block.where, command, command))
+    for path in DOCUMENTS:
+        for number, text in enumerate(lines_of(path), start=1):
+            if (row := re.match(r"^\| (?P<cell>(?:\\\||[^|])*)\|", text)) and (command := re.match(r"`(handoff [^`]+)`", row["cell"])):
+                found.append((f"{relative(path)}:{number}", command[1], row["cell"]))
     return found
 
 
 def test_the_handoff_commands_shown_exist_with_their_options() -> None:
-    """Blocks that are not run (and the Command line table) still name real commands and options."""
+    """Blocks that are not run (and the command tables) still name real commands and options."""
     shown = shown_handoff_commands()
     assert any(where for where, command, _ in shown if command.startswith("handoff mcp")), shown
+    assert any(where.startswith("docs/cli.md:") for where, _, _ in shown), "docs/cli.md's table of commands is read"
     for where, command, text in shown:
         target = typer.main.get_command(handoff_app)  # a click group (typer's own copy of click)
         for word in command.split()[1:]:
@@ -360,22 +404,26 @@ def test_the_files_shell_blocks_name_exist() -> None:
         for command in block.commands():
             paths = re.findall(r"(?:--config |check-config )([\w./-]+)", command)
             paths += re.findall(r"(?<![\w./-])((?:\.ci|scripts|tests|bench|docs|migrations)/[\w./-]*\w)", command)
-            named += [(block.line, path) for path in paths]
+            named += [(block.where, path) for path in paths]
     assert any(path == "config.example.yaml" for _, path in named), named
-    missing = [f"README.md:{line}: {path}" for line, path in named if not (ROOT / path).exists()]
+    missing = [f"{where}: {path}" for where, path in named if not (ROOT / path).exists()]
     assert not missing, missing
 
 
-def test_the_quick_start_makes_the_virtual_environment_the_readme_runs_from() -> None:
-    used = set(re.findall(r"(\.venv[\w-]*)/bin/", README.read_text(encoding="utf-8")))
+def all_text() -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in DOCUMENTS)
+
+
+def test_the_quick_start_makes_the_virtual_environment_the_docs_run_from() -> None:
+    used = set(re.findall(r"(\.venv[\w-]*)/bin/", all_text()))
     made = {made for block in SHELL_BLOCKS for command in block.commands()
             for made in re.findall(r"python3? -m venv (\S+)", command)}
-    assert used, f"README.md runs {sorted(used)} but no shell block makes it ({sorted(made)})"
-    assert used <= made, f"README.md runs {sorted(used)} but no shell block makes it ({sorted(made)})"
+    assert used, f"the docs run {sorted(used)} but no shell block makes it ({sorted(made)})"
+    assert used <= made, f"the docs run {sorted(used)} but no shell block makes it ({sorted(made)})"
 
 
-def test_the_screenshot_refresh_writes_every_screenshot_the_readme_shows() -> None:
-    shown = set(re.findall(r"docs/screenshots/([\w-]+)\.png", README.read_text(encoding="utf-8")))
+def test_the_screenshot_refresh_writes_every_screenshot_the_docs_show() -> None:
+    shown = set(re.findall(r"screenshots/([\w-]+)\.png", all_text()))
     [refresh] = [command for block in SHELL_BLOCKS for command in block.commands() if "HANDOFF_WRITE_SCREENSHOTS=1" in command]
     written = {name for path in re.findall(r"tests/\S+\.py", refresh)
                for name in re.findall(r'\bshot\(\w+, "([\w-]+)"\)', (ROOT / path).read_text(encoding="utf-8"))}

@@ -1,7 +1,7 @@
 """The Reports page and its CSV through a real desk: the figures of a small known history,
 the range and filter parameters (a malformed one is a 400 naming it), the owner login, the
 charts' escaping, and, in real Chromium, the page at desktop and phone width (nothing
-wider than the viewport). Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh its README screenshots."""
+wider than the viewport). Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh its screenshots in docs/screenshots/."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from bot.runtime.clock import ManualClock
 from channels.base import ClaimPress, DeliveryFailure, Notice, PermanentChannelError, RecipientText, TransientChannelError
 from tests.conftest import Harness, StartDesk, config_problem
 from tests.fakes import ScriptedChannel
-from tests.test_readme import readme_blocks
+from tests.test_readme import ROOT, doc_blocks
 
 CHANNELS = [
     {"id": 1, "kind": "owner_inbox", "label": "Slack support", "estimated_response": "within 5 minutes"},
@@ -376,11 +376,13 @@ async def test_a_ladder_deadline_missed_while_stopped_runs_on_start(start_desk: 
     assert [o.purpose for o in channel(second, 3).sent] == ["dispatch"]
 
 
-# --------------------------------------------------------------------------- the README's worked example
+# --------------------------------------------------------------------------- the worked example of docs/routes.md
+
+ROUTES_PAGE = ROOT / "docs" / "routes.md"
 
 
-async def test_the_readme_s_worked_example_happens_as_it_says(start_desk: StartDesk) -> None:
-    [block] = [b for b in readme_blocks() if b.lang == "yaml" and "routes:" in b.body]
+async def test_the_docs_worked_example_happens_as_it_says(start_desk: StartDesk) -> None:
+    [block] = [b for b in doc_blocks(ROUTES_PAGE) if b.lang == "yaml" and "routes:" in b.body]
     example = yaml.safe_load("\n".join(block.body))
     tuesday_two_pm = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)  # 14:00 in Berlin
     harness = await start_desk(
@@ -412,8 +414,8 @@ async def test_the_readme_s_worked_example_happens_as_it_says(start_desk: StartD
     assert refused.text.endswith("is Olga's; what you wrote here did not reach the subscriber.")
 
 
-def test_the_readme_documents_every_route_and_step_key() -> None:
-    [block] = [b for b in readme_blocks() if b.lang == "yaml" and "routes:" in b.body]
+def test_the_docs_document_every_route_and_step_key() -> None:
+    [block] = [b for b in doc_blocks(ROUTES_PAGE) if b.lang == "yaml" and "routes:" in b.body]
     shown = "\n".join(block.body)
     for key in [*RouteConfig.model_fields, *StepConfig.model_fields]:
         assert f"{key}:" in shown, key
