@@ -4,6 +4,12 @@ It runs a real server (app, SQLite file in a temporary folder, owner inbox chann
 agent) and drives it through the HTTP API the way an integrator would; the owner's side
 goes through the same inbox path a person's browser uses. Time is a manual clock, so the
 idle timeout at the end happens without waiting 30 minutes.
+
+The story itself is data: `SCENES` is a tuple of scenes, each a title and a row of beats
+(who speaks, what is sent, what is shown, the narration), and `_story` walks it. Adding a
+scene is adding a row; a beat's texts are templates over the facts earlier beats kept (the
+conversation ids, the handoff ids, the team a handoff went to), so no row reaches into
+another's variables.
 """
 
 from __future__ import annotations
@@ -11,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import httpx
 from rich.console import Console
@@ -56,6 +64,413 @@ class Story:
     def json(self, title: str, data: Any) -> None:
         self.console.print(Panel(Text(json.dumps(data, indent=2, ensure_ascii=False)), title=title, expand=False))
 
+    def panel(self, title: str, text: str) -> None:
+        self.console.print(Panel(Text(text), title=title, expand=False))
+
+
+@dataclass
+class Stage:
+    """What the beats play on: the running desk, its API, the clock, and what earlier beats kept.
+
+    `facts` holds the named values templates refer to (`{ana}`, `{sid}`, `{team}`…); `seen`
+    holds, per conversation, the last message id already on screen, so a beat that catches up
+    shows each message once.
+    """
+
+    story: Story
+    desk: Desk
+    client: httpx.AsyncClient
+    clock: ManualClock
+    began: datetime
+    facts: dict[str, Any] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def fill(self, template: str, answer: Mapping[str, Any] | None = None) -> str:
+        """A beat's text with the facts (and the fields of the beat's own answer) filled in."""
+        return template.format_map({**self.facts, **(answer or {})})
+
+    def answered(self, answer: Mapping[str, Any], keep: Mapping[str, str], note: str | None) -> None:
+        """Keep the fields of an API answer that later beats name (`keep`: fact → field), then narrate it."""
+        for name, key in keep.items():
+            self.facts[name] = answer[key]
+        if note:
+            self.story.note(self.fill(note, answer))
+
+    async def messages(self, conversation: str, after: int = 0) -> list[dict[str, Any]]:
+        params = {"after": after} if after else None
+        answer = await self.client.get(f"/api/conversations/{self.facts[conversation]}/messages", params=params)
+        messages: list[dict[str, Any]] = answer.json()["messages"]
+        return messages
+
+
+class Beat(Protocol):
+    """One row of a scene: it does its part on the stage and shows what it did."""
+
+    async def play(self, stage: Stage) -> None: ...
+
+
+View = Callable[[dict[str, Any]], Any]
+
+
+def pick(*keys: str, under: str | None = None) -> View:
+    """A view of an answer that shows only `keys` (of its `under` part, when given)."""
+    def view(answer: dict[str, Any]) -> Any:
+        part = answer[under] if under else answer
+        return {key: part[key] for key in keys}
+    return view
+
+
+def _requested(answer: dict[str, Any]) -> Any:
+    """The agent's `handoff_request` call, as the handoff's first event recorded it."""
+    return next(e for e in answer["events"] if e["kind"] == "handoff_requested")["detail"]["request"]
+
+
+def _ladder(answer: dict[str, Any]) -> Any:
+    """Which step of its route a handoff is on, and every channel it notified so far."""
+    return {"step": answer["step"] + 1, "notified": [
+        f"{r['channel_label']} (step {r['step'] + 1})" for r in answer["recipients"]]}
+
+
+@dataclass(frozen=True)
+class Open:
+    """A subscriber opens a chat; the conversation id is kept as the fact `name`."""
+
+    name: str
+    subscriber: dict[str, Any]
+    note: str | None = None
+
+    async def play(self, stage: Stage) -> None:
+        answer = await stage.client.post("/api/conversations", json={"subscriber": self.subscriber})
+        stage.facts[self.name] = answer.json()["conversation_id"]
+        stage.seen[self.name] = 0
+        if self.note:
+            stage.story.note(stage.fill(self.note))
+
+
+@dataclass(frozen=True)
+class Send:
+    """The subscriber writes in the chat; the assistant's replies (if the AI still has it) follow."""
+
+    conversation: str
+    who: str
+    text: str
+    keep: Mapping[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+    async def play(self, stage: Stage) -> None:
+        stage.story.say("subscriber", self.who, self.text)
+        answer = await stage.client.post(f"/api/conversations/{stage.facts[self.conversation]}/messages",
+                                         json={"text": self.text})
+        body: dict[str, Any] = answer.json()
+        for reply in body["replies"]:
+            stage.story.say(reply["role"], "Assistant", reply["text"])
+        stage.seen[self.conversation] = max([body["message_id"], *(r["id"] for r in body["replies"])])
+        stage.answered(body, self.keep, self.note)
+
+
+@dataclass(frozen=True)
+class Line:
+    """A line shown as said, without sending it (the agent acts on it through a tool call)."""
+
+    role: str
+    who: str
+    text: str
+
+    async def play(self, stage: Stage) -> None:
+        stage.story.say(self.role, self.who, self.text)
+
+
+@dataclass(frozen=True)
+class Note:
+    """The narrator's aside."""
+
+    text: str
+
+    async def play(self, stage: Stage) -> None:
+        stage.story.note(stage.fill(self.text))
+
+
+@dataclass(frozen=True)
+class Settle:
+    """Let the desk finish what it queued (deliveries, the agent's turn)."""
+
+    async def play(self, stage: Stage) -> None:
+        await stage.desk.settle()
+
+
+SETTLE = Settle()
+
+
+@dataclass(frozen=True)
+class Catch:
+    """What the conversation's subscriber was told since the last look (their own lines are on screen)."""
+
+    conversation: str
+
+    async def play(self, stage: Stage) -> None:
+        messages = await stage.messages(self.conversation, after=stage.seen[self.conversation])
+        for message in messages:
+            if message["role"] != "subscriber":
+                who = message.get("author") or ("System" if message["role"] == "system" else "Assistant")
+                stage.story.say(message["role"], who, message["text"])
+        if messages:
+            stage.seen[self.conversation] = int(messages[-1]["id"])
+
+
+@dataclass(frozen=True)
+class Stored:
+    """How the desk stored the subscriber's last message (`{text}` in the note)."""
+
+    conversation: str
+    note: str
+
+    async def play(self, stage: Stage) -> None:
+        mine = [m for m in await stage.messages(self.conversation) if m["role"] == "subscriber"]
+        stage.story.note(stage.fill(self.note, {"text": mine[-1]["text"]}))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A person answers on a channel, in the thread the handoff's dispatch opened there."""
+
+    handoff: str
+    channel: int
+    author: str
+    text: str
+
+    async def play(self, stage: Stage) -> None:
+        sid = stage.fill(self.handoff)
+        # A handoff on a route has a recipient per channel it notified, each with its own
+        # thread; one sent straight to a channel has none, and the owner inbox's thread is
+        # the handoff itself.
+        recipient = await stage.desk.handoffs.recipient_on(sid, self.channel)
+        thread = recipient.thread_key if recipient is not None else sid
+        assert thread is not None
+        await stage.desk.inbound.submit_and_wait(self.channel, RecipientText(
+            thread_key=thread, author=self.author, text=self.text,
+        ))
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Time passes on the manual clock (`by`, or just past the idle timeout), then the sweep runs."""
+
+    note: str
+    by: timedelta | Literal["idle timeout"]
+
+    async def play(self, stage: Stage) -> None:
+        idle = stage.desk.config.handoff.idle_timeout + timedelta(seconds=1)
+        stage.clock.advance(idle if self.by == "idle timeout" else self.by)
+        stage.story.note(stage.fill(self.note))
+        await stage.desk.timers.sweep()
+        await stage.desk.settle()
+
+
+@dataclass(frozen=True)
+class Api:
+    """A call to the HTTP API, as an integrator makes it: a GET, or a POST when there is a `body`.
+
+    The body is shown first under `sent`, the answer (`view` of it) after under `answer`; either
+    panel is left out when its title is.
+    """
+
+    path: str
+    body: dict[str, Any] | None = None
+    sent: str | None = None
+    answer: str | None = None
+    view: View = lambda answer: answer
+    keep: Mapping[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+    async def play(self, stage: Stage) -> None:
+        if self.sent:
+            stage.story.json(stage.fill(self.sent), self.body)
+        path = stage.fill(self.path)
+        response = await (stage.client.get(path) if self.body is None else stage.client.post(path, json=self.body))
+        answer: dict[str, Any] = response.json()
+        if self.answer:
+            stage.story.json(stage.fill(self.answer), self.view(answer))
+        stage.answered(answer, self.keep, self.note)
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """What the desk queued to a channel for a handoff or an approval, as the channel receives it."""
+
+    about: str
+    title: str
+    purpose: str | None = None
+    keep: str | None = None
+
+    async def play(self, stage: Stage) -> None:
+        query = select(OutboxItem).where(col(OutboxItem.handoff_session_id) == stage.fill(self.about))
+        if self.purpose:
+            query = query.where(col(OutboxItem.purpose) == self.purpose)
+        async with stage.desk.db.transaction() as session:
+            item = (await session.scalars(query)).first()
+        assert item is not None
+        if self.keep:
+            stage.facts[self.keep] = item.payload
+        stage.story.panel(stage.fill(self.title), item.payload["text"])
+
+
+@dataclass(frozen=True)
+class Decide:
+    """A person opens the decision link of an approval prompt (kept as `prompt`) and decides."""
+
+    prompt: str
+    decision: str
+    name: str
+    note: str
+
+    async def play(self, stage: Stage) -> None:
+        url: str = stage.facts[self.prompt]["approval"]["decision_url"]
+        page = url.removeprefix(stage.desk.config.public_url)
+        stage.story.note(stage.fill(self.note, {"page": page[:24]}))
+        token = page.rsplit("/", 1)[1]
+        await stage.client.post(page, data={"token": token, "decision": self.decision, "name": self.name})
+
+
+@dataclass(frozen=True)
+class Audit:
+    """A handoff's audit trail: each event's time, kind and actor."""
+
+    handoff: str
+
+    async def play(self, stage: Stage) -> None:
+        answer = await stage.client.get(f"/api/handoffs/{stage.fill(self.handoff)}/events")
+        for event in answer.json()["events"]:
+            stage.story.console.print(Text.assemble(
+                f"  {event['created_at'][11:23]}  ", (f"{event['kind']:<24}", "bold"), f" {event['actor']}"))
+
+
+@dataclass(frozen=True)
+class Report:
+    """The summary behind the Reports page, over everything the demo did."""
+
+    async def play(self, stage: Stage) -> None:
+        summary = await stage.desk.reports.summary(stage.began, stage.clock.now() + timedelta(seconds=1))
+        reached, lasted, endings = summary.time_to_person, summary.duration, summary.endings
+        table = Table(title="Reports (the figures of /inbox/reports)", show_header=False, box=None, padding=(0, 2))
+        table.add_row("handoffs", str(summary.handoffs))
+        table.add_row("time to a person", f"p50 {_seconds(reached.p50)}, max {_seconds(reached.max)}"
+                                          f" ({reached.count} reached, {reached.missing} not)")
+        table.add_row("duration", f"p50 {_seconds(lasted.p50)}, max {_seconds(lasted.max)} ({lasted.count} ended)")
+        table.add_row("ended by", ", ".join(f"{t.word.replace('_', ' ')} {t.count}" for t in endings.by_reason) or "—")
+        table.add_row("handled without a person", f"{summary.containment.contained} of {summary.containment.conversations}"
+                                                  " conversations")
+        stage.story.console.print(table)
+        stage.story.note("The Reports page draws these as charts, per day and per channel or route, with a CSV of the rows.")
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else format_duration(timedelta(seconds=round(value)))
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A numbered chapter of the story: its title rule, then its beats in order."""
+
+    title: str
+    beats: tuple[Beat, ...]
+
+
+INTRO = (
+    "Handoff Desk demo: an AI agent hands a conversation to a person and takes it back.\n"
+    "Everything below runs locally: the real server, a SQLite file, the owner inbox channel and the built-in rules agent."
+)
+OUTRO = "\nNext: [bold]handoff serve --config config.example.yaml[/bold], then open /inbox and drive the API (see README)."
+
+SCENES: tuple[Scene, ...] = (
+    Scene("1. Ana opens the chat", (
+        Open("ana", {"name": "Ana", "email": "ana@example.com"}, note="POST /api/conversations → {ana}"),
+        Send("ana", "Ana", "Hi!"),
+    )),
+    Scene("2. Ana asks for a person; the agent calls handoff_request", (
+        Send("ana", "Ana", "My order #1234 was due Monday and still hasn't arrived. Can I talk to a person?",
+             keep={"sid": "handoff_session_id"}),
+        Api("/api/handoffs/{sid}/events", answer="tool call: handoff_request", view=_requested),
+        Api("/api/handoffs/{sid}", answer="handoff session",
+            view=pick("handoff_session_id", "state", "channel_label", "idle_deadline"), keep={"team": "channel_label"}),
+    )),
+    Scene("3. What the support team receives", (
+        Outbox("{sid}", "dispatch to {team}", purpose="dispatch"),
+    )),
+    Scene("4. The AI is bypassed: messages relay both ways", (
+        Send("ana", "Ana", "The tracking page just says 'label created'.",
+             note="routed_to: {routed_to} (the agent did not see it)"),
+        SETTLE,
+        Reply("{sid}", 1, "Sam (support)",
+              "Hi Ana, Sam here. The parcel was stuck at the depot; I've re-shipped it with express delivery today."),
+        Catch("ana"),
+        Send("ana", "Ana", "Great, thank you!"),
+        SETTLE,
+    )),
+    Scene("5. Sam releases the handoff with the data the agent asked for", (
+        Api("/api/handoffs/{sid}/release", {
+            "outcome": "resolved",
+            "note": "Re-shipped express.",
+            "return_values": {"resolution": "Re-shipped order #1234 with express delivery; arrives Thursday.",
+                              "follow_up_needed": False},
+        }, sent="POST /api/handoffs/{{sid}}/release"),
+        SETTLE,
+        Catch("ana"),
+    )),
+    Scene("6. Later: Ben asks about an invoice; the agent hands to the Invoices route", (
+        Open("ben", {"name": "Ben"}),
+        Line("subscriber", "Ben", "Can I speak to someone about my invoice?"),
+        Api("/api/conversations/{ben}/tools/handoff_request", {
+            "channel_id": 20, "summary": "Ben has a question about his latest invoice and wants a person.",
+            "expected_action": "Answer Ben's invoice question.",
+        }, answer="handoff_request on a route", view=pick("channel_kind", "channels_notified", "estimated_response"),
+            keep={"ben_sid": "handoff_session_id"}),
+        SETTLE,
+        Catch("ben"),
+        Wait("… 5 minutes pass and nobody on Support or Billing claims it; the ladder's sweep runs …",
+             by=timedelta(minutes=5)),
+        Catch("ben"),
+        Api("/api/handoffs/{ben_sid}", answer="the handoff now", view=_ladder),
+        Reply("{ben_sid}", 3, "Olga", "Hi Ben, Olga here. Which invoice number is it?"),
+        SETTLE,
+        Catch("ben"),
+        Api("/api/handoffs/{ben_sid}", answer="claimed", view=pick("claimed_by", "claimed_via", "channel_label")),
+        Note("Support and Billing are told \"taken by Olga (On-call)\"; Ben's messages now go only to her."),
+        Wait("… Ben never answers; {idle} pass and the idle sweep runs …", by="idle timeout"),
+        Catch("ben"),
+    )),
+    Scene("7. The agent wants to refund Ana: a person must approve that exact call", (
+        Api("/api/conversations/{ana}/tools/refund_order", {"order_id": "1234", "amount": 24.9},
+             sent="tool call: refund_order", answer="result", view=pick("status", "approval_id", "expires_at"),
+             keep={"approval": "approval_id"}),
+        SETTLE,
+        Outbox("{approval}", "approval prompt to the Support team", keep="prompt"),
+        Decide("prompt", "approve", "Sam",
+               "Sam opens the link (GET shows, it decides nothing) and presses Approve: POST {page}…"),
+        SETTLE,
+        Catch("ana"),
+        Api("/api/approvals/{approval}", answer="the receipt, for the owner only",
+            view=pick("decided_by", "via", "arguments_hash", under="receipt")),
+    )),
+    Scene("8. A step only Ana can do: the agent asks her to enter a code herself", (
+        Api("/api/conversations/{ana}/tools/request_user_action", {
+            "reason": "verification_code", "details": "Your bank sent a 6-digit code to confirm the refund to your card.",
+            "suggested_action": "Enter the code on your bank's page",
+        }, note="request_user_action → {status}"),
+        Catch("ana"),
+        Send("ana", "Ana", "It's 482913"),
+        Stored("ana", "stored, relayed and shown to the agent as: {text!r} (the code never reaches them)"),
+        Send("ana", "Ana", "done"),
+        SETTLE,
+        Catch("ana"),
+    )),
+    Scene("9. The audit trail of Ana's handoff", (
+        Audit("{sid}"),
+    )),
+    Scene("10. The owner's report: time to a person, how handoffs ended", (
+        Report(),
+    )),
+)
+
 
 async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
     configure_logging(level="warning", fmt="console")
@@ -93,176 +508,12 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
 
 
 async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: ManualClock) -> None:
-    console = story.console
-    began = clock.now()
-    console.print(Panel.fit(
-        "Handoff Desk demo: an AI agent hands a conversation to a person and takes it back.\n"
-        "Everything below runs locally: the real server, a SQLite file, the owner inbox channel and the built-in rules agent.",
-        title="handoff demo",
-    ))
-
-    await story.step("1. Ana opens the chat")
-    cid = (await client.post("/api/conversations", json={"subscriber": {"name": "Ana", "email": "ana@example.com"}})).json()["conversation_id"]
-    story.note(f"POST /api/conversations → {cid}")
-
-    async def ana(text: str) -> dict[str, Any]:
-        story.say("subscriber", "Ana", text)
-        body: dict[str, Any] = (await client.post(f"/api/conversations/{cid}/messages", json={"text": text})).json()
-        for reply in body["replies"]:
-            story.say(reply["role"], "Assistant", reply["text"])
-        return body
-
-    await ana("Hi!")
-
-    async def tell_ben(ben: str, *, after: int) -> int:
-        """What the desk and the people told Ben since message `after`; returns the last id."""
-        messages = (await client.get(f"/api/conversations/{ben}/messages", params={"after": after})).json()["messages"]
-        for message in messages:
-            if message["role"] != "subscriber":
-                story.say(message["role"], message.get("author") or "Assistant", message["text"])
-        return int(messages[-1]["id"]) if messages else after
-
-    await story.step("2. Ana asks for a person; the agent calls handoff_request")
-    body = await ana("My order #1234 was due Monday and still hasn't arrived. Can I talk to a person?")
-    sid = body["handoff_session_id"]
-    events = (await client.get(f"/api/handoffs/{sid}/events")).json()["events"]
-    request = next(e for e in events if e["kind"] == "handoff_requested")["detail"]["request"]
-    story.json("tool call: handoff_request", request)
-    handoff = (await client.get(f"/api/handoffs/{sid}")).json()
-    story.json("handoff session", {k: handoff[k] for k in ("handoff_session_id", "state", "channel_label", "idle_deadline")})
-
-    await story.step("3. What the support team receives")
-    async with desk.db.transaction() as session:
-        dispatch = (await session.scalars(
-            select(OutboxItem).where(col(OutboxItem.handoff_session_id) == sid, col(OutboxItem.purpose) == "dispatch")
-        )).one()
-    console.print(Panel(Text(dispatch.payload["text"]), title=f"dispatch to {handoff['channel_label']}", expand=False))
-
-    await story.step("4. The AI is bypassed: messages relay both ways")
-    body = await ana("The tracking page just says 'label created'.")
-    story.note(f"routed_to: {body['routed_to']} (the agent did not see it)")
-    await desk.settle()
-    await desk.inbound.submit_and_wait(1, RecipientText(
-        thread_key=sid, author="Sam (support)",
-        text="Hi Ana, Sam here. The parcel was stuck at the depot; I've re-shipped it with express delivery today.",
-    ))
-    last = (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-1]
-    story.say(last["role"], last["author"], last["text"])
-    await ana("Great, thank you!")
-    await desk.settle()
-
-    await story.step("5. Sam releases the handoff with the data the agent asked for")
-    release = {
-        "outcome": "resolved",
-        "note": "Re-shipped express.",
-        "return_values": {"resolution": "Re-shipped order #1234 with express delivery; arrives Thursday.", "follow_up_needed": False},
-    }
-    story.json("POST /api/handoffs/{sid}/release", release)
-    await client.post(f"/api/handoffs/{sid}/release", json=release)
-    await desk.settle()
-    for message in (await client.get(f"/api/conversations/{cid}/messages", params={"after": last["id"]})).json()["messages"]:
-        if message["role"] in ("system", "agent"):
-            story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
-
-    await story.step("6. Later: Ben asks about an invoice; the agent hands to the Invoices route")
-    ben = (await client.post("/api/conversations", json={"subscriber": {"name": "Ben"}})).json()["conversation_id"]
-    story.say("subscriber", "Ben", "Can I speak to someone about my invoice?")
-    call = {"channel_id": 20, "summary": "Ben has a question about his latest invoice and wants a person.",
-            "expected_action": "Answer Ben's invoice question."}
-    started = (await client.post(f"/api/conversations/{ben}/tools/handoff_request", json=call)).json()
-    story.json("handoff_request on a route", {k: started[k] for k in ("channel_kind", "channels_notified", "estimated_response")})
-    await desk.settle()
-    await tell_ben(ben, after=0)
-    seen = (await client.get(f"/api/conversations/{ben}/messages")).json()["messages"][-1]["id"]
-    clock.advance(timedelta(minutes=5))
-    story.note("… 5 minutes pass and nobody on Support or Billing claims it; the ladder's sweep runs …")
-    await desk.timers.sweep()
-    await desk.settle()
-    seen = await tell_ben(ben, after=seen)
-    handoff = (await client.get(f"/api/handoffs/{started['handoff_session_id']}")).json()
-    story.json("the handoff now", {"step": handoff["step"] + 1, "notified": [
-        f"{r['channel_label']} (step {r['step'] + 1})" for r in handoff["recipients"]]})
-    on_call = next(r for r in handoff["recipients"] if r["channel_id"] == 3)
-    thread = (await desk.handoffs.recipient_on(handoff["handoff_session_id"], on_call["channel_id"]))
-    assert thread is not None and thread.thread_key is not None
-    await desk.inbound.submit_and_wait(3, RecipientText(
-        thread_key=thread.thread_key, author="Olga", text="Hi Ben, Olga here. Which invoice number is it?",
-    ))
-    await desk.settle()
-    seen = await tell_ben(ben, after=seen)
-    handoff = (await client.get(f"/api/handoffs/{started['handoff_session_id']}")).json()
-    story.json("claimed", {k: handoff[k] for k in ("claimed_by", "claimed_via", "channel_label")})
-    story.note("Support and Billing are told \"taken by Olga (On-call)\"; Ben's messages now go only to her.")
-    clock.advance(desk.config.handoff.idle_timeout + timedelta(seconds=1))
-    story.note(f"… Ben never answers; {format_duration(desk.config.handoff.idle_timeout)} pass and the idle sweep runs …")
-    await desk.timers.sweep()
-    await desk.settle()
-    for message in (await client.get(f"/api/conversations/{ben}/messages", params={"after": seen})).json()["messages"]:
-        story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
-
-    await story.step("7. The agent wants to refund Ana: a person must approve that exact call")
-    call = {"order_id": "1234", "amount": 24.9}
-    story.json("tool call: refund_order", call)
-    pending = (await client.post(f"/api/conversations/{cid}/tools/refund_order", json=call)).json()
-    story.json("result", {k: pending[k] for k in ("status", "approval_id", "expires_at")})
-    await desk.settle()
-    async with desk.db.transaction() as session:
-        prompt = (await session.scalars(
-            select(OutboxItem).where(col(OutboxItem.handoff_session_id) == pending["approval_id"])
-        )).first()
-    assert prompt is not None
-    console.print(Panel(Text(prompt.payload["text"]), title="approval prompt to the Support team", expand=False))
-    page = prompt.payload["approval"]["decision_url"].removeprefix(desk.config.public_url)
-    token = page.rsplit("/", 1)[1]
-    story.note(f"Sam opens the link (GET shows, it decides nothing) and presses Approve: POST {page[:24]}…")
-    await client.post(page, data={"token": token, "decision": "approve", "name": "Sam"})
-    await desk.settle()
-    for message in (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-2:]:
-        story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
-    receipt = (await client.get(f"/api/approvals/{pending['approval_id']}")).json()["receipt"]
-    story.json("the receipt, for the owner only", {k: receipt[k] for k in ("decided_by", "via", "arguments_hash")})
-
-    await story.step("8. A step only Ana can do: the agent asks her to enter a code herself")
-    asked = (await client.post(f"/api/conversations/{cid}/tools/request_user_action", json={
-        "reason": "verification_code", "details": "Your bank sent a 6-digit code to confirm the refund to your card.",
-        "suggested_action": "Enter the code on your bank's page",
-    })).json()
-    story.note(f"request_user_action → {asked['status']}")
-    story.say("agent", "Assistant", (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-1]["text"])
-    await ana("It's 482913")
-    stored = [m for m in (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"] if m["role"] == "subscriber"]
-    story.note(f"stored, relayed and shown to the agent as: {stored[-1]['text']!r} (the code never reaches them)")
-    await ana("done")
-    await desk.settle()
-    for message in (await client.get(f"/api/conversations/{cid}/messages")).json()["messages"][-2:]:
-        story.say(message["role"], "System" if message["role"] == "system" else "Assistant", message["text"])
-
-    await story.step("9. The audit trail of Ana's handoff")
-    for event in (await client.get(f"/api/handoffs/{sid}/events")).json()["events"]:
-        console.print(Text.assemble(f"  {event['created_at'][11:23]}  ", (f"{event['kind']:<24}", "bold"), f" {event['actor']}"))
-    await story.step("10. The owner's report: time to a person, how handoffs ended")
-    await _report(story, desk, began, clock.now())
-    console.print(
-        "\nNext: [bold]handoff serve --config config.example.yaml[/bold], then open /inbox and drive the API "
-        "(see README)."
-    )
-
-
-async def _report(story: Story, desk: Desk, start: datetime, end: datetime) -> None:
-    """The summary behind the Reports page, over everything the demo did."""
-    summary = await desk.reports.summary(start, end + timedelta(seconds=1))
-    reached, lasted, endings = summary.time_to_person, summary.duration, summary.endings
-    table = Table(title="Reports (the figures of /inbox/reports)", show_header=False, box=None, padding=(0, 2))
-    table.add_row("handoffs", str(summary.handoffs))
-    table.add_row("time to a person", f"p50 {_seconds(reached.p50)}, max {_seconds(reached.max)}"
-                                      f" ({reached.count} reached, {reached.missing} not)")
-    table.add_row("duration", f"p50 {_seconds(lasted.p50)}, max {_seconds(lasted.max)} ({lasted.count} ended)")
-    table.add_row("ended by", ", ".join(f"{t.word.replace('_', ' ')} {t.count}" for t in endings.by_reason) or "—")
-    table.add_row("handled without a person", f"{summary.containment.contained} of {summary.containment.conversations}"
-                                              " conversations")
-    story.console.print(table)
-    story.note("The Reports page draws these as charts, per day and per channel or route, with a CSV of the rows.")
-
-
-def _seconds(value: float | None) -> str:
-    return "—" if value is None else format_duration(timedelta(seconds=round(value)))
+    """Play `SCENES` in order, between the opening panel and the closing hint."""
+    stage = Stage(story, desk, client, clock, began=clock.now())
+    stage.facts["idle"] = format_duration(desk.config.handoff.idle_timeout)
+    story.console.print(Panel.fit(INTRO, title="handoff demo"))
+    for scene in SCENES:
+        await story.step(scene.title)
+        for beat in scene.beats:
+            await beat.play(stage)
+    story.console.print(OUTRO)

@@ -65,6 +65,9 @@ log = structlog.get_logger(__name__)
 
 
 class Desk:
+    """One server instance's parts, built in layers: each step uses only what the steps before
+    it built, so the wiring reads top to bottom (and a part's place says what it may call)."""
+
     def __init__(
         self,
         config: Config,
@@ -77,19 +80,35 @@ class Desk:
         self.config = config
         self.clock = clock or Clock()
         self.run_timers = run_timers
+        self._build_runtime()
+        self._build_delivery(channel_overrides)
+        self._build_domain()
+        self._build_flow(agent)
+        self._build_schedule()
+        self.started = False
+
+    # ------------------------------------------------------------------ wiring, in order
+
+    def _build_runtime(self) -> None:
+        """The process's plumbing: the bus pages wait on, the signals committed transactions
+        raise (their handlers are wired last, in `_build_schedule`), the database, metrics,
+        the background tasks, the message renderer."""
         self.bus = ConversationBus()
-        self.signals = Signals(self.bus)  # what committed transactions tell the rest (wired below)
-        self.db = Database(config.database_url, signals=self.signals)
+        self.signals = Signals(self.bus)
+        self.db = Database(self.config.database_url, signals=self.signals)
         self.metrics = Metrics()
         self.metrics.waiting_polls.set_function(self.bus.waiting)
         self.background = Background()
         self.renderer = Renderer()
+
+    def _build_delivery(self, channel_overrides: dict[int, ChannelAdapter] | None) -> None:
+        """The channels, this process's heartbeat, and the outbox that sends through them."""
+        config, delivery = self.config, self.config.delivery
         self.channels = ChannelSet(
             config.channels, channel_overrides,
             on_change=lambda adapter, up: self.metrics.channel_up.labels(str(adapter.id), adapter.kind).set(1 if up else 0),
             fronts=config.provider_fronts,
         )
-        delivery = config.delivery
         # This process, beating in the database; what a dead one held is taken over
         self.instances = Instances(self.db, self.clock, heartbeat=delivery.heartbeat)
         self.outbox = Outbox(
@@ -97,6 +116,12 @@ class Desk:
             base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
             lease=delivery.lease, owner=self.instances.id, callbacks=CallbackSender.from_config(config),
         )
+        self.retention = Retention(self.db, self.clock, config.retention, idempotency_ttl=config.api.idempotency_ttl)
+
+    def _build_domain(self) -> None:
+        """The services over the stored state: conversations, handoffs, approvals, user
+        actions, the reads behind the pages and reports, the API's idempotency keys."""
+        config = self.config
         self.conversations = Conversations(self.db, self.clock, self.bus)
         self.queries = Queries(self.db)
         self.reports = Reports(self.db, route_labels={route.id: route.label for route in config.routes})
@@ -117,6 +142,14 @@ class Desk:
             db=self.db, clock=self.clock, config=config, renderer=self.renderer, outbox=self.outbox,
             metrics=self.metrics,
         )
+        self.idempotency = IdempotencyKeys(
+            self.db, self.clock, instance_id=self.instances.id, dead_after=lambda: self.instances.dead_after,
+        )
+
+    def _build_flow(self, agent: Agent | None) -> None:
+        """Where messages go: the agent and its tools, the router between agent and people,
+        the fronts (provider chats), and the inbound path from the people's channels."""
+        config = self.config
         self.tools = ToolRegistry([
             HandoffRequestTool(), HandoffReleaseTool(),
             RequestUserActionTool(self.user_actions), ResponseUserActionTool(self.user_actions),
@@ -151,32 +184,30 @@ class Desk:
             late_failure=self.outbox.record_late_failure,
             owner=self.instances.id, dead_after=lambda: self.instances.dead_after,
         )
+
+    def _build_schedule(self) -> None:
+        """What runs by itself: the idle timers, what each committed signal wakes, what every
+        sweep also runs, and what a heartbeat takes over from a dead instance."""
+        self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=self.config.handoff.sweep_interval)
+        on = self.signals.on  # handlers of one kind run in the order given here
+        on(HandoffActivated, self.timers.on_activated)
+        on(HandoffActivated, lambda activated: self.siblings.on_activated(activated.handoff))
+        on(HandoffReleased, self.timers.on_released)
+        on(HandoffReleased, self.router.after_release)
+        on(HandoffReleased, self.satisfaction.on_released)
+        on(HandoffClaimed, self.timers.on_claimed)
+        on(EscalationDue, self.timers.on_escalation_due)
+        on(HeldMessagesOrphaned, self.router.after_failed_dispatch)
+        on(ApprovalSettled, self.router.after_approval)
+        on(CallbackSettled, self.approvals.on_call_settled)
+        on(UserActionSettled, self.router.after_user_action)
+        self.timers.also_on_sweep += [
+            self.user_actions.expire_due, self.approvals.expire_due, self.approvals.escalate_due,
+            self.approvals.recover_interrupted, self.channels.retry_unavailable, self.retention.sweep,
+        ]
         self.instances.take_overs += [
             lambda: self.outbox.take_over(self.instances.dead_after), self.inbound.process_pending,
         ]
-        self.timers = IdleTimers(self.handoffs, self.clock, sweep_interval=config.handoff.sweep_interval)
-        self.signals.on(HandoffActivated, self.timers.on_activated)
-        self.signals.on(HandoffActivated, lambda activated: self.siblings.on_activated(activated.handoff))
-        self.signals.on(HandoffReleased, self.timers.on_released)
-        self.signals.on(HandoffClaimed, self.timers.on_claimed)
-        self.signals.on(EscalationDue, self.timers.on_escalation_due)
-        self.signals.on(HandoffReleased, self.router.after_release)
-        self.signals.on(HandoffReleased, self.satisfaction.on_released)
-        self.signals.on(HeldMessagesOrphaned, self.router.after_failed_dispatch)
-        self.signals.on(ApprovalSettled, self.router.after_approval)
-        self.signals.on(CallbackSettled, self.approvals.on_call_settled)
-        self.signals.on(UserActionSettled, self.router.after_user_action)
-        self.timers.also_on_sweep.append(self.user_actions.expire_due)
-        self.timers.also_on_sweep.append(self.approvals.expire_due)
-        self.timers.also_on_sweep.append(self.approvals.escalate_due)
-        self.timers.also_on_sweep.append(self.approvals.recover_interrupted)
-        self.timers.also_on_sweep.append(self.channels.retry_unavailable)
-        self.idempotency = IdempotencyKeys(
-            self.db, self.clock, instance_id=self.instances.id, dead_after=lambda: self.instances.dead_after,
-        )
-        self.retention = Retention(self.db, self.clock, config.retention, idempotency_ttl=config.api.idempotency_ttl)
-        self.timers.also_on_sweep.append(self.retention.sweep)
-        self.started = False
 
     def _front_has_buttons(self, front: str) -> bool:
         """Whether a front can offer buttons (the web chat's quick replies, a provider's

@@ -454,9 +454,9 @@ async def test_the_list_version_follows_handoffs_and_approvals(start_desk: Start
 async def test_a_waiting_list_request_returns_as_soon_as_a_message_arrives(
     harness: Harness, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bot.web import inbox
+    from bot.web.inbox import view
 
-    monkeypatch.setattr(inbox, "RECHECK_SECONDS", 60.0)  # so only the bus can wake it within the test
+    monkeypatch.setattr(view, "RECHECK_SECONDS", 60.0)  # so only the bus can wake it within the test
     cid = await harness.conversation()
     await harness.start_handoff(cid)
     version = (await list_updates(harness.client))["version"]

@@ -29,13 +29,13 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.util import await_only, greenlet_spawn
 
 from bot.runtime import effects
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
 from bot.store import prepared
 from bot.store.prepared import Prepared, Row, attach_inline
+from bot.store.sqlalchemy_internals import await_in_sync, run_sync
 from bot.store.sqlite_driver import InlineConnection, create_inline_engine
 
 _READ_ONLY = "handoff_desk_read_only"
@@ -82,7 +82,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         # execution machinery (~0.1 ms of CPU), once per transaction.
         driver = connection.connection.driver_connection
         if isinstance(driver, InlineConnection):
-            await_only(driver.run_retrying_busy(driver._conn.execute, "BEGIN" if readonly else "BEGIN IMMEDIATE"))
+            await_in_sync(driver.run_retrying_busy(driver.sqlite.execute, "BEGIN" if readonly else "BEGIN IMMEDIATE"))
         else:
             connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
@@ -308,14 +308,14 @@ class _HeldConnections:
         (`async with session.begin()` and `await session.close()` take five); inline, they
         await nothing but the driver, so no cancellation can land between commit and close."""
         session = AsyncSession(bind=connection, expire_on_commit=False)
-        await greenlet_spawn(_begin, session.sync_session)
+        await run_sync(_begin, session.sync_session)
         attach_inline(session, connection)
         try:
             yield session
         except BaseException:
-            await greenlet_spawn(_end, session.sync_session, False)
+            await run_sync(_end, session.sync_session, False)
             raise
-        await greenlet_spawn(_end, session.sync_session, True)
+        await run_sync(_end, session.sync_session, True)
 
     async def close(self) -> None:
         self._closed = True

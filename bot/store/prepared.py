@@ -32,19 +32,18 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy.engine import CursorResult, Dialect
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import Executable
-from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
+from bot.store import sqlalchemy_internals as internals
 from bot.store.sqlite_driver import InlineConnection
 
 _RAW_CONNECTION = "handoff_desk_raw_connection"
 
-Processor = Callable[[Any], Any] | None
+Processor = internals.Processor
 Row = tuple[Any, ...]
 
 
@@ -118,30 +117,25 @@ class Prepared:
 
 
 def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> _Compiled:
-    compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect, column_keys=sorted(names)))
-    defaults: dict[str, Callable[[], Any]] = {}
-    for column in compiled.insert_prefetch:
-        defaults[column.key] = _default_of(column, column.default)
-    for column in compiled.update_prefetch:
-        defaults[column.key] = _default_of(column, column.onupdate)
-    if compiled.positiontup is None:
-        raise ValueError(f"prepared statements need a positional paramstyle, not {dialect.paramstyle!r}")
-    order = tuple(compiled.positiontup)
-    processors = compiled._bind_processors
-    binds = {name: compiled.binds[name] for name in order}
+    # What SQLAlchemy keeps of a compiled statement, read through bot/store/sqlalchemy_internals.py
+    compiled = internals.compile_positional(cast(ClauseElement, statement), dialect, sorted(names))
+    defaults = internals.prefetched_defaults(compiled)
+    order = internals.parameter_order(compiled)
+    processors = internals.bind_processors(compiled)
+    binds = {name: internals.bind_parameters(compiled)[name] for name in order}
     computed = [name for name in order if binds[name].callable is not None]
     if computed:
         raise ValueError(f"prepared statement: give {computed[0]!r} a value (a bindparam computed at execution is not run)")
-    if "POSTCOMPILE" in compiled.string:
+    if internals.expands_in_lists(compiled):
         raise ValueError("prepared statements can not expand IN lists; give each value its own parameter")
-    results = tuple(entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns)
+    results = internals.result_processors(compiled, dialect)
     return _Compiled(
         sql=compiled.string,
         names=order,
         bound=tuple(binds[n].value for n in order),
         has_bound=tuple(not binds[n].required for n in order),  # a literal None is bound too
         defaults=tuple(defaults.get(n) for n in order),
-        binds=tuple(cast(Processor, processors.get(n)) for n in order),  # a sequence only for tuple types, unused here
+        binds=tuple(processors.get(n) for n in order),  # a sequence only for tuple types, unused here
         results=results,
         converts_results=any(p is not None for p in results),
     )
@@ -159,18 +153,6 @@ def attach_inline(session: AsyncSession, connection: AsyncConnection) -> None:
     """Tell the prepared statements which inline connection `session`'s transaction (already
     begun) runs on, so they need not ask the session for it."""
     session.info[_RAW_CONNECTION] = inline_of(connection)
-
-
-def _default_of(column: Any, default: Any) -> Callable[[], Any]:
-    """A producer of the value SQLAlchemy would fill in for `column` (scalar or callable
-    defaults); SQL-expression defaults are refused, since only the database can run them."""
-    if default is not None and default.is_scalar:
-        value = default.arg
-        return lambda: value
-    if default is not None and default.is_callable:
-        produce = default.arg  # SQLAlchemy wraps it to take an execution context; ours need none
-        return lambda: produce(None)
-    raise ValueError(f"prepared statement: give {column.key!r} a value (its default is a SQL expression)")
 
 
 async def _raw_connection(session: AsyncSession) -> Inline | None:
@@ -193,7 +175,7 @@ async def _run(raw: Inline, call: Callable[[str, Any], sqlite3.Cursor], sql: str
     try:
         return await raw.connection.run_retrying_busy(call, sql, values)
     except sqlite3.Error as error:
-        raise DBAPIError.instance(sql, values, error, sqlite3.Error, dialect=raw.dialect) from error
+        raise internals.driver_error(sql, values, error, sqlite3.Error, raw.dialect) from error
 
 
 async def _flush_pending(session: AsyncSession) -> None:
@@ -224,7 +206,7 @@ async def fetch_all_inline(inline: Inline, prepared: Prepared, params: Mapping[s
     params = params or {}
     prepared.check(params)
     compiled = prepared.compiled(inline.dialect, frozenset(params))
-    cursor = await _run(inline, inline.connection._conn.execute, compiled.sql, compiled.values(params))
+    cursor = await _run(inline, inline.connection.sqlite.execute, compiled.sql, compiled.values(params))
     return compiled.rows(cursor.fetchall())
 
 
@@ -245,7 +227,7 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
     compiled = prepared.compiled(raw.dialect, frozenset(params))
-    cursor = await _run(raw, raw.connection._conn.execute, compiled.sql, compiled.values(params))
+    cursor = await _run(raw, raw.connection.sqlite.execute, compiled.sql, compiled.values(params))
     return cursor.rowcount
 
 
@@ -262,4 +244,4 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
         return
     compiled = prepared.compiled(raw.dialect, frozenset(rows[0]))
     values = [compiled.values(r) for r in rows]
-    await _run(raw, raw.connection._conn.executemany, compiled.sql, values)
+    await _run(raw, raw.connection.sqlite.executemany, compiled.sql, values)

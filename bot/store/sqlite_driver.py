@@ -136,7 +136,8 @@ class _InlineCallQueue:
 class InlineConnection:
     """The aiosqlite connection interface SQLAlchemy's `sqlite+aiosqlite` adapter uses, over a
     sqlite3 connection used on the event loop's thread. `_conn`, `_connection` and `_tx` are
-    the attribute names the adapter reads on an aiosqlite connection."""
+    the attribute names the adapter reads on an aiosqlite connection
+    (`AIOSQLITE_CONNECTION_ATTRIBUTES` in bot/store/sqlalchemy_internals.py)."""
 
     def __init__(self, connection: sqlite3.Connection, *, busy_budget: float = BUSY_BUDGET_SECONDS,
                  checkpointer: BackgroundCheckpointer | None = None) -> None:
@@ -147,6 +148,11 @@ class InlineConnection:
         self._checkpointer = checkpointer
         if checkpointer is not None:
             connection.execute("PRAGMA wal_autocheckpoint=0")
+
+    @property
+    def sqlite(self) -> sqlite3.Connection:
+        """The sqlite3 connection, for the project's own calls (`_conn` is the adapter's name)."""
+        return self._conn
 
     @property
     def isolation_level(self) -> str | None:

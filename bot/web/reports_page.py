@@ -20,7 +20,7 @@ from bot.domain.reports import Distribution, Reports, ReportSummary
 from bot.errors import DeskError
 from bot.web.charts import Bar, columns, rows
 from bot.web.deps import ChannelsDep, ClockDep, ConfigDep, RendererDep, app_desk
-from bot.web.inbox import Owner, _page, current_owner
+from bot.web.inbox import Owner, current_owner, page
 
 reports_page = APIRouter()
 
@@ -149,10 +149,10 @@ async def reports(
     try:
         asked = _asked(dict(request.query_params), clock.now(), set(known), set(routes))
     except BadReportQuery as exc:
-        return _page(renderer, "inbox/error.html", owner, status=400, title="Could not show the report", message=exc.message)
+        return page(renderer, "inbox/error.html", owner, status=400, title="Could not show the report", message=exc.message)
     summary = await found.summary(asked.start, asked.end, channel_id=asked.channel_id, route_id=asked.route_id,
                                   timezone=asked.timezone)
-    return _page(
+    return page(
         renderer, "inbox/reports.html", owner, asked=asked, channels=known, routes=routes,
         query=str(request.query_params), from_day=request.query_params.get("from", "")[:10],
         to_day=request.query_params.get("to", "")[:10], **_view(summary),
