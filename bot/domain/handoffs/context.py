@@ -10,6 +10,7 @@ drift from another's. It holds no state of a handoff: every handoff lives in its
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -33,30 +34,25 @@ from forms.links import FormLinks
 UNKNOWN_WAIT = "as soon as someone is available"  # a handoff row from before estimated_response was kept
 
 
+@dataclass(frozen=True, kw_only=True)
 class HandoffContext:
     """The service's dependencies, and what several rooms read or measure alike."""
 
-    def __init__(
-        self,
-        *,
-        db: Database,
-        clock: Clock,
-        settings: HandoffSettings,
-        channels: ChannelSet,
-        outbox: Outbox,
-        renderer: Renderer,
-        metrics: Metrics,
-        forms: FormLinks,
-        hours: OfficeHours,
-        ladders: Mapping[int, Ladder] | None = None,
-        background: Background | None = None,
-    ) -> None:
-        self.db, self.clock, self.settings, self.forms = db, clock, settings, forms
-        self.channels, self.outbox, self.renderer = channels, outbox, renderer
-        self.metrics, self.hours = metrics, hours
-        self.ladders: Mapping[int, Ladder] = ladders or {}
-        self.steps = Steps(channels, hours)
-        self.background = background or Background()
+    db: Database
+    clock: Clock
+    settings: HandoffSettings
+    channels: ChannelSet
+    outbox: Outbox
+    renderer: Renderer
+    metrics: Metrics
+    forms: FormLinks
+    hours: OfficeHours
+    ladders: Mapping[int, Ladder]
+    background: Background
+    steps: Steps = field(init=False)  # which of a ladder's steps can run now, from the channels and their hours
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", Steps(self.channels, self.hours))
 
     @property
     def idle_timeout(self) -> timedelta:
@@ -75,7 +71,6 @@ class HandoffContext:
         adapter = self.channels.get(handoff.channel_id)
         return adapter.config.public_name if adapter is not None else DEFAULT_PUBLIC_NAME
 
-
     def offered(self) -> list[Ladder]:
         """The routes the model may hand to now: those with at least one channel up."""
         return [ladder for ladder in self.ladders.values() if self.steps.is_available(ladder)]
@@ -89,7 +84,6 @@ class HandoffContext:
         if handoff.activated_at is not None:
             waited = (now - handoff.activated_at).total_seconds()
             self.metrics.time_to_human.labels(channel_kind, route_label(handoff)).observe(waited)
-
 
 
 async def handoff_in(session: AsyncSession, session_id: str) -> HandoffSession:

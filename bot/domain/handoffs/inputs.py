@@ -34,9 +34,6 @@ names its title, which the replaced schema no longer derives)."""
 EXTRA_CONTEXT_MAX_BYTES = 4096
 
 
-
-
-
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("must be a channel id (an integer), not true/false")

@@ -47,7 +47,6 @@ class HandoffStarted:
     pending: tuple[int, ...] = ()  # still being sent when the first was reached
 
 
-
 @dataclass(frozen=True)
 class ClaimResult:
     """How a claim went: `claimed` when this call took the handoff; `handoff` as it stands
@@ -147,7 +146,6 @@ class DispatchFailed(HandoffRequestRefused):
     def cancelled(self) -> bool:
         """The dispatch was not refused; the handoff left `dispatching` while it was in flight."""
         return self.attempts is None
-
 
 
 # --------------------------------------------------------------------------- signals

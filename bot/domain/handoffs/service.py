@@ -59,7 +59,7 @@ class Handoffs:
     ) -> None:
         ctx = HandoffContext(
             db=db, clock=clock, settings=settings, channels=channels, outbox=outbox, renderer=renderer,
-            metrics=metrics, forms=forms, hours=hours, ladders=ladders, background=background,
+            metrics=metrics, forms=forms, hours=hours, ladders=ladders or {}, background=background or Background(),
         )
         self.ctx = ctx
         # What callers read of the service's configuration (the tools, the inbox)
