@@ -176,8 +176,7 @@ class Claims:
             # A late Claim press wrote nothing: its thread already heard who took it ("taken")
             if not claiming and recipient is not None and recipient.state == RecipientState.NOTIFIED:
                 text = self.ctx.renderer.render("messages/not_yours.txt", short_code=handoff.short_code, by=handoff.claimed_by).strip()
-                await self.notices.notify(session, handoff, "not_yours", text, now,
-                                   to=[line_of(recipient)])
+                await self.notices.notify(session, handoff, "not_yours", text, now, to=[line_of(recipient)])
         return Speaking(allowed=False, handoff=handoff, holder=handoff.claimed_by)
 
 

@@ -115,8 +115,7 @@ class Escalation:
             ]
             if reminded:
                 text = self.ctx.renderer.render("messages/reminder.txt", short_code=handoff.short_code).strip()
-                await self.notices.notify(session, handoff, "reminder", text, now,
-                                   to=[line_of(r) for r in reminded])
+                await self.notices.notify(session, handoff, "reminder", text, now, to=[line_of(r) for r in reminded])
             conversation = await rows.conversation(session, handoff.conversation_id)
             if conversation is None:
                 raise NotFound("conversation", handoff.conversation_id)
