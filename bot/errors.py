@@ -8,7 +8,9 @@ the model: `bot/tools/` words those, so the hints live beside the tool descripti
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def error_body(code: str, hint: str, **details: Any) -> dict[str, Any]:
@@ -41,6 +43,13 @@ class NotFound(DeskError):
 
     def __init__(self, what: str, ident: str) -> None:
         super().__init__(f"{what} '{ident}' not found")
+
+
+def found(value: T | None, what: str, ident: str) -> T:
+    """`value` when a read found it; NotFound(what, ident) when it came back None."""
+    if value is None:
+        raise NotFound(what, ident)
+    return value
 
 
 class Conflict(DeskError):

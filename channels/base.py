@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, final
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
@@ -72,6 +73,20 @@ class ChannelConfig(BaseModel):
         if any(unicodedata.category(c) in _HIDDEN for c in value):
             raise ValueError("must be one line of plain text (no line breaks or control characters)")
         return value
+
+
+# What a service URL of each kind may start with, and how its error names the kind.
+_URL_KINDS = {"http": (("http", "https"), "an http(s) URL"), "ws": (("ws", "wss"), "a ws(s) URL")}
+
+
+def service_url(value: str, example: str, kind: Literal["http", "ws"] = "http") -> str:
+    """`value` as given when it is an absolute http(s) (or ws(s)) URL, or a ValueError naming
+    `example`: a config key for a provider's API (or a local or test server)."""
+    schemes, what = _URL_KINDS[kind]
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ValueError(f"must be {what} such as {example}")
+    return value
 
 
 # --------------------------------------------------------------------------- what crosses the interface

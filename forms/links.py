@@ -20,12 +20,12 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timedelta
 
-from itsdangerous import BadSignature, URLSafeSerializer
 from sqlalchemy import Table, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.errors import DeskError
+from bot.runtime.signed_ids import SignedIds
 from bot.store import prepared
 from bot.store.models import FormLink, HandoffSession
 from bot.store.prepared import Prepared
@@ -65,13 +65,12 @@ class LinkUnavailable(DeskError):
 
 class FormLinks:
     def __init__(self, *, secret_keys: list[str], public_url: str, ttl: timedelta) -> None:
-        # itsdangerous signs with the last key and accepts any of them.
-        self._serializer = URLSafeSerializer(secret_keys, salt=SALT)
+        self._ids = SignedIds(secret_keys, SALT)  # the last key signs, any of them verifies
         self.public_url = public_url.rstrip("/")
         self.ttl = ttl
 
     def token(self, link_id: str) -> str:
-        return self._serializer.dumps(link_id)
+        return self._ids.token(link_id)
 
     def url(self, link_id: str | None) -> str | None:
         return f"{self.public_url}/f/{self.token(link_id)}" if link_id else None
@@ -81,11 +80,7 @@ class FormLinks:
 
     def link_id(self, token: str) -> str | None:
         """The link id inside a token, or None when it was not signed by us."""
-        try:
-            value = self._serializer.loads(token)
-        except BadSignature:
-            return None
-        return value if isinstance(value, str) else None
+        return self._ids.ident(token)
 
     async def issue(self, session: AsyncSession, handoff: HandoffSession, now: datetime) -> FormLink:
         """A fresh link for the handoff (inside the caller's transaction), which the handoff

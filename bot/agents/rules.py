@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from bot.agents.base import Agent, Turn, TurnMessage
+from bot.agents.base import Agent, Trigger, Turn, TurnMessage
 from bot.store.vocabulary import Role
 
 _WANTS_PERSON = re.compile(
@@ -29,10 +29,8 @@ class RulesAgent(Agent):
     async def respond(self, turn: Turn) -> list[str]:
         if turn.trigger == "resumed":
             return [self._welcome_back(turn)]
-        if turn.trigger == "approval":
-            return [_approval_outcome(turn)]
-        if turn.trigger == "user_action":
-            return [_user_action_outcome(turn)]
+        if turn.trigger in _OUTCOME_REPLIES:
+            return [_outcome_reply(turn)]
         last = next((m for m in reversed(turn.history) if m.role == Role.SUBSCRIBER), None)
         if last is None:
             return []
@@ -99,24 +97,29 @@ def _last_note(turn: Turn, prefix: str) -> str:
     return next((m.text for m in reversed(turn.history) if m.role == Role.SYSTEM and m.text.startswith(prefix)), "")
 
 
-def _approval_outcome(turn: Turn) -> str:
-    note = _last_note(turn, "[Approval")
-    if "PERMISSION_DENIED" in note:
-        return "I'm sorry: that wasn't approved, so I haven't done it."
-    if "approved and ran" in note:
-        return "Good news: that was approved and it's done."
-    return "That was approved, but it didn't go through. Someone from the team will look into it."
+# After an approval or a user action, the newest system note of its kind says how it ended:
+# the reply is that of the first marker the note holds ("" holds in every note: the last word).
+_OUTCOME_REPLIES: dict[Trigger, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "approval": ("[Approval", (
+        ("PERMISSION_DENIED", "I'm sorry: that wasn't approved, so I haven't done it."),
+        ("approved and ran", "Good news: that was approved and it's done."),
+        ("", "That was approved, but it didn't go through. Someone from the team will look into it."),
+    )),
+    "user_action": ("[User action", (
+        ("HANDOFF_CANCELLED", "No problem, we'll leave that for now. Is there anything else I can help with?"),
+        ("HANDOFF_TIMEOUT", "I didn't hear back, so I stopped waiting. Tell me when you're ready to try again."),
+        ("HANDOFF_FAILED",
+         "Thanks! It doesn't look like that went through yet, though. Could you check and tell me what you see?"),
+        ("", "Thanks, that's done. Let's carry on."),
+    )),
+}
 
 
-def _user_action_outcome(turn: Turn) -> str:
-    note = _last_note(turn, "[User action")
-    if "HANDOFF_CANCELLED" in note:
-        return "No problem, we'll leave that for now. Is there anything else I can help with?"
-    if "HANDOFF_TIMEOUT" in note:
-        return "I didn't hear back, so I stopped waiting. Tell me when you're ready to try again."
-    if "HANDOFF_FAILED" in note:
-        return "Thanks! It doesn't look like that went through yet, though. Could you check and tell me what you see?"
-    return "Thanks, that's done. Let's carry on."
+def _outcome_reply(turn: Turn) -> str:
+    """What to tell the subscriber once their approval or user action ended (`_OUTCOME_REPLIES`)."""
+    prefix, replies = _OUTCOME_REPLIES[turn.trigger]
+    note = _last_note(turn, prefix)
+    return next(reply for marker, reply in replies if marker in note)
 
 
 def _summary(turn: Turn) -> str:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from bot.config.values import _Section, repeated
+from bot.config.values import _Section, each_once
 
 AskAfter = Literal["form", "release_token", "owner", "agent", "idle_timeout", "unclaimed"]
 PERSON_HANDLED: tuple[AskAfter, ...] = ("form", "release_token", "owner", "agent")
@@ -28,7 +28,4 @@ class CsatConfig(_Section):
     @field_validator("ask_after")
     @classmethod
     def _no_repeats(cls, value: list[AskAfter]) -> list[AskAfter]:
-        twice = repeated(value)
-        if twice:
-            raise ValueError(f"names {', '.join(twice)} more than once")
-        return value
+        return each_once(value, "names {} more than once")

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 
+from bot.config import sections
 from bot.config.actions import ActionConfig, UserActionsConfig
 from bot.config.agents import AgentConfig, RulesAgentConfig
 from bot.config.csat import CsatConfig
@@ -18,17 +19,6 @@ from bot.config.fronts import ProviderFront, WebFrontConfig, _validate_fronts
 from bot.config.hours import HoursConfig, ScheduleName
 from bot.config.problems import ConfigError, ConfigProblem, problems_from
 from bot.config.routes import Ladder, RouteConfig, resolve_ladders, route_checks
-from bot.config.sections import (
-    ApiConfig,
-    DeliverySettings,
-    HandoffSettings,
-    LoggingConfig,
-    MetricsConfig,
-    OwnerConfig,
-    RetentionSettings,
-    ServerConfig,
-    _is_loopback,
-)
 from bot.config.values import _Section
 from channels import UnknownChannelKind, adapter_class, known_kinds
 from channels.base import ChannelConfig
@@ -39,17 +29,17 @@ DEV_SECRET_KEY = "dev-only-change-me"
 class Config(_Section):
     """The whole configuration. `channels` holds each adapter's own config model."""
 
-    server: ServerConfig = ServerConfig()
+    server: sections.ServerConfig = sections.ServerConfig()
     secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
     # Keys that signed links before a rotation; links signed with them keep working.
     previous_secret_keys: list[SecretStr] = Field(default_factory=list)
     database_url: str = "sqlite:///./handoff.db"
-    api: ApiConfig = ApiConfig()
-    owner: OwnerConfig = OwnerConfig()
-    metrics: MetricsConfig = MetricsConfig()
-    handoff: HandoffSettings = HandoffSettings()
-    delivery: DeliverySettings = DeliverySettings()
-    retention: RetentionSettings = RetentionSettings()
+    api: sections.ApiConfig = sections.ApiConfig()
+    owner: sections.OwnerConfig = sections.OwnerConfig()
+    metrics: sections.MetricsConfig = sections.MetricsConfig()
+    handoff: sections.HandoffSettings = sections.HandoffSettings()
+    delivery: sections.DeliverySettings = sections.DeliverySettings()
+    retention: sections.RetentionSettings = sections.RetentionSettings()
     agent: AgentConfig = RulesAgentConfig()
     actions: list[ActionConfig] = Field(default_factory=list)
     user_actions: UserActionsConfig = UserActionsConfig()
@@ -57,7 +47,7 @@ class Config(_Section):
     # Where subscribers talk to the bot: WebFrontConfig and ProviderFront entries, validated
     # per kind by `Config.from_mapping` (a provider front against its adapter's front_model).
     fronts: list[Any] = Field(default_factory=list, description="Where subscribers talk to the bot.")
-    logging: LoggingConfig = LoggingConfig()
+    logging: sections.LoggingConfig = sections.LoggingConfig()
     hours: dict[ScheduleName, HoursConfig] = Field(
         default_factory=dict, description="Named office-hours schedules that channels name with hours: <name>.",
     )
@@ -231,7 +221,7 @@ def exposure_problems(config: Config) -> list[ConfigProblem]:
     """What must be set before the server listens beyond this machine. Run on the final
     config, after command-line overrides such as `serve --host`."""
     host = config.server.host
-    if _is_loopback(host):
+    if sections._is_loopback(host):
         return []
     problems = []
     for path, value in (("owner.token", config.owner.token), ("api.key", config.api.key)):

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from bot.config.hours import ScheduleName
 from bot.config.problems import ConfigProblem
-from bot.config.values import Duration, _Section, between, repeated
+from bot.config.values import Duration, _Section, between, each_once
 from channels.base import DEFAULT_PUBLIC_NAME, ChannelConfig
 
 
@@ -37,10 +37,7 @@ class StepConfig(_Section):
     @field_validator("notify")
     @classmethod
     def _each_once(cls, value: list[int]) -> list[int]:
-        twice = repeated(value)
-        if twice:
-            raise ValueError(f"names channel {', '.join(map(str, twice))} twice; list each channel once")
-        return value
+        return each_once(value, "names channel {} twice; list each channel once")
 
 
 class RouteConfig(_Section):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated, Any
-from urllib.parse import urlparse
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, SecretStr
+
+from channels.base import service_url
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -123,12 +124,21 @@ def repeated(values: list[Any]) -> list[Any]:
     return sorted({value for value in values if values.count(value) > 1})
 
 
+_T = TypeVar("_T")
+
+
+def each_once(values: list[_T], message: str) -> list[_T]:
+    """`values` as given, or a ValueError saying `message`, its `{}` filled with the values
+    named more than once (`repeated`, comma-separated): for a validator of a list that means a set."""
+    twice = repeated(values)
+    if twice:
+        raise ValueError(message.format(", ".join(map(str, twice))))
+    return values
+
+
 def http_url(value: str, example: str) -> str:
     """An absolute http(s) URL without its trailing slash, or a ValueError naming an example."""
-    parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError(f"must be an http(s) URL such as {example}")
-    return value.rstrip("/")
+    return service_url(value, example).rstrip("/")
 
 
 class _Section(BaseModel):

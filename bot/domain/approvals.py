@@ -58,7 +58,6 @@ from enum import StrEnum
 from typing import Any
 
 import structlog
-from itsdangerous import BadSignature, URLSafeSerializer
 from jsonschema import Draft202012Validator
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -73,11 +72,12 @@ from bot.domain.actions import ActionFailed, run_action, run_body
 from bot.domain.hours import OfficeHours
 from bot.domain.ladder import Steps
 from bot.domain.rendering import Renderer
-from bot.errors import DeskError, NotFound
+from bot.errors import DeskError, found
 from bot.runtime.background import Background
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import record
+from bot.runtime.signed_ids import SignedIds
 from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
@@ -250,20 +250,16 @@ class Approvals:
         self.ladders, self.steps = dict(ladders or {}), Steps(channels, hours)
         self.db, self.clock, self.channels, self.outbox, self.renderer = db, clock, channels, outbox, renderer
         self.actions = {a.id: a for a in actions}
-        self._links = URLSafeSerializer(secret_keys, salt=SALT)
+        self._links = SignedIds(secret_keys, SALT)
         self.public_url = public_url.rstrip("/")
 
     # ------------------------------------------------------------------ links
 
     def decision_url(self, approval_id: str) -> str:
-        return f"{self.public_url}/a/{self._links.dumps(approval_id)}"
+        return f"{self.public_url}/a/{self._links.token(approval_id)}"
 
     def approval_id(self, token: str) -> str | None:
-        try:
-            value = self._links.loads(token)
-        except BadSignature:
-            return None
-        return value if isinstance(value, str) else None
+        return self._links.ident(token)
 
     # ------------------------------------------------------------------ the agent's call
 
@@ -433,9 +429,7 @@ class Approvals:
     async def get(self, approval_id: str) -> Approval:
         async with self.db.read() as session:
             approval = await session.get(Approval, approval_id)
-        if approval is None:
-            raise NotFound("approval", approval_id)
-        return approval
+        return found(approval, "approval", approval_id)
 
     async def votes(self, approval_id: str) -> list[ApprovalVote]:
         """Each person's vote on an approval that needs two, first first."""
@@ -456,9 +450,7 @@ class Approvals:
         by = " ".join(by.split())[:200] or "someone"
         reason = (reason or "").strip()[:2000] or None
         async with self.db.transaction(effect=True) as session:
-            approval = await session.get(Approval, approval_id)
-            if approval is None:
-                raise NotFound("approval", approval_id)
+            approval = found(await session.get(Approval, approval_id), "approval", approval_id)
             always = bool(approve and always_allow and approval.policy == "ask")
             if approval.approvals_required > 1:
                 outcome = await self._count_vote(session, approval, approve=approve, by=by, via=via, voter=voter,

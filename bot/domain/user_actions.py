@@ -51,7 +51,7 @@ from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action
 from bot.domain.rendering import Renderer
-from bot.errors import Conflict, DeskError, NotFound
+from bot.errors import Conflict, DeskError, NotFound, found
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
 from bot.runtime.signals import Changed, record
@@ -224,9 +224,7 @@ class UserActions:
     async def get(self, user_action_id: str) -> UserAction:
         async with self.db.read() as session:
             action = await session.get(UserAction, user_action_id)
-        if action is None:
-            raise NotFound("user action", user_action_id)
-        return action
+        return found(action, "user action", user_action_id)
 
     async def pending_for(self, conversation_id: str) -> UserAction | None:
         async with self.db.read() as session:

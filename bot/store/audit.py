@@ -6,8 +6,9 @@ never claim something happened that was rolled back (or miss something that happ
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,6 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from bot.store import prepared
 from bot.store.models import HandoffEvent
 from bot.store.rows import Rows
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_WritesRow = Callable[[AsyncSession, dict[str, Any]], Awaitable[R]]
 
 _EVENT_ROWS = Rows(HandoffEvent)
 _EVENTS = _EVENT_ROWS.table
@@ -25,8 +30,17 @@ _INSERT_EVENT = prepared.Prepared(insert(_EVENTS))
 _INSERT_EVENT_RETURNING_ID = prepared.Prepared(insert(_EVENTS).returning(_EVENTS.c.id))
 
 
-def _row(kind: str, at: datetime, actor: str, handoff_session_id: str | None, conversation_id: str | None,
-         detail: dict[str, Any]) -> dict[str, Any]:
+def _event_row(
+    kind: str,
+    *,
+    at: datetime,
+    actor: str,
+    handoff_session_id: str | None = None,
+    conversation_id: str | None = None,
+    **detail: Any,
+) -> dict[str, Any]:
+    """The row of one event (`detail` without its None values). Its parameters are those of
+    `record` and `note` after the session: both are written with `_written_with`."""
     return {
         "handoff_session_id": handoff_session_id,
         "conversation_id": conversation_id,
@@ -37,35 +51,32 @@ def _row(kind: str, at: datetime, actor: str, handoff_session_id: str | None, co
     }
 
 
-async def record(
-    session: AsyncSession,
-    kind: str,
-    *,
-    at: datetime,
-    actor: str,
-    handoff_session_id: str | None = None,
-    conversation_id: str | None = None,
-    **detail: Any,
-) -> HandoffEvent:
+def _written_with(build: Callable[P, dict[str, Any]]) -> Callable[[_WritesRow[R]], Callable[Concatenate[AsyncSession, P], Awaitable[R]]]:
+    """A decorator: a function that writes one row, made to take a session and the arguments
+    of `build` (which makes the row) instead, so `record` and `note` share one signature."""
+
+    def taking_arguments(write: _WritesRow[R]) -> Callable[Concatenate[AsyncSession, P], Awaitable[R]]:
+        async def writer(session: AsyncSession, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            return await write(session, build(*args, **kwargs))
+
+        writer.__name__, writer.__qualname__, writer.__doc__ = write.__name__, write.__qualname__, write.__doc__
+        return writer
+
+    return taking_arguments
+
+
+@_written_with(_event_row)
+async def record(session: AsyncSession, row: dict[str, Any]) -> HandoffEvent:
     """Write one event and return it with its id (callers hand it back as `handoff_event_id`).
     The event is not kept in the session: it is a record of what was written."""
-    row = _row(kind, at, actor, handoff_session_id, conversation_id, detail)
     ((event_id,),) = await prepared.fetch_all(session, _INSERT_EVENT_RETURNING_ID, row)
     return _EVENT_ROWS.of({"id": event_id, **row})
 
 
-async def note(
-    session: AsyncSession,
-    kind: str,
-    *,
-    at: datetime,
-    actor: str,
-    handoff_session_id: str | None = None,
-    conversation_id: str | None = None,
-    **detail: Any,
-) -> None:
+@_written_with(_event_row)
+async def note(session: AsyncSession, row: dict[str, Any]) -> None:
     """Like `record`, for hot paths that need no event id back."""
-    await prepared.execute(session, _INSERT_EVENT, _row(kind, at, actor, handoff_session_id, conversation_id, detail))
+    await prepared.execute(session, _INSERT_EVENT, row)
 
 
 def event_view(event: HandoffEvent) -> dict[str, Any]:

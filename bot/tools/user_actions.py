@@ -20,15 +20,20 @@ from bot.errors import error_body
 from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result, model_schema
 
 
-class RequestUserActionTool(Tool):
-    name = "request_user_action"
-    input_model = RequestUserActionInput
+class _UserActionTool(Tool):
+    """Both tools: the user actions service, and offered only in a subscriber's own
+    conversation (a sibling agent serving a handoff has no user to ask)."""
 
     def __init__(self, user_actions: UserActions) -> None:
         self.user_actions = user_actions
 
     def available(self, ctx: ToolContext) -> bool:
         return ctx.conversation.serves_handoff_session_id is None
+
+
+class RequestUserActionTool(_UserActionTool):
+    name = "request_user_action"
+    input_model = RequestUserActionInput
 
     def describe(self, ctx: ToolContext) -> str:
         checks = "".join(f"\n- {e.id}: {e.description}" for e in self.user_actions.expectations.values())
@@ -72,15 +77,9 @@ class RequestUserActionTool(Tool):
         return requested_result(requested)
 
 
-class ResponseUserActionTool(Tool):
+class ResponseUserActionTool(_UserActionTool):
     name = "response_user_action"
     input_model = ResponseUserActionInput
-
-    def __init__(self, user_actions: UserActions) -> None:
-        self.user_actions = user_actions
-
-    def available(self, ctx: ToolContext) -> bool:
-        return ctx.conversation.serves_handoff_session_id is None
 
     def describe(self, ctx: ToolContext) -> str:
         return (

@@ -28,7 +28,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from itsdangerous import BadSignature, URLSafeSerializer
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.config import Config, WebFrontConfig
@@ -39,6 +38,7 @@ from bot.domain.user_actions import UserActions
 from bot.errors import NotFound
 from bot.runtime.clock import Clock
 from bot.runtime.ratelimit import TokenBuckets
+from bot.runtime.signed_ids import SignedIds
 from bot.runtime.text import CleanStr
 from bot.store.vocabulary import Role
 from bot.tools.user_actions import outcome_result
@@ -70,18 +70,15 @@ def _front(config: Config) -> WebFrontConfig:
     return front
 
 
-def _tokens(config: Config) -> URLSafeSerializer:
-    return URLSafeSerializer(config.signing_keys, salt=SALT)
+def _tokens(config: Config) -> SignedIds:
+    return SignedIds(config.signing_keys, SALT)
 
 
 async def _conversation(config: ConfigDep, conversations: ConversationsDep, x_chat_token: str = Header(default="")) -> str:
     """The visitor's conversation, from the signed token the page keeps."""
     _front(config)
-    try:
-        cid = _tokens(config).loads(x_chat_token)
-    except BadSignature:
-        raise ApiError(401, "unauthorized", "start a conversation first (POST /chat/api/conversations)") from None
-    if not isinstance(cid, str):
+    cid = _tokens(config).ident(x_chat_token)
+    if cid is None:
         raise ApiError(401, "unauthorized", "start a conversation first (POST /chat/api/conversations)")
     try:
         conversation = await conversations.get(cid)
@@ -202,7 +199,7 @@ async def start(
     limits.check(limits.conversations, address_key(client_ip(request, limits.trusted_proxies)),
                  "too many new conversations from your address; try again in {seconds} s")
     cid = await conversations.start(name=(body.name if body else None) or None, front="web")
-    return {"token": _tokens(config).dumps(cid)}
+    return {"token": _tokens(config).token(cid)}
 
 
 @chat_api.post("/messages")

@@ -11,24 +11,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from bot.runtime.bounded import BoundedDict
-from channels.base import (
-    ApprovalBrief,
-    ApprovalClosed,
-    ApprovalPrompt,
-    Capabilities,
-    ChannelConfig,
-    ChannelContext,
-    ChannelError,
-    Dispatch,
-    HandoffBrief,
-    Notice,
-    PermanentChannelError,
-    Receipt,
-    Relay,
-    TranscriptLine,
-    TransientChannelError,
-    pretty_arguments,
-)
+from channels import base
 from channels.discord.config import DiscordConfig
 from channels.discord.gateway import DiscordGateway
 from channels.discord.interactions import DiscordInteractions
@@ -82,14 +65,14 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
     config_model = DiscordConfig
     # reconcile=False: a lost answer is retried, and the nonce makes Discord answer that
     # retry with the message it already has (within its nonce window of a few minutes).
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, approvals=True,
-                                edits=True)
+    capabilities = base.Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, approvals=True,
+                                     edits=True)
     text_limit = TextLimit(CONTENT_LIMIT, measure=escaped_length)
     config: DiscordConfig
 
-    def __init__(self, config: ChannelConfig) -> None:
+    def __init__(self, config: base.ChannelConfig) -> None:
         super().__init__(config)
-        self._ctx: ChannelContext | None = None
+        self._ctx: base.ChannelContext | None = None
         self._client: discord.Client | None = None
         self._gateway_task: asyncio.Task[None] | None = None
         self._session_ready = asyncio.Event()
@@ -107,7 +90,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, ctx: ChannelContext) -> None:
+    async def start(self, ctx: base.ChannelContext) -> None:
         self._ctx = ctx
         try:
             self._client = client = self._build()
@@ -128,7 +111,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         app = client.application
         key = self.config.application_public_key
         if key and app is not None and app.verify_key and app.verify_key.lower() != key:
-            raise PermanentChannelError("application_public_key is not this bot's application key", hint=(
+            raise base.PermanentChannelError("application_public_key is not this bot's application key", hint=(
                 f"application_public_key does not match the Public Key of the bot's application '{app.name}' "
                 "(Developer Portal → General Information); Release button clicks would all be refused"))
 
@@ -141,7 +124,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         if kind not in TEXT_CHANNEL_TYPES:
             known = CHANNEL_KINDS.get(kind) if isinstance(kind, int) else None
             what = known or ("thread or direct message" if kind in (1, 3, 10, 11, 12) else f"channel of type {kind}")
-            raise PermanentChannelError(f"channel {self.config.channel_id} is a {what}", hint=(
+            raise base.PermanentChannelError(f"channel {self.config.channel_id} is a {what}", hint=(
                 f"channel_id {self.config.channel_id} is a {what}; handoffs need a text channel (threads are started in it)"))
         self.guild_id = int(data["guild_id"]) if data.get("guild_id") else None
         self.channel_name = data.get("name")
@@ -173,18 +156,18 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
 
     def _require_client(self) -> discord.Client:
         if self._client is None or self.bot_id is None:
-            raise TransientChannelError("the Discord channel is not started", hint="the Discord channel is not running")
+            raise base.TransientChannelError("the Discord channel is not started", hint="the Discord channel is not running")
         return self._client
 
     # ------------------------------------------------------------------ sending
 
-    async def send_relay(self, relay: Relay) -> Receipt:
+    async def send_relay(self, relay: base.Relay) -> base.Receipt:
         label = self._render("relay.txt", author=escape(clip(relay.author or "Subscriber", 80)))
         parts = self._parts(relay.body, reserve=len(label) + 12)
         return await self._post_in_thread(relay, relay.thread, [
             f"{label}{f' ({i}/{len(parts)})' if len(parts) > 1 else ''} {part}" for i, part in enumerate(parts, 1)])
 
-    async def send_notice(self, notice: Notice) -> Receipt:
+    async def send_notice(self, notice: base.Notice) -> base.Receipt:
         """Into the handoff's thread; a release takes the Release button away and a claim won
         here the Claim button. On a route, "taken" edits the dispatch instead: the notice
         under its title, every button gone."""
@@ -204,11 +187,11 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         """`text` escaped, in parts that fit one message beside `reserve` characters."""
         return split_for_messages(text, self.text_limit.units - reserve)
 
-    async def _post_in_thread(self, message: Relay | Notice, thread: dict[str, Any], contents: list[str]) -> Receipt:
+    async def _post_in_thread(self, message: base.Relay | base.Notice, thread: dict[str, Any], contents: list[str]) -> base.Receipt:
         thread_id = thread.get("thread_id")
         if not thread_id:
-            raise PermanentChannelError("no Discord thread for this handoff",
-                                        hint="the handoff has no Discord thread to post into (its dispatch receipt lacks thread_id)")
+            raise base.PermanentChannelError("no Discord thread for this handoff",
+                                             hint="the handoff has no Discord thread to post into (its dispatch receipt lacks thread_id)")
         client = self._require_client()
         first: dict[str, Any] | None = None
         for i, content in enumerate(contents):  # a failure after part 1: the retry resends all (nonces dedupe)
@@ -217,9 +200,9 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
             }, what="thread message")
             first = first or posted
         assert first is not None
-        return Receipt(message_id=str(first["id"]), thread_key=str(thread_id), thread=dict(thread))
+        return base.Receipt(message_id=str(first["id"]), thread_key=str(thread_id), thread=dict(thread))
 
-    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+    async def send_dispatch(self, dispatch: base.Dispatch) -> base.Receipt:
         from discord.http import Route
 
         client, brief = self._require_client(), dispatch.brief
@@ -243,15 +226,15 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
             thread = await self._call("start thread", client.http.request(
                 route, json={"name": name, "auto_archive_duration": 1440}), may_have_landed=True, target="channel")
             thread_id = int(thread["id"])
-        except PermanentChannelError as exc:
+        except base.PermanentChannelError as exc:
             cause = exc.__cause__
             if not (isinstance(cause, discord.HTTPException) and cause.code == THREAD_ALREADY_EXISTS):
                 raise
             thread_id = message_id  # an earlier attempt started it; its id is the message's
         self._posted.pop(brief.handoff_session_id, None)
         self._threads.add(thread_id)
-        return Receipt(message_id=str(message_id), thread_key=str(thread_id),
-                       thread={"channel_id": str(channel_id), "message_id": str(message_id), "thread_id": str(thread_id)})
+        return base.Receipt(message_id=str(message_id), thread_key=str(thread_id),
+                            thread={"channel_id": str(channel_id), "message_id": str(message_id), "thread_id": str(thread_id)})
 
     async def _retire_buttons(self, client: discord.Client, thread: dict[str, Any], custom_id: str) -> None:
         """Take the buttons whose custom_id starts with `custom_id` off the dispatch (every
@@ -275,10 +258,10 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
                 return  # none of those buttons there (a retry, or a dispatch without them)
             await self._call("edit dispatch", client.http.request(
                 _message_route("PATCH", channel_id, message_id), json={"components": rows}))
-        except ChannelError as exc:
+        except base.ChannelError as exc:
             log.warning("discord_dispatch_buttons_kept", channel_id=self.id, hint=exc.hint)
 
-    async def _mark_taken(self, client: discord.Client, notice: Notice) -> Receipt | None:
+    async def _mark_taken(self, client: discord.Client, notice: base.Notice) -> base.Receipt | None:
         """Edit the dispatch of a handoff someone elsewhere took: the notice under its title,
         no buttons. None when it cannot be found or edited (deleted), so the caller posts
         instead; a transient failure is raised (nothing posted yet: the core retries)."""
@@ -293,17 +276,17 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
                 title = f"{clip_escaped(title, CONTENT_LIMIT - len(line) - 1)}\n{line}".lstrip("\n")
             await self._call("edit dispatch", client.http.request(_message_route("PATCH", channel_id, message_id), json={
                 "content": title, "components": [], "allowed_mentions": {"parse": []}}))
-        except TransientChannelError:
+        except base.TransientChannelError:
             raise
-        except ChannelError as exc:
+        except base.ChannelError as exc:
             log.warning("discord_dispatch_not_edited", channel_id=self.id, hint=exc.hint)
             return None
         thread_id = notice.thread.get("thread_id")
-        return Receipt(message_id=str(message_id), thread_key=str(thread_id) if thread_id else None, thread=dict(notice.thread))
+        return base.Receipt(message_id=str(message_id), thread_key=str(thread_id) if thread_id else None, thread=dict(notice.thread))
 
     # ------------------------------------------------------------------ approvals
 
-    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+    async def send_approval_prompt(self, prompt: base.ApprovalPrompt) -> base.Receipt:
         """An approval prompt: a message in the staff channel itself (no thread: it belongs
         to no handoff) with an embed, and Approve / Deny (/ Always allow) buttons when the
         interactions endpoint is configured; the decision page link always."""
@@ -317,10 +300,10 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
             "nonce": nonce_of(prompt),
         }, what="approval prompt")
         self._remember_prompt(approval.approval_id, str(message["id"]))
-        return Receipt(message_id=str(message["id"]),
-                       thread={"channel_id": str(self.config.channel_id), "message_id": str(message["id"])})
+        return base.Receipt(message_id=str(message["id"]),
+                            thread={"channel_id": str(self.config.channel_id), "message_id": str(message["id"])})
 
-    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+    async def send_approval_closed(self, closed: base.ApprovalClosed) -> base.Receipt:
         """How an approval ended: the prompt is edited in place (buttons gone, the outcome in
         its embed). When it cannot be found or edited, the closing text is posted instead."""
         from discord.http import Route
@@ -341,16 +324,16 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
             try:
                 await self._call("edit approval prompt", client.http.request(route, json={
                     "embeds": embeds, "components": [], "allowed_mentions": {"parse": []}}))
-            except TransientChannelError:
+            except base.TransientChannelError:
                 raise  # nothing posted yet: the core retries the whole notice
-            except ChannelError as exc:  # deleted, or its embed no longer acceptable: say it anew
+            except base.ChannelError as exc:  # deleted, or its embed no longer acceptable: say it anew
                 log.warning("discord_approval_prompt_not_updated", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
             else:
                 self._prompts.pop(approval_id, None)
-                return Receipt(message_id=str(prompt["id"]), thread={"channel_id": str(channel_id), "message_id": str(prompt["id"])})
+                return base.Receipt(message_id=str(prompt["id"]), thread={"channel_id": str(channel_id), "message_id": str(prompt["id"])})
         message = await self._post(client, channel_id, {"content": self._parts(text)[0], "flags": SUPPRESS_EMBEDS,
                                                         "nonce": nonce_of(closed)}, what="approval outcome")
-        return Receipt(message_id=str(message["id"]), thread={"channel_id": str(channel_id), "message_id": str(message["id"])})
+        return base.Receipt(message_id=str(message["id"]), thread={"channel_id": str(channel_id), "message_id": str(message["id"])})
 
     async def _find_prompt(self, client: discord.Client, approval_id: str, receipt: dict[str, Any]) -> dict[str, Any] | None:
         """The prompt as Discord has it: by the id remembered at send (or press) or given in
@@ -368,9 +351,9 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
                 return prompt
             recent: list[dict[str, Any]] | None = await self._call("list messages", client.http.request(
                 Route("GET", "/channels/{channel_id}/messages", channel_id=channel_id), params={"limit": PROMPT_LOOKUP_LIMIT}))
-        except TransientChannelError:
+        except base.TransientChannelError:
             raise
-        except ChannelError as exc:
+        except base.ChannelError as exc:
             log.warning("discord_approval_prompt_not_found", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
             return None
         for message in recent or []:
@@ -378,12 +361,12 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
                 return message
         return None
 
-    def _prompt_embed(self, approval: ApprovalBrief, *, buttons: bool) -> dict[str, Any]:
+    def _prompt_embed(self, approval: base.ApprovalBrief, *, buttons: bool) -> dict[str, Any]:
         """Readable on a phone: the question, the description, the exact arguments in a code
         block (markdown and mentions inert there), risk and deadline, within embed limits."""
         title = clip_escaped(escape(self._render("approval_title.txt", approval=approval, who=approval.subscriber_name)),
                              TITLE_LIMIT)
-        shown, left_out = pretty_arguments(approval.arguments, ARGUMENTS_LIMIT, also_escape="`")
+        shown, left_out = base.pretty_arguments(approval.arguments, ARGUMENTS_LIMIT, also_escape="`")
         cut = f"\n*[… cut here: {left_out} more characters. The decision page shows every argument.]*" if left_out else ""
         question = escape(f"May the assistant run {approval.action_id}"
                           + (f" for {approval.subscriber_name}?" if approval.subscriber_name else "?"))
@@ -406,7 +389,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         }
 
     @staticmethod
-    def _prompt_components(approval: ApprovalBrief, *, buttons: bool) -> list[dict[str, Any]]:
+    def _prompt_components(approval: base.ApprovalBrief, *, buttons: bool) -> list[dict[str, Any]]:
         row: list[dict[str, Any]] = []
         if buttons:
             custom = f"{APPROVAL_ID}:{approval.approval_id}"
@@ -423,7 +406,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         assert self._ctx is not None
         return self._ctx.render(f"messages/discord/{name}", **context).strip()
 
-    def _components(self, brief: HandoffBrief | None, *, release: bool) -> list[dict[str, Any]]:
+    def _components(self, brief: base.HandoffBrief | None, *, release: bool) -> list[dict[str, Any]]:
         buttons: list[dict[str, Any]] = []
         if release and brief is not None and brief.claimable and self.config.application_public_key:
             buttons.append({"type": BUTTON, "style": SUCCESS, "label": "I'm on it",
@@ -437,7 +420,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
                             "custom_id": f"{RELEASE_ID}:{brief.handoff_session_id}"[:100]})
         return [{"type": ACTION_ROW, "components": buttons}] if buttons else []
 
-    def _dispatch_embed(self, brief: HandoffBrief) -> dict[str, Any]:
+    def _dispatch_embed(self, brief: base.HandoffBrief) -> dict[str, Any]:
         """The brief as one embed within Discord's limits: 256 title, 4096 description,
         1024 per field, 6000 in all. The transcript gets what is left, newest lines first."""
         import discord
@@ -478,7 +461,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         data.pop("type", None)
         return data
 
-    def _transcript(self, lines: list[TranscriptLine], room: int) -> str:
+    def _transcript(self, lines: list[base.TranscriptLine], room: int) -> str:
         """The newest transcript lines that fit `room`, under a label saying how many were left out."""
         rendered = [f"**{escape(clip(line.author or line.role, 60))}:** {hang(escape(clip(line.text, TRANSCRIPT_LINE)))}"
                     for line in lines]

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import re
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, field_validator
 
-from channels.base import ChannelConfig
+from channels.base import ChannelConfig, service_url
 from channels.discord.protocol import DEFAULT_API, DEFAULT_GATEWAY
 
 
@@ -58,15 +57,9 @@ class DiscordConfig(ChannelConfig):
     @field_validator("api_base_url")
     @classmethod
     def _http(cls, value: str) -> str:
-        parsed = urlparse(value)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ValueError(f"must be an http(s) URL such as {DEFAULT_API}")
-        return value.rstrip("/")
+        return service_url(value, DEFAULT_API).rstrip("/")
 
     @field_validator("gateway_url")
     @classmethod
     def _ws(cls, value: str) -> str:
-        parsed = urlparse(value)
-        if parsed.scheme not in ("ws", "wss") or not parsed.netloc:
-            raise ValueError(f"must be a ws(s) URL such as {DEFAULT_GATEWAY}")
-        return value
+        return service_url(value, DEFAULT_GATEWAY, "ws")

@@ -8,14 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from channels.base import (
-    ChannelAuthError,
-    ChannelContext,
-    ChannelError,
-    PermanentChannelError,
-    RecipientText,
-    TransientChannelError,
-)
+from channels import base
 from channels.discord.sdk import SdkClient
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
@@ -29,7 +22,7 @@ class DiscordGateway(SdkClient):
     """The gateway half of DiscordChannel; the adapter sets `_ctx` (at start), `_client`,
     `_gateway_task`, `bot_id` and `_threads` (the threads this process started)."""
 
-    _ctx: ChannelContext | None
+    _ctx: base.ChannelContext | None
     _client: discord.Client | None
     _gateway_task: asyncio.Task[None] | None
     bot_id: int | None
@@ -52,19 +45,19 @@ class DiscordGateway(SdkClient):
                         hint="the Discord gateway did not answer in time; still connecting in the background")
         self._gateway_task.add_done_callback(self._gateway_ended)
 
-    def _gateway_error(self, exc: BaseException | None) -> ChannelError:
+    def _gateway_error(self, exc: BaseException | None) -> base.ChannelError:
         import discord
 
         if isinstance(exc, discord.PrivilegedIntentsRequired):
-            return PermanentChannelError("the Message Content intent is not enabled", hint=(
+            return base.PermanentChannelError("the Message Content intent is not enabled", hint=(
                 "Discord refused the gateway intents: enable the Message Content Intent for the bot "
                 "(Developer Portal → your application → Bot → Privileged Gateway Intents), or set gateway: false"))
         if isinstance(exc, discord.ConnectionClosed) and exc.code == 4004:
-            return ChannelAuthError("the gateway refused the bot token", hint=(
+            return base.ChannelAuthError("the gateway refused the bot token", hint=(
                 f"Discord's gateway refused bot_token of channel {self.id}: reset the token in the Developer Portal"))
         detail = f"{type(exc).__name__}: {exc}" if exc else "closed"
-        return TransientChannelError(f"the Discord gateway connection ended ({detail})",
-                                     hint=f"could not stay connected to the Discord gateway ({detail})")
+        return base.TransientChannelError(f"the Discord gateway connection ended ({detail})",
+                                          hint=f"could not stay connected to the Discord gateway ({detail})")
 
     def _gateway_ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self._client is None:
@@ -82,7 +75,7 @@ class DiscordGateway(SdkClient):
         if inbound is not None and self._ctx is not None:
             await self._ctx.deliver_inbound(inbound)
 
-    def _inbound_from(self, message: discord.Message) -> RecipientText | None:
+    def _inbound_from(self, message: discord.Message) -> base.RecipientText | None:
         import discord
 
         author = message.author
@@ -99,8 +92,8 @@ class DiscordGateway(SdkClient):
         if not text:
             return None
         name = getattr(author, "display_name", None) or author.name
-        return RecipientText(thread_key=str(message.channel.id), text=text.replace("\x00", "\ufffd"),
-                             author=" ".join(str(name).split())[:80], user_id=str(author.id), dedupe_key=f"message:{message.id}")
+        return base.RecipientText(thread_key=str(message.channel.id), text=text.replace("\x00", "\ufffd"),
+                                  author=" ".join(str(name).split())[:80], user_id=str(author.id), dedupe_key=f"message:{message.id}")
 
     def _is_handoff_thread(self, channel: Any) -> bool:
         import discord

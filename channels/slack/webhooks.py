@@ -1,0 +1,138 @@
+"""What Slack POSTs to `/webhooks/{channel id}`, turned into typed events: human replies in
+a handoff's thread (Events API, JSON) and button presses (interactivity, a form with
+`payload=<json>`). The signature over the raw body is checked before anything is parsed;
+nothing here calls Slack, since Slack wants its answer within 3 seconds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+import structlog
+
+from channels.base import (
+    Decision,
+    InboundMessage,
+    MalformedWebhook,
+    RecipientText,
+    WebhookReply,
+    WebhookRequest,
+    json_object,
+)
+from channels.slack.mrkdwn import plain_from_mrkdwn
+from channels.slack.names import SlackNames
+from channels.slack.protocol import APPROVAL_ACTIONS, HANDOFF_ACTIONS, RELAYED_SUBTYPES
+
+log = structlog.get_logger(__name__)
+
+
+class SlackWebhooks(SlackNames):
+    """The inbound half of SlackChannel; the adapter sets `_verifier` (slack-sdk's
+    SignatureVerifier with the signing secret) on start."""
+
+    _verifier: Any
+
+    async def handle_webhook(self, request: WebhookRequest) -> WebhookReply:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if not self._signed_by_slack(request.body, headers):
+            log.warning("slack_webhook_rejected", channel_id=self.id, reason="bad or stale signature")
+            return WebhookReply(status=401, body=b"invalid signature")
+        if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            # Interactivity (button clicks): form-encoded `payload=<json>`.
+            try:
+                form = parse_qs(request.body.decode(), keep_blank_values=True)
+            except UnicodeDecodeError:
+                raise MalformedWebhook("the form is not UTF-8") from None
+            data = json_object((form.get("payload") or ["{}"])[0], "the payload field")
+        else:
+            data = json_object(request.body or b"{}")
+
+        kind = data.get("type")
+        if kind == "url_verification":
+            body = json.dumps({"challenge": str(data.get("challenge", ""))}).encode()
+            return WebhookReply(body=body, content_type="application/json")
+        message = None
+        if kind == "event_callback":
+            message = self._from_event(data)
+        elif kind == "block_actions":
+            message = self._from_action(data)
+        # Everything else is acknowledged and ignored; a retry (X-Slack-Retry-Num) is parsed
+        # like the original and dropped by the core's dedup on the same key.
+        return WebhookReply(messages=[message] if message else [])
+
+    def _signed_by_slack(self, body: bytes, headers: dict[str, str]) -> bool:
+        timestamp = headers.get("x-slack-request-timestamp", "")
+        signature = headers.get("x-slack-signature", "")
+        if self._verifier is None or not timestamp.isdigit() or not signature or not signature.isascii():
+            return False  # (a non-ASCII signature would make compare_digest raise, not refuse)
+        # slack_sdk's verifier: "v0=" + HMAC-SHA256(secret, "v0:{ts}:" + raw body), compared
+        # with hmac.compare_digest; a timestamp more than 5 minutes off is refused (replays).
+        return bool(self._verifier.is_valid(body=body, timestamp=timestamp, signature=signature))
+
+    def _from_event(self, envelope: dict[str, Any]) -> InboundMessage | None:
+        event = envelope.get("event") or {}
+        if event.get("type") != "message" or event.get("channel") != self.config.channel:
+            return None
+        thread_ts, ts = event.get("thread_ts"), event.get("ts")
+        if not thread_ts or thread_ts == ts:
+            return None  # not a reply in a thread: no handoff to map it to
+        if event.get("subtype") not in RELAYED_SUBTYPES:
+            return None  # edits, deletions, joins, bot_message …
+        user = event.get("user")
+        if event.get("bot_id") or not user or user == self.bot_user_id:
+            return None  # bots, our own posts included, are never relayed
+        profile = event.get("user_profile") or {}
+        if profile.get("display_name") or profile.get("real_name"):
+            self._remember(user, profile.get("display_name") or profile.get("real_name"))
+        text = plain_from_mrkdwn(event.get("text") or "", self._names.get).strip()
+        files = [f.get("name") or f.get("title") or "file" for f in event.get("files") or []]
+        if files:  # files are not forwarded; say so rather than drop the message silently
+            text = (text + "\n" if text else "") + f"[sent {len(files)} file(s) in Slack: {', '.join(files)}]"
+        if not text:
+            return None
+        event_id = envelope.get("event_id")
+        return RecipientText(
+            thread_key=f"{self.config.channel}:{thread_ts}", text=text, author=self._author(user), user_id=user,
+            dedupe_key=f"event:{event_id}" if event_id else f"message:{self.config.channel}:{ts}",
+        )
+
+    def _from_action(self, payload: dict[str, Any]) -> InboundMessage | None:
+        pressed = next((a for a in payload.get("actions") or [] if a.get("action_id") in APPROVAL_ACTIONS), None)
+        if pressed is not None:
+            return self._from_approval_press(payload, pressed)
+        action = next((a for a in payload.get("actions") or [] if a.get("action_id") in HANDOFF_ACTIONS), None)
+        if action is None:
+            return None  # the form button only opens a link; nothing to do here
+        channel = (payload.get("channel") or {}).get("id") or (payload.get("container") or {}).get("channel_id")
+        message = payload.get("message") or {}
+        thread_ts = message.get("thread_ts") or message.get("ts") or (payload.get("container") or {}).get("message_ts")
+        user = payload.get("user") or {}
+        if channel != self.config.channel or not thread_ts or not user.get("id"):
+            return None
+        key = payload.get("trigger_id") or action.get("action_ts") or f"{thread_ts}:{user['id']}"
+        # Release or Claim: either names the handoff by the thread the button is in.
+        return HANDOFF_ACTIONS[action["action_id"]](
+            thread_key=f"{channel}:{thread_ts}",
+            author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
+            user_id=user["id"], dedupe_key=f"action:{key}",
+        )
+
+    def _from_approval_press(self, payload: dict[str, Any], action: dict[str, Any]) -> InboundMessage | None:
+        """Approve / Deny / Always allow on a prompt in our channel; the core decides whether
+        it counts (pending, this channel was asked, first answer)."""
+        container = payload.get("container") or {}
+        channel = (payload.get("channel") or {}).get("id") or container.get("channel_id")
+        user = payload.get("user") or {}
+        approval_id = str(action.get("value") or "")
+        if channel != self.config.channel or not user.get("id") or not approval_id:
+            return None
+        approve, always = APPROVAL_ACTIONS[action["action_id"]]
+        # One press is one interaction: its trigger_id (else the action's own timestamp on
+        # that message) is the dedupe key, so a redelivered callback decides nothing twice.
+        key = payload.get("trigger_id") or f"{container.get('message_ts')}:{action.get('action_ts')}:{user['id']}"
+        return Decision(
+            approval_id=approval_id, approve=approve, always_allow=always,
+            author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
+            user_id=user["id"], dedupe_key=f"action:{key}",
+        )
