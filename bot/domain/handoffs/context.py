@@ -22,7 +22,7 @@ from bot.domain import handoff_rows as rows
 from bot.domain.hours import OfficeHours
 from bot.domain.ladder import Steps
 from bot.domain.rendering import Renderer
-from bot.errors import NotFound
+from bot.errors import found
 from bot.runtime.background import Background
 from bot.runtime.clock import Clock
 from bot.runtime.metrics import Metrics
@@ -60,7 +60,7 @@ class HandoffContext:
 
     async def get(self, session_id: str) -> HandoffSession:
         """The handoff as stored now: one read on its own, outside any transaction."""
-        return found(rows.handoff_of(await self.db.fetch_one(rows.SELECT_HANDOFF, {"sid": session_id})), session_id)
+        return found(rows.handoff_of(await self.db.fetch_one(rows.SELECT_HANDOFF, {"sid": session_id})), "handoff session", session_id)
 
     def public_name(self, handoff: HandoffSession) -> str:
         """What the subscriber is told the channel is called (its `public_name`; the default
@@ -88,13 +88,7 @@ class HandoffContext:
 
 async def handoff_in(session: AsyncSession, session_id: str) -> HandoffSession:
     """The handoff as `session` reads it (NotFound when there is none)."""
-    return found(await rows.handoff(session, session_id), session_id)
-
-
-def found(handoff: HandoffSession | None, session_id: str) -> HandoffSession:
-    if handoff is None:
-        raise NotFound("handoff session", session_id)
-    return handoff
+    return found(await rows.handoff(session, session_id), "handoff session", session_id)
 
 
 def elapsed(start: datetime | None, end: datetime) -> float | None:

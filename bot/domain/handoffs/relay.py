@@ -23,7 +23,7 @@ from bot.domain.handoffs.inputs import parse_release_command
 from bot.domain.handoffs.notices import Notices
 from bot.domain.handoffs.outcomes import NotActive, ReleaseResult
 from bot.domain.handoffs.release import Releases
-from bot.errors import NotFound
+from bot.errors import found
 from bot.store import audit, prepared
 from bot.store.db import execute_dml
 from bot.store.models import Conversation, HandoffSession, Message
@@ -101,9 +101,7 @@ class Relaying:
         now = self.ctx.clock.now()
         async with self.ctx.db.transaction(effect=True) as session:
             if not await self.bump(session, sid, now):
-                handoff = await session.get(HandoffSession, sid)
-                if handoff is None:
-                    raise NotFound("handoff session", sid)
+                handoff = found(await session.get(HandoffSession, sid), "handoff session", sid)
                 raise NotActive(f"handoff {sid} is {handoff.state}; the message was not relayed", state=handoff.state)
             handoff = await handoff_in(session, sid)
             first_reply = await self._first_reply(session, handoff, now)
