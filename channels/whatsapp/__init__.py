@@ -64,9 +64,9 @@ Twilio setup: a WhatsApp sender (or the sandbox) whose "A message comes in" webh
 position in `fronts` by default). The recipients must have opted in (for the sandbox: sent
 the join code).
 
-The package, one concern a module: `adapter` (WhatsAppChannel: lifecycle, and each outbound
-message sent to every number it is for), `transport` (the twilio client with its HTTP client
-against `api_base_url`, one message created, and the error mapping with its hints),
+The package, one concern a module: `adapter` (WhatsAppChannel: lifecycle, and which
+numbers each outbound message goes to), `transport` (the twilio client with its HTTP client
+against `api_base_url`, a message sent to several numbers at once, and the error mapping),
 `webhooks` (the signature check, form parameters turned into typed events, status
 callbacks), `formatting` (defusing, the 1600-unit body, fitting the brief and the prompt,
 numbered parts) and `config` (WhatsAppConnection, WhatsAppConfig and the number rules).

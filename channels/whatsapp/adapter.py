@@ -3,16 +3,15 @@ subscribers who write to the same number when it is a front.
 
 The class puts the package's halves together as its bases (Twilio calls and their errors
 in `transport`, the webhook in `webhooks`, the rendering in `formatting`) and keeps what
-spans them: starting and stopping, and sending each outbound message to every number it is
-for. Twilio's create is not idempotent, so with several recipients the numbers that already
-got a message are remembered by its delivery key, and a retry sends only to the rest.
+spans them: starting and stopping, and which numbers each outbound message goes to (a
+handoff's and an approval's to every staff number, never from a front of its own; a
+subscriber's to their chat) in which form (the dispatch as the template when `content_sid`
+is set).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -21,21 +20,16 @@ from channels.base import (
     ApprovalClosed,
     ApprovalPrompt,
     Capabilities,
-    ChannelAuthError,
     ChannelConfig,
     ChannelContext,
-    ChannelError,
     Dispatch,
     HandoffBrief,
     HandoffMessage,
     Notice,
-    Outbound,
     PermanentChannelError,
     Receipt,
     Relay,
     ToSubscriber,
-    TransientChannelError,
-    UncertainDeliveryError,
 )
 from channels.text import SentParts
 from channels.whatsapp.config import WhatsAppConfig, WhatsAppConnection, number_or_none
@@ -136,7 +130,7 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
     async def _on_the_line(self, outbound: HandoffMessage, messages: list[TwilioMessage]) -> Receipt:
         """A handoff's message to every staff number: they share one line (no threads)."""
         self._staff_numbers()
-        sids = await self._to_everyone(self._require_client(), outbound, messages)
+        sids = await self._to_everyone(self._require_client(), outbound, self.staff, messages)
         first = next((sids[n] for n in self.staff if n in sids), None)
         return Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
 
@@ -149,7 +143,7 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
 
     async def _to_staff(self, outbound: ApprovalPrompt | ApprovalClosed, text: str) -> Receipt:
         staff = self._staff_numbers()
-        sids = await self._to_everyone(self._require_client(), outbound, [TwilioMessage(body=text)])
+        sids = await self._to_everyone(self._require_client(), outbound, staff, [TwilioMessage(body=text)])
         return Receipt(message_id=next((sids[n] for n in staff if n in sids), None))
 
     async def send_to_subscriber(self, message: ToSubscriber) -> Receipt:
@@ -163,45 +157,6 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
         parts = [TwilioMessage(body=part) for part in self.subscriber_parts(message)]
         sid = await self._to_one(self._require_client(), message, chat, parts, subscriber=True)
         return Receipt(message_id=sid, thread={"chat": chat})
-
-    async def _to_everyone(self, client: Client, outbound: Outbound, messages: list[TwilioMessage]) -> dict[str, str]:
-        """Send to every recipient at once (each in order). Succeeds when everyone got it, or
-        when some did and the rest refused for good; a retryable failure is raised so the core
-        retries, and the retry skips the numbers already reached."""
-        numbers = self.staff
-        results = await asyncio.gather(*(self._to_one(client, outbound, n, messages) for n in numbers), return_exceptions=True)
-        sent = {n: r for n, r in zip(numbers, results, strict=True) if isinstance(r, str)}
-        failed = {n: r for n, r in zip(numbers, results, strict=True) if not isinstance(r, str)}
-        for error in failed.values():
-            if not isinstance(error, ChannelError):
-                raise error
-        errors = {n: e for n, e in failed.items() if isinstance(e, ChannelError)}  # all of them, after the loop above
-        if not errors:
-            return sent
-        hint = "; ".join(e.hint for e in errors.values()) if len(errors) > 1 else next(iter(errors.values())).hint
-        retryable = [e for e in errors.values() if isinstance(e, TransientChannelError)]
-        if retryable:
-            waits = [e.retry_after for e in retryable if e.retry_after is not None]
-            cls = UncertainDeliveryError if any(isinstance(e, UncertainDeliveryError) for e in retryable) else TransientChannelError
-            reached = f" (already delivered to {', '.join(sent)})" if sent else ""
-            raise cls(f"WhatsApp {outbound.purpose}: {hint}{reached}", retry_after=max(waits) if waits else None, hint=hint)
-        if sent:  # the others refused for good: the handoff still reached someone
-            log.warning("whatsapp_partly_delivered", channel_id=self.id, purpose=outbound.purpose, delivered=list(sent),
-                        failed={n: e.hint for n, e in errors.items()})
-            return sent
-        if len(errors) == 1:
-            raise next(iter(errors.values()))
-        auth = next((e for e in errors.values() if isinstance(e, ChannelAuthError)), None)
-        if auth is not None:
-            raise auth
-        raise PermanentChannelError(f"WhatsApp {outbound.purpose}: {hint}", hint=hint)
-
-    async def _to_one(self, client: Client, outbound: Outbound, number: str, messages: list[TwilioMessage], *,
-                      subscriber: bool = False) -> str:
-        sids = [await self._sent.send((outbound.delivery_key, number, index) if outbound.delivery_key else None,
-                                      partial(self._create, client, number, message, subscriber=subscriber))
-                for index, message in enumerate(messages)]
-        return sids[0]
 
     def _dispatch_message(self, brief: HandoffBrief) -> TwilioMessage:
         config = self.config

@@ -2,6 +2,10 @@
 (`AsyncTwilioHttpClient` + `create_async`), with an HTTP client of our own sent to the
 configured `api_base_url`, and every failure translated into the ChannelError tree.
 
+Twilio's create is not idempotent: a message to several numbers goes to each at once, the
+numbers that already got it are remembered by its delivery key, and a retry sends only to
+the rest. When some numbers got it and the others refused for good, it counts as sent.
+
 Errors are mapped, never retried here: 429 → transient with Retry-After; 401/20003 → auth;
 5xx and a lost answer to a create → UncertainDeliveryError (Twilio's create is not
 idempotent: the message may exist); 63016 (the 24-hour window), 21211/21614 (bad number),
@@ -12,26 +16,33 @@ current task (a context variable) for Retry-After.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextvars
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from channels.base import (
     ChannelAdapter,
     ChannelAuthError,
     ChannelContext,
     ChannelError,
+    Outbound,
     PermanentChannelError,
     TransientChannelError,
     UncertainDeliveryError,
 )
+from channels.text import SentParts
 from channels.whatsapp.config import TWILIO_API, WhatsAppConnection
 
 if TYPE_CHECKING:
     from twilio.http.response import Response
     from twilio.rest import Client
+
+log = structlog.get_logger(__name__)
 
 # The last HTTP answer of the current task: the SDK's exceptions drop the headers (Retry-After).
 _last_response: contextvars.ContextVar[Response | None] = contextvars.ContextVar("whatsapp_last_response", default=None)
@@ -47,12 +58,14 @@ class TwilioMessage:
 
 
 class WhatsAppTransport(ChannelAdapter):
-    """The Twilio half of WhatsAppChannel: the client, one message created, and the error
-    mapping; the adapter sets `_client` (at start) and `_ctx`."""
+    """The Twilio half of WhatsAppChannel: the client, a message sent to every number it is
+    for, and the error mapping; the adapter sets `_client` (at start), `_ctx` and `_sent`
+    ((delivery key, number, part) → MessageSid, so a retry skips the numbers already reached)."""
 
     config: WhatsAppConnection
     _client: Client | None
     _ctx: ChannelContext | None
+    _sent: SentParts
 
     def _connect(self) -> Client:
         from twilio.rest import Client
@@ -71,6 +84,45 @@ class WhatsAppTransport(ChannelAdapter):
         if self._client is None:
             raise TransientChannelError("the WhatsApp channel is not started", hint="the WhatsApp channel is not running")
         return self._client
+
+    async def _to_everyone(self, client: Client, outbound: Outbound, numbers: tuple[str, ...],
+                           messages: list[TwilioMessage]) -> dict[str, str]:
+        """Send to every recipient at once (each in order). Succeeds when everyone got it, or
+        when some did and the rest refused for good; a retryable failure is raised so the core
+        retries, and the retry skips the numbers already reached."""
+        results = await asyncio.gather(*(self._to_one(client, outbound, n, messages) for n in numbers), return_exceptions=True)
+        sent = {n: r for n, r in zip(numbers, results, strict=True) if isinstance(r, str)}
+        failed = {n: r for n, r in zip(numbers, results, strict=True) if not isinstance(r, str)}
+        for error in failed.values():
+            if not isinstance(error, ChannelError):
+                raise error
+        errors = {n: e for n, e in failed.items() if isinstance(e, ChannelError)}  # all of them, after the loop above
+        if not errors:
+            return sent
+        hint = "; ".join(e.hint for e in errors.values()) if len(errors) > 1 else next(iter(errors.values())).hint
+        retryable = [e for e in errors.values() if isinstance(e, TransientChannelError)]
+        if retryable:
+            waits = [e.retry_after for e in retryable if e.retry_after is not None]
+            cls = UncertainDeliveryError if any(isinstance(e, UncertainDeliveryError) for e in retryable) else TransientChannelError
+            reached = f" (already delivered to {', '.join(sent)})" if sent else ""
+            raise cls(f"WhatsApp {outbound.purpose}: {hint}{reached}", retry_after=max(waits) if waits else None, hint=hint)
+        if sent:  # the others refused for good: the handoff still reached someone
+            log.warning("whatsapp_partly_delivered", channel_id=self.id, purpose=outbound.purpose, delivered=list(sent),
+                        failed={n: e.hint for n, e in errors.items()})
+            return sent
+        if len(errors) == 1:
+            raise next(iter(errors.values()))
+        auth = next((e for e in errors.values() if isinstance(e, ChannelAuthError)), None)
+        if auth is not None:
+            raise auth
+        raise PermanentChannelError(f"WhatsApp {outbound.purpose}: {hint}", hint=hint)
+
+    async def _to_one(self, client: Client, outbound: Outbound, number: str, messages: list[TwilioMessage], *,
+                      subscriber: bool = False) -> str:
+        sids = [await self._sent.send((outbound.delivery_key, number, index) if outbound.delivery_key else None,
+                                      partial(self._create, client, number, message, subscriber=subscriber))
+                for index, message in enumerate(messages)]
+        return sids[0]
 
     async def _create(self, client: Client, number: str, message: TwilioMessage, *, subscriber: bool = False) -> str:
         callback = None
