@@ -58,7 +58,7 @@ async def bench_bare(fake: FakeTwilio, conversations: int, messages: int) -> tup
     """The same sends with the twilio SDK alone (its async client, pointed at the fake)."""
     from twilio.rest import Client
 
-    from channels.whatsapp import _http_client_class
+    from channels.whatsapp.transport import _http_client_class
 
     client = Client(ACCOUNT_SID, AUTH_TOKEN, http_client=_http_client_class()(fake.base_url, 10.0))
     per_conversation = messages // conversations

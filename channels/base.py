@@ -759,3 +759,26 @@ class ChannelAdapter(ABC):
 
     async def stop(self) -> None:
         """Release connections and tasks."""
+
+
+# --------------------------------------------------------------------------- config helpers
+
+
+def clean_recipients(values: list[str], clean: Callable[[str], str], *, name_items: bool = True,
+                     twice: str | None = None) -> list[str]:
+    """A channel config's recipient list (`to`), each entry through `clean` (which raises
+    ValueError for one it refuses). The refusal names the entry's position ("item 1: …")
+    unless `name_items` is off, for a `clean` whose message quotes the entry already; with
+    `twice`, the same recipient listed twice (once cleaned) is refused with those words, so
+    nobody gets every message two times."""
+    cleaned = []
+    for index, item in enumerate(values):
+        try:
+            cleaned.append(clean(item))
+        except ValueError as exc:
+            if not name_items:
+                raise
+            raise ValueError(f"item {index}: {exc}") from None
+    if twice is not None and len(set(cleaned)) != len(cleaned):
+        raise ValueError(twice)
+    return cleaned

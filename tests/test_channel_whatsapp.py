@@ -36,7 +36,8 @@ from channels.base import (
     UncertainDeliveryError,
     WebhookRequest,
 )
-from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppConfig, defuse, utf16_len
+from channels.text import utf16_len
+from channels.whatsapp import BODY_LIMIT, LINE_KEY, WhatsAppChannel, WhatsAppConfig, defuse
 from tests.approval_actions import TWO_PEOPLE, refund_brief
 from tests.approval_actions import refund_action as shared_refund_action
 from tests.conftest import Harness, StartDesk, config_problem, make_config, probe_config

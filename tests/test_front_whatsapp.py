@@ -32,7 +32,8 @@ from channels.base import (
     UncertainDeliveryError,
     UserActionPrompt,
 )
-from channels.whatsapp import BODY_LIMIT, WhatsAppChannel, WhatsAppConfig, WhatsAppConnection, defuse, utf16_len
+from channels.text import utf16_len
+from channels.whatsapp import BODY_LIMIT, WhatsAppChannel, WhatsAppConfig, WhatsAppConnection, defuse
 from tests.conftest import Harness, StartDesk, config_problem, make_config
 from tests.fake_twilio import ACCOUNT_SID, ANA_PHONE, AUTH_TOKEN, CARLA_PHONE, DAN_PHONE, SENDER, FakeTwilio
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from channels.base import ChannelConfig
+from channels.base import ChannelConfig, clean_recipients
 from channels.email.text import one_line
 
 _ADDRESS = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -152,13 +152,7 @@ class EmailConfig(ChannelConfig):
     @field_validator("to")
     @classmethod
     def _recipients(cls, value: list[str]) -> list[str]:
-        cleaned = []
-        for index, item in enumerate(value):
-            try:
-                cleaned.append(_address(item))
-            except ValueError as exc:
-                raise ValueError(f"item {index}: {exc}") from None
-        return cleaned
+        return clean_recipients(value, _address)
 
     @field_validator("from_address")
     @classmethod
