@@ -9,24 +9,12 @@ from __future__ import annotations
 import structlog
 
 from bot.runtime.bounded import BoundedDict
-from channels.base import (
-    ApprovalClosed,
-    ApprovalPrompt,
-    Capabilities,
-    ChannelConfig,
-    ChannelContext,
-    ChannelError,
-    Dispatch,
-    Notice,
-    Receipt,
-    Relay,
-    TransientChannelError,
-)
+from channels import base
 from channels.slack.blocks import BlockChange, SlackBlocks, closed_prompt, taken, without_claim
 from channels.slack.config import SlackConfig
 from channels.slack.mrkdwn import Blocks, clip, fallback_text, plain
 from channels.slack.posts import Posted, SlackPosts
-from channels.slack.protocol import DISPATCH_CACHE_LIMIT, PROMPT_CACHE_LIMIT, SECTION_LIMIT
+from channels.slack.protocol import CAPABILITIES, DISPATCH_CACHE_LIMIT, PROMPT_CACHE_LIMIT, SECTION_LIMIT
 from channels.slack.webhooks import SlackWebhooks
 
 log = structlog.get_logger(__name__)
@@ -37,13 +25,12 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
 
     kind = "slack"
     config_model = SlackConfig
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True,
-                                edits=True)
+    capabilities = CAPABILITIES
     # The Events API posts JSON; interactivity (button clicks) posts a form with `payload=<json>`.
     webhook_media_types = frozenset({"application/json", "application/x-www-form-urlencoded"})
     config: SlackConfig
 
-    def __init__(self, config: ChannelConfig) -> None:
+    def __init__(self, config: base.ChannelConfig) -> None:
         super().__init__(config)
         # Declared by the halves that use them (blocks, transport, webhooks, names).
         self._ctx = self._session = self._client = self._verifier = None
@@ -59,7 +46,7 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, ctx: ChannelContext) -> None:
+    async def start(self, ctx: base.ChannelContext) -> None:
         from slack_sdk.signature import SignatureVerifier
 
         self._ctx = ctx
@@ -67,7 +54,7 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
         self._session, self._client = self._connect()
         try:
             auth = await self._call("auth.test", self._client.auth_test())
-        except ChannelError:
+        except base.ChannelError:
             await self.stop()
             raise
         self.bot_user_id, self.bot_id = auth.get("user_id"), auth.get("bot_id")
@@ -93,17 +80,17 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
 
     # ------------------------------------------------------------------ handoffs
 
-    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+    async def send_dispatch(self, dispatch: base.Dispatch) -> base.Receipt:
         """A top-level post: its ts is the handoff's thread."""
         blocks = self._dispatch_blocks(dispatch.brief)
         channel, ts = await self._post(dispatch, self.config.channel, None, blocks)
         self._dispatches[f"{channel}:{ts}"] = Posted(fallback_text(dispatch.text), blocks)
         return self._receipt(dispatch, channel, ts)
 
-    async def send_relay(self, relay: Relay) -> Receipt:
+    async def send_relay(self, relay: base.Relay) -> base.Receipt:
         return await self._post_in_thread(relay, self._relay_blocks(relay))
 
-    async def send_notice(self, notice: Notice) -> Receipt:
+    async def send_notice(self, notice: base.Notice) -> base.Receipt:
         """Into the handoff's thread. On a route, "taken" edits the dispatch instead (its
         buttons give way to the notice) and "claimed" also takes the Claim button away."""
         if notice.about == "taken":
@@ -115,7 +102,7 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
             await self._edit_dispatch(notice, without_claim)
         return receipt
 
-    async def _edit_dispatch(self, notice: Notice, change: BlockChange) -> Receipt | None:
+    async def _edit_dispatch(self, notice: base.Notice, change: BlockChange) -> base.Receipt | None:
         """chat.update of the handoff's dispatch with `change(blocks)`; None when the dispatch
         cannot be found or edited (deleted, too old), so the caller can post instead. A
         transient failure is raised (nothing was posted yet: the core retries the notice);
@@ -131,28 +118,28 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
                 await self._call("chat.update", client.chat_update(
                     channel=channel, ts=ts, text=posted.text, blocks=blocks, parse="none", link_names=False))
                 self._dispatches[f"{channel}:{ts}"] = Posted(posted.text, blocks)
-        except TransientChannelError:
+        except base.TransientChannelError:
             raise
-        except ChannelError as exc:
+        except base.ChannelError as exc:
             log.warning("slack_dispatch_not_updated", channel_id=self.id, handoff_id=notice.handoff_id, hint=exc.hint)
             return None
         return self._receipt(notice, channel, ts)
 
-    async def _post_in_thread(self, message: Relay | Notice, blocks: Blocks) -> Receipt:
+    async def _post_in_thread(self, message: base.Relay | base.Notice, blocks: Blocks) -> base.Receipt:
         channel, thread_ts = self._thread_of(message.thread)
         channel, ts = await self._post(message, channel, thread_ts, blocks)
         return self._receipt(message, channel, ts)
 
     # ------------------------------------------------------------------ approvals
 
-    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+    async def send_approval_prompt(self, prompt: base.ApprovalPrompt) -> base.Receipt:
         """An approval prompt: a new top-level post (it belongs to no handoff thread)."""
         blocks = self._prompt_blocks(prompt.approval)
         channel, ts = await self._post(prompt, self.config.channel, None, blocks)
         self._remember_prompt(prompt.approval.approval_id, channel, ts, blocks)
         return self._receipt(prompt, channel, ts)
 
-    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+    async def send_approval_closed(self, closed: base.ApprovalClosed) -> base.Receipt:
         """How an approval ended: the prompt is edited in place (its buttons replaced by the
         closing text), so nobody presses a dead button. When the prompt cannot be found or
         edited any more (deleted, older than the history we look through), the closing
@@ -166,9 +153,9 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
                     channel=channel, ts=ts, text=fallback_text(text), blocks=closed_prompt(blocks, text),
                     parse="none", link_names=False,
                 ))
-            except TransientChannelError:
+            except base.TransientChannelError:
                 raise  # nothing posted yet: the core retries the whole notice
-            except ChannelError as exc:  # deleted, too old to edit …: say it in a new message
+            except base.ChannelError as exc:  # deleted, too old to edit …: say it in a new message
                 log.warning("slack_approval_prompt_not_updated", channel_id=self.id, approval_id=approval_id, hint=exc.hint)
             else:
                 self._prompts.pop(approval_id, None)

@@ -1,10 +1,10 @@
 """Slack's names and numbers as this adapter uses them: the action and block ids of our
-buttons, the metadata type that marks our posts, Block Kit's limits, how far back a lost
-post is looked for, and which of Slack's error names mean what."""
+buttons, the metadata type that marks our posts, what the channel can do, Block Kit's limits,
+how far back a lost post is looked for, and which of Slack's error names mean what."""
 
 from __future__ import annotations
 
-from channels.base import ClaimPress, ReleasePress
+from channels.base import Capabilities, ClaimPress, ReleasePress
 
 RELEASE_ACTION = "handoff_release"
 CLAIM_ACTION = "handoff_claim"
@@ -15,6 +15,9 @@ TAKEN_BLOCK = "handoff_taken"  # the "taken" line that replaces a dispatch's but
 APPROVAL_ACTIONS = {"approval_approve": (True, False), "approval_deny": (False, False), "approval_always": (True, True)}
 APPROVAL_BLOCK = "approval_actions"
 EVENT_TYPE = "handoff_desk_message"  # message metadata type that marks our posts
+# What Slack offers the desk: buttons and threads, the Events API over a webhook, posts found
+# again by their metadata (reconcile), approval prompts, and edits in place.
+CAPABILITIES = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True, edits=True)
 
 # Slack's limits (https://docs.slack.dev/reference/block-kit): section text 3000 characters,
 # header 150, a section field 2000; the top-level `text` is cut by Slack after 40,000, and

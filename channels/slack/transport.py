@@ -6,14 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from channels.base import (
-    ChannelAdapter,
-    ChannelAuthError,
-    ChannelError,
-    PermanentChannelError,
-    TransientChannelError,
-    UncertainDeliveryError,
-)
+from channels import base
 from channels.slack.config import SlackConfig
 from channels.slack.protocol import AUTH_ERRORS, MAYBE_DONE_ERRORS, TRANSIENT_ERRORS
 
@@ -22,7 +15,7 @@ if TYPE_CHECKING:  # slack-sdk and aiohttp are imported in the calls, so loading
     from slack_sdk.web.async_client import AsyncWebClient
 
 
-class SlackTransport(ChannelAdapter):
+class SlackTransport(base.ChannelAdapter):
     """The Web API half of SlackChannel; the adapter sets the client and the bot's identity
     (from auth.test) in its `__init__` and `start`."""
 
@@ -49,7 +42,7 @@ class SlackTransport(ChannelAdapter):
 
     def _require_client(self) -> AsyncWebClient:
         if self._client is None:
-            raise TransientChannelError("the Slack channel is not started", hint="the Slack channel is not running")
+            raise base.TransientChannelError("the Slack channel is not started", hint="the Slack channel is not running")
         return self._client
 
     async def _call(self, method: str, call: Any, *, may_have_landed: bool = False) -> Any:
@@ -64,38 +57,38 @@ class SlackTransport(ChannelAdapter):
             raise self._api_error(method, exc, may_have_landed) from exc
         except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
             # Never connected: nothing was sent, a retry is safe.
-            raise TransientChannelError(
+            raise base.TransientChannelError(
                 f"{method}: could not connect to Slack ({type(exc).__name__})",
                 hint=f"could not reach the Slack API at {self.config.api_base_url}",
             ) from exc
         except (TimeoutError, aiohttp.ClientError) as exc:
             what = f"{method}: no complete answer from Slack ({type(exc).__name__})"
             if may_have_landed:
-                raise UncertainDeliveryError(
+                raise base.UncertainDeliveryError(
                     what, hint="Slack did not answer in time; the message may have been posted (checked before a retry)"
                 ) from exc
-            raise TransientChannelError(what, hint="Slack did not answer in time") from exc
+            raise base.TransientChannelError(what, hint="Slack did not answer in time") from exc
 
-    def _api_error(self, method: str, exc: Any, may_have_landed: bool) -> ChannelError:
+    def _api_error(self, method: str, exc: Any, may_have_landed: bool) -> base.ChannelError:
         response = exc.response
         status = int(getattr(response, "status_code", 0) or 0)
         data = response.data if isinstance(getattr(response, "data", None), dict) else {}
         error = str(data.get("error") or f"HTTP {status}")
         message = f"{method}: {error}"
         if status == 429 or error in ("ratelimited", "rate_limited"):
-            return TransientChannelError(
+            return base.TransientChannelError(
                 message, retry_after=_retry_after(response), hint=f"Slack rate-limited {method}; retrying after the wait it asked for"
             )
         if status >= 500 or error in TRANSIENT_ERRORS:
             if may_have_landed and (status >= 500 or error in MAYBE_DONE_ERRORS):
-                return UncertainDeliveryError(message, hint=f"Slack failed ({error}); the message may have been posted (checked before a retry)")
-            return TransientChannelError(message, hint=f"Slack is having trouble ({error})")
+                return base.UncertainDeliveryError(message, hint=f"Slack failed ({error}); the message may have been posted (checked before a retry)")
+            return base.TransientChannelError(message, hint=f"Slack is having trouble ({error})")
         if error in AUTH_ERRORS:
-            return ChannelAuthError(
+            return base.ChannelAuthError(
                 message, hint=f"Slack refused the bot token ({error}): check bot_token of channel {self.id} "
                 "and that the app is still installed in the workspace",
             )
-        return PermanentChannelError(message, hint=self._refusal_hint(method, error, data))
+        return base.PermanentChannelError(message, hint=self._refusal_hint(method, error, data))
 
     def _refusal_hint(self, method: str, error: str, data: dict[str, Any]) -> str:
         """What to do about a refusal, in the words of the person who has to fix it."""

@@ -16,21 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from channels.base import (
-    ApprovalClosed,
-    ApprovalPrompt,
-    Capabilities,
-    ChannelConfig,
-    ChannelContext,
-    Dispatch,
-    HandoffBrief,
-    HandoffMessage,
-    Notice,
-    PermanentChannelError,
-    Receipt,
-    Relay,
-    ToSubscriber,
-)
+from channels import base
 from channels.text import SentParts
 from channels.whatsapp.config import WhatsAppConfig, WhatsAppConnection, number_or_none
 from channels.whatsapp.formatting import WhatsAppFormatting
@@ -51,21 +37,21 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
     front_model = WhatsAppConnection
     # No threads: every handoff shares the line (thread_key "whatsapp"); the core routes replies.
     # reconcile=False: a lost answer is retried (possibly sent twice) rather than lost.
-    capabilities = Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False, front=True,
-                                approvals=True)
+    capabilities = base.Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False, front=True,
+                                     approvals=True)
     webhook_media_types = frozenset({"application/x-www-form-urlencoded"})  # Twilio posts forms
     config: WhatsAppConnection  # a WhatsAppConfig unless it is a front of its own (no staff numbers)
 
-    def __init__(self, config: ChannelConfig) -> None:
+    def __init__(self, config: base.ChannelConfig) -> None:
         super().__init__(config)
-        self._ctx: ChannelContext | None = None
+        self._ctx: base.ChannelContext | None = None
         self._client: Client | None = None
         self._validator: Any = None
         self._sent = SentParts(SENT_MEMORY)  # (delivery key, number, part) → MessageSid
         self.account_name: str | None = None
 
     @classmethod
-    def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
+    def same_connection(cls, channel: base.ChannelConfig, front: base.ChannelConfig) -> bool:
         """One account's one sender: Twilio calls one webhook per sender, so one adapter
         takes both the staff's answers and the subscribers' messages."""
         return (isinstance(channel, WhatsAppConnection) and isinstance(front, WhatsAppConnection)
@@ -73,7 +59,7 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, ctx: ChannelContext) -> None:
+    async def start(self, ctx: base.ChannelContext) -> None:
         from twilio.request_validator import RequestValidator
 
         self._ctx = ctx
@@ -114,51 +100,51 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
         """The numbers handoffs and approvals go to, or why there are none: a front of its
         own is never offered to handoff_request or approvals."""
         if not self.staff:
-            raise PermanentChannelError(f"WhatsApp front {self.id} has no staff numbers",
+            raise base.PermanentChannelError(f"WhatsApp front {self.id} has no staff numbers",
                                         hint="this WhatsApp front only serves subscribers: handoffs need a channel with `to`")
         return self.staff
 
-    async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+    async def send_dispatch(self, dispatch: base.Dispatch) -> base.Receipt:
         return await self._on_the_line(dispatch, [self._dispatch_message(dispatch.brief)])
 
-    async def send_relay(self, relay: Relay) -> Receipt:
+    async def send_relay(self, relay: base.Relay) -> base.Receipt:
         return await self._on_the_line(relay, [TwilioMessage(body=part) for part in self._relay_parts(relay)])
 
-    async def send_notice(self, notice: Notice) -> Receipt:
+    async def send_notice(self, notice: base.Notice) -> base.Receipt:
         return await self._on_the_line(notice, [TwilioMessage(body=part) for part in self._notice_parts(notice)])
 
-    async def _on_the_line(self, outbound: HandoffMessage, messages: list[TwilioMessage]) -> Receipt:
+    async def _on_the_line(self, outbound: base.HandoffMessage, messages: list[TwilioMessage]) -> base.Receipt:
         """A handoff's message to every staff number: they share one line (no threads)."""
         self._staff_numbers()
         sids = await self._to_everyone(self._require_client(), outbound, self.staff, messages)
         first = next((sids[n] for n in self.staff if n in sids), None)
-        return Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
+        return base.Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
 
     # Approvals are not a handoff's: no short code, not on the line's thread (replies route to handoffs).
-    async def send_approval_prompt(self, prompt: ApprovalPrompt) -> Receipt:
+    async def send_approval_prompt(self, prompt: base.ApprovalPrompt) -> base.Receipt:
         return await self._to_staff(prompt, self.approval_text(prompt.approval))
 
-    async def send_approval_closed(self, closed: ApprovalClosed) -> Receipt:
+    async def send_approval_closed(self, closed: base.ApprovalClosed) -> base.Receipt:
         return await self._to_staff(closed, self._closed_text(closed))
 
-    async def _to_staff(self, outbound: ApprovalPrompt | ApprovalClosed, text: str) -> Receipt:
+    async def _to_staff(self, outbound: base.ApprovalPrompt | base.ApprovalClosed, text: str) -> base.Receipt:
         staff = self._staff_numbers()
         sids = await self._to_everyone(self._require_client(), outbound, staff, [TwilioMessage(body=text)])
-        return Receipt(message_id=next((sids[n] for n in staff if n in sids), None))
+        return base.Receipt(message_id=next((sids[n] for n in staff if n in sids), None))
 
-    async def send_to_subscriber(self, message: ToSubscriber) -> Receipt:
+    async def send_to_subscriber(self, message: base.ToSubscriber) -> base.Receipt:
         """A message to one subscriber's chat: the words defused, a person's name in bold,
         in numbered parts when longer than one message (a part that went out is not sent
         again when the outbox retries the rest)."""
         chat = number_or_none(message.chat)
         if chat is None:
-            raise PermanentChannelError(f"no WhatsApp number in the subscriber's chat {message.chat!r}",
+            raise base.PermanentChannelError(f"no WhatsApp number in the subscriber's chat {message.chat!r}",
                                         hint="internal error: the message to a subscriber named no WhatsApp number")
         parts = [TwilioMessage(body=part) for part in self.subscriber_parts(message)]
         sid = await self._to_one(self._require_client(), message, chat, parts, subscriber=True)
-        return Receipt(message_id=sid, thread={"chat": chat})
+        return base.Receipt(message_id=sid, thread={"chat": chat})
 
-    def _dispatch_message(self, brief: HandoffBrief) -> TwilioMessage:
+    def _dispatch_message(self, brief: base.HandoffBrief) -> TwilioMessage:
         config = self.config
         if isinstance(config, WhatsAppConfig) and config.content_sid:  # a front of its own dispatches nothing
             variables = self._template_values(brief, config.content_variables)
