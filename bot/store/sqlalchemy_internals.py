@@ -18,7 +18,7 @@ what it names here; docs/architecture.md, "Lifting the SQLAlchemy pin".
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -106,13 +106,19 @@ def driver_error(sql: str, values: Any, error: Exception, driver_error_class: ty
     return cast(DBAPIError, DBAPIError.instance(sql, values, error, driver_error_class, dialect=dialect))
 
 
-def await_in_sync(awaitable: Awaitable[_T]) -> _T:
-    """Await from SQLAlchemy's sync code (an event handler) running under its greenlet bridge
-    (`sqlalchemy.util.await_only`)."""
-    return await_only(awaitable)
+# SQLAlchemy's greenlet bridge, named for what the store does with it. These are the
+# functions themselves, not wrappers: they sit on every transaction's path (a wrapper was one
+# more coroutine per begin, commit and close).
+if TYPE_CHECKING:
 
+    def await_in_sync(awaitable: Awaitable[_T]) -> _T:
+        """Await from SQLAlchemy's sync code (an event handler) running under its greenlet
+        bridge (`sqlalchemy.util.await_only`)."""
 
-async def run_sync(function: Callable[..., _T], *args: Any) -> _T:
-    """Run sync SQLAlchemy code (a `Session`'s begin, commit, close) in one trip through its
-    greenlet bridge (`sqlalchemy.util.greenlet_spawn`), as `AsyncSession` does per call."""
-    return await greenlet_spawn(function, *args)
+    async def run_sync(function: Callable[..., _T], *args: Any) -> _T:
+        """Run sync SQLAlchemy code (a `Session`'s begin, commit, close) in one trip through
+        its greenlet bridge (`sqlalchemy.util.greenlet_spawn`), as `AsyncSession` does per call."""
+
+else:
+    await_in_sync = await_only
+    run_sync = greenlet_spawn
