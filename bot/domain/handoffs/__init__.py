@@ -40,7 +40,7 @@ recorded in the changing transaction and heard after its commit (`bot/runtime/si
 """
 
 from bot.domain.handoffs.activation import ACTIVATION_GRACE
-from bot.domain.handoffs.context import UNKNOWN_WAIT, HandoffContext
+from bot.domain.handoffs.context import UNKNOWN_WAIT
 from bot.domain.handoffs.inputs import (
     EXTRA_CONTEXT_MAX_BYTES,
     HandoffReleaseInput,
@@ -59,7 +59,6 @@ from bot.domain.handoffs.outcomes import (
     HandoffClaimed,
     HandoffReleased,
     HandoffRequestRefused,
-    HandoffSignal,
     HandoffStarted,
     HeldMessagesOrphaned,
     NotActive,
@@ -81,12 +80,10 @@ __all__ = [
     "HandoffActivated",
     "HandoffAlreadyOpen",
     "HandoffClaimed",
-    "HandoffContext",
     "HandoffReleaseInput",
     "HandoffReleased",
     "HandoffRequestInput",
     "HandoffRequestRefused",
-    "HandoffSignal",
     "HandoffStarted",
     "Handoffs",
     "HeldMessagesOrphaned",

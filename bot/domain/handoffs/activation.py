@@ -26,7 +26,7 @@ from bot.domain import ladder as recipients
 from bot.domain.handoffs.context import HandoffContext
 from bot.domain.handoffs.notices import Notices
 from bot.domain.handoffs.outcomes import HandoffActivated, HeldMessagesOrphaned
-from bot.errors import NotFound
+from bot.errors import found
 from bot.runtime.signals import Changed, record
 from bot.store import audit
 from bot.store.models import HandoffRecipient, HandoffSession, Message, OutboxItem
@@ -101,9 +101,9 @@ class Activation:
                 return None
             held = await rows.held_messages(session, sid)
             if held:  # written while the dispatch was in flight
-                conversation = await rows.conversation(session, handoff.conversation_id)
-                if conversation is None:  # never deleted, so never None: the handoff's foreign key
-                    raise NotFound("conversation", handoff.conversation_id)
+                # never deleted, so always found: the handoff's foreign key
+                conversation = found(await rows.conversation(session, handoff.conversation_id), "conversation",
+                                     handoff.conversation_id)
                 for message in held:
                     await self.notices.queue_relay(session, handoff, conversation, message, now)
             await self.notices.tell_subscriber(session, handoff, "messages/subscriber_handoff_started.txt", now)

@@ -10,8 +10,9 @@ drift from another's. It holds no state of a handoff: every handoff lives in its
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -49,10 +50,10 @@ class HandoffContext:
     hours: OfficeHours
     ladders: Mapping[int, Ladder]
     background: Background
-    steps: Steps = field(init=False)  # which of a ladder's steps can run now, from the channels and their hours
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", Steps(self.channels, self.hours))
+    @cached_property
+    def steps(self) -> Steps:
+        """Which of a ladder's steps can run now, from the channels and their hours."""
+        return Steps(self.channels, self.hours)
 
     @property
     def idle_timeout(self) -> timedelta:

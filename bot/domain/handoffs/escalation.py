@@ -26,7 +26,7 @@ from bot.domain.handoffs.dispatch import Dispatches
 from bot.domain.handoffs.notices import Notices, line_of
 from bot.domain.handoffs.outcomes import EscalationDue
 from bot.domain.handoffs.release import Releases
-from bot.errors import NotFound
+from bot.errors import found
 from bot.runtime.signals import Changed, record
 from bot.store import audit
 from bot.store.db import execute_dml
@@ -116,9 +116,7 @@ class Escalation:
             if reminded:
                 text = self.ctx.renderer.render("messages/reminder.txt", short_code=handoff.short_code).strip()
                 await self.notices.notify(session, handoff, "reminder", text, now, to=[line_of(r) for r in reminded])
-            conversation = await rows.conversation(session, handoff.conversation_id)
-            if conversation is None:
-                raise NotFound("conversation", handoff.conversation_id)
+            conversation = found(await rows.conversation(session, handoff.conversation_id), "conversation", handoff.conversation_id)
             history = await conversations.recent_messages(session, conversation.id, self.ctx.settings.transcript_messages)
             sending = await self.dispatch.notify_step(session, handoff, conversation, history, plan, now)
             await self.notices.tell_subscriber(session, handoff, "messages/subscriber_handoff_escalated.txt", now)

@@ -152,26 +152,26 @@ class DispatchFailed(HandoffRequestRefused):
 
 
 @dataclass(frozen=True)
-class HandoffSignal:
+class _HandoffSignal:
     """A signal about one handoff, carrying the row as the changing transaction left it.
     Each kind below is its own class: the signal bus dispatches on the exact type."""
 
     handoff: HandoffSession
 
 
-class HandoffActivated(HandoffSignal):
+class HandoffActivated(_HandoffSignal):
     """Signal: the bypass began (the idle timer arms, a sibling agent speaks first)."""
 
 
-class HandoffReleased(HandoffSignal):
+class HandoffReleased(_HandoffSignal):
     """Signal: the bypass ended (the idle timer disarms, the agent resumes)."""
 
 
-class HandoffClaimed(HandoffSignal):
+class HandoffClaimed(_HandoffSignal):
     """Signal: someone took a handoff on a route (the ladder stops, the idle timer starts)."""
 
 
-class HeldMessagesOrphaned(HandoffSignal):
+class HeldMessagesOrphaned(_HandoffSignal):
     """Signal: the dispatch failed after the subscriber wrote for a person; nobody but the
     agent will answer those messages."""
 

@@ -11,7 +11,6 @@ outbox's settle hook goes to the ladder (`escalation.py`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -61,12 +60,9 @@ class Handoffs:
             db=db, clock=clock, settings=settings, channels=channels, outbox=outbox, renderer=renderer,
             metrics=metrics, forms=forms, hours=hours, ladders=ladders or {}, background=background or Background(),
         )
-        self.ctx = ctx
-        # What callers read of the service's configuration (the tools, the inbox)
-        self.db, self.clock, self.settings, self.forms = ctx.db, ctx.clock, ctx.settings, ctx.forms
-        self.channels, self.outbox, self.renderer = ctx.channels, ctx.outbox, ctx.renderer
-        self.metrics, self.hours, self.ladders, self.steps = ctx.metrics, ctx.hours, ctx.ladders, ctx.steps
-        self.background = ctx.background
+        # What callers read of the service's configuration: the routes and their hours (the
+        # tools' description and enum, the inbox's route labels)
+        self.clock, self.hours, self.ladders, self.steps = ctx.clock, ctx.hours, ctx.ladders, ctx.steps
 
         notices, dispatch = Notices(ctx), Dispatches(ctx)
         activation, claims = Activation(ctx, notices), Claims(ctx, notices)
@@ -97,10 +93,6 @@ class Handoffs:
         self.release, self.release_if_idle = releases.release, releases.release_if_idle
         self.reissue_form_link = releases.reissue_form_link
         self.overdue, self.due_before = releases.overdue, releases.due_before
-
-    @property
-    def idle_timeout(self) -> timedelta:
-        return self.ctx.idle_timeout
 
     @staticmethod
     async def open_session(session: AsyncSession, conversation_id: str) -> HandoffSession | None:
