@@ -6,6 +6,7 @@ never claim something happened that was rolled back (or miss something that happ
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -56,10 +57,11 @@ def _written_with(build: Callable[P, dict[str, Any]]) -> Callable[[_WritesRow[R]
     of `build` (which makes the row) instead, so `record` and `note` share one signature."""
 
     def taking_arguments(write: _WritesRow[R]) -> Callable[Concatenate[AsyncSession, P], Awaitable[R]]:
-        async def writer(session: AsyncSession, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            return await write(session, build(*args, **kwargs))
+        # A plain function handing back `write`'s own coroutine: no second coroutine per event.
+        @functools.wraps(write)
+        def writer(session: AsyncSession, /, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+            return write(session, build(*args, **kwargs))
 
-        writer.__name__, writer.__qualname__, writer.__doc__ = write.__name__, write.__qualname__, write.__doc__
         return writer
 
     return taking_arguments

@@ -17,8 +17,8 @@ what it names here; docs/architecture.md, "Lifting the SQLAlchemy pin".
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -28,7 +28,6 @@ from sqlalchemy.util import await_only, greenlet_spawn
 
 Processor = Callable[[Any], Any] | None
 
-_T = TypeVar("_T")
 
 # The attribute names SQLAlchemy's `sqlite+aiosqlite` adapter reads on the aiosqlite
 # connection it wraps (`AsyncAdapt_aiosqlite_connection`: the sqlite3 connection, whether it
@@ -106,19 +105,9 @@ def driver_error(sql: str, values: Any, error: Exception, driver_error_class: ty
     return cast(DBAPIError, DBAPIError.instance(sql, values, error, driver_error_class, dialect=dialect))
 
 
-# SQLAlchemy's greenlet bridge, named for what the store does with it. These are the
-# functions themselves, not wrappers: they sit on every transaction's path (a wrapper was one
-# more coroutine per begin, commit and close).
-if TYPE_CHECKING:
-
-    def await_in_sync(awaitable: Awaitable[_T]) -> _T:
-        """Await from SQLAlchemy's sync code (an event handler) running under its greenlet
-        bridge (`sqlalchemy.util.await_only`)."""
-
-    async def run_sync(function: Callable[..., _T], *args: Any) -> _T:
-        """Run sync SQLAlchemy code (a `Session`'s begin, commit, close) in one trip through
-        its greenlet bridge (`sqlalchemy.util.greenlet_spawn`), as `AsyncSession` does per call."""
-
-else:
-    await_in_sync = await_only
-    run_sync = greenlet_spawn
+# SQLAlchemy's greenlet bridge, named for what the store does with it: `await_in_sync` awaits
+# from SQLAlchemy's sync code (an event handler), `run_sync` runs sync SQLAlchemy code (a
+# `Session`'s begin, commit, close) in one trip through the bridge, as `AsyncSession` does per
+# call. The functions themselves, not wrappers: they sit on every transaction's path.
+await_in_sync = await_only
+run_sync = greenlet_spawn

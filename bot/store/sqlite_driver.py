@@ -142,17 +142,15 @@ class InlineConnection:
     def __init__(self, connection: sqlite3.Connection, *, busy_budget: float = BUSY_BUDGET_SECONDS,
                  checkpointer: BackgroundCheckpointer | None = None) -> None:
         self._conn = connection
+        # The same connection under the project's own name (`_conn` is the adapter's): an
+        # attribute, not a property, since every prepared statement and BEGIN reads it.
+        self.sqlite = connection
         self._connection: sqlite3.Connection | None = connection  # None once closed
         self._tx = _InlineCallQueue()
         self.busy_budget = busy_budget
         self._checkpointer = checkpointer
         if checkpointer is not None:
             connection.execute("PRAGMA wal_autocheckpoint=0")
-
-    @property
-    def sqlite(self) -> sqlite3.Connection:
-        """The sqlite3 connection, for the project's own calls (`_conn` is the adapter's name)."""
-        return self._conn
 
     @property
     def isolation_level(self) -> str | None:
