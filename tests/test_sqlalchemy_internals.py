@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -100,10 +101,15 @@ async def test_the_greenlet_bridge() -> None:
 
 
 def test_the_aiosqlite_adapter_reads_the_attributes_inline_connections_have() -> None:
-    source = inspect.getsource(aiosqlite)
+    # Both ways: a name the adapter no longer reads is kept for nothing, and a private name it
+    # has started to read is one InlineConnection does not provide.
+    read = set(re.findall(r"_connection\.(_\w+)", inspect.getsource(aiosqlite)))
     for name in internals.AIOSQLITE_CONNECTION_ATTRIBUTES:
-        assert f"._connection.{name}" in source or f"self._connection.{name}" in source, changed(
+        assert name in read, changed(
             f"the aiosqlite adapter's use of `{name}`", "InlineConnection (bot/store/sqlite_driver.py) provides it for nothing")
+    assert read <= set(internals.AIOSQLITE_CONNECTION_ATTRIBUTES), changed(
+        f"the aiosqlite adapter now reads {sorted(read - set(internals.AIOSQLITE_CONNECTION_ATTRIBUTES))} on its connection",
+        "InlineConnection (bot/store/sqlite_driver.py) must provide them")
     import sqlite3
 
     from bot.store.sqlite_driver import InlineConnection
@@ -123,7 +129,10 @@ ALLOWED = {"bot/store/sqlalchemy_internals.py"}
 def offences(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sqlalchemy"):
+        if isinstance(node, ast.Import):
+            found += [f"{path}:{node.lineno} imports {a.name}" for a in node.names
+                      if a.name == "sqlalchemy.util" or (a.name.startswith("sqlalchemy.") and "._" in a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sqlalchemy"):
             # (sqlalchemy.sql.compiler's `SQLCompiler` is the documented type of an `@compiles` hook's compiler)
             if node.module == "sqlalchemy.util" or any(p.startswith("_") for p in node.module.split(".")):
                 found.append(f"{path}:{node.lineno} imports {node.module}")
@@ -146,4 +155,16 @@ def test_only_one_module_touches_sqlalchemy_internals() -> None:
 def test_the_scan_catches(attribute: str, tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text(f"def f(c):\n    return c.{attribute}\n")
+    assert offences(module)
+
+
+@pytest.mark.parametrize("source", [
+    "from sqlalchemy.util import greenlet_spawn\n",
+    "import sqlalchemy.util\n",
+    "from sqlalchemy.engine import _private\n",
+    "def f(driver):\n    return driver._conn\n",
+])
+def test_the_scan_catches_imports_and_the_drivers_connection(source: str, tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(source)
     assert offences(module)
