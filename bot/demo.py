@@ -237,14 +237,18 @@ class Reply:
     channel: int
     author: str
     text: str
+    routed: bool = False
 
     async def play(self, stage: Stage) -> None:
         sid = stage.fill(self.handoff)
         # A handoff on a route has a recipient per channel it notified, each with its own
-        # thread; one sent straight to a channel has none, and the owner inbox's thread is
-        # the handoff itself.
-        recipient = await stage.desk.handoffs.recipient_on(sid, self.channel)
-        thread = recipient.thread_key if recipient is not None else sid
+        # thread (the story must have reached that channel); the owner inbox's thread of a
+        # handoff sent straight to it is the handoff itself.
+        thread: str | None = sid
+        if self.routed:
+            recipient = await stage.desk.handoffs.recipient_on(sid, self.channel)
+            assert recipient is not None, f"the route never reached channel {self.channel}"
+            thread = recipient.thread_key
         assert thread is not None
         await stage.desk.inbound.submit_and_wait(self.channel, RecipientText(
             thread_key=thread, author=self.author, text=self.text,
@@ -307,8 +311,11 @@ class Outbox:
         if self.purpose:
             query = query.where(col(OutboxItem.purpose) == self.purpose)
         async with stage.desk.db.transaction() as session:
-            item = (await session.scalars(query)).first()
-        assert item is not None
+            items = (await session.scalars(query)).all()
+        # A handoff's dispatch is one item (a second would be a double send); an approval's
+        # prompt is the first item about it.
+        assert items and (self.purpose != "dispatch" or len(items) == 1), f"{len(items)} items for {self.title!r}"
+        item = items[0]
         if self.keep:
             stage.facts[self.keep] = item.payload
         stage.story.panel(stage.fill(self.title), item.payload["text"])
@@ -430,7 +437,7 @@ SCENES: tuple[Scene, ...] = (
              by=timedelta(minutes=5)),
         Catch("ben"),
         Api("/api/handoffs/{ben_sid}", answer="the handoff now", view=_ladder),
-        Reply("{ben_sid}", 3, "Olga", "Hi Ben, Olga here. Which invoice number is it?"),
+        Reply("{ben_sid}", 3, "Olga", "Hi Ben, Olga here. Which invoice number is it?", routed=True),
         SETTLE,
         Catch("ben"),
         Api("/api/handoffs/{ben_sid}", answer="claimed", view=pick("claimed_by", "claimed_via", "channel_label")),
