@@ -28,7 +28,6 @@ from channels.base import (
 from channels.telegram.approvals import TelegramApprovals
 from channels.telegram.config import TelegramConfig, TelegramConnection
 from channels.telegram.formatting import defuse, dispatch_html, visible_length
-from channels.telegram.inbound import TelegramInbound
 from channels.telegram.keyboards import (
     Posted,
     claim_button,
@@ -40,7 +39,6 @@ from channels.telegram.keyboards import (
 )
 from channels.telegram.protocol import MESSAGE_LIMIT, button_url_ok
 from channels.telegram.receiver import TelegramReceiver
-from channels.telegram.transport import TelegramTransport
 from channels.text import SentParts, TextLimit, clip, utf16_len
 
 log = structlog.get_logger(__name__)
@@ -49,7 +47,7 @@ PROMPT_CACHE_LIMIT = 1000  # approval prompts remembered (sent or pressed) for t
 DISPATCH_CACHE_LIMIT = 1000
 
 
-class TelegramChannel(TelegramReceiver, TelegramApprovals, TelegramInbound, TelegramTransport):
+class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brings inbound and transport
     """The Telegram adapter (channels/telegram/__init__.py describes the channel)."""
 
     kind = "telegram"

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
-from urllib.parse import urlparse
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator
 
-from channels.base import ChannelConfig
+from channels.base import ChannelConfig, service_url
 
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 _CHAT_NAME = re.compile(r"^@[A-Za-z][A-Za-z0-9_]{3,31}$")
@@ -49,9 +48,7 @@ class TelegramConnection(ChannelConfig):
     @field_validator("api_base_url")
     @classmethod
     def _http(cls, value: str) -> str:
-        if urlparse(value).scheme not in ("http", "https") or not urlparse(value).netloc:
-            raise ValueError("must be an http(s) URL such as https://api.telegram.org/bot")
-        return value
+        return service_url(value, "https://api.telegram.org/bot")
 
     @field_validator("webhook_secret")
     @classmethod

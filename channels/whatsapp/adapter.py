@@ -101,7 +101,7 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
         own is never offered to handoff_request or approvals."""
         if not self.staff:
             raise base.PermanentChannelError(f"WhatsApp front {self.id} has no staff numbers",
-                                        hint="this WhatsApp front only serves subscribers: handoffs need a channel with `to`")
+                                             hint="this WhatsApp front only serves subscribers: handoffs need a channel with `to`")
         return self.staff
 
     async def send_dispatch(self, dispatch: base.Dispatch) -> base.Receipt:
@@ -115,9 +115,9 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
 
     async def _on_the_line(self, outbound: base.HandoffMessage, messages: list[TwilioMessage]) -> base.Receipt:
         """A handoff's message to every staff number: they share one line (no threads)."""
-        self._staff_numbers()
-        sids = await self._to_everyone(self._require_client(), outbound, self.staff, messages)
-        first = next((sids[n] for n in self.staff if n in sids), None)
+        staff = self._staff_numbers()
+        sids = await self._to_everyone(self._require_client(), outbound, staff, messages)
+        first = next((sids[n] for n in staff if n in sids), None)
         return base.Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
 
     # Approvals are not a handoff's: no short code, not on the line's thread (replies route to handoffs).
@@ -139,7 +139,7 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
         chat = number_or_none(message.chat)
         if chat is None:
             raise base.PermanentChannelError(f"no WhatsApp number in the subscriber's chat {message.chat!r}",
-                                        hint="internal error: the message to a subscriber named no WhatsApp number")
+                                             hint="internal error: the message to a subscriber named no WhatsApp number")
         parts = [TwilioMessage(body=part) for part in self.subscriber_parts(message)]
         sid = await self._to_one(self._require_client(), message, chat, parts, subscriber=True)
         return base.Receipt(message_id=sid, thread={"chat": chat})

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
-from urllib.parse import urlparse
 
 from pydantic import AfterValidator, AliasChoices, BeforeValidator, Field, SecretStr
 
-from channels.base import ChannelConfig, clean_recipients
+from channels.base import ChannelConfig, clean_recipients, service_url
 
 TWILIO_API = "https://api.twilio.com"
 _E164 = re.compile(r"^\+[1-9]\d{6,14}$")
@@ -63,10 +62,7 @@ def _auth_token(value: SecretStr) -> SecretStr:
 
 
 def _base_url(value: str) -> str:
-    parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError("must be an http(s) URL such as https://api.twilio.com")
-    return value.rstrip("/")
+    return service_url(value, "https://api.twilio.com").rstrip("/")
 
 
 def _staff_numbers(value: list[str]) -> list[str]:
