@@ -19,9 +19,9 @@ from __future__ import annotations
 import unicodedata
 
 from fastapi.responses import Response
-from itsdangerous import BadSignature, URLSafeSerializer
 
 from bot.errors import DeskError
+from bot.runtime.signed_ids import SignedIds
 
 DEFAULT_NAME = "Support"
 MAX_CHARS = 40
@@ -61,7 +61,7 @@ class NameCookie:
     """Reads and writes the signed reply-name cookie."""
 
     def __init__(self, secret_keys: list[str], *, secure: bool) -> None:
-        self._serializer = URLSafeSerializer(secret_keys, salt=SALT)
+        self._names = SignedIds(secret_keys, SALT)
         self.secure = secure
 
     def read(self, cookie: str | None) -> str:
@@ -69,14 +69,14 @@ class NameCookie:
         not ours, or holds a name today's rules refuse)."""
         if not cookie:
             return DEFAULT_NAME
+        name = self._names.ident(cookie)
         try:
-            value = self._serializer.loads(cookie)
-            return parse_name(value) if isinstance(value, str) else DEFAULT_NAME
-        except (BadSignature, InvalidName):
+            return parse_name(name) if name is not None else DEFAULT_NAME
+        except InvalidName:
             return DEFAULT_NAME
 
     def store(self, response: Response, name: str) -> None:
         response.set_cookie(
-            COOKIE, self._serializer.dumps(name), max_age=COOKIE_MAX_AGE, path="/inbox", httponly=True,
+            COOKIE, self._names.token(name), max_age=COOKIE_MAX_AGE, path="/inbox", httponly=True,
             samesite="strict", secure=self.secure,
         )
