@@ -17,9 +17,10 @@ from bot.config.agents import AgentConfig, RulesAgentConfig
 from bot.config.csat import CsatConfig
 from bot.config.fronts import ProviderFront, WebFrontConfig, _validate_fronts
 from bot.config.hours import HoursConfig, ScheduleName
+from bot.config.people import PersonConfig, SignInConfig
 from bot.config.problems import ConfigError, ConfigProblem, problems_from
 from bot.config.routes import Ladder, RouteConfig, resolve_ladders, route_checks
-from bot.config.values import _Section
+from bot.config.values import _Section, each_once
 from channels import UnknownChannelKind, adapter_class, known_kinds
 from channels.base import ChannelConfig
 
@@ -56,6 +57,17 @@ class Config(_Section):
     routes: list[RouteConfig] = Field(
         default_factory=list, description="Ladders of channels the agent can hand to like a channel (same id space).",
     )
+    people: list[PersonConfig] = Field(
+        default_factory=list, description="People applied on every start (added or updated, never deleted), so a team keeps its roster in git.",
+    )
+    sign_in: SignInConfig = SignInConfig()
+
+    @field_validator("people")
+    @classmethod
+    def _people_once(cls, value: list[PersonConfig]) -> list[PersonConfig]:
+        each_once([p.id for p in value], "person ids must be unique; repeated: {}")
+        each_once([p.email.lower() for p in value], "e-mail addresses must be unique; repeated: {}")
+        return value
 
     @field_validator("secret_key")
     @classmethod
