@@ -109,6 +109,7 @@ async def add_message(
     text: str,
     now: datetime,
     author: str | None = None,
+    person_id: str | None = None,
     handoff_session_id: str | None = None,
     user_action: UserActionPrompt | None = None,
     satisfaction: SatisfactionPrompt | None = None,
@@ -118,12 +119,14 @@ async def add_message(
     message is never stored without being sent, nor sent without being stored. Whoever
     waits on the conversation is woken once the transaction commits (a `Changed` signal).
     `user_action`: this message asks the subscriber for it (a front may offer buttons);
-    `satisfaction`: this message is the satisfaction question (a front may offer 👍 / 👎)."""
+    `satisfaction`: this message is the satisfaction question (a front may offer 👍 / 👎);
+    `person_id`: a person of the directory wrote it (`author` is then their name)."""
     row: dict[str, Any] = {
         "conversation_id": conversation_id,
         "role": role,
         "text": scrub(text),
         "author": scrub(author)[:200] if author else None,
+        "person_id": person_id,
         "handoff_session_id": handoff_session_id,
         "created_at": now,
     }

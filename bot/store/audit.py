@@ -36,17 +36,21 @@ def _event_row(
     *,
     at: datetime,
     actor: str,
+    person_id: str | None = None,
     handoff_session_id: str | None = None,
     conversation_id: str | None = None,
     **detail: Any,
 ) -> dict[str, Any]:
     """The row of one event (`detail` without its None values). Its parameters are those of
-    `record` and `note` after the session: both are written with `_written_with`."""
+    `record` and `note` after the session: both are written with `_written_with`. `actor` is
+    the text a reader sees ("Olga Petrova (slack)"); `person_id` the person behind it, when
+    the directory knows them."""
     return {
         "handoff_session_id": handoff_session_id,
         "conversation_id": conversation_id,
         "kind": kind,
         "actor": actor,
+        "person_id": person_id,
         "detail": {k: v for k, v in detail.items() if v is not None},
         "created_at": at,
     }

@@ -73,6 +73,7 @@ class Message(SQLModel, table=True):
     role: str = Field(max_length=16)
     text: str = Field(sa_type=Text)
     author: str | None = Field(default=None, max_length=200)
+    person_id: str | None = Field(default=None, max_length=40)  # a person's reply: who (the author is their name)
     handoff_session_id: str | None = Field(default=None, max_length=40)
     created_at: datetime
 
@@ -152,6 +153,8 @@ class HandoffSession(SQLModel, table=True):
     claimed_at: datetime | None = None
     claimed_by: str | None = Field(default=None, max_length=200)  # the person's name as their channel shows it
     claimed_via: str | None = Field(default=None, max_length=40)  # channel:<id>, form, inbox, agent
+    claimed_person_id: str | None = Field(default=None, max_length=40)  # the person who claimed, when the desk knows them
+    released_person_id: str | None = Field(default=None, max_length=40)  # the person who released, when a person did
     claimed_recipient_id: int | None = None  # the `HandoffRecipient` whose thread took it
     # Straight to a channel (no route): when a person first replied, the moment they were reached.
     first_human_reply_at: datetime | None = None
@@ -225,6 +228,7 @@ class HandoffEvent(SQLModel, table=True):
     conversation_id: str | None = Field(default=None, index=True, max_length=40)
     kind: str = Field(max_length=40)
     actor: str = Field(max_length=200)
+    person_id: str | None = Field(default=None, max_length=40)  # the person who acted, when one did
     detail: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
     created_at: datetime
 
@@ -334,7 +338,7 @@ class ApprovalVote(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     approval_id: str = Field(foreign_key="approvals.id", index=True, max_length=40)
-    voter: str = Field(max_length=250)  # "owner", or "<channel id>:<the provider's user id>"
+    voter: str = Field(max_length=250)  # "person:<id>", "owner", or "<channel id>:<the provider's user id>"
     name: str = Field(max_length=200)
     via: str = Field(max_length=40)
     approve: bool
@@ -410,6 +414,90 @@ class DeskInstance(SQLModel, table=True):
     # Seconds since the epoch by the database's clock (never the instance's own): every
     # instance judges every other by one clock.
     beat_at: float
+
+
+class Person(SQLModel, table=True):
+    """A human of the desk: who claims, replies, releases and votes, by name (what subscribers
+    see) and id (what the audit trail and the two-person rule count). Never deleted: a person
+    who leaves is disabled, and their history keeps pointing at them."""
+
+    __tablename__ = "people"
+
+    id: str = Field(primary_key=True, max_length=40)
+    name: str = Field(max_length=80)
+    email: str = Field(max_length=320)
+    email_key: str = Field(max_length=320, unique=True)  # the address lower-cased: how sign-ins find the person
+    role: str = Field(max_length=12)  # a Role (bot/config/people.py)
+    timezone: str = Field(default="UTC", max_length=64)
+    source: str = Field(max_length=12)  # where the row came from: config | cli | inbox | sso
+    password_hash: str | None = Field(default=None, max_length=200)  # argon2id, "$argon2id$…"
+    totp_secret: str | None = Field(default=None, max_length=64)
+    totp_confirmed_at: datetime | None = None  # the secret counts only once a code from it was typed
+    disabled_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class PersonIdentity(SQLModel, table=True):
+    """A provider's identity of a person: a Slack user id, a Telegram user id, a Discord user
+    id, a WhatsApp number, an e-mail address, a single-sign-on subject. Each belongs to at most
+    one person (the unique key), and was verified the way `verified_via` says."""
+
+    __tablename__ = "person_identities"
+    __table_args__ = (UniqueConstraint("kind", "value", name="uq_person_identity"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    person_id: str = Field(foreign_key="people.id", index=True, max_length=40)
+    kind: str = Field(max_length=40)  # a channel kind, "email", or "sso"
+    value: str = Field(max_length=320)  # the provider's id (e-mail lower-cased; "issuer subject" for sso)
+    verified_via: str = Field(max_length=20)  # code | sso | email | cli
+    created_at: datetime
+
+
+class PersonSession(SQLModel, table=True):
+    """A signed-in browser: only the hash of its random token is stored, so a copy of the
+    table signs nobody in. Over when revoked (sign-out, disabling the person, "sign out
+    everywhere"), idle past the configured time, or past its absolute expiry. `person_id` is
+    None for the owner token's service session."""
+
+    __tablename__ = "person_sessions"
+
+    token_hash: str = Field(primary_key=True, max_length=64)
+    person_id: str | None = Field(default=None, foreign_key="people.id", index=True, max_length=40)
+    via: str = Field(max_length=16)  # password | sso | owner_token | open
+    created_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime = Field(index=True)
+    revoked_at: datetime | None = None
+
+
+class ApiToken(SQLModel, table=True):
+    """A personal API token: a script acting as its person, with a role no higher than
+    theirs. Shown once; only its hash is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: str = Field(primary_key=True, max_length=40)
+    person_id: str = Field(foreign_key="people.id", index=True, max_length=40)
+    name: str = Field(max_length=80)
+    token_hash: str = Field(max_length=64, unique=True)
+    role: str = Field(max_length=12)
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class LinkCode(SQLModel, table=True):
+    """A one-time code a signed-in person sends from a channel to link that channel's identity
+    of theirs: whoever can write it from the provider's account holds that account."""
+
+    __tablename__ = "link_codes"
+
+    code_hash: str = Field(primary_key=True, max_length=64)
+    person_id: str = Field(foreign_key="people.id", index=True, max_length=40)
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None = None
 
 
 class RevokedSession(SQLModel, table=True):
