@@ -35,6 +35,7 @@ from bot.domain.handoffs import (
 )
 from bot.domain.hours import OfficeHours
 from bot.domain.idempotency import IdempotencyKeys
+from bot.domain.people import ApiTokens, LinkCodes, People, Sessions
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.reports import Reports
@@ -126,6 +127,11 @@ class Desk:
         self.queries = Queries(self.db)
         self.reports = Reports(self.db, route_labels={route.id: route.label for route in config.routes})
         self.revocations = Revocations(self.db, self.clock)
+        # The people of the desk, their sessions, tokens and link codes (bot/domain/people/)
+        self.people = People(self.db, self.clock)
+        self.sessions = Sessions(self.db, self.clock, config.sign_in)
+        self.api_tokens = ApiTokens(self.db, self.clock)
+        self.link_codes = LinkCodes(self.db, self.clock, self.people)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.hours = OfficeHours(config.hours, self.clock)  # the handoffs' ladders and the approvals' alike
         self.handoffs = Handoffs(
@@ -228,6 +234,9 @@ class Desk:
     async def start(self, *, upgrade: bool = True) -> None:
         if upgrade:
             await self.db.upgrade()
+        if self.config.people:
+            applied = await self.people.apply_config(self.config.people)
+            log.info("people_applied", added=list(applied.added), updated=list(applied.updated))
         await self.channels.start(self._channel_context)
         await self.approvals.clear_unanswerable()
         await self.approvals.recover_interrupted()

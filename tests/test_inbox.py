@@ -48,7 +48,7 @@ async def test_the_inbox_needs_the_owner_token(start_desk: StartDesk) -> None:
     assert wrong.headers["location"].startswith("/inbox/login?failed=1")
     assert (await client.get(wrong.headers["location"])).status_code == 401
     await login(client)
-    cookie = client.cookies.get("handoff_owner")
+    cookie = client.cookies.get("handoff_session")
     assert cookie
     assert "owner-secret" not in cookie
     assert (await client.get("/inbox")).status_code == 200
@@ -709,7 +709,7 @@ async def test_wrong_tokens_lock_the_address_out_for_a_while(start_desk: StartDe
         assert locked.status_code == 429
         assert locked.headers["retry-after"] == "20"
         assert "Too many wrong tokens came from your address. Try again in 20 s" in locked.text
-        assert "handoff_owner" not in locked.cookies
+        assert "handoff_session" not in locked.cookies
     other = await harness.client.post("/inbox/login", data={"token": "owner-secret", "next": "/inbox"},
                                       headers={"X-Forwarded-For": "203.0.113.9"})
     assert other.status_code == 303
@@ -727,7 +727,7 @@ async def test_logging_out_revokes_the_session_even_for_a_replayed_cookie(start_
     harness = await start_desk(owner={"token": "owner-secret"})
     await login(harness.client)
     replay = httpx.AsyncClient(transport=harness.client._transport, base_url="http://desk.test",
-                               cookies={"handoff_owner": harness.client.cookies["handoff_owner"]})
+                               cookies={"handoff_session": harness.client.cookies["handoff_session"]})
     assert (await replay.get("/inbox")).status_code == 200  # a copy of the cookie works while signed in
     csrf = csrf_of((await harness.client.get("/inbox")).text)
     assert (await harness.client.post("/inbox/logout", data={"csrf": csrf})).headers["location"] == "/inbox/login"

@@ -50,7 +50,7 @@ EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,255}\.[^@\s.]{1,63}")
 def person_id(value: str) -> str:
     """A person's id: lower-case letters, digits, `-` and `_`, starting with a letter, at
     most 40 characters ("olga", "ben-k"); it appears in routes (`person:olga`) and the CLI."""
-    if not isinstance(value, str) or not PERSON_ID.fullmatch(value):
+    if not PERSON_ID.fullmatch(value):
         raise ValueError("must be 1-40 lower-case letters, digits, '-' or '_', starting with a letter, such as olga")
     return value
 
@@ -58,7 +58,7 @@ def person_id(value: str) -> str:
 def email_address(value: str) -> str:
     """An e-mail address as given; compared case-insensitively by the directory. Refused,
     not repaired, when it does not look like one."""
-    if not isinstance(value, str) or not EMAIL.fullmatch(value.strip()) or value != value.strip():
+    if not EMAIL.fullmatch(value.strip()) or value != value.strip():
         raise ValueError("must be an e-mail address such as olga@example.com, with no surrounding spaces")
     return value
 

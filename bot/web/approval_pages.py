@@ -7,8 +7,9 @@ and the decision is the approvals' compare-and-set, so the link works once and a
 answer changes nothing.
 
 A link proves only that its holder has it, not who they are. When two people must approve,
-the page counts a decision only from a browser signed in to the inbox (the owner, one
-identity); a bare link's decision is refused, saying so, and recorded.
+the page counts a decision only from a browser signed in to the inbox as a person (with the
+agent role or above), and counts it as that person; a bare link's decision, or one from the
+owner token's service session, is refused, saying so, and recorded.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
 from bot.config import Config
-from bot.domain.approvals import ANSWERS, OWNER, PENDING, Approvals, DecisionOutcome
+from bot.config.people import Role
+from bot.domain.approvals import ANSWERS, PENDING, Approvals, DecisionOutcome
 from bot.domain.conversations import Conversations
+from bot.domain.people import Actor
 from bot.domain.rendering import Renderer
-from bot.domain.revocations import Revocations
 from bot.errors import NotFound
 from bot.runtime.clock import Clock
 from bot.store.models import Approval
 from bot.web.deps import ConfigDep, app_desk
-from bot.web.inbox import OwnerSessions, signed_in_session
+from bot.web.inbox import session_of
 from bot.web.pages import link_not_valid, render_page, same_origin
 from channels.base import pretty_arguments
 
@@ -49,17 +51,21 @@ ENDED = {
 @dataclass(frozen=True)
 class DecisionPages:
     """The services the decision page reads: the approvals, the subscriber's name, and the
-    owner's inbox session (a verified identity)."""
+    inbox session of whoever opens the page (a verified identity)."""
 
     approvals: Approvals
     conversations: Conversations
     renderer: Renderer
     clock: Clock
     config: Config
-    revocations: Revocations
 
-    async def owner_signed_in(self, request: Request) -> bool:
-        return await signed_in_session(request, OwnerSessions(self.config), self.revocations) is not None
+    async def signed_in(self, request: Request) -> Actor | None:
+        """Who the browser is signed in to the inbox as, when they may decide (the agent role
+        or above); None otherwise."""
+        session = await session_of(request)
+        if session is None or not session.role.allows(Role.AGENT):
+            return None
+        return Actor.of_person(session.person, "link") if session.person else Actor.owner_token("link")
 
     async def load(self, token: str) -> Approval | None:
         approval_id = self.approvals.approval_id(token)
@@ -90,7 +96,7 @@ async def decision_pages(request: Request) -> DecisionPages:
     """The approval page's services, taken from the desk in one lookup (one dependency
     solved per request instead of four)."""
     desk = app_desk(request)
-    return DecisionPages(desk.approvals, desk.conversations, desk.renderer, desk.clock, desk.config, desk.revocations)
+    return DecisionPages(desk.approvals, desk.conversations, desk.renderer, desk.clock, desk.config)
 
 
 DecisionPagesDep = Annotated[DecisionPages, Depends(decision_pages)]
@@ -101,7 +107,7 @@ async def show(token: str, request: Request, pages: DecisionPagesDep) -> HTMLRes
     approval = await pages.load(token)
     if approval is None:
         return pages.not_found()
-    return await pages.page(approval, token, signed_in=await pages.owner_signed_in(request))
+    return await pages.page(approval, token, signed_in=await pages.signed_in(request) is not None)
 
 
 @router.post("/a/{token}", response_class=HTMLResponse)
@@ -123,10 +129,12 @@ async def decide(token: str, request: Request, pages: DecisionPagesDep, config: 
                 if len(value) > limit]
     if too_long:
         return await pages.page(approval, token, status=400, notice=f"Nothing was decided: {'; '.join(too_long)}.")
-    signed_in = await pages.owner_signed_in(request)
+    actor = await pages.signed_in(request)
+    signed_in = actor is not None
+    by = actor.name if actor is not None and actor.is_person else (f"{name} (decision link)" if name else "decision link holder")
     result = await pages.approvals.decide(
-        approval.id, approve=choice == "approve", by=f"{name} (decision link)" if name else "decision link holder",
-        via="link", voter=OWNER if signed_in else None, reason=reason or None, always_allow=form.get("always") == "yes",
+        approval.id, approve=choice == "approve", by=by, via="link", voter=actor.voter if actor else None,
+        reason=reason or None, always_allow=form.get("always") == "yes",
     )
     after = await pages.approvals.get(approval.id)
     if result.outcome is DecisionOutcome.DECIDED:

@@ -16,11 +16,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
+from bot.config.people import Role
 from bot.domain.reports import Distribution, Reports, ReportSummary
 from bot.errors import DeskError
 from bot.web.charts import Bar, columns, rows
 from bot.web.deps import ChannelsDep, ClockDep, ConfigDep, RendererDep, app_desk
-from bot.web.inbox import Owner, current_owner, page
+from bot.web.inbox import SignedIn, needs, page
 
 reports_page = APIRouter()
 
@@ -142,7 +143,7 @@ def _view(summary: ReportSummary) -> dict[str, Any]:
 @reports_page.get("/inbox/reports", response_class=HTMLResponse, include_in_schema=False)
 async def reports(
     request: Request, renderer: RendererDep, clock: ClockDep, config: ConfigDep, channels: ChannelsDep,
-    owner: Owner = Depends(current_owner), found: Reports = Depends(reports_of),
+    owner: SignedIn = Depends(needs(Role.VIEWER)), found: Reports = Depends(reports_of),
 ) -> HTMLResponse:
     known = {a.id: a.label for a in channels.adapters()}
     routes = {route.id: route.label for route in config.routes}
@@ -162,7 +163,7 @@ async def reports(
 @reports_page.get("/inbox/reports.csv", include_in_schema=False)
 async def reports_csv(
     request: Request, clock: ClockDep, config: ConfigDep, channels: ChannelsDep,
-    owner: Owner = Depends(current_owner), found: Reports = Depends(reports_of),
+    owner: SignedIn = Depends(needs(Role.VIEWER)), found: Reports = Depends(reports_of),
 ) -> Response:
     """The rows behind the page: one line per local day and channel (or route), then the
     summary's figures, as the page shows them."""

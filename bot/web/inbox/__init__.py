@@ -57,7 +57,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from bot.web.inbox import actions, handoff_page, listing, login
-from bot.web.inbox.owner import Owner, OwnerSessions, current_owner, install_inbox_errors, page, signed_in_session
+from bot.web.inbox.owner import SignedIn, install_inbox_errors, needs, page, posts, session_of
 from bot.web.inbox.view import InboxView
 
 # The inbox's routes, in the order they always had
@@ -68,5 +68,5 @@ inbox.include_router(handoff_page.router)
 inbox.include_router(actions.router)
 
 __all__ = [
-    "InboxView", "Owner", "OwnerSessions", "current_owner", "inbox", "install_inbox_errors", "page", "signed_in_session",
+    "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",
 ]

@@ -10,11 +10,12 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form
 from fastapi.responses import Response
 
-from bot.domain.approvals import ANSWERS, OWNER, DecisionOutcome
+from bot.config.people import Role
+from bot.domain.approvals import ANSWERS, DecisionOutcome
 from bot.errors import DeskError
 from bot.store.vocabulary import Outcome, ReleaseReason
 from bot.web.deps import ApprovalsDep, HandoffsDep, InboundDep, RendererDep
-from bot.web.inbox.owner import Owner, page, redirect, verified_post
+from bot.web.inbox.owner import SignedIn, page, posts, redirect
 from bot.web.inbox.view import ENDED, InboxViewDep
 from bot.web.inbox_routes import NoInboxLine, inbox_line
 from channels.base import RecipientText
@@ -28,7 +29,7 @@ router = APIRouter()
 @router.post("/inbox/handoffs/{sid}/reply", include_in_schema=False)
 async def reply(
     sid: str, view: InboxViewDep, inbound: InboundDep, renderer: RendererDep,
-    text: str = Form(default=""), nonce: str = Form(default=""), owner: Owner = Depends(verified_post),
+    text: str = Form(default=""), nonce: str = Form(default=""), owner: SignedIn = Depends(posts(Role.AGENT)),
 ) -> Response:
     """The owner's reply, as a recipient's reply on the owner inbox channel: straight to the
     handoff's thread, or on a route from the inbox's recipient thread, where the first reply
@@ -55,7 +56,7 @@ async def reply(
 @router.post("/inbox/handoffs/{sid}/release", include_in_schema=False)
 async def release(
     sid: str, handoffs: HandoffsDep, renderer: RendererDep,
-    outcome: str = Form(default=Outcome.RESOLVED), note: str = Form(default=""), owner: Owner = Depends(verified_post),
+    outcome: str = Form(default=Outcome.RESOLVED), note: str = Form(default=""), owner: SignedIn = Depends(posts(Role.AGENT)),
 ) -> Response:
     # A value is never silently changed: an unknown outcome or an over-long note is refused
     # with the field named, instead of becoming "resolved" or being cut.
@@ -68,7 +69,7 @@ async def release(
     chosen = Outcome(outcome)
     try:
         result = await handoffs.release(
-            sid, reason=ReleaseReason.OWNER, actor="owner (inbox)", outcome=chosen, note=note
+            sid, reason=ReleaseReason.OWNER, actor=owner.actor().label, outcome=chosen, note=note
         )
     except DeskError as exc:
         return page(renderer, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
@@ -80,7 +81,7 @@ async def release(
 
 
 @router.post("/inbox/handoffs/{sid}/claim", include_in_schema=False)
-async def claim(sid: str, view: InboxViewDep, owner: Owner = Depends(verified_post)) -> Response:
+async def claim(sid: str, view: InboxViewDep, owner: SignedIn = Depends(posts(Role.AGENT))) -> Response:
     """Take a route's handoff from the inbox under the owner's name. The handoff service's
     compare-and-set decides: the first claim anywhere wins, a later one changes nothing. On
     a route that notified the owner inbox the claim names that thread, so the subscriber's
@@ -102,9 +103,9 @@ async def claim(sid: str, view: InboxViewDep, owner: Owner = Depends(verified_po
 
 
 @router.post("/inbox/handoffs/{sid}/form-link", include_in_schema=False)
-async def new_form_link(sid: str, handoffs: HandoffsDep, owner: Owner = Depends(verified_post)) -> Response:
+async def new_form_link(sid: str, handoffs: HandoffsDep, owner: SignedIn = Depends(posts(Role.AGENT))) -> Response:
     try:
-        await handoffs.reissue_form_link(sid, actor="owner (inbox)")
+        await handoffs.reissue_form_link(sid, actor=owner.actor().label)
     except DeskError as exc:
         return redirect(f"/inbox/handoffs/{sid}?notice={quote(exc.message)}")
     notice = "A new return-form link was issued and sent to the recipient; older links no longer work."
@@ -115,7 +116,7 @@ async def new_form_link(sid: str, handoffs: HandoffsDep, owner: Owner = Depends(
 async def decide_approval(
     aid: str, approvals: ApprovalsDep, renderer: RendererDep,
     decision: str = Form(default=""), reason: str = Form(default=""), always: str = Form(default=""),
-    owner: Owner = Depends(verified_post),
+    owner: SignedIn = Depends(posts(Role.AGENT)),
 ) -> Response:
     """Approve or deny from the inbox: the approvals' compare-and-set decides, so only the
     first answer on a pending, unexpired approval counts; the action runs before we answer."""
@@ -126,7 +127,7 @@ async def decide_approval(
                      message=f"reason: at most {MAX_RELEASE_NOTE} characters, got {len(reason.strip())}; nothing was decided.")
     try:
         result = await approvals.decide(
-            aid, approve=decision == "approve", by="owner (inbox)", via="inbox", voter=OWNER,
+            aid, approve=decision == "approve", by=owner.actor().label, via="inbox", voter=owner.actor().voter,
             reason=reason.strip() or None, always_allow=always == "yes",
         )
     except DeskError as exc:

@@ -12,13 +12,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from bot.config.people import Role
 from bot.domain.conversations import message_view, speaker
 from bot.domain.handoffs import stored_fields
 from bot.store.audit import event_view
 from bot.store.models import HandoffSession
 from bot.store.vocabulary import Outcome
 from bot.web.deps import ConversationsDep, HandoffsDep, RendererDep, SatisfactionDep
-from bot.web.inbox.owner import Owner, current_owner, page
+from bot.web.inbox.owner import SignedIn, needs, page
 from bot.web.inbox.view import InboxViewDep
 from bot.web.pages import secure_headers
 from bot.web.timeline import timeline
@@ -45,7 +46,7 @@ def _returned_view(handoff: HandoffSession) -> dict[str, Any]:
 @router.get("/inbox/handoffs/{sid}", response_class=HTMLResponse, include_in_schema=False)
 async def handoff_page(
     sid: str, view: InboxViewDep, handoffs: HandoffsDep, conversations: ConversationsDep, renderer: RendererDep,
-    satisfaction: SatisfactionDep, notice: str = "", owner: Owner = Depends(current_owner),
+    satisfaction: SatisfactionDep, notice: str = "", owner: SignedIn = Depends(needs(Role.VIEWER)),
 ) -> HTMLResponse:
     handoff = await handoffs.get(sid)
     conversation = await conversations.get(handoff.conversation_id)
@@ -72,7 +73,7 @@ async def handoff_page(
 async def handoff_updates(
     sid: str, view: InboxViewDep, handoffs: HandoffsDep, conversations: ConversationsDep,
     after: int = Query(default=0, ge=0, le=2**63 - 1), wait: float = Query(default=25, ge=0, le=30),
-    owner: Owner = Depends(current_owner),
+    owner: SignedIn = Depends(needs(Role.VIEWER)),
 ) -> JSONResponse:
     """Long-poll for the live transcript: returns as soon as something new is there."""
     handoff = await handoffs.get(sid)

@@ -9,9 +9,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from bot.config.people import Role
 from bot.store.vocabulary import HandoffState
 from bot.web.deps import ConfigDep, RendererDep
-from bot.web.inbox.owner import Owner, current_owner, page
+from bot.web.inbox.owner import SignedIn, needs, page
 from bot.web.inbox.view import InboxViewDep
 from bot.web.pages import secure_headers
 
@@ -51,7 +52,7 @@ def _decided_json(card: dict[str, Any]) -> dict[str, Any]:
 
 @router.get("/inbox", response_class=HTMLResponse, include_in_schema=False)
 async def inbox_list(
-    view: InboxViewDep, renderer: RendererDep, config: ConfigDep, notice: str = "", owner: Owner = Depends(current_owner),
+    view: InboxViewDep, renderer: RendererDep, config: ConfigDep, notice: str = "", owner: SignedIn = Depends(needs(Role.VIEWER)),
 ) -> HTMLResponse:
     version = await view.list_version()  # before the read: a change in between shows next poll
     return page(
@@ -64,7 +65,7 @@ async def inbox_list(
 async def list_updates(
     view: InboxViewDep,
     since: str = Query(default="", max_length=64), wait: float = Query(default=LIST_MAX_WAIT, ge=0, le=LIST_MAX_WAIT),
-    owner: Owner = Depends(current_owner),
+    owner: SignedIn = Depends(needs(Role.VIEWER)),
 ) -> JSONResponse:
     """Long-poll for the list page: `{version, changed: false}` after `wait` seconds when
     nothing changed since `since`, else at once the whole list (`changed: true`)."""

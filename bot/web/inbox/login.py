@@ -1,6 +1,7 @@
-"""The pages around the owner's session: sign in (wrong tokens counted per address,
-bot/web/login_attempts.py), sign out (revoked on the server), the name replies carry
-(bot/web/owner_name.py), and the stylesheet every inbox page links.
+"""The pages around a session: sign in (wrong tokens counted per address,
+bot/web/login_attempts.py), sign out (the session revoked on the server), the name the owner
+token's replies carry (bot/web/owner_name.py; a person replies under their own name), and
+the stylesheet every inbox page links.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from bot.config.people import Role
 from bot.domain.rendering import Renderer
 from bot.runtime.paths import TEMPLATES_DIR
-from bot.web.deps import ClockDep, ConfigDep, RendererDep, RevocationsDep
-from bot.web.inbox.owner import COOKIE, Owner, OwnerSessions, current_owner, page, redirect, verified_post
+from bot.web.deps import ClockDep, ConfigDep, RendererDep, app_desk
+from bot.web.inbox.owner import COOKIE, SignedIn, name_cookie, needs, page, posts, redirect, set_session_cookie
 from bot.web.login_attempts import LoginAttemptsDep
 from bot.web.owner_name import InvalidName, parse_name
 from bot.web.pages import same_origin
@@ -52,10 +54,9 @@ async def login(
             attempts.failed(client)
             return redirect(f"/inbox/login?failed=1&next={quote(_safe_next(next))}")
         attempts.succeeded(client)
-    sessions = OwnerSessions(config)
-    _session_id, value = sessions.issue_cookie()
+    token_value, _session = await app_desk(request).sessions.open(None, via="owner_token")
     response = redirect(_safe_next(next))
-    sessions.set_owner_cookie(response, value)
+    set_session_cookie(config, response, token_value)
     return response
 
 
@@ -68,23 +69,26 @@ def _locked_out(renderer: Renderer, seconds: int, until: datetime) -> HTMLRespon
 
 
 @router.post("/inbox/logout", include_in_schema=False)
-async def logout(revocations: RevocationsDep, owner: Owner = Depends(verified_post)) -> Response:
-    """Sign this session out on the server too: its cookie, replayed, is refused from now on."""
-    await revocations.revoke(owner.session_id, expires_at=owner.expires_at)
+async def logout(request: Request, owner: SignedIn = Depends(posts(Role.VIEWER))) -> Response:
+    """Sign this session out on the server: its cookie, replayed, is refused from now on."""
+    await app_desk(request).sessions.revoke(
+        owner.session.token_hash, actor=owner.actor().label,
+        person_id=owner.person.id if owner.person else None,
+    )
     response = redirect("/inbox/login")
     response.delete_cookie(COOKIE, path="/")
     return response
 
 
 @router.get("/inbox/name", response_class=HTMLResponse, include_in_schema=False)
-async def name_page(renderer: RendererDep, next: str = "/inbox", owner: Owner = Depends(current_owner)) -> HTMLResponse:
+async def name_page(renderer: RendererDep, next: str = "/inbox", owner: SignedIn = Depends(needs(Role.AGENT))) -> HTMLResponse:
     return page(renderer, "inbox/name.html", owner, next=_safe_next(next), typed=owner.name, problem="")
 
 
 @router.post("/inbox/name", include_in_schema=False)
 async def set_name(renderer: RendererDep, name: str = Form(default=""), next: str = Form(default="/inbox"),
-                   owner: Owner = Depends(verified_post)) -> Response:
-    """Remember, in this browser, the name subscribers see on this owner's replies."""
+                   owner: SignedIn = Depends(posts(Role.AGENT))) -> Response:
+    """Remember, in this browser, the name subscribers see on the owner token's replies."""
     try:
         chosen = parse_name(name)
     except InvalidName as exc:
@@ -93,7 +97,7 @@ async def set_name(renderer: RendererDep, name: str = Form(default=""), next: st
     target = _safe_next(next)
     notice = quote(f"Subscribers now see your replies as {chosen}.")
     response = redirect(f"{target}{'&' if '?' in target else '?'}notice={notice}")
-    owner.sessions.name_cookie().store(response, chosen)
+    name_cookie(owner.config).store(response, chosen)
     return response
 
 

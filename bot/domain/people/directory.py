@@ -1,0 +1,237 @@
+"""The directory of people: who they are, their role, and the provider identities that are
+theirs.
+
+Rows come from three places — the config's `people:` (applied on every start), the command
+line and the inbox's admin page — and single sign-on may add a person on their first sign-in.
+Nobody is ever deleted: `disable` keeps their history pointing at them and ends their
+sessions and tokens at once (bot/domain/people/sessions.py, tokens.py check `disabled_at` on
+every request too).
+
+An identity (`PersonIdentity`) is a provider's id of a person. It belongs to at most one
+person: linking one that is someone else's is refused, never moved. `resolve` is what the
+channels' inbound path asks ("who is Slack user U024…?"); it is one indexed read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
+
+from bot.config.people import PersonConfig, Role, email_address, person_id, timezone_name
+from bot.errors import Conflict, DeskError, found
+from bot.runtime.clock import Clock
+from bot.store import audit
+from bot.store.db import Database
+from bot.store.models import ApiToken, Person, PersonIdentity, PersonSession
+
+
+class InvalidPerson(DeskError):
+    code = "invalid_person"
+    status = 422
+
+
+class IdentityTaken(Conflict):
+    """The identity is already another person's."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying the config's roster did."""
+
+    added: tuple[str, ...]
+    updated: tuple[str, ...]
+
+
+def email_key(email: str) -> str:
+    return email.strip().lower()
+
+
+class People:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db, self.clock = db, clock
+
+    # ------------------------------------------------------------------ reads
+
+    async def get(self, pid: str) -> Person:
+        async with self.db.read() as session:
+            return found(await session.get(Person, pid), "person", pid)
+
+    async def find(self, pid: str) -> Person | None:
+        async with self.db.read() as session:
+            return await session.get(Person, pid)
+
+    async def by_email(self, email: str) -> Person | None:
+        async with self.db.read() as session:
+            return (await session.scalars(select(Person).where(col(Person.email_key) == email_key(email)))).first()
+
+    async def all(self, *, include_disabled: bool = True) -> list[Person]:
+        statement = select(Person).order_by(col(Person.name))
+        if not include_disabled:
+            statement = statement.where(col(Person.disabled_at).is_(None))
+        async with self.db.read() as session:
+            return list((await session.scalars(statement)).all())
+
+    async def count(self) -> int:
+        async with self.db.read() as session:
+            return int((await session.execute(select(func.count()).select_from(Person))).scalar_one())
+
+    async def identities(self, pid: str) -> list[PersonIdentity]:
+        async with self.db.read() as session:
+            return list((await session.scalars(
+                select(PersonIdentity).where(col(PersonIdentity.person_id) == pid).order_by(col(PersonIdentity.id)))).all())
+
+    async def resolve(self, kind: str, value: str) -> Person | None:
+        """The enabled person whose `kind` identity is `value` ("slack", "U024BE7LH"), or None.
+        E-mail identities also match the person's own address."""
+        value = email_key(value) if kind == "email" else value
+        async with self.db.read() as session:
+            person = (await session.scalars(
+                select(Person).join(PersonIdentity, col(PersonIdentity.person_id) == col(Person.id))
+                .where(col(PersonIdentity.kind) == kind, col(PersonIdentity.value) == value))).first()
+            if person is None and kind == "email":
+                person = (await session.scalars(select(Person).where(col(Person.email_key) == value))).first()
+        return person if person is not None and person.disabled_at is None else None
+
+    # ------------------------------------------------------------------ writes
+
+    async def add(self, *, pid: str, name: str, email: str, role: Role = Role.AGENT, timezone: str = "UTC",
+                  source: str, actor: str) -> Person:
+        """A new person; InvalidPerson names the field that is wrong, Conflict the id or
+        address already taken."""
+        fields = _checked(pid=pid, name=name, email=email, timezone=timezone)
+        now = self.clock.now()
+        person = Person(id=fields["id"], name=fields["name"], email=fields["email"], email_key=email_key(email),
+                        role=Role(role), timezone=fields["timezone"], source=source, created_at=now, updated_at=now)
+        try:
+            async with self.db.transaction() as session:
+                if await session.get(Person, person.id) is not None:
+                    raise Conflict(f"id: a person {person.id!r} exists already")
+                session.add(person)
+                await session.flush()
+                await audit.note(session, "person_added", at=now, actor=actor, person_id=person.id,
+                                 name=person.name, role=person.role, source=source)
+        except IntegrityError:
+            raise Conflict(f"email: {email!r} is already someone's address") from None
+        return await self.get(person.id)
+
+    async def update(self, pid: str, *, actor: str, name: str | None = None, email: str | None = None,
+                     role: Role | None = None, timezone: str | None = None) -> Person:
+        current = await self.get(pid)
+        fields = _checked(pid=pid, name=name or current.name, email=email or current.email,
+                          timezone=timezone or current.timezone)
+        values = {"name": fields["name"], "email": fields["email"], "email_key": email_key(fields["email"]),
+                  "role": Role(role or current.role), "timezone": fields["timezone"]}
+        changed = {k: v for k, v in values.items() if getattr(current, k) != v}
+        if not changed:
+            return current
+        now = self.clock.now()
+        try:
+            async with self.db.transaction() as session:
+                await session.execute(update(Person).where(col(Person.id) == pid).values(**changed, updated_at=now))
+                await audit.note(session, "person_updated", at=now, actor=actor, person_id=pid,
+                                 changed=sorted(k for k in changed if k != "email_key"))
+        except IntegrityError:
+            raise Conflict(f"email: {email!r} is already someone's address") from None
+        return await self.get(pid)
+
+    async def set_disabled(self, pid: str, disabled: bool, *, actor: str) -> Person:
+        """Disable (or enable again) a person. Disabling ends every session and API token of
+        theirs in the same transaction: the next request they make is refused."""
+        await self.get(pid)
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(Person).where(col(Person.id) == pid)
+                                  .values(disabled_at=now if disabled else None, updated_at=now))
+            if disabled:
+                await session.execute(update(PersonSession).where(col(PersonSession.person_id) == pid,
+                                                                  col(PersonSession.revoked_at).is_(None)).values(revoked_at=now))
+                await session.execute(update(ApiToken).where(col(ApiToken.person_id) == pid,
+                                                             col(ApiToken.revoked_at).is_(None)).values(revoked_at=now))
+            await audit.note(session, "person_disabled" if disabled else "person_enabled", at=now, actor=actor, person_id=pid)
+        return await self.get(pid)
+
+    async def set_password_hash(self, pid: str, password_hash: str, *, actor: str, event: str = "password_set") -> None:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(Person).where(col(Person.id) == pid).values(password_hash=password_hash, updated_at=now))
+            await audit.note(session, event, at=now, actor=actor, person_id=pid)
+
+    async def set_totp(self, pid: str, secret: str | None, *, confirmed: bool, actor: str) -> None:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(Person).where(col(Person.id) == pid).values(
+                totp_secret=secret, totp_confirmed_at=now if confirmed and secret else None, updated_at=now))
+            if confirmed or secret is None:
+                await audit.note(session, "totp_enabled" if secret else "totp_removed", at=now, actor=actor, person_id=pid)
+
+    async def link(self, pid: str, kind: str, value: str, *, verified_via: str, actor: str) -> PersonIdentity:
+        """Make `kind:value` this person's. Linking it again to the same person changes
+        nothing; another person's is refused (IdentityTaken), never moved."""
+        value = email_key(value) if kind == "email" else value
+        now = self.clock.now()
+        try:
+            async with self.db.transaction() as session:
+                existing = (await session.scalars(select(PersonIdentity).where(
+                    col(PersonIdentity.kind) == kind, col(PersonIdentity.value) == value))).first()
+                if existing is not None:
+                    if existing.person_id != pid:
+                        raise IdentityTaken(f"{kind} identity {value} is already linked to someone else")
+                    return existing
+                identity = PersonIdentity(person_id=pid, kind=kind, value=value, verified_via=verified_via, created_at=now)
+                session.add(identity)
+                await session.flush()
+                await audit.note(session, "identity_linked", at=now, actor=actor, person_id=pid, identity_kind=kind,
+                                 identity=value, verified_via=verified_via)
+        except IntegrityError:  # linked meanwhile by another instance
+            raise IdentityTaken(f"{kind} identity {value} is already linked to someone else") from None
+        return identity
+
+    async def unlink(self, pid: str, identity_id: int, *, actor: str) -> bool:
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            identity = await session.get(PersonIdentity, identity_id)
+            if identity is None or identity.person_id != pid:
+                return False
+            await session.execute(delete(PersonIdentity).where(col(PersonIdentity.id) == identity_id))
+            await audit.note(session, "identity_unlinked", at=now, actor=actor, person_id=pid,
+                             identity_kind=identity.kind, identity=identity.value)
+        return True
+
+    async def apply_config(self, roster: Sequence[PersonConfig]) -> Applied:
+        """The config's `people:` on start: new ids added, declared fields of existing ones
+        brought in line (and `disabled:` applied); nobody left out of the file is touched."""
+        added: list[str] = []
+        updated: list[str] = []
+        for declared in roster:
+            current = await self.find(declared.id)
+            if current is None:
+                await self.add(pid=declared.id, name=declared.name, email=declared.email, role=declared.role,
+                               timezone=declared.timezone, source="config", actor="config")
+                added.append(declared.id)
+            else:
+                before = (current.name, current.email, current.role, current.timezone)
+                await self.update(declared.id, actor="config", name=declared.name, email=declared.email,
+                                  role=declared.role, timezone=declared.timezone)
+                if before != (declared.name, declared.email, declared.role, declared.timezone):
+                    updated.append(declared.id)
+            if declared.disabled != ((current.disabled_at is not None) if current else False):
+                await self.set_disabled(declared.id, declared.disabled, actor="config")
+        return Applied(tuple(added), tuple(updated))
+
+
+def _checked(*, pid: str, name: str, email: str, timezone: str) -> dict[str, str]:
+    """The fields of a person, each checked with the config's own rules; InvalidPerson
+    names the first one that is wrong."""
+    checks = (("id", person_id, pid), ("email", email_address, email), ("timezone", timezone_name, timezone))
+    for field, check, value in checks:
+        try:
+            check(value)
+        except ValueError as exc:
+            raise InvalidPerson(f"{field}: {exc}") from None
+    if not 1 <= len(name) <= 80 or name != name.strip():
+        raise InvalidPerson("name: 1-80 characters with no spaces at its start or end, such as Olga from Support")
+    return {"id": pid, "name": name, "email": email, "timezone": timezone}
