@@ -18,7 +18,7 @@ from sqlmodel import col
 from bot.domain.people.directory import People
 from bot.domain.people.sessions import token_hash
 from bot.runtime.clock import Clock
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import LinkCode, Person, PersonIdentity
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -52,9 +52,9 @@ class LinkCodes:
             row = await session.get(LinkCode, token_hash(code))
             if row is None or row.used_at is not None or now >= row.expires_at:
                 return None
-            used = await session.execute(update(LinkCode).where(col(LinkCode.code_hash) == row.code_hash,
+            used = await execute_dml(session, update(LinkCode).where(col(LinkCode.code_hash) == row.code_hash,
                                                                 col(LinkCode.used_at).is_(None)).values(used_at=now))
-            if not used.rowcount:  # type: ignore[attr-defined]
+            if not used.rowcount:
                 return None
             person_id = row.person_id
         identity = await self.people.link(person_id, kind, value, verified_via="code", actor=actor)

@@ -24,7 +24,7 @@ from bot.config.people import Role, SignInConfig
 from bot.domain.people.actor import OWNER_TOKEN
 from bot.runtime.clock import Clock
 from bot.store import audit
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import Person, PersonSession
 
 TOUCH_EVERY = timedelta(minutes=1)
@@ -86,14 +86,14 @@ class Sessions:
             return None
         if now - row.last_seen_at >= TOUCH_EVERY:
             async with self.db.transaction() as session:
-                await session.execute(update(PersonSession).where(col(PersonSession.token_hash) == digest).values(last_seen_at=now))
+                await execute_dml(session, update(PersonSession).where(col(PersonSession.token_hash) == digest).values(last_seen_at=now))
             row.last_seen_at = now
         return OpenSession(digest, person, row.via, self.cookie_expiry(row))
 
     async def revoke(self, digest: str, *, actor: str, person_id: str | None) -> None:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(update(PersonSession).where(col(PersonSession.token_hash) == digest,
+            await execute_dml(session, update(PersonSession).where(col(PersonSession.token_hash) == digest,
                                                               col(PersonSession.revoked_at).is_(None)).values(revoked_at=now))
             await audit.note(session, "signed_out", at=now, actor=actor, person_id=person_id)
 
@@ -101,7 +101,7 @@ class Sessions:
         """End every session of this person (all browsers); returns how many were open."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            result = await session.execute(update(PersonSession).where(
+            result = await execute_dml(session, update(PersonSession).where(
                 col(PersonSession.person_id) == person_id, col(PersonSession.revoked_at).is_(None)).values(revoked_at=now))
             await audit.note(session, "signed_out_everywhere", at=now, actor=actor, person_id=person_id)
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        return int(result.rowcount or 0)

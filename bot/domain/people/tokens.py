@@ -19,7 +19,7 @@ from bot.domain.people.sessions import token_hash
 from bot.errors import DeskError
 from bot.runtime.clock import Clock
 from bot.store import audit
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import ApiToken, Person, new_id
 
 PREFIX = "hdp_"
@@ -78,10 +78,10 @@ class ApiTokens:
     async def revoke(self, token_id: str, *, person_id: str, actor: str) -> bool:
         now = self.clock.now()
         async with self.db.transaction() as session:
-            result = await session.execute(update(ApiToken).where(
+            result = await execute_dml(session, update(ApiToken).where(
                 col(ApiToken.id) == token_id, col(ApiToken.person_id) == person_id, col(ApiToken.revoked_at).is_(None),
             ).values(revoked_at=now))
-            changed = bool(result.rowcount)  # type: ignore[attr-defined]
+            changed = bool(result.rowcount)
             if changed:
                 await audit.note(session, "api_token_revoked", at=now, actor=actor, person_id=person_id, token_id=token_id)
         return changed
