@@ -88,6 +88,9 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             del row["first_handoff_at"]
         for row in sessions:
             del row["time_to_person_seconds"], row["duration_seconds"]
+            del row["claimed_person_id"], row["released_person_id"]  # 0021's, later still
+        for row in messages:
+            del row["person_id"]
     for row in messages:
         del row["id"]  # the database numbers them
     async with db.transaction() as session:

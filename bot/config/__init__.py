@@ -9,7 +9,7 @@ The package's modules, by concern, each importing only the ones before it
 (docs/architecture.md, "The layers"): `values` (durations, secrets, URLs, the section base),
 `problems` (key paths and messages), `sections` (server, api, owner, metrics, handoff, delivery,
 retention, logging), `agents`, `actions` (declared actions and user actions), `hours` (office-hours
-schedules), `csat` (the satisfaction question), `fronts` (the web chat and provider fronts), `root` (`Config` and the checks that span sections) and
+schedules), `csat` (the satisfaction question), `fronts` (the web chat and provider fronts), `people` (the roster, roles, sign-in), `root` (`Config` and the checks that span sections) and
 `loading` (YAML, `${VAR}`, warnings). Import from `bot.config`: every public name is
 re-exported here.
 
@@ -30,6 +30,16 @@ from bot.config.csat import PERSON_HANDLED, AskAfter, CsatConfig
 from bot.config.fronts import FRONT_ID_BASE, ProviderFront, WebFrontConfig
 from bot.config.hours import DAY_NAMES, HoursConfig, ScheduleName, Window
 from bot.config.loading import config_warnings, expand_env, load_config, yaml_problem
+from bot.config.people import (
+    EMAIL,
+    PERSON_ID,
+    PersonConfig,
+    Role,
+    SignInConfig,
+    email_address,
+    person_id,
+    timezone_name,
+)
 from bot.config.problems import ConfigError, ConfigProblem, format_path, problems_from
 from bot.config.root import DEV_SECRET_KEY, Config, exposure_problems
 from bot.config.routes import Ladder, RouteConfig, StepConfig, resolve_ladders, route_checks
@@ -115,6 +125,15 @@ __all__ = [
     "FRONT_ID_BASE",
     "ProviderFront",
     "WebFrontConfig",
+    # people
+    "EMAIL",
+    "PERSON_ID",
+    "PersonConfig",
+    "Role",
+    "SignInConfig",
+    "email_address",
+    "person_id",
+    "timezone_name",
     # root
     "DEV_SECRET_KEY",
     "Config",
