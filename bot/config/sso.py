@@ -129,6 +129,13 @@ class SsoConfig(_Section):
         each_once([domain.lower() for domain in value], "each domain once (compared in any case); repeated: {}")
         return value
 
+    @field_validator("default_role", mode="before")
+    @classmethod
+    def _default_role(cls, value: object) -> object:
+        if value not in (*Role, NO_ROLE):
+            raise ValueError("must be admin, agent, viewer or none (none refuses whom the roles do not name)")
+        return value
+
     @field_validator("role_claim")
     @classmethod
     def _claim(cls, value: str | None) -> str | None:

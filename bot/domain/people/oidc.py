@@ -81,11 +81,12 @@ class SsoRefused(DeskError):
 @dataclass(frozen=True)
 class SsoStart:
     """A sign-in under way: where to send the browser, and what its answer must match. The
-    web layer keeps it for this browser only; nonce and verifier never leave the server."""
+    web layer keeps it for this browser only; the verifier never leaves the server (the URL
+    carries its S256 challenge), and is left out of the repr so no log shows it."""
 
     url: str
     state: str
-    nonce: str = field(repr=False)
+    nonce: str
     code_verifier: str = field(repr=False)
 
 
