@@ -34,6 +34,7 @@ from channels.base import ChannelAdapter
 from tests.fake_telegram import FakeTelegram
 from tests.fake_twilio import FakeTwilio
 from tests.fakes import ScriptedChannel
+from tests.oidc_provider import oidc_provider  # noqa: F401  (a fixture: any test module may take it)
 
 POSTGRES_URL = os.environ.get("HANDOFF_TEST_POSTGRES_URL")
 SECRET = "test-secret-key-0123456789"
