@@ -9,7 +9,7 @@ The package's modules, by concern, each importing only the ones before it
 (docs/architecture.md, "The layers"): `values` (durations, secrets, URLs, the section base),
 `problems` (key paths and messages), `sections` (server, api, owner, metrics, handoff, delivery,
 retention, logging), `agents`, `actions` (declared actions and user actions), `hours` (office-hours
-schedules), `csat` (the satisfaction question), `fronts` (the web chat and provider fronts), `people` (the roster, roles, sign-in), `root` (`Config` and the checks that span sections) and
+schedules), `csat` (the satisfaction question), `fronts` (the web chat and provider fronts), `roles`, `sso` (single sign-on), `people` (the roster and sign-in), `root` (`Config` and the checks that span sections) and
 `loading` (YAML, `${VAR}`, warnings). Import from `bot.config`: every public name is
 re-exported here.
 
@@ -34,13 +34,13 @@ from bot.config.people import (
     EMAIL,
     PERSON_ID,
     PersonConfig,
-    Role,
     SignInConfig,
     email_address,
     person_id,
     timezone_name,
 )
 from bot.config.problems import ConfigError, ConfigProblem, format_path, problems_from
+from bot.config.roles import Role
 from bot.config.root import DEV_SECRET_KEY, Config, exposure_problems
 from bot.config.routes import Ladder, RouteConfig, StepConfig, resolve_ladders, route_checks
 from bot.config.sections import (
@@ -53,6 +53,7 @@ from bot.config.sections import (
     RetentionSettings,
     ServerConfig,
 )
+from bot.config.sso import NO_ROLE, SsoConfig, is_loopback_host, issuer_url
 from bot.config.values import (
     SIGNING_SECRET_HELP,
     DataSize,
@@ -129,11 +130,17 @@ __all__ = [
     "EMAIL",
     "PERSON_ID",
     "PersonConfig",
-    "Role",
     "SignInConfig",
     "email_address",
     "person_id",
     "timezone_name",
+    # roles
+    "Role",
+    # sso
+    "NO_ROLE",
+    "SsoConfig",
+    "is_loopback_host",
+    "issuer_url",
     # root
     "DEV_SECRET_KEY",
     "Config",

@@ -15,33 +15,13 @@ from __future__ import annotations
 import re
 import zoneinfo
 from datetime import timedelta
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from bot.config.roles import Role as Role  # re-exported: the people section is where callers look for it
+from bot.config.sso import SsoConfig
 from bot.config.values import Duration, _Section, between
-
-
-class Role(StrEnum):
-    """What a person may do, each role including the ones below it: a viewer reads (the
-    inbox, reports), an agent also acts on handoffs (replies, claims, releases, approval
-    votes), an admin also manages people and settings."""
-
-    VIEWER = "viewer"
-    AGENT = "agent"
-    ADMIN = "admin"
-
-    @property
-    def rank(self) -> int:
-        return _RANKS[self]
-
-    def allows(self, needed: Role) -> bool:
-        """Whether this role may do what `needed` may."""
-        return self.rank >= needed.rank
-
-
-_RANKS = {Role.VIEWER: 0, Role.AGENT: 1, Role.ADMIN: 2}
 
 PERSON_ID = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,255}\.[^@\s.]{1,63}")
@@ -110,6 +90,9 @@ class SignInConfig(_Section):
     )
     invitation_ttl: Annotated[Duration, between("10m", "30d")] = Field(
         default=timedelta(days=3), description="How long an invitation or password-reset link works (once)."
+    )
+    sso: SsoConfig | None = Field(
+        default=None, description="Single sign-on through one OpenID Connect provider; unset offers none.",
     )
     max_failures_per_account: int = Field(
         default=5, ge=1, le=1000, description="Wrong passwords for one account per 15 minutes before it must wait (429)."

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from pydantic import Field, field_validator, model_validator
 
-from bot.config.people import Role
+from bot.config.roles import Role
 from bot.config.values import OptionalSecret, _Section, each_once
 
 NO_ROLE: Literal["none"] = "none"
