@@ -273,12 +273,14 @@ def served_config() -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def desk_served(database_url: str, **overrides: Any) -> AsyncIterator[tuple[Desk, str]]:
+async def desk_served(database_url: str, port: int | None = None, **overrides: Any) -> AsyncIterator[tuple[Desk, str]]:
     """A desk (config `overrides`) behind a real uvicorn server on a free loopback port (real
-    clock), for the browser tests: yields the desk and its base URL."""
-    with socket.socket() as probe:  # a free port, known before the config (links carry it)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    clock), for the browser tests: yields the desk and its base URL. `port`: a port the test
+    chose (and told another server about) beforehand."""
+    if port is None:
+        with socket.socket() as probe:  # a free port, known before the config (links carry it)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
     desk = Desk(make_config(database_url, server={"public_url": base}, **overrides), clock=Clock(), run_timers=False)
     await desk.start()

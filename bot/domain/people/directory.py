@@ -84,6 +84,14 @@ class People:
             return list((await session.scalars(
                 select(PersonIdentity).where(col(PersonIdentity.person_id) == pid).order_by(col(PersonIdentity.id)))).all())
 
+    async def owner_of(self, kind: str, value: str) -> Person | None:
+        """The person `kind:value` is linked to, enabled or not."""
+        value = email_key(value) if kind == "email" else value
+        async with self.db.read() as session:
+            return (await session.scalars(
+                select(Person).join(PersonIdentity, col(PersonIdentity.person_id) == col(Person.id))
+                .where(col(PersonIdentity.kind) == kind, col(PersonIdentity.value) == value))).first()
+
     async def resolve(self, kind: str, value: str) -> Person | None:
         """The enabled person whose `kind` identity is `value` ("slack", "U024BE7LH"), or None.
         E-mail identities also match the person's own address."""

@@ -62,6 +62,10 @@ class SsoRefusal(StrEnum):
     DOMAIN_NOT_ALLOWED = "domain_not_allowed"
     NO_ROLE = "no_role"
     DISCOVERY_FAILED = "discovery_failed"
+    # Decided by the desk after the provider vouched (bot/web/inbox/sso.py)
+    NOT_A_PERSON = "not_a_person"
+    PERSON_DISABLED = "person_disabled"
+    IDENTITY_TAKEN = "identity_taken"
 
 
 class SsoRefused(DeskError):

@@ -18,6 +18,7 @@ from bot.domain.rendering import Renderer
 from bot.runtime.paths import TEMPLATES_DIR
 from bot.web.deps import ClockDep, ConfigDep, RendererDep, app_desk
 from bot.web.inbox.owner import COOKIE, SignedIn, name_cookie, needs, page, posts, redirect, set_session_cookie
+from bot.web.inbox.sso import login_link
 from bot.web.login_attempts import LoginAttemptsDep
 from bot.web.owner_name import InvalidName, parse_name
 from bot.web.pages import same_origin
@@ -31,8 +32,10 @@ async def stylesheet() -> FileResponse:
 
 
 @router.get("/inbox/login", include_in_schema=False)
-async def login_page(renderer: RendererDep, next: str = "/inbox", failed: bool = False) -> HTMLResponse:
-    return page(renderer, "inbox/login.html", next=_safe_next(next), failed=failed, status=401 if failed else 200)
+async def login_page(renderer: RendererDep, config: ConfigDep, next: str = "/inbox", failed: bool = False) -> HTMLResponse:
+    sso = config.sign_in.sso
+    return page(renderer, "inbox/login.html", next=_safe_next(next), failed=failed, status=401 if failed else 200,
+                sso_link=login_link(config, next), sso_label=sso.label if sso else "")
 
 
 @router.post("/inbox/login", include_in_schema=False)
