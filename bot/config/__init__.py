@@ -43,6 +43,7 @@ from bot.config.sections import (
     RetentionSettings,
     ServerConfig,
 )
+from bot.config.sso import NO_ROLE, SsoConfig, is_loopback_host, issuer_url
 from bot.config.values import (
     SIGNING_SECRET_HELP,
     DataSize,
@@ -129,4 +130,9 @@ __all__ = [
     "expand_env",
     "load_config",
     "yaml_problem",
+    # sso
+    "NO_ROLE",
+    "SsoConfig",
+    "is_loopback_host",
+    "issuer_url",
 ]
