@@ -31,7 +31,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from bot.config.sso import SsoConfig
+from bot.config import SsoConfig
 
 PROVIDER_DIR = Path(__file__).resolve().parent / "oidc_provider"
 SCRIPT = PROVIDER_DIR / "provider.mjs"

@@ -155,4 +155,9 @@ __all__ = [
     "expand_env",
     "load_config",
     "yaml_problem",
+    # sso
+    "NO_ROLE",
+    "SsoConfig",
+    "is_loopback_host",
+    "issuer_url",
 ]

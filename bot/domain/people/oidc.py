@@ -35,8 +35,8 @@ from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, InvalidKeyIdError, JoseError, MissingClaimError
 from joserfc.jwk import KeySet
 
+from bot.config import SsoConfig, is_loopback_host
 from bot.config.people import Role
-from bot.config.sso import SsoConfig, is_loopback_host
 from bot.errors import DeskError
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
