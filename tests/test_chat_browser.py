@@ -168,6 +168,111 @@ async def test_on_a_phone_the_newest_message_stays_above_the_composer(served: tu
     assert page.problems == []
 
 
+# The subscriber's place in the transcript while messages arrive: at (or near) the bottom they
+# follow the newest message; scrolled up to read, they stay where they are.
+
+RENDERED = "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
+FROM_THE_BOTTOM = """() => { const log = document.getElementById("log");
+  return log.scrollHeight - log.scrollTop - log.clientHeight; }"""
+
+
+async def an_overflowing_chat(desk: Desk, base: str, page: Any) -> str:
+    """A chat on a phone, longer than the screen, its newest message in view: the conversation's id."""
+    from sqlalchemy import select
+
+    from bot.store.models import Conversation
+
+    await page.set_viewport_size({"width": 375, "height": 812})
+    await page.goto(f"{base}/chat")
+    await send(page, "Hi!")
+    await page.wait_for_selector(".msg.agent >> text=I'm Assistant")
+    async with desk.db.read() as session:
+        cid = str((await session.scalars(select(Conversation.id))).one())
+    for n in range(6):
+        await desk.router.subscriber_message(cid, f"Earlier question {n}: " + "and a few more words " * 4)
+    await page.wait_for_function("() => document.querySelectorAll('#log .msg.agent').length === 8")  # greeting, 1 + 6 answers
+    await page.wait_for_function(NEWEST_IN_VIEW)
+    layout = await page.evaluate(LAYOUT)
+    assert layout["messagesHeight"] > layout["innerHeight"], f"too few messages to scroll; this proves nothing: {layout}"
+    return cid
+
+
+async def scroll_to(page: Any, from_the_bottom: float) -> None:
+    """The subscriber scrolls the transcript with the mouse wheel until it is this far from its end."""
+    log = await page.locator("#log").bounding_box()
+    await page.mouse.move(log["x"] + log["width"] / 2, log["y"] + log["height"] / 2)
+    await page.mouse.wheel(0, await page.evaluate(FROM_THE_BOTTOM) - from_the_bottom)
+    await page.wait_for_function(f"() => Math.abs(({FROM_THE_BOTTOM})() - {from_the_bottom}) < 1")
+
+
+async def assert_newest_above_the_composer(page: Any, text: str, when: str) -> None:
+    await page.wait_for_selector(f"#log .msg:last-child >> text={text}")
+    await page.evaluate(RENDERED)  # the frame after it, where scrolling and resizes have run
+    layout = await page.evaluate(LAYOUT)
+    last, composer = layout["last"], layout["composer"]
+    assert last["bottom"] <= composer["top"], f"{when}: the newest message ends under the composer: {layout}"
+    assert last["bottom"] <= layout["innerHeight"], f"{when}: the newest message ends below the screen: {layout}"
+    assert last["top"] >= layout["log"]["top"], f"{when}: the newest message is not in view: {layout}"
+
+
+async def test_on_a_phone_the_newest_message_stays_in_view_as_messages_arrive(served: tuple[Desk, str], page: Any) -> None:
+    from sqlalchemy import select
+
+    from bot.store.models import HandoffSession
+
+    desk, base = served
+    await an_overflowing_chat(desk, base, page)
+    await scroll_to(page, 0)
+
+    # the subscriber's message, the assistant's answer and the banner that appears with it
+    await send(page, "My parcel is late. Can I talk to a person?")
+    await page.wait_for_selector("#person >> text=Waiting for our team to join")
+    await assert_newest_above_the_composer(page, "I've asked our team to join", "the handoff starts")
+
+    async with desk.db.read() as session:
+        handoff = (await session.scalars(select(HandoffSession))).one()
+    await scroll_to(page, 40)  # near the end, not quite at it
+    reply = "Hi, Sam here. Let me look that up for you — one moment please, I'm checking with the depot."
+    await desk.handoffs.recipient_message(handoff.id, reply, author="Sam", via="test")
+    await page.wait_for_selector("#person >> text=Sam has joined the conversation.")
+    await assert_newest_above_the_composer(page, reply, "a person's reply, 40 px from the end")
+
+    await scroll_to(page, 0)
+    reply = "Found it: it left the depot this morning and arrives tomorrow before noon."
+    await desk.handoffs.recipient_message(handoff.id, reply, author="Sam", via="test")
+    await assert_newest_above_the_composer(page, reply, "a person's reply, at the end")
+
+    await page.focus("#text")  # the on-screen keyboard opens: the page gets shorter
+    await page.set_viewport_size({"width": 375, "height": 420})
+    await page.evaluate(RENDERED)
+    reply = "Anything else I can help with?"
+    await desk.handoffs.recipient_message(handoff.id, reply, author="Sam", via="test")
+    await assert_newest_above_the_composer(page, reply, "a person's reply, keyboard open")
+    assert page.problems == []
+
+
+async def test_on_a_phone_a_reply_leaves_a_subscriber_reading_history_where_they_are(
+    served: tuple[Desk, str], page: Any,
+) -> None:
+    desk, base = served
+    cid = await an_overflowing_chat(desk, base, page)
+    await scroll_to(page, 300)  # up, to read an earlier message
+    reading = await page.evaluate("() => document.getElementById('log').scrollTop")
+    assert await page.locator("#news").is_hidden()
+
+    await desk.router.subscriber_message(cid, "A message from another tab of mine.")
+    await page.wait_for_selector("#log .msg.agent:last-child >> text=I've noted that", state="attached")
+    await page.evaluate(RENDERED)
+    assert await page.evaluate("() => document.getElementById('log').scrollTop") == reading, "the subscriber was moved"
+    assert await page.evaluate(FROM_THE_BOTTOM) > 300, "the new messages did not lengthen the transcript"
+
+    assert await page.locator("#news").is_visible(), "no sign of the new messages below"
+    await page.click("#news >> text=New messages")  # the way down to them
+    await assert_newest_above_the_composer(page, "I've noted that", "after New messages")
+    await page.wait_for_selector("#news", state="hidden")
+    assert page.problems == []
+
+
 # --------------------------------------------------------------------------- the desk out of reach
 
 
