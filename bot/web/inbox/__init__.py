@@ -47,7 +47,9 @@ instance writes shows up as well. The page applies the answer in place with DOM 
 data) and never touches a form the owner is typing in.
 
 The package, one module per concern: owner.py (who is asking: sessions, CSRF, the error
-pages), login.py (sign in and out, the reply name), view.py (`InboxView`: what the pages
+pages), login.py (sign in and out, the reply name), pending.py (a sign-in halfway, between
+the password and the TOTP code), second_step.py (the TOTP step), welcome.py (invitation and
+reset links), account.py (your own account: password, TOTP, sessions), view.py (`InboxView`: what the pages
 show), listing.py (the list and its live updates), handoff_page.py (a handoff's page and its
 live transcript), actions.py (reply, release, claim, new form link, decide an approval).
 """
@@ -56,7 +58,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bot.web.inbox import actions, handoff_page, listing, login
+from bot.web.inbox import account, actions, handoff_page, listing, login, second_step, welcome
 from bot.web.inbox.owner import SignedIn, install_inbox_errors, needs, page, posts, session_of
 from bot.web.inbox.view import InboxView
 
@@ -66,6 +68,9 @@ inbox.include_router(login.router)
 inbox.include_router(listing.router)
 inbox.include_router(handoff_page.router)
 inbox.include_router(actions.router)
+inbox.include_router(second_step.router)
+inbox.include_router(welcome.router)
+inbox.include_router(account.router)
 
 __all__ = [
     "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",
