@@ -4,8 +4,13 @@ Threat model, briefly. The inbox can end handoffs and speak to subscribers, so:
 - it sits behind `owner.token`; a login sets a signed, expiring, HttpOnly, SameSite=Strict
   cookie scoped to /inbox (an inbox without a token — loopback only, see config — still
   gets the cookie, because CSRF protection hangs off it);
-- wrong tokens are counted per client address, and past `owner.max_login_failures_per_minute`
-  the address waits (429, bot/web/login_attempts.py);
+- people sign in as themselves (e-mail and password, optionally a TOTP code; invitation and
+  reset links set the password), the owner token stays as the service login (login.py,
+  second_step.py, welcome.py);
+- wrong tokens, passwords and codes are counted per client address, and past
+  `owner.max_login_failures_per_minute` the address waits (429, bot/web/login_attempts.py);
+  wrong passwords and codes for one account past `sign_in.max_failures_per_account` per
+  15 minutes make that account wait, whichever address they came from;
 - logging out revokes the session on the server (bot/domain/revocations.py): a copy of the
   cookie, replayed before it expires, is refused like no cookie at all;
 - every POST carries a CSRF token bound to that cookie, and a cross-site `Origin` or

@@ -14,7 +14,6 @@ Other pages add their sections to this one (linked identities, personal API toke
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -74,9 +73,8 @@ async def change_password(
     desk = app_desk(request)
     person = await desk.people.get(who.person.id)
     client = attempts.client(request)
-    locked = attempts.locked_for(client, person.email)
-    if locked:
-        return locked_out(desk.renderer, locked, desk.clock.now() + timedelta(seconds=locked))
+    if (waiting := locked_out(request, attempts, client, person.email)) is not None:
+        return waiting
     if person.password_hash is None or not verify_password(person.password_hash, current):
         attempts.failed(client, person.email)
         await desk.password_sign_in.failed(person, client=client, step="password_change", reason="wrong_password")
@@ -133,8 +131,10 @@ async def confirm_totp(request: Request, code: str = Form(default=""), who: Sign
 
 
 @router.post(f"{PAGE}/totp/off", include_in_schema=False)
-async def turn_off_totp(request: Request, code: str = Form(default=""), who: SignedIn = Depends(posts(Role.VIEWER))) -> Response:
-    """TOTP off, a current code required (refused while the desk requires TOTP)."""
+async def turn_off_totp(request: Request, attempts: LoginAttemptsDep, code: str = Form(default=""),
+                        who: SignedIn = Depends(posts(Role.VIEWER))) -> Response:
+    """TOTP off, a current code required (refused while the desk requires TOTP); wrong codes
+    count against the account like wrong sign-ins, so a borrowed session cannot guess one."""
     if who.person is None:
         return _no_account(request)
     desk = app_desk(request)
@@ -142,9 +142,14 @@ async def turn_off_totp(request: Request, code: str = Form(default=""), who: Sig
     if desk.config.sign_in.require_totp:
         return await account_page(request, who, status=409, field="totp",
                                   problem="totp: this desk requires it (sign_in.require_totp); it cannot be turned off")
+    client = attempts.client(request)
+    if (waiting := locked_out(request, attempts, client, person.email)) is not None:
+        return waiting
     try:
         await desk.second_factor.check(person, code)
     except CodeRefused as refused:
+        attempts.failed(client, person.email)
+        await desk.password_sign_in.failed(person, client=client, step="totp_off", reason=refused.code)
         return await account_page(request, who, status=400, field="off-code", problem=refused.message)
     await desk.second_factor.turn_off(person, actor=who.actor().label)
     return _done("TOTP is off: signing in needs your password only.")

@@ -18,7 +18,6 @@ sets are SameSite=Strict.
 from __future__ import annotations
 
 import hmac
-from datetime import timedelta
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form, Request
@@ -29,7 +28,7 @@ from bot.config.people import Role
 from bot.domain.people import SignInRefused
 from bot.domain.rendering import Renderer
 from bot.runtime.paths import TEMPLATES_DIR
-from bot.web.deps import ClockDep, ConfigDep, RendererDep, app_desk
+from bot.web.deps import ConfigDep, RendererDep, app_desk
 from bot.web.inbox.owner import COOKIE, SignedIn, name_cookie, needs, page, posts, redirect, set_session_cookie
 from bot.web.inbox.pending import locked_out, password_was_right, safe_next
 from bot.web.login_attempts import LoginAttempts, LoginAttemptsDep
@@ -58,7 +57,7 @@ async def login_page(renderer: RendererDep, config: ConfigDep, next: str = "/inb
 
 @router.post("/inbox/login", include_in_schema=False)
 async def login(
-    request: Request, config: ConfigDep, renderer: RendererDep, clock: ClockDep, attempts: LoginAttemptsDep,
+    request: Request, config: ConfigDep, renderer: RendererDep, attempts: LoginAttemptsDep,
     token: str = Form(default=""), email: str | None = Form(default=None), password: str = Form(default=""),
     next: str = Form(default="/inbox"),
 ) -> Response:
@@ -72,10 +71,8 @@ async def login(
     expected = config.owner.token
     if expected is not None:
         client = attempts.client(request)
-        locked = attempts.locked_for(client)
-        if locked:
-            return locked_out(renderer, locked, clock.now() + timedelta(seconds=locked),
-                              "Too many wrong tokens came from your address.")
+        if (waiting := locked_out(request, attempts, client, cause="Too many wrong tokens came from your address.")) is not None:
+            return waiting
         if not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
             attempts.failed(client)
             return redirect(f"/inbox/login?failed=1&next={quote(safe_next(next))}")
@@ -95,9 +92,8 @@ async def _password_login(request: Request, config: Config, renderer: Renderer, 
         return page(renderer, "inbox/error.html", status=403, title="Refused",
                     message="Signing in with a password is turned off on this desk (sign_in.passwords).")
     client = attempts.client(request)
-    locked = attempts.locked_for(client, email)
-    if locked:
-        return locked_out(renderer, locked, desk.clock.now() + timedelta(seconds=locked))
+    if (waiting := locked_out(request, attempts, client, email)) is not None:
+        return waiting
     try:
         person = await desk.password_sign_in.check(email, password, client=client)
     except SignInRefused as refused:

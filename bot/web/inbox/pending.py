@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
@@ -25,7 +25,6 @@ from fastapi.responses import HTMLResponse, Response
 from bot.config import Config
 from bot.domain.people import totp_on
 from bot.domain.people.credentials import password_fingerprint
-from bot.domain.rendering import Renderer
 from bot.runtime.timed_tokens import TimedTokens, TokenRefused
 from bot.store.models import Person
 from bot.web.deps import app_desk
@@ -116,10 +115,16 @@ async def password_was_right(request: Request, attempts: LoginAttempts, client: 
     return response
 
 
-def locked_out(renderer: Renderer, seconds: int, until: datetime,
-               cause: str = "Too many failed sign-ins came from your address or for this account.") -> HTMLResponse:
-    """The 429 page of an address or account with no sign-ins left for now: `cause`, and when to try again."""
-    response = page(renderer, "inbox/error.html", status=429, title="Too many attempts",
+def locked_out(request: Request, attempts: LoginAttempts, client: str, account: str | None = None,
+               cause: str = "Too many failed sign-ins came from your address or for this account.") -> HTMLResponse | None:
+    """The 429 page (`cause`, when to try again, Retry-After) while `client`, or `account`
+    when given, has no sign-ins left for now; None when it may try."""
+    seconds = attempts.locked_for(client, account)
+    if not seconds:
+        return None
+    desk = app_desk(request)
+    until = desk.clock.now() + timedelta(seconds=seconds)
+    response = page(desk.renderer, "inbox/error.html", status=429, title="Too many attempts",
                     message=f"{cause} Try again in {seconds} s (after {until.strftime('%H:%M:%S')} UTC).")
     response.headers["Retry-After"] = str(seconds)
     return response

@@ -11,8 +11,6 @@ and each code is accepted once (bot/domain/people/second_factor.py).
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
@@ -41,7 +39,7 @@ def _code_form(request: Request, renderer: Renderer, pending: HalfSignedIn, *, p
     if setup is None and not totp_on(pending.person):
         return _start_again(renderer)
     return page(renderer, "inbox/login_code.html", status=status, step_csrf=pending.csrf, setup=setup,
-                name=pending.person.name, problem=problem)
+                person_name=pending.person.name, problem=problem)
 
 
 @router.get("/inbox/login/code", include_in_schema=False)
@@ -68,9 +66,8 @@ async def code_sign_in(request: Request, config: ConfigDep, renderer: RendererDe
                     message="This form expired or came from another site. Sign in again.")
     desk = app_desk(request)
     client, person = attempts.client(request), pending.person
-    locked = attempts.locked_for(client, person.email)
-    if locked:
-        return locked_out(renderer, locked, desk.clock.now() + timedelta(seconds=locked))
+    if (waiting := locked_out(request, attempts, client, person.email)) is not None:
+        return waiting
     try:
         await _check(request, pending, code)
     except CodeRefused as refused:
