@@ -35,7 +35,7 @@ from bot.domain.handoffs import (
 )
 from bot.domain.hours import OfficeHours
 from bot.domain.idempotency import IdempotencyKeys
-from bot.domain.people import ApiTokens, LinkCodes, People, Sessions
+from bot.domain.people import ApiTokens, Invitations, LinkCodes, PasswordSignIn, People, SecondFactor, Sessions
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.reports import Reports
@@ -132,6 +132,10 @@ class Desk:
         self.sessions = Sessions(self.db, self.clock, config.sign_in)
         self.api_tokens = ApiTokens(self.db, self.clock)
         self.link_codes = LinkCodes(self.db, self.clock, self.people)
+        self.password_sign_in = PasswordSignIn(self.db, self.clock, self.people)
+        self.second_factor = SecondFactor(self.db, self.clock, self.people)
+        self.invitations = Invitations(self.people, self.sessions, secret_keys=config.signing_keys,
+                                       public_url=config.public_url, ttl=config.sign_in.invitation_ttl, clock=self.clock)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.hours = OfficeHours(config.hours, self.clock)  # the handoffs' ladders and the approvals' alike
         self.handoffs = Handoffs(

@@ -4,20 +4,22 @@ tests step time."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from bot.runtime.clock import Clock
 
 
 class TokenBuckets:
-    """One bucket per key holding up to `per_minute` tokens, refilled evenly over a minute:
-    a key may spend them all at once, then one every 60/per_minute s.
+    """One bucket per key holding up to `per_minute` tokens, refilled evenly over a minute
+    (or over `period`, for a slower door: five wrong passwords per account per 15 minutes):
+    a key may spend them all at once, then one every period/per_minute.
 
     A bucket that has filled up again is the same as none, so those are dropped once a
     minute; past `max_keys` (a flood from many addresses) the least recently used go first."""
 
-    def __init__(self, per_minute: int, clock: Clock, max_keys: int = 50_000) -> None:
-        self.capacity, self.rate = float(per_minute), per_minute / 60.0
+    def __init__(self, per_minute: int, clock: Clock, max_keys: int = 50_000, *,
+                 period: timedelta = timedelta(minutes=1)) -> None:
+        self.capacity, self.rate = float(per_minute), per_minute / period.total_seconds()
         self.clock, self.max_keys = clock, max_keys
         self._buckets: dict[str, tuple[float, datetime]] = {}  # key → (tokens, as of); oldest use first
         self._pruned: datetime | None = None

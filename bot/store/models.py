@@ -433,6 +433,7 @@ class Person(SQLModel, table=True):
     password_hash: str | None = Field(default=None, max_length=200)  # argon2id, "$argon2id$…"
     totp_secret: str | None = Field(default=None, max_length=64)
     totp_confirmed_at: datetime | None = None  # the secret counts only once a code from it was typed
+    totp_last_step: int | None = None  # the TOTP time step of the last accepted code: no code is accepted twice
     disabled_at: datetime | None = None
     created_at: datetime
     updated_at: datetime

@@ -9,6 +9,10 @@ tell which addresses exist.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+from datetime import UTC, datetime
+
 import pyotp
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
@@ -68,5 +72,23 @@ def totp_uri(secret: str, *, account: str, issuer: str = "Handoff Desk") -> str:
 
 def verify_totp(secret: str, code: str, *, at: float) -> bool:
     """A 6-digit code of `secret` at unix time `at`, one step either side allowed (clock drift)."""
+    return totp_step(secret, code, at=at) is not None
+
+
+def totp_step(secret: str, code: str, *, at: float) -> int | None:
+    """The time step (unix time // 30) whose code `code` is, at unix time `at` with one step
+    either side allowed, or None. Storing the step of each accepted code lets the caller
+    refuse the same code, or an older one, a second time."""
     code = code.replace(" ", "")
-    return len(code) == 6 and code.isdigit() and pyotp.TOTP(secret).verify(code, for_time=at, valid_window=1)
+    if len(code) != 6 or not code.isdigit():
+        return None
+    totp = pyotp.TOTP(secret)
+    now = totp.timecode(datetime.fromtimestamp(at, UTC))
+    return next((step for step in (now - 1, now, now + 1)
+                 if hmac.compare_digest(totp.generate_otp(step), code)), None)
+
+
+def password_fingerprint(stored: str | None) -> str:
+    """A short digest of a stored password hash ("none" without one): signed links and
+    half-finished sign-ins carry it, so they die once the password changes (or is first set)."""
+    return hashlib.sha256(stored.encode()).hexdigest()[:16] if stored else "none"

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
 from bot.config.people import PersonConfig, Role, email_address, person_id, timezone_name
+from bot.domain.people.credentials import password_fingerprint
 from bot.errors import Conflict, DeskError, found
 from bot.runtime.clock import Clock
 from bot.store import audit
@@ -36,6 +37,10 @@ class InvalidPerson(DeskError):
 
 class IdentityTaken(Conflict):
     """The identity is already another person's."""
+
+
+class PasswordChanged(Conflict):
+    """The password was changed (or first set) since the caller read it."""
 
 
 @dataclass(frozen=True)
@@ -162,10 +167,23 @@ class People:
             await audit.note(session, "person_disabled" if disabled else "person_enabled", at=now, actor=actor, person_id=pid)
         return await self.get(pid)
 
-    async def set_password_hash(self, pid: str, password_hash: str, *, actor: str, event: str = "password_set") -> None:
+    async def set_password_hash(self, pid: str, password_hash: str, *, actor: str, event: str = "password_set",
+                                if_fingerprint: str | None = None) -> None:
+        """Store a new password hash. With `if_fingerprint` (credentials.password_fingerprint),
+        only if the current hash still has it, checked and written in one statement: a
+        single-use link or a password change raced by another is PasswordChanged, not both."""
         now = self.clock.now()
         async with self.db.transaction() as session:
-            await session.execute(update(Person).where(col(Person.id) == pid).values(password_hash=password_hash, updated_at=now))
+            current = found(await session.get(Person, pid), "person", pid).password_hash
+            statement = update(Person).where(col(Person.id) == pid)
+            if if_fingerprint is not None:
+                if password_fingerprint(current) != if_fingerprint:
+                    raise PasswordChanged("password: it was changed meanwhile")
+                statement = statement.where(col(Person.password_hash).is_(None) if current is None
+                                            else col(Person.password_hash) == current)
+            written = await session.execute(statement.values(password_hash=password_hash, updated_at=now))
+            if not written.rowcount:  # type: ignore[attr-defined]  # changed between the read and the write
+                raise PasswordChanged("password: it was changed meanwhile")
             await audit.note(session, event, at=now, actor=actor, person_id=pid)
 
     async def set_totp(self, pid: str, secret: str | None, *, confirmed: bool, actor: str) -> None:

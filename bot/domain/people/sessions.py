@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlmodel import col
 
 from bot.config.people import Role, SignInConfig
@@ -105,3 +105,13 @@ class Sessions:
                 col(PersonSession.person_id) == person_id, col(PersonSession.revoked_at).is_(None)).values(revoked_at=now))
             await audit.note(session, "signed_out_everywhere", at=now, actor=actor, person_id=person_id)
         return int(result.rowcount or 0)
+
+    async def open_count(self, person_id: str) -> int:
+        """How many sessions of this person are still good (the account page shows it before
+        "sign out everywhere")."""
+        now = self.clock.now()
+        async with self.db.read() as session:
+            rows = (await session.scalars(select(PersonSession).where(
+                col(PersonSession.person_id) == person_id, col(PersonSession.revoked_at).is_(None),
+                col(PersonSession.expires_at) > now))).all()
+        return sum(1 for row in rows if now < self.cookie_expiry(row))

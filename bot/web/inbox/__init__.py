@@ -4,8 +4,13 @@ Threat model, briefly. The inbox can end handoffs and speak to subscribers, so:
 - it sits behind `owner.token`; a login sets a signed, expiring, HttpOnly, SameSite=Strict
   cookie scoped to /inbox (an inbox without a token — loopback only, see config — still
   gets the cookie, because CSRF protection hangs off it);
-- wrong tokens are counted per client address, and past `owner.max_login_failures_per_minute`
-  the address waits (429, bot/web/login_attempts.py);
+- people sign in as themselves (e-mail and password, optionally a TOTP code; invitation and
+  reset links set the password), the owner token stays as the service login (login.py,
+  second_step.py, welcome.py);
+- wrong tokens, passwords and codes are counted per client address, and past
+  `owner.max_login_failures_per_minute` the address waits (429, bot/web/login_attempts.py);
+  wrong passwords and codes for one account past `sign_in.max_failures_per_account` per
+  15 minutes make that account wait, whichever address they came from;
 - logging out revokes the session on the server (bot/domain/revocations.py): a copy of the
   cookie, replayed before it expires, is refused like no cookie at all;
 - every POST carries a CSRF token bound to that cookie, and a cross-site `Origin` or
@@ -47,7 +52,9 @@ instance writes shows up as well. The page applies the answer in place with DOM 
 data) and never touches a form the owner is typing in.
 
 The package, one module per concern: owner.py (who is asking: sessions, CSRF, the error
-pages), login.py (sign in and out, the reply name), sso.py (single sign-on), view.py (`InboxView`: what the pages
+pages), login.py (sign in and out, the reply name), sso.py (single sign-on), pending.py (a sign-in halfway, between
+the password and the TOTP code), second_step.py (the TOTP step), welcome.py (invitation and
+reset links), account.py (your own account: password, TOTP, sessions), view.py (`InboxView`: what the pages
 show), listing.py (the list and its live updates), handoff_page.py (a handoff's page and its
 live transcript), actions.py (reply, release, claim, new form link, decide an approval).
 """
@@ -56,7 +63,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bot.web.inbox import actions, handoff_page, listing, login, sso
+from bot.web.inbox import account, actions, handoff_page, listing, login, second_step, sso, welcome
 from bot.web.inbox.owner import SignedIn, install_inbox_errors, needs, page, posts, session_of
 from bot.web.inbox.view import InboxView
 
@@ -67,6 +74,9 @@ inbox.include_router(sso.router)
 inbox.include_router(listing.router)
 inbox.include_router(handoff_page.router)
 inbox.include_router(actions.router)
+inbox.include_router(second_step.router)
+inbox.include_router(welcome.router)
+inbox.include_router(account.router)
 
 __all__ = [
     "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",
