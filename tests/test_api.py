@@ -23,9 +23,9 @@ async def test_api_key_is_required_when_configured(start_desk: StartDesk) -> Non
 
 
 async def test_the_key_is_checked_before_the_body_type(start_desk: StartDesk) -> None:
-    """One guard per router checks both (bot/web/api.py `agent_caller`, `owner_caller`): a
-    caller without the key learns only that, whatever it sent; with the key, a body that is not
-    JSON is refused before anything runs. Decisions ask for owner.token the same way."""
+    """One guard per route checks both (bot/web/api.py `api_needs`): a caller without a key
+    learns only that, whatever it sent; with one, a body that is not JSON is refused before
+    anything runs. The agent's key may not decide approvals (403 naming the role needed)."""
     harness = await start_desk(api={"key": "k-123456"}, owner={"token": "owner-123456"})
     not_json = {"content-type": "text/plain"}
     for path in ("/api/conversations", "/api/approvals/ap_nope/decision"):
@@ -35,7 +35,8 @@ async def test_the_key_is_checked_before_the_body_type(start_desk: StartDesk) ->
     refused = await harness.client.post("/api/conversations", content=b"{}", headers={**not_json, **agent})
     assert (refused.status_code, refused.json()["error"]) == (415, "unsupported_media_type")
     agent_deciding = await harness.client.post("/api/approvals/ap_nope/decision", json={"decision": "approve"}, headers=agent)
-    assert agent_deciding.status_code == 401
+    assert (agent_deciding.status_code, agent_deciding.json()["error"]) == (403, "forbidden")
+    assert agent_deciding.json()["details"]["needed"] == "agent"
     assert "owner.token" in agent_deciding.json()["details"]["hint"]
     owner = {"Authorization": "Bearer owner-123456"}
     owner_not_json = await harness.client.post("/api/approvals/ap_nope/decision", content=b"{}", headers={**not_json, **owner})
@@ -91,7 +92,7 @@ async def test_owner_release_refuses_wrong_types_and_unasked_fields_naming_each(
     assert (await harness.handoff(sid))["state"] == "active"  # nothing released, nothing stored
     assert [m for m in await harness.messages(cid) if m["role"] == "system"] == []
     [event] = [e for e in await harness.events(sid) if e["kind"] == "release_refused"]
-    assert event["actor"] == "owner (API)"
+    assert event["actor"] == "agent (api)"  # the agent's key (here: an open API) releases as the agent
     assert set(event["detail"]["invalid"]) == {"eta_date", "refund", "colour"}
 
     # corrected; a missing required field still never blocks
