@@ -3,6 +3,16 @@
 Errors are always `{"error": code, "details": {"hint": …}}` with a fitting status; request
 bodies are validated by pydantic models that forbid unknown keys, so a misspelt field is
 an error naming it, not a silently ignored value.
+
+Who calls (`identify`): the bearer is the agent's key (`api.key`: the AI agent's side — the
+webhook bot, DeskClient, the MCP bridge — a machine that never decides approvals), the owner
+token (its service identity: admin, but nobody in a two-person approval), or a person's own
+API token (`hdp_…`, bot/domain/people/tokens.py), acting as that person with the token's role.
+Each route declares who it lets in with `api_needs(role, agent=…)`, and `ApiNeeds` is the one
+place that checks it: 401 (with `WWW-Authenticate: Bearer`) for no or an unknown credential,
+403 `forbidden` naming what is `needed` for a known one that may not. Releases and decisions
+record the caller (`Actor.label`, and its `voter`: "person:<id>", "owner", or None for the
+agent). tests/test_roles.py asks every route as every kind of caller.
 """
 
 from __future__ import annotations
