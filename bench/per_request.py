@@ -1,7 +1,7 @@
 """Per-request server CPU of the hot routes, through a real `handoff serve` process.
 
 Run:  python bench/per_request.py [--n 1000] [--cycles 200] [--repo DIR] [--against DIR] [--batch 50]
-                               [--log-level warning] [--cprofile FILE [--lines 40]]
+                               [--api-key KEY] [--log-level warning] [--cprofile FILE [--lines 40]]
 
 Where `bench/roundtrip.py` times a whole handoff, this isolates what one HTTP request costs the
 server, so the web layer's share (routing, dependencies, middleware, encoding) can be seen
@@ -24,7 +24,9 @@ Two kinds of route:
 `--repo DIR` serves the code of another checkout (its `bot/` first on PYTHONPATH).
 `--against DIR` serves this checkout (or `--repo`) and DIR side by side and alternates between
 them in batches of `--batch` requests (one handoff at a time for the cycles), so a shared,
-noisy machine slows both alike; it prints both medians and their ratio. `--cprofile FILE`
+noisy machine slows both alike; it prints both medians and their ratio. `--api-key KEY` serves
+with `api.key: KEY` and sends it on every request, so the API's caller check is measured as
+agents meet it. `--cprofile FILE`
 serves under cProfile (`bench/roundtrip.py serve-profiled`) and prints the top by own and by
 cumulative time. Nothing here asserts a threshold.
 """
@@ -53,13 +55,15 @@ CYCLE_STEPS = ("POST /api/conversations (cycle)", "POST tools/handoff_request", 
                "POST /f/{token}", "GET messages wait=25 (resumed)")
 
 
-def start_server(name: str, folder: Path, repo: Path | None, cprofile: Path | None, log_level: str) -> rt.Server:
+def start_server(name: str, folder: Path, repo: Path | None, cprofile: Path | None, log_level: str,
+                 api_key: str | None = None) -> rt.Server:
     """`handoff serve` on a fresh SQLite file, from this checkout or from `repo`."""
     command = [sys.executable, "-c", "from bot.cli import main; main()"] if repo else None
     if cprofile:  # that checkout's own roundtrip.py, which puts its checkout first on sys.path
         command = [sys.executable, str((repo or rt.ROOT).resolve() / "bench" / "roundtrip.py"), "serve-profiled", str(cprofile)]
     env = {"PYTHONPATH": str(repo.resolve())} if repo else None
-    return rt.start_desk(name, folder, f"sqlite:///{folder / f'{name}.db'}", log_level=log_level, command=command, env=env)
+    return rt.start_desk(name, folder, f"sqlite:///{folder / f'{name}.db'}", log_level=log_level, command=command, env=env,
+                         extra={"api": {"key": api_key}} if api_key else None)
 
 
 @dataclass(frozen=True)
@@ -176,8 +180,9 @@ def main(args: argparse.Namespace) -> None:
     targets: list[Target] = []
     try:
         for k, (repo, cprofile) in enumerate(sources):
-            server = start_server(f"requests-{k}", folder, repo, cprofile, args.log_level)
-            targets.append(Target(repo or rt.ROOT, server, rt.Http(server.port)))
+            server = start_server(f"requests-{k}", folder, repo, cprofile, args.log_level, args.api_key)
+            headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else None
+            targets.append(Target(repo or rt.ROOT, server, rt.Http(server.port, headers=headers)))
         if args.n:
             repeatable(targets, args.n, args.batch if args.against else args.n)
         for _ in range(args.cycles):
@@ -200,6 +205,7 @@ if __name__ == "__main__":
     parser.add_argument("--against", type=Path, metavar="DIR", help="also serve this checkout, alternating with the first")
     parser.add_argument("--batch", type=int, default=50, help="with --against: requests per turn of each server (default 50)")
     parser.add_argument("--cprofile", type=Path, metavar="FILE", help="serve under cProfile, write the stats to FILE")
+    parser.add_argument("--api-key", help="serve with this api.key and send it on every request")
     parser.add_argument("--log-level", default="warning", help="the server's logging.level (default warning; at info uvicorn logs each request)")
     parser.add_argument("--lines", type=int, default=40, help="lines of each profile top (default 40)")
     main(parser.parse_args())

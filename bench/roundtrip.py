@@ -100,13 +100,13 @@ SLOTS = COUNTERS + GC_COUNTERS
 class Http:
     """One keep-alive connection to one server; every answer must be 2xx."""
 
-    def __init__(self, port: int, timeout: float = 40.0) -> None:
-        self.port, self.timeout = port, timeout
+    def __init__(self, port: int, timeout: float = 40.0, headers: dict[str, str] | None = None) -> None:
+        self.port, self.timeout, self.headers = port, timeout, headers or {}  # `headers`: sent with every request
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
 
     def call(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> bytes:
         try:
-            self.conn.request(method, path, body=body, headers=headers or {})
+            self.conn.request(method, path, body=body, headers={**self.headers, **(headers or {})})
             response = self.conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
@@ -203,14 +203,15 @@ def handoff_command() -> list[str]:
 
 
 def start_desk(name: str, folder: Path, database_url: str, *, log_level: str, wrap: list[str] | None = None,
-               command: list[str] | None = None, env: dict[str, str] | None = None) -> Server:
+               command: list[str] | None = None, env: dict[str, str] | None = None,
+               extra: dict[str, Any] | None = None) -> Server:
     port = free_port()
     config = folder / f"{name}.yaml"
     config.write_text(json.dumps({  # JSON is YAML
         "database_url": database_url, "secret_key": SECRET,
         "server": {"host": "127.0.0.1", "port": port, "public_url": f"http://127.0.0.1:{port}"},
         "logging": {"level": log_level},
-        "channels": [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox"}],
+        "channels": [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox"}], **(extra or {}),
     }))
     argv = [*(wrap or []), *(command or handoff_command()), "serve", "-c", str(config)]
     proc = subprocess.Popen(argv, cwd=folder, stdout=subprocess.DEVNULL, stderr=open(folder / f"{name}.log", "wb"),

@@ -23,9 +23,9 @@ async def test_api_key_is_required_when_configured(start_desk: StartDesk) -> Non
 
 
 async def test_the_key_is_checked_before_the_body_type(start_desk: StartDesk) -> None:
-    """One guard per router checks both (bot/web/api.py `agent_caller`, `owner_caller`): a
-    caller without the key learns only that, whatever it sent; with the key, a body that is not
-    JSON is refused before anything runs. Decisions ask for owner.token the same way."""
+    """One guard per route checks both (bot/web/api.py `api_needs`): a caller without a key
+    learns only that, whatever it sent; with one, a body that is not JSON is refused before
+    anything runs. The agent's key may not decide approvals (403 naming the role needed)."""
     harness = await start_desk(api={"key": "k-123456"}, owner={"token": "owner-123456"})
     not_json = {"content-type": "text/plain"}
     for path in ("/api/conversations", "/api/approvals/ap_nope/decision"):
@@ -35,7 +35,8 @@ async def test_the_key_is_checked_before_the_body_type(start_desk: StartDesk) ->
     refused = await harness.client.post("/api/conversations", content=b"{}", headers={**not_json, **agent})
     assert (refused.status_code, refused.json()["error"]) == (415, "unsupported_media_type")
     agent_deciding = await harness.client.post("/api/approvals/ap_nope/decision", json={"decision": "approve"}, headers=agent)
-    assert agent_deciding.status_code == 401
+    assert (agent_deciding.status_code, agent_deciding.json()["error"]) == (403, "forbidden")
+    assert agent_deciding.json()["details"]["needed"] == "agent"
     assert "owner.token" in agent_deciding.json()["details"]["hint"]
     owner = {"Authorization": "Bearer owner-123456"}
     owner_not_json = await harness.client.post("/api/approvals/ap_nope/decision", content=b"{}", headers={**not_json, **owner})
@@ -91,7 +92,7 @@ async def test_owner_release_refuses_wrong_types_and_unasked_fields_naming_each(
     assert (await harness.handoff(sid))["state"] == "active"  # nothing released, nothing stored
     assert [m for m in await harness.messages(cid) if m["role"] == "system"] == []
     [event] = [e for e in await harness.events(sid) if e["kind"] == "release_refused"]
-    assert event["actor"] == "owner (API)"
+    assert event["actor"] == "agent (api)"  # the agent's key (here: an open API) releases as the agent
     assert set(event["detail"]["invalid"]) == {"eta_date", "refund", "colour"}
 
     # corrected; a missing required field still never blocks
@@ -265,3 +266,125 @@ async def test_a_body_that_is_not_json_is_a_400_in_the_usual_shape(start_desk: S
             assert refused.json()["error"] == "invalid_json", (path, body)
             assert refused.json()["details"]["hint"].startswith("the body is not valid JSON"), (path, body)
     assert [m["text"] for m in await harness.messages(cid)] == []
+
+
+# --------------------------------------------------------------------------- who may call what
+
+KEY, OWNER_KEY = "agent-key-0123456789abcdef", "owner-token-0123456789abcdef"
+APPROVERS = [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox"}, {"id": 2, "kind": "owner_inbox", "label": "Approvers"}]
+
+
+def test_the_api_says_who_may_call_each_route() -> None:
+    """The table of bot/web/api.py's routes: (the role a person or the owner token needs, or
+    None for no person; whether the agent's key may; whether it may on a desk with neither
+    owner.token nor people). tests/test_roles.py checks the server keeps to it."""
+    from bot.config.people import Role
+    from bot.web.api import api, declared_needs
+
+    table = {f"{method} {route.path}": (needs.role, needs.agent, needs.agent_alone)
+             for route in api.routes for needs in [declared_needs(route)] for method in route.methods}  # type: ignore[attr-defined]
+    agent_only, reads = (None, True, False), (Role.VIEWER, True, False)
+    assert table == {
+        "POST /api/conversations": agent_only, "POST /api/conversations/{cid}/messages": agent_only,
+        "GET /api/conversations/{cid}/messages": agent_only, "GET /api/conversations/{cid}/tools": agent_only,
+        "POST /api/conversations/{cid}/tools/{name}": agent_only,
+        "GET /api/handoffs": reads, "GET /api/handoffs/{sid}": reads, "GET /api/handoffs/{sid}/events": reads,
+        "POST /api/handoffs/{sid}/release": (Role.AGENT, True, False),
+        "GET /api/approvals": reads, "GET /api/approvals/{aid}": reads,
+        "POST /api/approvals/{aid}/decision": (Role.AGENT, False, True),
+        "GET /api/user_actions/{uaid}": agent_only, "POST /api/user_actions/{uaid}/step": agent_only,
+        "POST /api/user_actions/{uaid}/response": agent_only,
+    }
+
+
+async def test_a_personal_token_releases_and_votes_as_its_person(start_desk: StartDesk) -> None:
+    from bot.config.people import Role
+    from tests.approval_actions import refund_action
+    from tests.fakes import ScriptedChannel
+
+    harness = await start_desk(api={"key": KEY}, owner={"token": OWNER_KEY}, channels=APPROVERS, adapters={2: ScriptedChannel},
+                               actions=[refund_action(2, policy="ask_always", approvals_required=2)])
+    harness.client.headers["Authorization"] = f"Bearer {KEY}"  # the agent's calls
+    desk = harness.desk
+    tokens = {}
+    for pid, name in (("olga", "Olga Petrova"), ("ben", "Ben Okafor")):
+        person = await desk.people.add(pid=pid, name=name, email=f"{pid}@example.com", role=Role.AGENT, source="cli", actor="test")
+        tokens[pid] = {"Authorization": f"Bearer {(await desk.api_tokens.create(person, name='s', role=Role.AGENT, actor='test'))[0]}"}
+    cid = await harness.conversation()
+    aid = await harness.ask_approval(cid, order_id="1234", amount=25)
+    decision = f"/api/approvals/{aid}/decision"
+
+    named = await harness.client.post(decision, json={"decision": "approve", "decided_by": "Ben"}, headers=tokens["olga"])
+    assert (named.status_code, named.json()["error"]) == (422, "invalid_request")
+    assert "decided_by" in named.json()["details"]["fields"]
+    first = await harness.client.post(decision, json={"decision": "approve"}, headers=tokens["olga"])
+    assert first.status_code == 200, first.text
+    assert [(v["voter"], v["name"], v["via"]) for v in first.json()["votes"]] == [("person:olga", "Olga Petrova (api)", "api")]
+    again = await harness.client.post(decision, json={"decision": "approve"}, headers=tokens["olga"])
+    assert (again.status_code, again.json()["error"]) == (409, "approval_already_counted")
+    second = await harness.client.post(decision, json={"decision": "approve"}, headers=tokens["ben"])
+    assert second.json()["state"] == "approved", second.text
+    assert [v["voter"] for v in second.json()["votes"]] == ["person:olga", "person:ben"]
+
+    sid = (await harness.start_handoff(await harness.conversation()))["handoff_session_id"]
+    released = await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"}, headers=tokens["ben"])
+    assert released.status_code == 200, released.text
+    assert [e["actor"] for e in await harness.events(sid) if e["kind"] == "handoff_released"] == ["Ben Okafor (api)"]
+
+
+async def test_the_owner_token_decides_as_the_owner_under_the_name_it_gives(start_desk: StartDesk) -> None:
+    from tests.approval_actions import refund_action
+    from tests.fakes import ScriptedChannel
+
+    harness = await start_desk(api={"key": KEY}, owner={"token": OWNER_KEY}, channels=APPROVERS, adapters={2: ScriptedChannel},
+                               actions=[refund_action(2)])
+    harness.client.headers["Authorization"] = f"Bearer {KEY}"
+    aid = await harness.ask_approval(await harness.conversation(), order_id="1234", amount=25)
+    owner = {"Authorization": f"Bearer {OWNER_KEY}"}
+    decided = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny", "decided_by": "Kim"}, headers=owner)
+    assert decided.status_code == 200, decided.text
+    assert (decided.json()["state"], decided.json()["receipt"]["decided_by"]) == ("denied", "Kim")
+    conversations = await harness.client.post("/api/conversations", json={}, headers=owner)
+    assert (conversations.status_code, conversations.json()["error"], conversations.json()["details"]["needed"]) == (
+        403, "forbidden", "api.key")  # the agent's own routes are the agent's
+
+
+async def test_without_owner_token_or_people_the_agents_key_still_decides_as_nobody(start_desk: StartDesk) -> None:
+    """A one-operator desk, as before people: api.key is the only key there is, so it decides
+    (counted as nobody where two people must approve). Once a person exists, it no longer may."""
+    from bot.config.people import Role
+    from tests.approval_actions import refund_action
+    from tests.fakes import ScriptedChannel
+
+    harness = await start_desk(api={"key": KEY}, channels=APPROVERS, adapters={2: ScriptedChannel}, actions=[refund_action(2)])
+    harness.client.headers["Authorization"] = f"Bearer {KEY}"
+    cid = await harness.conversation()
+    aid = await harness.ask_approval(cid, order_id="1", amount=5)
+    decided = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "approve"})
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["receipt"]["decided_by"] == "agent (api)"
+
+    await harness.desk.people.add(pid="olga", name="Olga", email="olga@example.com", role=Role.ADMIN, source="cli", actor="test")
+    later = await harness.ask_approval(cid, order_id="2", amount=5)
+    refused = await harness.client.post(f"/api/approvals/{later}/decision", json={"decision": "approve"})
+    assert (refused.status_code, refused.json()["error"]) == (403, "forbidden")
+    assert (await harness.approval(later))["state"] == "pending"
+    anonymous = await harness.client.post(f"/api/approvals/{later}/decision", json={"decision": "approve"}, headers={"Authorization": ""})
+    assert (anonymous.status_code, anonymous.headers["www-authenticate"]) == (401, "Bearer")
+
+
+async def test_on_an_open_api_a_token_that_stopped_working_is_refused_not_taken_for_the_agent(start_desk: StartDesk) -> None:
+    from bot.config.people import Role
+
+    harness = await start_desk(owner={"token": OWNER_KEY})  # no api.key: the agent's routes are open, as they always were
+    person = await harness.desk.people.add(pid="olga", name="Olga", email="olga@example.com", role=Role.AGENT,
+                                           source="cli", actor="test")
+    secret, row = await harness.desk.api_tokens.create(person, name="s", role=Role.AGENT, actor="test")
+    assert (await harness.client.post("/api/conversations", json={}, headers={"Authorization": f"Bearer {secret}"})).status_code == 201
+    await harness.desk.api_tokens.revoke(row.id, person_id="olga", actor="test")
+    refused = await harness.client.post("/api/conversations", json={}, headers={"Authorization": f"Bearer {secret}"})
+    assert (refused.status_code, refused.json()["error"]) == (401, "unauthorized")
+    assert (await harness.client.post("/api/conversations", json={})).status_code == 201
+    anonymous = await harness.client.post("/api/approvals/ap_nope/decision", json={"decision": "approve"})
+    assert (anonymous.status_code, anonymous.json()["error"]) == (401, "unauthorized")  # deciding asks for someone
+    assert "owner.token" in anonymous.json()["details"]["hint"]

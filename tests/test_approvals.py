@@ -463,7 +463,7 @@ async def test_the_agents_api_key_cannot_approve_its_own_calls(start_desk: Start
     cid = await harness.conversation()
     aid = (await call(harness, cid, order_id="1", amount=5))["approval_id"]
     refused = await decide(harness, aid, "approve")
-    assert refused.status_code == 401
+    assert (refused.status_code, refused.json()["error"], refused.json()["details"]["needed"]) == (403, "forbidden", "agent")
     assert "owner.token" in refused.json()["details"]["hint"]
     assert (await harness.approval(aid))["state"] == "pending"
     decided = await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": "deny"},

@@ -359,7 +359,7 @@ async def test_the_handoff_page_shows_its_timeline_at_desktop_and_on_a_phone(ser
         steps = page.locator("#timeline > li")
         assert [await steps.nth(i).locator(".step-what").first.inner_text() for i in range(await steps.count())] == [
             "Requested", "Notified", "6 messages relayed: 3 to the person, 3 to the subscriber", "Released"]
-        assert await page.locator("#timeline > .step-released .step-detail").inner_text() == "by owner (API) · Resolved"
+        assert await page.locator("#timeline > .step-released .step-detail").inner_text() == "by agent (api) · Resolved"
         assert re.fullmatch(r"\+\d+ s", await page.locator("#timeline > .step-released .step-since").inner_text())
         relays = page.locator("#timeline details.relays")
         assert not await relays.locator(".step").first.is_visible()  # folded until opened

@@ -46,7 +46,7 @@ async def test_a_handoff_to_a_channel_reads_requested_notified_relays_released(h
         ("Notified", "Owner inbox", "+0 s"),
         ("Subscriber → person", "", "+3 min"),
         ("Person → subscriber", "Sam", "+1 min 30 s"),
-        ("Released", "by owner (API) · Resolved", "+1 h 5 min"),
+        ("Released", "by agent (api) · Resolved", "+1 h 5 min"),
     ]
 
 

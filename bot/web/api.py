@@ -3,21 +3,36 @@
 Errors are always `{"error": code, "details": {"hint": …}}` with a fitting status; request
 bodies are validated by pydantic models that forbid unknown keys, so a misspelt field is
 an error naming it, not a silently ignored value.
+
+Who calls (`identify`): the bearer is the agent's key (`api.key`: the AI agent's side — the
+webhook bot, DeskClient, the MCP bridge — a machine that never decides approvals), the owner
+token (its service identity: admin, but nobody in a two-person approval), or a person's own
+API token (`hdp_…`, bot/domain/people/tokens.py), acting as that person with the token's role.
+Each route declares who it lets in with `api_needs(role, agent=…)`, and `ApiNeeds` is the one
+place that checks it: 401 (with `WWW-Authenticate: Bearer`) for no or an unknown credential,
+403 `forbidden` naming what is `needed` for a known one that may not. Releases and decisions
+record the caller (`Actor.label`, and its `voter`: "person:<id>", "owner", or None for the
+agent). tests/test_roles.py asks every route as every kind of caller.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 
-from bot.domain.approvals import ANSWERS, OWNER, DecisionOutcome, approval_view
+from bot.config.people import Role
+from bot.domain.approvals import ANSWERS, DecisionOutcome, approval_view
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import OutcomeInput
+from bot.domain.people import Actor
+from bot.domain.people.tokens import PREFIX as TOKEN_PREFIX
 from bot.domain.satisfaction import satisfaction_view
 from bot.domain.user_actions import view as user_action_view
 from bot.errors import error_body
@@ -40,6 +55,7 @@ from bot.web.deps import (
     RouterDep,
     SatisfactionDep,
     UserActionsDep,
+    app_desk,
 )
 from bot.web.idempotency import keyed_routes
 from channels.base import WebhookRequest
@@ -49,32 +65,151 @@ MAX_WAIT_SECONDS = 30.0
 MAX_ID = 2**63 - 1
 
 
-async def agent_caller(request: Request, config: ConfigDep) -> None:
-    """The guard of the API: the caller holds api.key, and a POST says it is JSON. Both checks
-    are one dependency because FastAPI solves every dependency of a route on each request."""
-    _require_bearer(request, config.api.key, "api.key")
-    await require_json(request)
+# --------------------------------------------------------------------------- who is calling
+
+AGENT = Actor(name="agent", via="api")  # the agent's key: a machine, nobody in a vote (voter None)
 
 
-async def owner_caller(request: Request, config: ConfigDep) -> None:
-    """The guard of approval decisions. Deciding an approval is the owner's act, not the
-    agent's: the agent side holds api.key (the webhook bot, DeskClient, the MCP bridge) and
-    must not approve its own calls. With owner.token set, only it decides; without one,
-    api.key does. A POST says it is JSON, as everywhere in the API."""
-    if config.owner.token is not None:
-        _require_bearer(request, config.owner.token, "owner.token")
-    else:
-        _require_bearer(request, config.api.key, "api.key")
-    await require_json(request)
+@dataclass(frozen=True, slots=True)
+class ApiCaller:
+    """Who sent a request: the agent's key (`role` None: a machine with routes, not a role),
+    the owner token's service identity (admin, not a person), or a person through one of their
+    API tokens (the token's role, capped by theirs). `anonymous`: the agent of an API without
+    `api.key`, which sent no key because none is asked."""
+
+    actor: Actor
+    role: Role | None = None
+    anonymous: bool = False
+
+    @property
+    def is_agent(self) -> bool:
+        return self.role is None
 
 
-def _require_bearer(request: Request, key: SecretStr | None, name: str) -> None:
+AGENT_KEY = ApiCaller(AGENT)
+OPEN_API = ApiCaller(AGENT, anonymous=True)
+OWNER_SERVICE = ApiCaller(Actor.owner_token("api"), Role.ADMIN)
+_TOKEN_CALLER = "handoff.api_caller"  # the request scope's cache of a personal token's caller
+
+
+def _same(sent: str, secret: SecretStr) -> bool:
+    return hmac.compare_digest(sent.encode(), secret.get_secret_value().encode())
+
+
+async def identify(request: Request) -> ApiCaller:
+    """The caller the request's bearer names, or a 401. The agent's key is one constant-time
+    compare and no read (it is every agent call); owner.token a second compare; only a
+    personal token (`hdp_…`) reads the database. Without `api.key` the API is open: a request
+    with no known credential is the agent, as it always was — but a personal token that no
+    longer works is refused, never quietly taken for the agent."""
+    config = app_desk(request).config
+    key = config.api.key
+    scheme, _, sent = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        sent = sent.strip()
+        if key is not None and _same(sent, key):
+            return AGENT_KEY
+        if config.owner.token is not None and _same(sent, config.owner.token):
+            return OWNER_SERVICE
+        if sent.startswith(TOKEN_PREFIX):
+            return await _token_caller(request, sent)
     if key is None:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.get_secret_value().encode()):
-        raise ApiError(401, "unauthorized", f"send the header Authorization: Bearer <{name}>")
+        return OPEN_API
+    raise ApiError(401, "unauthorized", "send the header Authorization: Bearer <api.key>, <owner.token> or a personal "
+                                        "API token (hdp_…)")
+
+
+async def _token_caller(request: Request, secret: str) -> ApiCaller:
+    """A person through their token. Kept on the request, so the idempotency check and the
+    route's own dependency (bot/web/idempotency.py runs both) read the token once."""
+    cached: ApiCaller | None = request.scope.get(_TOKEN_CALLER)
+    if cached is not None:
+        return cached
+    use = await app_desk(request).api_tokens.authenticate(secret)
+    if use is None:
+        raise ApiError(401, "unauthorized", "this personal API token does not work: it was revoked, its person "
+                                            "disabled, or it never existed; make a new one at /inbox/tokens")
+    caller = ApiCaller(Actor.of_person(use.person, "api"), use.role)
+    request.scope[_TOKEN_CALLER] = caller
+    return caller
+
+
+@dataclass(frozen=True)
+class ApiNeeds:
+    """What an /api route allows, declared on the route (`api_needs`) and checked here alone:
+    a person or service whose role allows `role` (None: no person at all), the agent's key
+    when `agent`, and, with `agent_alone`, the agent's key while the desk has neither
+    owner.token nor people (a one-operator desk, where api.key is the only key there is).
+    An API without api.key is open: its agent routes take everyone, as they always did.
+
+    Called by FastAPI as the route's dependency (the caller, checked, and a POST's JSON body
+    type, in one dependency because FastAPI solves every dependency on each request), and
+    by the idempotency wrapper before a key is taken (bot/web/idempotency.py)."""
+
+    role: Role | None
+    agent: bool = False
+    agent_alone: bool = False
+
+    async def __call__(self, request: Request) -> ApiCaller:
+        caller = await identify(request)
+        if not self.allows(caller, open_api=app_desk(request).config.api.key is None):
+            if not (caller.is_agent and self.agent_alone and await _alone(request)):
+                raise self.refusal(caller)
+        await require_json(request)
+        return caller
+
+    def allows(self, caller: ApiCaller, *, open_api: bool) -> bool:
+        if caller.role is None:
+            return self.agent
+        if self.role is not None and caller.role.allows(self.role):
+            return True
+        return self.agent and open_api
+
+    def refusal(self, caller: ApiCaller) -> ApiError:
+        if caller.anonymous:
+            return ApiError(401, "unauthorized", "send the header Authorization: Bearer <owner.token> or a personal "
+                                                 "API token (hdp_…)")
+        if caller.role is None:
+            return ApiError(403, "forbidden", f"this needs the {self.role} role, which the agent's key (api.key) does "
+                                              "not have (the agent must not approve its own calls): send owner.token "
+                                              "or a personal API token", needed=self.role)
+        if self.role is None:
+            return ApiError(403, "forbidden", "only the agent's key (api.key) calls this route: it speaks as the AI "
+                                              "agent and the subscriber, never as a person", needed="api.key")
+        return ApiError(403, "forbidden", f"this needs the {self.role} role; {caller.actor.name} acts as {caller.role} "
+                                          "here", needed=self.role)
+
+
+def api_needs(role: Role | None, *, agent: bool = False, agent_alone: bool = False) -> ApiNeeds:
+    """The dependency of an /api route: who may call it (see ApiNeeds)."""
+    return ApiNeeds(role, agent=agent, agent_alone=agent_alone)
+
+
+async def _alone(request: Request) -> bool:
+    desk = app_desk(request)
+    return desk.config.owner.token is None and await desk.people.count() == 0
+
+
+def declared_needs(route: APIRoute) -> ApiNeeds:
+    """The one `api_needs` an /api route declares; a route without one is a mistake caught
+    when the app is built (its POSTs' idempotency check runs it)."""
+    found = [d.call for d in route.dependant.dependencies if isinstance(d.call, ApiNeeds)]
+    if len(found) != 1:
+        raise TypeError(f"{route.path}: an /api route declares who may call it once, with api_needs(…)")
+    return found[0]
+
+
+def api_router() -> APIRouter:
+    """A router under /api: its POSTs take Idempotency-Key, checked against each route's
+    declared `api_needs` (bot/web/people_api.py and others make theirs here too)."""
+    return APIRouter(prefix="/api", route_class=keyed_routes(declared_needs))
+
+
+# Who may call each route: one declaration per route, checked in ApiNeeds alone.
+AGENTS = api_needs(None, agent=True)  # the agent's own surface: it speaks as the AI agent and the subscriber
+READS = api_needs(Role.VIEWER, agent=True)  # handoffs and approvals: anyone who may look, and the agent
+RELEASES = api_needs(Role.AGENT, agent=True)  # a person (or the owner token) ends a handoff; the agent as today
+DECIDES = api_needs(Role.AGENT, agent_alone=True)  # never the agent: it must not approve its own calls
 
 
 class ApiError(Exception):
@@ -85,6 +220,15 @@ class ApiError(Exception):
     def response(self) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
         return JSONResponse(error_body(self.code, self.hint, **self.details), self.status, headers=headers)
+
+
+def _require_bearer(request: Request, key: SecretStr | None, name: str) -> None:
+    """The check of a route outside /api that one configured token guards (/metrics)."""
+    if key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not _same(token.strip(), key):
+        raise ApiError(401, "unauthorized", f"send the header Authorization: Bearer <{name}>")
 
 
 class _Body(BaseModel):
@@ -190,11 +334,11 @@ def recipient_view(recipient: HandoffRecipient) -> dict[str, Any]:
     }
 
 
-# Their POST routes take an Idempotency-Key (bot/web/idempotency.py).
-api = APIRouter(prefix="/api", dependencies=[Depends(agent_caller)], route_class=keyed_routes(agent_caller))
+# Its POST routes take an Idempotency-Key (bot/web/idempotency.py); each route declares who may call it.
+api = api_router()
 
 
-@api.post("/conversations", status_code=201)
+@api.post("/conversations", status_code=201, dependencies=[Depends(AGENTS)])
 async def create_conversation(
     conversations: ConversationsDep, handoffs: HandoffsDep, body: CreateConversation | None = None,
 ) -> dict[str, Any]:
@@ -210,7 +354,7 @@ async def create_conversation(
     return {"conversation_id": cid}
 
 
-@api.post("/conversations/{cid}/messages")
+@api.post("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)])
 async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[str, Any]:
     result = await router.subscriber_message(cid, body.text)
     return {
@@ -221,7 +365,7 @@ async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[s
     }
 
 
-@api.get("/conversations/{cid}/messages")
+@api.get("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)])
 async def list_messages(
     cid: str,
     conversations: ConversationsDep,
@@ -233,14 +377,14 @@ async def list_messages(
     return {"messages": [message_view(m) for m in messages]}
 
 
-@api.get("/conversations/{cid}/tools")
+@api.get("/conversations/{cid}/tools", dependencies=[Depends(AGENTS)])
 async def list_tools(
     cid: str, router: RouterDep, format: Literal["plain", "openai", "anthropic"] = "plain"
 ) -> dict[str, Any]:
     return {"tools": [spec.render(format) for spec in await router.tool_specs(cid)]}
 
 
-@api.post("/conversations/{cid}/tools/{name}")
+@api.post("/conversations/{cid}/tools/{name}", dependencies=[Depends(AGENTS)])
 async def call_tool(cid: str, name: str, request: Request, router: RouterDep) -> dict[str, Any]:
     raw = await request.body()
     try:
@@ -250,7 +394,7 @@ async def call_tool(cid: str, name: str, request: Request, router: RouterDep) ->
     return await router.call_tool(cid, name, args)
 
 
-@api.get("/handoffs")
+@api.get("/handoffs", dependencies=[Depends(READS)])
 async def list_handoffs(
     queries: QueriesDep,
     forms: FormLinksDep,
@@ -261,7 +405,7 @@ async def list_handoffs(
     return {"handoffs": [handoff_view(h, forms) for h in await queries.handoffs(states=states, limit=limit)]}
 
 
-@api.get("/handoffs/{sid}")
+@api.get("/handoffs/{sid}", dependencies=[Depends(READS)])
 async def get_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep) -> dict[str, Any]:
     handoff = await handoffs.get(sid)
     view = handoff_view(handoff, forms)
@@ -271,16 +415,20 @@ async def get_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep, sati
     return view
 
 
-@api.get("/handoffs/{sid}/events")
+@api.get("/handoffs/{sid}/events", dependencies=[Depends(READS)])
 async def handoff_events(sid: str, queries: QueriesDep) -> dict[str, Any]:
     return {"events": [event_view(e) for e in await queries.events(sid)]}
 
 
 @api.post("/handoffs/{sid}/release")
-async def release_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep, body: ReleaseBody | None = None) -> Any:
+async def release_handoff(
+    sid: str, handoffs: HandoffsDep, forms: FormLinksDep, caller: Annotated[ApiCaller, Depends(RELEASES)],
+    body: ReleaseBody | None = None,
+) -> Any:
     body = body or ReleaseBody()
     result = await handoffs.release(
-        sid, reason=ReleaseReason.OWNER, actor="owner (API)", outcome=body.outcome, note=body.note, return_values=body.return_values
+        sid, reason=ReleaseReason.OWNER, actor=caller.actor.label, outcome=body.outcome, note=body.note,
+        return_values=body.return_values,
     )
     view = handoff_view(result.session, forms)
     if not result.released:
@@ -295,10 +443,12 @@ class DecisionBody(_Body):
     decision: Literal["approve", "deny"]
     reason: CleanStr | None = Field(default=None, max_length=2000)
     always_allow: bool = False
-    decided_by: CleanStr = Field(default="owner (API)", min_length=1, max_length=200)
+    # Only for the owner token's service identity (which human behind the shared token); a
+    # person's token always decides as that person.
+    decided_by: CleanStr | None = Field(default=None, min_length=1, max_length=200)
 
 
-@api.get("/approvals")
+@api.get("/approvals", dependencies=[Depends(READS)])
 async def list_approvals(
     approvals: ApprovalsDep,
     state: Literal["pending", "approved", "denied", "expired", "unrouted", "cleared"] | None = None,
@@ -307,25 +457,29 @@ async def list_approvals(
     return {"approvals": [approval_view(a) for a in await approvals.listing(state=state, limit=limit)]}
 
 
-@api.get("/approvals/{aid}")
+@api.get("/approvals/{aid}", dependencies=[Depends(READS)])
 async def get_approval(aid: str, approvals: ApprovalsDep) -> dict[str, Any]:
     return await approvals.view(aid)
 
 
-decisions = APIRouter(prefix="/api", dependencies=[Depends(owner_caller)], route_class=keyed_routes(owner_caller))
-
-
-@decisions.post("/approvals/{aid}/decision")
-async def decide_approval(aid: str, body: DecisionBody, approvals: ApprovalsDep, config: ConfigDep) -> dict[str, Any]:
-    """The owner decides. Under owner.token the caller is the owner (a verified identity, the
-    same as the inbox's); without one, api.key decides and cannot be one of two people."""
+@api.post("/approvals/{aid}/decision")
+async def decide_approval(
+    aid: str, body: DecisionBody, approvals: ApprovalsDep, caller: Annotated[ApiCaller, Depends(DECIDES)],
+) -> dict[str, Any]:
+    """A person decides as themselves (a personal token of Olga votes as Olga); the owner
+    token's service identity votes as the owner and may say which human it is (`decided_by`);
+    the agent's key decides only on a desk with no owner.token and no people, and counts as
+    nobody where two people must approve."""
+    if caller.actor.is_person and body.decided_by is not None:
+        raise ApiError(422, "invalid_request", f"decided_by: a personal token decides as its person "
+                       f"({caller.actor.name}); leave decided_by out", fields={"decided_by": "is not for a personal token"})
     result = await approvals.decide(
-        aid, approve=body.decision == "approve", by=body.decided_by, via="api",
-        voter=OWNER if config.owner.token is not None else None, reason=body.reason, always_allow=body.always_allow,
+        aid, approve=body.decision == "approve", by=body.decided_by or caller.actor.label, via="api",
+        voter=caller.actor.voter, reason=body.reason, always_allow=body.always_allow,
     )
     if result.outcome is DecisionOutcome.UNIDENTIFIED:
-        raise ApiError(403, "approval_needs_identity", "two people must approve this action; the API counts as the "
-                       "owner only when owner.token is set", approval=await approvals.view(aid))
+        raise ApiError(403, "approval_needs_identity", "two people must approve this action, and the agent's key "
+                       "counts as nobody: decide with a personal API token (or owner.token)", approval=await approvals.view(aid))
     if result.outcome is DecisionOutcome.SAME_PERSON:
         raise ApiError(409, "approval_already_counted", ANSWERS[result.outcome], approval=await approvals.view(aid))
     if not result.changed:
@@ -342,17 +496,17 @@ class UserActionResponseBody(_Body):
     outcome: Literal["done", "cancelled"]
 
 
-@api.get("/user_actions/{uaid}")
+@api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)])
 async def get_user_action(uaid: str, user_actions: UserActionsDep) -> dict[str, Any]:
     return user_action_view(await user_actions.get(uaid))
 
 
-@api.post("/user_actions/{uaid}/step")
+@api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)])
 async def move_user_action_step(uaid: str, body: StepBody, user_actions: UserActionsDep) -> dict[str, Any]:
     return user_action_view(await user_actions.move(uaid, body.move))
 
 
-@api.post("/user_actions/{uaid}/response")
+@api.post("/user_actions/{uaid}/response", dependencies=[Depends(AGENTS)])
 async def respond_user_action(uaid: str, body: UserActionResponseBody, user_actions: UserActionsDep) -> dict[str, Any]:
     """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
     return outcome_result(await user_actions.respond(uaid, body.outcome, via="api"))

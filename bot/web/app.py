@@ -14,13 +14,14 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from bot.desk import Desk
 from bot.errors import DeskError, error_body
 from bot.tools import errors_result
-from bot.web.api import ApiError, api, decisions, invalid_json, public
+from bot.web.api import ApiError, api, invalid_json, public
 from bot.web.approval_pages import router as approval_pages
 from bot.web.body_limit import BodyLimit
 from bot.web.chat import chat_api
 from bot.web.chat import router as chat_page_routes
 from bot.web.inbox import inbox, install_inbox_errors
 from bot.web.reports_page import reports_page
+from bot.web.tokens_page import router as tokens_page
 from forms.routes import router as form_pages
 
 
@@ -59,12 +60,12 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
     app.include_router(public)
     app.include_router(form_pages)
     app.include_router(api)
-    app.include_router(decisions)
     app.include_router(approval_pages)
     app.include_router(chat_api)
     app.include_router(chat_page_routes)
     app.include_router(inbox)
     app.include_router(reports_page)
+    app.include_router(tokens_page)
     install_inbox_errors(app)
 
     @app.exception_handler(ApiError)

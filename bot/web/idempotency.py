@@ -1,8 +1,10 @@
 """The `Idempotency-Key` header of the API's POST routes: a retry gets the first answer again.
 
-`keyed_routes(guard)` is the route class of a router whose POSTs create or change something.
-A request without the header runs exactly as before (one header lookup more). With it, the
-request is checked by `guard` (the key and body type, as the route itself would), then:
+`keyed_routes(guard_of)` is the route class of a router whose POSTs create or change
+something; `guard_of(route)` is the check of who may call that route (bot/web/api.py's
+`declared_needs`: the route's own `api_needs`). A request without the header runs exactly as
+before (one header lookup more). With it, the request is checked by the route's guard (the
+caller and body type, as the route itself would), then:
 
 - a key that is not 1–255 printable ASCII characters: 400 naming the header;
 - its first use: the route runs under `committed_with`, so the key is marked applied in the
@@ -31,7 +33,6 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from bot.config import Config
 from bot.domain.idempotency import (
     Answered,
     AnswerLost,
@@ -43,7 +44,7 @@ from bot.domain.idempotency import (
 )
 from bot.errors import error_body
 from bot.runtime.effects import committed_with
-from bot.web.deps import config_of, idempotency_of
+from bot.web.deps import idempotency_of
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -58,12 +59,13 @@ _HEADER_PARAMETER = {
     "description": "A new value per request (a UUID); a retry with the same key and body gets the first answer again.",
 }
 
-Guard = Callable[[Request, Config], Awaitable[None]]
+Guard = Callable[[Request], Awaitable[object]]  # raises the refusal (an ApiError) of a caller it refuses
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
-def keyed_routes(guard: Guard) -> type[APIRoute]:
-    """The route class of a router guarded by `guard`: its POST routes take `Idempotency-Key`."""
+def keyed_routes(guard_of: Callable[[APIRoute], Guard]) -> type[APIRoute]:
+    """The route class of a router whose routes are each guarded by `guard_of(route)`: its POST
+    routes take `Idempotency-Key`."""
 
     class KeyedRoute(APIRoute):
         def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
@@ -78,6 +80,7 @@ def keyed_routes(guard: Guard) -> type[APIRoute]:
             if "POST" not in (self.methods or ()):
                 return run
             scope = f"POST {self.path}"
+            guard = guard_of(self)
 
             async def handle(request: Request) -> Response:
                 key = request.headers.get(HEADER)
@@ -112,7 +115,7 @@ async def _keyed(request: Request, key: str, route: str, guard: Guard, run: Hand
     if not valid_key(key):
         return _refusal(400, "invalid_idempotency_key",
                         f"the {HEADER} header must be 1 to {MAX_KEY_LENGTH} printable ASCII characters")
-    await guard(request, await config_of(request))  # refused callers leave no key behind
+    await guard(request)  # refused callers leave no key behind
     keys = await idempotency_of(request)
     body = await request.body()  # kept by the request: the route reads it again for free
     begun = await keys.begin(KeyedRequest(

@@ -3,7 +3,8 @@
 A token is `hdp_` and 32 random bytes, shown once when it is made; only its SHA-256 is kept.
 It stops working when revoked, when its person is disabled (every token of theirs is revoked
 then, and checked on each use too), and its role is capped by the person's current role, so
-demoting someone demotes their scripts.
+demoting someone demotes their scripts. A use moves `last_used_at` at most once a minute (as a
+session's `last_seen_at`), so a busy script writes little and its person still sees it is alive.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlalchemy import select, update
 from sqlmodel import col
 
 from bot.config.people import Role
-from bot.domain.people.sessions import token_hash
+from bot.domain.people.sessions import TOUCH_EVERY, token_hash
 from bot.errors import DeskError
 from bot.runtime.clock import Clock
 from bot.store import audit
@@ -68,6 +69,11 @@ class ApiTokens:
         if row is None or row.revoked_at is not None or person is None or person.disabled_at is not None:
             return None
         role = min(Role(row.role), Role(person.role), key=lambda r: r.rank)
+        now = self.clock.now()
+        if row.last_used_at is None or now - row.last_used_at >= TOUCH_EVERY:
+            async with self.db.transaction() as session:
+                await session.execute(update(ApiToken).where(col(ApiToken.id) == row.id).values(last_used_at=now))
+            row.last_used_at = now
         return TokenUse(row, person, role)
 
     async def of_person(self, person_id: str) -> list[ApiToken]:
