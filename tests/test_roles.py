@@ -55,6 +55,13 @@ PUBLIC = {
     # The stylesheet every page links, the login page itself
     ("GET", "/static/desk.css"),
     ("GET", "/inbox/login"), ("POST", "/inbox/login"),
+    # A sign-in halfway (the TOTP step): a signed five-minute cookie of the password step
+    ("GET", "/inbox/login/code"), ("POST", "/inbox/login/code"),
+    # Invitation and reset links: signed, expiring, single-use; opening one changes nothing
+    ("GET", "/inbox/welcome/{token}"), ("POST", "/inbox/welcome/{token}"),
+    ("GET", "/inbox/reset/{token}"), ("POST", "/inbox/reset/{token}"),
+    # Single sign-on: the start, and the provider's redirect back (state, nonce, PKCE)
+    ("GET", "/inbox/sso"), ("GET", "/inbox/sso/callback"),
 }
 
 Declared = Role | ApiNeeds

@@ -34,7 +34,7 @@ PAGE = "/inbox/account"
 
 def _no_account(request: Request) -> HTMLResponse:
     """What the owner token's service session gets from the forms of an account it has not."""
-    return page(app_desk(request).renderer, "inbox/error.html", status=403, title="No account",
+    return page(app_desk(request).renderer, "inbox/error.html", status=409, title="No account",
                 message="You are signed in with the owner token, a service identity: it has no password, TOTP or "
                         "sessions of its own to change. Sign in as a person for that.")
 

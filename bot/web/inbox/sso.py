@@ -64,7 +64,7 @@ def _refused(request: Request, message: str, status: int = 403) -> Response:
     return response
 
 
-@router.get("/inbox/sso")
+@router.get("/inbox/sso", include_in_schema=False)
 async def start(request: Request, next: str = "/inbox") -> Response:
     party = _relying_party(request)
     if party is None:
@@ -81,7 +81,7 @@ async def start(request: Request, next: str = "/inbox") -> Response:
     return response
 
 
-@router.get(CALLBACK)
+@router.get(CALLBACK, include_in_schema=False)
 async def callback(request: Request) -> Response:
     party = _relying_party(request)
     if party is None:
