@@ -49,14 +49,15 @@ data) and never touches a form the owner is typing in.
 The package, one module per concern: owner.py (who is asking: sessions, CSRF, the error
 pages), login.py (sign in and out, the reply name), view.py (`InboxView`: what the pages
 show), listing.py (the list and its live updates), handoff_page.py (a handoff's page and its
-live transcript), actions.py (reply, release, claim, new form link, decide an approval).
+live transcript), actions.py (reply, release, claim, new form link, decide an approval),
+people_page.py (the admin's people pages).
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bot.web.inbox import actions, handoff_page, listing, login
+from bot.web.inbox import actions, handoff_page, listing, login, people_page
 from bot.web.inbox.owner import SignedIn, install_inbox_errors, needs, page, posts, session_of
 from bot.web.inbox.view import InboxView
 
@@ -66,6 +67,7 @@ inbox.include_router(login.router)
 inbox.include_router(listing.router)
 inbox.include_router(handoff_page.router)
 inbox.include_router(actions.router)
+inbox.include_router(people_page.router)
 
 __all__ = [
     "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",
