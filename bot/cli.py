@@ -274,7 +274,7 @@ def _on_roster(config: Path, work: Callable[[Roster], Awaitable[None]]) -> None:
         raise typer.Exit(code=2 if isinstance(exc, InvalidPerson) else 1) from None
 
 
-PERSON_ID = typer.Argument(..., help="The person's id, such as olga.")
+PERSON_ID = typer.Argument(..., metavar="ID", help="The person's id, such as olga.")
 
 
 @people_app.command("add")
@@ -333,8 +333,8 @@ def people_list(
 @people_app.command("link")
 def people_link(
     pid: str = PERSON_ID,
-    kind: str = typer.Argument(..., help="A channel kind (slack, telegram, discord, whatsapp, email, …) or sso."),
-    value: str = typer.Argument(..., help="The provider's id of the person there: a Slack user id, a Telegram user id, an address …"),
+    kind: str = typer.Argument(..., metavar="KIND", help="A channel kind (slack, telegram, discord, whatsapp, email, …) or sso."),
+    value: str = typer.Argument(..., metavar="VALUE", help="The provider's id of the person there: a Slack user id, a Telegram user id, an address …"),
     config: Path = CONFIG_OPTION,
 ) -> None:
     """Link an identity to a person on your word (recorded as verified by "cli").
@@ -407,7 +407,7 @@ def people_enable(pid: str = PERSON_ID, config: Path = CONFIG_OPTION) -> None:
 @people_app.command("set-role")
 def people_set_role(
     pid: str = PERSON_ID,
-    role: Role = typer.Argument(..., help="viewer, agent or admin."),
+    role: Role = typer.Argument(..., metavar="ROLE", help="viewer, agent or admin."),
     config: Path = CONFIG_OPTION,
 ) -> None:
     """Change a person's role. The last enabled admin stays one unless owner.token is set."""

@@ -92,6 +92,7 @@ async def _person_page(renderer: Renderer, roster: Roster, who: SignedIn, pid: s
     context.setdefault("typed", {"name": entry.person.name, "role": entry.person.role, "timezone": entry.person.timezone})
     context.setdefault("problems", {})
     context.setdefault("notice", "")
+    context.setdefault("issued", None)
     return page(renderer, "inbox/person.html", who, status=status, entry=entry, roles=list(Role),
                 links_available=roster.links is not None, itself=who.person is not None and who.person.id == pid, **context)
 
