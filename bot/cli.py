@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import textwrap
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bot.config import Config, ConfigError, ProviderFront, config_warnings, exposure_problems, load_config
+from bot.config.people import Role
+
+if TYPE_CHECKING:
+    from bot.domain.people.roster import Roster
 
 app = typer.Typer(
     help="Handoff Desk: hand a conversation from an AI agent to a person, and back.",
@@ -20,6 +26,14 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+people_app = typer.Typer(
+    help="The people of the desk: add, list, link an identity, disable, enable, change a role. "
+         "Each command opens the config's database (upgrading its schema, as serve does) and records "
+         "what it changed in the audit trail as \"cli\". Exit codes: 0 done, 1 refused (not found, taken, "
+         "the last admin), 2 a wrong value (the message names the field).",
+    no_args_is_help=True,
+)
+app.add_typer(people_app, name="people")
 
 CONFIG_OPTION = typer.Option(..., "--config", "-c", help="Path to the YAML config (see config.example.yaml).")
 
@@ -230,6 +244,179 @@ def mcp(
             await server.serve()
 
     asyncio.run(run())
+
+
+# --------------------------------------------------------------------------- people
+
+
+def _on_roster(config: Path, work: Callable[[Roster], Awaitable[None]]) -> None:
+    """Run `work` on the config's directory (under the admin rules, bot/domain/people/roster.py).
+    A refusal prints its message, naming the field, and exits 2 for a wrong value, 1 otherwise."""
+    from bot.desk import Desk
+    from bot.domain.people import InvalidPerson
+    from bot.errors import DeskError
+    from bot.web.deps import roster_of_desk
+
+    cfg = _load_or_exit(config)
+
+    async def run() -> None:
+        desk = Desk(cfg)  # built, never started: only its database and directory are used
+        try:
+            await desk.db.upgrade()
+            await work(roster_of_desk(desk))
+        finally:
+            await desk.db.dispose()
+
+    try:
+        asyncio.run(run())
+    except DeskError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(code=2 if isinstance(exc, InvalidPerson) else 1) from None
+
+
+PERSON_ID = typer.Argument(..., metavar="ID", help="The person's id, such as olga.")
+
+
+@people_app.command("add")
+def people_add(
+    pid: str = typer.Argument(..., metavar="ID", help="The new person's id: lower-case letters, digits, - and _, such as olga."),
+    name: str = typer.Option(..., "--name", help="What subscribers see on their replies, such as \"Olga from Support\"."),
+    email: str = typer.Option(..., "--email", help="Their e-mail address."),
+    role: Role | None = typer.Option(None, "--role", help="viewer, agent or admin [default: agent]."),
+    timezone: str = typer.Option("UTC", "--timezone", help="An IANA timezone, such as Europe/Berlin."),
+    admin: bool = typer.Option(False, "--admin", help="Make them an admin (the same as --role admin): the first admin of an upgraded desk."),
+    config: Path = CONFIG_OPTION,
+) -> None:
+    """Add a person, then print the invitation link they set their password with (it works once)."""
+    if admin and role not in (None, Role.ADMIN):
+        typer.echo(f"error: role: --admin means the admin role, but --role {role} was given too", err=True)
+        raise typer.Exit(code=2)
+    chosen = Role.ADMIN if admin else role or Role.AGENT
+
+    async def work(roster: Roster) -> None:
+        from bot.domain.people.roster import LinksUnavailable
+
+        person = await roster.people.add(pid=pid, name=name, email=email, role=chosen, timezone=timezone, source="cli", actor="cli")
+        typer.echo(f"added {person.id} ({person.name}, {person.role})")
+        try:
+            typer.echo(f"invitation link (pass it on; it works once): {roster.link(person, 'invite')}")
+        except LinksUnavailable as exc:
+            typer.echo(f"no invitation link: {exc.message}", err=True)
+
+    _on_roster(config, work)
+
+
+@people_app.command("list")
+def people_list(
+    as_json: bool = typer.Option(False, "--json", help="Print the people as JSON, as GET /api/people answers."),
+    config: Path = CONFIG_OPTION,
+) -> None:
+    """List everyone: id, name, e-mail, role, state and linked identities."""
+
+    async def work(roster: Roster) -> None:
+        from bot.web.people_api import person_view
+
+        entries = await roster.entries()
+        if as_json:
+            typer.echo(json.dumps({"people": [person_view(e) for e in entries]}, indent=2))
+            return
+        rows = [("ID", "NAME", "EMAIL", "ROLE", "STATE", "IDENTITIES")] + [
+            (e.person.id, e.person.name, e.person.email, e.person.role, e.state,
+             ", ".join(f"{i.kind}:{i.value}" for i in e.identities) or "-") for e in entries]
+        widths = [max(len(row[n]) for row in rows) for n in range(5)]
+        for row in rows:
+            typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[5])
+
+    _on_roster(config, work)
+
+
+@people_app.command("link")
+def people_link(
+    pid: str = PERSON_ID,
+    kind: str = typer.Argument(..., metavar="KIND", help="A channel kind (slack, telegram, discord, whatsapp, email, …) or sso."),
+    value: str = typer.Argument(..., metavar="VALUE", help="The provider's id of the person there: a Slack user id, a Telegram user id, an address …"),
+    config: Path = CONFIG_OPTION,
+) -> None:
+    """Link an identity to a person on your word (recorded as verified by "cli").
+
+    People normally link themselves: signed in to the inbox they get a one-time code and send
+    it from the channel, which proves the identity is theirs. Use this where that cannot work.
+    An identity already linked to someone else is refused, never moved: unlink it first."""
+    from channels import known_kinds
+
+    kinds = [*known_kinds(), "sso"]
+    if kind not in kinds:
+        typer.echo(f"error: kind: expected one of {', '.join(kinds)}, got {kind!r}", err=True)
+        raise typer.Exit(code=2)
+    problem = _identity_problem(kind, value)
+    if problem:
+        typer.echo(f"error: value: {problem}, got {value[:40]!r}", err=True)
+        raise typer.Exit(code=2)
+
+    async def work(roster: Roster) -> None:
+        from bot.domain.people import IdentityTaken
+
+        person = await roster.people.get(pid)
+        try:
+            identity = await roster.people.link(person.id, kind, value, verified_via="cli", actor="cli")
+        except IdentityTaken:
+            owner = await roster.people.resolve(kind, value)
+            whose = f"{owner.id} ({owner.name})" if owner is not None else "a disabled person"
+            raise IdentityTaken(f"value: the {kind} identity {value} is already linked to {whose}; "
+                                f"unlink it from them first (the admin page, People)") from None
+        typer.echo(f"linked {identity.kind}:{identity.value} to {person.id} ({person.name})")
+
+    _on_roster(config, work)
+
+
+def _identity_problem(kind: str, value: str) -> str | None:
+    from bot.config.people import email_address
+
+    if kind == "email":
+        try:
+            email_address(value)
+        except ValueError as exc:
+            return str(exc)
+    if not value or value != value.strip() or len(value) > 320:
+        return "1-320 characters with no spaces at its start or end"
+    return None
+
+
+@people_app.command("disable")
+def people_disable(pid: str = PERSON_ID, config: Path = CONFIG_OPTION) -> None:
+    """Disable a person: their sessions and API tokens end at once; their history stays theirs."""
+
+    async def work(roster: Roster) -> None:
+        person = await roster.set_disabled(pid, True, actor="cli")
+        typer.echo(f"disabled {person.id} ({person.name}): their sessions and API tokens ended")
+
+    _on_roster(config, work)
+
+
+@people_app.command("enable")
+def people_enable(pid: str = PERSON_ID, config: Path = CONFIG_OPTION) -> None:
+    """Enable a disabled person again (sessions and tokens that ended stay ended)."""
+
+    async def work(roster: Roster) -> None:
+        person = await roster.set_disabled(pid, False, actor="cli")
+        typer.echo(f"enabled {person.id} ({person.name})")
+
+    _on_roster(config, work)
+
+
+@people_app.command("set-role")
+def people_set_role(
+    pid: str = PERSON_ID,
+    role: Role = typer.Argument(..., metavar="ROLE", help="viewer, agent or admin."),
+    config: Path = CONFIG_OPTION,
+) -> None:
+    """Change a person's role. The last enabled admin stays one unless owner.token is set."""
+
+    async def work(roster: Roster) -> None:
+        person = await roster.update(pid, role=role, actor="cli")
+        typer.echo(f"{person.id} ({person.name}) is {person.role} now")
+
+    _on_roster(config, work)
 
 
 def main() -> None:

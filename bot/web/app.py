@@ -20,6 +20,7 @@ from bot.web.body_limit import BodyLimit
 from bot.web.chat import chat_api
 from bot.web.chat import router as chat_page_routes
 from bot.web.inbox import inbox, install_inbox_errors
+from bot.web.people_api import people_api
 from bot.web.reports_page import reports_page
 from bot.web.tokens_page import router as tokens_page
 from forms.routes import router as form_pages
@@ -60,6 +61,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
     app.include_router(public)
     app.include_router(form_pages)
     app.include_router(api)
+    app.include_router(people_api)
     app.include_router(approval_pages)
     app.include_router(chat_api)
     app.include_router(chat_page_routes)

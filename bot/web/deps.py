@@ -27,6 +27,7 @@ from bot.domain.approvals import Approvals
 from bot.domain.conversations import Conversations
 from bot.domain.handoffs import Handoffs
 from bot.domain.idempotency import IdempotencyKeys
+from bot.domain.people.roster import Roster
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.revocations import Revocations
@@ -111,6 +112,18 @@ async def idempotency_of(request: Request) -> IdempotencyKeys:
     return app_desk(request).idempotency
 
 
+def roster_of_desk(desk: Desk) -> Roster:
+    """The directory under the admin rules (bot/domain/people/roster.py), for the people page,
+    the people API and the command line alike. Its links come from the desk's `invitations`
+    (the sign-in side) when this build has them."""
+    return Roster(desk.people, desk.db, owner_token=desk.config.owner.token is not None,
+                  links=desk.invitations)
+
+
+async def roster_of(request: Request) -> Roster:
+    return roster_of_desk(app_desk(request))
+
+
 async def bus_of(request: Request) -> ConversationBus:
     return app_desk(request).bus
 
@@ -135,3 +148,4 @@ ChannelsDep = Annotated[ChannelSet, Depends(channels_of)]
 FormLinksDep = Annotated[FormLinks, Depends(form_links_of)]
 BusDep = Annotated[ConversationBus, Depends(bus_of)]
 MetricsDep = Annotated[Metrics, Depends(metrics_of)]
+RosterDep = Annotated[Roster, Depends(roster_of)]

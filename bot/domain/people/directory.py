@@ -133,11 +133,13 @@ class People:
 
     async def update(self, pid: str, *, actor: str, name: str | None = None, email: str | None = None,
                      role: Role | None = None, timezone: str | None = None) -> Person:
+        """Change the fields given (None: unchanged). An empty one is checked like any value,
+        never taken for "unchanged"."""
         current = await self.get(pid)
-        fields = _checked(pid=pid, name=name or current.name, email=email or current.email,
-                          timezone=timezone or current.timezone)
+        fields = _checked(pid=pid, name=current.name if name is None else name, email=current.email if email is None else email,
+                          timezone=current.timezone if timezone is None else timezone)
         values = {"name": fields["name"], "email": fields["email"], "email_key": email_key(fields["email"]),
-                  "role": Role(role or current.role), "timezone": fields["timezone"]}
+                  "role": Role(current.role if role is None else role), "timezone": fields["timezone"]}
         changed = {k: v for k, v in values.items() if getattr(current, k) != v}
         if not changed:
             return current

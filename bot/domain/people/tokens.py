@@ -48,6 +48,7 @@ class ApiTokens:
         """A new token of `person`: its secret (shown once) and its row."""
         if not 1 <= len(name) <= 80 or name != name.strip():
             raise InvalidToken("name: 1-80 characters with no spaces at its start or end, such as nightly-report")
+        role = Role(role)
         if not Role(person.role).allows(role):
             raise InvalidToken(f"role: at most {person.role}, the role of {person.name}; got {role}")
         secret = PREFIX + secrets.token_urlsafe(32)
