@@ -14,7 +14,9 @@ What a provider cannot do is a capability flag, not a method that raises. docs/a
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
@@ -287,7 +289,7 @@ class Relay(_ToHandoff):
     thread: dict[str, Any] = Field(default_factory=dict)
 
 
-NoticeAbout = Literal["released", "form_link", "routing", "claimed", "taken", "reminder", "not_yours"]
+NoticeAbout = Literal["released", "form_link", "routing", "claimed", "taken", "reminder", "not_yours", "linking"]
 
 
 class Notice(_ToHandoff):
@@ -298,7 +300,7 @@ class Notice(_ToHandoff):
     took it ("taken": an adapter with `capabilities.edits` edits its dispatch in place to say
     so and drops the buttons, posting nothing; others post the text), nobody has taken it yet
     ("reminder"), or what was written here was not relayed because someone else has it
-    ("not_yours")."""
+    ("not_yours"); or the answer to a `/link CODE` written in the thread ("linking")."""
 
     kind: Literal["notice"] = "notice"
     purpose: ClassVar[str] = "notice"
@@ -394,8 +396,28 @@ class Callback(_Message):
         return self.delivery or self.delivery_key
 
 
+class Answer(_Message):
+    """The desk's answer to a person who wrote to it outside any handoff (a `/link CODE` in a
+    private chat with the bot): `to` is where their message came from, as the adapter said
+    in the event (`LinkRequest.reply_to`), so only an adapter that emits such events is ever
+    handed one. Ordered per place, filed under no handoff or conversation."""
+
+    kind: Literal["answer"] = "answer"
+    purpose: ClassVar[str] = "notice"
+    to: dict[str, Any]
+
+    @property
+    def stream(self) -> str:
+        place = json.dumps(self.to, sort_keys=True, separators=(",", ":"))
+        return "answer:" + hashlib.sha256(place.encode()).hexdigest()[:24]
+
+    def trail(self) -> dict[str, str]:
+        return {}
+
+
 Outbound = Annotated[
-    Dispatch | Relay | Notice | ApprovalPrompt | ApprovalClosed | ToSubscriber | Callback, Field(discriminator="kind"),
+    Dispatch | Relay | Notice | ApprovalPrompt | ApprovalClosed | ToSubscriber | Callback | Answer,
+    Field(discriminator="kind"),
 ]
 """One message to deliver; the base class's `send` calls the adapter's method for its kind."""
 HandoffMessage = Dispatch | Relay | Notice
@@ -447,11 +469,15 @@ class _Event(BaseModel):
 
 
 class RecipientText(_Event):
-    """A recipient wrote into a handoff's thread (`/release …` typed in it releases)."""
+    """A recipient wrote into a handoff's thread (`/release …` typed in it releases, `/link
+    CODE` links the writer's identity and is never relayed: `link_code`)."""
 
     kind: Literal["recipient_text"] = "recipient_text"
     thread_key: str
     text: str
+    # The person of the desk who wrote, set only by the desk's own inbox for its signed-in
+    # person (who needs no provider identity); an adapter never sets it from a provider's data.
+    person_id: str | None = Field(default=None, max_length=40)
 
 
 # The release outcomes (`Outcome` in bot/store/vocabulary.py), spelled out here because the
@@ -483,6 +509,18 @@ class Decision(_Event):
     approve: bool
     always_allow: bool = False
     reason: str | None = Field(default=None, max_length=2000)
+
+
+class LinkRequest(_Event):
+    """A person sent `/link CODE` to the bot outside any handoff's thread (a private chat
+    with the bot, a direct message): link `user_id` to the person whose code it is. The
+    desk's answer goes back as an `Answer` to `reply_to`, the adapter's own data for that
+    place (a chat id, a channel and thread), so an adapter emitting this implements
+    `send_answer`."""
+
+    kind: Literal["link_request"] = "link_request"
+    code: str = Field(max_length=200)
+    reply_to: dict[str, Any]
 
 
 class SubscriberText(_Event):
@@ -531,7 +569,7 @@ class DeliveryFailure(_Event):
 
 SubscriberEvent = SubscriberText | ChatOpened | UserActionAnswer | SatisfactionAnswer
 InboundMessage = Annotated[
-    RecipientText | ReleasePress | ClaimPress | Decision | SubscriberText | ChatOpened | UserActionAnswer
+    RecipientText | ReleasePress | ClaimPress | Decision | LinkRequest | SubscriberText | ChatOpened | UserActionAnswer
     | SatisfactionAnswer | DeliveryFailure,
     Field(discriminator="kind"),
 ]
@@ -542,6 +580,41 @@ _INBOUND: TypeAdapter[InboundMessage] = TypeAdapter(InboundMessage)
 def stored_inbound(payload: dict[str, Any]) -> InboundMessage:
     """The event an inbound row holds (its `payload`, as `model_dump(mode="json")` wrote it)."""
     return _INBOUND.validate_python(payload)
+
+
+# The shape of the desk's link codes (bot/domain/people/linking.py issues them): 8
+# characters without look-alikes (no I, O, 0, 1). A `link CODE` written without its slash is
+# taken for a link command only when CODE has this shape.
+LINK_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+LINK_CODE_LENGTH = 8
+_LINK = re.compile(r"^\s*(/?)link(?:@\w+)?(?=[\s:]|$)[\s:]*(.*?)\s*$", re.I | re.S)
+_START_LINK = re.compile(r"^\s*/start(?:@\w+)?\s+link-([A-Za-z0-9-]{1,64})\s*$", re.I)
+
+
+def link_code(text: str, *, deep_link: bool = False) -> str | None:
+    """The code of a link command, as typed ("7H3K 9QXW"), or None when `text` is none.
+    `/link CODE` is one whatever follows (a wrong code is answered, never relayed; `/link@bot`
+    too, as group chats address bots); `link CODE` without the slash, for apps that take a
+    leading `/` for their own commands (Slack does), only when CODE is a code's shape, so an
+    ordinary sentence starting with "link" is not swallowed. `deep_link`: in a private chat,
+    Telegram's `/start link-CODE` (what a t.me link with `?start=link-CODE` sends) is one too."""
+    started = _START_LINK.match(text) if deep_link else None
+    if started is not None:
+        return started.group(1)
+    found = _LINK.match(text)
+    if found is None:
+        return None
+    slash, code = found.groups()
+    if slash or _code_shaped(code):
+        return code
+    return None
+
+
+def _code_shaped(typed: str) -> bool:
+    """Whether `typed` is a code as the inbox shows it, or split once by a space or a dash."""
+    bare = typed.upper().replace("-", "").replace(" ", "")
+    return (len(typed) - len(bare) <= 1 and len(bare) == LINK_CODE_LENGTH
+            and all(c in LINK_CODE_ALPHABET for c in bare))
 
 
 # --------------------------------------------------------------------------- errors
@@ -712,6 +785,8 @@ class ChannelAdapter(ABC):
             case Callback():
                 raise PermanentChannelError(f"channel {self.id} was handed a callback",
                                             hint="callbacks go to the owner's endpoints through the desk's callback sender")
+            case Answer():
+                return await self.send_answer(outbound)
 
     @abstractmethod
     async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
@@ -743,6 +818,18 @@ class ChannelAdapter(ABC):
         """Post into a subscriber's chat. Only called when `capabilities.front`."""
         raise PermanentChannelError(f"channel {self.id} serves no subscribers",
                                     hint="this channel is not a front: it cannot reach a subscriber")
+
+    async def send_answer(self, answer: Answer) -> Receipt:
+        """Answer a person where they wrote outside any handoff (`answer.to`, from the
+        adapter's own `LinkRequest.reply_to`). Only an adapter that emits `LinkRequest`
+        is handed one."""
+        raise PermanentChannelError(f"channel {self.id} cannot answer outside a handoff",
+                                    hint="internal error: an answer went to a channel that sends no LinkRequest")
+
+    def link_hint(self, code: str) -> str | None:
+        """A link that sends `/link CODE` from this provider in one tap (Telegram's t.me deep
+        link), for the inbox's "Link a channel"; None where there is none."""
+        return None
 
     async def probe(self) -> str:
         """Check credentials against the provider; return a short description of who we are."""

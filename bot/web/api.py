@@ -15,7 +15,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 
-from bot.domain.approvals import ANSWERS, OWNER, DecisionOutcome, approval_view
+from bot.domain.approval_votes import ANSWERS, OWNER, DecisionOutcome
+from bot.domain.approvals import approval_view
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import OutcomeInput
 from bot.domain.satisfaction import satisfaction_view
@@ -317,15 +318,18 @@ decisions = APIRouter(prefix="/api", dependencies=[Depends(owner_caller)], route
 
 @decisions.post("/approvals/{aid}/decision")
 async def decide_approval(aid: str, body: DecisionBody, approvals: ApprovalsDep, config: ConfigDep) -> dict[str, Any]:
-    """The owner decides. Under owner.token the caller is the owner (a verified identity, the
-    same as the inbox's); without one, api.key decides and cannot be one of two people."""
+    """The owner decides. Under owner.token the caller is the owner token's service identity
+    (the same as the inbox's owner-token session): it decides a one-person approval, and never
+    counts as a person in a two-person one; without one, api.key says nobody."""
     result = await approvals.decide(
         aid, approve=body.decision == "approve", by=body.decided_by, via="api",
         voter=OWNER if config.owner.token is not None else None, reason=body.reason, always_allow=body.always_allow,
     )
     if result.outcome is DecisionOutcome.UNIDENTIFIED:
-        raise ApiError(403, "approval_needs_identity", "two people must approve this action; the API counts as the "
-                       "owner only when owner.token is set", approval=await approvals.view(aid))
+        raise ApiError(403, "approval_needs_identity", "a person must decide this action, and the API under api.key "
+                       "says nobody", approval=await approvals.view(aid))
+    if result.outcome in (DecisionOutcome.NOT_A_PERSON, DecisionOutcome.UNLINKED):
+        raise ApiError(403, "approval_needs_a_person", ANSWERS[result.outcome], approval=await approvals.view(aid))
     if result.outcome is DecisionOutcome.SAME_PERSON:
         raise ApiError(409, "approval_already_counted", ANSWERS[result.outcome], approval=await approvals.view(aid))
     if not result.changed:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from bot.domain.people.actor import OWNER_TOKEN, Actor
 from bot.domain.people.directory import Applied, IdentityTaken, InvalidPerson, People, email_key
-from bot.domain.people.linking import LinkCodes
+from bot.domain.people.linking import LinkCodes, LinkOutcome, Redeemed
 from bot.domain.people.sessions import OpenSession, Sessions
 from bot.domain.people.tokens import ApiTokens, InvalidToken, TokenUse
 
 __all__ = [
     "OWNER_TOKEN", "Actor", "ApiTokens", "Applied", "IdentityTaken", "InvalidPerson", "InvalidToken", "LinkCodes",
-    "OpenSession", "People", "Sessions", "TokenUse", "email_key",
+    "LinkOutcome", "OpenSession", "People", "Redeemed", "Sessions", "TokenUse", "email_key",
 ]
