@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bot.web.inbox import actions, handoff_page, listing, login
+from bot.web.inbox import actions, handoff_page, linking_page, listing, login
 from bot.web.inbox.owner import SignedIn, install_inbox_errors, needs, page, posts, session_of
 from bot.web.inbox.view import InboxView
 
@@ -66,6 +66,7 @@ inbox.include_router(login.router)
 inbox.include_router(listing.router)
 inbox.include_router(handoff_page.router)
 inbox.include_router(actions.router)
+inbox.include_router(linking_page.router)  # until the account page takes it in
 
 __all__ = [
     "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",
