@@ -587,7 +587,8 @@ def stored_inbound(payload: dict[str, Any]) -> InboundMessage:
 # taken for a link command only when CODE has this shape.
 LINK_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 LINK_CODE_LENGTH = 8
-_LINK = re.compile(r"^\s*(/?)link(?:@\w+)?(?=[\s:]|$)[\s:]*(.*?)\s*$", re.I | re.S)
+# On the first line only: a mail's signature or a second line after the code is not part of it.
+_LINK = re.compile(r"^\s*(/?)link(?:@\w+)?(?=[\s:]|$)[ \t:]*([^\n]*?)[ \t]*(?:\n|$)", re.I)
 _START_LINK = re.compile(r"^\s*/start(?:@\w+)?\s+link-([A-Za-z0-9-]{1,64})\s*$", re.I)
 
 
