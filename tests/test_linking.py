@@ -202,6 +202,19 @@ async def test_link_in_a_slack_direct_message_is_answered_there(
     assert len(slack.posts(OLGA_DM)) == 1
 
 
+async def test_link_as_a_top_level_slack_message_is_answered_in_its_thread(
+    start_desk: StartDesk, slack: FakeSlack, telegram: FakeTelegram,
+) -> None:
+    h = await desk(start_desk, slack, telegram)
+    code = await code_of(h)
+    ts = "1800000099.000100"
+    slack.messages[SLACK_CHANNEL].append({"type": "message", "ts": ts, "user": "U0OLGA", "text": f"link {code}"})  # as Slack has it
+    await slack_says(h, f"link {code}", ts=ts)
+    assert thread_texts(slack, ts) == [LINKED]
+    await slack_says(h, "good morning everyone", ts="1800000100.000100")  # chatter in the channel: not ours
+    assert len(slack.calls_to("chat.postMessage")) == 1
+
+
 async def test_the_telegram_deep_link_in_a_private_chat_links_and_is_answered_there(
     start_desk: StartDesk, slack: FakeSlack, telegram: FakeTelegram,
 ) -> None:
