@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
@@ -27,6 +26,11 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from bot.errors import DeskError
+from channels.errors import ChannelAuthError as ChannelAuthError  # the port's errors, where adapters import them
+from channels.errors import ChannelError as ChannelError
+from channels.errors import PermanentChannelError as PermanentChannelError
+from channels.errors import TransientChannelError as TransientChannelError
+from channels.errors import UncertainDeliveryError as UncertainDeliveryError
 from channels.text import TextLimit
 from forms.fields import ReturnField, preview_line
 
@@ -397,10 +401,8 @@ class Callback(_Message):
 
 
 class Answer(_Message):
-    """The desk's answer to a person who wrote to it outside any handoff (a `/link CODE` in a
-    private chat with the bot): `to` is where their message came from, as the adapter said
-    in the event (`LinkRequest.reply_to`), so only an adapter that emits such events is ever
-    handed one. Ordered per place, filed under no handoff or conversation."""
+    """The desk's answer to someone who wrote to it outside any handoff (a `LinkRequest`),
+    sent to `to`: the request's `reply_to`. Ordered per place, filed under no handoff."""
 
     kind: Literal["answer"] = "answer"
     purpose: ClassVar[str] = "notice"
@@ -475,8 +477,7 @@ class RecipientText(_Event):
     kind: Literal["recipient_text"] = "recipient_text"
     thread_key: str
     text: str
-    # The person of the desk who wrote, set only by the desk's own inbox for its signed-in
-    # person (who needs no provider identity); an adapter never sets it from a provider's data.
+    # Who wrote, set only by the desk's own inbox (its signed-in person); never by an adapter
     person_id: str | None = Field(default=None, max_length=40)
 
 
@@ -512,11 +513,8 @@ class Decision(_Event):
 
 
 class LinkRequest(_Event):
-    """A person sent `/link CODE` to the bot outside any handoff's thread (a private chat
-    with the bot, a direct message): link `user_id` to the person whose code it is. The
-    desk's answer goes back as an `Answer` to `reply_to`, the adapter's own data for that
-    place (a chat id, a channel and thread), so an adapter emitting this implements
-    `send_answer`."""
+    """`/link CODE` written to the bot outside any handoff's thread: link `user_id` to the
+    code's person; answered by an `Answer` to `reply_to` (so its adapter has `send_answer`)."""
 
     kind: Literal["link_request"] = "link_request"
     code: str = Field(max_length=200)
@@ -580,74 +578,6 @@ _INBOUND: TypeAdapter[InboundMessage] = TypeAdapter(InboundMessage)
 def stored_inbound(payload: dict[str, Any]) -> InboundMessage:
     """The event an inbound row holds (its `payload`, as `model_dump(mode="json")` wrote it)."""
     return _INBOUND.validate_python(payload)
-
-
-# The shape of the desk's link codes (bot/domain/people/linking.py issues them): 8
-# characters without look-alikes (no I, O, 0, 1). A `link CODE` written without its slash is
-# taken for a link command only when CODE has this shape.
-LINK_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
-LINK_CODE_LENGTH = 8
-# On the first line only: a mail's signature or a second line after the code is not part of it.
-_LINK = re.compile(r"^\s*(/?)link(?:@\w+)?(?=[\s:]|$)[ \t:]*([^\n]*?)[ \t]*(?:\n|$)", re.I)
-_START_LINK = re.compile(r"^\s*/start(?:@\w+)?\s+link-([A-Za-z0-9-]{1,64})\s*$", re.I)
-
-
-def link_code(text: str, *, deep_link: bool = False) -> str | None:
-    """The code of a link command, as typed ("7H3K 9QXW"), or None when `text` is none.
-    `/link CODE` is one whatever follows (a wrong code is answered, never relayed; `/link@bot`
-    too, as group chats address bots); `link CODE` without the slash, for apps that take a
-    leading `/` for their own commands (Slack does), only when CODE is a code's shape, so an
-    ordinary sentence starting with "link" is not swallowed. `deep_link`: in a private chat,
-    Telegram's `/start link-CODE` (what a t.me link with `?start=link-CODE` sends) is one too."""
-    started = _START_LINK.match(text) if deep_link else None
-    if started is not None:
-        return started.group(1)
-    found = _LINK.match(text)
-    if found is None:
-        return None
-    slash, code = found.groups()
-    if slash or _code_shaped(code):
-        return code
-    return None
-
-
-def _code_shaped(typed: str) -> bool:
-    """Whether `typed` is a code as the inbox shows it, or split once by a space or a dash."""
-    bare = typed.upper().replace("-", "").replace(" ", "")
-    return (len(typed) - len(bare) <= 1 and len(bare) == LINK_CODE_LENGTH
-            and all(c in LINK_CODE_ALPHABET for c in bare))
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ChannelError(Exception):
-    """Base of all delivery failures; `hint` is written for the person fixing it."""
-
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint or message
-
-
-class TransientChannelError(ChannelError):
-    """Worth retrying: timeouts, 429, 5xx, SMTP 4xx. `retry_after` is the provider's wish."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.retry_after = retry_after
-
-
-class UncertainDeliveryError(TransientChannelError):
-    """The request may have reached the provider (e.g. a timeout after sending). Before a
-    retry the core asks `find_sent` when the channel can reconcile, instead of sending twice."""
-
-
-class PermanentChannelError(ChannelError):
-    """Retrying will not help: bad recipient, rejected content, SMTP 5xx."""
-
-
-class ChannelAuthError(PermanentChannelError):
-    """The credentials were refused; an operator has to fix the config."""
 
 
 # --------------------------------------------------------------------------- webhooks
@@ -821,9 +751,7 @@ class ChannelAdapter(ABC):
                                     hint="this channel is not a front: it cannot reach a subscriber")
 
     async def send_answer(self, answer: Answer) -> Receipt:
-        """Answer a person where they wrote outside any handoff (`answer.to`, from the
-        adapter's own `LinkRequest.reply_to`). Only an adapter that emits `LinkRequest`
-        is handed one."""
+        """Answer where a `LinkRequest` of this adapter came from (`answer.to`)."""
         raise PermanentChannelError(f"channel {self.id} cannot answer outside a handoff",
                                     hint="internal error: an answer went to a channel that sends no LinkRequest")
 

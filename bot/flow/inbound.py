@@ -60,9 +60,9 @@ from channels.base import (
     SubscriberEvent,
     SubscriberText,
     UserActionAnswer,
-    link_code,
     stored_inbound,
 )
+from channels.linking import link_code
 
 log = structlog.get_logger(__name__)
 

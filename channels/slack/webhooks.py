@@ -26,8 +26,8 @@ from channels.base import (
     WebhookReply,
     WebhookRequest,
     json_object,
-    link_code,
 )
+from channels.linking import link_code
 from channels.slack.mrkdwn import plain_from_mrkdwn
 from channels.slack.names import SlackNames
 from channels.slack.protocol import APPROVAL_ACTIONS, HANDOFF_ACTIONS, RELAYED_SUBTYPES

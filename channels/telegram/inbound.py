@@ -39,8 +39,8 @@ from channels.base import (
     SatisfactionAnswer,
     SubscriberText,
     UserActionAnswer,
-    link_code,
 )
+from channels.linking import link_code
 from channels.telegram.keyboards import (
     APPROVAL_CHOICES,
     APPROVAL_DATA,

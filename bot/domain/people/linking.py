@@ -2,7 +2,7 @@
 one-time code, and sends it from the channel (`/link 7H3K9QXW`). Whoever can write from that
 provider account holds it, so the identity the message carries becomes theirs.
 
-Codes are 8 characters from an alphabet without look-alikes (channels/base.py holds the
+Codes are 8 characters from an alphabet without look-alikes (channels/linking.py holds the
 shape, since adapters recognise `/link` too), valid 10 minutes, used once; only their hash
 is stored. A code sent from an identity that is already someone else's is refused, never
 moved, and stays unused: the person may send it again from their own account.
@@ -31,7 +31,7 @@ from bot.runtime.clock import Clock
 from bot.store import audit
 from bot.store.db import Database
 from bot.store.models import LinkCode, Person
-from channels.base import LINK_CODE_ALPHABET, LINK_CODE_LENGTH
+from channels.linking import LINK_CODE_ALPHABET, LINK_CODE_LENGTH
 
 CODE_ALPHABET = LINK_CODE_ALPHABET
 CODE_LENGTH = LINK_CODE_LENGTH
