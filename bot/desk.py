@@ -45,6 +45,7 @@ from bot.domain.timers import IdleTimers
 from bot.domain.user_actions import UserActions, UserActionSettled
 from bot.flow.fronts import Fronts
 from bot.flow.inbound import Inbound
+from bot.flow.linking import ChannelLinking
 from bot.flow.router import Router
 from bot.flow.shared_lines import SharedLines
 from bot.flow.siblings import Siblings
@@ -147,6 +148,7 @@ class Desk:
             db=self.db, clock=self.clock, actions=config.actions, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, secret_keys=config.signing_keys, public_url=config.public_url,
             metrics=self.metrics, background=self.background, ladders=config.ladders, hours=self.hours,
+            unlinked=config.sign_in.approvals_from_unlinked,
         )
         self.user_actions = UserActions(
             db=self.db, clock=self.clock, config=config, renderer=self.renderer, outbox=self.outbox,
@@ -184,15 +186,21 @@ class Desk:
             db=self.db, clock=self.clock, fronts=config.provider_fronts, outbox=self.outbox, renderer=self.renderer,
             router=self.router, user_actions=self.user_actions, satisfaction=self.satisfaction,
         )
+        lines = SharedLines(db=self.db, clock=self.clock, outbox=self.outbox, renderer=self.renderer)
         self.inbound = Inbound(
             db=self.db, clock=self.clock, handoffs=self.handoffs, metrics=self.metrics, background=self.background,
             kind_of=lambda cid: getattr(self.channels.get(cid), "kind", "unknown"),
-            lines=SharedLines(db=self.db, clock=self.clock, outbox=self.outbox, renderer=self.renderer),
+            lines=lines,
             approvals=self.approvals,
             shared_line=self._shared_line,
             subscriber=self.fronts.handle,
             late_failure=self.outbox.record_late_failure,
             owner=self.instances.id, dead_after=lambda: self.instances.dead_after,
+            people=self.people, identity_kind=self._identity_kind,
+            linking=ChannelLinking(
+                db=self.db, clock=self.clock, codes=self.link_codes, handoffs=self.handoffs, lines=lines,
+                outbox=self.outbox, renderer=self.renderer, kind_of=self._identity_kind, shared_line=self._shared_line,
+            ),
         )
 
     def _build_schedule(self) -> None:
@@ -227,6 +235,12 @@ class Desk:
             return True  # the web chat
         adapter = self.channels.get(provider.channel_id)
         return adapter is not None and adapter.capabilities.buttons
+
+    def _identity_kind(self, channel_id: int) -> str:
+        """The kind of the identities a channel's people write with: the config's kind of the
+        channel ("slack", "telegram", "email" …), what `person_identities.kind` holds."""
+        channel = self.config.channel(channel_id)
+        return channel.kind if channel is not None else getattr(self.channels.get(channel_id), "kind", "unknown")
 
     def _shared_line(self, channel_id: int) -> bool:
         """A channel without threads puts all its handoffs on one line (bot/flow/shared_lines.py)."""

@@ -14,6 +14,7 @@ What a provider cannot do is a capability flag, not a method that raises. docs/a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import unicodedata
 from abc import ABC, abstractmethod
@@ -25,6 +26,11 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from bot.errors import DeskError
+from channels.errors import ChannelAuthError as ChannelAuthError  # the port's errors, where adapters import them
+from channels.errors import ChannelError as ChannelError
+from channels.errors import PermanentChannelError as PermanentChannelError
+from channels.errors import TransientChannelError as TransientChannelError
+from channels.errors import UncertainDeliveryError as UncertainDeliveryError
 from channels.text import TextLimit
 from forms.fields import ReturnField, preview_line
 
@@ -287,7 +293,7 @@ class Relay(_ToHandoff):
     thread: dict[str, Any] = Field(default_factory=dict)
 
 
-NoticeAbout = Literal["released", "form_link", "routing", "claimed", "taken", "reminder", "not_yours"]
+NoticeAbout = Literal["released", "form_link", "routing", "claimed", "taken", "reminder", "not_yours", "linking"]
 
 
 class Notice(_ToHandoff):
@@ -298,7 +304,7 @@ class Notice(_ToHandoff):
     took it ("taken": an adapter with `capabilities.edits` edits its dispatch in place to say
     so and drops the buttons, posting nothing; others post the text), nobody has taken it yet
     ("reminder"), or what was written here was not relayed because someone else has it
-    ("not_yours")."""
+    ("not_yours"); or the answer to a `/link CODE` written in the thread ("linking")."""
 
     kind: Literal["notice"] = "notice"
     purpose: ClassVar[str] = "notice"
@@ -394,8 +400,26 @@ class Callback(_Message):
         return self.delivery or self.delivery_key
 
 
+class Answer(_Message):
+    """The desk's answer to someone who wrote to it outside any handoff (a `LinkRequest`),
+    sent to `to`: the request's `reply_to`. Ordered per place, filed under no handoff."""
+
+    kind: Literal["answer"] = "answer"
+    purpose: ClassVar[str] = "notice"
+    to: dict[str, Any]
+
+    @property
+    def stream(self) -> str:
+        place = json.dumps(self.to, sort_keys=True, separators=(",", ":"))
+        return "answer:" + hashlib.sha256(place.encode()).hexdigest()[:24]
+
+    def trail(self) -> dict[str, str]:
+        return {}
+
+
 Outbound = Annotated[
-    Dispatch | Relay | Notice | ApprovalPrompt | ApprovalClosed | ToSubscriber | Callback, Field(discriminator="kind"),
+    Dispatch | Relay | Notice | ApprovalPrompt | ApprovalClosed | ToSubscriber | Callback | Answer,
+    Field(discriminator="kind"),
 ]
 """One message to deliver; the base class's `send` calls the adapter's method for its kind."""
 HandoffMessage = Dispatch | Relay | Notice
@@ -447,11 +471,14 @@ class _Event(BaseModel):
 
 
 class RecipientText(_Event):
-    """A recipient wrote into a handoff's thread (`/release …` typed in it releases)."""
+    """A recipient wrote into a handoff's thread (`/release …` typed in it releases, `/link
+    CODE` links the writer's identity and is never relayed: `link_code`)."""
 
     kind: Literal["recipient_text"] = "recipient_text"
     thread_key: str
     text: str
+    # Who wrote, set only by the desk's own inbox (its signed-in person); never by an adapter
+    person_id: str | None = Field(default=None, max_length=40)
 
 
 # The release outcomes (`Outcome` in bot/store/vocabulary.py), spelled out here because the
@@ -483,6 +510,15 @@ class Decision(_Event):
     approve: bool
     always_allow: bool = False
     reason: str | None = Field(default=None, max_length=2000)
+
+
+class LinkRequest(_Event):
+    """`/link CODE` written to the bot outside any handoff's thread: link `user_id` to the
+    code's person; answered by an `Answer` to `reply_to` (so its adapter has `send_answer`)."""
+
+    kind: Literal["link_request"] = "link_request"
+    code: str = Field(max_length=200)
+    reply_to: dict[str, Any]
 
 
 class SubscriberText(_Event):
@@ -531,7 +567,7 @@ class DeliveryFailure(_Event):
 
 SubscriberEvent = SubscriberText | ChatOpened | UserActionAnswer | SatisfactionAnswer
 InboundMessage = Annotated[
-    RecipientText | ReleasePress | ClaimPress | Decision | SubscriberText | ChatOpened | UserActionAnswer
+    RecipientText | ReleasePress | ClaimPress | Decision | LinkRequest | SubscriberText | ChatOpened | UserActionAnswer
     | SatisfactionAnswer | DeliveryFailure,
     Field(discriminator="kind"),
 ]
@@ -542,38 +578,6 @@ _INBOUND: TypeAdapter[InboundMessage] = TypeAdapter(InboundMessage)
 def stored_inbound(payload: dict[str, Any]) -> InboundMessage:
     """The event an inbound row holds (its `payload`, as `model_dump(mode="json")` wrote it)."""
     return _INBOUND.validate_python(payload)
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ChannelError(Exception):
-    """Base of all delivery failures; `hint` is written for the person fixing it."""
-
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint or message
-
-
-class TransientChannelError(ChannelError):
-    """Worth retrying: timeouts, 429, 5xx, SMTP 4xx. `retry_after` is the provider's wish."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.retry_after = retry_after
-
-
-class UncertainDeliveryError(TransientChannelError):
-    """The request may have reached the provider (e.g. a timeout after sending). Before a
-    retry the core asks `find_sent` when the channel can reconcile, instead of sending twice."""
-
-
-class PermanentChannelError(ChannelError):
-    """Retrying will not help: bad recipient, rejected content, SMTP 5xx."""
-
-
-class ChannelAuthError(PermanentChannelError):
-    """The credentials were refused; an operator has to fix the config."""
 
 
 # --------------------------------------------------------------------------- webhooks
@@ -712,6 +716,8 @@ class ChannelAdapter(ABC):
             case Callback():
                 raise PermanentChannelError(f"channel {self.id} was handed a callback",
                                             hint="callbacks go to the owner's endpoints through the desk's callback sender")
+            case Answer():
+                return await self.send_answer(outbound)
 
     @abstractmethod
     async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
@@ -743,6 +749,16 @@ class ChannelAdapter(ABC):
         """Post into a subscriber's chat. Only called when `capabilities.front`."""
         raise PermanentChannelError(f"channel {self.id} serves no subscribers",
                                     hint="this channel is not a front: it cannot reach a subscriber")
+
+    async def send_answer(self, answer: Answer) -> Receipt:
+        """Answer where a `LinkRequest` of this adapter came from (`answer.to`)."""
+        raise PermanentChannelError(f"channel {self.id} cannot answer outside a handoff",
+                                    hint="internal error: an answer went to a channel that sends no LinkRequest")
+
+    def link_hint(self, code: str) -> str | None:
+        """A link that sends `/link CODE` from this provider in one tap (Telegram's t.me deep
+        link), for the inbox's "Link a channel"; None where there is none."""
+        return None
 
     async def probe(self) -> str:
         """Check credentials against the provider; return a short description of who we are."""

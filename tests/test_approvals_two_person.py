@@ -1,7 +1,13 @@
 """The two-person rule (`approvals_required: 2`) and approvals asked through a route's ladder,
 with the real desk: buttons pressed in channels go through the desk's inbound, the owner
 decides through the API, the inbox's session and the decision page; the approvers' channels
-are ScriptedChannels, the clock is a ManualClock."""
+are ScriptedChannels (or the real Slack and Telegram adapters against their fakes), the clock
+is a ManualClock.
+
+Two people means two people of the directory: a press counts as the person whose channel
+identity is linked to them (the same person from two channels once), the owner token is a
+service identity and never counts, and a press from an identity linked to nobody is refused.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +20,15 @@ from urllib.parse import unquote
 import pytest
 from sqlalchemy import func, select
 
-from bot.domain.approvals import ANSWERS, OWNER, DecisionOutcome, channel_voter
+from bot.domain.approval_votes import ANSWERS, DecisionOutcome, channel_voter, refusal
 from bot.runtime.clock import ManualClock
 from bot.store.models import ApprovalVote, HandoffEvent, OutboxItem
 from channels.base import ApprovalClosed, ApprovalPrompt, Decision
 from tests import approval_actions
 from tests.approval_actions import refund_action
-from tests.conftest import Harness, StartDesk, config_problem
+from tests.conftest import TELEGRAM_TOKEN, Harness, StartDesk, config_problem
 from tests.fake_slack import FakeSlack, block_actions, signed_headers
+from tests.fake_telegram import KIM, SAM, STAFF_CHAT_ID, FakeTelegram
 from tests.fakes import ScriptedChannel
 from tests.office_hours import CLOSED_HOURS, closed_clock
 
@@ -32,6 +39,9 @@ SCRIPTED = {2: ScriptedChannel, 3: ScriptedChannel}
 OWNER_TOKEN = "owner-token-0123456789abcdef"
 LADDER = {"id": 20, "label": "Approvers on call", "steps": [
     {"notify": [2], "claim_within": "5m"}, {"notify": [3], "claim_within": "5m"}]}
+# The people of these desks, and the user ids their channel identities have on channels 2
+# and 3 (both of kind owner_inbox, so one identity each)
+PEOPLE = {"kim": ("Kim", "U1"), "lee": ("Lee", "U2"), "max": ("Max", "U3")}
 
 
 def two_person(**overrides: Any) -> dict[str, Any]:
@@ -43,9 +53,20 @@ def _fresh_calls() -> None:
     approval_actions.CALLS.clear()
 
 
+async def person(harness: Harness, pid: str, name: str, *identities: tuple[str, str]) -> None:
+    """A person of the directory, with the channel identities (kind, provider user id) linked to them."""
+    people = harness.desk.people
+    await people.add(pid=pid, name=name, email=f"{pid}@example.com", source="cli", actor="test")
+    for kind, value in identities:
+        await people.link(pid, kind, value, verified_via="cli", actor="test")
+
+
 async def start(start_desk: StartDesk, action: dict[str, Any] | None = None, **overrides: Any) -> tuple[Harness, str, str]:
-    """A desk whose agent has asked for `action` (two people by default); the approval id."""
+    """A desk whose agent has asked for `action` (two people by default), with `PEOPLE` linked
+    on the scripted channels; the approval id."""
     harness = await start_desk(channels=CHANNELS, actions=[action or two_person()], adapters=SCRIPTED, **overrides)
+    for pid, (name, user_id) in PEOPLE.items():
+        await person(harness, pid, name, ("owner_inbox", user_id))
     cid = await harness.conversation()
     return harness, cid, await harness.ask_approval(cid, order_id="1234", amount=25)
 
@@ -68,6 +89,11 @@ async def kinds(harness: Harness) -> list[str]:
         return list((await session.scalars(select(HandoffEvent.kind).order_by(HandoffEvent.id))).all())
 
 
+async def trail(harness: Harness, kind: str) -> list[HandoffEvent]:
+    async with harness.desk.db.read() as session:
+        return list((await session.scalars(select(HandoffEvent).where(HandoffEvent.kind == kind).order_by(HandoffEvent.id))).all())
+
+
 async def decide_by_api(harness: Harness, aid: str, decision: str = "approve", **body: Any) -> Any:
     return await harness.client.post(f"/api/approvals/{aid}/decision", json={"decision": decision, **body},
                                      headers={"Authorization": f"Bearer {OWNER_TOKEN}"})
@@ -81,26 +107,29 @@ async def test_two_people_must_approve_and_the_same_person_twice_counts_once(sta
     [prompt] = sent(harness, 2, ApprovalPrompt)
     assert "Needs two people: two different people must approve it (each counts once); one denial denies." in prompt
 
-    assert await press(harness, 2, aid, "U1") == ANSWERS[DecisionOutcome.FIRST_APPROVAL]
-    assert await press(harness, 2, aid, "U1", author="Kim again") == ANSWERS[DecisionOutcome.SAME_PERSON]
+    assert await press(harness, 2, aid, "U1", author="kim.ito") == ANSWERS[DecisionOutcome.FIRST_APPROVAL]
+    assert await press(harness, 3, aid, "U1", author="Kim again") == ANSWERS[DecisionOutcome.SAME_PERSON]
     await harness.desk.settle()
     view = await harness.approval(aid)
     assert (view["state"], view["approvals_required"]) == ("pending", 2)
-    assert [(v["voter"], v["name"], v["approve"]) for v in view["votes"]] == [("2:U1", "Kim", True)]
+    # the person's name, never the handle the channel gave
+    assert [(v["voter"], v["name"], v["approve"]) for v in view["votes"]] == [("person:kim", "Kim", True)]
     assert approval_actions.CALLS == []
 
-    assert await press(harness, 3, aid, "U2", author="Lee") == "approval approved"
+    assert await press(harness, 3, aid, "U2", author="lee.p") == "approval approved"
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]  # once
     view = await harness.approval(aid)
     assert (view["state"], view["run_state"], view["receipt"]["decided_by"]) == ("approved", "succeeded", "Kim and Lee")
-    assert [v["voter"] for v in view["votes"]] == ["2:U1", "3:U2"]
+    assert [v["voter"] for v in view["votes"]] == ["person:kim", "person:lee"]
     assert "Approved by Kim and Lee" in sent(harness, 2, ApprovalClosed)[0]
     assert (await harness.system_texts(cid))[0].startswith("[Approval — refund_order was approved and ran")
-    trail = await kinds(harness)
-    assert trail.count("approval_vote") == 2
-    assert trail.count("approval_vote_repeated") == 1
-    assert trail.index("approval_approved") > trail.index("approval_vote_repeated")
+    assert [(e.person_id, e.detail["approvals"]) for e in await trail(harness, "approval_vote")] == [("kim", 1), ("lee", 2)]
+    [approved] = await trail(harness, "approval_approved")
+    assert (approved.actor, approved.person_id, approved.detail["approved_by_people"]) == ("Kim and Lee", "lee", ["kim", "lee"])
+    events = await kinds(harness)
+    assert events.count("approval_vote_repeated") == 1
+    assert events.index("approval_approved") > events.index("approval_vote_repeated")
 
 
 async def test_one_denial_denies_at_once_even_after_an_approval(start_desk: StartDesk) -> None:
@@ -122,7 +151,7 @@ async def test_a_person_who_approved_and_then_denies_denies(start_desk: StartDes
     await harness.desk.settle()
     view = await harness.approval(aid)
     assert view["state"] == "denied"
-    assert [(v["voter"], v["approve"]) for v in view["votes"]] == [("2:U1", False)]
+    assert [(v["voter"], v["approve"]) for v in view["votes"]] == [("person:kim", False)]
     assert approval_actions.CALLS == []
 
 
@@ -137,7 +166,7 @@ async def test_a_decision_nobody_verified_is_refused_and_recorded(start_desk: St
     assert "cannot count as one of the two" in page.text
     posted = await harness.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": "approve", "name": "Kim"})
     assert posted.status_code == 403
-    assert "Not counted: this action needs two different people to approve" in posted.text
+    assert "Not counted: this decision must come from a person of the desk" in posted.text
     await harness.desk.settle()
     view = await harness.approval(aid)
     assert (view["state"], view["votes"]) == ("pending", [])
@@ -145,38 +174,73 @@ async def test_a_decision_nobody_verified_is_refused_and_recorded(start_desk: St
     assert approval_actions.CALLS == []
 
 
-async def test_the_owner_is_one_person_through_the_api_and_the_page(start_desk: StartDesk) -> None:
-    """Under owner.token the API, a page opened with the inbox's session and the inbox are the
-    owner, one identity: the owner thrice is one approval; a person in a channel is the second."""
+async def test_a_press_from_an_identity_linked_to_nobody_is_refused_approve_or_deny(start_desk: StartDesk) -> None:
+    harness, _, aid = await start(start_desk)
+    assert await press(harness, 2, aid, "U9", author="stranger") == ANSWERS[DecisionOutcome.UNLINKED]
+    assert await press(harness, 3, aid, "U9", approve=False, author="stranger") == ANSWERS[DecisionOutcome.UNLINKED]
+    await harness.desk.settle()
+    view = await harness.approval(aid)
+    assert (view["state"], view["votes"]) == ("pending", [])
+    refusals = await trail(harness, "approval_vote_refused")
+    assert [(e.actor, e.detail["voter"], e.detail["decision"]) for e in refusals] == [
+        ("stranger", "2:U9", "approve"), ("stranger", "3:U9", "deny")]
+    assert all(e.detail["why"] == "a person must decide and this identity is linked to nobody" for e in refusals)
+
+
+async def test_the_owner_token_is_not_a_person_through_the_api_the_inbox_or_the_page(start_desk: StartDesk) -> None:
+    """Under owner.token the API, the inbox's owner-token session and a page opened with it are
+    the desk's service identity: refused, saying why, and recorded; with one person's approval
+    it stays pending, and only a second person runs it."""
     harness, _, aid = await start(start_desk, owner={"token": OWNER_TOKEN})
-    first = await decide_by_api(harness, aid, decided_by="Olga")
-    assert first.status_code == 200, first.text
-    assert [(v["voter"], v["via"]) for v in first.json()["votes"]] == [(OWNER, "api")]
-    again = await decide_by_api(harness, aid)
-    assert (again.status_code, again.json()["error"]) == (409, "approval_already_counted")
+    assert await press(harness, 2, aid, "U1") == ANSWERS[DecisionOutcome.FIRST_APPROVAL]
+    by_api = await decide_by_api(harness, aid, decided_by="Olga")
+    assert (by_api.status_code, by_api.json()["error"]) == (403, "approval_needs_a_person")
+    assert by_api.json()["details"]["hint"] == ANSWERS[DecisionOutcome.NOT_A_PERSON]
 
     logged_in = await harness.client.post("/inbox/login", data={"token": OWNER_TOKEN, "next": "/inbox"})
     assert logged_in.status_code == 303
     path = harness.desk.approvals.decision_url(aid).removeprefix("http://desk.test")
     page = await harness.client.get(path)
-    assert "Approved by Olga, waiting for a second person." in page.text
-    assert "cannot count as one of the two" not in page.text
+    assert "Approved by Kim, waiting for a second person." in page.text
+    assert "cannot count as one of the two" in page.text  # the owner token is nobody
     posted = await harness.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": "approve"})
-    assert posted.status_code == 200
-    assert ANSWERS[DecisionOutcome.SAME_PERSON] in posted.text
-    assert approval_actions.CALLS == []
+    assert posted.status_code == 403
+    assert "the owner token is a service identity, not a person" in posted.text
 
     inbox = (await harness.client.get("/inbox")).text
     csrf = re.search(r'name="csrf" value="([^"]+)"', inbox)
     assert csrf is not None
     decided = await harness.client.post(f"/inbox/approvals/{aid}/decision", data={"csrf": csrf.group(1), "decision": "approve"})
-    assert "waiting for a second person" in unquote(decided.headers["location"])
+    assert "the owner token is a service identity, not a person" in unquote(decided.headers["location"])
+    await harness.desk.settle()
+    view = await harness.approval(aid)
+    assert (view["state"], [v["voter"] for v in view["votes"]]) == ("pending", ["person:kim"])
     assert approval_actions.CALLS == []
+    refusals = await trail(harness, "approval_vote_refused")
+    assert [(e.detail["via"], e.detail["voter"]) for e in refusals] == [("api", "owner"), ("link", "owner"), ("inbox", "owner")]
 
-    assert await press(harness, 3, aid, "U9", author="Lee") == "approval approved"
+    assert await press(harness, 3, aid, "U2", author="Lee") == "approval approved"
     await harness.desk.settle()
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
-    assert [v["via"] for v in (await harness.approval(aid))["votes"]] == ["api", "channel:3"]
+    assert [v["via"] for v in (await harness.approval(aid))["votes"]] == ["channel:2", "channel:3"]
+
+
+async def test_a_person_signed_in_to_the_inbox_counts_as_themselves(start_desk: StartDesk) -> None:
+    """The inbox's own person and the same person's channel identity are one voter."""
+    harness, _, aid = await start(start_desk)
+    token, _ = await harness.desk.sessions.open(await harness.desk.people.get("kim"), via="password")
+    harness.client.cookies.set("handoff_session", token)
+    inbox = (await harness.client.get("/inbox")).text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', inbox)
+    assert csrf is not None
+    decided = await harness.client.post(f"/inbox/approvals/{aid}/decision", data={"csrf": csrf.group(1), "decision": "approve"})
+    assert "waiting for a second person" in unquote(decided.headers["location"])
+    assert await press(harness, 2, aid, "U1") == ANSWERS[DecisionOutcome.SAME_PERSON]
+    assert await press(harness, 2, aid, "U2", author="Lee") == "approval approved"
+    await harness.desk.settle()
+    view = await harness.approval(aid)
+    assert [(v["voter"], v["via"]) for v in view["votes"]] == [("person:kim", "inbox"), ("person:lee", "channel:2")]
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
 
 
 async def test_no_second_approval_in_time_expires_and_never_runs(start_desk: StartDesk) -> None:
@@ -194,10 +258,10 @@ async def test_no_second_approval_in_time_expires_and_never_runs(start_desk: Sta
 async def test_approvals_racing_run_it_once_and_never_on_one_persons_word(start_desk: StartDesk) -> None:
     harness, _, aid = await start(start_desk)
     approvals = harness.desk.approvals
-    same = await asyncio.gather(*(approvals.decide(aid, approve=True, by="Kim", via="channel:2", voter="2:U1")
-                                  for _ in range(3)))
+    same = await asyncio.gather(*(approvals.decide(aid, approve=True, by="Kim", via=f"channel:{2 + n % 2}", voter="person:kim")
+                                  for n in range(3)))
     assert sorted(r.outcome for r in same) == sorted([DecisionOutcome.FIRST_APPROVAL] + [DecisionOutcome.SAME_PERSON] * 2)
-    others = await asyncio.gather(*(approvals.decide(aid, approve=True, by=f"P{n}", via="channel:3", voter=f"3:U{n}")
+    others = await asyncio.gather(*(approvals.decide(aid, approve=True, by=f"P{n}", via="channel:3", voter=f"person:p{n}")
                                     for n in range(2, 6)))
     assert sorted(r.outcome for r in others) == sorted([DecisionOutcome.DECIDED] + [DecisionOutcome.CLOSED] * 3)
     await harness.desk.settle()
@@ -214,10 +278,10 @@ async def test_postgres_two_instances_count_two_people_once(start_desk: StartDes
     clock = ManualClock()
     one, _, aid = await start(start_desk, clock=clock)
     two = await start_desk(channels=CHANNELS, actions=[two_person()], adapters=SCRIPTED, clock=clock)
-    same = await asyncio.gather(*(desk.desk.approvals.decide(aid, approve=True, by="Kim", via="channel:2", voter="2:U1")
+    same = await asyncio.gather(*(desk.desk.approvals.decide(aid, approve=True, by="Kim", via="channel:2", voter="person:kim")
                                   for desk in (one, two)))
     assert sorted(r.outcome for r in same) == [DecisionOutcome.FIRST_APPROVAL, DecisionOutcome.SAME_PERSON]
-    both = await asyncio.gather(*(desk.desk.approvals.decide(aid, approve=True, by=f"P{n}", via="channel:3", voter=f"3:U{n}")
+    both = await asyncio.gather(*(desk.desk.approvals.decide(aid, approve=True, by=f"P{n}", via="channel:3", voter=f"person:p{n}")
                                   for n, desk in enumerate((one, two))))
     assert sorted(r.outcome for r in both) == [DecisionOutcome.CLOSED, DecisionOutcome.DECIDED]
     await one.desk.settle()
@@ -227,44 +291,152 @@ async def test_postgres_two_instances_count_two_people_once(start_desk: StartDes
         assert await session.scalar(select(func.count()).select_from(ApprovalVote)) == 2
 
 
-async def test_two_slack_users_pressing_approve_run_it_once_and_one_user_twice_counts_once(start_desk: StartDesk) -> None:
-    """The real Slack adapter against the fake Slack: the desk tells people apart by the user
-    id Slack's signed payload carries, not by the name they show."""
-    token, signing, channel = "xoxb-test-token", "slack-signing-secret-for-tests", "C0APPROVE"
-    fake = await FakeSlack(token=token, channels=(channel,), users={"U0SAM": "Sam", "U0KIM": "Kim"}).start()
-    try:
-        harness = await start_desk(channels=[{
-            "id": 2, "kind": "slack", "label": "Approvers", "bot_token": token, "signing_secret": signing,
-            "channel": channel, "api_base_url": fake.url,
-        }], actions=[two_person(approval_channels=[2])], delivery={"base_backoff": "10ms"})
-        cid = await harness.conversation()
-        aid = await harness.ask_approval(cid, order_id="1234", amount=25)
-        prompt = next(m for m in fake.top_level(channel) if m["metadata"]["event_payload"]["handoff"] == aid)
+# --------------------------------------------------------------------------- one identity across providers
 
-        async def click(user: str, name: str) -> None:
-            body = block_actions(channel=channel, user=user, user_name=name, message_ts=prompt["ts"], value=aid,
-                                 action_id="approval_approve", block_id="approval_actions")
-            answered = await harness.client.post("/webhooks/2", content=body, headers=signed_headers(
-                signing, body, content_type="application/x-www-form-urlencoded"))
-            assert answered.status_code == 200, answered.text
-            await harness.desk.settle()
+SLACK_TOKEN, SLACK_SECRET, SLACK_CHANNEL = "xoxb-test-token", "slack-signing-secret-for-tests", "C0APPROVE"
+TELEGRAM_SECRET = "test_webhook-secret-1"
 
-        await click("U0SAM", "sam")
-        await click("U0SAM", "sam")
-        assert (await harness.approval(aid))["state"] == "pending"
-        assert approval_actions.CALLS == []
-        await click("U0KIM", "kim")
-    finally:
-        await fake.stop()
+
+def provider_channels(slack: FakeSlack, telegram: FakeTelegram) -> list[dict[str, Any]]:
+    return [
+        {"id": 2, "kind": "slack", "label": "Approvers", "bot_token": SLACK_TOKEN, "signing_secret": SLACK_SECRET,
+         "channel": SLACK_CHANNEL, "api_base_url": slack.url},
+        {"id": 3, "kind": "telegram", "label": "Approvers on Telegram", "bot_token": TELEGRAM_TOKEN, "chat_id": STAFF_CHAT_ID,
+         "api_base_url": telegram.base_url, "mode": "webhook", "webhook_secret": TELEGRAM_SECRET},
+    ]
+
+
+class Presses:
+    """Approve pressed on the real Slack and Telegram prompts of one approval, signed as each provider signs."""
+
+    def __init__(self, harness: Harness, slack: FakeSlack, telegram: FakeTelegram, aid: str) -> None:
+        self.harness, self.slack, self.telegram, self.aid = harness, slack, telegram, aid
+        self.slack_prompt = next(m for m in slack.top_level(SLACK_CHANNEL) if m["metadata"]["event_payload"]["handoff"] == aid)
+        self.telegram_prompt = telegram.sent_to(STAFF_CHAT_ID)[-1]
+
+    async def in_slack(self, user: str, name: str) -> None:
+        body = block_actions(channel=SLACK_CHANNEL, user=user, user_name=name, message_ts=self.slack_prompt["ts"],
+                             value=self.aid, action_id="approval_approve", block_id="approval_actions")
+        answered = await self.harness.client.post("/webhooks/2", content=body, headers=signed_headers(
+            SLACK_SECRET, body, content_type="application/x-www-form-urlencoded"))
+        assert answered.status_code == 200, answered.text
+        await self.harness.desk.settle()
+
+    async def in_telegram(self, user: dict[str, Any]) -> None:
+        update = self.telegram.callback_update(self.telegram_prompt["message_id"], user=user, data=f"ap:{self.aid}:y")
+        answered = await self.harness.client.post("/webhooks/3", json=update,
+                                                  headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET})
+        assert answered.status_code == 200, answered.text
+        await self.harness.desk.settle()
+
+
+async def providers_desk(start_desk: StartDesk, slack: FakeSlack, telegram: FakeTelegram) -> tuple[Harness, Presses]:
+    harness = await start_desk(channels=provider_channels(slack, telegram), actions=[two_person(approval_channels=[2, 3])],
+                               delivery={"base_backoff": "10ms"})
+    # Olga is Slack user U0OLGA and Telegram user 501 (SAM's id); Kim is Telegram user 502
+    await person(harness, "olga", "Olga Petrova", ("slack", "U0OLGA"), ("telegram", str(SAM["id"])))
+    await person(harness, "kim", "Kim Ito", ("telegram", str(KIM["id"])))
+    cid = await harness.conversation()
+    aid = await harness.ask_approval(cid, order_id="1234", amount=25)
+    return harness, Presses(harness, slack, telegram, aid)
+
+
+@pytest.fixture
+async def slack() -> Any:
+    fake = await FakeSlack(token=SLACK_TOKEN, channels=(SLACK_CHANNEL,),
+                           users={"U0OLGA": "olga.p", "U0SAM": "Sam", "U0KIM": "Kim"}).start()
+    yield fake
+    await fake.stop()
+
+
+async def test_one_person_from_slack_and_telegram_counts_once_and_a_second_person_runs_it_once(
+    slack: FakeSlack, telegram: FakeTelegram, start_desk: StartDesk,
+) -> None:
+    """The issue's identity test: Olga approves in Slack and again in Telegram (two provider
+    identities, one person): still pending. Kim approves in Telegram: it runs once, and the
+    receipt and the audit trail name both people."""
+    harness, presses = await providers_desk(start_desk, slack, telegram)
+    aid = presses.aid
+    await presses.in_slack("U0OLGA", "olga.p")
+    await presses.in_telegram(SAM)  # Telegram user 501 is Olga too
     view = await harness.approval(aid)
-    assert (view["state"], [v["voter"] for v in view["votes"]]) == ("approved", ["2:U0SAM", "2:U0KIM"])
-    assert view["receipt"]["decided_by"] == "Sam and Kim"
+    assert (view["state"], [(v["voter"], v["name"], v["via"]) for v in view["votes"]]) == (
+        "pending", [("person:olga", "Olga Petrova", "channel:2")])
+    assert approval_actions.CALLS == []
+    assert "approval_vote_repeated" in await kinds(harness)
+
+    await presses.in_telegram(KIM)
+    await presses.in_telegram(KIM)  # a late press on the old prompt changes nothing
+    view = await harness.approval(aid)
+    assert (view["state"], view["run_state"], view["receipt"]["decided_by"]) == ("approved", "succeeded", "Olga Petrova and Kim Ito")
     assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+    [approved] = await trail(harness, "approval_approved")
+    assert (approved.actor, approved.detail["approved_by_people"]) == ("Olga Petrova and Kim Ito", ["olga", "kim"])
+    assert [e.person_id for e in await trail(harness, "approval_vote")] == ["olga", "kim"]
+
+
+async def test_an_unlinked_slack_user_is_refused_and_recorded_and_two_linked_ones_approve(
+    slack: FakeSlack, telegram: FakeTelegram, start_desk: StartDesk,
+) -> None:
+    """The desk tells people apart by the identity the provider's signed call carries, linked to a
+    person: Sam's Slack account is linked to nobody, so Sam's press is refused, however often."""
+    harness, presses = await providers_desk(start_desk, slack, telegram)
+    await presses.in_slack("U0SAM", "sam")
+    await presses.in_slack("U0SAM", "sam")
+    view = await harness.approval(presses.aid)
+    assert (view["state"], view["votes"]) == ("pending", [])
+    refusals = await trail(harness, "approval_vote_refused")
+    assert [(e.actor, e.detail["voter"], e.person_id) for e in refusals] == [("Sam", "2:U0SAM", None)] * 2
+    await presses.in_slack("U0OLGA", "olga.p")
+    await presses.in_telegram(KIM)
+    view = await harness.approval(presses.aid)
+    assert (view["state"], [v["voter"] for v in view["votes"]]) == ("approved", ["person:olga", "person:kim"])
+    assert approval_actions.CALLS == [{"order_id": "1234", "amount": 25}]
+
+
+# --------------------------------------------------------------------------- one person's approval
+
+
+ONE_PERSON = refund_action(2, policy="ask_always", approval_channels=[2, 3])
+
+
+async def test_one_person_approvals_take_a_press_from_an_identity_linked_to_nobody_by_default(start_desk: StartDesk) -> None:
+    harness, _, aid = await start(start_desk, ONE_PERSON)
+    assert await press(harness, 2, aid, "U9", author="stranger") == "approval approved"  # as before people: allow
+    assert (await harness.approval(aid))["receipt"]["decided_by"] == "stranger"
+
+
+async def test_one_person_approvals_refuse_unlinked_presses_and_bare_links_when_the_config_says_so(
+    start_desk: StartDesk,
+) -> None:
+    refusing, _, aid = await start(start_desk, ONE_PERSON, sign_in={"approvals_from_unlinked": "refuse"})
+    assert await press(refusing, 2, aid, "U9", author="stranger") == ANSWERS[DecisionOutcome.UNLINKED]
+    path = refusing.desk.approvals.decision_url(aid).removeprefix("http://desk.test")
+    bare_link = await refusing.client.post(path, data={"token": path.rsplit("/", 1)[1], "decision": "approve"})
+    assert bare_link.status_code == 403
+    assert (await refusing.approval(aid))["state"] == "pending"
+    assert [e.detail["why"] for e in await trail(refusing, "approval_vote_refused")] == [
+        "a person must decide and this identity is linked to nobody", "a person must decide and nobody verified who this was"]
+    assert await press(refusing, 3, aid, "U1") == "approval approved"  # Kim is a person
+    assert (await refusing.approval(aid))["receipt"]["decided_by"] == "Kim"
+
+
+def test_who_may_decide() -> None:
+    """`refusal`: the one rule, for each kind of voter."""
+    for required, unlinked, person, owner, stranger, nobody in [
+        (2, "allow", None, DecisionOutcome.NOT_A_PERSON, DecisionOutcome.UNLINKED, DecisionOutcome.UNIDENTIFIED),
+        (2, "refuse", None, DecisionOutcome.NOT_A_PERSON, DecisionOutcome.UNLINKED, DecisionOutcome.UNIDENTIFIED),
+        (1, "allow", None, None, None, None),
+        (1, "refuse", None, None, DecisionOutcome.UNLINKED, DecisionOutcome.UNIDENTIFIED),
+    ]:
+        outcomes = [refusal(voter, approvals_required=required, unlinked=unlinked)
+                    for voter in ("person:olga", "owner", "2:U1", None)]
+        assert outcomes == [person, owner, stranger, nobody], (required, unlinked)
 
 
 def test_a_channel_scopes_the_providers_user_id() -> None:
     assert channel_voter(2, "U1") == "2:U1"
-    assert channel_voter(3, "U1") != channel_voter(2, "U1")  # the same number on two providers is two people
+    assert channel_voter(3, "U1") != channel_voter(2, "U1")  # the same number on two providers is two identities
     assert channel_voter(2, None) is None
     assert channel_voter(2, "") is None
 
@@ -379,6 +551,11 @@ async def test_postgres_an_escalation_fires_once_with_two_desks(start_desk: Star
 def actions_problem(*actions: dict[str, Any], **sections: Any) -> str:
     channels = [*CHANNELS, {"id": 7, "kind": "agent", "label": "Sibling", "agent": {"kind": "rules"}}]
     return config_problem(channels=channels, actions=list(actions), **sections)
+
+
+def test_approvals_from_unlinked_is_allow_or_refuse() -> None:
+    assert "sign_in.approvals_from_unlinked: Input should be 'allow' or 'refuse'" in config_problem(
+        sign_in={"approvals_from_unlinked": "sometimes"})
 
 
 def test_two_people_needs_ask_always() -> None:

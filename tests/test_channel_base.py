@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from bot.store.vocabulary import Outcome
 from channels.base import (
+    Answer,
     ApprovalClosed,
     ApprovalPrompt,
     Callback,
@@ -180,3 +181,34 @@ def test_a_webhook_body_parses_to_a_json_object_or_a_400_that_says_why() -> None
         with pytest.raises(MalformedWebhook) as refused:
             json_object(body, "the payload")
         assert (refused.value.status, refused.value.code, refused.value.message) == (400, "invalid_json", f"the payload {reason}")
+
+
+# --------------------------------------------------------------------------- answers outside a handoff
+
+
+def test_an_answer_is_ordered_per_place_and_filed_under_nothing() -> None:
+    here, again, there = (Answer(text="Linked.", to={"chat_id": 501}), Answer(text="Other.", to={"chat_id": 501}),
+                          Answer(text="Linked.", to={"chat_id": 502}))
+    assert here.stream == again.stream != there.stream
+    assert len(here.stream) <= 40  # the outbox's stream column
+    assert (here.purpose, here.trail()) == ("notice", {})
+
+
+async def test_an_adapter_that_sends_no_link_request_refuses_an_answer() -> None:
+    class Bare(ChannelAdapter):
+        kind = "bare"
+        config_model = ChannelConfig
+
+        async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
+            return Receipt()
+
+        async def send_relay(self, relay: Relay) -> Receipt:
+            return Receipt()
+
+        async def send_notice(self, notice: Notice) -> Receipt:
+            return Receipt()
+
+    bare = Bare(ChannelConfig(id=1, kind="bare", label="Bare"))
+    with pytest.raises(PermanentChannelError, match="cannot answer outside a handoff"):
+        await bare.send(Answer(text="Linked.", to={"chat_id": 1}))
+    assert bare.link_hint("7H3K9QXW") is None

@@ -7,16 +7,23 @@ to `Inbound` as an adapter hands them over."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from sqlalchemy import event, select, update
 from sqlmodel import col
 
+from bot.domain.people import People
+from bot.domain.people.directory import IDENTIFY_TTL
+from bot.runtime.clock import ManualClock
+from bot.store.db import Database
 from bot.store.instances import Instances
-from bot.store.models import DeskInstance, InboundEvent
+from bot.store.models import DeskInstance, HandoffEvent, HandoffSession, InboundEvent, Message
 from channels.base import RecipientText, ReleasePress
-from tests.conftest import Harness, StartDesk
+from tests.conftest import TELEGRAM_TOKEN, Harness, StartDesk
+from tests.fake_slack import FakeSlack, message_event, signed_headers
+from tests.fake_telegram import SAM, STAFF_CHAT_ID, FakeTelegram
 
 SECOND_CHANNEL = {"id": 2, "kind": "owner_inbox", "label": "Second inbox"}
 
@@ -236,3 +243,129 @@ async def test_an_event_stored_claimed_by_an_instance_that_died_before_its_turn_
     await claimed_by(h, stored.id, "in_gone")
     assert await h.desk.inbound.process_pending() == 1
     assert await human_texts(h, cid) == ["lost before its turn"]
+
+
+# --------------------------------------------------------------------------- who did it: a person of the directory
+
+SLACK_TOKEN, SLACK_SECRET, SLACK_CHANNEL = "xoxb-test-token", "slack-signing-secret-for-tests", "C0HANDOFF"
+TELEGRAM_SECRET = "test_webhook-secret-1"
+SLACK, TELEGRAM, ROUTE = 3, 2, 20
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    fake = await FakeSlack(token=SLACK_TOKEN, channels=(SLACK_CHANNEL,), users={"U0OLGA": "olga.p", "U0SAM": "Sam"}).start()
+    yield fake
+    await fake.stop()
+
+
+def slack_entry(slack: FakeSlack) -> dict[str, Any]:
+    return {"id": SLACK, "kind": "slack", "label": "Slack support", "bot_token": SLACK_TOKEN, "signing_secret": SLACK_SECRET,
+            "channel": SLACK_CHANNEL, "api_base_url": slack.url}
+
+
+def telegram_entry(telegram: FakeTelegram) -> dict[str, Any]:
+    return {"id": TELEGRAM, "kind": "telegram", "label": "Telegram support", "bot_token": TELEGRAM_TOKEN,
+            "chat_id": STAFF_CHAT_ID, "api_base_url": telegram.base_url, "mode": "webhook", "webhook_secret": TELEGRAM_SECRET}
+
+
+async def olga(h: Harness, *identities: tuple[str, str]) -> None:
+    await h.desk.people.add(pid="olga", name="Olga Petrova", email="olga@example.com", source="cli", actor="test")
+    for kind, value in identities:
+        await h.desk.people.link("olga", kind, value, verified_via="cli", actor="test")
+
+
+async def slack_reply(h: Harness, thread_ts: str, text: str, user: str) -> None:
+    body = message_event(channel=SLACK_CHANNEL, text=text, user=user, thread_ts=thread_ts)
+    answered = await h.client.post(f"/webhooks/{SLACK}", content=body, headers=signed_headers(SLACK_SECRET, body))
+    assert answered.status_code == 200, answered.text
+    await h.desk.settle()
+
+
+async def telegram_update(h: Harness, update: dict[str, Any]) -> None:
+    answered = await h.client.post(f"/webhooks/{TELEGRAM}", json=update,
+                                   headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET})
+    assert answered.status_code == 200, answered.text
+    await h.desk.settle()
+
+
+async def stored_messages(h: Harness, cid: str) -> list[tuple[str | None, str | None, str]]:
+    """(author, person_id, text) of the conversation's human messages, as stored."""
+    async with h.desk.db.read() as session:
+        rows = await session.scalars(select(Message).where(col(Message.conversation_id) == cid, col(Message.role) == "human")
+                                     .order_by(col(Message.id)))
+        return [(m.author, m.person_id, m.text) for m in rows]
+
+
+async def test_a_linked_persons_slack_reply_reaches_the_subscriber_under_their_name(
+    start_desk: StartDesk, slack: FakeSlack,
+) -> None:
+    """The web chat's subscriber sees "Olga Petrova", never the Slack handle; the message row and
+    the audit row carry her id. Someone linked to nobody still speaks under Slack's name."""
+    h = await start_desk(channels=[slack_entry(slack)], delivery={"base_backoff": "10ms"})
+    await olga(h, ("slack", "U0OLGA"))
+    cid = await h.conversation()
+    sid = (await h.start_handoff(cid, channel_id=SLACK))["handoff_session_id"]
+    [dispatch] = slack.top_level(SLACK_CHANNEL)
+    await slack_reply(h, dispatch["ts"], "Hi Ana, I'm on it", "U0OLGA")
+    await slack_reply(h, dispatch["ts"], "Me too", "U0SAM")
+    assert await h.human_texts(cid) == [("Olga Petrova", "Hi Ana, I'm on it"), ("Sam", "Me too")]  # what the chat shows
+    assert await stored_messages(h, cid) == [("Olga Petrova", "olga", "Hi Ana, I'm on it"), ("Sam", None, "Me too")]
+    relayed = [e for e in await h.events(sid) if e["kind"] == "relayed_to_subscriber"]
+    assert [e["actor"] for e in relayed] == ["Olga Petrova", "Sam"]
+    async with h.desk.db.read() as session:
+        assert list(await session.scalars(select(HandoffEvent.person_id).where(
+            col(HandoffEvent.kind) == "relayed_to_subscriber").order_by(col(HandoffEvent.id)))) == ["olga", None]
+
+
+async def test_a_claim_and_a_release_by_a_linked_telegram_user_are_theirs(
+    start_desk: StartDesk, telegram: FakeTelegram,
+) -> None:
+    route = {"id": ROUTE, "label": "Support", "steps": [{"notify": [TELEGRAM], "claim_within": "5m"}]}
+    h = await start_desk(channels=[telegram_entry(telegram)], routes=[route], delivery={"base_backoff": "10ms"})
+    await olga(h, ("telegram", str(SAM["id"])))
+    cid = await h.conversation()
+    sid = (await h.start_handoff(cid, channel_id=ROUTE))["handoff_session_id"]
+    await h.desk.settle()
+    [dispatch] = telegram.sent_to(STAFF_CHAT_ID)
+    await telegram_update(h, telegram.callback_update(dispatch["message_id"], user=SAM, data="claim"))
+    async with h.desk.db.read() as session:
+        row = await session.get(HandoffSession, sid)
+        assert row is not None
+        assert (row.claimed_by, row.claimed_person_id) == ("Olga Petrova", "olga")
+    assert (await h.messages(cid))[-1]["text"] == "Olga Petrova from our team has joined the conversation."
+    await telegram_update(h, telegram.message_update("/release resolved", user=SAM, reply_to=dispatch["message_id"]))
+    async with h.desk.db.read() as session:
+        row = await session.get(HandoffSession, sid, populate_existing=True)
+        assert row is not None
+        assert (row.state, row.released_by, row.released_person_id) == ("released", "Olga Petrova", "olga")
+        people = dict((await session.execute(select(HandoffEvent.kind, HandoffEvent.person_id).where(
+            col(HandoffEvent.kind).in_(["handoff_claimed", "handoff_released"])))).all())
+    assert people == {"handoff_claimed": "olga", "handoff_released": "olga"}
+
+
+async def test_an_identity_unlinked_here_is_nobodys_at_once(start_desk: StartDesk, scripted: Any) -> None:
+    h, cid, sid = await desk_with_handoff(start_desk, scripted)
+    await olga(h, ("owner_inbox", "U1"))
+    said = RecipientText(thread_key=f"thread-{sid}", text="first", author="olga.p", user_id="U1")
+    assert await h.desk.inbound.submit_and_wait(1, said) == "relayed"
+    [identity] = await h.desk.people.identities("olga")
+    assert await h.desk.people.unlink("olga", int(identity.id or 0), actor="test")
+    assert await h.desk.inbound.submit_and_wait(1, said.model_copy(update={"text": "second"})) == "relayed"
+    assert await stored_messages(h, cid) == [("Olga Petrova", "olga", "first"), ("olga.p", None, "second")]
+
+
+async def test_another_instances_link_is_seen_within_the_cache_ttl(db: Database) -> None:
+    """`identify` keeps what it read for IDENTIFY_TTL: a link made by another instance (or the
+    command line) is seen here after it at the latest; this process's own, at once."""
+    clock = ManualClock()
+    here, there = People(db, clock), People(db, clock)
+    await there.add(pid="olga", name="Olga Petrova", email="olga@example.com", source="cli", actor="test")
+    assert await here.identify("slack", "U0OLGA") is None
+    await there.link("olga", "slack", "U0OLGA", verified_via="cli", actor="test")
+    assert await here.identify("slack", "U0OLGA") is None  # still what it read
+    clock.advance(IDENTIFY_TTL)
+    found = await here.identify("slack", "U0OLGA")
+    assert found is not None and found.id == "olga"
+    await here.set_disabled("olga", True, actor="test")  # here: seen at once
+    assert await here.identify("slack", "U0OLGA") is None

@@ -741,3 +741,30 @@ async def test_logging_out_revokes_the_session_even_for_a_replayed_cookie(start_
 
     await login(harness.client)  # a new login is a new session
     assert (await harness.client.get("/inbox")).status_code == 200
+
+
+async def test_a_person_signed_in_replies_claims_and_releases_as_themselves(start_desk: StartDesk) -> None:
+    """From the inbox a person's reply, claim and release carry their id, not only their name."""
+    from sqlalchemy import select
+
+    from bot.store.models import HandoffSession, Message
+
+    route = {"id": 20, "label": "Support", "steps": [{"notify": [1], "claim_within": "5m"}]}
+    harness = await start_desk(owner={"token": "owner-secret"}, routes=[route])
+    olga = await harness.desk.people.add(pid="olga", name="Olga Petrova", email="olga@example.com", source="cli", actor="test")
+    token, _ = await harness.desk.sessions.open(olga, via="password")
+    harness.client.cookies.set("handoff_session", token)
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid, channel_id=20))["handoff_session_id"]
+    await harness.desk.settle()
+    page = (await harness.client.get(f"/inbox/handoffs/{sid}")).text
+    assert (await harness.client.post(f"/inbox/handoffs/{sid}/claim", data={"csrf": csrf_of(page)})).status_code == 303
+    await harness.client.post(f"/inbox/handoffs/{sid}/reply", data={"csrf": csrf_of(page), "nonce": "n1", "text": "Hi Ana"})
+    await harness.client.post(f"/inbox/handoffs/{sid}/release", data={"csrf": csrf_of(page), "outcome": "resolved"})
+    async with harness.desk.db.read() as session:
+        handoff = await session.get(HandoffSession, sid)
+        assert handoff is not None
+        assert (handoff.claimed_by, handoff.claimed_person_id) == ("Olga Petrova", "olga")
+        assert (handoff.released_by, handoff.released_person_id) == ("Olga Petrova (inbox)", "olga")
+        [reply] = (await session.scalars(select(Message).where(Message.conversation_id == cid, Message.role == "human"))).all()
+    assert (reply.author, reply.person_id, reply.text) == ("Olga Petrova", "olga", "Hi Ana")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -96,4 +96,12 @@ class SignInConfig(_Section):
     )
     max_failures_per_account: int = Field(
         default=5, ge=1, le=1000, description="Wrong passwords for one account per 15 minutes before it must wait (429)."
+    )
+    approvals_from_unlinked: Literal["allow", "refuse"] = Field(
+        default="allow", description=(
+            "Who may decide a one-person approval. allow: whoever the prompt reached (a press in its channel, the "
+            "decision link). refuse: only a person of the desk (a channel identity linked to them, or signed in) or "
+            "the owner token; a press from an identity linked to nobody, or the bare decision link, is refused and "
+            "recorded. Two-person approvals always count people only."
+        ),
     )

@@ -27,13 +27,16 @@ itself when a crash came between the two (`recover_interrupted`). An action that
 approval runs inline, inside the tool call, since the agent reads its result there, and so
 does an approved callable, which has no endpoint to tell a repeat.
 
-Two people (`approvals_required: 2`, only with `ask_always`): each decision must carry a
-verified identity (`OWNER` for the signed-in owner, `channel_voter` for the provider's user
-id, scoped by channel); one without is refused and recorded, never counted. The first
+Who a decision counts as, and whether it counts, is `bot/domain/approval_votes.py`'s: two
+people (`approvals_required: 2`, only with `ask_always`) means two distinct *people* of the
+directory: the owner token's service identity, a provider identity linked to nobody and an
+unverified decision are refused and recorded, never counted (and for one-person approvals
+too under `sign_in.approvals_from_unlinked: refuse`, but for the owner token). The first
 approval sets `first_approver` by a compare-and-set on the pending row; the approval moves to
 `approved` only by a second compare-and-set naming a different person, in the transaction
-that records that vote, so the same person twice counts once and two instances or two
-presses at once cannot run it twice or on one person's word. One denial denies at once.
+that records that vote, so the same person twice (from two channels too) counts once and two
+instances or two presses at once cannot run it twice or on one person's word. One denial
+denies at once. The receipt and the audit trail name both people.
 
 Through a route (`approval_channels` names one): the prompt goes to the first open step of
 its ladder (and to any plain channels named beside it), and when nobody has decided within
@@ -54,8 +57,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from jsonschema import Draft202012Validator
@@ -69,6 +71,7 @@ from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
 from bot.domain import conversations
 from bot.domain.actions import ActionFailed, run_action, run_body
+from bot.domain.approval_votes import DecisionOutcome, DecisionResult, person_of, record_vote, refusal, why_refused
 from bot.domain.hours import OfficeHours
 from bot.domain.ladder import Steps
 from bot.domain.rendering import Renderer
@@ -95,16 +98,6 @@ RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 RUN_GRACE = timedelta(minutes=10)
 INTERRUPTED = {"run_state": FAILED, "error": "interrupted: the desk stopped while it ran, so it may or may not have taken effect"}
 SALT = "handoff-desk.approval-decision.v1"
-# The verified identity of the signed-in owner (the inbox, the decision page with the inbox's
-# session, the API under owner.token): one person, however many doors they use.
-OWNER = "owner"
-
-
-def channel_voter(channel_id: int, user_id: str | None) -> str | None:
-    """The verified identity of whoever pressed a button in a channel: the provider's own user
-    id, scoped by the channel (the same number on two providers is two people); None when the
-    provider did not say who it was."""
-    return f"{channel_id}:{user_id}" if user_id else None
 
 
 def canonical(arguments: dict[str, Any]) -> str:
@@ -146,40 +139,6 @@ def approval_view(approval: Approval, votes: list[ApprovalVote] | None = None) -
             {"voter": v.voter, "name": v.name, "via": v.via, "approve": v.approve, "at": iso(v.at)} for v in votes]}),
         "route_id": approval.route_id, "step": approval.step, "escalate_at": iso(approval.escalate_at),
     }
-
-
-class DecisionOutcome(StrEnum):
-    """What one person's decision did."""
-
-    DECIDED = "decided"  # approved or denied now
-    FIRST_APPROVAL = "first_approval"  # counted: the first of two people; waiting for a second
-    SAME_PERSON = "same_person"  # this person's approval was already counted: it counts once
-    UNIDENTIFIED = "unidentified"  # two people must approve, and nobody could verify who this was
-    CLOSED = "closed"  # no longer pending (decided, expired): nothing changed
-
-
-# The answer to the person who decided, for an outcome that did not settle the approval
-# (the pages, the inbox, the API's hint and the channel's inbound record say the same).
-ANSWERS = {
-    DecisionOutcome.FIRST_APPROVAL: "Your approval is counted. It needs two people: waiting for a second person.",
-    DecisionOutcome.SAME_PERSON: "Your approval was already counted and counts once: waiting for a second person.",
-    DecisionOutcome.UNIDENTIFIED: (
-        "Not counted: this action needs two different people to approve, and this decision does not say who you "
-        "are. Sign in to the inbox, or answer with the buttons in a channel that identifies you."
-    ),
-    DecisionOutcome.CLOSED: "This request was already closed; your answer changed nothing.",
-}
-
-
-@dataclass(frozen=True)
-class DecisionResult:
-    outcome: DecisionOutcome
-    approval: Approval
-
-    @property
-    def changed(self) -> bool:
-        """The decision counted: it settled the approval, or it is the first of two."""
-        return self.outcome in (DecisionOutcome.DECIDED, DecisionOutcome.FIRST_APPROVAL)
 
 
 @dataclass(frozen=True)
@@ -245,8 +204,10 @@ class Approvals:
         self, *, db: Database, clock: Clock, actions: list[ActionConfig], channels: ChannelSet, outbox: Outbox,
         renderer: Renderer, secret_keys: list[str], public_url: str, metrics: Metrics, background: Background,
         hours: OfficeHours, ladders: Mapping[int, Ladder] | None = None,
+        unlinked: Literal["allow", "refuse"] = "allow",
     ) -> None:
         self.metrics, self.background = metrics, background
+        self.unlinked = unlinked  # sign_in.approvals_from_unlinked (bot/domain/approval_votes.py)
         self.ladders, self.steps = dict(ladders or {}), Steps(channels, hours)
         self.db, self.clock, self.channels, self.outbox, self.renderer = db, clock, channels, outbox, renderer
         self.actions = {a.id: a for a in actions}
@@ -443,16 +404,23 @@ class Approvals:
 
     async def decide(self, approval_id: str, *, approve: bool, by: str, via: str, voter: str | None = None,
                      reason: str | None = None, always_allow: bool = False) -> DecisionResult:
-        """A person's decision; only the first one on a pending, unexpired approval counts, or,
-        when two people must approve, the first approval of each of two verified people
-        (`voter`: `OWNER` or `channel_voter`; None when nobody verified who decided)."""
+        """A decision; only the first one on a pending, unexpired approval counts, or, when two
+        people must approve, the first approval of each of two people. `voter` is who the
+        desk verified made it (bot/domain/approval_votes.py: a person, the owner token, an
+        identity linked to nobody, or None); a voter who may not decide this approval is
+        refused and recorded (`refusal`)."""
         now = self.clock.now()
         by = " ".join(by.split())[:200] or "someone"
         reason = (reason or "").strip()[:2000] or None
+        person_id = person_of(voter)
         async with self.db.transaction(effect=True) as session:
             approval = found(await session.get(Approval, approval_id), "approval", approval_id)
             always = bool(approve and always_allow and approval.policy == "ask")
-            if approval.approvals_required > 1:
+            refused = refusal(voter, approvals_required=approval.approvals_required, unlinked=self.unlinked)
+            if refused is not None:
+                outcome = await self._refuse(session, approval, refused, approve=approve, by=by, via=via, voter=voter, now=now)
+            elif approval.approvals_required > 1:
+                assert voter is not None  # `refusal` refuses an unverified decision here
                 outcome = await self._count_vote(session, approval, approve=approve, by=by, via=via, voter=voter,
                                                  reason=reason, now=now)
             else:
@@ -460,16 +428,18 @@ class Approvals:
                                                   always=always, now=now)
             if outcome is not DecisionOutcome.DECIDED:
                 if outcome is DecisionOutcome.CLOSED:
-                    await audit.record(session, "approval_decision_ignored", at=now, actor=by, approval_id=approval_id,
-                                       conversation_id=approval.conversation_id, state=approval.state, via=via,
-                                       decision="approve" if approve else "deny")
+                    await audit.record(session, "approval_decision_ignored", at=now, actor=by, person_id=person_id,
+                                       approval_id=approval_id, conversation_id=approval.conversation_id,
+                                       state=approval.state, via=via, decision="approve" if approve else "deny")
                 return DecisionResult(outcome, approval)
             await session.refresh(approval)
             self.metrics.approvals.labels(approval.action_id, approval.state).inc()
+            both = [person_of(approval.first_approver), person_id] if approve and approval.approvals_required > 1 else None
             await audit.record(session, "approval_approved" if approve else "approval_denied", at=now,
-                               actor=approval.decided_by or by, approval_id=approval_id,
+                               actor=approval.decided_by or by, person_id=person_id, approval_id=approval_id,
                                conversation_id=approval.conversation_id, via=via, action=approval.action_id,
-                               arguments_hash=approval.arguments_hash, reason=reason, always_allow=always or None)
+                               arguments_hash=approval.arguments_hash, reason=reason, always_allow=always or None,
+                               approved_by_people=both)
             if always:
                 await self._grant(session, approval, now)
             await self._close_prompts(session, approval, now)
@@ -484,6 +454,18 @@ class Approvals:
     def _still_open(approval_id: str, now: datetime) -> list[Any]:
         return [col(Approval.id) == approval_id, col(Approval.state) == PENDING, col(Approval.deadline) > now]
 
+    @staticmethod
+    async def _refuse(session: Any, approval: Approval, refused: DecisionOutcome, *, approve: bool, by: str, via: str,
+                      voter: str | None, now: datetime) -> DecisionOutcome:
+        """A decision by someone who may not decide this approval: recorded, never counted
+        (CLOSED when it is not open any more, which is what they are told then)."""
+        if approval.state != PENDING or approval.deadline <= now:
+            return DecisionOutcome.CLOSED
+        await audit.record(session, "approval_vote_refused", at=now, actor=by, approval_id=approval.id,
+                           conversation_id=approval.conversation_id, action=approval.action_id, via=via, voter=voter,
+                           decision="approve" if approve else "deny", why=why_refused(refused))
+        return refused
+
     async def _settle_once(self, session: Any, approval: Approval, *, approve: bool, by: str, via: str,
                            reason: str | None, always: bool, now: datetime) -> DecisionOutcome:
         """One person decides: a compare-and-set on the pending, unexpired approval."""
@@ -497,32 +479,29 @@ class Approvals:
         return DecisionOutcome.DECIDED if changed.rowcount == 1 else DecisionOutcome.CLOSED
 
     async def _count_vote(self, session: Any, approval: Approval, *, approve: bool, by: str, via: str,
-                          voter: str | None, reason: str | None, now: datetime) -> DecisionOutcome:
-        """Two people must approve. Every step is a compare-and-set on the approval's row, so
-        concurrent votes queue on it: the first approval claims `first_approver`; only a
-        different person's approval moves it to approved; a denial denies at once."""
+                          voter: str, reason: str | None, now: datetime) -> DecisionOutcome:
+        """Two people must approve, and `voter` is a person. Every step is a compare-and-set
+        on the approval's row, so concurrent votes queue on it: the first approval claims
+        `first_approver`; only a different person's approval moves it to approved; a denial
+        denies at once."""
+        person_id = person_of(voter)
         facts = {"approval_id": approval.id, "conversation_id": approval.conversation_id, "action": approval.action_id,
                  "via": via, "voter": voter, "decision": "approve" if approve else "deny"}
-        if voter is None:
-            if approval.state != PENDING or approval.deadline <= now:
-                return DecisionOutcome.CLOSED
-            await audit.record(session, "approval_vote_refused", at=now, actor=by, **facts,
-                               why="two people must approve and nobody verified who this was")
-            return DecisionOutcome.UNIDENTIFIED
         if not approve:
             denied = await self._settle_once(session, approval, approve=False, by=by, via=via, reason=reason,
                                              always=False, now=now)
             if denied is DecisionOutcome.CLOSED:
                 return denied
-            await self._record_vote(session, approval.id, voter=voter, name=by, via=via, approve=False, now=now)
-            await audit.record(session, "approval_vote", at=now, actor=by, **facts, counted=True)
+            await record_vote(session, approval.id, voter=voter, name=by, via=via, approve=False, now=now)
+            await audit.record(session, "approval_vote", at=now, actor=by, person_id=person_id, **facts, counted=True)
             return DecisionOutcome.DECIDED
         first = await execute_dml(session, update(Approval).where(
             *self._still_open(approval.id, now), col(Approval.first_approver).is_(None),
         ).values(first_approver=voter).execution_options(synchronize_session=False))
         if first.rowcount == 1:
-            await self._record_vote(session, approval.id, voter=voter, name=by, via=via, approve=True, now=now)
-            await audit.record(session, "approval_vote", at=now, actor=by, **facts, counted=True, approvals=1)
+            await record_vote(session, approval.id, voter=voter, name=by, via=via, approve=True, now=now)
+            await audit.record(session, "approval_vote", at=now, actor=by, person_id=person_id, **facts, counted=True,
+                               approvals=1)
             await session.refresh(approval)
             return DecisionOutcome.FIRST_APPROVAL
         second = await execute_dml(session, update(Approval).where(
@@ -532,29 +511,18 @@ class Approvals:
         await session.refresh(approval)
         if second.rowcount != 1:
             if approval.state == PENDING and approval.first_approver == voter:
-                await audit.record(session, "approval_vote_repeated", at=now, actor=by, **facts, counted=False)
+                await audit.record(session, "approval_vote_repeated", at=now, actor=by, person_id=person_id, **facts,
+                                   counted=False)
                 return DecisionOutcome.SAME_PERSON
             return DecisionOutcome.CLOSED
-        await self._record_vote(session, approval.id, voter=voter, name=by, via=via, approve=True, now=now)
-        await audit.record(session, "approval_vote", at=now, actor=by, **facts, counted=True, approvals=2)
+        await record_vote(session, approval.id, voter=voter, name=by, via=via, approve=True, now=now)
+        await audit.record(session, "approval_vote", at=now, actor=by, person_id=person_id, **facts, counted=True,
+                           approvals=2)
         first_name = await session.scalar(select(col(ApprovalVote.name)).where(
             col(ApprovalVote.approval_id) == approval.id, col(ApprovalVote.voter) == approval.first_approver))
         await execute_dml(session, update(Approval).where(col(Approval.id) == approval.id).values(
             decided_by=f"{first_name or 'someone'} and {by}"[:200]).execution_options(synchronize_session=False))
         return DecisionOutcome.DECIDED
-
-    @staticmethod
-    async def _record_vote(session: Any, approval_id: str, *, voter: str, name: str, via: str, approve: bool,
-                           now: datetime) -> None:
-        """One row per person: a denial after their own approval replaces it (their last word
-        stands; the audit keeps both)."""
-        earlier = await session.scalar(select(ApprovalVote).where(
-            col(ApprovalVote.approval_id) == approval_id, col(ApprovalVote.voter) == voter))
-        if earlier is None:
-            session.add(ApprovalVote(approval_id=approval_id, voter=voter, name=name, via=via, approve=approve, at=now))
-        else:
-            earlier.name, earlier.via, earlier.approve, earlier.at = name, via, approve, now
-        await session.flush()
 
     async def _grant(self, session: Any, approval: Approval, now: datetime) -> None:
         try:

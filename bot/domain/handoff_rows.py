@@ -148,8 +148,8 @@ ACTIVATE_ROUTED = _compare_and_set(
      "activated_at", "focused_at", "last_activity_at", "idle_deadline", "escalate_at"],
 )
 FAIL = _compare_and_set([HANDOFFS.c.state == HandoffState.DISPATCHING, ~_sent_dispatch()], ["state", "failure"])
-_RELEASED = ["state", "released_at", "release_reason", "released_by", "outcome", "note", "returned", "missing_required",
-             "duration_seconds"]
+_RELEASED = ["state", "released_at", "release_reason", "released_by", "released_person_id", "outcome", "note", "returned",
+             "missing_required", "duration_seconds"]
 RELEASE = _compare_and_set([HANDOFFS.c.state == HandoffState.ACTIVE], _RELEASED)
 # The idle timer's release applies only while the deadline is at or before its cutoff.
 RELEASE_IDLE = _compare_and_set(

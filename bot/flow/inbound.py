@@ -1,6 +1,13 @@
 """The inbox of inbound events (recipients' replies, and subscribers' messages from a
 front): store first (deduplicated), work after.
 
+Every act from a channel is someone's: a reply, a Release or Claim press and an approval
+decision are resolved to the person of the directory whose provider identity sent it
+(`People.identify`, one cached read), and then recorded as theirs (their name is what the
+subscriber sees, their id on the message, the claim, the release, the vote and the audit
+row). An identity linked to nobody acts under the name its provider gave, as before. A
+`/link CODE` is never relayed: bot/flow/linking.py links the sender's identity.
+
 Providers redeliver: an event they think was not acked comes again, and updates are resent
 after a restart. Each inbound message is inserted under a unique
 (channel_id, dedupe_key), so a redelivery is a constraint violation and is dropped; the
@@ -23,9 +30,12 @@ from sqlalchemy import bindparam, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.domain.approvals import ANSWERS, APPROVED, DENIED, Approvals, DecisionOutcome, channel_voter
+from bot.domain.approval_votes import ANSWERS, DecisionOutcome, channel_voter
+from bot.domain.approvals import APPROVED, DENIED, Approvals
 from bot.domain.handoffs import Handoffs, ReleaseResult, parse_release_command
+from bot.domain.people import Actor, People
 from bot.errors import DeskError
+from bot.flow.linking import ChannelLinking
 from bot.flow.shared_lines import Route, SharedLines
 from bot.runtime.background import Background
 from bot.runtime.clock import Clock
@@ -43,6 +53,7 @@ from channels.base import (
     Decision,
     DeliveryFailure,
     InboundMessage,
+    LinkRequest,
     RecipientText,
     ReleasePress,
     SatisfactionAnswer,
@@ -51,6 +62,7 @@ from channels.base import (
     UserActionAnswer,
     stored_inbound,
 )
+from channels.linking import link_code
 
 log = structlog.get_logger(__name__)
 
@@ -93,10 +105,13 @@ class Inbound:
         kind_of: Callable[[int], str], lines: SharedLines, shared_line: Callable[[int], bool], approvals: Approvals,
         subscriber: Callable[[int, SubscriberEvent], Awaitable[str]],
         late_failure: Callable[[int, DeliveryFailure], Awaitable[str]],
-        owner: str, dead_after: Callable[[], float],
+        owner: str, dead_after: Callable[[], float], people: People, linking: ChannelLinking,
+        identity_kind: Callable[[int], str],
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
+        self.people, self.linking = people, linking
+        self._identity_kind = identity_kind  # channel id -> the config's kind of the channel: its identities' kind
         self.lines = lines
         self.approvals = approvals
         self._shared_line = shared_line  # channel id -> whether its handoffs share one line (no threads)
@@ -256,11 +271,32 @@ class Inbound:
                 done.result = "released"
                 return await self._release_press(event, message)
             case RecipientText():
+                code = link_code(message.text)
+                if code is not None:  # never relayed: it links the writer (bot/flow/linking.py)
+                    done.result = "linked"
+                    return _Worked(InboundState.DONE, await self.linking.in_thread(event.channel_id, message, code))
                 done.result = "released" if parse_release_command(message.text) is not None else "relayed"
                 return await self._recipient_text(event, message)
             case ClaimPress():
                 done.result = "claimed"
                 return await self._claim_press(event, message)
+            case LinkRequest():
+                done.result = "linked"
+                return _Worked(InboundState.DONE, await self.linking.in_chat(event.channel_id, message))
+
+    async def _actor(self, channel_id: int, message: RecipientText | ReleasePress | ClaimPress | Decision) -> Actor:
+        """Who did this: the person whose identity on this channel sent it (the inbox's own
+        signed-in person for its replies), else whoever the provider says it was."""
+        via = f"channel:{channel_id}"
+        name = " ".join((message.author or "").split())[:200] or "recipient"
+        if isinstance(message, RecipientText) and message.person_id is not None:
+            return Actor(name=name, via=via, person_id=message.person_id)
+        if not message.user_id:
+            return Actor(name=name, via=via)
+        person = await self.people.identify(self._identity_kind(channel_id), message.user_id)
+        if person is not None:
+            return Actor.of_person(person, via)
+        return Actor(name=name, via=via, provider_user=channel_voter(channel_id, message.user_id))
 
     async def _recipient_text(self, event: InboundEvent, message: RecipientText) -> _Worked:
         """A recipient's words: to the handoff of their thread (or, on a shared line, the one
@@ -276,14 +312,14 @@ class Inbound:
             if handoff is None:
                 return _Worked(InboundState.IGNORED, "no active handoff in this thread")
             sid, text, routed = handoff.id, message.text, handoff.route_id is not None
-        author = message.author or "recipient"
-        via = f"channel:{event.channel_id}"
+        who = await self._actor(event.channel_id, message)
         try:
             # On a route: the first to write claims it; someone else's thread is told who has it.
-            speaking = await self.handoffs.speaking(sid, event.channel_id, by=author, via=via) if routed else None
+            speaking = await self.handoffs.speaking(sid, event.channel_id, by=who.name, via=who.via,
+                                                    person_id=who.person_id) if routed else None
             if speaking is not None and not speaking.allowed:
                 return _Worked(InboundState.IGNORED, f"not relayed: {speaking.holder} has this handoff", sid)
-            result = await self.handoffs.recipient_message(sid, text, author=author, via=via)
+            result = await self.handoffs.recipient_message(sid, text, author=who.name, via=who.via, person_id=who.person_id)
         except DeskError as exc:
             return _Worked(InboundState.IGNORED, exc.message, sid)
         if isinstance(result, ReleaseResult):
@@ -298,14 +334,15 @@ class Inbound:
         handoff = await self.handoffs.by_thread(event.channel_id, press.thread_key)
         if handoff is None:
             return _Worked(InboundState.IGNORED, "no active handoff in this thread")
-        actor = " ".join((press.author or "").split())[:200] or "recipient"
+        who = await self._actor(event.channel_id, press)
         try:
             if handoff.claimed_at is not None:  # on a route someone has: only their thread releases it
-                speaking = await self.handoffs.speaking(handoff.id, event.channel_id, by=actor, via=f"channel:{event.channel_id}")
+                speaking = await self.handoffs.speaking(handoff.id, event.channel_id, by=who.name, via=who.via,
+                                                        person_id=who.person_id)
                 if not speaking.allowed:
                     return _Worked(InboundState.IGNORED, f"not released: {speaking.holder} has this handoff", handoff.id)
             result = await self.handoffs.release(
-                handoff.id, reason=ReleaseReason.RELEASE_TOKEN, actor=actor,
+                handoff.id, reason=ReleaseReason.RELEASE_TOKEN, actor=who.name, person_id=who.person_id,
                 outcome=Outcome(press.outcome) if press.outcome else None,
             )
         except DeskError as exc:
@@ -319,9 +356,10 @@ class Inbound:
         if found is None:
             return _Worked(InboundState.IGNORED, "no active handoff in this thread")
         sid = found.handoff.id
-        actor = " ".join((press.author or "").split())[:200] or "recipient"
+        who = await self._actor(event.channel_id, press)
         try:
-            speaking = await self.handoffs.speaking(sid, event.channel_id, by=actor, via=f"channel:{event.channel_id}", claiming=True)
+            speaking = await self.handoffs.speaking(sid, event.channel_id, by=who.name, via=who.via, claiming=True,
+                                                    person_id=who.person_id)
         except DeskError as exc:
             return _Worked(InboundState.IGNORED, exc.message, sid)
         if not speaking.allowed:
@@ -337,9 +375,9 @@ class Inbound:
             return _Worked(InboundState.IGNORED, exc.message)
         if event.channel_id not in approval.channel_ids:
             return _Worked(InboundState.IGNORED, f"approval {approval.id} was not asked in this channel")
+        who = await self._actor(event.channel_id, decision)
         result = await self.approvals.decide(
-            approval.id, approve=decision.approve, by=decision.author or "recipient", via=f"channel:{event.channel_id}",
-            voter=channel_voter(event.channel_id, decision.user_id), reason=decision.reason,
+            approval.id, approve=decision.approve, by=who.name, via=who.via, voter=who.voter, reason=decision.reason,
             always_allow=decision.always_allow,
         )
         if result.outcome is DecisionOutcome.CLOSED:

@@ -109,6 +109,11 @@ class SharedLines:
         assert route.to is not None
         await self._answer(channel_id, route.to, "messages/line_routed.txt", handoff=route.to, others=route.others)
 
+    async def focused(self, channel_id: int, thread_key: str) -> OpenHandoff | None:
+        """The handoff a plain message on the line goes to (the desk answers on it), or None."""
+        line = await self._open(channel_id, thread_key)
+        return line[0] if line else None
+
     # ------------------------------------------------------------------ internals
 
     async def _open(self, channel_id: int, thread_key: str) -> list[OpenHandoff]:

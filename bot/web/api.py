@@ -28,7 +28,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 
 from bot.config.people import Role
-from bot.domain.approvals import ANSWERS, DecisionOutcome, approval_view
+from bot.domain.approval_votes import ANSWERS, DecisionOutcome
+from bot.domain.approvals import approval_view
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import OutcomeInput
 from bot.domain.people import Actor
@@ -427,7 +428,7 @@ async def release_handoff(
 ) -> Any:
     body = body or ReleaseBody()
     result = await handoffs.release(
-        sid, reason=ReleaseReason.OWNER, actor=caller.actor.label, outcome=body.outcome, note=body.note,
+        sid, reason=ReleaseReason.OWNER, actor=caller.actor.label, person_id=caller.actor.person_id, outcome=body.outcome, note=body.note,
         return_values=body.return_values,
     )
     view = handoff_view(result.session, forms)
@@ -480,6 +481,8 @@ async def decide_approval(
     if result.outcome is DecisionOutcome.UNIDENTIFIED:
         raise ApiError(403, "approval_needs_identity", "two people must approve this action, and the agent's key "
                        "counts as nobody: decide with a personal API token (or owner.token)", approval=await approvals.view(aid))
+    if result.outcome in (DecisionOutcome.NOT_A_PERSON, DecisionOutcome.UNLINKED):
+        raise ApiError(403, "approval_needs_a_person", ANSWERS[result.outcome], approval=await approvals.view(aid))
     if result.outcome is DecisionOutcome.SAME_PERSON:
         raise ApiError(409, "approval_already_counted", ANSWERS[result.outcome], approval=await approvals.view(aid))
     if not result.changed:

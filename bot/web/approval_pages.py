@@ -22,7 +22,8 @@ from fastapi.responses import HTMLResponse
 
 from bot.config import Config
 from bot.config.people import Role
-from bot.domain.approvals import ANSWERS, PENDING, Approvals, DecisionOutcome
+from bot.domain.approval_votes import ANSWERS, REFUSED, DecisionOutcome
+from bot.domain.approvals import PENDING, Approvals
 from bot.domain.conversations import Conversations
 from bot.domain.people import Actor
 from bot.domain.rendering import Renderer
@@ -107,7 +108,8 @@ async def show(token: str, request: Request, pages: DecisionPagesDep) -> HTMLRes
     approval = await pages.load(token)
     if approval is None:
         return pages.not_found()
-    return await pages.page(approval, token, signed_in=await pages.signed_in(request) is not None)
+    actor = await pages.signed_in(request)
+    return await pages.page(approval, token, signed_in=actor is not None and actor.is_person)
 
 
 @router.post("/a/{token}", response_class=HTMLResponse)
@@ -130,7 +132,7 @@ async def decide(token: str, request: Request, pages: DecisionPagesDep, config: 
     if too_long:
         return await pages.page(approval, token, status=400, notice=f"Nothing was decided: {'; '.join(too_long)}.")
     actor = await pages.signed_in(request)
-    signed_in = actor is not None
+    signed_in = actor is not None and actor.is_person
     by = actor.name if actor is not None and actor.is_person else (f"{name} (decision link)" if name else "decision link holder")
     result = await pages.approvals.decide(
         approval.id, approve=choice == "approve", by=by, via="link", voter=actor.voter if actor else None,
@@ -139,5 +141,5 @@ async def decide(token: str, request: Request, pages: DecisionPagesDep, config: 
     after = await pages.approvals.get(approval.id)
     if result.outcome is DecisionOutcome.DECIDED:
         return await pages.page(after, token, notice="Thank you: your decision is recorded.", signed_in=signed_in)
-    status = {DecisionOutcome.CLOSED: 410, DecisionOutcome.UNIDENTIFIED: 403}.get(result.outcome, 200)
+    status = 410 if result.outcome is DecisionOutcome.CLOSED else 403 if result.outcome in REFUSED else 200
     return await pages.page(after, token, status=status, notice=ANSWERS[result.outcome], signed_in=signed_in)

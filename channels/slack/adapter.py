@@ -12,7 +12,7 @@ from bot.runtime.bounded import BoundedDict
 from channels import base
 from channels.slack.blocks import BlockChange, SlackBlocks, closed_prompt, taken, without_claim
 from channels.slack.config import SlackConfig
-from channels.slack.mrkdwn import Blocks, clip, fallback_text, plain
+from channels.slack.mrkdwn import Blocks, clip, escape, fallback_text, mrkdwn_block, plain
 from channels.slack.posts import Posted, SlackPosts
 from channels.slack.protocol import CAPABILITIES, DISPATCH_CACHE_LIMIT, PROMPT_CACHE_LIMIT, SECTION_LIMIT
 from channels.slack.webhooks import SlackWebhooks
@@ -129,6 +129,13 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
         channel, thread_ts = self._thread_of(message.thread)
         channel, ts = await self._post(message, channel, thread_ts, blocks)
         return self._receipt(message, channel, ts)
+
+    async def send_answer(self, answer: base.Answer) -> base.Receipt:
+        """The desk's answer to a link command written outside a handoff's thread: in the
+        thread of that message, or in the direct message (`answer.to`, from `_link_request`)."""
+        channel, thread_ts = str(answer.to["channel"]), answer.to.get("thread_ts")
+        channel, ts = await self._post(answer, channel, thread_ts, [mrkdwn_block(escape(answer.text.strip()))])
+        return base.Receipt(message_id=ts)
 
     # ------------------------------------------------------------------ approvals
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from channels.base import (
+    Answer,
     ApprovalClosed,
     ApprovalPrompt,
     ChannelError,
@@ -107,6 +108,8 @@ class SlackPosts(SlackTransport):
                 fetch = partial(client.conversations_replies, channel=channel, ts=thread_ts, limit=REPLIES_PAGE_SIZE)
             case ToSubscriber():
                 return None  # Slack serves no front
+            case Answer():
+                return None  # a one-line answer to a link command: posting it twice is harmless, a lookup is not worth it
             case _:
                 # Approval prompts (and a closing notice posted because its prompt was not found)
                 # are top-level messages; a closing notice that edited its prompt is idempotent.

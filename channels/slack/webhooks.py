@@ -1,7 +1,13 @@
 """What Slack POSTs to `/webhooks/{channel id}`, turned into typed events: human replies in
 a handoff's thread (Events API, JSON) and button presses (interactivity, a form with
 `payload=<json>`). The signature over the raw body is checked before anything is parsed;
-nothing here calls Slack, since Slack wants its answer within 3 seconds."""
+nothing here calls Slack, since Slack wants its answer within 3 seconds.
+
+Outside a handoff's thread only a link command counts (`link CODE`: Slack's client takes a
+message starting with `/` for a slash command of its own, so the slash is optional): a
+top-level message in the channel, or a direct message to the app (the `message.im` event,
+with the `im:history` scope), becomes a `LinkRequest` answered in that message's thread or
+in the direct message."""
 
 from __future__ import annotations
 
@@ -14,12 +20,14 @@ import structlog
 from channels.base import (
     Decision,
     InboundMessage,
+    LinkRequest,
     MalformedWebhook,
     RecipientText,
     WebhookReply,
     WebhookRequest,
     json_object,
 )
+from channels.linking import link_code
 from channels.slack.mrkdwn import plain_from_mrkdwn
 from channels.slack.names import SlackNames
 from channels.slack.protocol import APPROVAL_ACTIONS, HANDOFF_ACTIONS, RELAYED_SUBTYPES
@@ -72,11 +80,12 @@ class SlackWebhooks(SlackNames):
 
     def _from_event(self, envelope: dict[str, Any]) -> InboundMessage | None:
         event = envelope.get("event") or {}
-        if event.get("type") != "message" or event.get("channel") != self.config.channel:
+        direct = event.get("channel_type") == "im"  # a direct message to the app
+        if event.get("type") != "message" or (event.get("channel") != self.config.channel and not direct):
             return None
         thread_ts, ts = event.get("thread_ts"), event.get("ts")
-        if not thread_ts or thread_ts == ts:
-            return None  # not a reply in a thread: no handoff to map it to
+        if direct or not thread_ts or thread_ts == ts:  # not a reply in a thread: no handoff to map it to
+            return self._link_request(envelope, event)
         if event.get("subtype") not in RELAYED_SUBTYPES:
             return None  # edits, deletions, joins, bot_message …
         user = event.get("user")
@@ -95,6 +104,23 @@ class SlackWebhooks(SlackNames):
         return RecipientText(
             thread_key=f"{self.config.channel}:{thread_ts}", text=text, author=self._author(user), user_id=user,
             dedupe_key=f"event:{event_id}" if event_id else f"message:{self.config.channel}:{ts}",
+        )
+
+    def _link_request(self, envelope: dict[str, Any], event: dict[str, Any]) -> InboundMessage | None:
+        """A link command written by a person outside any handoff's thread, answered in its
+        thread (a direct message: in the conversation); anything else there is not ours."""
+        user, ts = event.get("user"), event.get("ts")
+        if event.get("subtype") is not None or event.get("bot_id") or not user or user == self.bot_user_id or not ts:
+            return None
+        code = link_code(plain_from_mrkdwn(event.get("text") or "", self._names.get))
+        if code is None:
+            return None
+        direct = event.get("channel_type") == "im"
+        event_id = envelope.get("event_id")
+        return LinkRequest(
+            code=code, reply_to={"channel": event.get("channel"), "thread_ts": None if direct else event.get("thread_ts") or ts},
+            author=self._author(user), user_id=user,
+            dedupe_key=f"event:{event_id}" if event_id else f"message:{event.get('channel')}:{ts}",
         )
 
     def _from_action(self, payload: dict[str, Any]) -> InboundMessage | None:

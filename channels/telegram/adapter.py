@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from bot.runtime.bounded import BoundedDict
 from channels.base import (
+    Answer,
     Capabilities,
     ChannelConfig,
     ChannelContext,
@@ -251,6 +252,24 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
             reply_markup=markup, link_preview_options=self._no_preview(),
         ))
         return Receipt(message_id=first, thread_key=self._thread_key(thread), thread=dict(thread))
+
+    async def send_answer(self, answer: Answer) -> Receipt:
+        """The desk's answer to a `/link` written outside a handoff's thread, as a plain-text
+        reply to it (`answer.to`: its chat, message and topic, as `_link_request` kept them)."""
+        from telegram import ReplyParameters
+
+        to = answer.to
+        message_id = to.get("message_id")
+        reply = ReplyParameters(message_id=int(message_id), allow_sending_without_reply=True) if message_id else None
+        sent = await self._call(self._bot().send_message(
+            chat_id=int(to["chat_id"]), text=clip(answer.text, MESSAGE_LIMIT), message_thread_id=to.get("topic_id"),
+            reply_parameters=reply, link_preview_options=self._no_preview(),
+        ), "sendMessage")
+        return Receipt(message_id=str(sent.message_id))
+
+    def link_hint(self, code: str) -> str | None:
+        """The t.me deep link that opens a private chat with the bot and sends `/start link-CODE`."""
+        return f"https://t.me/{self._username}?start=link-{code}" if self._username else None
 
     # ------------------------------------------------------------------ subscribers (the front)
 

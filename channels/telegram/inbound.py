@@ -14,6 +14,10 @@ this is where routing is decided, so it is also where it is guarded.
 - A private chat is a subscriber only when this bot serves a front; `/start` opens the
   conversation, and a photo or sticker becomes "[photo] caption" so nobody is left
   wondering. NUL characters become U+FFFD before anything is stored.
+- `/link CODE` (or the deep link's `/start link-CODE`) in a private chat with the bot, and
+  `/link CODE` written in the staff group outside any handoff's thread, is a `LinkRequest`
+  answered where it was written (bot/flow/linking.py); inside a handoff's thread it stays a
+  `RecipientText`, which the core recognises.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ from channels.base import (
     ClaimPress,
     Decision,
     InboundMessage,
+    LinkRequest,
     RecipientText,
     SatisfactionAnswer,
     SubscriberText,
     UserActionAnswer,
 )
+from channels.linking import link_code
 from channels.telegram.keyboards import (
     APPROVAL_CHOICES,
     APPROVAL_DATA,
@@ -119,7 +125,7 @@ class TelegramInbound(ChannelAdapter):
             return Parsed()
         suffix = self._suffix_of(msg)
         if suffix is None:
-            return Parsed()
+            return self._link_request(msg, text, dedupe_key)  # in the group, outside any handoff: only `/link` counts
         return Parsed(RecipientText(thread_key=f"{msg.chat.id}:{suffix}", text=text.replace("\x00", "\ufffd"),
                                      author=author, user_id=_person_id(msg), dedupe_key=dedupe_key))
 
@@ -140,10 +146,13 @@ class TelegramInbound(ChannelAdapter):
         """A message in someone's private chat with the bot: a subscriber talking to the
         front, when this bot serves one (else ignored, as a staff bot always did)."""
         user = msg.from_user
-        if not self._subscribers or user is None or user.is_bot:
+        if user is None or user.is_bot:
             return Parsed()
-        chat, author, user_id = str(msg.chat.id), _person(user), str(user.id)
         text = (msg.text or "").replace("\x00", "\ufffd")
+        linking = self._link_request(msg, text, dedupe_key, deep_link=True)
+        if linking.message is not None or not self._subscribers:
+            return linking  # a staff bot hears nothing else in private chats
+        chat, author, user_id = str(msg.chat.id), _person(user), str(user.id)
         if _START.match(text):  # opening the chat (also `/start <payload>` from a t.me link): the core greets
             return Parsed(ChatOpened(chat=chat, author=author, user_id=user_id, dedupe_key=dedupe_key))
         if not text.strip():
@@ -155,6 +164,17 @@ class TelegramInbound(ChannelAdapter):
             caption = (msg.caption or "").replace("\x00", "\ufffd").strip()
             text = f"[{kind}] {caption}" if caption else f"[{kind}]"
         return Parsed(SubscriberText(chat=chat, text=text, author=author, user_id=user_id, dedupe_key=dedupe_key))
+
+    def _link_request(self, msg: Message, text: str, dedupe_key: str, *, deep_link: bool = False) -> Parsed:
+        """`/link CODE` written to the bot outside a handoff's thread, answered as a reply to
+        it in its chat (and topic); anything else: nothing."""
+        code = link_code(text, deep_link=deep_link)
+        if code is None:
+            return Parsed()
+        reply_to = {"chat_id": msg.chat.id, "message_id": msg.message_id,
+                    "topic_id": msg.message_thread_id if msg.is_topic_message else None}
+        author = self._author(msg) or "Telegram user"
+        return Parsed(LinkRequest(code=code, reply_to=reply_to, author=author, user_id=_person_id(msg), dedupe_key=dedupe_key))
 
     def _user_action_press(self, query: Any, dedupe_key: str) -> Parsed:
         """Done / Cancel / a step button under a user-action prompt in a subscriber's chat;

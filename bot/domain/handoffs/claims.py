@@ -40,7 +40,7 @@ class Claims:
 
     async def claim(
         self, sid: str, *, by: str, via: str, recipient_id: int | None = None, effect: bool = False,
-        record_noop: bool = True,
+        record_noop: bool = True, person_id: str | None = None,
     ) -> ClaimResult:
         """Take a handoff on a route nobody has claimed yet: exactly one claim wins (a
         compare-and-set on the row, as a release is); the rest are recorded as no-ops. The
@@ -48,13 +48,15 @@ class Claims:
         from now on), the idle timer starts, the other recipients are told who has it, and the
         subscriber who has joined. `effect`: this claim is what its caller's event does (a
         Claim press), not a step before the message that claims (a reply). `record_noop`
-        False: a caller that records the lost claim its own way (`speaking`)."""
+        False: a caller that records the lost claim its own way (`speaking`). `person_id`: the
+        person of the directory claiming (`by` is then their name), kept on the row."""
         now = self.ctx.clock.now()
         by = " ".join(by.split())[:200] or "recipient"
         async with self.ctx.db.transaction(effect=effect) as session:
             recipient = await recipients.get(session, recipient_id) if recipient_id is not None else None
             values: dict[str, Any] = {
                 "claimed_at": now, "claimed_by": by, "claimed_via": via[:40], "claimed_recipient_id": recipient_id,
+                "claimed_person_id": person_id,
                 "escalate_at": None, "idle_deadline": now + self.ctx.idle_timeout, "last_activity_at": now,
                 "time_to_person_seconds": _seconds_to_person_sql(now),
             }
@@ -75,15 +77,16 @@ class Claims:
                 if not record_noop:
                     return ClaimResult(claimed=False, handoff=current)
                 await audit.note(
-                    session, "claim_noop", at=now, actor=by, handoff_session_id=sid, conversation_id=current.conversation_id,
-                    via=via, state=current.state, claimed_by=current.claimed_by,
+                    session, "claim_noop", at=now, actor=by, person_id=person_id, handoff_session_id=sid,
+                    conversation_id=current.conversation_id, via=via, state=current.state, claimed_by=current.claimed_by,
                 )
                 self.ctx.metrics.claims.labels("noop").inc()
                 return ClaimResult(claimed=False, handoff=current)
             waited = (now - handoff.activated_at).total_seconds() if handoff.activated_at else None
             await audit.note(
-                session, "handoff_claimed", at=now, actor=by, handoff_session_id=sid, conversation_id=handoff.conversation_id,
-                via=via, channel_id=recipient.channel_id if recipient else None, step=handoff.step,
+                session, "handoff_claimed", at=now, actor=by, person_id=person_id, handoff_session_id=sid,
+                conversation_id=handoff.conversation_id, via=via, channel_id=recipient.channel_id if recipient else None,
+                step=handoff.step,
                 waited_seconds=round(waited, 3) if waited is not None else None,
             )
             await self.notices.tell_subscriber(session, handoff, "messages/subscriber_handoff_claimed.txt", now, person=by)
@@ -96,20 +99,21 @@ class Claims:
 
     async def by_release(
         self, session: AsyncSession, handoff: HandoffSession, actor: str, reason: ReleaseReason, now: datetime,
+        person_id: str | None = None,
     ) -> HandoffSession:
         """A person handed back a routed handoff nobody had claimed: that was the claim, in the
         release's transaction (the handoff as claimed; as it was when someone else has it)."""
         row = (await session.execute(
             update(rows.HANDOFFS).where(rows.HANDOFFS.c.id == handoff.id, rows.HANDOFFS.c.claimed_at.is_(None))
-            .values(claimed_at=now, claimed_by=actor[:200], claimed_via=str(reason), escalate_at=None,
-                    time_to_person_seconds=seconds_to_person(handoff, now))
+            .values(claimed_at=now, claimed_by=actor[:200], claimed_via=str(reason), claimed_person_id=person_id,
+                    escalate_at=None, time_to_person_seconds=seconds_to_person(handoff, now))
             .returning(*rows.HANDOFFS.columns)
         )).first()
         claimed = rows.handoff_of(row)
         if claimed is None:
             return handoff
         await audit.note(
-            session, "handoff_claimed", at=now, actor=actor, handoff_session_id=handoff.id,
+            session, "handoff_claimed", at=now, actor=actor, person_id=person_id, handoff_session_id=handoff.id,
             conversation_id=handoff.conversation_id, via=str(reason), step=handoff.step,
         )
         self._observe_claim(claimed, claimed.channel_kind, now)
@@ -141,13 +145,14 @@ class Claims:
                 ).strip()
                 await self.notices.notify(session, handoff, "taken", text, now, to=line)
 
-    async def speaking(self, sid: str, channel_id: int | None, *, by: str, via: str, claiming: bool = False) -> Speaking:
+    async def speaking(self, sid: str, channel_id: int | None, *, by: str, via: str, claiming: bool = False,
+                       person_id: str | None = None) -> Speaking:
         """Whether what a recipient on `channel_id` does next (a reply, `/release`) goes
         through: always on a handoff straight to a channel; on a route, if their thread holds
         the claim, or takes it now. When it does not, their thread is told who has it (nothing
         of theirs reaches the subscriber) and the refusal is in the audit trail. `claiming`:
         the act is the claim itself (a Claim press), so the claim is its effect and a late one
-        is recorded as a `claim_noop`."""
+        is recorded as a `claim_noop`. `person_id`: the person acting, when the desk knows them."""
         async with self.ctx.db.read() as session:
             handoff = await handoff_in(session, sid)
             if handoff.route_id is None:
@@ -156,6 +161,7 @@ class Claims:
         if handoff.claimed_at is None:
             result = await self.claim(
                 sid, by=by, via=via, recipient_id=recipient.id if recipient else None, effect=claiming, record_noop=False,
+                person_id=person_id,
             )
             handoff = result.handoff
             if result.claimed:
@@ -170,8 +176,8 @@ class Claims:
             self.ctx.metrics.claims.labels("noop").inc()
         async with self.ctx.db.transaction(effect=claiming) as session:
             await audit.note(
-                session, "claim_noop" if claiming else "not_relayed", at=now, actor=by, handoff_session_id=sid, conversation_id=handoff.conversation_id,
-                via=via, claimed_by=handoff.claimed_by,
+                session, "claim_noop" if claiming else "not_relayed", at=now, actor=by, person_id=person_id,
+                handoff_session_id=sid, conversation_id=handoff.conversation_id, via=via, claimed_by=handoff.claimed_by,
             )
             # A late Claim press wrote nothing: its thread already heard who took it ("taken")
             if not claiming and recipient is not None and recipient.state == RecipientState.NOTIFIED:

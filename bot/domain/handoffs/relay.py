@@ -91,13 +91,17 @@ class Relaying:
         await self.notices.queue_relay(session, handoff, conversation, message, now)
         return message, handoff
 
-    async def recipient_message(self, sid: str, text: str, *, author: str, via: str) -> Message | ReleaseResult:
-        """A recipient wrote into the handoff: relay it to the subscriber, or release on `/release`."""
+    async def recipient_message(self, sid: str, text: str, *, author: str, via: str,
+                                person_id: str | None = None) -> Message | ReleaseResult:
+        """A recipient wrote into the handoff: relay it to the subscriber, or release on
+        `/release`. `person_id`: the person of the directory who wrote (`author` is then their
+        name, what the subscriber sees), kept on the message and in the audit trail."""
         author = " ".join(author.split())[:200] or "recipient"
         command = parse_release_command(text)
         if command is not None:
             outcome, note = command
-            return await self.releases.release(sid, reason=ReleaseReason.RELEASE_TOKEN, actor=author, outcome=outcome, note=note)
+            return await self.releases.release(sid, reason=ReleaseReason.RELEASE_TOKEN, actor=author, outcome=outcome,
+                                               note=note, person_id=person_id)
         now = self.ctx.clock.now()
         async with self.ctx.db.transaction(effect=True) as session:
             if not await self.bump(session, sid, now):
@@ -106,10 +110,11 @@ class Relaying:
             handoff = await handoff_in(session, sid)
             first_reply = await self._first_reply(session, handoff, now)
             message = await conversations.add_message(
-                session, handoff.conversation_id, role=Role.HUMAN, text=text, now=now, author=author, handoff_session_id=sid
+                session, handoff.conversation_id, role=Role.HUMAN, text=text, now=now, author=author, person_id=person_id,
+                handoff_session_id=sid,
             )
             await audit.note(
-                session, "relayed_to_subscriber", at=now, actor=author, handoff_session_id=sid,
+                session, "relayed_to_subscriber", at=now, actor=author, person_id=person_id, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, message_id=message.id, via=via,
             )
         self.ctx.metrics.relayed.labels("to_subscriber").inc()

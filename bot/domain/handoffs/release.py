@@ -56,6 +56,7 @@ class Releases:
         *,
         reason: ReleaseReason,
         actor: str,
+        person_id: str | None = None,
         outcome: Outcome | None = None,
         note: str | None = None,
         return_values: dict[str, Any] | None = None,
@@ -64,6 +65,8 @@ class Releases:
         guard: Callable[[AsyncSession, datetime], Awaitable[None]] | None = None,
     ) -> ReleaseResult:
         """End the bypass. Exactly one caller wins; the rest are recorded as no-ops.
+        `person_id`: the person of the directory releasing (`actor` is then their name),
+        kept on the row as `released_person_id` and in the audit trail.
 
         `idle_cutoff` makes it an idle release: it only applies while the deadline is at or
         before the cutoff, so a message that pushed the deadline out wins over a late timer;
@@ -88,18 +91,18 @@ class Releases:
                 coerced = coerce_returned(stored_fields(handoff), return_values)
             except ReturnValuesInvalid as exc:
                 await audit.note(
-                    session, "release_refused", at=now, actor=actor, handoff_session_id=sid,
+                    session, "release_refused", at=now, actor=actor, person_id=person_id, handoff_session_id=sid,
                     conversation_id=handoff.conversation_id, reason=reason, invalid=exc.problems,
                 )
                 refused = exc
             else:
-                change = _Release(reason=reason, actor=actor, outcome=outcome, note=note, coerced=coerced,
-                                  lasted=elapsed(handoff.activated_at, now))
+                change = _Release(reason=reason, actor=actor, person_id=person_id, outcome=outcome, note=note,
+                                  coerced=coerced, lasted=elapsed(handoff.activated_at, now))
                 released = await change.apply(session, sid, now, idle_cutoff=idle_cutoff, unclaimed_cutoff=unclaimed_cutoff)
                 if released is None:
                     handoff = await handoff_in(session, sid)  # what the winner (or another change) left
                     await audit.note(
-                        session, "release_noop", at=now, actor=actor, handoff_session_id=sid,
+                        session, "release_noop", at=now, actor=actor, person_id=person_id, handoff_session_id=sid,
                         conversation_id=handoff.conversation_id, reason=reason, state=handoff.state,
                         released_by_reason=handoff.release_reason,
                     )
@@ -127,7 +130,7 @@ class Releases:
         lines = await self.notices.lines(session, handoff)  # on a route nobody claimed: every recipient reached hears of it
         if handoff.route_id is not None and handoff.claimed_at is None and reason in _A_PERSON_ACTED:
             # Nobody had claimed it, and a person just handed it back: that was the claim.
-            handoff = await self.claims.by_release(session, handoff, actor, reason, now)
+            handoff = await self.claims.by_release(session, handoff, actor, reason, now, change.person_id)
         await self.notices.tell_subscriber(session, handoff, "messages/subscriber_handoff_ended.txt", now, reason=reason)
         text = resume_message(
             reason=reason, outcome=outcome, note=note, returned=coerced.values,
@@ -137,7 +140,7 @@ class Releases:
             session, handoff.conversation_id, role=Role.SYSTEM, text=text, now=now, handoff_session_id=handoff.id
         )
         await audit.note(
-            session, "handoff_released", at=now, actor=actor, handoff_session_id=handoff.id,
+            session, "handoff_released", at=now, actor=actor, person_id=change.person_id, handoff_session_id=handoff.id,
             conversation_id=handoff.conversation_id, reason=reason, outcome=outcome, note=note,
             returned=coerced.values, missing_required=coerced.missing_required or None,
             resume_message_id=resume.id,
@@ -203,6 +206,7 @@ class _Release:
 
     reason: ReleaseReason
     actor: str
+    person_id: str | None
     outcome: Outcome
     note: str | None
     coerced: CoercedReturn
@@ -219,6 +223,6 @@ class _Release:
             statement, guard = rows.RELEASE_UNCLAIMED, {"cutoff": unclaimed_cutoff}
         return await rows.transition(
             session, statement, sid, **guard, state=HandoffState.RELEASED, released_at=now, release_reason=self.reason,
-            released_by=self.actor, outcome=self.outcome, note=self.note, returned=self.coerced.values,
+            released_by=self.actor, released_person_id=self.person_id, outcome=self.outcome, note=self.note, returned=self.coerced.values,
             missing_required=self.coerced.missing_required, duration_seconds=self.lasted,
         )

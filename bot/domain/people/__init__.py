@@ -24,7 +24,7 @@ from __future__ import annotations
 from bot.domain.people.actor import OWNER_TOKEN, Actor
 from bot.domain.people.directory import Applied, IdentityTaken, InvalidPerson, PasswordChanged, People, email_key
 from bot.domain.people.invitations import Invitations, LinkKind, LinkNotValid, LinkRefused
-from bot.domain.people.linking import LinkCodes
+from bot.domain.people.linking import LinkCodes, LinkOutcome, Redeemed
 from bot.domain.people.second_factor import CodeRefused, SecondFactor, TotpSetup, totp_on
 from bot.domain.people.sessions import OpenSession, Sessions
 from bot.domain.people.sign_in import PasswordSignIn, SignInRefused
@@ -32,7 +32,7 @@ from bot.domain.people.tokens import ApiTokens, InvalidToken, TokenUse
 
 __all__ = [
     "OWNER_TOKEN", "Actor", "ApiTokens", "Applied", "CodeRefused", "IdentityTaken", "InvalidPerson", "InvalidToken",
-    "Invitations", "LinkCodes", "LinkKind", "LinkNotValid", "LinkRefused", "OpenSession", "PasswordChanged",
-    "PasswordSignIn", "People", "SecondFactor", "Sessions", "SignInRefused", "TokenUse", "TotpSetup", "email_key",
+    "Invitations", "LinkCodes", "LinkKind", "LinkNotValid", "LinkOutcome", "LinkRefused", "OpenSession", "PasswordChanged",
+    "PasswordSignIn", "People", "Redeemed", "SecondFactor", "Sessions", "SignInRefused", "TokenUse", "TotpSetup", "email_key",
     "totp_on",
 ]

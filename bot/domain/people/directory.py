@@ -8,22 +8,29 @@ sessions and tokens at once (bot/domain/people/sessions.py, tokens.py check `dis
 every request too).
 
 An identity (`PersonIdentity`) is a provider's id of a person. It belongs to at most one
-person: linking one that is someone else's is refused, never moved. `resolve` is what the
-channels' inbound path asks ("who is Slack user U024…?"); it is one indexed read.
+person: linking one that is someone else's is refused, never moved. `resolve` answers "who is
+Slack user U024…?" with one indexed read; `identify` is what the channels' inbound path asks
+on every reply, claim and press: the same answer through a small per-process cache, kept
+`IDENTIFY_TTL` at most. A link, an unlink, a rename or disabling done through this process
+empties it at once; one done by another instance (or by the command line, a process of its
+own) is seen here within `IDENTIFY_TTL`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.config.people import PersonConfig, Role, email_address, person_id, timezone_name
 from bot.domain.people.credentials import password_fingerprint
 from bot.errors import Conflict, DeskError, found
+from bot.runtime.bounded import BoundedDict
 from bot.runtime.clock import Clock
 from bot.store import audit
 from bot.store.db import Database
@@ -51,6 +58,12 @@ class Applied:
     updated: tuple[str, ...]
 
 
+# How long `identify` trusts what it read: the most another instance's link, unlink or
+# disabling takes to be seen here (this process's own changes are seen at once).
+IDENTIFY_TTL = timedelta(seconds=30)
+IDENTIFY_CACHE_SIZE = 5000
+
+
 def email_key(email: str) -> str:
     return email.strip().lower()
 
@@ -58,6 +71,8 @@ def email_key(email: str) -> str:
 class People:
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db, self.clock = db, clock
+        # (kind, value) -> (the person or None, when it was read): `identify`'s cache
+        self._identified: BoundedDict[tuple[str, str], tuple[Person | None, datetime]] = BoundedDict(IDENTIFY_CACHE_SIZE)
 
     # ------------------------------------------------------------------ reads
 
@@ -109,6 +124,21 @@ class People:
                 person = (await session.scalars(select(Person).where(col(Person.email_key) == value))).first()
         return person if person is not None and person.disabled_at is None else None
 
+    async def identify(self, kind: str, value: str) -> Person | None:
+        """`resolve`, through the per-process cache: the inbound path asks it on every act
+        from a channel, so a busy thread costs no read per reply (see `IDENTIFY_TTL`)."""
+        key, now = (kind, value), self.clock.now()
+        cached = self._identified.get(key)
+        if cached is not None and now - cached[1] < IDENTIFY_TTL:
+            return cached[0]
+        person = await self.resolve(kind, value)
+        self._identified[key] = (person, now)
+        return person
+
+    def forget(self) -> None:
+        """A person or an identity changed here (and committed): `identify` reads afresh."""
+        self._identified.clear()
+
     # ------------------------------------------------------------------ writes
 
     async def add(self, *, pid: str, name: str, email: str, role: Role = Role.AGENT, timezone: str = "UTC",
@@ -151,6 +181,7 @@ class People:
                                  changed=sorted(k for k in changed if k != "email_key"))
         except IntegrityError:
             raise Conflict(f"email: {email!r} is already someone's address") from None
+        self.forget()  # a new name is what the next reply is signed with
         return await self.get(pid)
 
     async def set_disabled(self, pid: str, disabled: bool, *, actor: str) -> Person:
@@ -167,6 +198,7 @@ class People:
                 await session.execute(update(ApiToken).where(col(ApiToken.person_id) == pid,
                                                              col(ApiToken.revoked_at).is_(None)).values(revoked_at=now))
             await audit.note(session, "person_disabled" if disabled else "person_enabled", at=now, actor=actor, person_id=pid)
+        self.forget()
         return await self.get(pid)
 
     async def set_password_hash(self, pid: str, password_hash: str, *, actor: str, event: str = "password_set",
@@ -199,23 +231,33 @@ class People:
     async def link(self, pid: str, kind: str, value: str, *, verified_via: str, actor: str) -> PersonIdentity:
         """Make `kind:value` this person's. Linking it again to the same person changes
         nothing; another person's is refused (IdentityTaken), never moved."""
+        async with self.db.transaction() as session:
+            identity = await self.link_in(session, pid, kind, value, verified_via=verified_via, actor=actor)
+        self.forget()
+        return identity
+
+    async def link_in(self, session: AsyncSession, pid: str, kind: str, value: str, *, verified_via: str,
+                      actor: str) -> PersonIdentity:
+        """`link` in the caller's transaction (a redeemed code links in the transaction that
+        uses it up), who calls `forget` once it commits. IdentityTaken leaves the transaction
+        usable: the insert that finds the identity taken by another instance meanwhile runs
+        in a savepoint."""
         value = email_key(value) if kind == "email" else value
         now = self.clock.now()
+        existing = (await session.scalars(select(PersonIdentity).where(
+            col(PersonIdentity.kind) == kind, col(PersonIdentity.value) == value))).first()
+        if existing is not None:
+            if existing.person_id != pid:
+                raise IdentityTaken(f"{kind} identity {value} is already linked to someone else")
+            return existing
+        identity = PersonIdentity(person_id=pid, kind=kind, value=value, verified_via=verified_via, created_at=now)
         try:
-            async with self.db.transaction() as session:
-                existing = (await session.scalars(select(PersonIdentity).where(
-                    col(PersonIdentity.kind) == kind, col(PersonIdentity.value) == value))).first()
-                if existing is not None:
-                    if existing.person_id != pid:
-                        raise IdentityTaken(f"{kind} identity {value} is already linked to someone else")
-                    return existing
-                identity = PersonIdentity(person_id=pid, kind=kind, value=value, verified_via=verified_via, created_at=now)
+            async with session.begin_nested():
                 session.add(identity)
-                await session.flush()
-                await audit.note(session, "identity_linked", at=now, actor=actor, person_id=pid, identity_kind=kind,
-                                 identity=value, verified_via=verified_via)
         except IntegrityError:  # linked meanwhile by another instance
             raise IdentityTaken(f"{kind} identity {value} is already linked to someone else") from None
+        await audit.note(session, "identity_linked", at=now, actor=actor, person_id=pid, identity_kind=kind,
+                         identity=value, verified_via=verified_via)
         return identity
 
     async def unlink(self, pid: str, identity_id: int, *, actor: str) -> bool:
@@ -227,6 +269,7 @@ class People:
             await session.execute(delete(PersonIdentity).where(col(PersonIdentity.id) == identity_id))
             await audit.note(session, "identity_unlinked", at=now, actor=actor, person_id=pid,
                              identity_kind=identity.kind, identity=identity.value)
+        self.forget()
         return True
 
     async def apply_config(self, roster: Sequence[PersonConfig]) -> Applied:

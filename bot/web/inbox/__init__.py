@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bot.web.inbox import account, actions, handoff_page, listing, login, people_page, second_step, sso, welcome
+from bot.web.inbox import account, actions, handoff_page, linking_page, listing, login, people_page, second_step, sso, welcome
 from bot.web.inbox.owner import SignedIn, install_inbox_errors, needs, page, posts, session_of
 from bot.web.inbox.view import InboxView
 
@@ -79,6 +79,7 @@ inbox.include_router(second_step.router)
 inbox.include_router(welcome.router)
 inbox.include_router(account.router)
 inbox.include_router(people_page.router)
+inbox.include_router(linking_page.router)  # until the account page takes it in
 
 __all__ = [
     "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Form
 from fastapi.responses import Response
 
 from bot.config.people import Role
-from bot.domain.approvals import ANSWERS, DecisionOutcome
+from bot.domain.approval_votes import ANSWERS, REFUSED, DecisionOutcome
 from bot.errors import DeskError
 from bot.store.vocabulary import Outcome, ReleaseReason
 from bot.web.deps import ApprovalsDep, HandoffsDep, InboundDep, RendererDep
@@ -47,7 +47,8 @@ async def reply(
                      message=f"text: at most {MAX_REPLY} characters, got {len(text)}; nothing was sent.")
     outcome = await inbound.submit_and_wait(
         line.channel_id,
-        RecipientText(thread_key=line.thread_key, text=text, author=owner.name, dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
+        RecipientText(thread_key=line.thread_key, text=text, author=owner.name, person_id=owner.actor().person_id,
+                      dedupe_key=f"inbox:{nonce[:64]}" if nonce else None),
     )
     notice = "" if outcome in ("relayed", "duplicate") else outcome
     return redirect(f"/inbox/handoffs/{sid}" + (f"?notice={quote(notice)}" if notice else ""))
@@ -69,7 +70,8 @@ async def release(
     chosen = Outcome(outcome)
     try:
         result = await handoffs.release(
-            sid, reason=ReleaseReason.OWNER, actor=owner.actor().label, outcome=chosen, note=note
+            sid, reason=ReleaseReason.OWNER, actor=owner.actor().label, person_id=owner.actor().person_id,
+            outcome=chosen, note=note,
         )
     except DeskError as exc:
         return page(renderer, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
@@ -91,7 +93,8 @@ async def claim(sid: str, view: InboxViewDep, owner: SignedIn = Depends(posts(Ro
     if route is None:
         return redirect(f"/inbox/handoffs/{sid}?notice={quote('This handoff went to one channel; there is nothing to claim.')}")
     inbox = route.inbox_recipient
-    result = await view.handoffs.claim(sid, by=owner.name, via="inbox", recipient_id=inbox.id if inbox else None, effect=False)
+    result = await view.handoffs.claim(sid, by=owner.name, via="inbox", recipient_id=inbox.id if inbox else None, effect=False,
+                                       person_id=owner.actor().person_id)
     taken = result.handoff
     if result.claimed:
         notice = "You have it now; everyone else asked was told."
@@ -134,7 +137,7 @@ async def decide_approval(
         return page(renderer, "inbox/error.html", owner, status=exc.status if exc.status >= 400 else 400,
                      title="Could not decide", message=exc.message)
     approval = await approvals.get(aid)
-    if result.outcome in (DecisionOutcome.FIRST_APPROVAL, DecisionOutcome.SAME_PERSON):
+    if result.outcome in (DecisionOutcome.FIRST_APPROVAL, DecisionOutcome.SAME_PERSON, *REFUSED):
         notice = f"{approval.action_id}: {ANSWERS[result.outcome]}"
     elif not result.changed:
         notice = f"{approval.action_id} was already {ENDED.get(approval.state, approval.state)}; your answer changed nothing."
