@@ -23,7 +23,7 @@ from bot.domain.people.credentials import new_totp_secret, totp_step, totp_uri
 from bot.domain.people.directory import People
 from bot.errors import DeskError
 from bot.runtime.clock import Clock
-from bot.store.db import Database
+from bot.store.db import Database, execute_dml
 from bot.store.models import Person
 
 
@@ -88,9 +88,9 @@ class SecondFactor:
         if step is None:
             raise CodeRefused("code: not the current 6-digit code of your authenticator app")
         async with self.db.transaction() as session:
-            used = await session.execute(update(Person).where(
+            used = await execute_dml(session, update(Person).where(
                 col(Person.id) == person.id,
                 or_(col(Person.totp_last_step).is_(None), col(Person.totp_last_step) < step),
             ).values(totp_last_step=step))
-        if not used.rowcount:  # type: ignore[attr-defined]
+        if not used.rowcount:
             raise CodeRefused("code: this code was used already; wait for the next one")
