@@ -5,9 +5,10 @@ Every number is a SQL aggregate over facts the desk writes once, where they happ
 handoff's `time_to_person_seconds` (at the claim on a route, at the first human reply
 straight to a channel) and `duration_seconds` (at the release), a conversation's
 `first_handoff_at` (at its first request). No row is loaded into Python, and SQLite answers
-each query from an index alone (migration 0020): `ix_handoff_sessions_report` holds every
-column a summary reads of a handoff, `ix_handoff_sessions_missing_required` the few released
-with required fields missing, `ix_conversations_report` the range's conversations. A
+each query but the per-person one from an index alone (migration 0020):
+`ix_handoff_sessions_report` holds every column a summary reads of a handoff,
+`ix_handoff_sessions_missing_required` the few released with required fields missing,
+`ix_conversations_report` the range's conversations. A
 channel or route filter is a term no index is chosen for (`unindexed`), so the range keeps
 to the covering index instead of a channel's thread index.
 
@@ -33,7 +34,8 @@ API). A handoff nobody acted on (released by the idle timer, the ladder or the a
 no row; one whose act carries no person (an unlinked provider user, a form link opened by
 anyone, the owner token) is in the row "not linked to a person". These columns are read
 from the rows, not an index: one statement over the range's handoffs, one sort of those a
-person handled (`_per_person`).
+person handled (`_per_person`). Covering indexes for it were measured (docs/reports.md) and
+saved under a tenth of a summary: SQLite's numbering, not the reading, is what it costs.
 """
 
 from __future__ import annotations
@@ -490,7 +492,7 @@ async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bo
     )
 
 
-PERSONS_RELEASES = (ReleaseReason.FORM, ReleaseReason.RELEASE_TOKEN, ReleaseReason.OWNER)
+PERSON_RELEASES = (ReleaseReason.FORM, ReleaseReason.RELEASE_TOKEN, ReleaseReason.OWNER)
 """The release doors a person goes through; the idle timer, the ladder and the agent are nobody."""
 
 
@@ -507,7 +509,7 @@ def _handler() -> tuple[ColumnElement[Any], ColumnElement[bool]]:
     person = case((handoff.claimed_at.is_not(None), handoff.claimed_person_id),
                   (handoff.first_human_reply_at.is_not(None), first_reply), else_=handoff.released_person_id)
     acted = or_(handoff.claimed_at.is_not(None), handoff.first_human_reply_at.is_not(None),
-                handoff.release_reason.in_(PERSONS_RELEASES))
+                handoff.release_reason.in_(PERSON_RELEASES))
     return person, acted
 
 
