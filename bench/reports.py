@@ -7,8 +7,9 @@ spread over 90 days with a daily rhythm, over four channels and two routes, each
 conversation with the subscriber's, the agent's and the people's messages; beside them 1.5
 conversations per handoff that never needed a person. Ends are mixed the way a desk sees
 them: releases by form, token, agent, owner, idle timeout and unclaimed; failed dispatches;
-a few still open; required fields missing on some form releases. Rows go in by bulk
-inserts (executemany in batches).
+a few still open; required fields missing on some form releases. Twelve people of the
+directory claim, reply and release (one act in ten by someone linked to nobody), which the
+per-person figures read. Rows go in by bulk inserts (executemany in batches).
 
 Then it times `Reports.summary` (bot/domain/reports.py), the one call behind the reports
 page, for the last 24 h, 7 days and 30 days (the page's ranges) and the whole 90 days (a
@@ -44,7 +45,7 @@ from sqlalchemy import create_engine, insert  # noqa: E402
 from bench.lifecycle import rss_mib  # noqa: E402
 from bot.domain.reports import Reports  # noqa: E402
 from bot.store.db import Database  # noqa: E402
-from bot.store.models import Conversation, HandoffSession, Message  # noqa: E402
+from bot.store.models import Conversation, HandoffSession, Message, Person  # noqa: E402
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)  # the end of the generated history
 HISTORY = timedelta(days=90)
@@ -59,6 +60,7 @@ ENDINGS = ((("form", "resolved"), 38), (("form", "needs_followup"), 7), (("relea
            (("unclaimed", "unresolved"), 8))
 HOURLY = tuple(1 + 4 * math.exp(-((h - 14) ** 2) / 18) for h in range(24))  # busier in the afternoon (UTC)
 BATCH = 10_000
+PEOPLE = tuple(f"person{n:02d}" for n in range(12))
 
 
 @dataclass(frozen=True)
@@ -97,20 +99,21 @@ def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, An
     (reason, outcome) = rng.choices([e for e, _ in ENDINGS], [w for _, w in ENDINGS])[0]
     reached = not failed and reason != "unclaimed"
     to_person = timedelta(seconds=rng.lognormvariate(math.log(240), 1.1))
+    who = rng.choice(PEOPLE) if rng.random() < 0.9 else None  # the person who handles it, if linked
     # On a route a person's first act claims it; straight to a channel their first reply reaches it
     claimed = activated + to_person if reached and route_id is not None else None
     first_reply = activated + to_person * (rng.uniform(1, 1.5) if claimed else 1) if reached else None
     released = None if failed or still_open else activated + to_person + timedelta(seconds=rng.lognormvariate(math.log(1500), 0.9))
     messages = [
-        {"conversation_id": cid, "role": "subscriber", "text": "My order is late.", "author": None,
+        {"conversation_id": cid, "role": "subscriber", "text": "My order is late.", "author": None, "person_id": None,
          "handoff_session_id": None, "created_at": at - timedelta(seconds=30)},
-        {"conversation_id": cid, "role": "agent", "text": "Let me get a person.", "author": None,
+        {"conversation_id": cid, "role": "agent", "text": "Let me get a person.", "author": None, "person_id": None,
          "handoff_session_id": None, "created_at": at - timedelta(seconds=1)},
     ]
     if first_reply is not None:
         replies = [first_reply + timedelta(seconds=60 * n) for n in range(rng.randrange(1, 4))]
         messages += [{"conversation_id": cid, "role": "human", "text": "I'm on it.", "author": "Sam",
-                      "handoff_session_id": hid, "created_at": moment} for moment in replies]
+                      "person_id": who, "handoff_session_id": hid, "created_at": moment} for moment in replies]
     conversation = {"id": cid, "subscriber_name": "Ana", "subscriber_email": None, "subscriber_external_id": None,
                     "serves_handoff_session_id": None, "created_at": at - timedelta(seconds=30), "last_message_at": at,
                     "first_handoff_at": at}
@@ -127,6 +130,8 @@ def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, An
         "outcome": outcome if ended else None, "note": None, "returned": {},
         "missing_required": ["order_id"] if ended and reason == "form" and rng.random() < 0.05 else [],
         "route_id": route_id, "claimed_at": claimed, "claimed_by": "Sam" if claimed else None,
+        "claimed_person_id": who if claimed else None,
+        "released_person_id": who if ended and reason in ("form", "release_token", "owner") else None,
         "first_human_reply_at": first_reply if route_id is None else None,
         # The facts the desk writes at the claim or first reply, and at the release
         "time_to_person_seconds": round(to_person.total_seconds(), 3) if reached else None,
@@ -141,7 +146,7 @@ def plain_rows(i: int, at: datetime) -> tuple[dict[str, Any], list[dict[str, Any
     conversation = {"id": cid, "subscriber_name": None, "subscriber_email": None, "subscriber_external_id": None,
                     "serves_handoff_session_id": None, "created_at": at, "last_message_at": at, "first_handoff_at": None}
     return conversation, [
-        {"conversation_id": cid, "role": role, "text": text, "author": None, "handoff_session_id": None,
+        {"conversation_id": cid, "role": role, "text": text, "author": None, "person_id": None, "handoff_session_id": None,
          "created_at": at + timedelta(seconds=n)} for n, (role, text) in enumerate((("subscriber", "Where is my order?"),
                                                                                     ("agent", "It ships tomorrow.")))
     ]
@@ -154,6 +159,10 @@ def load(path: Path, handoffs: int) -> None:
     plain_times = sorted(created_at(rng) for _ in range(handoffs * 3 // 2))
     engine = create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
+        conn.execute(insert(Person.__table__), [
+            {"id": pid, "name": f"Person {pid[-2:]}", "email": f"{pid}@example.com", "email_key": f"{pid}@example.com",
+             "role": "agent", "timezone": "UTC", "source": "cli", "created_at": NOW - HISTORY, "updated_at": NOW - HISTORY}
+            for pid in PEOPLE])
         for ids in batches(handoffs, BATCH):
             rows = [handoff_rows(i, handoff_times[i], rng) for i in ids]
             conn.execute(insert(Conversation.__table__), [c for c, _h, _m in rows])

@@ -1,9 +1,12 @@
 """`handoff demo`: the whole story in a terminal, offline, with the real parts.
 
 It runs a real server (app, SQLite file in a temporary folder, owner inbox channel, rules
-agent) and drives it through the HTTP API the way an integrator would; the owner's side
-goes through the same inbox path a person's browser uses. Time is a manual clock, so the
-idle timeout at the end happens without waiting 30 minutes.
+agent) and drives it through the HTTP API the way an integrator would. Two people of the
+directory, Olga Petrova (admin) and Sam Okafor (agent), each sign in to the inbox with a
+session of their own, and their side goes through the inbox's own form posts (their session
+cookie and its CSRF token, as their browsers send them): who replies, claims and approves is
+a person, by name. Time is a manual clock, so the idle timeout at the end happens without
+waiting 30 minutes.
 
 The story itself is data: `SCENES` is a tuple of scenes, each a title and a row of beats
 (who speaks, what is sent, what is shown, the narration), and `_story` walks it. Adding a
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from rich.console import Console
@@ -32,12 +36,13 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from bot.config import Config, format_duration
+from bot.config.people import Role
 from bot.desk import Desk
 from bot.runtime.clock import ManualClock
 from bot.runtime.logs import configure_logging
 from bot.store.models import OutboxItem
 from bot.web.app import create_app
-from channels.base import RecipientText
+from bot.web.inbox.owner import COOKIE
 
 ROLE_STYLE = {"subscriber": "bold cyan", "agent": "bold green", "human": "bold magenta", "system": "bold yellow"}
 
@@ -68,13 +73,23 @@ class Story:
         self.console.print(Panel(Text(text), title=title, expand=False))
 
 
+@dataclass(frozen=True)
+class SignedInAs:
+    """A person's inbox session, as their browser holds it: the cookie's token and the CSRF
+    token of their forms."""
+
+    name: str
+    token: str
+    csrf: str
+
+
 @dataclass
 class Stage:
     """What the beats play on: the running desk, its API, the clock, and what earlier beats kept.
 
     `facts` holds the named values templates refer to (`{ana}`, `{sid}`, `{team}`…); `seen`
     holds, per conversation, the last message id already on screen, so a beat that catches up
-    shows each message once.
+    shows each message once; `people` the inbox sessions of the directory's people, by id.
     """
 
     story: Story
@@ -84,6 +99,7 @@ class Stage:
     began: datetime
     facts: dict[str, Any] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)
+    people: dict[str, SignedInAs] = field(default_factory=dict)
 
     def fill(self, template: str, answer: Mapping[str, Any] | None = None) -> str:
         """A beat's text with the facts (and the fields of the beat's own answer) filled in."""
@@ -123,6 +139,12 @@ def pick(*keys: str, under: str | None = None) -> View:
 def _requested(answer: dict[str, Any]) -> Any:
     """The agent's `handoff_request` call, as the handoff's first event recorded it."""
     return next(e for e in answer["events"] if e["kind"] == "handoff_requested")["detail"]["request"]
+
+
+def _votes(answer: dict[str, Any]) -> Any:
+    """Who approved (a person counts once, whichever door), and what ran."""
+    return {"votes": [f"{v['name']}: {v['voter']}" for v in answer["votes"]],
+            "approvals_required": answer["approvals_required"], "run_state": answer["run_state"]}
 
 
 def _ladder(answer: dict[str, Any]) -> Any:
@@ -230,32 +252,6 @@ class Stored:
 
 
 @dataclass(frozen=True)
-class Reply:
-    """A person answers on a channel, in the thread the handoff's dispatch opened there."""
-
-    handoff: str
-    channel: int
-    author: str
-    text: str
-    routed: bool = False
-
-    async def play(self, stage: Stage) -> None:
-        sid = stage.fill(self.handoff)
-        # A handoff on a route has a recipient per channel it notified, each with its own
-        # thread (the story must have reached that channel); the owner inbox's thread of a
-        # handoff sent straight to it is the handoff itself.
-        thread: str | None = sid
-        if self.routed:
-            recipient = await stage.desk.handoffs.recipient_on(sid, self.channel)
-            assert recipient is not None, f"the route never reached channel {self.channel}"
-            thread = recipient.thread_key
-        assert thread is not None
-        await stage.desk.inbound.submit_and_wait(self.channel, RecipientText(
-            thread_key=thread, author=self.author, text=self.text,
-        ))
-
-
-@dataclass(frozen=True)
 class Wait:
     """Time passes on the manual clock (`by`, or just past the idle timeout), then the sweep runs."""
 
@@ -322,20 +318,46 @@ class Outbox:
 
 
 @dataclass(frozen=True)
-class Decide:
-    """A person opens the decision link of an approval prompt (kept as `prompt`) and decides."""
+class Teammate:
+    """A person joins the directory (as `handoff people add` or the admin page adds them) and
+    signs in to the inbox: a server-side session of their own, kept for the beats that act
+    as them (`pid`)."""
 
-    prompt: str
-    decision: str
+    pid: str
     name: str
+    role: Role
     note: str
 
     async def play(self, stage: Stage) -> None:
-        url: str = stage.facts[self.prompt]["approval"]["decision_url"]
-        page = url.removeprefix(stage.desk.config.public_url)
-        stage.story.note(stage.fill(self.note, {"page": page[:24]}))
-        token = page.rsplit("/", 1)[1]
-        await stage.client.post(page, data={"token": token, "decision": self.decision, "name": self.name})
+        desk = stage.desk
+        person = await desk.people.add(pid=self.pid, name=self.name, email=f"{self.pid}@example.com", role=self.role,
+                                       source="cli", actor="demo")
+        token, session = await desk.sessions.open(person, via="password")
+        stage.people[self.pid] = SignedInAs(person.name, token, session.csrf(desk.config.secret_key.get_secret_value()))
+        stage.story.note(stage.fill(self.note, {"name": person.name, "role": person.role}))
+
+
+@dataclass(frozen=True)
+class Inbox:
+    """A person signed in to the inbox sends one of its forms (reply, claim, approve …): a
+    POST with their session cookie and the form's CSRF token, as their browser sends it. The
+    note may name the page's answer (`{notice}`)."""
+
+    who: str
+    path: str
+    form: Mapping[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+    async def play(self, stage: Stage) -> None:
+        signed = stage.people[self.who]
+        response = await stage.client.post(
+            stage.fill(self.path), data={**{k: stage.fill(v) for k, v in self.form.items()}, "csrf": signed.csrf},
+            headers={"Cookie": f"{COOKIE}={signed.token}"},
+        )
+        assert response.status_code == 303, f"{self.path}: {response.status_code} {response.text[:200]}"
+        notice = parse_qs(urlsplit(response.headers["location"]).query).get("notice", [""])[0]
+        if self.note:
+            stage.story.note(stage.fill(self.note, {"name": signed.name, "notice": notice}))
 
 
 @dataclass(frozen=True)
@@ -366,8 +388,11 @@ class Report:
         table.add_row("ended by", ", ".join(f"{t.word.replace('_', ' ')} {t.count}" for t in endings.by_reason) or "—")
         table.add_row("handled without a person", f"{summary.containment.contained} of {summary.containment.conversations}"
                                                   " conversations")
+        for row in summary.people:
+            table.add_row(f"  {row.name}", f"handled {row.handled}, time to claim p50 {_seconds(row.p50)}")
         stage.story.console.print(table)
-        stage.story.note("The Reports page draws these as charts, per day and per channel or route, with a CSV of the rows.")
+        stage.story.note("The Reports page draws these as charts, per day, per channel or route and per person, "
+                         "with a CSV of the rows.")
 
 
 def _seconds(value: float | None) -> str:
@@ -389,31 +414,39 @@ INTRO = (
 OUTRO = "\nNext: [bold]handoff serve --config config.example.yaml[/bold], then open /inbox and drive the API (see README)."
 
 SCENES: tuple[Scene, ...] = (
-    Scene("1. Ana opens the chat", (
+    Scene("1. The team: two people of the directory sign in to the inbox", (
+        Teammate("olga", "Olga Petrova", Role.ADMIN, "{name} (role: {role}) is added to the directory and signs in "
+                                                     "to the inbox, a session of her own"),
+        Teammate("sam", "Sam Okafor", Role.AGENT, "{name} (role: {role}) too: what each does there is theirs, by name"),
+    )),
+    Scene("2. Ana opens the chat", (
         Open("ana", {"name": "Ana", "email": "ana@example.com"}, note="POST /api/conversations → {ana}"),
         Send("ana", "Ana", "Hi!"),
     )),
-    Scene("2. Ana asks for a person; the agent calls handoff_request", (
+    Scene("3. Ana asks for a person; the agent calls handoff_request", (
         Send("ana", "Ana", "My order #1234 was due Monday and still hasn't arrived. Can I talk to a person?",
              keep={"sid": "handoff_session_id"}),
         Api("/api/handoffs/{sid}/events", answer="tool call: handoff_request", view=_requested),
         Api("/api/handoffs/{sid}", answer="handoff session",
             view=pick("handoff_session_id", "state", "channel_label", "idle_deadline"), keep={"team": "channel_label"}),
     )),
-    Scene("3. What the support team receives", (
+    Scene("4. What the support team receives", (
         Outbox("{sid}", "dispatch to {team}", purpose="dispatch"),
     )),
-    Scene("4. The AI is bypassed: messages relay both ways", (
+    Scene("5. The AI is bypassed: messages relay both ways", (
         Send("ana", "Ana", "The tracking page just says 'label created'.",
              note="routed_to: {routed_to} (the agent did not see it)"),
         SETTLE,
-        Reply("{sid}", 1, "Sam (support)",
-              "Hi Ana, Sam here. The parcel was stuck at the depot; I've re-shipped it with express delivery today."),
+        Wait("… two minutes later Sam Okafor opens it in the inbox …", by=timedelta(minutes=2)),
+        Inbox("sam", "/inbox/handoffs/{sid}/reply",
+              {"text": "Hi Ana, the parcel was stuck at the depot; I've re-shipped it with express delivery today."},
+              note="{name} answers from the inbox; Ana sees his name, never a provider handle:"),
+        SETTLE,
         Catch("ana"),
         Send("ana", "Ana", "Great, thank you!"),
         SETTLE,
     )),
-    Scene("5. Sam releases the handoff with the data the agent asked for", (
+    Scene("6. The handoff is released with the data the agent asked for", (
         Api("/api/handoffs/{sid}/release", {
             "outcome": "resolved",
             "note": "Re-shipped express.",
@@ -423,7 +456,7 @@ SCENES: tuple[Scene, ...] = (
         SETTLE,
         Catch("ana"),
     )),
-    Scene("6. Later: Ben asks about an invoice; the agent hands to the Invoices route", (
+    Scene("7. Later: Ben asks about an invoice; the agent hands to the Invoices route", (
         Open("ben", {"name": "Ben"}),
         Line("subscriber", "Ben", "Can I speak to someone about my invoice?"),
         Api("/api/conversations/{ben}/tools/handoff_request", {
@@ -437,28 +470,32 @@ SCENES: tuple[Scene, ...] = (
              by=timedelta(minutes=5)),
         Catch("ben"),
         Api("/api/handoffs/{ben_sid}", answer="the handoff now", view=_ladder),
-        Reply("{ben_sid}", 3, "Olga", "Hi Ben, Olga here. Which invoice number is it?", routed=True),
+        Inbox("olga", "/inbox/handoffs/{ben_sid}/claim", note="{name} claimed it in the inbox: \"{notice}\""),
+        Inbox("olga", "/inbox/handoffs/{ben_sid}/reply", {"text": "Hi Ben, which invoice number is it?"}),
         SETTLE,
         Catch("ben"),
-        Api("/api/handoffs/{ben_sid}", answer="claimed", view=pick("claimed_by", "claimed_via", "channel_label")),
-        Note("Support and Billing are told \"taken by Olga (On-call)\"; Ben's messages now go only to her."),
+        Api("/api/handoffs/{ben_sid}", answer="claimed", view=pick("claimed_by", "claimed_via", "step")),
+        Note("Everyone the route asked is told it is taken by Olga Petrova; Ben's messages now go only to her."),
         Wait("… Ben never answers; {idle} pass and the idle sweep runs …", by="idle timeout"),
         Catch("ben"),
     )),
-    Scene("7. The agent wants to refund Ana: a person must approve that exact call", (
+    Scene("8. The agent wants to refund Ana: two people must approve that exact call", (
         Api("/api/conversations/{ana}/tools/refund_order", {"order_id": "1234", "amount": 24.9},
              sent="tool call: refund_order", answer="result", view=pick("status", "approval_id", "expires_at"),
              keep={"approval": "approval_id"}),
         SETTLE,
-        Outbox("{approval}", "approval prompt to the Support team", keep="prompt"),
-        Decide("prompt", "approve", "Sam",
-               "Sam opens the link (GET shows, it decides nothing) and presses Approve: POST {page}…"),
+        Outbox("{approval}", "approval prompt to the Support team"),
+        Inbox("olga", "/inbox/approvals/{approval}/decision", {"decision": "approve"},
+              note="{name} presses Approve in the inbox: \"{notice}\""),
+        Inbox("olga", "/inbox/approvals/{approval}/decision", {"decision": "approve"},
+              note="She presses it again (another tab, or Slack once her identity is linked): \"{notice}\""),
+        Inbox("sam", "/inbox/approvals/{approval}/decision", {"decision": "approve"},
+              note="{name} approves too, a second person: \"{notice}\""),
         SETTLE,
         Catch("ana"),
-        Api("/api/approvals/{approval}", answer="the receipt, for the owner only",
-            view=pick("decided_by", "via", "arguments_hash", under="receipt")),
+        Api("/api/approvals/{approval}", answer="each person's vote, for the owner only", view=_votes),
     )),
-    Scene("8. A step only Ana can do: the agent asks her to enter a code herself", (
+    Scene("9. A step only Ana can do: the agent asks her to enter a code herself", (
         Api("/api/conversations/{ana}/tools/request_user_action", {
             "reason": "verification_code", "details": "Your bank sent a 6-digit code to confirm the refund to your card.",
             "suggested_action": "Enter the code on your bank's page",
@@ -470,10 +507,10 @@ SCENES: tuple[Scene, ...] = (
         SETTLE,
         Catch("ana"),
     )),
-    Scene("9. The audit trail of Ana's handoff", (
+    Scene("10. The audit trail of Ana's handoff", (
         Audit("{sid}"),
     )),
-    Scene("10. The owner's report: time to a person, how handoffs ended", (
+    Scene("11. The report: time to a person, how handoffs ended, who handled them", (
         Report(),
     )),
 )
@@ -499,7 +536,7 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
             }],
             "actions": [{
                 "id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
-                "policy": "ask_always", "approval_channels": [1],
+                "policy": "ask_always", "approvals_required": 2, "approval_channels": [1],
                 "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
                                  "required": ["order_id", "amount"]},
                 "run": {"callable": "bot.demo:demo_refund"},

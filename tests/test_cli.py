@@ -126,19 +126,25 @@ def test_demo_tells_the_whole_story() -> None:
     result = handoff("demo", "--pause", "0")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    steps = ["Ana opens the chat", "tool call: handoff_request", "What the support team receives", "routed_to: human",
-             "Sam (support): Hi Ana", "[Bot resumed — the owner released the conversation. Outcome: resolved.",
+    steps = ["Olga Petrova (role: admin) is added to the directory", "Sam Okafor (role: agent) too",
+             "Ana opens the chat", "tool call: handoff_request", "What the support team receives", "routed_to: human",
+             "Sam Okafor: Hi Ana", "[Bot resumed — the owner released the conversation. Outcome: resolved.",
              "Returned data:", "handoff_request on a route", "Still looking for someone", '"On-call (step 2)"',
-             "Olga from our billing team has joined the conversation.", '"claimed_by": "Olga"',
-             "the handoff ended after 30 minutes without activity",
-             "APPROVAL_PENDING", "Approval needed: may the assistant run refund_order for Ana?",
-             "[Approval — refund_order was approved and ran", '"via": "link"',
+             "Olga Petrova claimed it in the inbox", "Olga Petrova from our billing team has joined the conversation.",
+             "Olga Petrova: Hi Ben", '"claimed_by": "Olga Petrova"', "the handoff ended after 30 minutes without activity",
+             "APPROVAL_PENDING", "Approval needed: may the assistant run refund_order for Ana?", "Needs two people",
+             "Olga Petrova presses Approve in the inbox", "waiting for a second person",
+             "already counted and counts once", "Sam Okafor approves too, a second person", "[Approval — refund_order was approved and ran",
+             "person:olga", "person:sam",
              "HUMAN_HANDOFF_REQUESTED", "I've hidden what looked like a code", "It's [hidden]",
-             "[User action — verification_code: the user says it is done", "handoff_released",
-             "Reports (the figures of /inbox/reports)", "(2 reached, 0 not)", "idle timeout 1, owner 1"]
+             "[User action — verification_code: the user says it is done", "relayed_to_subscriber    Sam Okafor",
+             "handoff_released", "Reports (the figures of /inbox/reports)", "(2 reached, 0 not)", "idle timeout 1, owner 1",
+             "not linked to a person"]
     positions = [out.find(step) for step in steps]
     assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions, strict=True) if p < 0]
     assert positions == sorted(positions)
+    report = out[out.find("Reports (the figures of /inbox/reports)"):]
+    assert "Olga Petrova" in report and "Sam Okafor" in report  # a row per person of the directory
 
 
 def test_serve_refuses_a_public_host_given_on_the_command_line() -> None:

@@ -18,10 +18,10 @@ from sqlmodel import col
 
 from bot.domain import reports as reports_module
 from bot.domain.handoff_rows import CONVERSATIONS, HANDOFFS, MESSAGES, new_row
-from bot.domain.reports import BUCKETS, Containment, DayCount, Reports, Satisfaction, Tally
+from bot.domain.reports import BUCKETS, NOT_LINKED, Containment, DayCount, PersonFigures, Reports, Satisfaction, Tally
 from bot.runtime.clock import ManualClock
 from bot.store.db import Database, alembic_config
-from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message
+from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message, Person
 from bot.store.vocabulary import HandoffState, Outcome, ReleaseReason, Role
 from tests.conftest import StartDesk
 from tests.fakes import ScriptedChannel
@@ -48,16 +48,21 @@ class Planned:
     outcome: Outcome | None = None
     missing: list[str] = field(default_factory=list)
     failed: bool = False
+    claimed_person: str | None = None
+    reply_people: tuple[str | None, ...] = ()  # who wrote each of `human_replies` (nobody known when left out)
+    released_person: str | None = None
 
 
 async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[datetime, ...] = (),
-                facts: bool = True) -> None:
-    """Write the history: a conversation per handoff (created with it) plus conversations
+                facts: bool = True) -> list[str]:
+    """Write the history (and answer the handoffs' ids, in order): a conversation per handoff (created with it) plus conversations
     that never had one. Each row carries the facts the desk writes where they happen (a real
     desk writing them: tests/test_handoffs.py, and on a route below): the seconds from the activation to
-    the earlier of the claim and the first human reply, the seconds it lasted, and the
-    conversation's first handoff. `facts` False: a history stored before there were such
-    columns (on a schema downgraded past them), written through the tables' older columns."""
+    the earlier of the claim and the first human reply, the seconds it lasted, the
+    conversation's first handoff, and straight to a channel the first reply's mark; and the
+    people who claimed, replied and released. `facts` False: a history stored before there
+    were such columns (on a schema downgraded past them), written through the tables' older
+    columns."""
     conversations, sessions, messages = [], [], []
     for at in plain_conversations:
         conversations.append(new_row(Conversation, id=f"c_plain{next(_ids)}", created_at=at, last_message_at=at))
@@ -77,13 +82,17 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             missing_required=plan.missing, route_id=plan.route_id,
             time_to_person_seconds=None if reached is None else reached - started,
             duration_seconds=None if plan.released is None or plan.activated is None else plan.released - started,
+            first_human_reply_at=_after(at, min(plan.human_replies)) if plan.human_replies and plan.route_id is None else None,
+            claimed_person_id=plan.claimed_person, released_person_id=plan.released_person,
         ))
+        people = plan.reply_people + (None,) * (len(plan.human_replies) - len(plan.reply_people))
         messages += [new_row(Message, conversation_id=f"c{n}", role=Role.HUMAN, text="hi", handoff_session_id=f"h{n}",
-                             created_at=at + timedelta(seconds=offset)) for offset in plan.human_replies]
+                             created_at=at + timedelta(seconds=offset), person_id=person)
+                     for offset, person in zip(plan.human_replies, people, strict=True)]
         # Messages that must not count as a person: the subscriber's and the agent's
         messages.append(new_row(Message, conversation_id=f"c{n}", role=Role.SUBSCRIBER, text="help",
                                 handoff_session_id=f"h{n}", created_at=at + timedelta(seconds=1)))
-    if not facts:
+    if not facts:  # the columns of migrations 0020 and 0021, and the mark 0018 added but never filled in
         for row in conversations:
             del row["first_handoff_at"]
         for row in sessions:
@@ -97,6 +106,7 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
         for table, rows in ((CONVERSATIONS, conversations), (HANDOFFS, sessions), (MESSAGES, messages)):
             if rows:  # an INSERT of the columns the rows name, the rest left to the database
                 await session.execute(insert(table), rows)
+    return [row["id"] for row in sessions]
 
 
 def _after(at: datetime, seconds: float | None) -> datetime | None:
@@ -320,6 +330,101 @@ async def test_satisfaction_counts_the_answers_of_the_chosen_handoffs(db: Databa
     support = await reports.summary(start, NOW, channel_id=SUPPORT[0])
     assert support.satisfaction == Satisfaction(positive=2, negative=0, unanswered=1)
     assert (await reports.summary(NOW - timedelta(days=9), NOW - timedelta(days=8))).satisfaction is None
+
+
+# --------------------------------------------------------------------------- per person
+
+
+async def directory(db: Database, *people: tuple[str, str, bool]) -> None:
+    """People of the directory as (id, name, disabled), stored as the directory stores them."""
+    async with db.transaction() as session:
+        for pid, name, disabled in people:
+            session.add(Person(id=pid, name=name, email=f"{pid}@example.com", email_key=f"{pid}@example.com",
+                               role="agent", source="cli", created_at=NOW, updated_at=NOW,
+                               disabled_at=NOW if disabled else None))
+
+
+async def asked(db: Database, answers: dict[str, str | None]) -> None:
+    """The satisfaction question asked after these handoffs (by id), answered so."""
+    async with db.transaction() as session:
+        for sid, answer in answers.items():
+            handoff = await session.get(HandoffSession, sid)
+            assert handoff is not None
+            session.add(HandoffSatisfaction(
+                handoff_session_id=sid, conversation_id=handoff.conversation_id, asked_at=NOW - timedelta(minutes=1),
+                asked_on="web", in_words=False, question_message_id=1, answer=answer,
+            ))
+
+
+def person(pid: str | None, name: str, handled: int = 0, timed: int = 0, p50: float | None = None,
+           p90: float | None = None, answers: tuple[int, int, int] = (0, 0, 0), disabled: bool = False) -> PersonFigures:
+    return PersonFigures(pid, name, disabled, handled, timed, p50, p90, *answers)
+
+
+async def test_each_handoff_counts_for_the_one_person_who_handled_it(db: Database) -> None:
+    """The claim's person on a route; straight to a channel the first reply's, not a later
+    replier's nor the releaser's; failing both a person's release. Nobody's acts (the idle
+    timer) count for no row; acts without a person for "not linked to a person"."""
+    await directory(db, ("olga", "Olga Petrova", False), ("sam", "Sam Okafor", False), ("kim", "Kim Lee", True))
+    start = NOW - timedelta(days=1)
+    sids = await store(
+        db,
+        # Olga claims four on a route, after 30, 60, 90 and 120 s
+        *(Planned(start, route_id=7, claimed=30 * i, claimed_person="olga", released=900, reason=ReleaseReason.FORM,
+                  outcome=Outcome.RESOLVED, released_person="olga") for i in range(1, 5)),
+        # Straight to a channel: Sam answered first, Olga later and she released it
+        Planned(start, human_replies=(10, 40), reply_people=("sam", "olga"), released=600, reason=ReleaseReason.OWNER,
+                outcome=Outcome.RESOLVED, released_person="olga"),
+        # Someone nobody linked answered first, Sam after
+        Planned(start, human_replies=(20, 25), reply_people=(None, "sam")),
+        # Nobody replied; Olga released it from the inbox: hers, with no time to claim
+        Planned(start, released=300, reason=ReleaseReason.OWNER, outcome=Outcome.RESOLVED, released_person="olga"),
+        # Claimed by a provider user linked to nobody; a form released by whoever held the link
+        Planned(start, route_id=7, claimed=50),
+        Planned(start, released=400, reason=ReleaseReason.FORM, outcome=Outcome.RESOLVED),
+        # Nobody acted: the idle timer ended it, the ladder gave it back
+        Planned(start, released=1800, reason=ReleaseReason.IDLE_TIMEOUT, outcome=Outcome.UNRESOLVED),
+        Planned(start, route_id=7, released=900, reason=ReleaseReason.UNCLAIMED, outcome=Outcome.UNRESOLVED),
+        # Sam on the Billing channel; Olga outside the range
+        Planned(start + timedelta(hours=1), channel=BILLING, human_replies=(200,), reply_people=("sam",)),
+        Planned(start - timedelta(seconds=1), route_id=7, claimed=5, claimed_person="olga"),
+    )
+    await asked(db, {sids[0]: "yes", sids[1]: "no", sids[4]: None, sids[5]: "yes"})
+    reports = Reports(db, route_labels={7: "Escalations"})
+
+    everyone = (await reports.summary(start, NOW)).people
+    assert everyone == (
+        person("kim", "Kim Lee", disabled=True),  # in the directory, nothing in the range
+        person("olga", "Olga Petrova", handled=5, timed=4, p50=60, p90=120, answers=(1, 1, 0)),  # ranks 2 and 4 of 4
+        person("sam", "Sam Okafor", handled=2, timed=2, p50=10, p90=200, answers=(0, 0, 1)),
+        person(None, NOT_LINKED, handled=3, timed=2, p50=20, p90=50, answers=(1, 0, 0)),
+    )
+    assert sum(row.handled for row in everyone) == 10  # of the 12 in the range, the two nobody acted on are in no row
+    assert [row.asked for row in everyone] == [0, 2, 1, 1]
+
+    billing = (await reports.summary(start, NOW, channel_id=BILLING[0])).people
+    assert [(row.name, row.handled, row.p50) for row in billing] == [
+        ("Kim Lee", 0, None), ("Olga Petrova", 0, None), ("Sam Okafor", 1, 200), (NOT_LINKED, 0, None)]
+    routed = (await reports.summary(start, NOW, route_id=7)).people
+    assert [(row.name, row.handled, row.timed) for row in routed] == [
+        ("Kim Lee", 0, 0), ("Olga Petrova", 4, 4), ("Sam Okafor", 0, 0), (NOT_LINKED, 1, 1)]
+
+
+async def test_a_desk_without_people_has_one_row_for_everything(db: Database) -> None:
+    await store(db, Planned(NOW - timedelta(hours=1), route_id=7, claimed=90), Planned(NOW - timedelta(hours=1)))
+    assert (await Reports(db).summary(NOW - timedelta(days=1), NOW)).people == (
+        person(None, NOT_LINKED, handled=1, timed=1, p50=90, p90=90),)
+    assert (await Reports(db).summary(NOW - timedelta(days=9), NOW - timedelta(days=8))).people == (
+        person(None, NOT_LINKED),)
+
+
+async def test_a_person_the_directory_does_not_know_keeps_their_id(db: Database) -> None:
+    """People are never deleted; a database edited by hand may still name someone gone."""
+    await directory(db, ("olga", "Olga Petrova", False))
+    await store(db, Planned(NOW - timedelta(hours=1), route_id=7, claimed=90, claimed_person="zed"))
+    people = (await Reports(db).summary(NOW - timedelta(days=1), NOW)).people
+    assert [(row.person_id, row.name, row.handled) for row in people] == [
+        ("olga", "Olga Petrova", 0), ("zed", "zed", 1), (None, NOT_LINKED, 0)]
 
 
 # --------------------------------------------------------------------------- the facts a real desk writes

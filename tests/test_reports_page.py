@@ -13,17 +13,20 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlmodel import col
 
+from bot.config.people import Role
 from bot.runtime.clock import ManualClock
 from bot.store.db import Database
-from bot.store.models import HandoffSatisfaction, HandoffSession
+from bot.store.models import HandoffSatisfaction, HandoffSession, Message
+from bot.store.vocabulary import Outcome, ReleaseReason
 from bot.web.charts import Bar, columns, rows
 from channels.base import RecipientText
 from tests.conftest import CHROMIUM, Harness, StartDesk, desk_served, shot
 from tests.test_inbox import login
 from tests.test_inbox_browser import assert_fits_the_phone
+from tests.test_reports import Planned, store
 
 NOON = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
 CHANNELS = [
@@ -91,6 +94,64 @@ async def test_the_csv_holds_the_rows_behind_the_page(start_desk: StartDesk) -> 
     figures = dict(row for row in table if len(row) == 2)
     assert figures["handoffs"] == "3" and figures["time_to_person_p50_seconds"] in ("120", "120.0")
     assert figures["released_idle_timeout"] == "1" and figures["contained"] == "1"
+
+
+async def team(harness: Harness) -> list[str]:
+    """Two people of the directory and what they handled in the last day, written as the
+    desk writes who acted (claims on a route, first replies straight to a channel); the
+    ids of the handoffs, in order."""
+    people = harness.desk.people
+    await people.add(pid="olga", name="Olga <Petrova>", email="olga@example.com", role=Role.ADMIN, source="cli", actor="test")
+    await people.add(pid="sam", name="=Sam Okafor", email="sam@example.com", source="cli", actor="test")
+    hours_ago = NOON - timedelta(hours=3)
+    return await store(
+        harness.desk.db,
+        Planned(hours_ago, channel=(1, "Owner inbox"), route_id=20, claimed=60, claimed_person="olga"),
+        Planned(hours_ago, channel=(1, "Owner inbox"), route_id=20, claimed=300, claimed_person="olga",
+                released=900, reason=ReleaseReason.OWNER, outcome=Outcome.RESOLVED, released_person="olga"),
+        Planned(hours_ago, channel=(2, "Billing <team>"), human_replies=(45,), reply_people=("sam",)),
+        Planned(hours_ago, channel=(1, "Owner inbox"), human_replies=(30,)),  # an unlinked provider user answered
+    )
+
+
+async def test_the_page_shows_each_person_beside_its_chart(start_desk: StartDesk) -> None:
+    harness = await report_desk(start_desk)
+    sids = await team(harness)
+    await answered_these(harness.desk.db, {sids[1]: "yes"})
+    html = (await harness.client.get("/inbox/reports", params={"range": "24h"})).text
+    section = html.split('id="per-person"', 1)[1].split("</section>", 1)[0]
+    assert "handoffs handled, by person" in section  # the chart, and its table
+    rows = [row.split("</tr>")[0] for row in section.split("<tr")[2:]]
+    assert [row.split("</th>")[0].rsplit(">", 1)[-1] for row in rows] == [
+        "=Sam Okafor", "Olga &lt;Petrova&gt;", "not linked to a person"]  # by name; escaped
+    cells = [[cell.split("</td>")[0] for cell in row.split('<td class="num">')[1:]] for row in rows]
+    assert cells == [["1", "45 s", "45 s", "0", "0", "0"], ["2", "60 s", "5 min", "1", "0", "0"],
+                     ["1", "30 s", "30 s", "0", "0", "0"]]
+
+    only_billing = (await harness.client.get("/inbox/reports", params={"range": "24h", "filter": "c2"})).text
+    assert '<td class="num">1</td><td class="num">45 s</td>' in only_billing.split('id="per-person"', 1)[1]
+
+    table = list(csv.reader(io.StringIO((await harness.client.get("/inbox/reports.csv", params={"range": "24h"})).text)))
+    header = table.index(["person_id", "person", "handled", "timed", "time_to_claim_p50_seconds",
+                          "time_to_claim_p90_seconds", "satisfaction_solved", "satisfaction_not_solved",
+                          "satisfaction_unanswered"])
+    assert table[header + 1:header + 4] == [
+        ["sam", "'=Sam Okafor", "1", "1", "45.0", "45.0", "0", "0", "0"],  # a leading = never runs as a formula
+        ["olga", "Olga <Petrova>", "2", "2", "60.0", "300.0", "1", "0", "0"],
+        ["", "not linked to a person", "1", "1", "30.0", "30.0", "0", "0", "0"],
+    ]
+
+
+async def answered_these(db: Database, answers: dict[str, str | None]) -> None:
+    """The satisfaction question asked after these handoffs (by id), answered so."""
+    async with db.transaction() as session:
+        for sid, answer in answers.items():
+            handoff = await session.get(HandoffSession, sid)
+            assert handoff is not None
+            session.add(HandoffSatisfaction(
+                handoff_session_id=sid, conversation_id=handoff.conversation_id, asked_at=NOON, asked_on="web",
+                in_words=False, question_message_id=1, answer=answer, answered_at=NOON if answer else None,
+            ))
 
 
 async def answered(db: Database, answers: list[tuple[str | None, str | None]]) -> None:
@@ -184,16 +245,23 @@ async def test_the_reports_page_fits_a_desktop_and_a_phone(sqlite_url: str, page
                     "expected_action": "Look the order up and tell them when it arrives."})).json()
                 sid = started["handoff_session_id"]
                 if name != "Cy":  # Cy is still waiting
-                    await desk.inbound.submit_and_wait(channel, RecipientText(thread_key=sid, text="On it", author="Sam"))
+                    author = "Sam Okafor" if name == "Ana" else "Olga Petrova"
+                    await desk.inbound.submit_and_wait(channel, RecipientText(thread_key=sid, text="On it", author=author))
                     await api.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
             await api.post("/api/conversations", json={"subscriber": {"name": "Dee"}})
         await desk.settle()
+        # The two people of the directory, and their replies marked theirs as the desk marks a linked person's
+        for pid, person, role in (("olga", "Olga Petrova", Role.ADMIN), ("sam", "Sam Okafor", Role.AGENT)):
+            await desk.people.add(pid=pid, name=person, email=f"{pid}@example.com", role=role, source="cli", actor="test")
+            async with desk.db.transaction() as session:
+                await session.execute(update(Message).where(col(Message.author) == person).values(person_id=pid))
         await answered(desk.db, [("yes", "Sam found the parcel at the depot and it came the next morning — thank you!"),
                                  ("no", None)])
         await page.goto(f"{base}/inbox/reports?range=7d")
         await page.wait_for_selector("#report-total")
         assert await page.inner_text("#report-total") == "3"
         assert await page.locator("svg.chart").count() >= 3
+        assert (await page.inner_text(".report-people tbody tr:first-child")).split("\t")[:2] == ["Olga Petrova", "1"]
         assert page.problems == []  # no CSP violation, no script error
         await shot(page, "inbox-reports")
         await page.set_viewport_size({"width": 375, "height": 800})

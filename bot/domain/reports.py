@@ -5,9 +5,10 @@ Every number is a SQL aggregate over facts the desk writes once, where they happ
 handoff's `time_to_person_seconds` (at the claim on a route, at the first human reply
 straight to a channel) and `duration_seconds` (at the release), a conversation's
 `first_handoff_at` (at its first request). No row is loaded into Python, and SQLite answers
-each query from an index alone (migration 0020): `ix_handoff_sessions_report` holds every
-column a summary reads of a handoff, `ix_handoff_sessions_missing_required` the few released
-with required fields missing, `ix_conversations_report` the range's conversations. A
+each query but the per-person one from an index alone (migration 0020):
+`ix_handoff_sessions_report` holds every column a summary reads of a handoff,
+`ix_handoff_sessions_missing_required` the few released with required fields missing,
+`ix_conversations_report` the range's conversations. A
 channel or route filter is a term no index is chosen for (`unindexed`), so the range keeps
 to the covering index instead of a channel's thread index.
 
@@ -23,6 +24,18 @@ run on PostgreSQL. The cost grows with the handoffs in the range, not with the h
 A handoff belongs to the range its `created_at` falls in, and to the local day (in the
 summary's timezone, from local midnight to local midnight, so a day of a DST change has 23
 or 25 hours) it was created on.
+
+Per person (`PersonFigures`), each handoff a person handled counts for exactly one of them,
+so the rows add up to the handoffs people handled: on a route the person who claimed it;
+straight to a channel the author of its first human reply (the moment its time to a person
+is measured at, so a person is never credited with a colleague's speed); failing both, the
+person who released it through a person's door (the form, a release link, the inbox or the
+API). A handoff nobody acted on (released by the idle timer, the ladder or the agent) is in
+no row; one whose act carries no person (an unlinked provider user, a form link opened by
+anyone, the owner token) is in the row "not linked to a person". These columns are read
+from the rows, not an index: one statement over the range's handoffs, one sort of those a
+person handled (`_per_person`). Covering indexes for it were measured (docs/reports.md) and
+saved under a tenth of a summary: SQLite's numbering, not the reading, is what it costs.
 """
 
 from __future__ import annotations
@@ -33,18 +46,22 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import ColumnElement, and_, case, exists, func, literal, or_, select, text, union_all
+from sqlalchemy import ColumnElement, RowMapping, and_, case, exists, func, literal, or_, select, text, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from bot.domain.handoff_rows import HANDOFFS
+from bot.domain.handoff_rows import HANDOFFS, MESSAGES
 from bot.store.db import Database
 from bot.store.dialects import unindexed
-from bot.store.models import Conversation, HandoffSatisfaction
+from bot.store.models import Conversation, HandoffSatisfaction, Person
 from bot.store.rows import Rows
-from bot.store.vocabulary import HandoffState, ReleaseReason
+from bot.store.vocabulary import HandoffState, ReleaseReason, Role
 
 SATISFACTION = Rows(HandoffSatisfaction).table
+PEOPLE = Rows(Person).table
+
+NOT_LINKED = "not linked to a person"
+"""The name of the per-person row of acts nobody known did."""
 
 
 @dataclass(frozen=True)
@@ -155,10 +172,36 @@ class Satisfaction:
 
 
 @dataclass(frozen=True)
+class PersonFigures:
+    """One person's handoffs in the range: how many they `handled`, the nearest-rank p50 and
+    p90 of the time to claim over the `timed` of them that have one (the seconds from the
+    activation to their claim or first reply), and the subscribers' answers to the
+    satisfaction question after them. `person_id` None: the row of acts nobody known did."""
+
+    person_id: str | None
+    name: str
+    disabled: bool
+    handled: int
+    timed: int
+    p50: float | None
+    p90: float | None
+    positive: int
+    negative: int
+    unanswered: int
+
+    @property
+    def asked(self) -> int:
+        """How many of their handoffs were followed by the satisfaction question."""
+        return self.positive + self.negative + self.unanswered
+
+
+@dataclass(frozen=True)
 class ReportSummary:
     """Everything the reports show for [start, end), with the filters it was asked for.
     `days` lists every local day of the range (a day without handoffs has no `per_day` row).
-    `satisfaction` is None when no chosen handoff was asked the satisfaction question."""
+    `satisfaction` is None when no chosen handoff was asked the satisfaction question.
+    `people` has a row for every person of the directory (by name), then "not linked to a
+    person"."""
 
     start: datetime
     end: datetime
@@ -173,6 +216,7 @@ class ReportSummary:
     endings: Endings
     containment: Containment
     satisfaction: Satisfaction | None = None
+    people: tuple[PersonFigures, ...] = ()
 
 
 class Reports:
@@ -207,11 +251,12 @@ class Reports:
             )
             containment = await _containment(session, start, end)
             satisfaction = await _satisfaction(session, chosen, start)
+            people = await _per_person(session, chosen)
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
             days=days, per_day=per_day, handoffs=endings.handoffs,
             time_to_person=time_to_person, duration=duration, endings=endings, containment=containment,
-            satisfaction=satisfaction,
+            satisfaction=satisfaction, people=people,
         )
 
     async def _per_day(self, session: AsyncSession, start: datetime, end: datetime,
@@ -329,7 +374,7 @@ async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement
     for seconds, spread in zip(measures, counted, strict=True):
         p50 = p90 = None
         if spread.count:
-            median, ninetieth = ((percent * spread.count + 99) // 100 for percent in (50, 90))
+            median, ninetieth = _nearest(spread.count)
             values = await _nearest_ranks(session, seconds, chosen, spread, {median, ninetieth})
             p50, p90 = values[median], values[ninetieth]
         found.append(Distribution(
@@ -357,6 +402,12 @@ async def _nearest_ranks(session: AsyncSession, seconds: ColumnElement[Any], cho
         select(numbered.c.n, numbered.c.value).where(numbered.c.n.in_(sorted(number_of.values())))
     )).all())
     return {rank: found[n] for rank, n in number_of.items()}
+
+
+def _nearest(count: int) -> tuple[int, int]:
+    """The nearest ranks (from 1) of the p50 and p90 of `count` values."""
+    median, ninetieth = ((percent * count + 99) // 100 for percent in (50, 90))
+    return median, ninetieth
 
 
 def _fine_bounds(index: int) -> tuple[float, float]:
@@ -439,6 +490,86 @@ async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bo
         positive=counts.get("yes", 0), negative=counts.get("no", 0), unanswered=counts.get(None, 0), commented=commented,
         comments=tuple(Comment(sid, answer, text, at) for sid, answer, text, at in comments),
     )
+
+
+PERSON_RELEASES = (ReleaseReason.FORM, ReleaseReason.RELEASE_TOKEN, ReleaseReason.OWNER)
+"""The release doors a person goes through; the idle timer, the ladder and the agent are nobody."""
+
+
+def _handler() -> tuple[ColumnElement[Any], ColumnElement[bool]]:
+    """Who handled a handoff (a person's id, or NULL for nobody known), and whether anyone
+    did: the claim's person, else the first human reply's, else a person's release's."""
+    handoff = HANDOFFS.c
+    first_reply = (
+        select(MESSAGES.c.person_id)
+        .where(MESSAGES.c.handoff_session_id == handoff.id, MESSAGES.c.role == Role.HUMAN,
+               MESSAGES.c.created_at == handoff.first_human_reply_at)
+        .order_by(MESSAGES.c.id).limit(1).scalar_subquery()
+    )
+    person = case((handoff.claimed_at.is_not(None), handoff.claimed_person_id),
+                  (handoff.first_human_reply_at.is_not(None), first_reply), else_=handoff.released_person_id)
+    acted = or_(handoff.claimed_at.is_not(None), handoff.first_human_reply_at.is_not(None),
+                handoff.release_reason.in_(PERSON_RELEASES))
+    return person, acted
+
+
+async def _per_person(session: AsyncSession, chosen: Sequence[ColumnElement[bool]]) -> tuple[PersonFigures, ...]:
+    """Every person's figures over the chosen handoffs, in one statement: the handoffs
+    someone handled, each with its handler, time to a person and satisfaction answer, are
+    numbered per handler by that time (those without one last), and only the first row and
+    the rows at the two ranks of each handler come back, carrying the handler's counts."""
+    person, acted = _handler()
+    seconds = HANDOFFS.c.time_to_person_seconds
+    answer = SATISFACTION.c.answer
+    handled = (
+        select(person.label("person"), seconds.label("seconds"), answer.label("answer"),
+               SATISFACTION.c.handoff_session_id.is_not(None).label("asked"))
+        .select_from(HANDOFFS.outerjoin(SATISFACTION, SATISFACTION.c.handoff_session_id == HANDOFFS.c.id))
+        .where(*chosen, acted).cte("handled")
+    )
+    per = handled.c.person
+    timed = func.count(handled.c.seconds).over(partition_by=per)
+    ranked = select(
+        handled.c.person, handled.c.seconds, timed.label("timed"), func.count().over(partition_by=per).label("handled"),
+        func.row_number().over(partition_by=per, order_by=(handled.c.seconds.is_(None), handled.c.seconds)).label("n"),
+        *(func.sum(case((term, 1), else_=0)).over(partition_by=per).label(name) for name, term in (
+            ("positive", handled.c.answer == "yes"), ("negative", handled.c.answer == "no"),
+            ("unanswered", and_(handled.c.asked, handled.c.answer.is_(None))))),
+    ).subquery()
+    median, ninetieth = ((percent * ranked.c.timed + 99) // 100 for percent in (50, 90))  # as `_nearest`, in SQL
+    rows = (await session.execute(
+        select(ranked).where(or_(ranked.c.n == 1, ranked.c.n == median, ranked.c.n == ninetieth))
+    )).mappings().all()
+    directory = (await session.execute(
+        select(PEOPLE.c.id, PEOPLE.c.name, PEOPLE.c.disabled_at).order_by(PEOPLE.c.name, PEOPLE.c.id)
+    )).all()
+    return _person_rows(rows, [(pid, name, disabled_at is not None) for pid, name, disabled_at in directory])
+
+
+def _person_rows(rows: Sequence[RowMapping],
+                 directory: Sequence[tuple[str, str, bool]]) -> tuple[PersonFigures, ...]:
+    """The figures per person from `_per_person`'s rows: each handler's counts (on every
+    row of theirs) and the values at their ranks. A handler the directory does not know
+    (people are never deleted, so only a hand-edited database has one) keeps their id as name."""
+    counted: dict[str | None, RowMapping] = {}
+    at_rank: dict[tuple[str | None, int], Any] = {}
+    for row in rows:
+        counted[row["person"]] = row
+        at_rank[(row["person"], int(row["n"]))] = row["seconds"]
+
+    def figures(pid: str | None, name: str, disabled: bool) -> PersonFigures:
+        row = counted.get(pid)
+        if row is None:
+            return PersonFigures(pid, name, disabled, 0, 0, None, None, 0, 0, 0)
+        timed = int(row["timed"])
+        p50, p90 = (at_rank.get((pid, rank)) for rank in _nearest(timed)) if timed else (None, None)
+        return PersonFigures(pid, name, disabled, int(row["handled"]), timed, _float(p50), _float(p90),
+                             int(row["positive"]), int(row["negative"]), int(row["unanswered"]))
+
+    known = {pid for pid, _, _ in directory}
+    strangers = sorted(pid for pid in counted if pid is not None and pid not in known)
+    return (*(figures(pid, name, disabled) for pid, name, disabled in directory),
+            *(figures(pid, pid, False) for pid in strangers), figures(None, NOT_LINKED, False))
 
 
 async def _containment(session: AsyncSession, start: datetime, end: datetime) -> Containment:

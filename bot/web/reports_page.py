@@ -1,8 +1,9 @@
 """The owner's Reports page (`GET /inbox/reports`) and its CSV (`GET /inbox/reports.csv`):
 the aggregates of `bot/domain/reports.py` over a range (the last 24 hours, 7 or 30 days, or
 custom dates) and one channel or route, drawn as inline SVG (`bot/web/charts.py`) with the
-numbers of every chart in a table beside it. Owner login, like the rest of the inbox; GET
-only, nothing changes. A malformed parameter is answered 400 naming it, never replaced."""
+numbers of every chart in a table beside it, per person too (handled, time to claim,
+satisfaction). Any role may read it (viewer and up); GET only, nothing changes. A malformed
+parameter is answered 400 naming it, never replaced."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from bot.config.people import Role
-from bot.domain.reports import Distribution, Reports, ReportSummary
+from bot.domain.reports import Distribution, PersonFigures, Reports, ReportSummary
 from bot.errors import DeskError
 from bot.web.charts import Bar, columns, rows
 from bot.web.deps import ChannelsDep, ClockDep, ConfigDep, RendererDep, app_desk
@@ -114,6 +115,21 @@ def _distribution_view(found: Distribution) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class PersonLine:
+    """One row of the page's per-person table, its times in words."""
+
+    figures: PersonFigures
+    p50: str
+    p90: str
+
+
+def _people_view(people: tuple[PersonFigures, ...]) -> dict[str, Any]:
+    lines = [PersonLine(row, _minutes(row.p50), _minutes(row.p90)) for row in people]
+    bars = [Bar(row.name, row.handled) for row in people]
+    return {"people": lines, "people_chart": rows(bars, label="handoffs handled, by person")}
+
+
 def _view(summary: ReportSummary) -> dict[str, Any]:
     per_day: dict[date, int] = {day: 0 for day in summary.days}
     by_channel: dict[str, int] = {}
@@ -137,6 +153,7 @@ def _view(summary: ReportSummary) -> dict[str, Any]:
         "containment": contained,
         "contained_share": f"{100 * contained.contained / contained.conversations:.0f}%" if contained.conversations else "—",
         "satisfaction": summary.satisfaction,
+        **_people_view(summary.people),
     }
 
 
@@ -166,7 +183,7 @@ async def reports_csv(
     owner: SignedIn = Depends(needs(Role.VIEWER)), found: Reports = Depends(reports_of),
 ) -> Response:
     """The rows behind the page: one line per local day and channel (or route), then the
-    summary's figures, as the page shows them."""
+    summary's figures, then one line per person, as the page shows them."""
     asked = _asked(dict(request.query_params), clock.now(), {a.id for a in channels.adapters()},
                    {route.id for route in config.routes})
     summary = await found.summary(asked.start, asked.end, channel_id=asked.channel_id, route_id=asked.route_id,
@@ -181,6 +198,12 @@ async def reports_csv(
     writer.writerow(["figure", "value"])
     for name, value in _figures(summary):
         writer.writerow([name, value])
+    writer.writerow([])
+    writer.writerow(["person_id", "person", "handled", "timed", "time_to_claim_p50_seconds", "time_to_claim_p90_seconds",
+                     "satisfaction_solved", "satisfaction_not_solved", "satisfaction_unanswered"])
+    for row in summary.people:
+        writer.writerow([row.person_id or "", _cell(row.name), row.handled, row.timed, _blank(row.p50), _blank(row.p90),
+                         row.positive, row.negative, row.unanswered])
     if summary.satisfaction is not None and summary.satisfaction.comments:
         writer.writerow([])
         writer.writerow(["answered_at", "handoff_session_id", "answer", "comment"])
@@ -194,10 +217,8 @@ async def reports_csv(
 def _figures(summary: ReportSummary) -> list[tuple[str, object]]:
     figures: list[tuple[str, object]] = [("handoffs", summary.handoffs)]
     for name, found in (("time_to_person", summary.time_to_person), ("duration", summary.duration)):
-        figures += [(f"{name}_p50_seconds", found.p50 if found.p50 is not None else ""),
-                    (f"{name}_p90_seconds", found.p90 if found.p90 is not None else ""),
-                    (f"{name}_max_seconds", found.max if found.max is not None else ""),
-                    (f"{name}_missing", found.missing)]
+        figures += [(f"{name}_p50_seconds", _blank(found.p50)), (f"{name}_p90_seconds", _blank(found.p90)),
+                    (f"{name}_max_seconds", _blank(found.max)), (f"{name}_missing", found.missing)]
     figures += [(f"released_{t.word}", t.count) for t in summary.endings.by_reason]
     figures += [(f"outcome_{t.word}", t.count) for t in summary.endings.by_outcome]
     figures += [("missing_required", summary.endings.missing_required), ("unclaimed", summary.endings.unclaimed),
@@ -208,6 +229,11 @@ def _figures(summary: ReportSummary) -> list[tuple[str, object]]:
                     ("satisfaction_not_solved", summary.satisfaction.negative),
                     ("satisfaction_unanswered", summary.satisfaction.unanswered)]
     return figures
+
+
+def _blank(value: float | None) -> object:
+    """A figure nothing was measured for is an empty cell, not 0."""
+    return "" if value is None else value
 
 
 def _cell(text: str) -> str:
