@@ -100,7 +100,7 @@ async def test_the_idle_release_applies_only_while_the_deadline_has_passed_and_e
                                state=OutboxState.SENT, not_before=AT, created_at=AT))
     deadline = AT + timedelta(minutes=30)
     released = {"state": HandoffState.RELEASED, "released_at": deadline, "release_reason": "idle_timeout",
-                "released_by": "idle timer", "outcome": "unresolved", "note": None, "returned": {"n": 2},
+                "released_by": "idle timer", "released_person_id": None, "outcome": "unresolved", "note": None, "returned": {"n": 2},
                 "missing_required": ["eta"], "duration_seconds": 1800.0}
     async with db.transaction() as session:
         await handoff_rows.transition(

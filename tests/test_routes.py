@@ -100,7 +100,9 @@ async def test_fan_out_then_the_first_reply_claims_and_the_others_are_told(start
     cid, started = await route_handoff(harness)
     sid = started["handoff_session_id"]
     assert started["human_notified"] is True and started["channel_id"] == 20 and started["channel_kind"] == "route"
-    assert sorted(started["channels_notified"]) == [1, 2] and started["channels_failed"] == []
+    # The request answers once one channel is reached; the other may still be on its way
+    assert sorted(started["channels_notified"] + started["channels_pending"]) == [1, 2] and started["channels_failed"] == []
+    await harness.desk.settle()
     assert started["estimated_response"] == "within 10 minutes"
     for cid_ in (1, 2):
         [dispatch] = [o for o in channel(harness, cid_).sent if o.purpose == "dispatch"]
@@ -286,7 +288,7 @@ async def test_nothing_open_dispatches_anyway_and_says_when_someone_is_back(star
     assert "Support (route: Slack support + Telegram support); closed now; back Mon 09:00 (Europe/Berlin)" in spec.description
     started = await harness.tool(cid, "handoff_request", {"channel_id": 20, **BRIEF})
     assert started["estimated_response"] == "once they are back, Mon 09:00 (Europe/Berlin)"
-    assert sorted(started["channels_notified"]) == [1, 2]
+    assert sorted(started["channels_notified"] + started["channels_pending"]) == [1, 2]  # one reached; the other on its way
 
 
 async def test_a_route_can_refuse_while_nobody_is_there(start_desk: StartDesk) -> None:
@@ -392,7 +394,8 @@ async def test_the_docs_worked_example_happens_as_it_says(start_desk: StartDesk)
     assert {k: started[k] for k in ("ok", "human_notified", "channel_id", "channel_kind", "channels_failed", "estimated_response")} \
         == {"ok": True, "human_notified": True, "channel_id": 20, "channel_kind": "route", "channels_failed": [],
             "estimated_response": "within 10 minutes"}
-    assert sorted(started["channels_notified"]) == [1, 2]
+    assert sorted(started["channels_notified"] + started["channels_pending"]) == [1, 2]  # one reached; the other on its way
+    await harness.desk.settle()
     assert "I've asked our support team to join — usually within 10 minutes." in (await subscriber_told(harness, cid))[-1]
 
     await escalate(harness, timedelta(minutes=5))  # 14:05
