@@ -333,8 +333,8 @@ def people_list(
 @people_app.command("link")
 def people_link(
     pid: str = PERSON_ID,
-    kind: str = typer.Argument(..., metavar="KIND", help="A channel kind (slack, telegram, discord, whatsapp, email, …) or sso."),
-    value: str = typer.Argument(..., metavar="VALUE", help="The provider's id of the person there: a Slack user id, a Telegram user id, an address …"),
+    kind: str = typer.Argument(..., metavar="KIND", help="A channel kind, as the config's channels: name it (see `handoff check-config`), or sso."),
+    value: str = typer.Argument(..., metavar="VALUE", help="The provider's id of the person there: their user id on that channel, or an e-mail address."),
     config: Path = CONFIG_OPTION,
 ) -> None:
     """Link an identity to a person on your word (recorded as verified by "cli").

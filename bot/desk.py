@@ -238,7 +238,7 @@ class Desk:
 
     def _identity_kind(self, channel_id: int) -> str:
         """The kind of the identities a channel's people write with: the config's kind of the
-        channel ("slack", "telegram", "email" …), what `person_identities.kind` holds."""
+        channel (its configured `kind`), what `person_identities.kind` holds."""
         channel = self.config.channel(channel_id)
         return channel.kind if channel is not None else getattr(self.channels.get(channel_id), "kind", "unknown")
 

@@ -5,7 +5,7 @@ A person is a human who answers subscribers, claims handoffs and votes on approv
 roster may live in the YAML so a team keeps it in git: it is applied on every start (added or
 updated, never deleted: a person removed from the file keeps their history and is only
 disabled when the file says `disabled: true`). People added from the inbox or the command line
-live in the database alone. Provider identities (a Slack user id, a Telegram user id …) are
+live in the database alone. Provider identities (a person's user id on a channel) are
 never declared here: they are linked by the person themselves, with a one-time code sent from
 the channel, so nobody can be made to speak as someone else by a typo in a file.
 """

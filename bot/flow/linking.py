@@ -3,9 +3,8 @@
 A person signed in to the inbox takes a one-time code ("Link a channel") and sends it from
 the channel: whoever can write from that provider account holds it. Two ways in:
 
-- written in a handoff's thread (any channel that delivers recipients' replies: Slack and
-  Discord threads, Telegram replies and topics, e-mail replies, a WhatsApp staff number's
-  shared line), it reaches the core as a `RecipientText`; the inbound flow hands it here
+- written in a handoff's thread (any channel that delivers recipients' replies: threads,
+  replies, e-mail replies, a shared staff line), it reaches the core as a `RecipientText`; the inbound flow hands it here
   before anything else, so it never reaches the subscriber, never claims and never releases;
   the answer is a notice ("linking") on the line it came from, when that thread still has
   an active handoff (otherwise the link is made and nobody can be told);
@@ -15,8 +14,8 @@ the channel: whoever can write from that provider account holds it. Two ways in:
 
 Either way the answer is queued in the outbox in the transaction that uses up the code
 (bot/domain/people/linking.py), so it is sent exactly when the link is made. The identity is
-the provider's user id under the channel's kind ("slack", "telegram", …; an e-mail reply's
-sender address under "email").
+the provider's user id under the channel's configured kind (an e-mail reply's sender
+address under "email").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ fresh one-time code to send from a channel (`/link CODE`) to link one more.
 GET shows, never changes: the identities linked to the person and how to link a channel. A
 code is issued only by a POST (CSRF-checked, same origin), and shown once in its answer: only
 its hash is stored (bot/domain/people/linking.py); it works once, for 10 minutes. Where a
-provider can send the command in one tap (Telegram's deep link to the bot) the page offers
+provider can send the command in one tap (a deep link to the bot, `ChannelAdapter.link_hint`) the page offers
 that link too (`ChannelAdapter.link_hint`). A person may unlink an identity of their own
 here; linking is only ever done from the channel, where the provider vouches for the sender.
 
