@@ -110,6 +110,10 @@ class Capabilities:
     front: bool = False  # can also serve subscribers (a front): see `ChannelContext.subscribers`
     approvals: bool = False  # can put an approval prompt before a person (`send_approval_prompt`)
     edits: bool = False  # can change a message it already sent in place (a "taken" notice edits the dispatch)
+    # can send a brief to one person directly (`Dispatch.direct`: a Slack DM, a Telegram
+    # private chat, a Discord DM, a mail to them, their WhatsApp number), and take their
+    # replies and presses there like any thread's
+    direct: bool = False
 
 
 class TranscriptLine(BaseModel):
@@ -254,8 +258,9 @@ class _ToHandoff(_Message):
 
     handoff_id: str
     # On a route (several channels at once) the channel this copy goes to: each channel's
-    # messages are ordered on their own, so one slow channel never holds up another's.
-    lane: int | None = None
+    # messages are ordered on their own, so one slow channel never holds up another's. A
+    # person reached directly has a lane of their own ("r<recipient id>").
+    lane: int | str | None = None
 
     @property
     def stream(self) -> str:
@@ -279,6 +284,14 @@ class Dispatch(_ToHandoff):
     purpose: ClassVar[str] = "dispatch"
     brief: HandoffBrief
     subject: str | None = None  # for a mail: the core's subject line
+    # To one person directly (a route's `person:`, `team:` or `oncall:` target), only to an
+    # adapter with `capabilities.direct`: their address on this provider, as the identity they
+    # linked holds it (a Slack user id, a Telegram user id, which is their private chat's id,
+    # a Discord user id, a WhatsApp number as +E.164) or their e-mail address. The brief goes
+    # there instead of the channel's room; the receipt's `thread` is where the handoff's
+    # later messages to them go, and their replies and presses there come back with its
+    # `thread_key`. None: the channel's own room, as always.
+    direct: str | None = None
 
 
 class Relay(_ToHandoff):
@@ -521,6 +534,17 @@ class LinkRequest(_Event):
     reply_to: dict[str, Any]
 
 
+class AvailabilityRequest(_Event):
+    """A person told the bot they are away or back (`/away [note]`, `/back` on Telegram;
+    `/handoff away [note]`, `/handoff back` on Slack): the core finds the person `user_id` is
+    linked to, records it, and answers with an `Answer` to `reply_to`."""
+
+    kind: Literal["availability_request"] = "availability_request"
+    away: bool
+    note: str | None = Field(default=None, max_length=200)
+    reply_to: dict[str, Any]
+
+
 class SubscriberText(_Event):
     """A subscriber wrote in their own chat with the bot (a front)."""
 
@@ -567,7 +591,8 @@ class DeliveryFailure(_Event):
 
 SubscriberEvent = SubscriberText | ChatOpened | UserActionAnswer | SatisfactionAnswer
 InboundMessage = Annotated[
-    RecipientText | ReleasePress | ClaimPress | Decision | LinkRequest | SubscriberText | ChatOpened | UserActionAnswer
+    RecipientText | ReleasePress | ClaimPress | Decision | LinkRequest | AvailabilityRequest | SubscriberText | ChatOpened
+    | UserActionAnswer
     | SatisfactionAnswer | DeliveryFailure,
     Field(discriminator="kind"),
 ]

@@ -30,9 +30,12 @@ from bot.config.csat import PERSON_HANDLED, AskAfter, CsatConfig
 from bot.config.fronts import FRONT_ID_BASE, ProviderFront, WebFrontConfig
 from bot.config.hours import DAY_NAMES, HoursConfig, ScheduleName, Window
 from bot.config.loading import config_warnings, expand_env, load_config, yaml_problem
+from bot.config.oncall import ClockTime, LayerConfig, OnCallConfig, OverrideConfig, PersonId, TeamConfig, group_id
 from bot.config.people import (
+    CONTACT_KINDS,
     EMAIL,
     PERSON_ID,
+    ContactKind,
     PersonConfig,
     SignInConfig,
     email_address,
@@ -40,9 +43,10 @@ from bot.config.people import (
     timezone_name,
 )
 from bot.config.problems import ConfigError, ConfigProblem, format_path, problems_from
+from bot.config.reach import reach_checks
 from bot.config.roles import Role
 from bot.config.root import DEV_SECRET_KEY, Config, exposure_problems
-from bot.config.routes import Ladder, RouteConfig, StepConfig, resolve_ladders, route_checks
+from bot.config.routes import Assign, Ladder, RouteConfig, StepConfig, StepTarget, Target, resolve_ladders, route_checks
 from bot.config.sections import (
     ApiConfig,
     DeliverySettings,
@@ -87,6 +91,19 @@ __all__ = [
     "parse_size",
     # sections
     "Ladder",
+    "LayerConfig",
+    "OnCallConfig",
+    "OverrideConfig",
+    "Target",
+    "ClockTime",
+    "PersonId",
+    "group_id",
+    "StepTarget",
+    "Assign",
+    "reach_checks",
+    "CONTACT_KINDS",
+    "ContactKind",
+    "TeamConfig",
     "RouteConfig",
     "StepConfig",
     "resolve_ladders",

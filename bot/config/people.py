@@ -19,12 +19,19 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from bot.config.hours import ScheduleName
 from bot.config.roles import Role as Role  # re-exported: the people section is where callers look for it
 from bot.config.sso import SsoConfig
-from bot.config.values import Duration, _Section, between
+from bot.config.values import Duration, _Section, between, each_once
 
 PERSON_ID = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,255}\.[^@\s.]{1,63}")
+
+
+# The ways to reach a person directly: a channel kind whose adapter can send to one person
+# (`Capabilities.direct`), at the identity they linked on it, or their e-mail address.
+ContactKind = Literal["slack", "telegram", "discord", "whatsapp", "email"]
+CONTACT_KINDS: tuple[str, ...] = ("slack", "telegram", "discord", "whatsapp", "email")
 
 
 def person_id(value: str) -> str:
@@ -57,6 +64,19 @@ class PersonConfig(_Section):
     email: str = Field(description="Their e-mail: where invitations point, and how single sign-on finds them.")
     role: Role = Field(default=Role.AGENT, description="admin, agent or viewer.")
     timezone: str = Field(default="UTC", description="An IANA timezone, such as Europe/Berlin.")
+    contact: list[ContactKind] | None = Field(
+        default=None, description=(
+            "How a route reaches them directly, in order: slack, telegram, discord, whatsapp, email. Each is their "
+            "identity they linked on that channel (e-mail: their address). Unset: every identity they linked, in the "
+            "order linked, then e-mail."
+        ),
+    )
+    working_hours: ScheduleName | None = Field(
+        default=None, description="A schedule under hours:; outside it teams skip them (on-call schedules do not). Unset: always.",
+    )
+    max_concurrent: int | None = Field(
+        default=None, ge=1, le=1000, description="Open handoffs they hold at most before teams skip them; unset: the step's max_concurrent.",
+    )
     disabled: bool = Field(default=False, description="True signs them out everywhere and refuses their sign-ins and tokens.")
 
     @field_validator("id")
@@ -68,6 +88,11 @@ class PersonConfig(_Section):
     @classmethod
     def _email(cls, value: str) -> str:
         return email_address(value)
+
+    @field_validator("contact")
+    @classmethod
+    def _contact_once(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else each_once(value, "names {} twice; list each contact method once")
 
     @field_validator("timezone")
     @classmethod

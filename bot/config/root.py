@@ -17,8 +17,10 @@ from bot.config.agents import AgentConfig, RulesAgentConfig
 from bot.config.csat import CsatConfig
 from bot.config.fronts import ProviderFront, WebFrontConfig, _validate_fronts
 from bot.config.hours import HoursConfig, ScheduleName
+from bot.config.oncall import OnCallConfig, TeamConfig
 from bot.config.people import PersonConfig, SignInConfig
 from bot.config.problems import ConfigError, ConfigProblem, problems_from
+from bot.config.reach import reach_checks
 from bot.config.routes import Ladder, RouteConfig, resolve_ladders, route_checks
 from bot.config.values import _Section, each_once
 from channels import UnknownChannelKind, adapter_class, known_kinds
@@ -61,6 +63,12 @@ class Config(_Section):
         default_factory=list, description="People applied on every start (added or updated, never deleted), so a team keeps its roster in git.",
     )
     sign_in: SignInConfig = SignInConfig()
+    teams: list[TeamConfig] = Field(
+        default_factory=list, description="Named groups of people a route's step offers handoffs to (team:<id>).",
+    )
+    oncall: list[OnCallConfig] = Field(
+        default_factory=list, description="On-call schedules: rotations in layers, with overrides (oncall:<id> in a route's step).",
+    )
 
     @field_validator("people")
     @classmethod
@@ -144,6 +152,7 @@ class Config(_Section):
         if config is not None:
             problems.extend(_action_checks(config, channels))
             problems.extend(exposure_problems(config))
+            problems.extend(reach_checks(config, channels))
         if problems or config is None:
             raise ConfigError(problems)
         return config.model_copy(update={"channels": channels, "fronts": fronts})

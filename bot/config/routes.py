@@ -6,26 +6,72 @@ checks them; what a route does at run time is the handoff service's (`bot/domain
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from bot.config.hours import ScheduleName
 from bot.config.problems import ConfigProblem
 from bot.config.values import Duration, _Section, between, each_once
 from channels.base import DEFAULT_PUBLIC_NAME, ChannelConfig
 
+_TARGET = re.compile(r"(person|team|oncall):([a-z][a-z0-9_-]{0,39})")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A step's target other than a channel: one person, a team, or whoever is on call."""
+
+    kind: Literal["person", "team", "oncall"]
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
+def _target(value: Any) -> Any:
+    if isinstance(value, Target):
+        return value
+    if isinstance(value, str):
+        found = _TARGET.fullmatch(value.strip())
+        if found is None or value != value.strip():
+            raise ValueError(
+                f"{value!r} is no target: use a channel id (3), person:<id>, team:<id> or oncall:<schedule id>")
+        return Target(found.group(1), found.group(2))  # type: ignore[arg-type]  # the pattern allows only the three kinds
+    return value
+
+
+StepTarget = Annotated[int, Field(ge=1)] | Annotated[Target, BeforeValidator(_target)]
+Assign = Literal["broadcast", "round_robin", "least_busy"]
+
 
 class StepConfig(_Section):
     """One rung: who is notified at once, how long they have to take it, and when it is open."""
 
-    notify: list[Annotated[int, Field(ge=1)]] = Field(
-        min_length=1, max_length=10, description="Channel ids notified at once (fan-out); the first to claim takes it.",
+    notify: list[StepTarget] = Field(
+        min_length=1, max_length=10, description=(
+            "Who is offered the handoff at once: channel ids (their room), person:<id> (on their own contact "
+            "methods), team:<id> and oncall:<schedule id>; the first to claim takes it."
+        ),
     )
     claim_within: Annotated[Duration, between("10s", "7d")] = Field(
-        description="How long this step waits for a claim before the next one runs, e.g. 5m.",
+        description="How long this step waits for a claim before the next one runs, e.g. 5m (one person at a time: each offer's time).",
+    )
+    assign: Assign = Field(
+        default="broadcast", description=(
+            "How a team or on-call target offers it: broadcast (every available person at once), round_robin or "
+            "least_busy (one available person at a time for claim_within, then the next). On-call schedules always "
+            "offer their layers one at a time, first layer first."
+        ),
+    )
+    max_concurrent: int | None = Field(
+        default=None, ge=1, le=1000, description="Open handoffs a person may hold before this step skips them; unset: no limit.",
+    )
+    contact_after: Annotated[Duration, between("10s", "1d")] | None = Field(
+        default=None, description="A person who has not claimed after this long is also tried on their next contact method; unset: only when one fails.",
     )
     hours: ScheduleName | None = Field(
         default=None, description="A schedule under hours:; outside it the step is skipped.",
@@ -36,8 +82,18 @@ class StepConfig(_Section):
 
     @field_validator("notify")
     @classmethod
-    def _each_once(cls, value: list[int]) -> list[int]:
-        return each_once(value, "names channel {} twice; list each channel once")
+    def _each_once(cls, value: list[int | Target]) -> list[int | Target]:
+        return each_once(value, "names {} twice; list each channel or target once")
+
+    @property
+    def channels(self) -> list[int]:
+        """The channel ids the step notifies (their rooms)."""
+        return [t for t in self.notify if isinstance(t, int)]
+
+    @property
+    def targets(self) -> list[Target]:
+        """The people, teams and schedules the step offers it to."""
+        return [t for t in self.notify if isinstance(t, Target)]
 
 
 class RouteConfig(_Section):
@@ -83,7 +139,7 @@ class Ladder:
         """Every channel the ladder may notify, in the order it would."""
         seen: list[int] = []
         for step in self.steps:
-            seen.extend(cid for cid in step.notify if cid not in seen)
+            seen.extend(cid for cid in step.channels if cid not in seen)
         return seen
 
 

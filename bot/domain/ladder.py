@@ -61,7 +61,7 @@ class Steps:
         if not ignore_hours and step.hours is not None and not is_open(self.schedules[step.hours], now):
             return ()
         found = []
-        for cid in step.notify:
+        for cid in step.channels:
             adapter = self.channels.get(cid)
             if adapter is None or not self.channels.is_available(cid):
                 continue

@@ -48,6 +48,7 @@ from bot.store.models import InboundEvent
 from bot.store.rows import Rows
 from bot.store.vocabulary import InboundState, Outcome, ReleaseReason
 from channels.base import (
+    AvailabilityRequest,
     ChatOpened,
     ClaimPress,
     Decision,
@@ -283,6 +284,8 @@ class Inbound:
             case LinkRequest():
                 done.result = "linked"
                 return _Worked(InboundState.DONE, await self.linking.in_chat(event.channel_id, message))
+            case AvailabilityRequest():
+                return _Worked(InboundState.IGNORED, "ignored: availability is not handled yet")
 
     async def _actor(self, channel_id: int, message: RecipientText | ReleasePress | ClaimPress | Decision) -> Actor:
         """Who did this: the person whose identity on this channel sent it (the inbox's own

@@ -96,6 +96,8 @@ class HandoffSession(SQLModel, table=True):
         # over the state index even without statistics (measured: 330 ms → 2 ms at 100k).
         Index("ix_handoff_sessions_channel_thread_state", "channel_id", "thread_key", "state"),
         Index("ix_handoff_sessions_state_escalate_at", "state", "escalate_at"),
+        # A person's workload: the open handoffs they hold (assignment's capacity check)
+        Index("ix_handoff_sessions_claimed_person_state", "claimed_person_id", "state"),
         # A report's range (bot/domain/reports.py): every column a summary reads, so SQLite
         # answers from the index without reading a row, through one channel or route too.
         Index(
@@ -149,6 +151,9 @@ class HandoffSession(SQLModel, table=True):
     # the claimer's once someone has claimed it.
     route_id: int | None = None
     step: int | None = None
+    # Within a step that offers one person at a time (a team's round robin or least busy, an
+    # on-call schedule's layers): which offer of the step is out now, 0 for the first.
+    turn: int | None = None
     escalate_at: datetime | None = None
     claimed_at: datetime | None = None
     claimed_by: str | None = Field(default=None, max_length=200)  # the person's name as their channel shows it
@@ -175,24 +180,45 @@ class HandoffSession(SQLModel, table=True):
 
 
 class HandoffRecipient(SQLModel, table=True):
-    """One channel notified of a handoff on a route: its dispatch, where it landed (the thread
-    replies come back from), and whether it was delivered. A handoff straight to a channel has
-    none: its one thread is on the session row."""
+    """One place a route's handoff was offered: a channel's room, or one person directly on
+    one of their contact methods (`person_id` and `address` set). Its dispatch, where it
+    landed (the thread replies come back from), whether it was delivered, and how the offer
+    ended. A handoff straight to a channel has none: its one thread is on the session row."""
 
     __tablename__ = "handoff_recipients"
     __table_args__ = (
-        UniqueConstraint("handoff_session_id", "channel_id", name="uq_handoff_recipients_channel"),
+        # A room or a person's contact method is sent one brief per handoff, however many
+        # steps name it: "c:<channel id>" for a room, "p:<person id>:<channel id>" for a person.
+        UniqueConstraint("handoff_session_id", "lane_key", name="uq_handoff_recipients_lane"),
         Index("ix_handoff_recipients_channel_thread", "channel_id", "thread_key"),
         Index("ix_handoff_recipients_outbox_item", "outbox_item_id"),
+        # Assignment: who was offered what last (round robin), a person's offers (reports)
+        Index("ix_handoff_recipients_person_created", "person_id", "created_at"),
+        Index("ix_handoff_recipients_next_contact", "next_contact_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
     handoff_session_id: str = Field(foreign_key="handoff_sessions.id", index=True, max_length=40)
+    lane_key: str = Field(max_length=100)
     channel_id: int
     channel_kind: str = Field(max_length=40)
     channel_label: str = Field(max_length=80)
     step: int
+    turn: int = 0  # the offer of the step it belongs to (one person at a time: 0, 1, 2 …)
+    # To a person directly: who, through which target of the step (person:olga, team:support,
+    # oncall:nights), at which address (their Slack user id, e-mail …), and which of their
+    # contact methods it is (0 = their first). None for a channel's room.
+    person_id: str | None = Field(default=None, foreign_key="people.id", max_length=40)
+    target: str | None = Field(default=None, max_length=100)
+    address: str | None = Field(default=None, max_length=320)
+    contact_index: int | None = None
+    # When the person's next contact method is tried if nobody has claimed (a step's
+    # `contact_after`); None: only when this one fails, or already tried.
+    next_contact_at: datetime | None = None
     state: str = Field(max_length=12)  # a RecipientState (bot/store/vocabulary.py)
+    # How the offer ended (an OfferResult): claimed, taken (by someone else), missed (its
+    # turn passed), released (the handoff ended before anyone claimed); None while open.
+    result: str | None = Field(default=None, max_length=12)
     outbox_item_id: int | None = None  # the dispatch carrying the brief to this channel
     channel_message_id: str | None = Field(default=None, max_length=200)
     thread_key: str | None = Field(default=None, max_length=200)
@@ -201,6 +227,7 @@ class HandoffRecipient(SQLModel, table=True):
     created_at: datetime
     notified_at: datetime | None = None
     failed_at: datetime | None = None
+    ended_at: datetime | None = None
 
 
 class FormLink(SQLModel, table=True):
@@ -434,6 +461,17 @@ class Person(SQLModel, table=True):
     totp_secret: str | None = Field(default=None, max_length=64)
     totp_confirmed_at: datetime | None = None  # the secret counts only once a code from it was typed
     totp_last_step: int | None = None  # the TOTP time step of the last accepted code: no code is accepted twice
+    # How to reach them directly, in their order: channel kinds (slack, telegram, discord,
+    # whatsapp, email), each at the identity they linked (e-mail: their address). None: every
+    # linked identity in the order linked, then e-mail.
+    contact_order: list[str] | None = Field(default=None, sa_type=JSON)
+    working_hours: str | None = Field(default=None, max_length=40)  # a schedule under hours:; None: always
+    max_concurrent: int | None = None  # open handoffs they hold at most; None: the step's limit
+    # Away (set in the inbox or from chat): skipped by teams and on-call schedules until
+    # they are back, or until `away_until` when they said.
+    away_since: datetime | None = None
+    away_until: datetime | None = None
+    away_note: str | None = Field(default=None, max_length=200)
     disabled_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
@@ -499,6 +537,27 @@ class LinkCode(SQLModel, table=True):
     created_at: datetime
     expires_at: datetime
     used_at: datetime | None = None
+
+
+class OnCallOverride(SQLModel, table=True):
+    """A person covering an on-call schedule for a while ("Olga covers Ben 24 Dec 18:00 - 25
+    Dec 08:00"), made in the inbox (the YAML's overrides are read from the file). Removing
+    one keeps the row (`removed_at`), so the audit trail and the reports still explain who
+    was on call."""
+
+    __tablename__ = "oncall_overrides"
+    __table_args__ = (Index("ix_oncall_overrides_schedule_ends", "schedule_id", "ends_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    schedule_id: str = Field(max_length=40)
+    person_id: str = Field(foreign_key="people.id", max_length=40)
+    covers_person_id: str | None = Field(default=None, max_length=40)  # None: whoever the first layer has
+    starts_at: datetime
+    ends_at: datetime
+    note: str | None = Field(default=None, max_length=200)
+    created_by: str = Field(max_length=200)
+    created_at: datetime
+    removed_at: datetime | None = None
 
 
 class RevokedSession(SQLModel, table=True):

@@ -45,6 +45,17 @@ class RecipientState(StrEnum):
     FAILED = "failed"
 
 
+class OfferResult(StrEnum):
+    """How an offer of a route's handoff ended (`HandoffRecipient.result`): its recipient
+    claimed it, someone else did, its turn passed with no claim (a missed offer: the next
+    person or step was offered), or the handoff ended before anyone claimed."""
+
+    CLAIMED = "claimed"
+    TAKEN = "taken"
+    MISSED = "missed"
+    ENDED = "ended"
+
+
 class InboundState(StrEnum):
     """Where a stored inbound event is: waiting, claimed by one lane, or finished (handled,
     ignored with a reason, or failed inside the desk)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from bot.config import Ladder
+from bot.config import Ladder, Target
 from bot.domain.handoffs import (
     ChannelUnavailable,
     DispatchFailed,
@@ -113,7 +113,9 @@ def _availability(ctx: ToolContext, channel: ChannelConfig) -> str:
 
 def _ladder_line(ctx: ToolContext, ladder: Ladder) -> str:
     """`Support desk + Chat team, then On-call`: who the route asks, step by step, by the channels' labels."""
-    def label(cid: int) -> str:
+    def label(cid: int | Target) -> str:
+        if isinstance(cid, Target):  # a person, a team, whoever is on call: as the config names them
+            return {"person": "person", "team": "team", "oncall": "on-call"}[cid.kind] + f" {cid.id}"
         adapter = ctx.channels.get(cid)
         return adapter.label if adapter is not None else f"channel {cid}"
     return ", then ".join(" + ".join(label(cid) for cid in step.notify) for step in ladder.steps)

@@ -60,7 +60,7 @@ class Dispatches:
             outbound = self.outbound(handoff, conversation, history, closed=closed, to=adapter)
             item = await self.ctx.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
             recipient = await recipients.add(
-                session, handoff_session_id=handoff.id, channel_id=adapter.id, channel_kind=adapter.kind,
+                session, handoff_session_id=handoff.id, lane_key=f"c:{adapter.id}", channel_id=adapter.id, channel_kind=adapter.kind,
                 channel_label=adapter.label, step=plan.index, state=RecipientState.SENDING, outbox_item_id=item.id,
                 created_at=now,
             )
