@@ -145,7 +145,7 @@ ACTIVATE = _compare_and_set(
 ACTIVATE_ROUTED = _compare_and_set(
     [HANDOFFS.c.state == HandoffState.DISPATCHING, _sent_dispatch()],
     ["state", "channel_id", "channel_kind", "channel_label", "channel_message_id", "thread_key", "thread",
-     "activated_at", "focused_at", "last_activity_at", "idle_deadline", "escalate_at"],
+     "activated_at", "focused_at", "last_activity_at", "idle_deadline", "escalate_at", "offer_until", "turn"],
 )
 FAIL = _compare_and_set([HANDOFFS.c.state == HandoffState.DISPATCHING, ~_sent_dispatch()], ["state", "failure"])
 _RELEASED = ["state", "released_at", "release_reason", "released_by", "released_person_id", "outcome", "note", "returned",

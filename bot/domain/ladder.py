@@ -10,12 +10,12 @@ and whether each was delivered, so the ladder can move on the moment a whole ste
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
@@ -23,9 +23,11 @@ from bot.config import HoursConfig, Ladder, StepConfig
 from bot.delivery.channel_set import ChannelSet
 from bot.domain.handoff_rows import HANDOFFS, handoff_of, new_row
 from bot.domain.hours import Closed, OfficeHours, is_open, next_opening
+from bot.domain.offers import Offer, Passed, Reach
+from bot.store.db import execute_dml
 from bot.store.models import HandoffRecipient, HandoffSession
 from bot.store.rows import Rows
-from bot.store.vocabulary import HandoffState, RecipientState
+from bot.store.vocabulary import HandoffState, OfferResult, RecipientState
 from channels.base import ChannelAdapter, Receipt
 
 _RECIPIENTS = HandoffRecipient.__table__  # type: ignore[attr-defined]  # SQLAlchemy sets it on table models
@@ -38,26 +40,68 @@ _RECIPIENT = Rows(HandoffRecipient)
 @dataclass(frozen=True)
 class StepPlan:
     """The step to notify: its place in the ladder, the channels of it that can be reached
-    now, and, when it runs although nobody is there (`when_closed: dispatch`), when they are back."""
+    now, the people its targets offer it to on this turn (`offers`, with who was passed over
+    and why), and, when it runs although nobody is there (`when_closed: dispatch`), when they are back."""
 
     index: int
     step: StepConfig
     adapters: tuple[ChannelAdapter, ...]
     closed: Closed | None = None
+    offers: tuple[Offer, ...] = ()
+    passed: tuple[Passed, ...] = ()
+    turn: int = 0
+
+    @property
+    def reaches_anyone(self) -> bool:
+        return bool(self.adapters or self.offers)
 
 
 class Steps:
     """Which of a ladder's steps can run at the desk's clock: a step whose own `hours` are
-    closed is skipped, and so is each channel in it whose `hours` are closed or that is down."""
+    closed is skipped, and so is each channel in it whose `hours` are closed or that is down.
+    A step's people (`person:`, `team:`, `oncall:`) are asked of `reach` (bot/domain/offers.py),
+    which reads the directory: `plan` does, in the caller's transaction."""
 
-    def __init__(self, channels: ChannelSet, hours: OfficeHours) -> None:
-        self.channels, self.hours = channels, hours
+    def __init__(self, channels: ChannelSet, hours: OfficeHours, reach: Reach | None = None) -> None:
+        self.channels, self.hours, self.reach = channels, hours, reach
+
+    async def plan(
+        self, session: AsyncSession, ladder: Ladder, start: int, now: datetime, offered: Sequence[HandoffRecipient] = (),
+    ) -> StepPlan | None:
+        """The first step from `start` on that reaches someone now: a channel of it, or a person
+        its targets offer it to on its first turn. `offered`: the handoff's recipients so far."""
+        for index in range(start, len(ladder.steps)):
+            step = ladder.steps[index]
+            if step.hours is not None and not is_open(self.schedules[step.hours], now):
+                continue
+            plan = StepPlan(index, step, self.reachable(step, now))
+            if step.targets and self.reach is not None:
+                turn = await self.reach.turn(session, step, 0, offered, now)
+                plan = replace(plan, offers=turn.offers, passed=turn.passed)
+            if plan.reaches_anyone:
+                return plan
+        return None
+
+    async def next_turn(
+        self, session: AsyncSession, plan_of: Ladder, index: int, turn: int, now: datetime,
+        offered: Sequence[HandoffRecipient],
+    ) -> StepPlan | None:
+        """The step's next offer when it offers one person at a time and someone is left;
+        None when its turns are over (the next step runs)."""
+        step = plan_of.steps[index]
+        if self.reach is None or not step.targets:
+            return None
+        found = await self.reach.turn(session, step, turn, offered, now)
+        if not found.offers:
+            return None
+        return StepPlan(index, step, (), offers=found.offers, passed=found.passed, turn=turn)
 
     @property
     def schedules(self) -> Mapping[str, HoursConfig]:
         return self.hours.schedules
 
     def reachable(self, step: StepConfig, now: datetime, *, ignore_hours: bool = False) -> tuple[ChannelAdapter, ...]:
+        """The step's channels up and open now (its people are `plan`'s)."""
         if not ignore_hours and step.hours is not None and not is_open(self.schedules[step.hours], now):
             return ()
         found = []
@@ -71,12 +115,19 @@ class Steps:
         return tuple(found)
 
     def next_open(self, ladder: Ladder, start: int, now: datetime) -> StepPlan | None:
-        """The first step from `start` on with someone there now."""
+        """The first step from `start` on with a channel there now, or, with people among its
+        targets, open now (whether one of them is available is `plan`'s to find out)."""
         for index in range(start, len(ladder.steps)):
-            adapters = self.reachable(ladder.steps[index], now)
-            if adapters:
-                return StepPlan(index, ladder.steps[index], adapters)
+            step = ladder.steps[index]
+            adapters = self.reachable(step, now)
+            people = bool(step.targets) and (step.hours is None or is_open(self.schedules[step.hours], now))
+            if adapters or (people and self._can_reach_people()):
+                return StepPlan(index, step, adapters)
         return None
+
+    def _can_reach_people(self) -> bool:
+        """Whether a channel that sends to one person is up."""
+        return any(a.capabilities.direct for a in self.channels.available())
 
     def first_to_open(self, ladder: Ladder, now: datetime) -> StepPlan | None:
         """When no step is open: the one whose people are back soonest, to be notified now
@@ -91,7 +142,10 @@ class Steps:
                    default=None)
 
     def is_available(self, ladder: Ladder) -> bool:
-        """Offered to the model while at least one of its channels is up."""
+        """Offered to the model while at least one of its channels is up (for its people, one
+        that sends to one person)."""
+        if any(step.targets for step in ladder.steps) and self._can_reach_people():
+            return True
         return any(self.channels.is_available(cid) for cid in ladder.channel_ids)
 
     def closed_now(self, ladder: Ladder, now: datetime) -> Closed | None:
@@ -168,10 +222,18 @@ async def by_item(session: AsyncSession, outbox_item_id: int) -> HandoffRecipien
     return _RECIPIENT.one(row) if row is not None else None
 
 
-async def on_channel(session: AsyncSession, sid: str, channel_id: int) -> HandoffRecipient | None:
-    """The recipient a handoff has on one channel (one per channel: a unique constraint)."""
+async def on_channel(session: AsyncSession, sid: str, channel_id: int, thread_key: str | None = None) -> HandoffRecipient | None:
+    """The recipient a handoff has on one channel: the one whose thread `thread_key` is (a
+    person's direct line and the room are both on their channel), else the channel's room."""
+    if thread_key is not None:
+        row = (await session.execute(
+            select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.channel_id == channel_id,
+                                               _RECIPIENTS.c.thread_key == thread_key).order_by(_RECIPIENTS.c.id).limit(1)
+        )).first()
+        if row is not None:
+            return _RECIPIENT.one(row)
     row = (await session.execute(
-        select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.channel_id == channel_id)
+        select(*_RECIPIENTS.columns).where(_RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.lane_key == f"c:{channel_id}")
     )).first()
     return _RECIPIENT.one(row) if row is not None else None
 
@@ -214,12 +276,62 @@ async def failed_at(session: AsyncSession, outbox_item_id: int, error: str, now:
     return _RECIPIENT.one(row) if row is not None else None
 
 
-async def step_has_hope(session: AsyncSession, sid: str, step: int) -> bool:
-    """Whether any recipient of the step is still being sent to or was reached."""
+async def step_has_hope(session: AsyncSession, sid: str, step: int, turn: int = 0) -> bool:
+    """Whether any recipient of the step's current offer is still being sent to or was
+    reached: a room of the step (notified on its first turn, it stays), or a person offered
+    it on this turn."""
     found = await session.scalar(
         select(col(HandoffRecipient.id)).where(
             col(HandoffRecipient.handoff_session_id) == sid, col(HandoffRecipient.step) == step,
             col(HandoffRecipient.state) != RecipientState.FAILED,
+            or_(col(HandoffRecipient.person_id).is_(None), col(HandoffRecipient.turn) == turn),
         ).limit(1)
     )
     return found is not None
+
+
+async def end_offers(
+    session: AsyncSession, sid: str, result: OfferResult, now: datetime, *, step: int | None = None,
+    turn: int | None = None, winner: int | None = None,
+) -> None:
+    """How a handoff's open offers to people ended: the winner's `claimed` and the others'
+    `taken` on a claim; `missed` when their turn passed (only that step and turn's) or nobody
+    claimed; `ended` when the handoff ended otherwise."""
+    open_offers = [_RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.person_id.is_not(None), _RECIPIENTS.c.result.is_(None),
+                   _RECIPIENTS.c.state != RecipientState.FAILED]
+    if step is not None:
+        open_offers.append(_RECIPIENTS.c.step == step)
+    if turn is not None:
+        open_offers.append(_RECIPIENTS.c.turn == turn)
+    if winner is not None:  # first, so the rest below no longer includes it
+        await session.execute(update(_RECIPIENTS).where(_RECIPIENTS.c.id == winner, *open_offers)
+                              .values(result=OfferResult.CLAIMED, ended_at=now, next_contact_at=None))
+    await session.execute(update(_RECIPIENTS).where(*open_offers).values(result=result, ended_at=now, next_contact_at=None))
+
+
+async def contacts_due(session: AsyncSession, sid: str, now: datetime) -> list[HandoffRecipient]:
+    """The handoff's open offers whose person's next contact method is due (`contact_after`)."""
+    query = select(*_RECIPIENTS.columns).where(
+        _RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.next_contact_at <= now, _RECIPIENTS.c.result.is_(None),
+    ).order_by(_RECIPIENTS.c.id)
+    return _RECIPIENT.all((await session.execute(query)).all())
+
+
+async def take_contact_due(session: AsyncSession, recipient: HandoffRecipient) -> bool:
+    """Compare-and-set: this instance tries the person's next contact method (once)."""
+    done = await execute_dml(
+        session,
+        update(_RECIPIENTS).where(_RECIPIENTS.c.id == recipient.id, _RECIPIENTS.c.next_contact_at == recipient.next_contact_at)
+        .values(next_contact_at=None),
+    )
+    return done.rowcount == 1
+
+
+async def next_wake(session: AsyncSession, sid: str, offer_until: datetime | None) -> datetime | None:
+    """When the ladder must look at the handoff next: its offer's end, or sooner, a person's
+    next contact method."""
+    soonest = await session.scalar(
+        select(func.min(_RECIPIENTS.c.next_contact_at)).where(
+            _RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.result.is_(None)))
+    times = [t for t in (offer_until, soonest) if t is not None]
+    return min(times) if times else None

@@ -319,7 +319,7 @@ class Inbound:
         try:
             # On a route: the first to write claims it; someone else's thread is told who has it.
             speaking = await self.handoffs.speaking(sid, event.channel_id, by=who.name, via=who.via,
-                                                    person_id=who.person_id) if routed else None
+                                                    person_id=who.person_id, thread_key=message.thread_key) if routed else None
             if speaking is not None and not speaking.allowed:
                 return _Worked(InboundState.IGNORED, f"not relayed: {speaking.holder} has this handoff", sid)
             result = await self.handoffs.recipient_message(sid, text, author=who.name, via=who.via, person_id=who.person_id)
@@ -341,7 +341,7 @@ class Inbound:
         try:
             if handoff.claimed_at is not None:  # on a route someone has: only their thread releases it
                 speaking = await self.handoffs.speaking(handoff.id, event.channel_id, by=who.name, via=who.via,
-                                                        person_id=who.person_id)
+                                                        person_id=who.person_id, thread_key=press.thread_key)
                 if not speaking.allowed:
                     return _Worked(InboundState.IGNORED, f"not released: {speaking.holder} has this handoff", handoff.id)
             result = await self.handoffs.release(
@@ -362,7 +362,7 @@ class Inbound:
         who = await self._actor(event.channel_id, press)
         try:
             speaking = await self.handoffs.speaking(sid, event.channel_id, by=who.name, via=who.via, claiming=True,
-                                                    person_id=who.person_id)
+                                                    person_id=who.person_id, thread_key=press.thread_key)
         except DeskError as exc:
             return _Worked(InboundState.IGNORED, exc.message, sid)
         if not speaking.allowed:

@@ -52,6 +52,10 @@ class Metrics:
         self.escalations = Counter(
             "handoff_escalations", "A route's ladder moving to its next step, by why (nobody_claimed, failed_delivery)",
             ["route", "why"], registry=r)
+        self.offers = Counter(
+            "handoff_offers", "Offers of a route's handoff to a person directly: offered, claimed, taken (someone else "
+            "claimed), missed (their turn passed), failed (every contact method failed), passed (skipped: away, at capacity …)",
+            ["result"], registry=r)
         self.fallbacks = Counter(
             "handoff_recipient_failures", "Dispatches of a route's step that failed (the ladder falls back)", ["channel_kind"],
             registry=r)

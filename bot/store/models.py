@@ -154,6 +154,10 @@ class HandoffSession(SQLModel, table=True):
     # Within a step that offers one person at a time (a team's round robin or least busy, an
     # on-call schedule's layers): which offer of the step is out now, 0 for the first.
     turn: int | None = None
+    # When the current offer (the step, or its turn when one person at a time) ends with
+    # nobody claiming; `escalate_at` is the ladder's next wake-up: this, or sooner when a
+    # person's next contact method is due (`HandoffRecipient.next_contact_at`).
+    offer_until: datetime | None = None
     escalate_at: datetime | None = None
     claimed_at: datetime | None = None
     claimed_by: str | None = Field(default=None, max_length=200)  # the person's name as their channel shows it

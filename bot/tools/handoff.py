@@ -135,7 +135,7 @@ def _responds(usual: str, closed: Closed | None) -> str:
 def started_result(started: HandoffStarted) -> dict[str, Any]:
     if started.route_id is not None:
         return {**_started(started), "channels_notified": list(started.notified), "channels_failed": list(started.failed),
-                "channels_pending": list(started.pending)}
+                "channels_pending": list(started.pending), "people_offered": list(started.people)}
     return _started(started)
 
 

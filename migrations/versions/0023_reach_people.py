@@ -37,6 +37,9 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('away_note', _TEXT(length=200), nullable=True))
     with op.batch_alter_table('handoff_sessions', schema=None, recreate='never') as batch_op:
         batch_op.add_column(sa.Column('turn', sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column('offer_until', _AT(), nullable=True))
+    # A handoff on a route waiting now: its step ends when its ladder deadline does
+    op.execute("UPDATE handoff_sessions SET offer_until = escalate_at, turn = 0 WHERE escalate_at IS NOT NULL")
     op.create_index('ix_handoff_sessions_claimed_person_state', 'handoff_sessions', ['claimed_person_id', 'state'])
 
     with op.batch_alter_table('handoff_recipients', schema=None, recreate='never') as batch_op:
@@ -91,6 +94,7 @@ def downgrade() -> None:
             batch_op.drop_column(column)
     op.drop_index('ix_handoff_sessions_claimed_person_state', table_name='handoff_sessions')
     with op.batch_alter_table('handoff_sessions', schema=None, recreate='never') as batch_op:
+        batch_op.drop_column('offer_until')
         batch_op.drop_column('turn')
     with op.batch_alter_table('people', schema=None, recreate='never') as batch_op:
         for column in ('away_note', 'away_until', 'away_since', 'max_concurrent', 'working_hours', 'contact_order'):

@@ -75,7 +75,7 @@ class Activation:
 
     async def activate(
         self, sid: str, receipt: Receipt, *, actor: str = "dispatcher", recipient: HandoffRecipient | None = None,
-        escalate_at: datetime | None = None,
+        offer_until: datetime | None = None, turn: int = 0,
     ) -> HandoffSession | None:
         """dispatching → active from the dispatch's receipt, in a transaction of its own:
         the relays of held messages, the subscriber's notice and the audit event commit with
@@ -90,12 +90,14 @@ class Activation:
                     thread_key=receipt.thread_key, thread=receipt.thread, activated_at=now, focused_at=now,
                     last_activity_at=now, idle_deadline=now + self.ctx.idle_timeout,
                 )
-            else:
+            else:  # the ladder wakes when the offer ends, or sooner for a person's next contact method
+                escalate_at = await recipients.next_wake(session, sid, offer_until)
                 handoff = await rows.transition(
                     session, rows.ACTIVATE_ROUTED, sid, state=HandoffState.ACTIVE, channel_id=recipient.channel_id,
                     channel_kind=recipient.channel_kind, channel_label=recipient.channel_label,
                     channel_message_id=receipt.message_id, thread_key=receipt.thread_key, thread=receipt.thread,
                     activated_at=now, focused_at=now, last_activity_at=now, idle_deadline=None, escalate_at=escalate_at,
+                    offer_until=offer_until, turn=turn,
                 )
             if handoff is None:
                 return None
@@ -158,12 +160,12 @@ class Activation:
 
     async def _routed_activation(self, route_id: int, step: int | None, item_id: int) -> dict[str, Any]:
         """What activating a route's handoff from a sent dispatch needs: its recipient, and the
-        step's deadline from now (a ladder since removed from the config escalates at once)."""
+        offer's deadline from now (a ladder since removed from the config escalates at once)."""
         async with self.ctx.db.read() as session:
             recipient = await recipients.by_item(session, item_id)
         ladder = self.ctx.ladders.get(route_id)
         wait = ladder.steps[step].claim_within if ladder is not None and step is not None and step < len(ladder.steps) else timedelta(0)
-        return {"recipient": recipient, "escalate_at": self.ctx.clock.now() + wait}
+        return {"recipient": recipient, "offer_until": self.ctx.clock.now() + wait, "turn": recipient.turn if recipient else 0}
 
     async def fail_stale_dispatches(self) -> int:
         """Sessions stuck in `dispatching` (the server stopped mid-dispatch) become `failed`,

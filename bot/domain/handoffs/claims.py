@@ -27,7 +27,7 @@ from bot.runtime.signals import Changed, record
 from bot.store import audit
 from bot.store.dialects import seconds_between
 from bot.store.models import HandoffRecipient, HandoffSession
-from bot.store.vocabulary import HandoffState, RecipientState, ReleaseReason
+from bot.store.vocabulary import HandoffState, OfferResult, RecipientState, ReleaseReason
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +83,7 @@ class Claims:
                 self.ctx.metrics.claims.labels("noop").inc()
                 return ClaimResult(claimed=False, handoff=current)
             waited = (now - handoff.activated_at).total_seconds() if handoff.activated_at else None
+            await recipients.end_offers(session, sid, OfferResult.TAKEN, now, winner=recipient_id)
             await audit.note(
                 session, "handoff_claimed", at=now, actor=by, person_id=person_id, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, via=via, channel_id=recipient.channel_id if recipient else None,
@@ -112,6 +113,7 @@ class Claims:
         claimed = rows.handoff_of(row)
         if claimed is None:
             return handoff
+        await recipients.end_offers(session, handoff.id, OfferResult.TAKEN, now)
         await audit.note(
             session, "handoff_claimed", at=now, actor=actor, person_id=person_id, handoff_session_id=handoff.id,
             conversation_id=handoff.conversation_id, via=str(reason), step=handoff.step,
@@ -146,18 +148,20 @@ class Claims:
                 await self.notices.notify(session, handoff, "taken", text, now, to=line)
 
     async def speaking(self, sid: str, channel_id: int | None, *, by: str, via: str, claiming: bool = False,
-                       person_id: str | None = None) -> Speaking:
+                       person_id: str | None = None, thread_key: str | None = None) -> Speaking:
         """Whether what a recipient on `channel_id` does next (a reply, `/release`) goes
         through: always on a handoff straight to a channel; on a route, if their thread holds
         the claim, or takes it now. When it does not, their thread is told who has it (nothing
         of theirs reaches the subscriber) and the refusal is in the audit trail. `claiming`:
         the act is the claim itself (a Claim press), so the claim is its effect and a late one
-        is recorded as a `claim_noop`. `person_id`: the person acting, when the desk knows them."""
+        is recorded as a `claim_noop`. `person_id`: the person acting, when the desk knows them.
+        `thread_key`: the thread they acted in, which tells a person's direct line from their
+        channel's room."""
         async with self.ctx.db.read() as session:
             handoff = await handoff_in(session, sid)
             if handoff.route_id is None:
                 return Speaking(allowed=True, handoff=handoff)
-            recipient = await recipients.on_channel(session, sid, channel_id) if channel_id is not None else None
+            recipient = await recipients.on_channel(session, sid, channel_id, thread_key) if channel_id is not None else None
         if handoff.claimed_at is None:
             result = await self.claim(
                 sid, by=by, via=via, recipient_id=recipient.id if recipient else None, effect=claiming, record_noop=False,

@@ -22,6 +22,7 @@ from bot.delivery.outbox import Outbox
 from bot.domain import handoff_rows as rows
 from bot.domain.hours import OfficeHours
 from bot.domain.ladder import Steps
+from bot.domain.offers import Reach
 from bot.domain.rendering import Renderer
 from bot.errors import found
 from bot.runtime.background import Background
@@ -50,10 +51,12 @@ class HandoffContext:
     hours: OfficeHours
     ladders: Mapping[int, Ladder]
     background: Background
+    reach: Reach | None = None  # a route's people (bot/domain/offers.py); None: its steps reach channels only
+
     @cached_property
     def steps(self) -> Steps:
-        """Which of a ladder's steps can run now, from the channels and their hours."""
-        return Steps(self.channels, self.hours)
+        """Which of a ladder's steps can run now, from the channels, their hours and the people."""
+        return Steps(self.channels, self.hours, self.reach)
 
     @property
     def idle_timeout(self) -> timedelta:

@@ -24,7 +24,9 @@ from bot.domain.handoffs.context import HandoffContext
 from bot.domain.handoffs.inputs import stored_fields
 from bot.domain.hours import Closed
 from bot.domain.ladder import StepPlan
+from bot.domain.offers import Offer
 from bot.runtime.text import one_line
+from bot.store import audit
 from bot.store.models import Conversation, HandoffRecipient, HandoffSession, Message, OutboxItem
 from bot.store.vocabulary import RecipientState
 from channels.base import ChannelAdapter, Dispatch, HandoffBrief, Receipt
@@ -48,23 +50,95 @@ class Dispatches:
         self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, history: list[Message],
         plan: StepPlan, now: datetime,
     ) -> list[Sending]:
-        """Store one dispatch per channel of the step not notified before (claimed, to be sent
-        inline), each with its recipient row; returns what to send. A channel an earlier step
-        already reached is not dispatched again (it was reminded, when the step says so)."""
-        already = {r.channel_id for r in await recipients.of_handoff(session, handoff.id)}
+        """Store one dispatch per channel of the step not notified before and one per person
+        the step offers it to on this turn (claimed, to be sent inline), each with its
+        recipient row; returns what to send. A room or a person's contact method an earlier
+        step already reached is not dispatched again (it was reminded, when the step says so).
+        Whoever the step passed over (away, at capacity …) is in the audit trail."""
+        already = {r.lane_key for r in await recipients.of_handoff(session, handoff.id)}
         sending = []
         for adapter in plan.adapters:
-            if adapter.id in already:
+            if f"c:{adapter.id}" in already:
                 continue
             closed = self.ctx.hours.closed(adapter.config) or plan.closed
             outbound = self.outbound(handoff, conversation, history, closed=closed, to=adapter)
             item = await self.ctx.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
             recipient = await recipients.add(
                 session, handoff_session_id=handoff.id, lane_key=f"c:{adapter.id}", channel_id=adapter.id, channel_kind=adapter.kind,
-                channel_label=adapter.label, step=plan.index, state=RecipientState.SENDING, outbox_item_id=item.id,
+                channel_label=adapter.label, step=plan.index, turn=plan.turn, state=RecipientState.SENDING, outbox_item_id=item.id,
                 created_at=now,
             )
             sending.append(Sending(item, recipient))
+        for offer in plan.offers:
+            if offer.lane_key in already:
+                continue
+            sent = await self.offer(session, handoff, conversation, history, offer, plan, now, inline=True)
+            if sent is not None:
+                sending.append(sent)
+        for passed in plan.passed:
+            await audit.note(
+                session, "offer_passed_over", at=now, actor="ladder", handoff_session_id=handoff.id, person_id=passed.person_id,
+                conversation_id=handoff.conversation_id, target=passed.target, why=passed.why, step=plan.index, turn=plan.turn,
+            )
+        return sending
+
+    async def offer(
+        self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, history: list[Message],
+        offer: Offer, plan: StepPlan, now: datetime, *, inline: bool,
+    ) -> Sending | None:
+        """Store the brief to one person on one contact method, with its recipient row.
+        `inline`: stored claimed, for the caller to send (returned); otherwise queued, sent by
+        the outbox once the transaction commits (None). The person's next method is due after
+        the step's `contact_after`, when it has one and they have another."""
+        adapter = self.ctx.channels.get(offer.method.channel_id)
+        if adapter is None:
+            return None
+        key = offer.lane_key
+        outbound = self.outbound(handoff, conversation, history, closed=plan.closed, to=adapter)
+        outbound = outbound.model_copy(update={"direct": offer.method.address, "lane": key})
+        if inline:
+            item = await self.ctx.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
+        else:
+            item = await self.ctx.outbox.queue(session, channel_id=adapter.id, outbound=outbound, now=now)
+        after = plan.step.contact_after
+        recipient = await recipients.add(
+            session, handoff_session_id=handoff.id, lane_key=key, channel_id=adapter.id, channel_kind=adapter.kind,
+            channel_label=adapter.label, step=plan.index, turn=plan.turn, person_id=offer.person_id, target=offer.target,
+            address=offer.method.address, contact_index=offer.method.position,
+            next_contact_at=now + after if after is not None else None,
+            state=RecipientState.SENDING, outbox_item_id=item.id, created_at=now,
+        )
+        await audit.note(
+            session, "handoff_offered", at=now, actor="ladder", handoff_session_id=handoff.id, person_id=offer.person_id,
+            conversation_id=handoff.conversation_id, target=offer.target, layer=offer.layer, channel_id=adapter.id,
+            contact=offer.method.kind, contact_index=offer.method.position, step=plan.index, turn=plan.turn,
+        )
+        self.ctx.metrics.offers.labels("offered").inc()
+        return Sending(item, recipient) if inline else None
+
+    async def next_methods(
+        self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, history: list[Message],
+        plan: StepPlan, offered: list[HandoffRecipient], now: datetime, *, inline: bool = True,
+    ) -> list[Sending]:
+        """Each person of the plan's turn whose every dispatch so far failed, on their next
+        contact method (once each); what to send when `inline`, else queued."""
+        reach = self.ctx.reach
+        if reach is None:
+            return []
+        mine = [r for r in offered if r.person_id is not None and r.step == plan.index and r.turn == plan.turn]
+        live = {r.person_id for r in mine if r.state != RecipientState.FAILED}
+        sending: list[Sending] = []
+        for failed in mine:
+            if failed.person_id in live or failed.state != RecipientState.FAILED:
+                continue
+            method = await reach.next_method(session, failed, offered)
+            if method is None:
+                continue
+            live.add(failed.person_id)
+            offer = Offer(failed.person_id or "", "", failed.target or "", method)
+            sent = await self.offer(session, handoff, conversation, history, offer, plan, now, inline=inline)
+            if sent is not None:
+                sending.append(sent)
         return sending
 
     async def first_reached(

@@ -25,13 +25,14 @@ from bot.store.models import Conversation, HandoffRecipient, HandoffSession, Mes
 from bot.store.vocabulary import RecipientState, Role
 from channels.base import Notice, NoticeAbout, Relay
 
-Line = tuple[int, dict[str, Any], int | None]
+Line = tuple[int, dict[str, Any], int | str | None]
 """Where a handoff's message goes: the channel, the thread there, and its lane (bot/delivery/outbox.py)."""
 
 
 def line_of(recipient: HandoffRecipient) -> Line:
-    """A route's recipient's own line: the thread its dispatch landed in, on its channel's lane."""
-    return (recipient.channel_id, recipient.thread, recipient.channel_id)
+    """A route's recipient's own line: the thread its dispatch landed in, on its channel's
+    lane (a person reached directly has their own: their lane key)."""
+    return (recipient.channel_id, recipient.thread, recipient.channel_id if recipient.person_id is None else recipient.lane_key)
 
 
 class Notices:

@@ -45,6 +45,7 @@ class HandoffStarted:
     notified: tuple[int, ...] = ()
     failed: tuple[int, ...] = ()
     pending: tuple[int, ...] = ()  # still being sent when the first was reached
+    people: tuple[str, ...] = ()  # the people offered it directly (not failed), by id
 
 
 @dataclass(frozen=True)

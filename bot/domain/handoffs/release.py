@@ -26,6 +26,7 @@ from sqlmodel import col
 from bot.config import format_duration
 from bot.domain import conversations
 from bot.domain import handoff_rows as rows
+from bot.domain import ladder as recipients
 from bot.domain.handoffs.claims import Claims
 from bot.domain.handoffs.context import HandoffContext, elapsed, handoff_in, route_label
 from bot.domain.handoffs.inputs import stored_fields
@@ -35,7 +36,7 @@ from bot.domain.resume import resume_message
 from bot.runtime.signals import record
 from bot.store import audit
 from bot.store.models import HandoffSession, Message
-from bot.store.vocabulary import HandoffState, Outcome, ReleaseReason, Role
+from bot.store.vocabulary import HandoffState, OfferResult, Outcome, ReleaseReason, Role
 from forms.fields import CoercedReturn, ReturnValuesInvalid, coerce_returned
 
 log = structlog.get_logger(__name__)
@@ -131,6 +132,9 @@ class Releases:
         if handoff.route_id is not None and handoff.claimed_at is None and reason in _A_PERSON_ACTED:
             # Nobody had claimed it, and a person just handed it back: that was the claim.
             handoff = await self.claims.by_release(session, handoff, actor, reason, now, change.person_id)
+        if handoff.route_id is not None:  # offers still open end with it: missed when nobody came
+            ended = OfferResult.MISSED if reason == ReleaseReason.UNCLAIMED else OfferResult.ENDED
+            await recipients.end_offers(session, handoff.id, ended, now)
         await self.notices.tell_subscriber(session, handoff, "messages/subscriber_handoff_ended.txt", now, reason=reason)
         text = resume_message(
             reason=reason, outcome=outcome, note=note, returned=coerced.values,

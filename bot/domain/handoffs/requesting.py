@@ -122,26 +122,23 @@ class Requests:
     async def _on_route(
         self, conversation: Conversation, req: HandoffRequestInput, ladder: Ladder, *, actor: str,
     ) -> HandoffStarted:
-        """Start a handoff on a route: notify its first open step's channels at once and
-        return as soon as one of them is reached; a step whose every channel fails gives way
-        to the next at once. Fails (DispatchFailed, the bypass never active) only when every
-        channel the ladder could use now failed."""
+        """Start a handoff on a route: notify its first open step's channels and people at
+        once and return as soon as one of them is reached; a person whose contact method fails
+        is tried on their next one, and a step whose every dispatch fails gives way to its next
+        turn or step at once. Fails (DispatchFailed, the bypass never active) only when every
+        channel and person the ladder could use now failed. Nobody available on the whole
+        ladder (no channel open, every person away) is `when_closed`'s case, as closed hours are."""
         now = self.ctx.clock.now()
-        plan = self.ctx.steps.next_open(ladder, 0, now)
-        if plan is None:
-            plan = self.ctx.steps.first_to_open(ladder, now)
-            if plan is None:
-                raise ChannelUnavailable(req.channel_id, self.ctx.target_ids())
-            if ladder.route.when_closed == "refuse":
-                raise RouteClosed(ladder.id, plan.closed.back_text if plan.closed else None)
-        estimate = self._estimate(ladder.route.estimated_response, plan.closed)
         sid = new_id("hs")
-        first = plan.adapters[0]
         try:
             async with self.ctx.db.transaction(effect=True) as session:
+                plan = await self._first_plan(session, ladder, req, now)
+                estimate = self._estimate(ladder.route.estimated_response, plan.closed)
+                first = plan.adapters[0] if plan.adapters else self.ctx.channels.get(plan.offers[0].method.channel_id)
+                assert first is not None  # an offer's method is through a channel up now
                 history = await conversations.recent_messages(session, conversation.id, self.ctx.settings.transcript_messages)
                 handoff = await self._insert_requested(
-                    session, sid, conversation, req, first, estimate, now, route_id=ladder.id, step=plan.index,
+                    session, sid, conversation, req, first, estimate, now, route_id=ladder.id, step=plan.index, turn=plan.turn,
                 )
                 requested = await audit.record(
                     session, "handoff_requested", at=now, actor=actor, handoff_session_id=sid,
@@ -161,7 +158,7 @@ class Requests:
                 last_hint = hints[-1] if hints else last_hint
                 if reached is not None:
                     break
-                following = self.ctx.steps.next_open(ladder, plan.index + 1, self.ctx.clock.now())
+                following = await self._after_failures(sid, conversation, ladder, plan)
                 if following is None:
                     await self.activation.fail(sid, error="every channel of the route failed", hint=last_hint or "no channel could be reached")
                     self.ctx.metrics.handoff_requests.labels("route", "dispatch_failed").inc()
@@ -169,12 +166,10 @@ class Requests:
                         handoff_session_id=sid, handoff_event_id=int(requested.id or 0), channel_id=ladder.id,
                         channel_label=ladder.route.label, attempts=len(failed), reason=last_hint, failed=tuple(failed),
                     )
-                plan = following
-                sending = await self._next_step_while_dispatching(sid, conversation, plan)
-                self.ctx.metrics.escalations.labels(str(ladder.id), "failed_delivery").inc()
+                plan, sending = following
             recipient, receipt = reached
             activated = await self.activation.activate(
-                sid, receipt, recipient=recipient, escalate_at=self.ctx.clock.now() + plan.step.claim_within,
+                sid, receipt, recipient=recipient, offer_until=self.ctx.clock.now() + plan.step.claim_within, turn=plan.turn,
             ) or await self.activation.activated_meanwhile(sid)
         finally:
             self.ctx.metrics.dispatch_seconds.labels("route").observe(time.perf_counter() - started)
@@ -187,29 +182,60 @@ class Requests:
         self.ctx.metrics.handoff_requests.labels("route", "ok").inc()
         async with self.ctx.db.read() as session:
             now_known = await recipients.of_handoff(session, sid)
+        rooms = [r for r in now_known if r.person_id is None]
         return HandoffStarted(
             handoff_session_id=sid, handoff_event_id=int(requested.id or 0), channel_id=ladder.id,
             channel_kind="route", channel_label=ladder.route.label, channel_message_id=receipt.message_id,
             estimated_response=estimate, route_id=ladder.id,
-            notified=tuple(r.channel_id for r in now_known if r.state == RecipientState.NOTIFIED),
-            failed=tuple(r.channel_id for r in now_known if r.state == RecipientState.FAILED),
-            pending=tuple(r.channel_id for r in now_known if r.state == RecipientState.SENDING),
+            notified=tuple(r.channel_id for r in rooms if r.state == RecipientState.NOTIFIED),
+            failed=tuple(r.channel_id for r in rooms if r.state == RecipientState.FAILED),
+            pending=tuple(r.channel_id for r in rooms if r.state == RecipientState.SENDING),
+            people=tuple(dict.fromkeys(r.person_id for r in now_known if r.person_id is not None and r.state != RecipientState.FAILED)),
         )
 
-    async def _next_step_while_dispatching(self, sid: str, conversation: Conversation, plan: StepPlan) -> list[Sending]:
-        """Every channel of the step before failed while the request waits: the next step, now."""
+    async def _first_plan(self, session: AsyncSession, ladder: Ladder, req: HandoffRequestInput, now: datetime) -> StepPlan:
+        """The step to start with: the first that reaches someone now, or, when none does, the
+        one that opens soonest (`when_closed: dispatch`), or the refusal."""
+        plan = await self.ctx.steps.plan(session, ladder, 0, now)
+        if plan is not None:
+            return plan
+        later = self.ctx.steps.first_to_open(ladder, now)
+        if later is None:
+            if any(step.targets for step in ladder.steps):
+                raise RouteClosed(ladder.id, None)  # its people are all away or unreachable: nobody is there
+            raise ChannelUnavailable(req.channel_id, self.ctx.target_ids())
+        if ladder.route.when_closed == "refuse":
+            raise RouteClosed(ladder.id, later.closed.back_text if later.closed else None)
+        return later
+
+    async def _after_failures(
+        self, sid: str, conversation: Conversation, ladder: Ladder, plan: StepPlan,
+    ) -> tuple[StepPlan, list[Sending]] | None:
+        """Everything of the current offer failed while the request waits: each person's next
+        contact method, else the step's next turn, else the next step that reaches someone,
+        now. None when nothing is left."""
         now = self.ctx.clock.now()
         async with self.ctx.db.transaction() as session:
             handoff = await handoff_in(session, sid)
-            await session.execute(update(HandoffSession).where(col(HandoffSession.id) == sid).values(step=plan.index))
             history = await conversations.recent_messages(session, conversation.id, self.ctx.settings.transcript_messages)
-            sending = await self.dispatch.notify_step(session, handoff, conversation, history, plan, now)
+            offered = await recipients.of_handoff(session, sid)
+            sending = await self.dispatch.next_methods(session, handoff, conversation, history, plan, offered, now)
+            if sending:
+                return plan, sending
+            following = (await self.ctx.steps.next_turn(session, ladder, plan.index, plan.turn + 1, now, offered)
+                         or await self.ctx.steps.plan(session, ladder, plan.index + 1, now, offered))
+            if following is None:
+                return None
+            await session.execute(update(HandoffSession).where(col(HandoffSession.id) == sid)
+                                  .values(step=following.index, turn=following.turn))
+            sending = await self.dispatch.notify_step(session, handoff, conversation, history, following, now)
             await audit.note(
                 session, "handoff_escalated", at=now, actor="ladder", handoff_session_id=sid,
-                conversation_id=conversation.id, to_step=plan.index, why="failed_delivery",
+                conversation_id=conversation.id, to_step=following.index, turn=following.turn, why="failed_delivery",
                 notify=[s.recipient.channel_id for s in sending],
             )
-        return sending
+        self.ctx.metrics.escalations.labels(str(ladder.id), "failed_delivery").inc()
+        return following, sending
 
     def _estimate(self, usual: str, closed: Closed | None) -> str:
         """What the model and the subscriber are told to expect: the channel's (or route's) own

@@ -29,6 +29,7 @@ from bot.domain.handoffs.relay import Relaying
 from bot.domain.handoffs.release import Releases
 from bot.domain.handoffs.requesting import Requests
 from bot.domain.hours import OfficeHours
+from bot.domain.offers import Reach
 from bot.domain.rendering import Renderer
 from bot.runtime.background import Background
 from bot.runtime.clock import Clock
@@ -55,10 +56,12 @@ class Handoffs:
         hours: OfficeHours,
         ladders: Mapping[int, Ladder] | None = None,
         background: Background | None = None,
+        reach: Reach | None = None,
     ) -> None:
         ctx = HandoffContext(
             db=db, clock=clock, settings=settings, channels=channels, outbox=outbox, renderer=renderer,
             metrics=metrics, forms=forms, hours=hours, ladders=ladders or {}, background=background or Background(),
+            reach=reach,
         )
         # What callers read of the service's configuration: the routes and their hours (the
         # tools' description and enum, the inbox's route labels)
