@@ -100,7 +100,7 @@ class _Candidate:
     methods: list[ContactMethod]
     presence: Presence
     held: int
-    last_offered: datetime | None
+    last_offered: int | None  # the id of the newest offer this target made them (ids only grow)
 
 
 class Reach:
@@ -200,9 +200,9 @@ class Reach:
         if not eligible:
             return [], passed, False
 
-        def order(entry: tuple[int, _Candidate]) -> tuple[int, float, int]:
+        def order(entry: tuple[int, _Candidate]) -> tuple[int, int, int]:
             index, candidate = entry
-            offered_at = candidate.last_offered.timestamp() if candidate.last_offered else float("-inf")
+            offered_at = candidate.last_offered if candidate.last_offered is not None else -1
             busy = candidate.held if step.assign == "least_busy" else 0
             return busy, offered_at, index
 
@@ -254,7 +254,7 @@ class Reach:
             .group_by(col(HandoffSession.claimed_person_id))
         )).all())
         last = dict((await session.execute(
-            select(col(HandoffRecipient.person_id), func.max(col(HandoffRecipient.created_at)))
+            select(col(HandoffRecipient.person_id), func.max(col(HandoffRecipient.id)))
             .where(col(HandoffRecipient.person_id).in_(list(people)), col(HandoffRecipient.target) == str(target))
             .group_by(col(HandoffRecipient.person_id))
         )).all())

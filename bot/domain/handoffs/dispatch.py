@@ -95,7 +95,7 @@ class Dispatches:
             return None
         key = offer.lane_key
         outbound = self.outbound(handoff, conversation, history, closed=plan.closed, to=adapter)
-        outbound = outbound.model_copy(update={"direct": offer.method.address, "lane": key})
+        outbound = outbound.model_copy(update={"direct": offer.method.address})
         if inline:
             item = await self.ctx.outbox.enqueue(session, channel_id=adapter.id, outbound=outbound, now=now, claimed=True)
         else:
