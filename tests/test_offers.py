@@ -10,6 +10,7 @@ against its fake (tests/test_channel_*.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -19,7 +20,7 @@ from sqlmodel import col
 
 from bot.store.models import Person
 from bot.store.vocabulary import ReleaseReason
-from channels.base import Capabilities, Dispatch, Outbound, PermanentChannelError, Receipt, RecipientText, Relay
+from channels.base import Capabilities, ClaimPress, Dispatch, Outbound, PermanentChannelError, Receipt, RecipientText, Relay
 from tests.conftest import Harness, StartDesk
 from tests.fakes import ScriptedChannel
 
@@ -256,3 +257,39 @@ async def test_nobody_available_refuses_like_closed_hours(start_desk: StartDesk)
     cid = await harness.conversation()
     refused = await harness.tool(cid, "handoff_request", {"channel_id": 20, **BRIEF})
     assert refused["ok"] is False and refused["error"] == "nobody_available", refused
+
+
+# --------------------------------------------------------------------------- two instances
+
+
+async def test_two_instances_make_each_offer_once_and_one_claim_wins(start_desk: StartDesk, database_url: str) -> None:
+    clock = _clock()
+    step = {"notify": ["team:support"], "claim_within": "5m", "assign": "round_robin", "contact_after": "2m"}
+    teams = [{"id": "support", "label": "Support", "members": ["olga", "ben"]}]
+    first = await people_desk(start_desk, step, teams=teams, clock=clock)
+    second = await start_desk(clock=clock, adapters={5: DirectSlack, 6: DirectEmail}, channels=[SLACK, EMAIL],
+                              routes=[route(step)], people=PEOPLE, teams=teams, url=database_url)
+    _, started = await request(first)
+    sid = started["handoff_session_id"]
+    clock.advance(timedelta(minutes=2))  # Olga's e-mail is due: tried once, by one instance
+    await asyncio.gather(first.desk.timers.sweep(), second.desk.timers.sweep(), first.desk.timers.sweep())
+    await asyncio.gather(first.desk.settle(), second.desk.settle())
+    assert [d for h in (first, second) for d in direct_to(h, 6)] == ["olga@example.com"]
+    clock.advance(timedelta(minutes=3))  # her turn is over: Ben is offered it, once
+    await asyncio.gather(first.desk.timers.sweep(), second.desk.timers.sweep(), second.desk.timers.sweep())
+    await asyncio.gather(first.desk.settle(), second.desk.settle())
+    assert sorted(d for h in (first, second) for d in direct_to(h, 5)) == ["U-ben", "U-olga"]
+    assert (await first.kinds(sid)).count("handoff_offered") == 3  # Olga on Slack, then e-mail; Ben on Slack
+    # Olga (first instance) and Ben (second) answer at once: one claim wins
+    olga = next(d for h in (first, second) for d in briefs(h, 5) if d.direct == "U-olga")
+    ben_home = next(h for h in (first, second) if "U-ben" in direct_to(h, 5))
+    ben = next(d for d in briefs(ben_home, 5) if d.direct == "U-ben")
+    await asyncio.gather(
+        first.desk.inbound.submit_and_wait(5, ClaimPress(thread_key=dm_thread(olga), author="Olga", user_id="U-olga")),
+        second.desk.inbound.submit_and_wait(5, RecipientText(thread_key=dm_thread(ben), text="Mine", author="Ben", user_id="U-ben")),
+    )
+    await asyncio.gather(first.desk.settle(), second.desk.settle())
+    kinds = await first.kinds(sid)
+    assert kinds.count("handoff_claimed") == 1
+    results = sorted(r for _, _, _, r in await offers(first, sid))
+    assert results.count("claimed") == 1 and "missed" in results

@@ -303,8 +303,8 @@ async def end_offers(
         open_offers.append(_RECIPIENTS.c.step == step)
     if turn is not None:
         open_offers.append(_RECIPIENTS.c.turn == turn)
-    if winner is not None:  # first, so the rest below no longer includes it
-        await session.execute(update(_RECIPIENTS).where(_RECIPIENTS.c.id == winner, *open_offers)
+    if winner is not None:  # first, so the rest below no longer includes it; a missed offer can still be claimed
+        await session.execute(update(_RECIPIENTS).where(_RECIPIENTS.c.id == winner, _RECIPIENTS.c.person_id.is_not(None))
                               .values(result=OfferResult.CLAIMED, ended_at=now, next_contact_at=None))
     await session.execute(update(_RECIPIENTS).where(*open_offers).values(result=result, ended_at=now, next_contact_at=None))
 
