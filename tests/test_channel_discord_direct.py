@@ -113,6 +113,7 @@ async def test_a_direct_dispatch_lands_in_the_persons_direct_message_with_the_cl
     assert labels(first_post) == ["I'm on it", "Fill return form", "Release"]
     assert first_post["components"][0]["components"][1]["url"] == FORM_URL
     assert first_post["request"]["allowed_mentions"] == {"parse": []}
+    assert first_post["embeds"][0]["footer"]["text"].startswith("Reply to this message (or write here): Ana reads your replies")
     assert (receipt.message_id, receipt.thread_key, receipt.thread) == (
         first_post["id"], f"{dm}:{first_post['id']}", {"channel_id": str(dm), "message_id": first_post["id"], "direct": SAM["id"]})
     assert second.thread_key == f"{dm}:{second_post['id']}"

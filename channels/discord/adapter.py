@@ -244,7 +244,7 @@ class DiscordChannel(DiscordDirect, DiscordInteractions):
         return {
             "content": clip_escaped(escape(self._render("title.txt", brief=brief, who=brief.subscriber_name or "A subscriber")),
                                     CONTENT_LIMIT),
-            "embeds": [self._dispatch_embed(brief)],
+            "embeds": [self._dispatch_embed(brief, direct=dispatch.direct is not None)],
             "components": self._components(brief, release=True),
             "nonce": nonce_of(dispatch),
         }
@@ -434,9 +434,10 @@ class DiscordChannel(DiscordDirect, DiscordInteractions):
                             "custom_id": f"{RELEASE_ID}:{brief.handoff_session_id}"[:100]})
         return [{"type": ACTION_ROW, "components": buttons}] if buttons else []
 
-    def _dispatch_embed(self, brief: base.HandoffBrief) -> dict[str, Any]:
+    def _dispatch_embed(self, brief: base.HandoffBrief, *, direct: bool = False) -> dict[str, Any]:
         """The brief as one embed within Discord's limits: 256 title, 4096 description,
-        1024 per field, 6000 in all. The transcript gets what is left, newest lines first."""
+        1024 per field, 6000 in all. The transcript gets what is left, newest lines first.
+        `direct`: in a person's direct message, whose footer says to reply to it (no thread)."""
         import discord
 
         who = brief.subscriber_name or "A subscriber"
@@ -446,7 +447,7 @@ class DiscordChannel(DiscordDirect, DiscordInteractions):
         core = f"**Summary**\n{summary}\n\n**What to do**\n{action}"
         if brief.outside_hours:
             core = f"*{escape(brief.outside_hours)}*\n\n{core}"
-        footer = clip(self._render("footer.txt", who=who, idle=short_duration(brief.idle_timeout_seconds),
+        footer = clip(self._render("footer.txt", who=who, idle=short_duration(brief.idle_timeout_seconds), direct=direct,
                                    release_button=bool(self.config.application_public_key)), FOOTER_LIMIT)
 
         embed = discord.Embed(title=title, description=core, colour=COLOURS.get(brief.urgency, COLOURS["normal"]),
