@@ -727,6 +727,9 @@ class ChannelAdapter(ABC):
         subclass on failure; never retry (the outbox does)."""
         match outbound:
             case Dispatch():
+                if outbound.direct is not None and not self.capabilities.direct:
+                    raise PermanentChannelError(f"channel {self.id} cannot reach one person directly",
+                                                hint="this channel posts to its room only (it has no capabilities.direct)")
                 return await self.send_dispatch(outbound)
             case Relay():
                 return await self.send_relay(outbound)

@@ -8,6 +8,10 @@ button shapes, 25-character nonces (and `enforce_nonce`: a repeated nonce return
 message already created), `Authorization: Bot <token>`. Answers carry
 `Content-Type: application/json` exactly, as discord.py requires. It records every request
 and can be told to fail (429 with retry_after, 5xx, 403, 404 …) or to lose an answer.
+Direct messages: POST /users/@me/channels opens one per person (the same channel every
+time; 404 Unknown User for a stranger, 50007 for a bot), where posts work as in a channel
+but carry no guild_id and no member; a person in `dm_closed` takes none (403, 50007).
+Replies (`message_reference`) come back with their `referenced_message`, as Discord sends them.
 
 Gateway: an aiohttp websocket that says HELLO (op 10), acks heartbeats (op 11), answers
 IDENTIFY with READY and GUILD_CREATE (the guild, its channels and active threads), closes
@@ -104,6 +108,8 @@ class FakeDiscord(LocalHttpServer):
                             "rtc_region": None},
         }
         self.threads: dict[int, dict[str, Any]] = {}
+        self.dms: dict[int, dict[str, Any]] = {}  # direct message channels, by id
+        self.dm_closed: set[str] = set()  # user ids that take no direct messages from the bot
         self.messages: dict[int, list[dict[str, Any]]] = {STAFF_CHANNEL: [], GENERAL_CHANNEL: []}
         self._nonces: dict[tuple[int, str], dict[str, Any]] = {}
         self._faults: dict[str, deque[Fault]] = {}
@@ -187,6 +193,7 @@ class FakeDiscord(LocalHttpServer):
             "GET /channels/{id}/messages/{id}": self._get_message,
             "PATCH /channels/{id}/messages/{id}": self._edit_message,
             "POST /channels/{id}/messages/{id}/threads": self._start_thread,
+            "POST /users/@me/channels": self._open_dm,
         }.get(route)
         if handler is None:
             return json_response({"message": "404: Not Found", "code": 0}, 404)
@@ -209,7 +216,27 @@ class FakeDiscord(LocalHttpServer):
         }
 
     def _channel(self, channel_id: int) -> dict[str, Any] | None:
-        return self.channels.get(channel_id) or self.threads.get(channel_id)
+        return self.channels.get(channel_id) or self.threads.get(channel_id) or self.dms.get(channel_id)
+
+    def dm_of(self, user: dict[str, Any]) -> int | None:
+        """The id of `user`'s direct message with the bot, once it was opened."""
+        return next((i for i, c in self.dms.items() if c["recipients"][0]["id"] == user["id"]), None)
+
+    async def _open_dm(self, _ids: list[int], body: Any) -> tuple[int, Any]:
+        recipient = str((body or {}).get("recipient_id") or "")
+        if not re.fullmatch(r"\d{15,21}", recipient):
+            return 400, _invalid("recipient_id: Value is not snowflake.")
+        user = next((u for u in (SAM, KIM, OTHER_BOT, BOT_USER) if u["id"] == recipient), None)
+        if user is None:
+            return 404, {"message": "Unknown User", "code": 10013}
+        if user.get("bot"):
+            return 400, {"message": "Cannot send messages to this user", "code": 50007}
+        known = self.dm_of(user)
+        if known is None:
+            known = int(snowflake())
+            self.dms[known] = {"id": str(known), "type": 1, "last_message_id": None, "flags": 0, "recipients": [user]}
+            self.messages[known] = []
+        return 200, self.dms[known]
 
     async def _get_channel(self, ids: list[int], _body: Any) -> tuple[int, Any]:
         channel = self._channel(ids[0])
@@ -249,8 +276,10 @@ class FakeDiscord(LocalHttpServer):
         channel = self._channel(channel_id)
         if channel is None:
             return 404, {"message": "Unknown Channel", "code": 10003}
-        if channel["type"] not in (0, 5, 11):
+        if channel["type"] not in (0, 1, 5, 11):
             return 400, {"message": "Cannot send messages in a non-text channel", "code": 50008}
+        if channel["type"] == 1 and channel["recipients"][0]["id"] in self.dm_closed:
+            return 403, {"message": "Cannot send messages to this user", "code": 50007}
         problem = _check_message(body)
         if problem:
             return 400, _invalid(problem)
@@ -258,7 +287,8 @@ class FakeDiscord(LocalHttpServer):
         if nonce is not None and body.get("enforce_nonce") and (channel_id, str(nonce)) in self._nonces:
             return 200, self._nonces[(channel_id, str(nonce))]
         message = self.message_payload(channel_id, BOT_USER, body.get("content", ""), embeds=body.get("embeds") or [],
-                                       components=body.get("components") or [], flags=body.get("flags", 0))
+                                       components=body.get("components") or [], flags=body.get("flags", 0),
+                                       **self._reply_to((body.get("message_reference") or {}).get("message_id"), channel_id))
         if nonce is not None:
             message["nonce"] = nonce
             self._nonces[(channel_id, str(nonce))] = message
@@ -311,18 +341,31 @@ class FakeDiscord(LocalHttpServer):
         if not author.get("bot"):
             message["member"] = {"roles": [], "joined_at": now_iso(), "deaf": False, "mute": False, "flags": 0,
                                  "nick": None}
+        if channel_id in self.dms:  # a direct message belongs to no guild
+            message.pop("guild_id")
+            message.pop("member", None)
         message.update(extra)
         return message
+
+    def _reply_to(self, message_id: Any, channel_id: int) -> dict[str, Any]:
+        """What a reply to `message_id` carries: the reference and the message it replies to."""
+        replied = next((m for m in self.messages.get(channel_id, []) if message_id and int(m["id"]) == int(message_id)), None)
+        if replied is None:
+            return {}
+        shown = {k: v for k, v in replied.items() if k not in ("request", "referenced_message")}
+        return {"type": 19, "message_reference": {"type": 0, "message_id": replied["id"], "channel_id": str(channel_id)},
+                "referenced_message": shown}
 
     # ------------------------------------------------------------------ people
 
     async def human_message(self, channel_id: int | str, text: str, *, author: dict[str, Any] = SAM,
-                            **extra: Any) -> dict[str, Any]:
-        """A person (or another bot) writes in a channel or thread: stored, and dispatched
-        over the gateway as MESSAGE_CREATE."""
+                            reply_to: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+        """A person (or another bot) writes in a channel, thread or direct message (a reply
+        to `reply_to` when given): stored, and dispatched over the gateway as MESSAGE_CREATE."""
         people = {u["id"]: u for u in (SAM, KIM, OTHER_BOT, BOT_USER)}
         mentions = [people[i] for i in dict.fromkeys(re.findall(r"<@!?(\d+)>", text)) if i in people]
-        message = self.message_payload(int(channel_id), author, text, mentions=mentions, **extra)
+        replying = self._reply_to(reply_to["id"], int(channel_id)) if reply_to else {}
+        message = self.message_payload(int(channel_id), author, text, mentions=mentions, **replying, **extra)
         self.messages.setdefault(int(channel_id), []).append(message)
         await self._dispatch("MESSAGE_CREATE", message)
         return message
@@ -417,16 +460,22 @@ class FakeDiscord(LocalHttpServer):
         return body, {"content-type": "application/json", "x-signature-ed25519": signature, "x-signature-timestamp": ts}
 
     def button_click(self, message: dict[str, Any], custom_id: str, *, user: dict[str, Any] = SAM) -> dict[str, Any]:
-        """A MESSAGE_COMPONENT interaction: `user` pressed a button on `message`."""
+        """A MESSAGE_COMPONENT interaction: `user` pressed a button on `message`; in a direct
+        message Discord sends `user` and the bot-DM context instead of a guild and a member."""
         channel = self._channel(int(message["channel_id"])) or {}
-        return {
+        click = {
             "id": snowflake(), "application_id": str(APPLICATION_ID), "type": 3, "token": "interaction-token",
             "version": 1, "guild_id": str(GUILD_ID), "channel_id": message["channel_id"],
             "channel": {"id": message["channel_id"], "type": channel.get("type", 0), "parent_id": channel.get("parent_id")},
-            "member": {"user": user, "nick": None, "roles": [], "permissions": "0"},
+            "member": {"user": user, "nick": None, "roles": [], "permissions": "0"}, "context": 0,
             "message": {k: v for k, v in message.items() if k != "request"},
             "data": {"custom_id": custom_id, "component_type": 2},
         }
+        if channel.get("type") == 1:
+            del click["guild_id"], click["member"]
+            click.update(user=user, context=1)
+            click["channel"] = {"id": message["channel_id"], "type": 1, "recipients": channel.get("recipients")}
+        return click
 
 
 # --------------------------------------------------------------------------- validation, as strict as Discord

@@ -2,14 +2,21 @@
 
 It stands in for the provider (the far side of the real slack_sdk client), never for our
 code. It answers the methods the adapter uses (auth.test, chat.postMessage, chat.update,
-conversations.history, conversations.replies, users.info, users.list) the way Slack
-does: HTTP 200 with `{"ok": false, "error": …}` for refusals, 429 with Retry-After when
+conversations.history, conversations.open, conversations.replies, users.info, users.list)
+the way Slack does: HTTP 200 with `{"ok": false, "error": …}` for refusals, 429 with Retry-After when
 rate limited. It records every request it receives, takes its arguments from the query,
 a form body or a JSON body (the SDK uses all three), and can be told to fail or to lose
 the answer to a post that it nevertheless stores.
 
+conversations.open gives each user one stable direct message (D…), where posts and
+threads work as in a channel; a bot, a deactivated or an unknown user is refused as Slack
+refuses them (cannot_dm_bot, user_disabled, user_not_found). A slash command's response_url
+points at this server (`/commands/…`), which records the answers posted to it and refuses
+those to an expired URL as Slack does (404 `expired_url`).
+
 The other direction, Slack calling the desk, is built here too: signed Events API
-envelopes and form-encoded block_actions payloads, signed the way Slack signs them.
+envelopes, form-encoded block_actions payloads and slash commands, signed the way Slack
+signs them.
 """
 
 from __future__ import annotations
@@ -68,6 +75,11 @@ class FakeSlack(LocalHttpServer):
         self.users = dict(users or {})
         self.unlisted_users = dict(unlisted_users or {})
         self.calls: list[Call] = []
+        self.disabled_users: set[str] = set()  # conversations.open answers user_disabled
+        self.directs: dict[str, str] = {}  # user id -> the D… id of their direct message with the bot
+        # what was posted to each response_url (its path), in order; paths in `expired` take no more
+        self.answers: dict[str, list[dict[str, Any]]] = {}
+        self.expired: set[str] = set()
         # ts -> when the message was stored (time.monotonic()), so a test can tell how late a delivery came
         self.stored_at: dict[str, float] = {}
         self._faults: dict[str, deque[Fault]] = {}
@@ -80,6 +92,7 @@ class FakeSlack(LocalHttpServer):
     async def start(self) -> FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
+        app.router.add_post("/commands/{path:.*}", self._response_url)
         port = await self._serve(app)
         self.url = f"http://127.0.0.1:{port}/api/"
         return self
@@ -183,6 +196,51 @@ class FakeSlack(LocalHttpServer):
         public = {k: v for k, v in message.items() if k not in ("args", "metadata", "updates")}
         return {"ok": True, "channel": channel, "ts": ts, "text": message["text"], "message": public}
 
+    def _conversations_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        users = [u for u in str(args.get("users") or "").split(",") if u]
+        if not users:
+            return {"ok": False, "error": "users_list_not_supplied"}
+        if len(users) > 1:
+            return {"ok": False, "error": "method_not_supported_for_channel_type"}  # a group DM: not what we test
+        [user] = users
+        if user == BOT["user_id"]:
+            return {"ok": False, "error": "cannot_dm_bot"}
+        if user not in self.users and user not in self.unlisted_users:
+            return {"ok": False, "error": "user_not_found"}
+        if user in self.disabled_users:
+            return {"ok": False, "error": "user_disabled"}
+        already = user in self.directs
+        channel = self.directs.setdefault(user, "D" + user[1:])
+        self.messages.setdefault(channel, [])
+        return {"ok": True, "no_op": already, "already_open": already, "channel": {"id": channel}}
+
+    async def _response_url(self, request: web.Request) -> web.StreamResponse:
+        """A slash command's response_url: JSON with the answer's text (and blocks)."""
+        path = request.path
+        self.calls.append(Call("response_url", await request.json(), None, dict(request.headers)))
+        fault = self._faults.get("response_url", deque()).popleft() if self._faults.get("response_url") else None
+        if fault is not None:
+            return web.Response(status=fault.status, text=fault.error or "", headers=fault.headers)
+        if path in self.expired or len(self.answers.get(path, [])) >= 5:
+            return web.Response(status=404, text="expired_url")
+        self.answers.setdefault(path, []).append(self.calls[-1].args)
+        await self._notify()
+        return web.Response(text="ok")
+
+    def slash_command(self, *, text: str, user: str, user_name: str = "sam", channel: str = "C0HANDOFF",
+                      command: str = "/handoff", trigger_id: str | None = None) -> tuple[bytes, str]:
+        """A slash command as Slack posts it (form-encoded), and the path of its response_url here."""
+        n = next(_event_ids)
+        path = f"/commands/{BOT['team_id']}/{n}/hook{n:06d}"
+        form = {
+            "token": "deprecated-verification-token", "team_id": BOT["team_id"], "team_domain": "acme",
+            "channel_id": channel, "channel_name": "directmessage" if channel.startswith("D") else "handoffs",
+            "user_id": user, "user_name": user_name, "command": command, "text": text, "api_app_id": "A0APP",
+            "is_enterprise_install": "false", "response_url": self.url.removesuffix("/api/") + path,
+            "trigger_id": trigger_id or f"{n}.{n}.command",
+        }
+        return urlencode(form).encode(), path
+
     def _view(self, message: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
         view = {k: v for k, v in message.items() if k not in ("args", "updates")}
         if not _truthy(args.get("include_all_metadata")) or not view.get("metadata"):
@@ -273,7 +331,7 @@ def message_event(
     n = next(_event_ids)
     event: dict[str, Any] = {
         "type": "message", "channel": channel, "user": user, "text": text, "ts": ts or f"{1_800_000_000 + n}.000100",
-        "channel_type": "channel", "event_ts": ts or f"{1_800_000_000 + n}.000100", **extra,
+        "channel_type": "im" if channel.startswith("D") else "channel", "event_ts": ts or f"{1_800_000_000 + n}.000100", **extra,
     }
     if thread_ts:
         event["thread_ts"] = thread_ts
@@ -298,7 +356,7 @@ def block_actions(*, channel: str, user: str, user_name: str, message_ts: str, v
         "api_app_id": "A0APP", "token": "deprecated-verification-token",
         "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": False},
         "trigger_id": trigger_id or f"{n}.{n}.abcdef", "team": {"id": BOT["team_id"], "domain": "acme"},
-        "channel": {"id": channel, "name": "handoffs"}, "message": message,
+        "channel": {"id": channel, "name": "directmessage" if channel.startswith("D") else "handoffs"}, "message": message,
         "response_url": "https://hooks.slack.com/actions/T0ACME/1/xyz",
         "actions": [{"action_id": action_id, "block_id": block_id, "value": value, "type": "button",
                      "text": {"type": "plain_text", "text": "Release"}, "action_ts": f"{1_800_000_000 + n}.5"}],

@@ -168,6 +168,15 @@ async def test_send_calls_the_adapters_method_for_the_kind_and_defaults_say_what
     assert "handed a callback" in str(callback.value)
 
 
+async def test_a_direct_dispatch_to_an_adapter_that_cannot_reach_a_person_is_refused_unsent() -> None:
+    adapter = Recording()
+    direct = Dispatch(handoff_id="hs_a7f3", text="the brief", brief=BRIEF, direct="U0123")
+    with pytest.raises(PermanentChannelError, match="cannot reach one person directly") as refused:
+        await adapter.send(direct)
+    assert "capabilities.direct" in (refused.value.hint or "")
+    assert adapter.called == []
+
+
 def test_a_callback_names_the_delivery_id_its_endpoint_drops_a_repeat_by() -> None:
     orchestrator = Callback(text="e", endpoint="user_actions.webhook", event="user_action_requested", body="{}",
                             conversation_id="c_1", ordered_by="c_1:orchestrator", user_action_id="ua_1", delivery_key="hd_1")

@@ -7,9 +7,16 @@ configured, a Release button. A thread is started from that message; every relay
 goes into it, and every human message in it goes back to the subscriber. The thread id is
 the handoff's thread_key (Discord gives a thread started from a message the message's id).
 
+A person can also be reached directly (`Dispatch.direct`, their Discord user id): the same
+dispatch goes to their direct message with the bot, where it has no thread; its line there
+is the dispatch message itself, thread_key `"{DM channel id}:{dispatch message id}"`.
+Relays and notices reply to it, and the person's replies (to it or to those replies, or a
+message replying to nothing, which goes to the newest dispatch there) and their Claim and
+Release presses come back under that key (channels/discord/direct.py).
+
 Discord delivers human messages only over the gateway (a websocket), so `start()` logs in
 over REST, checks the channel, and runs a discord.py `Client` in the background with the
-GUILDS, GUILD_MESSAGES and MESSAGE_CONTENT intents. Button clicks come over HTTP instead:
+GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES and MESSAGE_CONTENT intents. Button clicks come over HTTP instead:
 Discord POSTs interactions to `{public_url}/webhooks/{channel id}`.
 
 What it guards against:
@@ -59,7 +66,7 @@ For the Release button set the application's Interactions Endpoint URL to
 `{public_url}/webhooks/{channel id}` and `application_public_key` to its Public Key.
 
 The package, one concern a module: `adapter` (DiscordChannel: lifecycle, rendering and
-posting), `rest` (REST calls and their error mapping), `gateway` (the websocket and the
+posting), `direct` (a person's direct message), `rest` (REST calls and their error mapping), `gateway` (the websocket and the
 messages it brings), `interactions` (the signed button presses), `sdk` (discord.py's client
 built for this adapter, its retries intercepted), `markdown` (escaping and splitting),
 `protocol` (Discord's limits and numbers) and `config` (DiscordConfig). The adapter's class

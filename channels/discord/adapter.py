@@ -13,7 +13,7 @@ import structlog
 from bot.runtime.bounded import BoundedDict
 from channels import base
 from channels.discord.config import DiscordConfig
-from channels.discord.gateway import DiscordGateway
+from channels.discord.direct import DiscordDirect, direct_target
 from channels.discord.interactions import DiscordInteractions
 from channels.discord.markdown import _lines_within, clip_escaped, escape, escaped_length, hang, split_for_messages
 from channels.discord.protocol import (
@@ -29,6 +29,7 @@ from channels.discord.protocol import (
     CONTENT_LIMIT,
     DANGER,
     DESCRIPTION_LIMIT,
+    DIRECT_CACHE_LIMIT,
     EMBED_TOTAL_LIMIT,
     FIELD_VALUE_LIMIT,
     FOOTER_LIMIT,
@@ -48,7 +49,7 @@ from channels.discord.protocol import (
     TRANSCRIPT_LINE,
     TRANSCRIPT_RESERVE,
 )
-from channels.discord.rest import DiscordRest, nonce_of
+from channels.discord.rest import nonce_of
 from channels.text import TextLimit, clip, short_duration
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
@@ -58,7 +59,7 @@ if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation 
 log = structlog.get_logger(__name__)
 
 
-class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
+class DiscordChannel(DiscordDirect, DiscordInteractions):
     """The Discord adapter (channels/discord/__init__.py describes the channel)."""
 
     kind = "discord"
@@ -66,7 +67,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
     # reconcile=False: a lost answer is retried, and the nonce makes Discord answer that
     # retry with the message it already has (within its nonce window of a few minutes).
     capabilities = base.Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, approvals=True,
-                                     edits=True)
+                                     edits=True, direct=True)
     text_limit = TextLimit(CONTENT_LIMIT, measure=escaped_length)
     config: DiscordConfig
 
@@ -87,6 +88,9 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         # approval id -> its prompt message id (sent or pressed in this process), so the
         # closing notice edits it without a lookup.
         self._prompts: BoundedDict[str, str] = BoundedDict(PROMPT_CACHE_LIMIT)
+        # user id -> their direct message's channel id; a direct message -> its newest dispatch
+        self._directs = BoundedDict(DIRECT_CACHE_LIMIT)
+        self._newest = BoundedDict(DIRECT_CACHE_LIMIT)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -188,34 +192,33 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         return split_for_messages(text, self.text_limit.units - reserve)
 
     async def _post_in_thread(self, message: base.Relay | base.Notice, thread: dict[str, Any], contents: list[str]) -> base.Receipt:
-        thread_id = thread.get("thread_id")
-        if not thread_id:
+        """Into the handoff's thread or, in a person's direct message, as replies to its dispatch."""
+        channel_id, thread_key, reference = direct_target(thread) or (0, str(thread.get("thread_id") or ""), None)
+        if not thread_key:
             raise base.PermanentChannelError("no Discord thread for this handoff",
                                              hint="the handoff has no Discord thread to post into (its dispatch receipt lacks thread_id)")
         client = self._require_client()
         first: dict[str, Any] | None = None
         for i, content in enumerate(contents):  # a failure after part 1: the retry resends all (nonces dedupe)
-            posted = await self._post(client, int(thread_id), {
-                "content": content, "flags": SUPPRESS_EMBEDS, "nonce": nonce_of(message, i),
+            posted = await self._post(client, channel_id or int(thread_key), {
+                "content": content, "flags": SUPPRESS_EMBEDS, "nonce": nonce_of(message, i), "message_reference": reference,
             }, what="thread message")
             first = first or posted
         assert first is not None
-        return base.Receipt(message_id=str(first["id"]), thread_key=str(thread_id), thread=dict(thread))
+        return base.Receipt(message_id=str(first["id"]), thread_key=thread_key, thread=dict(thread))
 
     async def send_dispatch(self, dispatch: base.Dispatch) -> base.Receipt:
+        """The brief in the staff channel with a thread started from it or, to one person
+        (`dispatch.direct`), in their direct message (channels/discord/direct.py)."""
         from discord.http import Route
 
+        if dispatch.direct is not None:
+            return await self._send_direct(dispatch, self._dispatch_message(dispatch))
         client, brief = self._require_client(), dispatch.brief
         channel_id = self.config.channel_id
         message = self._posted.get(brief.handoff_session_id)
         if message is None:
-            message = await self._post(client, channel_id, {
-                "content": clip_escaped(escape(self._render("title.txt", brief=brief, who=brief.subscriber_name or "A subscriber")),
-                                        CONTENT_LIMIT),
-                "embeds": [self._dispatch_embed(brief)],
-                "components": self._components(brief, release=True),
-                "nonce": nonce_of(dispatch),
-            }, what="dispatch")
+            message = await self._post(client, channel_id, self._dispatch_message(dispatch), what="dispatch")
             self._posted[brief.handoff_session_id] = message
         message_id = int(message["id"])
         name = clip(f"{brief.short_code} · {brief.subscriber_name or 'subscriber'}", THREAD_NAME_LIMIT)
@@ -235,6 +238,16 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         self._threads.add(thread_id)
         return base.Receipt(message_id=str(message_id), thread_key=str(thread_id),
                             thread={"channel_id": str(channel_id), "message_id": str(message_id), "thread_id": str(thread_id)})
+
+    def _dispatch_message(self, dispatch: base.Dispatch) -> dict[str, Any]:
+        brief = dispatch.brief
+        return {
+            "content": clip_escaped(escape(self._render("title.txt", brief=brief, who=brief.subscriber_name or "A subscriber")),
+                                    CONTENT_LIMIT),
+            "embeds": [self._dispatch_embed(brief, direct=dispatch.direct is not None)],
+            "components": self._components(brief, release=True),
+            "nonce": nonce_of(dispatch),
+        }
 
     async def _retire_buttons(self, client: discord.Client, thread: dict[str, Any], custom_id: str) -> None:
         """Take the buttons whose custom_id starts with `custom_id` off the dispatch (every
@@ -281,8 +294,9 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         except base.ChannelError as exc:
             log.warning("discord_dispatch_not_edited", channel_id=self.id, hint=exc.hint)
             return None
-        thread_id = notice.thread.get("thread_id")
-        return base.Receipt(message_id=str(message_id), thread_key=str(thread_id) if thread_id else None, thread=dict(notice.thread))
+        direct, thread_id = direct_target(notice.thread), notice.thread.get("thread_id")
+        thread_key = direct[1] if direct is not None else str(thread_id) if thread_id else None
+        return base.Receipt(message_id=str(message_id), thread_key=thread_key, thread=dict(notice.thread))
 
     # ------------------------------------------------------------------ approvals
 
@@ -420,9 +434,10 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
                             "custom_id": f"{RELEASE_ID}:{brief.handoff_session_id}"[:100]})
         return [{"type": ACTION_ROW, "components": buttons}] if buttons else []
 
-    def _dispatch_embed(self, brief: base.HandoffBrief) -> dict[str, Any]:
+    def _dispatch_embed(self, brief: base.HandoffBrief, *, direct: bool = False) -> dict[str, Any]:
         """The brief as one embed within Discord's limits: 256 title, 4096 description,
-        1024 per field, 6000 in all. The transcript gets what is left, newest lines first."""
+        1024 per field, 6000 in all. The transcript gets what is left, newest lines first.
+        `direct`: in a person's direct message, whose footer says to reply to it (no thread)."""
         import discord
 
         who = brief.subscriber_name or "A subscriber"
@@ -432,7 +447,7 @@ class DiscordChannel(DiscordGateway, DiscordRest, DiscordInteractions):
         core = f"**Summary**\n{summary}\n\n**What to do**\n{action}"
         if brief.outside_hours:
             core = f"*{escape(brief.outside_hours)}*\n\n{core}"
-        footer = clip(self._render("footer.txt", who=who, idle=short_duration(brief.idle_timeout_seconds),
+        footer = clip(self._render("footer.txt", who=who, idle=short_duration(brief.idle_timeout_seconds), direct=direct,
                                    release_button=bool(self.config.application_public_key)), FOOTER_LIMIT)
 
         embed = discord.Embed(title=title, description=core, colour=COLOURS.get(brief.urgency, COLOURS["normal"]),

@@ -1,5 +1,6 @@
 """The gateway: discord.py's websocket client run in the background, how its failures make
-the channel unavailable, and which messages in it are a person answering in a handoff thread."""
+the channel unavailable, and which messages in it are a person answering in a handoff thread
+(or, in their direct message with the bot, to a dispatch sent to them)."""
 
 from __future__ import annotations
 
@@ -71,20 +72,29 @@ class DiscordGateway(SdkClient):
         """A MESSAGE_CREATE from the gateway: relay it when a person wrote it in one of our
         handoff threads. Errors are logged by discord.py's on_error; the gateway has no
         redelivery, so a message that could not be stored is lost (and logged)."""
-        inbound = self._inbound_from(message)
-        if inbound is not None and self._ctx is not None:
-            await self._ctx.deliver_inbound(inbound)
-
-    def _inbound_from(self, message: discord.Message) -> base.RecipientText | None:
         import discord
 
         author = message.author
         if author.bot or message.webhook_id is not None or author.id == self.bot_id:
-            return None  # bots and webhooks, our own posts included, are never relayed
+            return  # bots and webhooks, our own posts included, are never relayed
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
-            return None  # joins, pins, "thread created" … are not replies
-        if not self._is_handoff_thread(message.channel):
-            return None
+            return  # joins, pins, "thread created" … are not replies
+        if isinstance(message.channel, discord.DMChannel):
+            inbound = await self._direct_inbound(message)  # a person reached directly (channels/discord/direct.py)
+        elif self._is_handoff_thread(message.channel):
+            inbound = self._recipient_text(message, str(message.channel.id))
+        else:
+            return
+        if inbound is not None and self._ctx is not None:
+            await self._ctx.deliver_inbound(inbound)
+
+    async def _direct_inbound(self, message: discord.Message) -> base.RecipientText | None:
+        """A person's message in their direct message with the bot: DiscordDirect maps it."""
+        raise NotImplementedError
+
+    def _recipient_text(self, message: discord.Message, thread_key: str) -> base.RecipientText | None:
+        """A person's words in a handoff's line, as the core relays them; None when empty."""
+        author = message.author
         text = message.clean_content.strip()  # mentions as @name / #channel, as the person saw them
         files = [a.filename for a in message.attachments]
         if files:  # files are not forwarded; say so rather than drop the message silently
@@ -92,7 +102,7 @@ class DiscordGateway(SdkClient):
         if not text:
             return None
         name = getattr(author, "display_name", None) or author.name
-        return base.RecipientText(thread_key=str(message.channel.id), text=text.replace("\x00", "\ufffd"),
+        return base.RecipientText(thread_key=thread_key, text=text.replace("\x00", "\ufffd"),
                                   author=" ".join(str(name).split())[:80], user_id=str(author.id), dedupe_key=f"message:{message.id}")
 
     def _is_handoff_thread(self, channel: Any) -> bool:

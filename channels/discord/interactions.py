@@ -17,8 +17,10 @@ from channels.discord.protocol import (
     _APPROVAL_CUSTOM_ID,
     APPROVAL_CHOICES,
     APPROVAL_ID,
+    BOT_DM_CONTEXT,
     CLAIM_ID,
     COMPONENT,
+    DM_CHANNEL,
     EPHEMERAL,
     MESSAGE_REPLY,
     PING,
@@ -99,7 +101,9 @@ class DiscordInteractions(ChannelAdapter):
             f"Your answer ({word}) is recorded; the prompt changes once it is decided.")).encode())
 
     def _handoff_click(self, data: dict[str, Any], press: type[ReleasePress | ClaimPress]) -> ReleasePress | ClaimPress | None:
-        """A Release or Claim click on a dispatch (in our channel) or inside a handoff thread."""
+        """A Release or Claim click on a dispatch (in our channel or a person's direct
+        message, where Discord names the presser in `user`, not `member`) or inside a
+        handoff thread."""
         channel = data.get("channel") or {}
         channel_id = str(data.get("channel_id") or channel.get("id") or "")
         message = data.get("message") or {}
@@ -108,6 +112,9 @@ class DiscordInteractions(ChannelAdapter):
             thread_id = str((message.get("thread") or {}).get("id") or message.get("id") or "")
         elif str(channel.get("parent_id") or "") == str(self.config.channel_id):
             thread_id = channel_id
+        elif not data.get("guild_id") and (channel.get("type") == DM_CHANNEL or data.get("context") == BOT_DM_CONTEXT):
+            # On a dispatch in a person's direct message (channels/discord/direct.py): its line is that message.
+            thread_id = f"{channel_id}:{message['id']}" if channel_id and message.get("id") else ""
         else:
             return None
         member = data.get("member") or {}

@@ -121,7 +121,9 @@ class SdkClient(ChannelAdapter):
         if _quiet_irrelevant_sdk_warnings not in sdk_log.filters:
             sdk_log.addFilter(_quiet_irrelevant_sdk_warnings)
         intents = discord.Intents.none()
-        intents.guilds = intents.guild_messages = intents.message_content = True
+        # dm_messages: a person reached directly answers in their direct message (no
+        # privileged intent needed: message content is always sent for direct messages).
+        intents.guilds = intents.guild_messages = intents.dm_messages = intents.message_content = True
         client = discord.Client(
             intents=intents, http_trace=_trace_config(), max_ratelimit_timeout=30.0,  # 30 s is discord.py's minimum
             max_messages=None, chunk_guilds_at_startup=False, member_cache_flags=discord.MemberCacheFlags.none(),

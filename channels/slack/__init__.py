@@ -10,6 +10,13 @@ without crossing, because a reply is mapped to a handoff only by its `thread_ts`
 edits the dispatch in place (chat.update: the buttons give way to it); a claim takes the
 "I'm on it" button away.
 
+A person can also be reached directly (`Dispatch.direct`, their Slack user id): the same
+dispatch goes to their direct message with the app (conversations.open), and its thread
+there is the handoff's thread (thread_key `"{D… id}:{thread_ts}"`): relays and notices
+follow into it, and the person's replies in it and the buttons they press there come back
+like a room's. `/handoff away [note]` and `/handoff back`, a slash command, tell the desk
+they are away or back (an `AvailabilityRequest`), answered only to them.
+
 Slack POSTs both kinds of callback to `{public_url}/webhooks/{channel id}`: the Events API
 (JSON) brings the replies in a thread, interactivity (a form with `payload=<json>`) the
 button presses, which become a `ReleasePress` or a `ClaimPress` named by the thread the
@@ -50,10 +57,13 @@ Slack app setup: bot token scopes `chat:write`, `channels:history` (`groups:hist
 private channel; also used to find lost posts) and, for readable names, `users:read`;
 Event Subscriptions and Interactivity both with the Request URL
 `{public_url}/webhooks/{channel id}`, bot events `message.channels` (`message.groups`);
-then invite the bot to the channel.
+then invite the bot to the channel. To reach people directly: the scopes `im:write` and
+`im:history` and the bot event `message.im` (App Home → allow messages); for `/handoff`,
+the scope `commands` and a slash command `/handoff` with that same Request URL.
 
 The package, one concern a module: `adapter` (SlackChannel: lifecycle, sending, editing a
 dispatch or a prompt in place), `transport` (slack-sdk's client and the error mapping),
+`direct` (a person's direct message, the slash command's response_url),
 `posts` (posting with metadata, receipts, finding a post again), `blocks` (the Block Kit
 layouts), `webhooks` (the signed callbacks and the events they become), `names` (the
 display-name cache), `mrkdwn` (escaping, clipping, reading replies back as plain text),

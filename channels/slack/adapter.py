@@ -14,7 +14,7 @@ from channels.slack.blocks import BlockChange, SlackBlocks, closed_prompt, taken
 from channels.slack.config import SlackConfig
 from channels.slack.mrkdwn import Blocks, clip, escape, fallback_text, mrkdwn_block, plain
 from channels.slack.posts import Posted, SlackPosts
-from channels.slack.protocol import CAPABILITIES, DISPATCH_CACHE_LIMIT, PROMPT_CACHE_LIMIT, SECTION_LIMIT
+from channels.slack.protocol import CAPABILITIES, DIRECT_CACHE_LIMIT, DISPATCH_CACHE_LIMIT, PROMPT_CACHE_LIMIT, SECTION_LIMIT
 from channels.slack.webhooks import SlackWebhooks
 
 log = structlog.get_logger(__name__)
@@ -43,6 +43,7 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
         # "{channel}:{ts}" of a dispatch -> what it was posted with, so a notice about a claim
         # can edit it without a lookup; after a restart it is read back from its thread.
         self._dispatches: BoundedDict[str, Posted] = BoundedDict(DISPATCH_CACHE_LIMIT)
+        self._directs = BoundedDict(DIRECT_CACHE_LIMIT)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -81,9 +82,10 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
     # ------------------------------------------------------------------ handoffs
 
     async def send_dispatch(self, dispatch: base.Dispatch) -> base.Receipt:
-        """A top-level post: its ts is the handoff's thread."""
+        """A top-level post in the room or, to one person (`dispatch.direct`), in their
+        direct message with the app: its ts is the handoff's thread there."""
         blocks = self._dispatch_blocks(dispatch.brief)
-        channel, ts = await self._post(dispatch, self.config.channel, None, blocks)
+        channel, ts = await self._post(dispatch, await self._room(dispatch), None, blocks)
         self._dispatches[f"{channel}:{ts}"] = Posted(fallback_text(dispatch.text), blocks)
         return self._receipt(dispatch, channel, ts)
 
@@ -132,9 +134,17 @@ class SlackChannel(SlackWebhooks, SlackPosts, SlackBlocks):
 
     async def send_answer(self, answer: base.Answer) -> base.Receipt:
         """The desk's answer to a link command written outside a handoff's thread: in the
-        thread of that message, or in the direct message (`answer.to`, from `_link_request`)."""
-        channel, thread_ts = str(answer.to["channel"]), answer.to.get("thread_ts")
-        channel, ts = await self._post(answer, channel, thread_ts, [mrkdwn_block(escape(answer.text.strip()))])
+        thread of that message, or in the direct message (`answer.to`, from `_link_request`);
+        to a slash command (`answer.to` has its response_url), only to the person who typed
+        it, or in their direct message once the response_url takes no more answers."""
+        blocks = [mrkdwn_block(escape(answer.text.strip()))]
+        if "response_url" in answer.to:
+            if await self._answer_by_hook(str(answer.to["response_url"]), answer.text.strip(), blocks):
+                return base.Receipt()
+            channel, thread_ts = await self._direct_channel(str(answer.to.get("user") or "")), None
+        else:
+            channel, thread_ts = str(answer.to["channel"]), answer.to.get("thread_ts")
+        channel, ts = await self._post(answer, channel, thread_ts, blocks)
         return base.Receipt(message_id=ts)
 
     # ------------------------------------------------------------------ approvals

@@ -2,7 +2,8 @@
 that marks it ours and holds the outbox's delivery key (and the handoff or approval it is
 about), so a post whose answer was lost is found by `find_sent` instead of repeated, and a
 dispatch or an approval prompt this process has forgotten (a restart) is found in its
-thread or in the channel's history. Receipts name the thread: `"{channel}:{thread_ts}"`."""
+thread or in the channel's history. Receipts name the thread: `"{channel}:{thread_ts}"`,
+where the channel is the room or, for a direct dispatch, the person's D… conversation."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ from channels.base import (
     TransientChannelError,
     UncertainDeliveryError,
 )
+from channels.slack.direct import SlackDirect
 from channels.slack.mrkdwn import Blocks, fallback_text
 from channels.slack.protocol import EVENT_TYPE, HISTORY_PAGE_SIZE, HISTORY_PAGES, REPLIES_PAGE_SIZE, REPLIES_PAGES
-from channels.slack.transport import SlackTransport
 
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
@@ -46,7 +47,7 @@ class Posted:
     blocks: Blocks
 
 
-class SlackPosts(SlackTransport):
+class SlackPosts(SlackDirect):
     """The posting half of SlackChannel: posts, receipts and finding posts again."""
 
     async def _post(self, message: Outbound, channel: str, thread_ts: str | None, blocks: Blocks) -> tuple[str, str]:
@@ -87,6 +88,13 @@ class SlackPosts(SlackTransport):
                 return Receipt(message_id=ts, thread_key=f"{channel}:{thread_ts}", thread=dict(outbound.thread))
         return Receipt(message_id=ts, thread={"channel": channel, "ts": ts})  # a top-level post of an approval
 
+    async def _room(self, outbound: Outbound) -> str:
+        """Where a top-level post goes: the channel's room, or for a direct dispatch the
+        person's direct message with the app."""
+        if isinstance(outbound, Dispatch) and outbound.direct is not None:
+            return await self._direct_channel(outbound.direct)
+        return self.config.channel
+
     def _thread_of(self, thread: dict[str, Any]) -> tuple[str, str]:
         thread_ts = thread.get("thread_ts")
         if not thread_ts:
@@ -101,6 +109,7 @@ class SlackPosts(SlackTransport):
         if not outbound.delivery_key:
             return None
         client = self._require_client()
+        channel: str | None
         match outbound:
             case Relay() | Notice():
                 channel, thread_ts = self._thread_of(outbound.thread)
@@ -111,11 +120,15 @@ class SlackPosts(SlackTransport):
             case Answer():
                 return None  # a one-line answer to a link command: posting it twice is harmless, a lookup is not worth it
             case _:
-                # Approval prompts (and a closing notice posted because its prompt was not found)
-                # are top-level messages; a closing notice that edited its prompt is idempotent.
-                method, pages, channel = "conversations.history", HISTORY_PAGES, self.config.channel
-                fetch = partial(client.conversations_history, channel=channel, limit=HISTORY_PAGE_SIZE)
+                # Dispatches and approval prompts (and a closing notice posted because its prompt
+                # was not found) are top-level messages of the room, or of the person's direct
+                # message; a closing notice that edited its prompt is idempotent.
+                method, pages, channel = "conversations.history", HISTORY_PAGES, None
+                fetch = partial(client.conversations_history, limit=HISTORY_PAGE_SIZE)
         try:
+            if channel is None:
+                channel = await self._room(outbound)
+                fetch = partial(fetch, channel=channel)
             found = await self._first_of_ours(method, fetch, pages, lambda payload: (
                 # The handoff id too: delivery keys are only unique within one desk's database,
                 # and two desks (staging, production) may post into the same channel.

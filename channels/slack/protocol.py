@@ -16,8 +16,10 @@ APPROVAL_ACTIONS = {"approval_approve": (True, False), "approval_deny": (False, 
 APPROVAL_BLOCK = "approval_actions"
 EVENT_TYPE = "handoff_desk_message"  # message metadata type that marks our posts
 # What Slack offers the desk: buttons and threads, the Events API over a webhook, posts found
-# again by their metadata (reconcile), approval prompts, and edits in place.
-CAPABILITIES = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True, edits=True)
+# again by their metadata (reconcile), approval prompts, edits in place, and a brief to one
+# person in their direct message with the app (conversations.open).
+CAPABILITIES = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=True, approvals=True, edits=True,
+                            direct=True)
 
 # Slack's limits (https://docs.slack.dev/reference/block-kit): section text 3000 characters,
 # header 150, a section field 2000; the top-level `text` is cut by Slack after 40,000, and
@@ -32,6 +34,15 @@ NAME_CACHE_LIMIT = 5000
 ARGUMENTS_BLOCK, ARGUMENTS_LIMIT = 2900, 8700
 PROMPT_CACHE_LIMIT = 1000
 DISPATCH_CACHE_LIMIT = 1000
+DIRECT_CACHE_LIMIT = 5000  # user id -> the id of their direct message with the app
+# A Slack user id (U…, W… in Enterprise Grid), as a person's linked identity holds it; a
+# direct message's channel id starts with D.
+USER_ID = r"[UW][A-Z0-9]{2,}"
+DIRECT_CHANNEL_PREFIX = "D"
+# The slash command's answer goes to its response_url: Slack's own host, or the host of the
+# configured API (a local or test Slack); any other URL is refused, whoever signed it.
+HOOKS_URL = "https://hooks.slack.com/"
+NOTE_LIMIT = 200  # characters of an away note (AvailabilityRequest.note)
 # find_sent looks this far back: a retry follows its lost attempt within minutes, so the
 # message is among the newest of the channel (or the newest replies of its thread).
 HISTORY_PAGES, HISTORY_PAGE_SIZE = 3, 100

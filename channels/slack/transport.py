@@ -106,6 +106,11 @@ class SlackTransport(base.ChannelAdapter):
             "thread_not_found": "the handoff's Slack thread no longer exists",
             "restricted_action": f"the workspace does not let this bot post in {channel}",
             "invalid_metadata_format": "Slack rejected the message metadata (invalid_metadata_format)",
+            # conversations.open, a person's direct message
+            "user_not_found": "Slack has no such user in this workspace (user_not_found): check the person's linked Slack identity",
+            "user_not_visible": "the bot may not see this user (user_not_visible), as in a shared channel's other workspace",
+            "user_disabled": "the person's Slack account is deactivated (user_disabled)",
+            "cannot_dm_bot": "the linked Slack identity is a bot, which takes no direct messages (cannot_dm_bot)",
         }
         return hints.get(error, f"Slack refused {method} ({error})")
 

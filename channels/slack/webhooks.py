@@ -7,7 +7,18 @@ Outside a handoff's thread only a link command counts (`link CODE`: Slack's clie
 message starting with `/` for a slash command of its own, so the slash is optional): a
 top-level message in the channel, or a direct message to the app (the `message.im` event,
 with the `im:history` scope), becomes a `LinkRequest` answered in that message's thread or
-in the direct message."""
+in the direct message.
+
+A person reached directly (channels/slack/direct.py) answers in the thread of the dispatch
+in their direct message with the app: those replies and the buttons pressed there come
+back like a room's, under `"{D… channel}:{thread_ts}"`; a top-level message in the direct
+message belongs to no handoff (only a link command counts there).
+
+The slash command (`/handoff away [note]`, `/handoff back`, `/handoff link CODE`) arrives as
+a signed form with `command`, `text`, `user_id` and `response_url`: it becomes an
+`AvailabilityRequest` (or a `LinkRequest`) answered through that response_url, and Slack
+is acknowledged at once with an empty 200; anything else gets its usage, seen only by the
+person who typed it."""
 
 from __future__ import annotations
 
@@ -18,6 +29,7 @@ from urllib.parse import parse_qs
 import structlog
 
 from channels.base import (
+    AvailabilityRequest,
     Decision,
     InboundMessage,
     LinkRequest,
@@ -27,10 +39,10 @@ from channels.base import (
     WebhookRequest,
     json_object,
 )
-from channels.linking import link_code
+from channels.linking import availability_command, link_code
 from channels.slack.mrkdwn import plain_from_mrkdwn
 from channels.slack.names import SlackNames
-from channels.slack.protocol import APPROVAL_ACTIONS, HANDOFF_ACTIONS, RELAYED_SUBTYPES
+from channels.slack.protocol import APPROVAL_ACTIONS, DIRECT_CHANNEL_PREFIX, HANDOFF_ACTIONS, NOTE_LIMIT, RELAYED_SUBTYPES
 
 log = structlog.get_logger(__name__)
 
@@ -47,11 +59,14 @@ class SlackWebhooks(SlackNames):
             log.warning("slack_webhook_rejected", channel_id=self.id, reason="bad or stale signature")
             return WebhookReply(status=401, body=b"invalid signature")
         if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-            # Interactivity (button clicks): form-encoded `payload=<json>`.
+            # Interactivity (button clicks): form-encoded `payload=<json>`; a slash command:
+            # its fields themselves.
             try:
                 form = parse_qs(request.body.decode(), keep_blank_values=True)
             except UnicodeDecodeError:
                 raise MalformedWebhook("the form is not UTF-8") from None
+            if "command" in form:
+                return self._from_command({k: v[0] for k, v in form.items()})
             data = json_object((form.get("payload") or ["{}"])[0], "the payload field")
         else:
             data = json_object(request.body or b"{}")
@@ -80,12 +95,15 @@ class SlackWebhooks(SlackNames):
 
     def _from_event(self, envelope: dict[str, Any]) -> InboundMessage | None:
         event = envelope.get("event") or {}
-        direct = event.get("channel_type") == "im"  # a direct message to the app
-        if event.get("type") != "message" or (event.get("channel") != self.config.channel and not direct):
+        channel = event.get("channel")
+        direct = event.get("channel_type") == "im"  # a direct message to the app (a person reached directly)
+        if event.get("type") != "message" or (channel != self.config.channel and not direct):
             return None
         thread_ts, ts = event.get("thread_ts"), event.get("ts")
-        if direct or not thread_ts or thread_ts == ts:  # not a reply in a thread: no handoff to map it to
+        if not thread_ts or thread_ts == ts:  # not a reply in a thread: no handoff to map it to
             return self._link_request(envelope, event)
+        if direct and link_code(plain_from_mrkdwn(event.get("text") or "", self._names.get)) is not None:
+            return self._link_request(envelope, event)  # answered in the direct message, as it always was
         if event.get("subtype") not in RELAYED_SUBTYPES:
             return None  # edits, deletions, joins, bot_message …
         user = event.get("user")
@@ -102,8 +120,8 @@ class SlackWebhooks(SlackNames):
             return None
         event_id = envelope.get("event_id")
         return RecipientText(
-            thread_key=f"{self.config.channel}:{thread_ts}", text=text, author=self._author(user), user_id=user,
-            dedupe_key=f"event:{event_id}" if event_id else f"message:{self.config.channel}:{ts}",
+            thread_key=f"{channel}:{thread_ts}", text=text, author=self._author(user), user_id=user,
+            dedupe_key=f"event:{event_id}" if event_id else f"message:{channel}:{ts}",
         )
 
     def _link_request(self, envelope: dict[str, Any], event: dict[str, Any]) -> InboundMessage | None:
@@ -134,7 +152,8 @@ class SlackWebhooks(SlackNames):
         message = payload.get("message") or {}
         thread_ts = message.get("thread_ts") or message.get("ts") or (payload.get("container") or {}).get("message_ts")
         user = payload.get("user") or {}
-        if channel != self.config.channel or not thread_ts or not user.get("id"):
+        direct = str(channel or "").startswith(DIRECT_CHANNEL_PREFIX)  # on a dispatch in a person's direct message
+        if (channel != self.config.channel and not direct) or not thread_ts or not user.get("id"):
             return None
         key = payload.get("trigger_id") or action.get("action_ts") or f"{thread_ts}:{user['id']}"
         # Release or Claim: either names the handoff by the thread the button is in.
@@ -162,3 +181,33 @@ class SlackWebhooks(SlackNames):
             author=self._author(user["id"], fallback=user.get("name") or user.get("username")),
             user_id=user["id"], dedupe_key=f"action:{key}",
         )
+
+    def _from_command(self, form: dict[str, str]) -> WebhookReply:
+        """A slash command (`/handoff away on holiday`): an empty 200 at once, with the event
+        it asks for; a usage line, seen only by the person, for anything else."""
+        command, words = form.get("command") or "/handoff", (form.get("text") or "").strip()
+        user, response_url = form.get("user_id") or "", form.get("response_url") or ""
+        if not user or not response_url:
+            raise MalformedWebhook("a slash command without user_id or response_url")
+        reply_to = {"response_url": response_url, "user": user, "channel": form.get("channel_id")}
+        who = {"author": self._author(user, fallback=form.get("user_name")), "user_id": user,
+               "dedupe_key": f"command:{form['trigger_id']}" if form.get("trigger_id") else None}
+        availability = availability_command(words, slash=False)
+        if availability is not None and len(availability.note or "") > NOTE_LIMIT:
+            return _usage(f"The note after `{command} away` is at most {NOTE_LIMIT} characters; "
+                          f"yours has {len(availability.note or '')}.")
+        if availability is not None:
+            return WebhookReply(messages=[AvailabilityRequest(away=availability.away, note=availability.note,
+                                                              reply_to=reply_to, **who)])
+        code = link_code(words)
+        if code is not None:
+            return WebhookReply(messages=[LinkRequest(code=code, reply_to=reply_to, **who)])
+        return _usage(f"`{command} away [note]`: you are away, and handoffs go to others (the note says why or until "
+                      f"when). `{command} back`: you take handoffs again. `{command} link CODE`: link your Slack account "
+                      "with the code from the desk's \"Link a channel\" page.")
+
+
+def _usage(text: str) -> WebhookReply:
+    """An immediate answer to a slash command, seen only by the person who typed it."""
+    body = {"response_type": "ephemeral", "text": text}
+    return WebhookReply(body=json.dumps(body).encode(), content_type="application/json")
