@@ -25,13 +25,14 @@ from channels.base import (
     HandoffBrief,
     HandoffMessage,
     Notice,
+    PermanentChannelError,
     Receipt,
     Relay,
     TransientChannelError,
     pretty_arguments,
     short_code_of,
 )
-from channels.email.config import EmailConfig
+from channels.email.config import EmailConfig, _address
 from channels.email.receiver import ReplyReceiving
 from channels.email.smtp import _WIRE, SmtpSending
 from channels.email.text import duration, one_line
@@ -53,7 +54,8 @@ class EmailChannel(SmtpSending, ReplyReceiving):
     config_model = EmailConfig
     # threads: replies map to their handoff by token; reconcile: SMTP cannot look a sent
     # message up, so a send that timed out mid-transfer is retried (maybe delivered twice).
-    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=False, reconcile=False, approvals=True)
+    capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=False, reconcile=False, approvals=True,
+                                direct=True)
     config: EmailConfig
 
     def __init__(self, config: ChannelConfig) -> None:
@@ -90,8 +92,10 @@ class EmailChannel(SmtpSending, ReplyReceiving):
 
     async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
         self._require_started()
-        message, subject = self._dispatch_message(dispatch)
-        return await self._send_in_thread(dispatch, message, {"subject": subject})
+        person = _person_address(dispatch.direct) if dispatch.direct is not None else None
+        message, subject = self._dispatch_message(dispatch, person)
+        thread: dict[str, Any] = {"subject": subject} if person is None else {"subject": subject, "direct": person}
+        return await self._send_in_thread(dispatch, message, thread)
 
     async def send_relay(self, relay: Relay) -> Receipt:
         self._require_started()
@@ -103,20 +107,25 @@ class EmailChannel(SmtpSending, ReplyReceiving):
         return await self._send_in_thread(notice, self._follow_up_message(notice, "notice", notice.text), dict(notice.thread))
 
     async def _send_in_thread(self, outbound: HandoffMessage, message: EmailMessage, thread: dict[str, Any]) -> Receipt:
-        """Send a handoff's mail under a new Message-ID; a dispatch's is the thread's root."""
-        message_id = self._new_message_id(outbound.handoff_id)
+        """Send a handoff's mail under a new Message-ID; a dispatch's is the thread's root. A
+        handoff mailed to one person (`thread["direct"]`) goes to them alone, on a thread of
+        its own (channels/email/tokens.py)."""
+        person = thread.get("direct")
+        message_id = self._new_message_id(outbound.handoff_id, person)
         message["Message-ID"] = message_id
-        await self._deliver(message)
+        await self._deliver(message, [person] if person else None)
         if isinstance(outbound, Dispatch):
             thread = {"message_id": message_id, **thread}
-        return Receipt(message_id=message_id, thread_key=self.thread_key_of(outbound.handoff_id), thread=thread)
+        key = self.thread_key_of(outbound.handoff_id) if not person else self.direct_thread_key_of(outbound.handoff_id, person)
+        return Receipt(message_id=message_id, thread_key=key, thread=thread)
 
-    def _envelope(self, about: str, subject: str, *, reply_to: str | None = None) -> EmailMessage:
-        """The headers every mail has; `about` is the handoff (or approval) it belongs to."""
+    def _envelope(self, about: str, subject: str, *, reply_to: str | None = None, person: str | None = None) -> EmailMessage:
+        """The headers every mail has; `about` is the handoff (or approval) it belongs to,
+        `person` the one address a direct mail goes to (else the channel's `to`)."""
         message = EmailMessage(policy=_WIRE)
         message["From"] = formataddr((self.config.from_name, self.config.from_address))
-        message["To"] = ", ".join(self.config.to)
-        message["Reply-To"] = reply_to or self.reply_address(about)
+        message["To"] = person or ", ".join(self.config.to)
+        message["Reply-To"] = reply_to or self.reply_address(about, person)
         message["Subject"] = subject
         message["Date"] = formatdate(usegmt=True)
         # Vacation responders and ticket systems leave auto-generated mail alone (RFC 3834),
@@ -126,12 +135,12 @@ class EmailChannel(SmtpSending, ReplyReceiving):
         message["X-Handoff-Desk"] = short_code_of(about)
         return message
 
-    def _dispatch_message(self, dispatch: Dispatch) -> tuple[EmailMessage, str]:
+    def _dispatch_message(self, dispatch: Dispatch, person: str | None) -> tuple[EmailMessage, str]:
         brief = dispatch.brief
         subject = one_line(dispatch.subject or f"[Handoff {brief.short_code}] {brief.summary}", SUBJECT_LIMIT)
         if brief.urgency == "high" and "URGENT" not in subject:
             subject = one_line("[URGENT] " + subject, SUBJECT_LIMIT)
-        message = self._envelope(dispatch.handoff_id, subject)
+        message = self._envelope(dispatch.handoff_id, subject, person=person)
         variables = self._dispatch_variables(brief)
         message.set_content(self._render("dispatch.txt", **variables))
         message.add_alternative(self._render("dispatch.html", **variables), subtype="html")
@@ -150,7 +159,8 @@ class EmailChannel(SmtpSending, ReplyReceiving):
         """A relay or notice (template `name`): a reply in the handoff's thread."""
         root = outbound.thread.get("message_id")
         subject = outbound.thread.get("subject") or f"[Handoff {outbound.short_code}]"
-        message = self._envelope(outbound.handoff_id, one_line("Re: " + str(subject).removeprefix("Re: "), SUBJECT_LIMIT))
+        message = self._envelope(outbound.handoff_id, one_line("Re: " + str(subject).removeprefix("Re: "), SUBJECT_LIMIT),
+                                 person=outbound.thread.get("direct") or None)
         if root:
             message["In-Reply-To"] = str(root)
             message["References"] = str(root)
@@ -216,6 +226,17 @@ class EmailChannel(SmtpSending, ReplyReceiving):
         assert self._ctx is not None
         # .html templates are autoescaped: every value from the brief is escaped; .txt are plain.
         return self._ctx.render(f"messages/email/{name}", **variables).strip() + "\n"
+
+
+def _person_address(address: str) -> str:
+    """The address a direct dispatch goes to (`Dispatch.direct`), as the person's config has
+    it; refused, never repaired, when it is not one address."""
+    try:
+        return _address(address, "one person's e-mail address")
+    except ValueError as exc:
+        raise PermanentChannelError(f"e-mail direct dispatch to {address!r}: {exc}", hint=(
+            f"the person's e-mail address {address!r} is not one the desk can mail ({exc}); fix it in their people: entry"
+        )) from None
 
 
 def _deadline(expires_at: str) -> str:

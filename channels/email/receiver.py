@@ -92,27 +92,28 @@ class ReplyReceiving(ReplyTokens):
             return None
         return f"550 5.1.1 <{one_line(address, 200)}>: no such mailbox here (this server takes replies to handoff emails only)"
 
-    def _token_key(self, envelope_recipients: list[str], message: EmailMessage) -> str | None:
-        """The thread key of a valid token in the address written to, or in the thread headers;
-        APPROVAL_TAG when the message answers an approval mail instead (first found wins:
-        the address written to, then the direct parent, then the older references)."""
+    def _token_key(self, envelope_recipients: list[str], message: EmailMessage, sender: str) -> tuple[str, bool] | None:
+        """The thread key of a valid token in the address written to, or in the thread headers,
+        and whether it is of a mail sent directly to `sender`; APPROVAL_TAG when the message
+        answers an approval mail instead (first found wins: the address written to, then the
+        direct parent, then the older references)."""
         for address in envelope_recipients:
             local = address.strip("<>").rpartition("@")[0]
             if "+" in local:
                 tag = local.split("+", 1)[1]
                 if tag.lower() == APPROVAL_TAG:
-                    return APPROVAL_TAG
-                key = self.thread_key_from_token(tag)
-                if key:
-                    return key
+                    return APPROVAL_TAG, False
+                verified = self.verified_token(tag, sender)
+                if verified:
+                    return verified
         for header in ("In-Reply-To", "References"):
             for message_id in reversed(message_ids_in(str(message.get(header, "")))):
                 if _APPROVAL_MESSAGE_ID.match(message_id) and message_id.lower().endswith(f"@{self._domain}>"):
-                    return APPROVAL_TAG
+                    return APPROVAL_TAG, False
                 match = _MESSAGE_ID_TOKEN.match(message_id)
-                key = self.thread_key_from_token(match.group(1)) if match else None
-                if key:
-                    return key
+                verified = self.verified_token(match.group(1), sender) if match else None
+                if verified:
+                    return verified
         return None
 
     def judge(self, raw: bytes, mail_from: str, envelope_recipients: list[str]) -> _Verdict:
@@ -137,10 +138,12 @@ class ReplyReceiving(ReplyTokens):
             return _Verdict("250 2.0.0 accepted (an automatic message: not relayed)")
         if message_id.lower().startswith(("<hd.", "<ap.")) and message_id.lower().endswith(f"@{self._domain}>"):
             return _Verdict("250 2.0.0 accepted (our own message: not relayed)")
-        key = self._token_key(envelope_recipients, message)
+        found = self._token_key(envelope_recipients, message, sender)
+        key, direct = found if found is not None else (None, False)
         if key == APPROVAL_TAG:  # decisions are made on the signed page, never by a reply
             return _Verdict(APPROVAL_REFUSAL)
-        known = sender in self._recipients
+        # A direct mail's token is valid only from the address it was sent to: that person
+        known = direct or sender in self._recipients
         if key is None:
             if known:
                 return _Verdict("550 5.7.1 no handoff found for this message: answer by replying to a handoff email "

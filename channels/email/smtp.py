@@ -71,21 +71,23 @@ class SmtpSending(ChannelAdapter):
             local_hostname=settings.helo_name or self._domain,
         )
 
-    async def _deliver(self, message: EmailMessage) -> None:
-        """One SMTP session for one message: connect, MAIL, RCPT per recipient, DATA, QUIT."""
+    async def _deliver(self, message: EmailMessage, recipients: list[str] | None = None) -> None:
+        """One SMTP session for one message: connect, MAIL, RCPT per recipient (`to`, or the
+        one person a direct mail is for), DATA, QUIT."""
         import aiosmtplib
 
+        to = recipients if recipients is not None else self.config.to
         smtp = self._client()
         await self._run("connect", smtp.connect())
         try:
             await self._run("MAIL FROM", smtp.mail(self.config.from_address))
             refused: dict[str, aiosmtplib.SMTPRecipientRefused] = {}
-            for recipient in self.config.to:
+            for recipient in to:
                 try:
                     await self._run("RCPT TO", smtp.rcpt(recipient), passthrough=(aiosmtplib.SMTPRecipientRefused,))
                 except aiosmtplib.SMTPRecipientRefused as exc:
                     refused[recipient] = exc
-            if len(refused) == len(self.config.to):
+            if len(refused) == len(to):
                 raise self._refused(refused)
             await self._run("DATA", smtp.data(message.as_bytes(policy=_WIRE)), body_sent=True)
             if refused:  # delivered to the others; a retry would repeat it for them

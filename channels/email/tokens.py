@@ -51,25 +51,49 @@ class ReplyTokens(ChannelAdapter):
         digest = hashlib.sha256(b"handoff-desk email thread\0" + handoff_session_id.encode()).digest()
         return _b32(digest, THREAD_KEY_LENGTH)
 
-    def token_of(self, handoff_session_id: str) -> str:
-        key = self.thread_key_of(handoff_session_id)
-        return key + _b32(hmac.new(self._mac_key, key.encode(), hashlib.sha256).digest(), MAC_LENGTH)
+    @staticmethod
+    def direct_thread_key_of(handoff_session_id: str, person: str) -> str:
+        """The thread of a handoff mailed to one person directly (`Dispatch.direct`): its own
+        key, so their replies are told apart from the room's (`to`) on the same channel."""
+        material = b"handoff-desk email direct thread\0" + handoff_session_id.encode() + b"\0" + person.lower().encode()
+        return _b32(hashlib.sha256(material).digest(), THREAD_KEY_LENGTH)
 
-    def thread_key_from_token(self, token: str) -> str | None:
-        """The thread key a token carries, or None when its MAC is wrong."""
+    def _mac(self, key: str, person: str | None) -> str:
+        """A token's MAC: over the key alone for the room's mail; with the person's address
+        for a direct mail, so only a reply from that address carries a valid one."""
+        signed = key if person is None else f"{key}\0{person.lower()}"
+        return _b32(hmac.new(self._mac_key, signed.encode(), hashlib.sha256).digest(), MAC_LENGTH)
+
+    def token_of(self, handoff_session_id: str, person: str | None = None) -> str:
+        """The reply token of a handoff's mail to the room (`to`), or to `person` directly."""
+        key = self.thread_key_of(handoff_session_id) if person is None else self.direct_thread_key_of(handoff_session_id, person)
+        return key + self._mac(key, person)
+
+    def thread_key_from_token(self, token: str, sender: str | None = None) -> str | None:
+        """The thread key a token carries, or None when its MAC is wrong: a room's token, or
+        one of a mail sent directly to `sender` (the address the reply came from)."""
+        verified = self.verified_token(token, sender)
+        return verified[0] if verified is not None else None
+
+    def verified_token(self, token: str, sender: str | None = None) -> tuple[str, bool] | None:
+        """(thread key, whether the token was minted for a direct mail to `sender`), or None
+        when its MAC is wrong for the room and for `sender`."""
         token = token.lower()
         if not _TOKEN.fullmatch(token):
             return None
         key, mac = token[:THREAD_KEY_LENGTH], token[THREAD_KEY_LENGTH:]
-        expected = _b32(hmac.new(self._mac_key, key.encode(), hashlib.sha256).digest(), MAC_LENGTH)
-        return key if hmac.compare_digest(mac, expected) else None
+        if hmac.compare_digest(mac, self._mac(key, None)):
+            return key, False
+        if sender and hmac.compare_digest(mac, self._mac(key, sender)):
+            return key, True
+        return None
 
-    def reply_address(self, handoff_session_id: str) -> str:
+    def reply_address(self, handoff_session_id: str, person: str | None = None) -> str:
         local, domain = self.config.reply_mailbox.rsplit("@", 1)
-        return f"{local}+{self.token_of(handoff_session_id)}@{domain}"
+        return f"{local}+{self.token_of(handoff_session_id, person)}@{domain}"
 
-    def _new_message_id(self, handoff_session_id: str) -> str:
-        return f"<hd.{self.token_of(handoff_session_id)}.{secrets.token_hex(8)}@{self._domain}>"
+    def _new_message_id(self, handoff_session_id: str, person: str | None = None) -> str:
+        return f"<hd.{self.token_of(handoff_session_id, person)}.{secrets.token_hex(8)}@{self._domain}>"
 
     def approval_message_id(self, approval_id: str, part: Literal["prompt", "closed"] = "prompt") -> str:
         """Derived from the approval id alone: the closing mail names the prompt it answers

@@ -66,7 +66,9 @@ handoff's thread and to a subscriber's chat), `approvals` (the prompts and their
 `transport` (python-telegram-bot's Application against `api_base_url`, each Bot API call
 and its error mapping), `receiver` (the webhook and its secret token, or the getUpdates
 poller, and answering presses), `inbound` (what an update means: routing, presses and
-subscriber messages as typed events), `keyboards` (our buttons and their callback_data,
+subscriber messages as typed events), `direct` (people's own private chats, where a handoff
+sent to one person lands: `Dispatch.direct`, thread_key `"{user id}:{dispatch id}"`, and
+their line of plain messages), `keyboards` (our buttons and their callback_data,
 written and read in one place), `formatting` (the templates, HTML length, defusing, fitting
 a dispatch or prompt into one message), `protocol` (Telegram's limits, header, ports and
 refused URLs) and `config` (TelegramConnection, TelegramConfig). The adapter's class puts

@@ -28,6 +28,7 @@ from channels.base import (
 )
 from channels.telegram.approvals import TelegramApprovals
 from channels.telegram.config import TelegramConfig, TelegramConnection
+from channels.telegram.direct import PersonChats, direct_chat
 from channels.telegram.formatting import defuse, dispatch_html, visible_length
 from channels.telegram.keyboards import (
     Posted,
@@ -57,7 +58,7 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
     # reconcile=False: the Bot API has no way to find a message we sent, so a timed-out
     # send is retried blind (possibly posting twice) rather than lost.
     capabilities = Capabilities(buttons=True, threads=True, inbound=True, webhook=True, reconcile=False, front=True,
-                                approvals=True, edits=True)
+                                approvals=True, edits=True, direct=True)
     text_limit = TextLimit(MESSAGE_LIMIT)
     config: TelegramConnection  # a TelegramConfig unless it is a front of its own (no staff group)
 
@@ -83,6 +84,8 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
         # (chat id, message id) of a dispatch -> its HTML and keyboard, so a notice about a claim
         # can edit it: the Bot API cannot read a message back, and an edit replaces the whole text.
         self._dispatches = BoundedDict(DISPATCH_CACHE_LIMIT)
+        # People's private chats with open direct handoffs (channels/telegram/direct.py)
+        self._people = PersonChats()
 
     @classmethod
     def same_connection(cls, channel: ChannelConfig, front: ChannelConfig) -> bool:
@@ -127,13 +130,15 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
     async def send_dispatch(self, dispatch: Dispatch) -> Receipt:
         from telegram.constants import ParseMode
 
-        bot, staff, brief = self._bot(), self._staff_group(), dispatch.brief
+        bot, brief = self._bot(), dispatch.brief
+        person = self._person_chat(dispatch.direct) if dispatch.direct is not None else None
+        chat: int | str = person if person is not None else self._staff_group()
         topic_id = None
-        if self._is_forum:
+        if self._is_forum and person is None:
             topic_id = self._topics.get(brief.handoff_session_id)
             if topic_id is None:
                 name = clip(f"{brief.short_code} · {brief.subscriber_name or 'subscriber'}", 128)
-                topic = await self._call(bot.create_forum_topic(chat_id=staff, name=name), "createForumTopic")
+                topic = await self._call(bot.create_forum_topic(chat_id=chat, name=name), "createForumTopic")
                 topic_id = self._topics[brief.handoff_session_id] = topic.message_thread_id
         suffix = f"topic:{topic_id}" if topic_id else None
         buttons = []
@@ -144,16 +149,25 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
         rows = [[claim_button(suffix)], buttons] if brief.claimable else [buttons]
         text = dispatch_html(self._render, brief, in_topic=topic_id is not None)
         message = await self._call(bot.send_message(
-            chat_id=staff, text=text, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_markup=inline(rows),
+            chat_id=chat, text=text, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_markup=inline(rows),
             link_preview_options=self._no_preview(),
-        ), "sendMessage")
+        ), "sendMessage", direct=person)
         self._topics.pop(brief.handoff_session_id, None)
         self._dispatches[(message.chat.id, message.message_id)] = Posted(text, rows)
-        return Receipt(
-            message_id=str(message.message_id),
-            thread_key=f"{message.chat.id}:{suffix or message.message_id}",
-            thread={"chat_id": message.chat.id, "message_id": message.message_id, "topic_id": topic_id},
-        )
+        thread: dict[str, Any] = {"chat_id": message.chat.id, "message_id": message.message_id, "topic_id": topic_id}
+        if person is not None:  # the person's own chat: their plain messages there are their line
+            thread.update(direct=True, code=brief.short_code)
+            self._people.opened(message.chat.id, str(message.message_id), brief.short_code)
+        return Receipt(message_id=str(message.message_id), thread_key=f"{message.chat.id}:{suffix or message.message_id}",
+                       thread=thread)
+
+    @staticmethod
+    def _person_chat(address: str) -> int:
+        try:
+            return direct_chat(address)
+        except ValueError as exc:
+            raise PermanentChannelError(f"Telegram direct dispatch: {exc}", hint=(
+                f"internal error: the person's Telegram identity {address!r} is not a user id; link it again with /link")) from None
 
     async def send_relay(self, relay: Relay) -> Receipt:
         """A subscriber's words as a reply to the dispatch (inside its topic in a forum), in
@@ -179,6 +193,8 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
             posted = self._dispatches.get(dispatch)
             text = f"{posted.text}\n\n{parts[0]}" if posted is not None and len(parts) == 1 else None
             if text is not None and visible_length(text) <= MESSAGE_LIMIT and await self._edit_dispatch(dispatch, text):
+                if notice.thread.get("direct"):
+                    self._people.ended(dispatch[0], str(dispatch[1]))
                 return Receipt(message_id=str(dispatch[1]), thread_key=self._thread_key(notice.thread), thread=dict(notice.thread))
         receipt = await self._reply_in_thread(notice, notice.thread, parts, None)
         if dispatch is not None and notice.about in ("taken", "claimed"):
@@ -243,14 +259,20 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
         from telegram import ReplyParameters
         from telegram.constants import ParseMode
 
-        bot, staff = self._bot(), self._staff_group()
-        chat_id = thread.get("chat_id") or staff
+        bot = self._bot()
+        chat_id = thread.get("chat_id") or self._staff_group()
         dispatch_id, topic_id = thread.get("message_id"), thread.get("topic_id")
+        person = int(chat_id) if thread.get("direct") else None
         reply = ReplyParameters(message_id=dispatch_id, allow_sending_without_reply=True) if dispatch_id else None
         first = await self._send_parts(message, parts, lambda _index, part: bot.send_message(
             chat_id=chat_id, text=part, parse_mode=ParseMode.HTML, message_thread_id=topic_id, reply_parameters=reply,
             reply_markup=markup, link_preview_options=self._no_preview(),
-        ))
+        ), direct=person)
+        if person is not None and dispatch_id:  # what this process knows of the person's line (after a restart too)
+            if isinstance(message, Notice) and message.about in ("released", "taken"):
+                self._people.ended(person, str(dispatch_id))
+            else:
+                self._people.opened(person, str(dispatch_id), str(thread.get("code") or message.short_code))
         return Receipt(message_id=first, thread_key=self._thread_key(thread), thread=dict(thread))
 
     async def send_answer(self, answer: Answer) -> Receipt:

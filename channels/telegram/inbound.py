@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.runtime.bounded import BoundedDict
 from channels.base import (
+    AvailabilityRequest,
     ChannelAdapter,
     ChannelContext,
     ChatOpened,
@@ -40,7 +41,8 @@ from channels.base import (
     SubscriberText,
     UserActionAnswer,
 )
-from channels.linking import link_code
+from channels.linking import availability_command, link_code
+from channels.telegram.direct import PersonChats
 from channels.telegram.keyboards import (
     APPROVAL_CHOICES,
     APPROVAL_DATA,
@@ -52,6 +54,7 @@ from channels.telegram.keyboards import (
     Posted,
     suffix_from_data,
 )
+from channels.text import clip
 
 if TYPE_CHECKING:  # the SDK is imported where it is used, so config validation works without it
     from telegram import Message, Update
@@ -88,6 +91,7 @@ class TelegramInbound(ChannelAdapter):
     _username: str
     _prompts: BoundedDict[str, int]
     _dispatches: BoundedDict[tuple[int, int], Posted]
+    _people: PersonChats
 
     @property
     def _subscribers(self) -> bool:
@@ -104,15 +108,19 @@ class TelegramInbound(ChannelAdapter):
         if query is not None and isinstance(query.data, str) and query.data.startswith("cs:"):
             return self._satisfaction_press(query, dedupe_key)
         if update.message is not None and update.message.chat.type == "private" and update.message.chat.id != self._chat_id:
-            return self._from_subscriber(update.message, dedupe_key)  # (a staff "group" may be someone's own chat)
+            return self._private(update.message, dedupe_key)  # (a staff "group" may be someone's own chat)
         if query is not None:
             chat = query.message.chat if query.message else None
             suffix = suffix_from_data(query.data, query.message.message_id) if query.message else None
-            if query.from_user.is_bot or chat is None or chat.id != self._chat_id or suffix is None:
+            # In the staff group, or in a person's own chat, where a direct dispatch put the buttons
+            ours = chat is not None and (chat.id == self._chat_id or chat.type == "private")
+            if query.from_user.is_bot or chat is None or not ours or suffix is None:
                 return Parsed(callback_query_id=query.id)  # still answered, so the button stops spinning
             press, answer = HANDOFF_PRESSES[str(query.data).split(":", 1)[0]]
             if press is ClaimPress:
                 self._remember_dispatch(query.message)
+            if chat.type == "private":
+                self._people.focus(chat.id, suffix)
             message = press(thread_key=f"{chat.id}:{suffix}", author=_person(query.from_user), user_id=str(query.from_user.id),
                             dedupe_key=dedupe_key)
             return Parsed(message, query.id, answer)
@@ -123,6 +131,9 @@ class TelegramInbound(ChannelAdapter):
         text = msg.text or msg.caption  # service messages (joins, topic created, pins) have neither
         if author is None or not text or self._addressed_elsewhere(text):
             return Parsed()
+        availability = self._availability_request(msg, text, dedupe_key)
+        if availability.message is not None:
+            return availability
         suffix = self._suffix_of(msg)
         if suffix is None:
             return self._link_request(msg, text, dedupe_key)  # in the group, outside any handoff: only `/link` counts
@@ -142,16 +153,50 @@ class TelegramInbound(ChannelAdapter):
                            user_id=str(query.from_user.id), dedupe_key=dedupe_key)
         return Parsed(message, query.id, f"Your answer ({word}) is recorded; the prompt changes once it is decided.")
 
-    def _from_subscriber(self, msg: Message, dedupe_key: str) -> Parsed:
-        """A message in someone's private chat with the bot: a subscriber talking to the
-        front, when this bot serves one (else ignored, as a staff bot always did)."""
+    def _private(self, msg: Message, dedupe_key: str) -> Parsed:
+        """A message in someone's private chat with the bot: `/away`, `/back` or `/link` to
+        the desk; a person's answer to a handoff sent to them directly (a reply to one of its
+        messages, or a plain message on their line: channels/telegram/direct.py); else a
+        subscriber talking to the front, when this bot serves one (else ignored, as a staff
+        bot always did)."""
         user = msg.from_user
         if user is None or user.is_bot:
             return Parsed()
         text = (msg.text or "").replace("\x00", "\ufffd")
-        linking = self._link_request(msg, text, dedupe_key, deep_link=True)
-        if linking.message is not None or not self._subscribers:
-            return linking  # a staff bot hears nothing else in private chats
+        for command in (self._availability_request(msg, text, dedupe_key), self._link_request(msg, text, dedupe_key, deep_link=True)):
+            if command.message is not None:
+                return command
+        answer = self._direct_answer(msg, (text or msg.caption or "").replace("\x00", "\ufffd"), dedupe_key)
+        if answer is not None or not self._subscribers:
+            return answer or Parsed()  # a staff bot hears nothing else in private chats
+        return self._from_subscriber(msg, text, dedupe_key)
+
+    def _direct_answer(self, msg: Message, text: str, dedupe_key: str) -> Parsed | None:
+        """A person's words in their own chat about a handoff sent to them there: a reply to
+        one of its messages (named by their buttons), or a plain message on their line while
+        it has open handoffs; Parsed() when it only focused one (`#CODE` alone); None when the
+        message is about no handoff."""
+        chat = msg.chat.id
+        replied = msg.reply_to_message
+        suffix = self._button_suffix(replied) if replied is not None else None
+        if suffix is not None:
+            self._people.focus(chat, suffix)
+        elif _START.match(text):
+            return None  # opening the chat again (`/start`): for the front, not an answer
+        else:
+            routed = self._people.route(chat, text)
+            if routed is None:
+                return None
+            suffix, text = routed.suffix, routed.text
+        if not text.strip():
+            return Parsed()
+        return Parsed(RecipientText(thread_key=f"{chat}:{suffix}", text=text, author=self._author(msg) or "Telegram user",
+                                     user_id=_person_id(msg), dedupe_key=dedupe_key))
+
+    def _from_subscriber(self, msg: Message, text: str, dedupe_key: str) -> Parsed:
+        """A subscriber talking to the front in their private chat with the bot."""
+        user = msg.from_user
+        assert user is not None
         chat, author, user_id = str(msg.chat.id), _person(user), str(user.id)
         if _START.match(text):  # opening the chat (also `/start <payload>` from a t.me link): the core greets
             return Parsed(ChatOpened(chat=chat, author=author, user_id=user_id, dedupe_key=dedupe_key))
@@ -175,6 +220,18 @@ class TelegramInbound(ChannelAdapter):
                     "topic_id": msg.message_thread_id if msg.is_topic_message else None}
         author = self._author(msg) or "Telegram user"
         return Parsed(LinkRequest(code=code, reply_to=reply_to, author=author, user_id=_person_id(msg), dedupe_key=dedupe_key))
+
+    def _availability_request(self, msg: Message, text: str, dedupe_key: str) -> Parsed:
+        """`/away [note]` or `/back` written to the bot (in a private chat or the staff
+        group), answered as a reply to it in its chat; anything else: nothing."""
+        command = availability_command(text)
+        if command is None:
+            return Parsed()
+        reply_to = {"chat_id": msg.chat.id, "message_id": msg.message_id,
+                    "topic_id": msg.message_thread_id if msg.is_topic_message else None}
+        return Parsed(AvailabilityRequest(away=command.away, note=clip(command.note, 200) if command.note else None,
+                                          reply_to=reply_to, author=self._author(msg) or "Telegram user",
+                                          user_id=_person_id(msg), dedupe_key=dedupe_key))
 
     def _user_action_press(self, query: Any, dedupe_key: str) -> Parsed:
         """Done / Cancel / a step button under a user-action prompt in a subscriber's chat;
@@ -208,14 +265,21 @@ class TelegramInbound(ChannelAdapter):
         replied = msg.reply_to_message
         if replied is None or replied.from_user is None or replied.from_user.id != self._bot_id:
             return None  # not an answer to us: staff talking among themselves
+        # Our message without a button (a notice, itself a reply to the dispatch): in a
+        # supergroup the reply thread's root is the dispatch; otherwise the replied id.
+        return self._button_suffix(replied) or str(msg.message_thread_id or replied.message_id)
+
+    def _button_suffix(self, replied: Message) -> str | None:
+        """The handoff thread one of our bot's messages belongs to, by its buttons; None for
+        anyone else's message, or ours without a handoff's button."""
+        if replied.from_user is None or replied.from_user.id != self._bot_id:
+            return None
         for row in replied.reply_markup.inline_keyboard if replied.reply_markup else ():
             for button in row:
                 suffix = suffix_from_data(button.callback_data, replied.message_id)
                 if suffix is not None:
                     return suffix
-        # Our message without a button (a notice, itself a reply to the dispatch): in a
-        # supergroup the reply thread's root is the dispatch; otherwise the replied id.
-        return str(msg.message_thread_id or replied.message_id)
+        return None
 
     def _author(self, msg: Message) -> str | None:
         """The person who wrote, or None when it was a bot (ours or another)."""

@@ -99,13 +99,13 @@ class TelegramTransport(ChannelAdapter):
 
     async def _send_parts(
         self, outbound: Relay | Notice | ToSubscriber, parts: list[str], send: Callable[[int, str], Awaitable[Message]], *,
-        subscriber: str | None = None,
+        subscriber: str | None = None, direct: int | None = None,
     ) -> str:
         """Send one message's parts in order and return the first part's message id. The
         parts that went out are remembered by the outbox's delivery key (in this process), so
         when a later part fails the outbox's retry sends only the rest, not all again."""
         async def one(index: int, part: str) -> str:
-            return str((await self._call(send(index, part), "sendMessage", subscriber=subscriber)).message_id)
+            return str((await self._call(send(index, part), "sendMessage", subscriber=subscriber, direct=direct)).message_id)
 
         sent = [await self._parts_sent.send((outbound.delivery_key, index) if outbound.delivery_key else None,
                                             partial(one, index, part))
@@ -118,21 +118,23 @@ class TelegramTransport(ChannelAdapter):
 
         return LinkPreviewOptions(is_disabled=True)  # no preview card of the form link in the group
 
-    async def _call(self, awaitable: Any, method: str, *, subscriber: str | None = None) -> Any:
+    async def _call(self, awaitable: Any, method: str, *, subscriber: str | None = None, direct: int | None = None) -> Any:
         from telegram.error import TelegramError
 
         try:
             return await awaitable
         except TelegramError as exc:
-            raise self._error(exc, method, subscriber=subscriber) from None  # `from None`: PTB's text may hold the token
+            # `from None`: PTB's text may hold the token
+            raise self._error(exc, method, subscriber=subscriber, direct=direct) from None
 
     def _redact(self, text: str) -> str:
         token = self.config.bot_token.get_secret_value()
         return text.replace(token, "<bot_token>").replace(token.split(":", 1)[-1], "<bot_token>")
 
-    def _error(self, exc: Exception, method: str, *, subscriber: str | None = None) -> ChannelError:
+    def _error(self, exc: Exception, method: str, *, subscriber: str | None = None, direct: int | None = None) -> ChannelError:
         """Map a python-telegram-bot error to the core's typed errors (hints never hold the token).
-        `subscriber`: the request went to that subscriber's private chat, not the staff group."""
+        `subscriber`: the request went to that subscriber's private chat, not the staff group;
+        `direct`: to that person's own private chat (a direct dispatch and what follows it)."""
         import httpx
         from telegram import error as tg
 
@@ -149,6 +151,12 @@ class TelegramTransport(ChannelAdapter):
         if isinstance(exc, tg.ChatMigrated):
             return PermanentChannelError(f"the group moved to {exc.new_chat_id}", hint=(
                 f"the group became a supergroup with a new id; set chat_id: {exc.new_chat_id}"))
+        if direct is not None and (isinstance(exc, tg.Forbidden) or (
+                isinstance(exc, tg.BadRequest) and "chat not found" in detail.lower())):
+            # Permanent: the core tries the person's next way to be reached.
+            return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
+                f"Telegram cannot deliver to the private chat of user {direct} ({detail}): they have not started the bot, "
+                f"blocked it or deleted their account; they can open @{self._username} and press Start (or /link again)"))
         if isinstance(exc, tg.Forbidden) and subscriber is not None:
             return PermanentChannelError(f"Telegram {method}: {detail}", hint=(
                 f"Telegram refused to deliver to subscriber chat {subscriber} ({detail}): they blocked the bot or deleted "

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from bot.runtime.bounded import BoundedDict
 from channels import base
 from channels.text import SentParts
-from channels.whatsapp.config import WhatsAppConfig, WhatsAppConnection, number_or_none
+from channels.whatsapp.config import WhatsAppConfig, WhatsAppConnection, normalise_number, number_or_none
 from channels.whatsapp.formatting import WhatsAppFormatting
 from channels.whatsapp.transport import TwilioMessage, WhatsAppTransport
 from channels.whatsapp.webhooks import LINE_KEY, WhatsAppWebhooks
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 SENT_MEMORY = 10_000  # (delivery key, number, part) → MessageSid, so a retry skips numbers already reached
+DIRECT_LINES = 10_000  # people's numbers remembered as lines of their own
 
 
 class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
@@ -38,7 +40,7 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
     # No threads: every handoff shares the line (thread_key "whatsapp"); the core routes replies.
     # reconcile=False: a lost answer is retried (possibly sent twice) rather than lost.
     capabilities = base.Capabilities(buttons=False, threads=False, inbound=True, webhook=True, reconcile=False, front=True,
-                                     approvals=True)
+                                     approvals=True, direct=True)
     webhook_media_types = frozenset({"application/x-www-form-urlencoded"})  # Twilio posts forms
     config: WhatsAppConnection  # a WhatsAppConfig unless it is a front of its own (no staff numbers)
 
@@ -48,6 +50,9 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
         self._client: Client | None = None
         self._validator: Any = None
         self._sent = SentParts(SENT_MEMORY)  # (delivery key, number, part) → MessageSid
+        # number → {handoff id: short code} of the handoffs sent to it directly and still open
+        # there, as this process saw them go out (channels/whatsapp/webhooks.py says why)
+        self._direct_lines: BoundedDict[str, dict[str, str]] = BoundedDict(DIRECT_LINES)
         self.account_name: str | None = None
 
     @classmethod
@@ -114,11 +119,53 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
         return await self._on_the_line(notice, [TwilioMessage(body=part) for part in self._notice_parts(notice)])
 
     async def _on_the_line(self, outbound: base.HandoffMessage, messages: list[TwilioMessage]) -> base.Receipt:
-        """A handoff's message to every staff number: they share one line (no threads)."""
+        """A handoff's message to every staff number: they share one line (no threads); or,
+        sent to one person directly, to their number alone, on the line of their own."""
+        person = self._person_of(outbound)
+        if person is not None:
+            return await self._to_person(outbound, person, messages)
         staff = self._staff_numbers()
         sids = await self._to_everyone(self._require_client(), outbound, staff, messages)
         first = next((sids[n] for n in staff if n in sids), None)
         return base.Receipt(message_id=first, thread_key=LINE_KEY, thread={"line": LINE_KEY})
+
+    def _person_of(self, outbound: base.HandoffMessage) -> str | None:
+        """The number a handoff's message goes to directly (`Dispatch.direct`, then its
+        thread's `direct`), normalised as linking stores it; None: the staff's line."""
+        address = outbound.direct if isinstance(outbound, base.Dispatch) else outbound.thread.get("direct")
+        if address is None:
+            return None
+        try:
+            return normalise_number(str(address))
+        except ValueError as exc:
+            raise base.PermanentChannelError(f"WhatsApp direct dispatch: {exc}", hint=(
+                f"the person's WhatsApp identity {address!r} is not a number in E.164 form; link it again from their phone"
+            )) from None
+
+    async def _to_person(self, outbound: base.HandoffMessage, number: str, messages: list[TwilioMessage]) -> base.Receipt:
+        """To one person's own number: its thread_key is the number, a line of its own, so
+        their replies go to their handoffs (#CODE picks one) and never to the staff's line."""
+        try:
+            sid = await self._to_one(self._require_client(), outbound, number, messages)
+        except base.PermanentChannelError as exc:
+            if isinstance(exc, base.ChannelAuthError):
+                raise
+            raise base.PermanentChannelError(str(exc), hint=(
+                f"{exc.hint.removesuffix(': check `to`')}: the person's linked WhatsApp number cannot be reached; "
+                "they can link the right one with /link")) from None
+        # The handoff's code as the core addresses it on a line (the brief's; kept in the thread)
+        code = str(outbound.brief.short_code if isinstance(outbound, base.Dispatch) else outbound.thread.get("code")
+                   or outbound.short_code)
+        line = self._direct_lines.get(number) or {}
+        if isinstance(outbound, base.Notice) and outbound.about in ("released", "taken"):
+            line.pop(outbound.handoff_id, None)
+        else:
+            line[outbound.handoff_id] = code
+        if line:
+            self._direct_lines[number] = line
+        else:
+            self._direct_lines.pop(number, None)
+        return base.Receipt(message_id=sid, thread_key=number, thread={"line": number, "direct": number, "code": code})
 
     # Approvals are not a handoff's: no short code, not on the line's thread (replies route to handoffs).
     async def send_approval_prompt(self, prompt: base.ApprovalPrompt) -> base.Receipt:

@@ -5,6 +5,13 @@ verified before anything is taken, then turned into typed events.
   public URL and the form parameters with the auth token, compared in constant time by the
   SDK's RequestValidator), checked on the raw body's parameters, a repeated key with each
   of its values: otherwise 403 and nothing is stored.
+- **People reached directly.** A handoff sent to one person's own number (`Dispatch.direct`)
+  is on a line of its own, whose thread_key is the number ("whatsapp:+E.164"): while this
+  process knows the number has open direct handoffs (from the messages it sent there), what
+  it writes goes to that line, where the core routes it like the staff's (`#CODE` picks one),
+  except a `#CODE` of none of them from a staff number, which goes to the staff's line. The
+  knowledge comes from what is sent, so after a restart it returns with the next message to
+  the number; until then its messages are what they were (staff line, subscriber or ignored).
 - **Strangers.** Only messages from the staff numbers (`to`) to our sender are answers to
   the handoffs (RecipientText on the shared line); anyone else who writes is a subscriber
   with a conversation of their own (SubscriberText) when the adapter serves a front, and
@@ -17,11 +24,13 @@ verified before anything is taken, then turned into typed events.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qsl
 
 import structlog
 
+from bot.runtime.bounded import BoundedDict
 from channels.base import (
     ChannelAdapter,
     ChannelContext,
@@ -37,6 +46,7 @@ from channels.whatsapp.transport import hint_for_code
 
 log = structlog.get_logger(__name__)
 
+_ADDRESS = re.compile(r"^\s*#([A-Za-z0-9]{4})(?=[\s:,]|$)")  # a shared line's `#CODE` (bot/flow/shared_lines.py)
 LINE_KEY = "whatsapp"  # the thread_key of every handoff on a WhatsApp channel: one shared line
 SIGNATURE_HEADER = "x-twilio-signature"
 EMPTY_TWIML = b'<?xml version="1.0" encoding="UTF-8"?><Response/>'
@@ -60,6 +70,7 @@ class WhatsAppWebhooks(ChannelAdapter):
     config: WhatsAppConnection  # a WhatsAppConfig unless it is a front of its own (no staff numbers)
     _validator: Any
     _ctx: ChannelContext | None
+    _direct_lines: BoundedDict[str, dict[str, str]]
 
     @property
     def staff(self) -> tuple[str, ...]:
@@ -102,9 +113,10 @@ class WhatsAppWebhooks(ChannelAdapter):
         if receiver != self.config.from_number:
             log.warning("whatsapp_webhook_ignored", channel_id=self.id, reason=f"addressed to {params.get('To')}, not to our sender")
             return None
-        if sender is not None and sender not in self.staff and self._serves_subscribers:
+        line = self._line_of(sender, params)
+        if line is None and sender is not None and sender not in self.staff and self._serves_subscribers:
             return self._subscriber_message(params)
-        if sender not in self.staff:
+        if line is None and sender not in self.staff:
             log.warning("whatsapp_unknown_sender", channel_id=self.id, sender=params.get("From"),
                         hint="only the numbers in `to` can answer handoffs; add it there to let it answer")
             return None
@@ -118,8 +130,19 @@ class WhatsAppWebhooks(ChannelAdapter):
         text = _text(params, extras)
         if not sid or not text:
             return None
-        author = _profile_name(params) or sender.removeprefix("whatsapp:")
-        return RecipientText(thread_key=LINE_KEY, text=text, author=author, user_id=sender, dedupe_key=f"message:{sid}")
+        author = _profile_name(params) or (sender or "").removeprefix("whatsapp:")
+        return RecipientText(thread_key=line or LINE_KEY, text=text, author=author, user_id=sender, dedupe_key=f"message:{sid}")
+
+    def _line_of(self, sender: str | None, params: dict[str, str]) -> str | None:
+        """The person's own line when `sender` has open direct handoffs (the number is its
+        thread_key), unless a staff number addresses a `#CODE` of none of them; else None."""
+        line = self._direct_lines.get(sender) if sender else None
+        if not line:
+            return None
+        address = _ADDRESS.match(params.get("Body") or "")
+        if address is not None and sender in self.staff and address.group(1).upper() not in line.values():
+            return None  # a handoff of the staff's line
+        return sender
 
     def _subscriber_message(self, params: dict[str, str]) -> SubscriberText | None:
         """A subscriber writing to the sender: their number is their chat (one conversation),
