@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from channels.base import ChannelConfig, service_url
+from channels.base import ChannelConfig
+from channels.config_checks import service_url
 from channels.discord.protocol import DEFAULT_API, DEFAULT_GATEWAY
 
 

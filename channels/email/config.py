@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from channels.base import ChannelConfig, clean_recipients
+from channels.base import ChannelConfig
+from channels.config_checks import clean_recipients
 from channels.email.text import one_line
 
 _ADDRESS = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")

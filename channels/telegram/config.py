@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator
 
-from channels.base import ChannelConfig, service_url
+from channels.base import ChannelConfig
+from channels.config_checks import service_url
 
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 _CHAT_NAME = re.compile(r"^@[A-Za-z][A-Za-z0-9_]{3,31}$")

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AliasChoices, BeforeValidator, Field, SecretStr
 
-from channels.base import ChannelConfig, clean_recipients, service_url
+from channels.base import ChannelConfig
+from channels.config_checks import clean_recipients, service_url
 
 TWILIO_API = "https://api.twilio.com"
 _E164 = re.compile(r"^\+[1-9]\d{6,14}$")
