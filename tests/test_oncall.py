@@ -5,11 +5,14 @@ covers Ben 2026-12-24 18:00 – 2026-12-25 08:00)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import re
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 
 from bot.config import HoursConfig, OnCallConfig
 from bot.domain.oncall import (
@@ -216,3 +219,36 @@ def test_a_timeline_runs_over_its_range_with_the_real_times_of_its_ends() -> Non
     [shift] = timeline(config, [], berlin("2026-12-08 00:00"), berlin("2026-12-09 00:00"), {})
     assert (wall(shift.starts_at), wall(shift.ends_at)) == ("2026-12-07 09:00 CET", "2026-12-14 09:00 CET")
     assert next_shifts(config, [], berlin("2026-12-08 00:00"), {}, within=timedelta(days=1)) == []
+
+
+# --------------------------------------------------------------------------- check-config
+
+
+def test_check_config_reports_the_gaps_of_the_next_fortnight_and_disabled_people(tmp_path: Path) -> None:
+    from tests.test_cli import handoff
+
+    monday = date.today() - timedelta(days=date.today().weekday())
+    path = tmp_path / "desk.yaml"
+    path.write_text(yaml.safe_dump({
+        "channels": [{"id": 1, "kind": "owner_inbox", "label": "Inbox"}],
+        "people": [{"id": "kim", "name": "Kim", "email": "kim@example.com"},
+                   {"id": "lee", "name": "Lee", "email": "lee@example.com", "disabled": True}],
+        "hours": {"nights": {"timezone": "Europe/Berlin", "weekly": {"mon-sun": "00:00-08:00, 18:00-24:00"}}},
+        "oncall": [{"id": "nights", "label": "Nights", "timezone": "Europe/Berlin", "layers": [
+            {"name": "nights", "people": ["kim", "lee"], "shift": "7d", "start": monday.isoformat(), "hours": "nights"}]}],
+    }))
+    result = handoff("check-config", str(path))
+    assert result.returncode == 0, result.stderr
+    gap = re.compile(r"  warning: oncall\[0\] \(nights\): nobody is on call \w{3} \d\d \w{3} \d\d:\d\d – \w{3} \d\d \w{3} 18:00 "
+                     r"\(Europe/Berlin\), and 1[345] more time\(s\) in the next 14 days \(\d+ h in all\); "
+                     r"add a layer or a person, or an override$", re.M)
+    assert gap.search(result.stdout), result.stdout
+    assert ("  warning: oncall[0].layers[0].people[1]: lee is disabled (people[1].disabled), so nobody is reached on their "
+            "shifts of nights; remove them from the rotation, enable them, or cover them with an override") in result.stdout
+
+    data = yaml.safe_load(path.read_text())
+    data["oncall"][0]["layers"][0]["people"].append("kym")
+    path.write_text(yaml.safe_dump(data))
+    refused = handoff("check-config", str(path))
+    assert refused.returncode == 2
+    assert "oncall[0].layers[0].people[2]: no person 'kym' (declared: kim, lee); did you mean 'kim'? under people:" in refused.stderr
