@@ -73,7 +73,7 @@ def serve(
                 typer.echo(f"  {problem}", err=True)
             raise typer.Exit(code=2)
     configure_logging(cfg.logging.level, cfg.logging.format)
-    for warning in config_warnings(cfg):
+    for warning in _warnings(cfg):
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"Handoff Desk on http://{cfg.server.host}:{cfg.server.port}  (inbox: {cfg.public_url}/inbox)", err=True)
     desk = Desk(cfg)
@@ -105,13 +105,23 @@ def check_config(
                f"database: {cfg.database_url.split(':', 1)[0]})")
     for line in _front_lines(cfg):
         typer.echo(f"  {line}")
-    warnings = config_warnings(cfg)
+    warnings = _warnings(cfg)
     if warnings:  # the config is valid (exit 0); these are worth a look before going live
         typer.echo(f"{file}: {len(warnings)} warning(s):")
         for warning in warnings:
             typer.echo(f"  warning: {warning}")
     if probe and not asyncio.run(_probe(cfg)):
         raise typer.Exit(code=1)
+
+
+def _warnings(cfg: Config) -> list[str]:
+    """The config's warnings, and the on-call schedules' gaps in the next 14 days from now
+    (worked out by the domain's engine, which the config does not import)."""
+    from datetime import UTC, datetime
+
+    from bot.domain.oncall import gap_warnings
+
+    return [*config_warnings(cfg), *gap_warnings(cfg, datetime.now(UTC))]
 
 
 def _front_lines(cfg: Config) -> list[str]:

@@ -36,6 +36,7 @@ from bot.domain.handoffs import (
 from bot.domain.hours import OfficeHours
 from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.offers import Reach
+from bot.domain.oncall_service import OnCall
 from bot.domain.people import ApiTokens, Invitations, LinkCodes, PasswordSignIn, People, SecondFactor, Sessions
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
@@ -140,7 +141,8 @@ class Desk:
                                        public_url=config.public_url, ttl=config.sign_in.invitation_ttl, clock=self.clock)
         self.forms = FormLinks(secret_keys=config.signing_keys, public_url=config.public_url, ttl=config.handoff.form_link_ttl)
         self.hours = OfficeHours(config.hours, self.clock)  # the handoffs' ladders and the approvals' alike
-        self.reach = Reach(channels=self.channels, teams=config.teams, schedules=config.hours)
+        self.oncall = OnCall(self.db, self.clock, config.oncall, config.hours, self.metrics)  # who is on call, overrides
+        self.reach = Reach(channels=self.channels, teams=config.teams, schedules=config.hours, oncall=self.oncall)
         self.handoffs = Handoffs(
             db=self.db, clock=self.clock, settings=config.handoff, channels=self.channels, outbox=self.outbox,
             renderer=self.renderer, metrics=self.metrics, forms=self.forms,

@@ -181,4 +181,20 @@ def config_warnings(config: Config) -> list[str]:
             warnings.append(f"{where}.base_url: not set, so the agent calls OpenAI's hosted API ({agent.base_url}) "
                             "and sends it the conversations; set base_url to your own server (such as "
                             "http://127.0.0.1:11434/v1), or write that address as base_url if you mean it")
+    warnings += _disabled_on_call(config)
     return warnings
+
+
+def _disabled_on_call(config: Config) -> list[str]:
+    """People on a schedule's layer whom `people:` disables: their shifts reach nobody."""
+    disabled = {p.id: index for index, p in enumerate(config.people) if p.disabled}
+    found = []
+    for s_index, schedule in enumerate(config.oncall):
+        for l_index, layer in enumerate(schedule.layers):
+            for p_index, name in enumerate(layer.people):
+                if name in disabled:
+                    found.append(
+                        f"oncall[{s_index}].layers[{l_index}].people[{p_index}]: {name} is disabled "
+                        f"(people[{disabled[name]}].disabled), so nobody is reached on their shifts of {schedule.id}; "
+                        "remove them from the rotation, enable them, or cover them with an override")
+    return found

@@ -70,6 +70,9 @@ class Metrics:
             ["channel_kind", "route"], buckets=MINUTES_TO_HOURS, registry=r)
         self.satisfaction = Counter(
             "handoff_satisfaction", "Answers to the satisfaction question after a handoff (yes, no)", ["answer"], registry=r)
+        self.oncall_gaps = Gauge(
+            "handoff_oncall_gaps_seconds", "Seconds in the next 7 days when nobody is on call, per on-call schedule "
+            "(computed as /metrics is scraped)", ["schedule"], registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
 
     def exposition(self) -> bytes:

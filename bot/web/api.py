@@ -52,6 +52,7 @@ from bot.web.deps import (
     HandoffsDep,
     InboundDep,
     MetricsDep,
+    OnCallDep,
     QueriesDep,
     RouterDep,
     SatisfactionDep,
@@ -557,8 +558,10 @@ async def healthz(queries: QueriesDep, channels: ChannelsDep) -> JSONResponse:
 
 
 @public.get("/metrics")
-async def metrics(request: Request, metrics: MetricsDep, config: ConfigDep) -> Response:
+async def metrics(request: Request, metrics: MetricsDep, config: ConfigDep, oncall: OnCallDep) -> Response:
     """Prometheus metrics; behind `Authorization: Bearer <metrics.token>` when one is set (the
-    counts say how busy the desk is and which channels are down)."""
+    counts say how busy the desk is and which channels are down). The on-call gaps are
+    worked out now, for this scrape."""
     _require_bearer(request, config.metrics.token, "metrics.token")
+    await oncall.measure()
     return Response(metrics.exposition(), media_type=CONTENT_TYPE)

@@ -27,6 +27,7 @@ from bot.domain.approvals import Approvals
 from bot.domain.conversations import Conversations
 from bot.domain.handoffs import Handoffs
 from bot.domain.idempotency import IdempotencyKeys
+from bot.domain.oncall_service import OnCall
 from bot.domain.people.roster import Roster
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
@@ -124,6 +125,10 @@ async def roster_of(request: Request) -> Roster:
     return roster_of_desk(app_desk(request))
 
 
+async def oncall_of(request: Request) -> OnCall:
+    return app_desk(request).oncall
+
+
 async def bus_of(request: Request) -> ConversationBus:
     return app_desk(request).bus
 
@@ -149,3 +154,4 @@ FormLinksDep = Annotated[FormLinks, Depends(form_links_of)]
 BusDep = Annotated[ConversationBus, Depends(bus_of)]
 MetricsDep = Annotated[Metrics, Depends(metrics_of)]
 RosterDep = Annotated[Roster, Depends(roster_of)]
+OnCallDep = Annotated[OnCall, Depends(oncall_of)]
