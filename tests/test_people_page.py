@@ -104,11 +104,11 @@ async def test_the_directory_shows_each_person_and_who_holds_what(start_desk: St
         words = text(html)
         assert "<b>Ben</b>" not in html and "&lt;b&gt;Ben&lt;/b&gt;" in html
         row = words[words.index("&lt;b&gt;Ben&lt;/b&gt; ben"):]
-        assert row.startswith(f"&lt;b&gt;Ben&lt;/b&gt; ben ben@example.com agent UTC slack: U024BE7LH, U999 telegram: 501 cli enabled "
+        assert row.startswith(f"&lt;b&gt;Ben&lt;/b&gt; ben ben@example.com agent UTC slack: U024BE7LH, U999 telegram: 501 cli enabled available "
                               f"{harness.desk.clock.now().strftime('%Y-%m-%d %H:%M')} UTC 1: #{code}")
         assert f'href="/inbox/handoffs/{sid}"' in html
-        assert "Carol carol carol@example.com viewer UTC none cli disabled never 0" in words
-        assert "Olga from Support olga olga@example.com admin Europe/Berlin none config (YAML) enabled" in words
+        assert "Carol carol carol@example.com viewer UTC none cli disabled disabled never 0" in words
+        assert "Olga from Support olga olga@example.com admin Europe/Berlin none config (YAML) enabled available" in words
         assert "the file wins for the fields it declares" in words
         detail = text((await admin.get("/inbox/people/olga")).text)
         assert "is declared in the config's people: . What you change here lasts until the next start" in detail

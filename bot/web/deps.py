@@ -117,7 +117,7 @@ def roster_of_desk(desk: Desk) -> Roster:
     the people API and the command line alike. Its links come from the desk's `invitations`
     (the sign-in side) when this build has them."""
     return Roster(desk.people, desk.db, owner_token=desk.config.owner.token is not None,
-                  links=desk.invitations)
+                  links=desk.invitations, availability=desk.availability)
 
 
 async def roster_of(request: Request) -> Roster:

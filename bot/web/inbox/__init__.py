@@ -57,14 +57,27 @@ the password and the TOTP code), second_step.py (the TOTP step), welcome.py (inv
 reset links), account.py (your own account: password, TOTP, sessions), view.py (`InboxView`: what the pages
 show), listing.py (the list and its live updates), handoff_page.py (a handoff's page and its
 live transcript), actions.py (reply, release, claim, new form link, decide an approval),
-people_page.py (the admin's people pages).
+people_page.py (the admin's people pages), reach_page.py (available or away, and how the desk
+reaches you).
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bot.web.inbox import account, actions, handoff_page, linking_page, listing, login, people_page, second_step, sso, welcome
+from bot.web.inbox import (
+    account,
+    actions,
+    handoff_page,
+    linking_page,
+    listing,
+    login,
+    people_page,
+    reach_page,
+    second_step,
+    sso,
+    welcome,
+)
 from bot.web.inbox.owner import SignedIn, install_inbox_errors, needs, page, posts, session_of
 from bot.web.inbox.view import InboxView
 
@@ -80,6 +93,7 @@ inbox.include_router(welcome.router)
 inbox.include_router(account.router)
 inbox.include_router(people_page.router)
 inbox.include_router(linking_page.router)  # until the account page takes it in
+inbox.include_router(reach_page.router)
 
 __all__ = [
     "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",
