@@ -23,23 +23,15 @@ from fastapi.responses import Response
 from bot.config.people import Role
 from bot.desk import Desk
 from bot.domain.people.availability import InvalidAvailability
-from bot.domain.people.contact import ContactView, contact_view, direct_channels, moved
-from bot.domain.people.reach import DirectChannel, Presence
+from bot.domain.people.contact import ContactView, contact_view, moved
+from bot.domain.people.reach import Presence
 from bot.errors import DeskError
 from bot.store.models import Person
-from bot.web.deps import app_desk
+from bot.web.deps import app_desk, desk_direct_channels
 from bot.web.inbox.owner import SignedIn, posts, redirect
 
 router = APIRouter()
 ACCOUNT = "/inbox/account"
-
-
-def desk_direct_channels(desk: Desk) -> list[DirectChannel]:
-    """The desk's channels that can send to one person, under their identities' kind."""
-    def kind_of(cid: int) -> str:
-        configured = desk.config.channel(cid)
-        return configured.kind if configured is not None else getattr(desk.channels.get(cid), "kind", "unknown")
-    return direct_channels(desk.channels.adapters(), kind_of)
 
 
 def order_from_file(desk: Desk, pid: str) -> bool:
