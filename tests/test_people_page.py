@@ -244,3 +244,32 @@ async def test_sign_in_links_to_pass_on(start_desk: StartDesk) -> None:
         assert "Invitation link for Ben" in invited.text
         wrong = await admin.post("/inbox/people/ben/link", data={"csrf": token, "kind": "master-key"})
         assert wrong.status_code == 400 and "kind: expected invite or reset" in wrong.text
+
+
+async def test_an_admin_sees_presence_and_workload_and_sets_someone_away_and_back(start_desk: StartDesk) -> None:
+    harness = await start_desk(owner={"token": "owner-secret"})
+    olga = await person(harness, "olga", Role.ADMIN, name="Olga")
+    await person(harness, "ben", name="Ben")
+    async with harness.desk.db.transaction() as session:  # as the YAML's max_concurrent sets it
+        await session.execute(update(Person).where(col(Person.id) == "ben").values(max_concurrent=2))
+    async with signed_in(harness, olga) as admin:
+        token = await csrf(admin, "/inbox/people/ben")
+        went = await admin.post("/inbox/people/ben/availability",
+                                data={"csrf": token, "away": "1", "note": "on leave", "until": "2099-01-02T09:00"})
+        assert notice(went).startswith("Ben is away until 2099-01-02 09:00 (UTC).")
+        words = text((await admin.get("/inbox/people")).text)
+        since = harness.desk.clock.now().strftime("%Y-%m-%d %H:%M")
+        assert f"cli enabled away since {since} UTC, until 2099-01-02 09:00 UTC: on leave" in words
+        assert "0 of 2" in words
+        detail = text((await admin.get("/inbox/people/ben")).text)
+        assert "Presence away since" in detail and "Set available" in detail and "Holds now 0 of 2" in detail
+        bad = await admin.post("/inbox/people/ben/availability", data={"csrf": token, "away": "maybe"})
+        assert notice(bad) == "away: expected 1 (away) or 0 (available), got 'maybe'#availability"
+        back = await admin.post("/inbox/people/ben/availability", data={"csrf": token, "away": "0"})
+        assert notice(back).startswith("Ben is available.")
+        assert (await admin.post("/inbox/people/nobody/availability", data={"csrf": token, "away": "0"})).status_code == 404
+    async with harness.desk.db.read() as session:
+        rows = (await session.scalars(select(HandoffEvent).where(
+            col(HandoffEvent.kind).in_(("person_away", "person_available"))).order_by(col(HandoffEvent.id)))).all()
+    assert [(r.kind, r.person_id, r.actor) for r in rows] == [
+        ("person_away", "ben", "Olga (inbox)"), ("person_available", "ben", "Olga (inbox)")]
