@@ -281,7 +281,7 @@ def _on_roster(config: Path, work: Callable[[Roster], Awaitable[None]]) -> None:
         asyncio.run(run())
     except DeskError as exc:
         typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(code=2 if isinstance(exc, InvalidPerson) else 1) from None
+        raise typer.Exit(code=2 if isinstance(exc, InvalidPerson) or exc.status == 422 else 1) from None
 
 
 PERSON_ID = typer.Argument(..., metavar="ID", help="The person's id, such as olga.")
@@ -425,6 +425,43 @@ def people_set_role(
     async def work(roster: Roster) -> None:
         person = await roster.update(pid, role=role, actor="cli")
         typer.echo(f"{person.id} ({person.name}) is {person.role} now")
+
+    _on_roster(config, work)
+
+
+@people_app.command("away")
+def people_away(
+    pid: str = PERSON_ID,
+    note: str | None = typer.Option(None, "--note", help="What their status says, such as 'on leave' (200 characters)."),
+    until: str | None = typer.Option(None, "--until", help="Until when, ISO 8601 with a timezone: 2026-12-24T18:00+01:00."),
+    config: Path = CONFIG_OPTION,
+) -> None:
+    """Set a person away: teams and on-call schedules pass them over until `back` (or --until)."""
+    from datetime import datetime
+
+    from bot.domain.people.availability import InvalidAvailability
+
+    async def work(roster: Roster) -> None:
+        try:
+            moment = datetime.fromisoformat(until) if until else None
+        except ValueError:
+            raise InvalidAvailability(f"until: expected ISO 8601 with a timezone such as 2026-12-24T18:00+01:00, "
+                                      f"got {until!r}") from None
+        assert roster.availability is not None  # roster_of_desk builds it with the desk's
+        person = await roster.availability.set_away(pid, until=moment, note=note, via="cli", actor="cli")
+        typer.echo(f"{person.id} ({person.name}) is away" + (f" until {person.away_until.isoformat()}" if person.away_until else ""))
+
+    _on_roster(config, work)
+
+
+@people_app.command("back")
+def people_back(pid: str = PERSON_ID, config: Path = CONFIG_OPTION) -> None:
+    """Set a person available again."""
+
+    async def work(roster: Roster) -> None:
+        assert roster.availability is not None  # roster_of_desk builds it with the desk's
+        person = await roster.availability.set_available(pid, via="cli", actor="cli")
+        typer.echo(f"{person.id} ({person.name}) is available")
 
     _on_roster(config, work)
 

@@ -38,6 +38,7 @@ from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.offers import Reach
 from bot.domain.oncall_service import OnCall
 from bot.domain.people import ApiTokens, Invitations, LinkCodes, PasswordSignIn, People, SecondFactor, Sessions
+from bot.domain.people.availability import Availability
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
 from bot.domain.reports import Reports
@@ -45,6 +46,7 @@ from bot.domain.revocations import Revocations
 from bot.domain.satisfaction import Satisfaction
 from bot.domain.timers import IdleTimers
 from bot.domain.user_actions import UserActions, UserActionSettled
+from bot.flow.availability import ChannelAvailability
 from bot.flow.fronts import Fronts
 from bot.flow.inbound import Inbound
 from bot.flow.linking import ChannelLinking
@@ -132,6 +134,7 @@ class Desk:
         self.revocations = Revocations(self.db, self.clock)
         # The people of the desk, their sessions, tokens and link codes (bot/domain/people/)
         self.people = People(self.db, self.clock)
+        self.availability = Availability(self.db, self.clock, self.people, config.hours)  # away, back, presence
         self.sessions = Sessions(self.db, self.clock, config.sign_in)
         self.api_tokens = ApiTokens(self.db, self.clock)
         self.link_codes = LinkCodes(self.db, self.clock, self.people)
@@ -201,6 +204,10 @@ class Desk:
             late_failure=self.outbox.record_late_failure,
             owner=self.instances.id, dead_after=lambda: self.instances.dead_after,
             people=self.people, identity_kind=self._identity_kind,
+            availability=ChannelAvailability(
+                db=self.db, clock=self.clock, people=self.people, availability=self.availability, outbox=self.outbox,
+                renderer=self.renderer, kind_of=self._identity_kind, public_url=config.public_url,
+            ),
             linking=ChannelLinking(
                 db=self.db, clock=self.clock, codes=self.link_codes, handoffs=self.handoffs, lines=lines,
                 outbox=self.outbox, renderer=self.renderer, kind_of=self._identity_kind, shared_line=self._shared_line,

@@ -150,3 +150,10 @@ class FrontChannel(ScriptedChannel):
 
     def to_chat(self, chat: str) -> list[ToSubscriber]:
         return [o for o in self.sent if isinstance(o, ToSubscriber) and o.chat == chat]
+
+
+class DirectScriptedChannel(ScriptedChannel):
+    """A scripted channel that can send to one person (`Capabilities.direct`): configured
+    under a provider's kind (telegram, slack …), it is one of a person's contact methods."""
+
+    capabilities = Capabilities(threads=True, inbound=True, direct=True)

@@ -3,14 +3,20 @@ sessions and "sign out everywhere"; a disabled person's session ends at their ne
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from urllib.parse import unquote
+from zoneinfo import ZoneInfo
 
 import httpx
 import pyotp
+from sqlalchemy import select
+from sqlmodel import col
 
 from bot.config.people import Role
 from bot.domain.people import totp_on
-from bot.domain.people.credentials import verify_password
+from bot.domain.people.credentials import hash_password, verify_password
+from bot.store.models import HandoffEvent
 from tests.accounts import (
     OWNER_TOKEN,
     PASSWORD,
@@ -22,7 +28,8 @@ from tests.accounts import (
     sign_in,
     turn_on_totp,
 )
-from tests.conftest import StartDesk
+from tests.conftest import TELEGRAM_TOKEN, StartDesk
+from tests.fakes import DirectScriptedChannel
 
 NEW_PASSWORD = "a much better passphrase"
 
@@ -183,3 +190,111 @@ async def test_a_disabled_person_is_signed_out_at_their_next_request(start_desk:
     assert (await client.get("/inbox")).headers["location"] == "/inbox/login?next=/inbox"
     assert (await client.post("/inbox/account/sign-out-everywhere", data={"csrf": csrf})).status_code == 401
     assert (await sign_in(browser(harness))).status_code == 401
+
+
+# --------------------------------------------------------------------------- available or away, and how the desk reaches you
+
+DIRECT = [
+    {"id": 1, "kind": "owner_inbox", "label": "Owner inbox"},
+    {"id": 2, "kind": "telegram", "label": "Telegram staff", "bot_token": TELEGRAM_TOKEN, "chat_id": -100123,
+     "api_base_url": "http://127.0.0.1:9", "mode": "webhook", "webhook_secret": "test_webhook-secret-1"},
+    {"id": 3, "kind": "slack", "label": "Slack support", "bot_token": "xoxb-test-token", "channel": "C0HANDOFF",
+     "signing_secret": "slack-signing-secret-for-tests", "api_base_url": "http://127.0.0.1:9"},
+]
+
+
+def words(html: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
+async def test_the_availability_switch_sets_away_with_a_note_and_until_then_available(start_desk: StartDesk) -> None:
+    harness, clock = await desk_with_people(start_desk)
+    await add_person(harness.desk)
+    await harness.desk.people.update("olga", actor="test", timezone="Europe/Berlin")
+    client = harness.client
+    csrf = await signed_in(client)
+    until = (clock.now() + timedelta(days=1)).astimezone(ZoneInfo("Europe/Berlin")).replace(second=0, microsecond=0)
+    typed = until.strftime("%Y-%m-%dT%H:%M")
+    assert "Available" in words((await client.get("/inbox/account")).text)
+    refused = await client.post("/inbox/account/availability", data={"away": "1"})  # no form token
+    assert refused.status_code == 403
+    bad = await client.post("/inbox/account/availability", data={"csrf": csrf, "away": "1", "until": "tomorrow"})
+    assert bad.status_code == 422
+    assert "until: expected a date and time such as 2026-12-24T18:00, got &#39;tomorrow&#39;" in bad.text
+    assert re.search(r'id="away-until" name="until" type="datetime-local"\s+aria-invalid="true"', bad.text)
+    went = await client.post("/inbox/account/availability", data={"csrf": csrf, "away": "1", "note": "dentist", "until": typed})
+    assert went.status_code == 303
+    assert unquote(went.headers["location"]) == (
+        f"/inbox/account?notice=Olga Petrova is away until {until.strftime('%Y-%m-%d %H:%M')} (Europe/Berlin).#availability")
+    page = words((await client.get("/inbox/account")).text)
+    since = clock.now().astimezone(ZoneInfo("Europe/Berlin")).strftime("%Y-%m-%d %H:%M")
+    assert f"Away since {since}, until {until.strftime('%Y-%m-%d %H:%M')} (Europe/Berlin): dentist." in page
+    olga = await harness.desk.people.get("olga")
+    assert (olga.away_until, olga.away_note) == (until, "dentist")
+    back = await client.post("/inbox/account/availability", data={"csrf": csrf, "away": "0"})
+    assert unquote(back.headers["location"]).startswith("/inbox/account?notice=Olga Petrova is available.")
+    assert (await harness.desk.people.get("olga")).away_since is None
+    async with harness.desk.db.read() as session:
+        rows = (await session.scalars(select(HandoffEvent).where(
+            col(HandoffEvent.kind).in_(("person_away", "person_available"))).order_by(col(HandoffEvent.id)))).all()
+    assert [(r.kind, r.detail["via"]) for r in rows] == [("person_away", "inbox"), ("person_available", "inbox")]
+
+
+async def test_a_viewer_has_no_switch(start_desk: StartDesk) -> None:
+    harness, _clock = await desk_with_people(start_desk)
+    await add_person(harness.desk, role=Role.VIEWER)
+    csrf = await signed_in(harness.client)
+    assert "Available or away" not in (await harness.client.get("/inbox/account")).text
+    refused = await harness.client.post("/inbox/account/availability", data={"csrf": csrf, "away": "1"})
+    assert refused.status_code == 403
+
+
+async def test_how_the_desk_reaches_you_in_order_and_moved(start_desk: StartDesk) -> None:
+    harness, _clock = await desk_with_people(start_desk, channels=DIRECT,
+                                             adapters={2: DirectScriptedChannel, 3: DirectScriptedChannel})
+    await add_person(harness.desk)
+    people = harness.desk.people
+    await people.link("olga", "telegram", "501", verified_via="code", actor="test")
+    client = harness.client
+    csrf = await signed_in(client)
+    page = words((await client.get("/inbox/account")).text)
+    assert "How the desk reaches you" in page and "telegram through Telegram staff at 501 verified: linked by code" in page
+    assert "No slack identity of yours is linked, so Slack support cannot reach you: link it ." in page
+    assert 'href="/inbox/account/linking"' in (await client.get("/inbox/account")).text
+    await people.link("olga", "slack", "U0OLGA", verified_via="cli", actor="test")
+    html = (await client.get("/inbox/account")).text
+    assert words(html).index("telegram through") < words(html).index("slack through")
+    assert 'aria-label="Move slack up"' in html and 'aria-label="Move telegram up"' not in html
+    moved = await client.post("/inbox/account/contact", data={"csrf": csrf, "kind": "slack", "move": "up"})
+    assert unquote(moved.headers["location"]) == "/inbox/account?notice=Your contact order is saved.#contact"
+    assert (await people.get("olga")).contact_order == ["slack", "telegram", "email", "discord", "whatsapp"]
+    page = words((await client.get("/inbox/account")).text)
+    assert page.index("slack through Slack support at U0OLGA verified: linked from the command line") < page.index(
+        "telegram through")
+    nothing = await client.post("/inbox/account/contact", data={"csrf": csrf, "kind": "slack", "move": "up"})  # first already
+    assert "Nothing to move there." in unquote(nothing.headers["location"])
+    bad = await client.post("/inbox/account/contact", data={"csrf": csrf, "kind": "slack", "move": "sideways"})
+    assert bad.status_code == 422 and "move: expected up or down, got &#39;sideways&#39;" in bad.text
+
+
+async def test_an_order_the_file_sets_is_read_only(start_desk: StartDesk) -> None:
+    declared = {"id": "olga", "name": "Olga Petrova", "email": "olga@example.com", "contact": ["telegram", "slack"]}
+    harness, _clock = await desk_with_people(start_desk, channels=DIRECT, people=[declared],
+                                             adapters={2: DirectScriptedChannel, 3: DirectScriptedChannel})
+    await harness.desk.people.set_password_hash("olga", hash_password(PASSWORD), actor="test")
+    await harness.desk.people.link("olga", "telegram", "501", verified_via="code", actor="test")
+    csrf = await signed_in(harness.client)
+    html = (await harness.client.get("/inbox/account")).text
+    assert "Your order is set in the desk's configuration file" in html and "Move up" not in html
+    refused = await harness.client.post("/inbox/account/contact", data={"csrf": csrf, "kind": "telegram", "move": "down"})
+    assert refused.status_code == 400 and "contact: the desk&#39;s configuration file sets your order" in refused.text
+    assert (await harness.desk.people.get("olga")).contact_order == ["telegram", "slack"]
+
+
+def test_a_phone_number_is_shown_masked() -> None:
+    from bot.domain.people.contact import ShownMethod
+    from bot.domain.people.reach import ContactMethod
+
+    shown = ShownMethod(ContactMethod("whatsapp", 4, "WhatsApp", "+4915112345678", 0), "linked by code")
+    assert shown.masked == "+49•••••••5678"
+    assert ShownMethod(ContactMethod("slack", 3, "Slack", "U0OLGA", 1), "linked by code").masked == "U0OLGA"

@@ -142,3 +142,21 @@ def test_add_prints_the_invitation_link(tmp_path: Path, sqlite_url: str) -> None
                             "-c", write_config(tmp_path, sqlite_url))
     assert code == 0, err
     assert out.splitlines()[1].startswith("invitation link (pass it on; it works once): http://127.0.0.1:8000/inbox/welcome/")
+
+
+async def test_away_and_back(tmp_path: Path, database_url: str, store: Database) -> None:
+    config = write_config(tmp_path, database_url, owner_token="owner-secret")
+    assert people("add", "olga", "--name", "Olga", "--email", "olga@example.com", "-c", config)[0] == 0
+    code, out, err = people("away", "olga", "--note", "on leave", "--until", "2099-01-02T09:00+01:00", "-c", config)
+    assert (code, out) == (0, "olga (Olga) is away until 2099-01-02T08:00:00+00:00\n"), err
+    olga = await People(store, Clock()).get("olga")
+    assert (olga.away_note, olga.away_until is not None) == ("on leave", True)
+    code, _out, err = people("away", "olga", "--until", "next week", "-c", config)
+    assert (code, err) == (2, "error: until: expected ISO 8601 with a timezone such as 2026-12-24T18:00+01:00, got 'next week'\n")
+    assert people("away", "olga", "--until", "2099-01-02T09:00", "-c", config)[2].startswith("error: until: give a timezone")
+    assert people("back", "olga", "-c", config)[1] == "olga (Olga) is available\n"
+    assert (await People(store, Clock()).get("olga")).away_since is None
+    async with store.read() as session:
+        rows = (await session.scalars(select(HandoffEvent).where(
+            col(HandoffEvent.kind).in_(("person_away", "person_available"))).order_by(col(HandoffEvent.id)))).all()
+    assert [(r.kind, r.actor, r.detail["via"]) for r in rows] == [("person_away", "cli", "cli"), ("person_available", "cli", "cli")]

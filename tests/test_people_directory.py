@@ -167,6 +167,36 @@ async def test_the_config_roster_adds_brings_in_line_and_disables(people: People
     assert (await people.get("ben")).disabled_at is None
 
 
+async def test_the_config_roster_sets_how_people_are_reached(people: People, db: Database) -> None:
+    """What the file declares wins; left out, working hours and capacity of a person the file
+    added are cleared, a person added elsewhere keeps theirs, and nobody's own contact order
+    is cleared by a file that declares none."""
+    await add(people, "kim", name="Kim", source="inbox")
+    declared = {"working_hours": "office", "max_concurrent": 3, "contact": ["telegram", "email"]}
+    roster = [PersonConfig(id="olga", name="Olga", email="olga@example.com", **declared),
+              PersonConfig(id="kim", name="Kim", email="kim@example.com", **declared)]
+    await people.apply_config(roster)
+    for pid in ("olga", "kim"):
+        person = await people.get(pid)
+        assert (person.working_hours, person.max_concurrent, person.contact_order) == ("office", 3, ["telegram", "email"])
+    await people.set_contact_order("kim", ["email", "telegram"], actor="Kim (inbox)")  # … overruled on the next start
+    again = await people.apply_config(roster)
+    assert (again.updated, (await people.get("kim")).contact_order) == (("kim",), ["telegram", "email"])
+    bare = [PersonConfig(id="olga", name="Olga", email="olga@example.com"), PersonConfig(id="kim", name="Kim", email="kim@example.com")]
+    await people.set_contact_order("olga", ["email"], actor="Olga (inbox)")
+    applied = await people.apply_config(bare)
+    olga, kim = await people.get("olga"), await people.get("kim")
+    assert (olga.working_hours, olga.max_concurrent, olga.contact_order) == (None, None, ["email"])
+    assert (kim.working_hours, kim.max_concurrent, kim.contact_order) == ("office", 3, ["telegram", "email"])
+    assert applied.updated == ("olga",)
+    assert (await people.apply_config(bare)).updated == ()
+    with pytest.raises(InvalidPerson, match="contact: expected each of slack, telegram, discord, whatsapp, email"):
+        await people.set_contact_order("olga", ["email", "email"], actor="test")
+    with pytest.raises(InvalidPerson, match="'pager'"):
+        await people.set_contact_order("olga", ["pager"], actor="test")
+    assert [e.detail["contact"] for e in await events(db, "contact_order_set")] == [["email", "telegram"], ["email"]]
+
+
 async def test_the_roster_is_applied_when_the_desk_starts(start_desk: StartDesk, database_url: str) -> None:
     declared = {"id": "olga", "name": "Olga", "email": "olga@example.com", "role": "admin", "timezone": "Europe/Berlin"}
     first = await start_desk(people=[declared])

@@ -104,11 +104,11 @@ async def test_the_directory_shows_each_person_and_who_holds_what(start_desk: St
         words = text(html)
         assert "<b>Ben</b>" not in html and "&lt;b&gt;Ben&lt;/b&gt;" in html
         row = words[words.index("&lt;b&gt;Ben&lt;/b&gt; ben"):]
-        assert row.startswith(f"&lt;b&gt;Ben&lt;/b&gt; ben ben@example.com agent UTC slack: U024BE7LH, U999 telegram: 501 cli enabled "
+        assert row.startswith(f"&lt;b&gt;Ben&lt;/b&gt; ben ben@example.com agent UTC slack: U024BE7LH, U999 telegram: 501 cli enabled available "
                               f"{harness.desk.clock.now().strftime('%Y-%m-%d %H:%M')} UTC 1: #{code}")
         assert f'href="/inbox/handoffs/{sid}"' in html
-        assert "Carol carol carol@example.com viewer UTC none cli disabled never 0" in words
-        assert "Olga from Support olga olga@example.com admin Europe/Berlin none config (YAML) enabled" in words
+        assert "Carol carol carol@example.com viewer UTC none cli disabled disabled never 0" in words
+        assert "Olga from Support olga olga@example.com admin Europe/Berlin none config (YAML) enabled available" in words
         assert "the file wins for the fields it declares" in words
         detail = text((await admin.get("/inbox/people/olga")).text)
         assert "is declared in the config's people: . What you change here lasts until the next start" in detail
@@ -244,3 +244,32 @@ async def test_sign_in_links_to_pass_on(start_desk: StartDesk) -> None:
         assert "Invitation link for Ben" in invited.text
         wrong = await admin.post("/inbox/people/ben/link", data={"csrf": token, "kind": "master-key"})
         assert wrong.status_code == 400 and "kind: expected invite or reset" in wrong.text
+
+
+async def test_an_admin_sees_presence_and_workload_and_sets_someone_away_and_back(start_desk: StartDesk) -> None:
+    harness = await start_desk(owner={"token": "owner-secret"})
+    olga = await person(harness, "olga", Role.ADMIN, name="Olga")
+    await person(harness, "ben", name="Ben")
+    async with harness.desk.db.transaction() as session:  # as the YAML's max_concurrent sets it
+        await session.execute(update(Person).where(col(Person.id) == "ben").values(max_concurrent=2))
+    async with signed_in(harness, olga) as admin:
+        token = await csrf(admin, "/inbox/people/ben")
+        went = await admin.post("/inbox/people/ben/availability",
+                                data={"csrf": token, "away": "1", "note": "on leave", "until": "2099-01-02T09:00"})
+        assert notice(went).startswith("Ben is away until 2099-01-02 09:00 (UTC).")
+        words = text((await admin.get("/inbox/people")).text)
+        since = harness.desk.clock.now().strftime("%Y-%m-%d %H:%M")
+        assert f"cli enabled away since {since} UTC, until 2099-01-02 09:00 UTC: on leave" in words
+        assert "0 of 2" in words
+        detail = text((await admin.get("/inbox/people/ben")).text)
+        assert "Presence away since" in detail and "Set available" in detail and "Holds now 0 of 2" in detail
+        bad = await admin.post("/inbox/people/ben/availability", data={"csrf": token, "away": "maybe"})
+        assert notice(bad) == "away: expected 1 (away) or 0 (available), got 'maybe'#availability"
+        back = await admin.post("/inbox/people/ben/availability", data={"csrf": token, "away": "0"})
+        assert notice(back).startswith("Ben is available.")
+        assert (await admin.post("/inbox/people/nobody/availability", data={"csrf": token, "away": "0"})).status_code == 404
+    async with harness.desk.db.read() as session:
+        rows = (await session.scalars(select(HandoffEvent).where(
+            col(HandoffEvent.kind).in_(("person_away", "person_available"))).order_by(col(HandoffEvent.id)))).all()
+    assert [(r.kind, r.person_id, r.actor) for r in rows] == [
+        ("person_away", "ben", "Olga (inbox)"), ("person_available", "ben", "Olga (inbox)")]

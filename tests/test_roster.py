@@ -11,10 +11,11 @@ from sqlalchemy import update
 from sqlmodel import col
 
 from bot.config.people import Role
+from bot.domain.people.reach import Presence
 from bot.domain.people.roster import ChangeRefused, LinksUnavailable, Roster
 from bot.errors import DeskError, NotFound
 from bot.runtime.clock import ManualClock
-from bot.store.models import HandoffSession
+from bot.store.models import HandoffSession, Person
 from bot.store.vocabulary import HandoffState, ReleaseReason
 from tests.conftest import Harness, StartDesk
 
@@ -102,3 +103,21 @@ async def test_links_need_the_sign_in_side_and_a_known_kind(start_desk: StartDes
         roster(harness).link(olga, "welcome")
     with pytest.raises(LinksUnavailable, match="need the sign-in module"):
         roster(harness).link(olga, "invite")
+
+
+async def test_entries_carry_presence_now_and_the_workload_against_their_limit(start_desk: StartDesk) -> None:
+    clock = ManualClock()
+    harness = await start_desk(clock=clock)
+    for pid in ("olga", "ben"):
+        await add(harness, pid)
+    async with harness.desk.db.transaction() as session:  # as the YAML's max_concurrent sets it
+        await session.execute(update(Person).where(col(Person.id) == "ben").values(max_concurrent=3))
+    await claimed_by(harness, "ben")
+    await harness.desk.availability.set_away("olga", until=clock.now() + timedelta(hours=1), via="inbox", actor="test")
+    with_presence = Roster(harness.desk.people, harness.desk.db, owner_token=False, availability=harness.desk.availability)
+    entries = {e.person.id: e for e in await with_presence.entries()}
+    assert (entries["olga"].presence, entries["olga"].workload) == (Presence.AWAY, "0")
+    assert (entries["ben"].presence, entries["ben"].workload) == (Presence.AVAILABLE, "1 of 3")
+    clock.advance(timedelta(hours=1))  # her until has come: available again, nothing written
+    assert (await with_presence.entry("olga")).presence is Presence.AVAILABLE
+    assert (await roster(harness).entry("olga")).presence is None  # a roster without the service says nothing

@@ -33,6 +33,7 @@ from sqlmodel import col
 
 from bot.config import HoursConfig, StepConfig, Target, TeamConfig
 from bot.delivery.channel_set import ChannelSet
+from bot.domain.people.contact import direct_channels
 from bot.domain.people.reach import ContactMethod, DirectChannel, Presence, contact_methods, presence
 from bot.store.models import HandoffRecipient, HandoffSession, Person, PersonIdentity
 from bot.store.vocabulary import OPEN_STATES
@@ -115,8 +116,10 @@ class Reach:
         self.teams = {team.id: team for team in teams}
 
     def direct_channels(self) -> list[DirectChannel]:
-        """The channels up now whose adapter can send to one person, in config order."""
-        return [DirectChannel(a.id, a.kind, a.label) for a in self.channels.available() if a.capabilities.direct]
+        """The channels up now whose adapter can send to one person."""
+        up = self.channels.available()
+        kinds = {a.id: a.config.kind for a in up}
+        return direct_channels(up, kinds.__getitem__)
 
     async def methods_of(self, session: AsyncSession, person_id: str) -> list[ContactMethod]:
         """Where `person_id` can be reached now, in their order."""

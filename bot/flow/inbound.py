@@ -35,6 +35,7 @@ from bot.domain.approvals import APPROVED, DENIED, Approvals
 from bot.domain.handoffs import Handoffs, ReleaseResult, parse_release_command
 from bot.domain.people import Actor, People
 from bot.errors import DeskError
+from bot.flow.availability import ChannelAvailability
 from bot.flow.linking import ChannelLinking
 from bot.flow.shared_lines import Route, SharedLines
 from bot.runtime.background import Background
@@ -107,11 +108,11 @@ class Inbound:
         subscriber: Callable[[int, SubscriberEvent], Awaitable[str]],
         late_failure: Callable[[int, DeliveryFailure], Awaitable[str]],
         owner: str, dead_after: Callable[[], float], people: People, linking: ChannelLinking,
-        identity_kind: Callable[[int], str],
+        identity_kind: Callable[[int], str], availability: ChannelAvailability,
     ) -> None:
         self.db, self.clock, self.handoffs, self.metrics, self.background = db, clock, handoffs, metrics, background
         self._kind_of = kind_of  # channel id -> kind, for metric labels
-        self.people, self.linking = people, linking
+        self.people, self.linking, self.availability = people, linking, availability
         self._identity_kind = identity_kind  # channel id -> the config's kind of the channel: its identities' kind
         self.lines = lines
         self.approvals = approvals
@@ -284,8 +285,10 @@ class Inbound:
             case LinkRequest():
                 done.result = "linked"
                 return _Worked(InboundState.DONE, await self.linking.in_chat(event.channel_id, message))
-            case AvailabilityRequest():
-                return _Worked(InboundState.IGNORED, "ignored: availability is not handled yet")
+            case AvailabilityRequest():  # `/away`, `/back`: the sender's person (bot/flow/availability.py)
+                done.result = "away" if message.away else "available"
+                said = await self.availability.in_chat(event.channel_id, message)
+                return _Worked(InboundState.DONE, said)
 
     async def _actor(self, channel_id: int, message: RecipientText | ReleasePress | ClaimPress | Decision) -> Actor:
         """Who did this: the person whose identity on this channel sent it (the inbox's own

@@ -28,6 +28,8 @@ from bot.domain.conversations import Conversations
 from bot.domain.handoffs import Handoffs
 from bot.domain.idempotency import IdempotencyKeys
 from bot.domain.oncall_service import OnCall
+from bot.domain.people.contact import direct_channels
+from bot.domain.people.reach import DirectChannel
 from bot.domain.people.roster import Roster
 from bot.domain.queries import Queries
 from bot.domain.rendering import Renderer
@@ -118,7 +120,16 @@ def roster_of_desk(desk: Desk) -> Roster:
     the people API and the command line alike. Its links come from the desk's `invitations`
     (the sign-in side) when this build has them."""
     return Roster(desk.people, desk.db, owner_token=desk.config.owner.token is not None,
-                  links=desk.invitations)
+                  links=desk.invitations, availability=desk.availability)
+
+
+def desk_direct_channels(desk: Desk) -> list[DirectChannel]:
+    """The desk's channels that can send to one person, under their identities' kind (the
+    config's kind of the channel), for the pages and the API that show contact methods."""
+    def kind_of(cid: int) -> str:
+        configured = desk.config.channel(cid)
+        return configured.kind if configured is not None else getattr(desk.channels.get(cid), "kind", "unknown")
+    return direct_channels(desk.channels.adapters(), kind_of)
 
 
 async def roster_of(request: Request) -> Roster:

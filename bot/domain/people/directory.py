@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from bot.config.people import PersonConfig, Role, email_address, person_id, timezone_name
+from bot.config.people import CONTACT_KINDS, PersonConfig, Role, email_address, person_id, timezone_name
 from bot.domain.people.credentials import password_fingerprint
 from bot.errors import Conflict, DeskError, found
 from bot.runtime.bounded import BoundedDict
@@ -272,9 +272,34 @@ class People:
         self.forget()
         return True
 
+    async def set_contact_order(self, pid: str, order: Sequence[str], *, actor: str) -> Person:
+        """Store the kinds to reach them in, in order (the account page's Move up / Move
+        down); each a contact kind, once. InvalidPerson names the one that is not."""
+        seen: list[str] = []
+        for kind in order:
+            if kind not in CONTACT_KINDS or kind in seen:
+                raise InvalidPerson(f"contact: expected each of {', '.join(CONTACT_KINDS)} at most once, got {kind[:20]!r}")
+            seen.append(kind)
+        await self.get(pid)
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(Person).where(col(Person.id) == pid).values(contact_order=seen, updated_at=now))
+            await audit.note(session, "contact_order_set", at=now, actor=actor, person_id=pid, contact=seen)
+        self.forget()
+        return await self.get(pid)
+
     async def apply_config(self, roster: Sequence[PersonConfig]) -> Applied:
         """The config's `people:` on start: new ids added, declared fields of existing ones
-        brought in line (and `disabled:` applied); nobody left out of the file is touched."""
+        brought in line (and `disabled:` applied); nobody left out of the file is touched.
+
+        How they are reached (`_apply_reach`): `contact:`, `working_hours:` and
+        `max_concurrent:` win when the file declares them. Left out, `working_hours` and
+        `max_concurrent` of a person the file added are cleared (the file is where they are
+        set: deleting the line undoes it), and a person added elsewhere keeps theirs. A
+        left-out `contact:` never clears anything: the order is the person's own choice on
+        their account page, which the file only overrules while it declares one (the page
+        shows it read-only then); once the line is gone, the last order stays until they
+        change it."""
         added: list[str] = []
         updated: list[str] = []
         for declared in roster:
@@ -289,9 +314,32 @@ class People:
                                   role=declared.role, timezone=declared.timezone)
                 if before != (declared.name, declared.email, declared.role, declared.timezone):
                     updated.append(declared.id)
+            if await self._apply_reach(await self.get(declared.id), declared) and declared.id not in added + updated:
+                updated.append(declared.id)
             if declared.disabled != ((current.disabled_at is not None) if current else False):
                 await self.set_disabled(declared.id, declared.disabled, actor="config")
         return Applied(tuple(added), tuple(updated))
+
+    async def _apply_reach(self, person: Person, declared: PersonConfig) -> bool:
+        """`contact:`, `working_hours:` and `max_concurrent:` as `apply_config` says; whether
+        anything changed."""
+        from_file = person.source == "config"
+        wanted: dict[str, object] = {}
+        if declared.contact is not None:
+            wanted["contact_order"] = list(declared.contact)
+        for field in ("working_hours", "max_concurrent"):
+            value = getattr(declared, field)
+            if value is not None or from_file:
+                wanted[field] = value
+        changed = {k: v for k, v in wanted.items() if getattr(person, k) != v}
+        if not changed:
+            return False
+        now = self.clock.now()
+        async with self.db.transaction() as session:
+            await session.execute(update(Person).where(col(Person.id) == person.id).values(**changed, updated_at=now))
+            await audit.note(session, "person_updated", at=now, actor="config", person_id=person.id, changed=sorted(changed))
+        self.forget()
+        return True
 
 
 def _checked(*, pid: str, name: str, email: str, timezone: str) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 The inbox's people page, `handoff people list` and `GET /api/people` show the same thing: each
 person with their linked identities, when they last signed in, and the open handoffs they
-hold ("who holds what"). `entries()` builds it in four reads whatever the number of people:
+hold ("who holds what") against their own `max_concurrent`, and their presence now (available,
+away, outside their working hours: bot/domain/people/availability.py). `entries()` builds it in four reads whatever the number of people:
 the people, every identity, each person's newest sign-in (person_sessions' person index) and
 the open handoffs someone claimed (open handoffs are few; the state index finds them).
 
@@ -31,7 +32,9 @@ from sqlalchemy import func, select
 from sqlmodel import col
 
 from bot.config.people import Role
+from bot.domain.people.availability import Availability
 from bot.domain.people.directory import People
+from bot.domain.people.reach import Presence
 from bot.errors import Conflict, DeskError
 from bot.store.db import Database
 from bot.store.models import HandoffSession, Person, PersonIdentity, PersonSession
@@ -65,6 +68,7 @@ class RosterEntry:
     identities: tuple[PersonIdentity, ...]
     last_sign_in: datetime | None
     holding: tuple[HandoffSession, ...]  # the open handoffs they claimed, oldest first
+    presence: Presence | None = None  # now (None: a roster built without the availability service)
 
     @property
     def enabled(self) -> bool:
@@ -75,14 +79,21 @@ class RosterEntry:
         return "enabled" if self.enabled else "disabled"
 
     @property
+    def workload(self) -> str:
+        """The open handoffs they hold against their own limit: "2 of 3", or "2" with none."""
+        held = len(self.holding)
+        return f"{held} of {self.person.max_concurrent}" if self.person.max_concurrent else str(held)
+
+    @property
     def from_config(self) -> bool:
         """Declared in the YAML's `people:`: the file wins on the next start for what it declares."""
         return self.person.source == "config"
 
 
 class Roster:
-    def __init__(self, people: People, db: Database, *, owner_token: bool, links: LinkIssuer | None = None) -> None:
-        self.people, self.db = people, db
+    def __init__(self, people: People, db: Database, *, owner_token: bool, links: LinkIssuer | None = None,
+                 availability: Availability | None = None) -> None:
+        self.people, self.db, self.availability = people, db, availability
         self.owner_token = owner_token  # whether `owner.token` is set: an admin sign-in outside the directory
         self.links = links
 
@@ -110,7 +121,9 @@ class Roster:
         holding: dict[str, list[HandoffSession]] = defaultdict(list)
         for handoff in held:
             holding[handoff.claimed_person_id or ""].append(handoff)
-        return [RosterEntry(p, tuple(linked[p.id]), last.get(p.id), tuple(holding[p.id])) for p in people]
+        now = self.availability.clock.now() if self.availability else None
+        return [RosterEntry(p, tuple(linked[p.id]), last.get(p.id), tuple(holding[p.id]),
+                            self.availability.presence_of(p, now) if self.availability else None) for p in people]
 
     async def entry(self, pid: str) -> RosterEntry:
         return (await self.entries(only=pid))[0]

@@ -57,7 +57,8 @@ the password and the TOTP code), second_step.py (the TOTP step), welcome.py (inv
 reset links), account.py (your own account: password, TOTP, sessions), view.py (`InboxView`: what the pages
 show), listing.py (the list and its live updates), handoff_page.py (a handoff's page and its
 live transcript), actions.py (reply, release, claim, new form link, decide an approval),
-people_page.py (the admin's people pages), oncall_page.py (who is on call, overrides).
+people_page.py (the admin's people pages), oncall_page.py (who is on call, overrides),
+reach_page.py (available or away, and how the desk reaches you).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from bot.web.inbox import (
     login,
     oncall_page,
     people_page,
+    reach_page,
     second_step,
     sso,
     welcome,
@@ -93,6 +95,7 @@ inbox.include_router(account.router)
 inbox.include_router(people_page.router)
 inbox.include_router(linking_page.router)  # until the account page takes it in
 inbox.include_router(oncall_page.router)
+inbox.include_router(reach_page.router)
 
 __all__ = [
     "InboxView", "SignedIn", "inbox", "install_inbox_errors", "needs", "page", "posts", "session_of",

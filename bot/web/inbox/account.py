@@ -5,7 +5,9 @@ password (the current one required, wrong guesses counted against the account li
 sign-ins, and every other session of yours ended, since a change often means someone else
 may know the old one); TOTP on (a fresh secret, confirmed by a first code:
 bot/domain/people/second_factor.py) and off (a current code required, refused while the desk
-requires TOTP); how many sessions you have open, and "Sign out everywhere". The owner token's
+requires TOTP); how many sessions you have open, and "Sign out everywhere"; for agents and
+admins, whether they are available or away and how the desk reaches them
+(bot/web/inbox/reach_page.py). The owner token's
 service session is nobody's account: the page says so and offers only signing out.
 
 Other pages add their sections to this one (linked identities, personal API tokens): see the
@@ -26,6 +28,7 @@ from bot.domain.people.credentials import WeakPassword, check_new_password, hash
 from bot.web.deps import app_desk
 from bot.web.inbox.owner import COOKIE, SignedIn, needs, page, posts, redirect, set_session_cookie
 from bot.web.inbox.pending import locked_out
+from bot.web.inbox.reach_page import reach_context
 from bot.web.login_attempts import LoginAttemptsDep
 
 router = APIRouter()
@@ -52,7 +55,7 @@ async def account_page(request: Request, who: SignedIn, *, notice: str = "", pro
                "require_totp": desk.config.sign_in.require_totp, "passwords": desk.config.sign_in.passwords}
     if person is not None:
         context |= {"open_sessions": await desk.sessions.open_count(person.id), "totp_on": totp_on(person),
-                    "totp_setup": desk.second_factor.setup_of(person)}
+                    "totp_setup": desk.second_factor.setup_of(person)} | await reach_context(desk, person)
     return page(desk.renderer, "inbox/account.html", who, status=status, **context)
 
 
