@@ -256,7 +256,7 @@ async def test_nobody_available_refuses_like_closed_hours(start_desk: StartDesk)
     )
     cid = await harness.conversation()
     refused = await harness.tool(cid, "handoff_request", {"channel_id": 20, **BRIEF})
-    assert refused["ok"] is False and refused["error"] == "nobody_available", refused
+    assert refused["error"] == "nobody_available", refused
 
 
 # --------------------------------------------------------------------------- two instances
@@ -293,3 +293,50 @@ async def test_two_instances_make_each_offer_once_and_one_claim_wins(start_desk:
     assert kinds.count("handoff_claimed") == 1
     results = sorted(r for _, _, _, r in await offers(first, sid))
     assert results.count("claimed") == 1 and "missed" in results
+
+
+# --------------------------------------------------------------------------- on call, at night
+
+NIGHTS = {
+    "id": "nights", "label": "Night on-call", "timezone": "Europe/Berlin",
+    "layers": [
+        {"name": "primary", "people": ["olga", "ben"], "shift": "1d", "handover": "09:00", "start": "2026-12-07"},
+        {"name": "secondary", "people": ["sam"], "shift": "7d", "handover": "09:00", "start": "2026-12-07"},
+    ],
+}
+TUESDAY_0200_BERLIN = datetime(2026, 12, 8, 1, 0, tzinfo=UTC)  # Olga is primary (Mon 09:00 – Tue 09:00), Sam secondary
+
+
+async def test_at_night_the_on_call_person_is_offered_it_directly_then_their_e_mail_then_the_next_layer(
+    start_desk: StartDesk,
+) -> None:
+    from bot.runtime.clock import ManualClock
+    harness = await people_desk(start_desk, {"notify": ["oncall:nights"], "claim_within": "10m"}, oncall=[NIGHTS],
+                                clock=ManualClock(TUESDAY_0200_BERLIN))
+    channel(harness, 5).fail_next(PermanentChannelError("cannot_dm_user", hint="Slack refused the direct message"))
+    _, started = await request(harness)
+    sid = started["handoff_session_id"]
+    assert started["people_offered"] == ["olga"]
+    assert direct_to(harness, 6) == ["olga@example.com"]  # Slack refused her DM: her e-mail at once
+    await later(harness, timedelta(minutes=10))  # she sleeps through it: the secondary layer's Sam
+    assert direct_to(harness, 5) == ["U-sam"]
+    assert await reply_in_dm(harness, 5, "sam", "Awake, on it") == "relayed"
+    assert (await harness.desk.handoffs.get(sid)).claimed_person_id == "sam"
+    assert await offers(harness, sid) == [
+        ("olga", "slack", "failed", None), ("olga", "email", "notified", "missed"), ("sam", "slack", "notified", "claimed")]
+    trail = [k for k in await audit_kinds(harness, sid) if k in (
+        "handoff_offered", "recipient_failed", "recipient_notified", "handoff_escalated", "handoff_claimed")]
+    assert trail == ["handoff_offered", "recipient_failed", "handoff_offered", "recipient_notified",
+                     "handoff_offered", "handoff_escalated", "recipient_notified", "handoff_claimed"]
+
+
+async def test_an_on_call_person_who_is_away_passes_to_the_next_layer_and_the_audit_says_so(start_desk: StartDesk) -> None:
+    from bot.runtime.clock import ManualClock
+    harness = await people_desk(start_desk, {"notify": ["oncall:nights"], "claim_within": "10m"}, oncall=[NIGHTS],
+                                clock=ManualClock(TUESDAY_0200_BERLIN))
+    await harness.desk.availability.set_away("olga", note="flu", via="inbox", actor="Olga Petrova")
+    _, started = await request(harness)
+    assert started["people_offered"] == ["sam"]
+    events = (await harness.client.get(f"/api/handoffs/{started['handoff_session_id']}/events")).json()["events"]
+    [passed] = [e for e in events if e["kind"] == "offer_passed_over"]
+    assert passed["detail"]["why"] == "away" and passed["detail"]["target"] == "oncall:nights", passed

@@ -57,7 +57,7 @@ class LayerConfig(_Section):
     name: str = Field(min_length=1, max_length=40, description="What the inbox calls the layer, such as primary.")
     people: list[PersonId] = Field(min_length=1, max_length=100, description="The rotation, in order: people's ids.")
     shift: Annotated[Duration, between("1h", "28d")] = Field(
-        description="How long each person is on call before the next takes over, such as 1d, 1w (7d) or 12h; counted on the local clock.",
+        description="How long each person is on call before the next takes over, such as 1d, 7d or 12h; counted on the local clock.",
     )
     handover: ClockTime = Field(default=time(9, 0), description='When a shift starts, local time, such as "09:00".')
     start: date = Field(description="The date (YYYY-MM-DD) the first person's first shift starts, at `handover`.")
@@ -90,6 +90,8 @@ class OverrideConfig(_Section):
 
     @model_validator(mode="after")
     def _ordered(self) -> OverrideConfig:
+        if (self.start.tzinfo is None) != (self.end.tzinfo is None):
+            raise ValueError("from and to must both be local times (2026-12-24 18:00) or both carry an offset (+01:00)")
         if self.end <= self.start:
             raise ValueError("to must be after from")
         if self.covers is not None and self.covers == self.person:
