@@ -71,3 +71,10 @@ def test_a_config_that_reaches_people_loads() -> None:
     )
     [step] = config.routes[0].steps
     assert step.channels == [5] and [str(t) for t in step.targets] == ["team:support", "oncall:nights"]
+
+
+def test_an_approval_through_a_route_needs_a_channel_among_its_steps() -> None:
+    action = {"id": "refund", "description": "Refund an order", "approval_channels": [20],
+              "run": {"url": "http://127.0.0.1:9/refund", "secret": "r" * 32}}
+    report = problem(people=PEOPLE, routes=route("person:olga"), actions=[action])
+    assert "actions[0].approval_channels[0]: route 20 names no channel: an approval is asked in a route's channels" in report

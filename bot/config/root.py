@@ -211,6 +211,10 @@ def _action_checks(config: Config, channels: list[ChannelConfig]) -> list[Config
                 if first_route is not None:
                     problems.append(ConfigProblem(where, f"a second route ({first_route} is one already); name one route at most"))
                 first_route = cid if first_route is None else first_route
+                if not ladders[cid].channel_ids:
+                    problems.append(ConfigProblem(where, (
+                        f"route {cid} names no channel: an approval is asked in a route's channels (person:, team: "
+                        "and oncall: targets take handoffs only); add a channel to one of its steps")))
             elif cid not in known:
                 problems.append(ConfigProblem(
                     where, f"no channel with id {cid} (configured: {', '.join(map(str, known)) or 'none'}{routes})"))

@@ -120,7 +120,8 @@ class Steps:
         for index in range(start, len(ladder.steps)):
             step = ladder.steps[index]
             adapters = self.reachable(step, now)
-            people = bool(step.targets) and (step.hours is None or is_open(self.schedules[step.hours], now))
+            people = (self.reach is not None and bool(step.targets)
+                      and (step.hours is None or is_open(self.schedules[step.hours], now)))
             if adapters or (people and self._can_reach_people()):
                 return StepPlan(index, step, adapters)
         return None
@@ -144,7 +145,7 @@ class Steps:
     def is_available(self, ladder: Ladder) -> bool:
         """Offered to the model while at least one of its channels is up (for its people, one
         that sends to one person)."""
-        if any(step.targets for step in ladder.steps) and self._can_reach_people():
+        if self.reach is not None and any(step.targets for step in ladder.steps) and self._can_reach_people():
             return True
         return any(self.channels.is_available(cid) for cid in ladder.channel_ids)
 
