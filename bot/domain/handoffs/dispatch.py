@@ -86,10 +86,10 @@ class Dispatches:
         self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, history: list[Message],
         offer: Offer, plan: StepPlan, now: datetime, *, inline: bool,
     ) -> Sending | None:
-        """Store the brief to one person on one contact method, with its recipient row.
-        `inline`: stored claimed, for the caller to send (returned); otherwise queued, sent by
-        the outbox once the transaction commits (None). The person's next method is due after
-        the step's `contact_after`, when it has one and they have another."""
+        """Store the brief to one person on one contact method, with its recipient row (None
+        when the channel has left the config). `inline`: stored claimed, for the caller to
+        send; otherwise queued, sent by the outbox once the transaction commits. The person's
+        next method is due after the step's `contact_after`."""
         adapter = self.ctx.channels.get(offer.method.channel_id)
         if adapter is None:
             return None
@@ -114,14 +114,14 @@ class Dispatches:
             contact=offer.method.kind, contact_index=offer.method.position, step=plan.index, turn=plan.turn,
         )
         self.ctx.metrics.offers.labels("offered").inc()
-        return Sending(item, recipient) if inline else None
+        return Sending(item, recipient)
 
     async def next_methods(
         self, session: AsyncSession, handoff: HandoffSession, conversation: Conversation, history: list[Message],
         plan: StepPlan, offered: list[HandoffRecipient], now: datetime, *, inline: bool = True,
     ) -> list[Sending]:
         """Each person of the plan's turn whose every dispatch so far failed, on their next
-        contact method (once each); what to send when `inline`, else queued."""
+        contact method (once each): what the caller sends when `inline`, else what was queued."""
         reach = self.ctx.reach
         if reach is None:
             return []

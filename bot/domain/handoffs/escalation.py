@@ -96,14 +96,14 @@ class Escalation:
         conversation, history = await self._context(session, handoff)
         offered = await recipients.of_handoff(session, handoff.id)
         queued = await self.dispatch.next_methods(session, handoff, conversation, history, plan, offered, now, inline=False)
-        if not queued and not any(r.person_id == lost.person_id and r.state != RecipientState.FAILED
-                                  for r in offered if r.step == lost.step and r.turn == lost.turn):
-            self.ctx.metrics.offers.labels("failed").inc()
-        return bool(queued) or await session.scalar(
-            select(func.count()).select_from(HandoffRecipient).where(
-                col(HandoffRecipient.handoff_session_id) == handoff.id, col(HandoffRecipient.person_id) == lost.person_id,
-                col(HandoffRecipient.step) == lost.step, col(HandoffRecipient.turn) == lost.turn,
-                col(HandoffRecipient.state) == RecipientState.SENDING)) != 0
+        if not queued:
+            if not any(r.person_id == lost.person_id and r.state != RecipientState.FAILED
+                       for r in offered if r.step == lost.step and r.turn == lost.turn):
+                self.ctx.metrics.offers.labels("failed").inc()  # every method of theirs failed
+            return False
+        if plan.step.contact_after is not None:  # the new method's own contact_after is a wake-up too
+            await self._rearm(session, handoff, handoff.offer_until)
+        return True
 
     def _plan_of(self, handoff: HandoffSession, step: int, turn: int) -> StepPlan | None:
         ladder = self.ctx.ladders.get(handoff.route_id) if handoff.route_id is not None else None
