@@ -285,6 +285,7 @@ class Desk:
             render=self.renderer.render,
             lost=partial(self.channels.lost, channel_id),
             subscribers=self.channels.serves_subscribers(channel_id),
+            open_lines=partial(self.handoffs.direct_lines, channel_id),
             secret=hmac.new(
                 self.config.secret_key.get_secret_value().encode(), f"channel:{channel_id}".encode(), hashlib.sha256,
             ).digest(),

@@ -644,6 +644,22 @@ def _nobody_listens(error: ChannelError) -> None:
 
 
 @dataclass(frozen=True)
+class DirectLine:
+    """An open handoff a person was sent directly on this channel, as the desk stored its
+    receipt: its id, short code and the dispatch's `thread`. An adapter that learns which
+    chats are people's lines from what it sends (`Capabilities.direct`) reads them on start
+    (`ChannelContext.open_lines`), so a restart forgets none."""
+
+    handoff_id: str
+    short_code: str
+    thread: dict[str, Any]
+
+
+async def _no_lines() -> list[DirectLine]:
+    return []
+
+
+@dataclass(frozen=True)
 class ChannelContext:
     """What the core hands an adapter on start: where it is reachable, where to put the
     recipient messages it receives (pollers, gateways), and the template renderer."""
@@ -663,6 +679,8 @@ class ChannelContext:
     # (Telegram private chats, WhatsApp numbers that are not the staff's) are passed to
     # `deliver_inbound` as subscriber events (`SubscriberText`, …) instead of being ignored.
     subscribers: bool = False
+    # The open handoffs this channel sent to people directly (read on start; see DirectLine)
+    open_lines: Callable[[], Awaitable[list[DirectLine]]] = _no_lines
 
 
 class ChannelAdapter(ABC):

@@ -17,6 +17,7 @@ from channels.base import (
     AvailabilityRequest,
     ChatOpened,
     ClaimPress,
+    DirectLine,
     Dispatch,
     LinkRequest,
     Notice,
@@ -47,11 +48,16 @@ async def fake() -> AsyncIterator[FakeTelegram]:
     await server.stop()
 
 
-async def standalone(fake: FakeTelegram, *, subscribers: bool = True) -> TelegramChannel:
-    """The staff group's channel whose bot also serves a front (its private chats are subscribers' too)."""
+async def standalone(fake: FakeTelegram, *, subscribers: bool = True, lines: list[DirectLine] | None = None) -> TelegramChannel:
+    """The staff group's channel whose bot also serves a front (its private chats are subscribers' too);
+    `lines`: what the desk says this channel sent people directly and is still open (read on start)."""
     adapter = TelegramChannel(TelegramConfig(id=1, label="TG", bot_token=TOKEN, chat_id=STAFF_CHAT_ID, api_base_url=fake.base_url,
                                              webhook_secret=SECRET))
-    await adapter.start(dataclasses.replace(standalone_context(), subscribers=subscribers))
+
+    async def open_lines() -> list[DirectLine]:
+        return list(lines or [])
+
+    await adapter.start(dataclasses.replace(standalone_context(), subscribers=subscribers, open_lines=open_lines))
     return adapter
 
 
@@ -177,7 +183,7 @@ async def test_a_subscribers_chat_stays_a_front_beside_a_persons_line(fake: Fake
     assert isinstance(await one_event(adapter, fake.private_update("/start", user=SAM)), ChatOpened)
 
 
-async def test_after_a_restart_replies_route_by_the_message_and_the_line_returns_with_the_next_message(
+async def test_after_a_restart_replies_route_by_the_message_and_the_line_comes_back_from_the_desk(
     fake: FakeTelegram,
 ) -> None:
     first = await standalone(fake)
@@ -186,16 +192,19 @@ async def test_after_a_restart_replies_route_by_the_message_and_the_line_returns
         receipt = await first.send(to_sam())
     finally:
         await first.stop()
-    again = await standalone(fake)
+    forgetful = await standalone(fake)  # a desk that kept nothing: replies and presses still route by the message
     try:
-        reply = await one_event(again, fake.private_update("on it", user=SAM, reply_to=int(receipt.message_id or 0)))
+        reply = await one_event(forgetful, fake.private_update("on it", user=SAM, reply_to=int(receipt.message_id or 0)))
         assert isinstance(reply, RecipientText) and reply.thread_key == receipt.thread_key
-        claim = await one_event(again, fake.callback_update(int(receipt.message_id or 0), user=SAM, chat_id=SAM_ID,
-                                                            data="claim"))
+        claim = await one_event(forgetful, fake.callback_update(int(receipt.message_id or 0), user=SAM, chat_id=SAM_ID,
+                                                                data="claim"))
         assert isinstance(claim, ClaimPress) and claim.thread_key == receipt.thread_key
-        # Not known as a line yet: a plain message is the front's, as before direct handoffs
-        assert isinstance(await one_event(again, fake.private_update("hi", user=SAM)), SubscriberText)
-        await again.send(Relay(handoff_id="hs_route1", text="Ana: ?", author="Ana", body="?", thread=receipt.thread))
+        assert isinstance(await one_event(forgetful, fake.private_update("hi", user=SAM)), SubscriberText)
+    finally:
+        await forgetful.stop()
+    # The desk's stored line (ChannelContext.open_lines): a plain message is Sam's answer from the first one
+    again = await standalone(fake, lines=[DirectLine("hs_route1", "ROUT", dict(receipt.thread))])
+    try:
         plain = await one_event(again, fake.private_update("hi again", user=SAM))
         assert isinstance(plain, RecipientText) and plain.thread_key == receipt.thread_key
     finally:

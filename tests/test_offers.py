@@ -340,3 +340,19 @@ async def test_an_on_call_person_who_is_away_passes_to_the_next_layer_and_the_au
     events = (await harness.client.get(f"/api/handoffs/{started['handoff_session_id']}/events")).json()["events"]
     [passed] = [e for e in events if e["kind"] == "offer_passed_over"]
     assert passed["detail"]["why"] == "away" and passed["detail"]["target"] == "oncall:nights", passed
+
+
+async def test_a_channel_reads_its_people_s_open_lines_from_the_desk_on_start(start_desk: StartDesk) -> None:
+    harness = await people_desk(
+        start_desk, {"notify": ["team:support"], "claim_within": "5m"},
+        teams=[{"id": "support", "label": "Support", "members": ["olga", "ben"]}],
+    )
+    _, started = await request(harness)
+    sid = started["handoff_session_id"]
+    lines = await harness.desk.handoffs.direct_lines(5)
+    assert sorted(line.thread["dm"] for line in lines) == ["U-ben", "U-olga"]
+    assert {line.handoff_id for line in lines} == {sid}
+    await reply_in_dm(harness, 5, "ben")  # Ben has it: Olga's line is no longer hers
+    assert [line.thread["dm"] for line in await harness.desk.handoffs.direct_lines(5)] == ["U-ben"]
+    await harness.desk.handoffs.release(sid, reason=ReleaseReason.OWNER, actor="test")
+    assert await harness.desk.handoffs.direct_lines(5) == []

@@ -256,6 +256,26 @@ async def active_in_thread(session: AsyncSession, channel_id: int, thread_key: s
     return InThread(handoff, _RECIPIENT.one(row[:split]))
 
 
+async def open_direct(session: AsyncSession, channel_id: int) -> list[tuple[HandoffRecipient, HandoffSession]]:
+    """The active handoffs sent to people directly on this channel whose line is still theirs
+    (reached, and not taken by someone else), oldest first."""
+    rows = (await session.execute(
+        select(*_RECIPIENTS.columns, *HANDOFFS.columns)
+        .join(HANDOFFS, HANDOFFS.c.id == _RECIPIENTS.c.handoff_session_id)
+        .where(_RECIPIENTS.c.channel_id == channel_id, _RECIPIENTS.c.person_id.is_not(None),
+               _RECIPIENTS.c.state == RecipientState.NOTIFIED, HANDOFFS.c.state == HandoffState.ACTIVE,
+               or_(_RECIPIENTS.c.result.is_(None), _RECIPIENTS.c.result.in_([OfferResult.CLAIMED, OfferResult.MISSED])))
+        .order_by(_RECIPIENTS.c.id)
+    )).all()
+    split = len(_RECIPIENTS.columns)
+    found = []
+    for row in rows:
+        handoff = handoff_of(row[split:])
+        if handoff is not None:
+            found.append((_RECIPIENT.one(row[:split]), handoff))
+    return found
+
+
 async def notified_from(session: AsyncSession, outbox_item_id: int, receipt: Receipt, now: datetime) -> HandoffRecipient | None:
     """The dispatch to a recipient was delivered: where it landed. None when the item is no recipient's."""
     row = (await session.execute(

@@ -18,6 +18,7 @@ from channels.base import (
     ChannelConfig,
     ChannelContext,
     ChannelError,
+    DirectLine,
     Dispatch,
     Notice,
     PermanentChannelError,
@@ -103,6 +104,7 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
             if self._staff is not None:
                 chat = await self._staff_chat(bot, self._staff)
                 self._chat_id, self._is_forum = chat.id, bool(chat.is_forum)
+            self._recall_lines(await ctx.open_lines())
             if self.config.mode == "webhook":
                 await self._register_webhook(bot, ctx.public_url)
             else:
@@ -112,6 +114,14 @@ class TelegramChannel(TelegramReceiver, TelegramApprovals):  # the receiver brin
             raise
         log.info("telegram_started", channel_id=self.id, bot=f"@{self._username}", chat_id=self._chat_id,
                  forum=self._is_forum, mode=self.config.mode, subscribers=ctx.subscribers)
+
+    def _recall_lines(self, lines: list[DirectLine]) -> None:
+        """People's private chats with open handoffs, as the desk stored them: their plain
+        messages route to those handoffs from the first one after a restart."""
+        for line in lines:
+            chat, dispatch_id = line.thread.get("chat_id"), line.thread.get("message_id")
+            if line.thread.get("direct") and chat and dispatch_id:
+                self._people.opened(int(chat), str(dispatch_id), str(line.thread.get("code") or line.short_code))
 
     async def stop(self) -> None:
         await self._stop_polling()

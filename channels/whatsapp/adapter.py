@@ -76,6 +76,10 @@ class WhatsAppChannel(WhatsAppTransport, WhatsAppWebhooks, WhatsAppFormatting):
             await self.stop()
             raise
         self.account_name = account.friendly_name
+        for line in await ctx.open_lines():  # people's numbers with open handoffs, as the desk stored them
+            number = line.thread.get("direct")
+            if isinstance(number, str) and number:
+                self._direct_lines.setdefault(number, {})[line.handoff_id] = str(line.thread.get("code") or line.short_code)
         webhook = f"{ctx.public_url.rstrip('/')}/webhooks/{self.id}"
         log.info("whatsapp_started", channel_id=self.id, account=account.friendly_name, sender=self.config.from_number,
                  recipients=len(self.staff), subscribers=ctx.subscribers, webhook=webhook,

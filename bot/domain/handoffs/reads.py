@@ -19,6 +19,7 @@ from bot.domain.handoffs.outcomes import OnTheLine
 from bot.domain.ladder import InThread
 from bot.store.models import HandoffRecipient, HandoffSession, Message
 from bot.store.vocabulary import HandoffState
+from channels.base import DirectLine
 
 
 class Reads:
@@ -63,6 +64,13 @@ class Reads:
     async def recipient_on(self, sid: str, channel_id: int) -> HandoffRecipient | None:
         async with self.ctx.db.read() as session:
             return await recipients.on_channel(session, sid, channel_id)
+
+    async def direct_lines(self, channel_id: int) -> list[DirectLine]:
+        """What a channel sent to people directly and is still theirs: its adapter reads them
+        on start, so its people's lines survive a restart (`ChannelContext.open_lines`)."""
+        async with self.ctx.db.read() as session:
+            found = await recipients.open_direct(session, channel_id)
+        return [DirectLine(handoff.id, handoff.short_code, dict(recipient.thread)) for recipient, handoff in found]
 
     async def recipients_of(self, sid: str) -> list[HandoffRecipient]:
         """Every channel a handoff on a route notified, in order (none for one straight to a channel)."""

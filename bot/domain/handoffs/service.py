@@ -80,6 +80,7 @@ class Handoffs:
         self.offered, self.target_ids = ctx.offered, ctx.target_ids
         self.on_the_line, self.by_thread, self.in_thread = reads.on_the_line, reads.by_thread, reads.in_thread
         self.recipient_on, self.recipients_of = reads.recipient_on, reads.recipients_of
+        self.direct_lines = reads.direct_lines
         self.recipients_of_many = reads.recipients_of_many
         # Requesting (requesting.py) and settling what a stop left dispatching (activation.py)
         self.record_rejection, self.request = requests.record_rejection, requests.request
