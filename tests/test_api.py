@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from channels.base import RecipientText
 from tests.conftest import Harness, StartDesk
+from tests.test_offers import MONDAY_NOON, later, people_desk, reply_in_dm, request
 
 
 async def test_api_key_is_required_when_configured(start_desk: StartDesk) -> None:
@@ -388,3 +390,26 @@ async def test_on_an_open_api_a_token_that_stopped_working_is_refused_not_taken_
     anonymous = await harness.client.post("/api/approvals/ap_nope/decision", json={"decision": "approve"})
     assert (anonymous.status_code, anonymous.json()["error"]) == (401, "unauthorized")  # deciding asks for someone
     assert "owner.token" in anonymous.json()["details"]["hint"]
+
+
+async def test_a_route_s_recipients_name_each_offer_s_person_target_turn_and_result_but_no_address(start_desk: StartDesk) -> None:
+    harness = await people_desk(
+        start_desk, {"notify": ["team:support"], "claim_within": "5m", "assign": "round_robin"}, api={"key": "k-123456"},
+        teams=[{"id": "support", "label": "Support desk", "members": ["olga", "ben"]}],
+    )
+    harness.client.headers["Authorization"] = "Bearer k-123456"  # everything below as the agent
+    _, started = await request(harness)
+    sid = started["handoff_session_id"]
+    await later(harness, timedelta(minutes=5))
+    assert await reply_in_dm(harness, 5, "ben") == "relayed"
+    recipients = (await harness.handoff(sid))["recipients"]
+    olga, ben = recipients
+    assert {k: olga[k] for k in ("person_id", "person_name", "target", "contact", "contact_index", "turn", "result")} == {
+        "person_id": "olga", "person_name": "Olga Petrova", "target": "team:support", "contact": "slack",
+        "contact_index": 0, "turn": 0, "result": "missed"}
+    assert olga["ended_at"] == (MONDAY_NOON + timedelta(minutes=5)).isoformat()
+    assert (ben["person_name"], ben["turn"], ben["result"]) == ("Ben Okoye", 1, "claimed")
+    # the fields clients read before are all still there
+    assert {"channel_id", "channel_kind", "channel_label", "step", "state", "channel_message_id", "notified_at",
+            "failed_at", "error"} <= set(olga)
+    assert "U-olga" not in str(recipients) and "address" not in olga

@@ -12,9 +12,10 @@ from urllib.parse import unquote
 
 import pytest
 
+from bot.config import TeamConfig
 from bot.runtime.clock import ManualClock
-from bot.store.models import HandoffRecipient, HandoffSession
-from bot.web.inbox_routes import route_status
+from bot.store.models import HandoffEvent, HandoffRecipient, HandoffSession
+from bot.web.inbox_routes import OfferNames, masked_address, ordinal, passed_over, route_status, target_labels
 from channels.base import PermanentChannelError, RecipientText
 from tests.conftest import Harness, StartDesk
 from tests.fakes import ScriptedChannel
@@ -342,3 +343,39 @@ def test_who_took_it_is_named_by_their_thread_or_by_how_they_claimed() -> None:
     gone = route_status(routed(claimed_at=MONDAY_NOON, claimed_by="Lu", claimed_via="channel:9"), sent, None, MONDAY_NOON, ago)
     assert gone is not None and gone.taken == "Taken by Lu (channel 9) at noon"
     assert route_status(routed(route_id=None), sent, None, MONDAY_NOON, ago) is None
+
+
+# --------------------------------------------------------------------------- offers to people, in words
+
+
+def test_an_address_is_masked_but_for_an_e_mail_s_first_letter_and_a_number_s_last_digits() -> None:
+    assert masked_address("olga@example.com") == "o•••@example.com"
+    assert masked_address("+4915112345678") == "+•••••••••5678"
+    assert masked_address("whatsapp:+49 151 1234") == "whatsapp:+•• ••• ••34"
+    assert masked_address("U0TOM") == "U0TOM"  # a provider's user id reaches nobody outside it
+    assert masked_address(None) == ""
+
+
+def test_turns_read_as_ordinals() -> None:
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
+
+
+def test_a_target_reads_by_its_config_label_and_by_its_id_once_the_config_has_none() -> None:
+    names = OfferNames({"olga": "Olga Petrova"}, target_labels(
+        [TeamConfig(id="support", label="Support desk", members=["olga"])], []))
+    assert names.target("team:support") == "team Support desk"
+    assert names.target("team:gone") == "team gone"
+    assert names.target("oncall:nights") == "on call: nights"
+    assert names.target("person:olga") == "named in the route"
+    assert (names.person("olga"), names.person("sam")) == ("Olga Petrova", "sam")
+
+
+def test_who_was_passed_over_is_named_once_each_with_why() -> None:
+    def passed(pid: str, why: str) -> HandoffEvent:
+        return HandoffEvent(kind="offer_passed_over", actor="ladder", person_id=pid, detail={"why": why}, created_at=MONDAY_NOON)
+
+    events = [passed("ines", "away"), passed("sam", "at_capacity"), passed("ines", "away"),
+              HandoffEvent(kind="handoff_offered", actor="ladder", person_id="olga", created_at=MONDAY_NOON)]
+    assert passed_over(events, OfferNames({"ines": "Ines Duarte"})) == "Passed over: Ines Duarte (away), sam (at capacity)"
+    assert passed_over(events[3:], OfferNames()) == ""

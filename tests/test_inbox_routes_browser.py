@@ -2,7 +2,8 @@
 against a real server: the owner inbox and a Slack channel (the real SDK against
 tests/fake_slack.py) notified at once, one dispatch failing with Slack's error, the ladder's
 countdown ticking under the strict CSP, Claim from the page, a claim made in Slack showing
-up live on the open page and list, and the page at phone width.
+up live on the open page and list, and the page at phone width; and a handoff a team's round
+robin offered to people one at a time (scripted channels that reach one person directly).
 Set HANDOFF_WRITE_SCREENSHOTS=1 to refresh the screenshots in docs/screenshots/.
 """
 
@@ -11,15 +12,23 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
+from sqlmodel import col
 
 from bot.desk import Desk
-from tests.conftest import CHROMIUM, shot
+from bot.store.models import HandoffSession, Person
+from channels.base import PermanentChannelError
+from tests.conftest import CHROMIUM, desk_served, shot
 from tests.fake_slack import FakeSlack, Fault, message_event, signed_headers
 from tests.test_inbox_browser import PHONE, assert_fits_the_phone
+from tests.test_offers import EMAIL as OFFER_EMAIL
+from tests.test_offers import PEOPLE, DirectEmail, DirectSlack
+from tests.test_offers import SLACK as OFFER_SLACK
 
 if not os.path.exists(CHROMIUM) and not os.environ.get("HANDOFF_REQUIRE_BROWSER"):
     pytest.skip("Chromium is not installed (apt-get install -y chromium; .ci/run does)", allow_module_level=True)
@@ -172,3 +181,55 @@ async def test_a_claim_made_in_slack_shows_up_on_the_open_list_and_page(
         await expect(handoff_tab.locator("#no-reply")).to_have_text("Tom has this handoff; replies go through Sales support.")
         await expect(handoff_tab.locator("#recipients li").nth(1)).to_contain_text("· has it")
     assert page.problems == []
+
+
+async def test_a_handoff_offered_to_people_in_the_browser_at_desktop_and_phone_width(sqlite_url: str, page: Any) -> None:
+    """A team's round robin: Olga's Slack refuses, her e-mail reaches her (its address masked),
+    she lets her turn pass and Ben is asked 2nd; Ines is away and passed over."""
+    from playwright.async_api import expect
+
+    async with desk_served(
+        sqlite_url, adapters={5: DirectSlack, 6: DirectEmail}, channels=[OFFER_SLACK, OFFER_EMAIL], people=PEOPLE,
+        teams=[{"id": "support", "label": "Support", "members": ["olga", "ben", "ines"]}],
+        routes=[{"id": 20, "label": "Support", "public_name": "our support team", "steps": [
+            {"notify": ["team:support"], "claim_within": "5m", "assign": "round_robin"}]}],
+    ) as (desk, base):
+        for person in await desk.people.all():
+            await desk.people.link(person.id, "slack", f"U-{person.id}", verified_via="cli", actor="test")
+        async with desk.db.transaction() as session:
+            await session.execute(update(Person).where(col(Person.id) == "ines").values(away_since=desk.clock.now()))
+        slack = desk.channels.get(5)
+        assert isinstance(slack, DirectSlack)
+        slack.fail_next(PermanentChannelError("cannot_dm_user", hint="Slack refused the direct message to U-olga"))
+        async with httpx.AsyncClient(base_url=base) as api:
+            _, sid = await route_handoff(api, desk)
+        async with desk.db.transaction() as session:  # her five minutes are up (rather than waiting them out)
+            past = desk.clock.now() - timedelta(seconds=1)
+            await session.execute(update(HandoffSession).where(col(HandoffSession.id) == sid)
+                                  .values(escalate_at=past, offer_until=past))
+        await desk.timers.sweep()
+        await desk.settle()
+
+        await page.goto(f"{base}/inbox/handoffs/{sid}")
+        recipients = page.locator("#recipients li")
+        await expect(recipients).to_have_count(3)
+        await expect(recipients.nth(0)).to_contain_text("Olga Petrova")
+        await expect(recipients.nth(0)).to_contain_text("failed")
+        await expect(recipients.nth(0)).to_contain_text("Slack refused the direct message")
+        await expect(recipients.nth(1)).to_contain_text("missed")
+        await expect(recipients.nth(1).locator(".recipient-detail")).to_have_text(
+            "team Support · asked 1st · E-mail o•••@example.com (their 2nd method)")
+        await expect(recipients.nth(2).locator(".recipient-label")).to_have_text("Ben Okoye")
+        await expect(recipients.nth(2).locator(".recipient-detail")).to_have_text("team Support · asked 2nd · Slack U-ben")
+        await expect(page.locator("#passed-over")).to_have_text("Passed over: Ines Duarte (away)")
+        await expect(page.locator("#escalates")).to_have_text(re.compile(r"^Back to the assistant in [45] min$"))
+        assert "olga@example.com" not in await page.content()
+        await shot(page, "inbox-offers")
+
+        await page.set_viewport_size(PHONE)
+        await page.reload()
+        await page.wait_for_selector("#recipients")
+        await assert_fits_the_phone(page, "a handoff offered to people")
+        await shot(page, "inbox-offers-phone")
+        assert page.problems == []  # before the server stops under the page's open long-poll
+        await page.goto("about:blank")

@@ -80,6 +80,12 @@ async def test_subscriber_names_of_the_conversations_that_exist(harness: Harness
     assert await queries.subscriber_names(set()) == {}
 
 
+async def test_person_names_of_the_people_that_exist(start_desk: StartDesk, queries: Queries) -> None:
+    await start_desk(people=[{"id": "olga", "name": "Olga Petrova", "email": "olga@example.com"}])
+    assert await queries.person_names({"olga", "nobody"}) == {"olga": "Olga Petrova"}
+    assert await queries.person_names(set()) == {}
+
+
 async def test_conversation_approvals_oldest_first(start_desk: StartDesk, queries: Queries) -> None:
     harness = await start_desk(actions=[refund_action(1)])
     cid, other = await harness.conversation("Ana"), await harness.conversation("Ben")

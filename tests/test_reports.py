@@ -18,13 +18,24 @@ from sqlmodel import col
 
 from bot.domain import reports as reports_module
 from bot.domain.handoff_rows import CONVERSATIONS, HANDOFFS, MESSAGES, new_row
-from bot.domain.reports import BUCKETS, NOT_LINKED, Containment, DayCount, PersonFigures, Reports, Satisfaction, Tally
+from bot.domain.reports import (
+    BUCKETS,
+    NOT_LINKED,
+    Containment,
+    DayCount,
+    OfferFigures,
+    PersonFigures,
+    Reports,
+    Satisfaction,
+    Tally,
+)
 from bot.runtime.clock import ManualClock
 from bot.store.db import Database, alembic_config
 from bot.store.models import Conversation, HandoffSatisfaction, HandoffSession, Message, Person
 from bot.store.vocabulary import HandoffState, Outcome, ReleaseReason, Role
 from tests.conftest import StartDesk
 from tests.fakes import ScriptedChannel
+from tests.test_offers import later, people_desk, reply_in_dm, request
 from tests.test_routes import escalate, reply, route_desk, route_handoff
 
 NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)  # the generator's clock: every time below is relative to it
@@ -92,12 +103,13 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
         # Messages that must not count as a person: the subscriber's and the agent's
         messages.append(new_row(Message, conversation_id=f"c{n}", role=Role.SUBSCRIBER, text="help",
                                 handoff_session_id=f"h{n}", created_at=at + timedelta(seconds=1)))
-    if not facts:  # the columns of migrations 0020 and 0021, and the mark 0018 added but never filled in
+    if not facts:  # the columns of migrations 0020, 0021 and 0023, and the mark 0018 added but never filled in
         for row in conversations:
             del row["first_handoff_at"]
         for row in sessions:
             del row["time_to_person_seconds"], row["duration_seconds"]
             del row["claimed_person_id"], row["released_person_id"]  # 0021's, later still
+            del row["turn"], row["offer_until"]  # 0023's
         for row in messages:
             del row["person_id"]
     for row in messages:
@@ -491,3 +503,75 @@ def _downgrade(connection: Connection, revision: str) -> None:
     cfg = alembic_config()
     cfg.attributes["connection"] = connection
     command.downgrade(cfg, revision)
+
+
+# --------------------------------------------------------------------------- offers to people
+
+
+NIGHTS = {"id": "nights", "label": "Night on-call", "layers": [{"name": "primary", "people": ["sam"], "shift": "1d",
+                                                                "start": "2026-12-01"}]}
+
+
+async def test_offers_claims_misses_and_time_to_claim_per_person_team_and_schedule(start_desk: StartDesk) -> None:
+    """A team's round robin, then the night on-call: four handoffs through a real desk, each
+    offer's result and time to claim known from the clock."""
+    harness = await people_desk(
+        start_desk, {"notify": ["team:support"], "claim_within": "5m", "assign": "round_robin"},
+        {"notify": ["oncall:nights"], "claim_within": "5m"},
+        teams=[{"id": "support", "label": "Support", "members": ["olga", "ben"]}], oncall=[NIGHTS],
+    )
+    start = harness.desk.clock.now()
+
+    async def offered_to(*people: str) -> str:
+        _, started = await request(harness)
+        assert started["people_offered"] == list(people), started
+        return str(started["handoff_session_id"])
+
+    await offered_to("olga")  # 1: Olga misses it, Ben claims a minute after his offer
+    await later(harness, timedelta(minutes=5))
+    await later(harness, timedelta(minutes=1))
+    assert await reply_in_dm(harness, 5, "ben") == "relayed"
+    await offered_to("olga")  # 2: Olga claims after two minutes
+    await later(harness, timedelta(minutes=2))
+    assert await reply_in_dm(harness, 5, "olga") == "relayed"
+    third = await offered_to("ben")  # 3: Ben and Olga both miss it; Sam, on call, claims after three minutes
+    await later(harness, timedelta(minutes=5))
+    await later(harness, timedelta(minutes=5))
+    assert (await harness.desk.handoffs.get(third)).step == 1
+    await later(harness, timedelta(minutes=3))
+    assert await reply_in_dm(harness, 5, "sam") == "relayed"
+    await offered_to("ben")  # 4: still waiting for Ben: an offer, no claim, no miss, not unclaimed yet
+
+    summary = await Reports(harness.desk.db).summary(start, harness.desk.clock.now() + timedelta(seconds=1))
+    people = {row.person_id: row.offered for row in summary.people}
+    assert people["olga"] == OfferFigures(offers=3, claims=1, missed=2, timed=1, p50=120, p90=120)
+    assert people["ben"] == OfferFigures(offers=3, claims=1, missed=1, timed=1, p50=60, p90=60)
+    assert people["sam"] == OfferFigures(offers=1, claims=1, missed=0, timed=1, p50=180, p90=180)
+    assert people["ines"] == OfferFigures() and people[None] == OfferFigures()
+    assert {row.person_id: row.handled for row in summary.people} == {"olga": 1, "ben": 1, "sam": 1, "ines": 0, None: 0}
+    nights, team = summary.targets  # by target
+    assert (team.target, team.kind, team.id) == ("team:support", "team", "support")
+    assert (team.offered, team.handoffs, team.unclaimed) == (
+        OfferFigures(offers=6, claims=2, missed=3, timed=2, p50=60, p90=120), 4, 1)
+    assert (nights.target, nights.offered, nights.handoffs, nights.unclaimed) == (
+        "oncall:nights", OfferFigures(offers=1, claims=1, missed=0, timed=1, p50=180, p90=180), 1, 0)
+    # the range and the filters choose the offers as they choose the handoffs
+    later_on = await Reports(harness.desk.db).summary(harness.desk.clock.now(), harness.desk.clock.now() + timedelta(seconds=1))
+    assert [row.offered.offers for row in later_on.people if row.person_id == "ben"] == [1]
+    assert (await Reports(harness.desk.db).summary(start, harness.desk.clock.now(), route_id=99)).targets == ()
+
+
+async def test_a_handoff_nobody_claims_is_a_miss_for_everyone_offered_and_unclaimed_for_their_team(
+    start_desk: StartDesk,
+) -> None:
+    harness = await people_desk(start_desk, {"notify": ["team:support"], "claim_within": "5m"},
+                                teams=[{"id": "support", "label": "Support", "members": ["olga", "ben"]}])
+    start = harness.desk.clock.now()
+    _, started = await request(harness)
+    await later(harness, timedelta(minutes=5))
+    assert (await harness.desk.handoffs.get(started["handoff_session_id"])).release_reason == ReleaseReason.UNCLAIMED
+    summary = await Reports(harness.desk.db).summary(start, harness.desk.clock.now())
+    assert {row.person_id: (row.offered.offers, row.offered.missed) for row in summary.people if row.offered.offers} == {
+        "olga": (1, 1), "ben": (1, 1)}
+    [team] = summary.targets
+    assert (team.offered.claims, team.offered.p50, team.handoffs, team.unclaimed) == (0, None, 1, 1)

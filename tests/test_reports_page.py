@@ -26,6 +26,7 @@ from channels.base import RecipientText
 from tests.conftest import CHROMIUM, Harness, StartDesk, desk_served, shot
 from tests.test_inbox import login
 from tests.test_inbox_browser import assert_fits_the_phone
+from tests.test_offers import later, people_desk, reply_in_dm, request
 from tests.test_reports import Planned, store
 
 NOON = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
@@ -134,12 +135,47 @@ async def test_the_page_shows_each_person_beside_its_chart(start_desk: StartDesk
     table = list(csv.reader(io.StringIO((await harness.client.get("/inbox/reports.csv", params={"range": "24h"})).text)))
     header = table.index(["person_id", "person", "handled", "timed", "time_to_claim_p50_seconds",
                           "time_to_claim_p90_seconds", "satisfaction_solved", "satisfaction_not_solved",
-                          "satisfaction_unanswered"])
+                          "satisfaction_unanswered", *OFFER_HEADER])
+    nothing_offered = ["0", "0", "0", "0", "", ""]
     assert table[header + 1:header + 4] == [
-        ["sam", "'=Sam Okafor", "1", "1", "45.0", "45.0", "0", "0", "0"],  # a leading = never runs as a formula
-        ["olga", "Olga <Petrova>", "2", "2", "60.0", "300.0", "1", "0", "0"],
-        ["", "not linked to a person", "1", "1", "30.0", "30.0", "0", "0", "0"],
+        ["sam", "'=Sam Okafor", "1", "1", "45.0", "45.0", "0", "0", "0", *nothing_offered],  # a leading = never runs as a formula
+        ["olga", "Olga <Petrova>", "2", "2", "60.0", "300.0", "1", "0", "0", *nothing_offered],
+        ["", "not linked to a person", "1", "1", "30.0", "30.0", "0", "0", "0", *nothing_offered],
     ]
+    assert "offered" not in html.split('id="per-person"', 1)[1].split("</section>", 1)[0].lower()  # nobody was offered one
+    assert 'id="per-target"' not in html
+
+
+OFFER_HEADER = ["offers", "offers_claimed", "offers_missed", "offers_claimed_timed", "offers_to_claim_p50_seconds",
+                "offers_to_claim_p90_seconds"]
+
+
+async def test_the_offers_to_people_show_per_person_and_per_team(start_desk: StartDesk) -> None:
+    """Olga lets a team's handoff pass and Ben claims it a minute after his offer (seven after it was asked for)."""
+    harness = await people_desk(start_desk, {"notify": ["team:support"], "claim_within": "5m", "assign": "round_robin"},
+                                teams=[{"id": "support", "label": "Support <desk>", "members": ["olga", "ben"]}])
+    await request(harness)
+    await later(harness, timedelta(minutes=6))
+    await later(harness, timedelta(minutes=1))  # Ben's offer came at 5 min, on the sweep after the deadline
+    assert await reply_in_dm(harness, 5, "ben") == "relayed"
+    html = (await harness.client.get("/inbox/reports", params={"range": "24h"})).text
+    section = html.split('id="per-person"', 1)[1].split("</section>", 1)[0]
+    rows = {row.split("</th>")[0].rsplit(">", 1)[-1]: [cell.split("</td>")[0] for cell in row.split('<td class="num">')[1:]]
+            for row in section.split("<tr")[2:]}
+    assert rows["Ben Okoye"][-5:] == ["1", "1", "0", "60 s", "60 s"]
+    assert rows["Olga Petrova"][-5:] == ["1", "0", "1", "—", "—"]
+    teams = html.split('id="per-target"', 1)[1].split("</section>", 1)[0]
+    assert "<th scope=\"row\">team Support &lt;desk&gt;</th>" in teams  # the config's label, escaped
+    assert [cell.split("</td>")[0] for cell in teams.split('<td class="num">')[1:]] == ["1", "2", "1", "1", "60 s", "0"]
+
+    table = list(csv.reader(io.StringIO((await harness.client.get("/inbox/reports.csv", params={"range": "24h"})).text)))
+    header = table.index(["target", "label", "handoffs", "unclaimed_by_target", *OFFER_HEADER])
+    assert table[header + 1:] == [["team:support", "Support <desk>", "1", "0", "2", "1", "1", "1", "60.0", "60.0"]]
+    people = table.index(["person_id", "person", "handled", "timed", "time_to_claim_p50_seconds",
+                          "time_to_claim_p90_seconds", "satisfaction_solved", "satisfaction_not_solved",
+                          "satisfaction_unanswered", *OFFER_HEADER])
+    assert [row for row in table[people + 1:header] if row and row[0] == "ben"] == [
+        ["ben", "Ben Okoye", "1", "1", "420.0", "420.0", "0", "0", "0", "1", "1", "0", "1", "60.0", "60.0"]]  # from the activation, and from his offer
 
 
 async def answered_these(db: Database, answers: dict[str, str | None]) -> None:

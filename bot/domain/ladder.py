@@ -314,20 +314,26 @@ async def step_has_hope(session: AsyncSession, sid: str, step: int, turn: int = 
 async def end_offers(
     session: AsyncSession, sid: str, result: OfferResult, now: datetime, *, step: int | None = None,
     turn: int | None = None, winner: int | None = None,
-) -> None:
+) -> dict[OfferResult, int]:
     """How a handoff's open offers to people ended: the winner's `claimed` and the others'
     `taken` on a claim; `missed` when their turn passed (only that step and turn's) or nobody
-    claimed; `ended` when the handoff ended otherwise."""
+    claimed; `ended` when the handoff ended otherwise. Returns how many offers ended how (for
+    the caller's `handoff_offers_total`): only the rows this call changed, so a race counts once."""
     open_offers = [_RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.person_id.is_not(None), _RECIPIENTS.c.result.is_(None),
                    _RECIPIENTS.c.state != RecipientState.FAILED]
     if step is not None:
         open_offers.append(_RECIPIENTS.c.step == step)
     if turn is not None:
         open_offers.append(_RECIPIENTS.c.turn == turn)
+    ended: dict[OfferResult, int] = {}
     if winner is not None:  # first, so the rest below no longer includes it; a missed offer can still be claimed
-        await session.execute(update(_RECIPIENTS).where(_RECIPIENTS.c.id == winner, _RECIPIENTS.c.person_id.is_not(None))
-                              .values(result=OfferResult.CLAIMED, ended_at=now, next_contact_at=None))
-    await session.execute(update(_RECIPIENTS).where(*open_offers).values(result=result, ended_at=now, next_contact_at=None))
+        won = await execute_dml(session, update(_RECIPIENTS).where(_RECIPIENTS.c.id == winner, _RECIPIENTS.c.person_id.is_not(None))
+                                .values(result=OfferResult.CLAIMED, ended_at=now, next_contact_at=None))
+        ended[OfferResult.CLAIMED] = won.rowcount
+    rest = await execute_dml(session, update(_RECIPIENTS).where(*open_offers)
+                             .values(result=result, ended_at=now, next_contact_at=None))
+    ended[result] = ended.get(result, 0) + rest.rowcount
+    return {how: count for how, count in ended.items() if count}
 
 
 async def contacts_due(session: AsyncSession, sid: str, now: datetime) -> list[HandoffRecipient]:

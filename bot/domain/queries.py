@@ -24,7 +24,7 @@ from bot.domain import handoff_rows
 from bot.domain.approvals import PENDING
 from bot.errors import NotFound
 from bot.store.db import Database
-from bot.store.models import Approval, Conversation, FormLink, HandoffEvent, HandoffRecipient, HandoffSession, Message
+from bot.store.models import Approval, Conversation, FormLink, HandoffEvent, HandoffRecipient, HandoffSession, Message, Person
 from bot.store.prepared import Prepared
 from bot.store.vocabulary import OPEN_STATES, HandoffState, RecipientState
 
@@ -106,6 +106,15 @@ class Queries:
                 select(col(Conversation.id), col(Conversation.subscriber_name)).where(col(Conversation.id).in_(conversation_ids))
             )
             return {cid: name for cid, name in rows.all()}
+
+    async def person_names(self, person_ids: Collection[str]) -> dict[str, str]:
+        """The directory's name per person that exists (the pages show who was offered a
+        handoff by name; one read for a whole page or list)."""
+        if not person_ids:
+            return {}
+        async with self.db.read() as session:
+            rows = await session.execute(select(col(Person.id), col(Person.name)).where(col(Person.id).in_(list(person_ids))))
+            return {pid: name for pid, name in rows.all()}
 
     async def conversation_approvals(self, conversation_id: str) -> list[Approval]:
         """Every approval asked for in one conversation, oldest first."""

@@ -36,29 +36,38 @@ anyone, the owner token) is in the row "not linked to a person". These columns a
 from the rows, not an index: one statement over the range's handoffs, one sort of those a
 person handled (`_per_person`). Covering indexes for it were measured (docs/reports.md) and
 saved under a tenth of a summary: SQLite's numbering, not the reading, is what it costs.
+
+A route's offers to people (`OfferFigures`, per person and per team or on-call schedule)
+are read from the offers' rows of the chosen handoffs (`_offers`), one per handoff and
+person however many contact methods it took: offered, claimed by them (the handoff's claim
+names them), missed (their turn passed, or nobody claimed, without their claim), and the
+seconds from their first offer to their claim, numbered per person or target as the
+handoffs are per handler. One statement per table; the rows lie beside their handoff
+(`ix_handoff_recipients_handoff_session_id`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import ColumnElement, RowMapping, and_, case, exists, func, literal, or_, select, text, union_all
+from sqlalchemy import CTE, ColumnElement, RowMapping, Subquery, and_, case, exists, func, literal, or_, select, text, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.domain.handoff_rows import HANDOFFS, MESSAGES
 from bot.store.db import Database
-from bot.store.dialects import unindexed
-from bot.store.models import Conversation, HandoffSatisfaction, Person
+from bot.store.dialects import seconds_between, unindexed
+from bot.store.models import Conversation, HandoffRecipient, HandoffSatisfaction, Person
 from bot.store.rows import Rows
-from bot.store.vocabulary import HandoffState, ReleaseReason, Role
+from bot.store.vocabulary import OPEN_STATES, HandoffState, OfferResult, ReleaseReason, Role
 
 SATISFACTION = Rows(HandoffSatisfaction).table
 PEOPLE = Rows(Person).table
+RECIPIENTS = Rows(HandoffRecipient).table
 
 NOT_LINKED = "not linked to a person"
 """The name of the per-person row of acts nobody known did."""
@@ -172,6 +181,42 @@ class Satisfaction:
 
 
 @dataclass(frozen=True)
+class OfferFigures:
+    """A route's handoffs offered to people directly: `offers` counts one per handoff and
+    person, however many of their contact methods it took; `claims` those the person offered
+    it claimed; `missed` those whose turn passed (or that nobody claimed) without their claim;
+    and over the `timed` claims, the nearest-rank p50 and p90 of the seconds from the offer
+    (its first contact method) to the claim."""
+
+    offers: int = 0
+    claims: int = 0
+    missed: int = 0
+    timed: int = 0
+    p50: float | None = None
+    p90: float | None = None
+
+
+@dataclass(frozen=True)
+class TargetFigures:
+    """The offers one team or on-call schedule made (`target`: team:support, oncall:nights),
+    over the `handoffs` it offered; `unclaimed`: those nobody it offered claimed (someone
+    else did, or nobody; one still waiting for a claim is in neither)."""
+
+    target: str
+    offered: OfferFigures
+    handoffs: int
+    unclaimed: int
+
+    @property
+    def kind(self) -> str:
+        return self.target.partition(":")[0]
+
+    @property
+    def id(self) -> str:
+        return self.target.partition(":")[2]
+
+
+@dataclass(frozen=True)
 class PersonFigures:
     """One person's handoffs in the range: how many they `handled`, the nearest-rank p50 and
     p90 of the time to claim over the `timed` of them that have one (the seconds from the
@@ -188,6 +233,7 @@ class PersonFigures:
     positive: int
     negative: int
     unanswered: int
+    offered: OfferFigures = field(default_factory=OfferFigures)  # the route's offers made to them directly
 
     @property
     def asked(self) -> int:
@@ -201,7 +247,7 @@ class ReportSummary:
     `days` lists every local day of the range (a day without handoffs has no `per_day` row).
     `satisfaction` is None when no chosen handoff was asked the satisfaction question.
     `people` has a row for every person of the directory (by name), then "not linked to a
-    person"."""
+    person"; `targets` a row per team and on-call schedule that offered a chosen handoff."""
 
     start: datetime
     end: datetime
@@ -217,6 +263,7 @@ class ReportSummary:
     containment: Containment
     satisfaction: Satisfaction | None = None
     people: tuple[PersonFigures, ...] = ()
+    targets: tuple[TargetFigures, ...] = ()  # the teams and on-call schedules that offered any, by target
 
 
 class Reports:
@@ -251,12 +298,14 @@ class Reports:
             )
             containment = await _containment(session, start, end)
             satisfaction = await _satisfaction(session, chosen, start)
-            people = await _per_person(session, chosen)
+            offered = _offers(chosen)
+            people = await _per_person(session, chosen, await _offers_per_person(session, offered))
+            targets = await _per_target(session, offered)
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
             days=days, per_day=per_day, handoffs=endings.handoffs,
             time_to_person=time_to_person, duration=duration, endings=endings, containment=containment,
-            satisfaction=satisfaction, people=people,
+            satisfaction=satisfaction, people=people, targets=targets,
         )
 
     async def _per_day(self, session: AsyncSession, start: datetime, end: datetime,
@@ -513,7 +562,8 @@ def _handler() -> tuple[ColumnElement[Any], ColumnElement[bool]]:
     return person, acted
 
 
-async def _per_person(session: AsyncSession, chosen: Sequence[ColumnElement[bool]]) -> tuple[PersonFigures, ...]:
+async def _per_person(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
+                      offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
     """Every person's figures over the chosen handoffs, in one statement: the handoffs
     someone handled, each with its handler, time to a person and satisfaction answer, are
     numbered per handler by that time (those without one last), and only the first row and
@@ -543,14 +593,15 @@ async def _per_person(session: AsyncSession, chosen: Sequence[ColumnElement[bool
     directory = (await session.execute(
         select(PEOPLE.c.id, PEOPLE.c.name, PEOPLE.c.disabled_at).order_by(PEOPLE.c.name, PEOPLE.c.id)
     )).all()
-    return _person_rows(rows, [(pid, name, disabled_at is not None) for pid, name, disabled_at in directory])
+    return _person_rows(rows, [(pid, name, disabled_at is not None) for pid, name, disabled_at in directory], offers)
 
 
-def _person_rows(rows: Sequence[RowMapping],
-                 directory: Sequence[tuple[str, str, bool]]) -> tuple[PersonFigures, ...]:
+def _person_rows(rows: Sequence[RowMapping], directory: Sequence[tuple[str, str, bool]],
+                 offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
     """The figures per person from `_per_person`'s rows: each handler's counts (on every
-    row of theirs) and the values at their ranks. A handler the directory does not know
-    (people are never deleted, so only a hand-edited database has one) keeps their id as name."""
+    row of theirs) and the values at their ranks, with the offers made to them. A handler
+    the directory does not know (people are never deleted, so only a hand-edited database
+    has one) keeps their id as name."""
     counted: dict[str | None, RowMapping] = {}
     at_rank: dict[tuple[str | None, int], Any] = {}
     for row in rows:
@@ -559,17 +610,99 @@ def _person_rows(rows: Sequence[RowMapping],
 
     def figures(pid: str | None, name: str, disabled: bool) -> PersonFigures:
         row = counted.get(pid)
+        offered = offers.get(pid, OfferFigures()) if pid is not None else OfferFigures()
         if row is None:
-            return PersonFigures(pid, name, disabled, 0, 0, None, None, 0, 0, 0)
+            return PersonFigures(pid, name, disabled, 0, 0, None, None, 0, 0, 0, offered)
         timed = int(row["timed"])
         p50, p90 = (at_rank.get((pid, rank)) for rank in _nearest(timed)) if timed else (None, None)
         return PersonFigures(pid, name, disabled, int(row["handled"]), timed, _float(p50), _float(p90),
-                             int(row["positive"]), int(row["negative"]), int(row["unanswered"]))
+                             int(row["positive"]), int(row["negative"]), int(row["unanswered"]), offered)
 
     known = {pid for pid, _, _ in directory}
-    strangers = sorted(pid for pid in counted if pid is not None and pid not in known)
+    strangers = sorted(pid for pid in {*counted, *offers} if pid is not None and pid not in known)
     return (*(figures(pid, name, disabled) for pid, name, disabled in directory),
             *(figures(pid, pid, False) for pid in strangers), figures(None, NOT_LINKED, False))
+
+
+def _offers(chosen: Sequence[ColumnElement[bool]]) -> CTE:
+    """The chosen handoffs' offers to people, one row per handoff, person and target (a
+    person is offered a handoff once, on one or more of their contact methods): whether they
+    claimed it (the handoff's claim names them, whichever thread or page they took it from),
+    whether an offer of theirs was missed, the seconds from their first offer to their claim,
+    and whether the handoff still waits for a claim."""
+    offer, handoff = RECIPIENTS.c, HANDOFFS.c
+    theirs = and_(handoff.claimed_at.is_not(None), handoff.claimed_person_id == offer.person_id)
+    claimed = func.max(case((theirs, 1), else_=0))
+    return (
+        select(offer.handoff_session_id.label("sid"), offer.person_id.label("person"), offer.target.label("target"),
+               claimed.label("claimed"), func.max(case((offer.result == OfferResult.MISSED, 1), else_=0)).label("missed"),
+               case((claimed == 1, seconds_between(func.min(offer.created_at), func.max(handoff.claimed_at)))).label("seconds"),
+               func.max(case((and_(handoff.claimed_at.is_(None), handoff.state.in_(list(OPEN_STATES))), 1), else_=0))
+               .label("waiting"))
+        .select_from(HANDOFFS.join(RECIPIENTS, offer.handoff_session_id == handoff.id))
+        .where(*chosen, offer.person_id.is_not(None))
+        .group_by(offer.handoff_session_id, offer.person_id, offer.target).cte("offered")
+    )
+
+
+def _ranked_offers(offered: CTE, key: str, *where: ColumnElement[bool]) -> Subquery:
+    """The offers numbered per `key` (person or target) by their time to claim (unclaimed
+    last), each row carrying its key's counts, as `_per_person` numbers the handoffs."""
+    per, o = offered.c[key], offered.c
+    return select(
+        per.label("key"), o.seconds, func.count(o.seconds).over(partition_by=per).label("timed"),
+        func.count().over(partition_by=per).label("offers"), func.sum(o.claimed).over(partition_by=per).label("claims"),
+        func.sum(case((and_(o.missed == 1, o.claimed == 0), 1), else_=0)).over(partition_by=per).label("missed"),
+        func.row_number().over(partition_by=per, order_by=(o.seconds.is_(None), o.seconds)).label("n"),
+    ).where(*where).subquery()
+
+
+def _at_ranks(ranked: Subquery) -> ColumnElement[bool]:
+    """A key's first row and the rows at the ranks of its p50 and p90 (as `_nearest`, in SQL)."""
+    median, ninetieth = ((percent * ranked.c.timed + 99) // 100 for percent in (50, 90))
+    return or_(ranked.c.n == 1, ranked.c.n == median, ranked.c.n == ninetieth)
+
+
+def _offer_figures(rows: Sequence[RowMapping]) -> dict[str, OfferFigures]:
+    """Per key, its counts (on every row of it) and the values at its two ranks."""
+    counted: dict[str, RowMapping] = {}
+    at_rank: dict[tuple[str, int], Any] = {}
+    for row in rows:
+        counted[row["key"]] = row
+        at_rank[(row["key"], int(row["n"]))] = row["seconds"]
+    found = {}
+    for key, row in counted.items():
+        timed = int(row["timed"])
+        p50, p90 = (at_rank.get((key, rank)) for rank in _nearest(timed)) if timed else (None, None)
+        found[key] = OfferFigures(int(row["offers"]), int(row["claims"]), int(row["missed"]), timed, _float(p50), _float(p90))
+    return found
+
+
+async def _offers_per_person(session: AsyncSession, offered: CTE) -> dict[str, OfferFigures]:
+    """Each person's offers over the chosen handoffs, in one statement."""
+    ranked = _ranked_offers(offered, "person")
+    return _offer_figures((await session.execute(select(ranked).where(_at_ranks(ranked)))).mappings().all())
+
+
+async def _per_target(session: AsyncSession, offered: CTE) -> tuple[TargetFigures, ...]:
+    """Each team's and on-call schedule's offers over the chosen handoffs, and the handoffs
+    it offered that none of its people claimed, in one statement (a person: target is the
+    person's own row)."""
+    groups = or_(offered.c.target.like("team:%"), offered.c.target.like("oncall:%"))
+    ranked = _ranked_offers(offered, "target", groups)
+    per_handoff = (select(offered.c.target, func.max(offered.c.claimed).label("won"), func.max(offered.c.waiting).label("waiting"))
+                   .where(groups).group_by(offered.c.target, offered.c.sid).subquery())
+    handoffs = select(
+        per_handoff.c.target, func.count().label("handoffs"),
+        func.sum(case((and_(per_handoff.c.won == 0, per_handoff.c.waiting == 0), 1), else_=0)).label("unclaimed"),
+    ).group_by(per_handoff.c.target).subquery()
+    rows = (await session.execute(
+        select(ranked, handoffs.c.handoffs, handoffs.c.unclaimed).join(handoffs, handoffs.c.target == ranked.c.key)
+        .where(_at_ranks(ranked))
+    )).mappings().all()
+    figures = _offer_figures(rows)
+    counts = {row["key"]: (int(row["handoffs"]), int(row["unclaimed"])) for row in rows}
+    return tuple(TargetFigures(target, figures[target], *counts[target]) for target in sorted(figures))
 
 
 async def _containment(session: AsyncSession, start: datetime, end: datetime) -> Containment:

@@ -3,10 +3,14 @@ live in one process without colliding."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+Result = TypeVar("Result", bound=str)  # a result word, such as an OfferResult
 
 # A person answers in minutes and a handoff lasts minutes to hours: buckets from 10 s to a
 # day, so p50 and p90 fall inside a bucket rather than in the +Inf overflow.
@@ -54,7 +58,8 @@ class Metrics:
             ["route", "why"], registry=r)
         self.offers = Counter(
             "handoff_offers", "Offers of a route's handoff to a person directly: offered, claimed, taken (someone else "
-            "claimed), missed (their turn passed), failed (every contact method failed), passed (skipped: away, at capacity …)",
+            "claimed), missed (their turn passed or nobody claimed), ended (the handoff ended otherwise), failed (every contact "
+            "method failed), passed (skipped: away, at capacity …)",
             ["result"], registry=r)
         self.fallbacks = Counter(
             "handoff_recipient_failures", "Dispatches of a route's step that failed (the ladder falls back)", ["channel_kind"],
@@ -74,6 +79,12 @@ class Metrics:
             "handoff_oncall_gaps_seconds", "Seconds in the next 7 days when nobody is on call, per on-call schedule "
             "(computed as /metrics is scraped)", ["schedule"], registry=r)
         self.channel_up = Gauge("handoff_channel_available", "1 when the channel is available", ["channel_id", "kind"], registry=r)
+
+    def offers_ended(self, ended: Mapping[Result, int]) -> None:
+        """Count the offers a claim, a passed turn or a release just ended, by result
+        (`ladder.end_offers` says how many rows it changed, so a lost race counts nothing)."""
+        for result, count in ended.items():
+            self.offers.labels(result).inc(count)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -321,8 +322,12 @@ def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
     }
 
 
-def recipient_view(recipient: HandoffRecipient) -> dict[str, Any]:
-    """One channel a route's handoff notified: which step, whether it was reached, and when."""
+def recipient_view(recipient: HandoffRecipient, names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One channel a route's handoff notified, or one person it was offered to directly:
+    which step and turn, whether it was reached, when, and how the offer ended. A person's
+    offer names them and the kind of contact method, never its address (the agent's key
+    reads this too). `names`: the directory's names by person id."""
+    person = recipient.person_id
     return {
         "channel_id": recipient.channel_id,
         "channel_kind": recipient.channel_kind,
@@ -333,6 +338,14 @@ def recipient_view(recipient: HandoffRecipient) -> dict[str, Any]:
         "notified_at": iso(recipient.notified_at),
         "failed_at": iso(recipient.failed_at),
         "error": recipient.error,
+        "person_id": person,
+        "person_name": (names or {}).get(person, person) if person is not None else None,
+        "target": recipient.target,
+        "contact": recipient.channel_kind if person is not None else None,
+        "contact_index": recipient.contact_index,
+        "turn": recipient.turn,
+        "result": recipient.result,
+        "ended_at": iso(recipient.ended_at),
     }
 
 
@@ -408,12 +421,16 @@ async def list_handoffs(
 
 
 @api.get("/handoffs/{sid}", dependencies=[Depends(READS)])
-async def get_handoff(sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep) -> dict[str, Any]:
+async def get_handoff(
+    sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep, queries: QueriesDep,
+) -> dict[str, Any]:
     handoff = await handoffs.get(sid)
     view = handoff_view(handoff, forms)
     view["satisfaction"] = satisfaction_view(await satisfaction.of(sid))
     if handoff.route_id is not None:
-        view["recipients"] = [recipient_view(r) for r in await handoffs.recipients_of(sid)]
+        recipients = await handoffs.recipients_of(sid)
+        names = await queries.person_names({r.person_id for r in recipients if r.person_id is not None})
+        view["recipients"] = [recipient_view(r, names) for r in recipients]
     return view
 
 

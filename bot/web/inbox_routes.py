@@ -19,14 +19,15 @@ released here, but not answered: there is no thread of the inbox's for a reply t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bot.config import Ladder
-from bot.store.models import HandoffRecipient, HandoffSession
-from bot.store.vocabulary import HandoffState, RecipientState
+from bot.config import Ladder, OnCallConfig, TeamConfig
+from bot.store.models import HandoffEvent, HandoffRecipient, HandoffSession
+from bot.store.vocabulary import HandoffState, OfferResult, RecipientState
 from channels.text import clip
 
 OWNER_INBOX = "owner_inbox"  # the channel kind whose threads are the inbox's own
@@ -63,17 +64,95 @@ class Countdown:
 
 @dataclass(frozen=True)
 class RecipientLine:
-    """One channel the route notified, in words: which step, and how its dispatch went."""
+    """One channel's room the route notified, or one person it offered the handoff to, in
+    words: which step, and how its dispatch went. A person's line is under their name, with
+    how the offer ended and `detail`: the target that chose them, their turn, the contact method."""
 
     label: str
     step: int  # counted from 1, as people count steps
     state: RecipientState
     words: str  # "notified 3 min ago", "failed 2 min ago: <the provider's error>", "sending…"
     holds_claim: bool
+    person_id: str | None = None
+    result: OfferResult | None = None
+    detail: str = ""  # "team Support · asked 2nd · E-mail o•••@example.com (their 2nd method)"
 
     def json(self) -> dict[str, Any]:
         return {"label": self.label, "step": self.step, "state": self.state, "words": self.words,
-                "holds_claim": self.holds_claim}
+                "holds_claim": self.holds_claim, "person_id": self.person_id, "result": self.result, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class OfferNames:
+    """What a person's offer names, in words: people by their directory name (their id once
+    the directory has none), a team or on-call schedule by its label in the config."""
+
+    people: Mapping[str, str] = field(default_factory=dict)
+    targets: Mapping[str, str] = field(default_factory=dict)  # "team:support" -> "Support" (`target_labels`)
+
+    def person(self, person_id: str) -> str:
+        return self.people.get(person_id, person_id)
+
+    def target(self, target: str | None) -> str:
+        """"team Support", "on call: Night on-call", "named in the route" (a person: target)."""
+        kind, _, name = (target or "").partition(":")
+        label = self.targets.get(target or "", name)
+        return {"team": f"team {label}", "oncall": f"on call: {label}", "person": "named in the route"}.get(kind, target or "")
+
+
+def target_labels(teams: Sequence[TeamConfig], schedules: Sequence[OnCallConfig]) -> dict[str, str]:
+    """The config's label of every team and on-call schedule, by the target that names it."""
+    return {**{f"team:{t.id}": t.label for t in teams}, **{f"oncall:{o.id}": o.label for o in schedules}}
+
+
+_PHONE = re.compile(r"(?P<prefix>[a-z]+:)?\+?[\d ().-]{7,}")
+_EMAIL = re.compile(r"(?P<local>[^@\s]+)@(?P<domain>[^@\s]+)")
+
+
+def masked_address(address: str | None) -> str:
+    """A person's address as the inbox shows it to anyone who may look: an e-mail's local part
+    hidden but its first letter (o•••@example.com), a phone number's digits but the last four
+    (the last two of a short one); a provider's user id as it is (it reaches nobody outside it)."""
+    if not address:
+        return ""
+    if _EMAIL.fullmatch(address):
+        local, _, domain = address.rpartition("@")
+        return f"{local[0]}•••@{domain}"
+    if _PHONE.fullmatch(address):
+        digits = sum(c.isdigit() for c in address)
+        keep, seen, shown = (4 if digits >= 10 else 2), 0, []
+        for c in reversed(address):
+            if c.isdigit():
+                seen += 1
+                shown.append(c if seen <= keep else "•")
+            else:
+                shown.append(c)
+        return "".join(reversed(shown))
+    return address
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th … 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+WHY_WORDS = {"away": "away", "off_hours": "outside working hours", "at_capacity": "at capacity",
+             "no_contact_method": "no way to reach them", "disabled": "disabled"}
+
+
+def passed_over(events: Sequence[HandoffEvent], names: OfferNames) -> str:
+    """Everyone a step's targets passed over and why, from the audit trail, each once:
+    "Passed over: Ines Duarte (away), Sam Okafor (at capacity)"; empty when nobody was."""
+    seen: list[tuple[str, str]] = []
+    for event in events:
+        if event.kind == "offer_passed_over" and event.person_id is not None:
+            why = str(event.detail.get("why", ""))
+            if (event.person_id, why) not in seen:
+                seen.append((event.person_id, why))
+    if not seen:
+        return ""
+    return "Passed over: " + ", ".join(f"{names.person(pid)} ({WHY_WORDS.get(why, why.replace('_', ' '))})" for pid, why in seen)
 
 
 @dataclass(frozen=True)
@@ -84,6 +163,7 @@ class RouteStatus:
     label: str
     step_text: str  # "step 1 of 2"
     recipients: tuple[RecipientLine, ...]
+    passed: str  # "Passed over: Ines Duarte (away)"; empty when nobody was (or the trail was not read)
     taken: str  # "Taken by Tom (Support desk) 3 min ago"; empty while nobody has it
     countdown: Countdown | None  # while active and unclaimed
     claimable: bool  # active and nobody has claimed it: the Claim button shows
@@ -92,25 +172,27 @@ class RouteStatus:
 
     @property
     def asked(self) -> str:
-        """The list card's one line: every channel notified and how it went."""
-        return "Asked: " + ", ".join(f"{r.label} ({r.state})" for r in self.recipients) if self.recipients else ""
+        """The list card's one line: every channel notified and person offered, and how it went."""
+        return "Asked: " + ", ".join(f"{r.label} ({r.result or r.state})" for r in self.recipients) if self.recipients else ""
 
     def json(self) -> dict[str, Any]:
         return {
             "label": self.label, "step": self.step_text, "taken": self.taken, "claimable": self.claimable,
             "countdown": self.countdown.json() if self.countdown else None, "asked": self.asked,
-            "recipients": [r.json() for r in self.recipients],
+            "recipients": [r.json() for r in self.recipients], "passed": self.passed,
         }
 
 
 def route_status(
     handoff: HandoffSession, recipients: Sequence[HandoffRecipient], ladder: Ladder | None, now: datetime,
-    ago: Callable[[datetime | None], str],
+    ago: Callable[[datetime | None], str], names: OfferNames | None = None, events: Sequence[HandoffEvent] = (),
 ) -> RouteStatus | None:
     """What the inbox shows of `handoff`'s route; None for a handoff straight to a channel.
-    `ladder` is None when the route has since left the config: its id and step still show."""
+    `ladder` is None when the route has since left the config: its id and step still show.
+    `names` words the people offered it; `events`, its audit trail, says who was passed over."""
     if handoff.route_id is None:
         return None
+    names = names or OfferNames()
     holder = next((r for r in recipients if r.id is not None and r.id == handoff.claimed_recipient_id), None)
     holder_label = holder.channel_label if holder is not None else _via_words(handoff.claimed_via, recipients)
     taken = ""
@@ -120,7 +202,9 @@ def route_status(
     return RouteStatus(
         label=ladder.route.label if ladder is not None else f"route {handoff.route_id}",
         step_text=_step_text(handoff.step, ladder),
-        recipients=tuple(_line(r, holder, ago) for r in recipients),
+        recipients=tuple(_line(r, holder, ago) if r.person_id is None else _offer_line(r, holder, names, now)
+                         for r in recipients),
+        passed=passed_over(events, names),
         taken=taken,
         countdown=_countdown(handoff, ladder, now) if unclaimed else None,
         claimable=unclaimed,
@@ -156,6 +240,39 @@ def _line(recipient: HandoffRecipient, holder: HandoffRecipient | None,
         words = "sending…"
     holds = holder is not None and holder.id == recipient.id
     return RecipientLine(recipient.channel_label, recipient.step + 1, state, words + (" · has it" if holds else ""), holds)
+
+
+RESULT_WORDS = {OfferResult.CLAIMED: "claimed", OfferResult.TAKEN: "someone else took it", OfferResult.MISSED: "missed",
+                OfferResult.ENDED: "the handoff ended"}
+
+
+def _offer_line(recipient: HandoffRecipient, holder: HandoffRecipient | None, names: OfferNames, now: datetime) -> RecipientLine:
+    """A person's offer: when it was made, reached them or failed, and how it ended (clock
+    times, UTC, as the section says: which minute matters more here than how long ago)."""
+    def at(moment: datetime | None) -> str:
+        if moment is None:
+            return ""
+        return moment.strftime("%H:%M" if moment.date() == now.date() else "%d %b %H:%M")
+
+    state = RecipientState(recipient.state)
+    words = [f"offered {at(recipient.created_at)}"]
+    if state == RecipientState.NOTIFIED:
+        words.append(f"notified {at(recipient.notified_at)}")
+    elif state == RecipientState.FAILED:
+        words.append(f"failed {at(recipient.failed_at)}: {clip(' '.join((recipient.error or 'no detail').split()), ERROR_CHARS)}")
+    else:
+        words.append("sending…")
+    result = OfferResult(recipient.result) if recipient.result is not None else None
+    if result is not None:
+        timed = result in (OfferResult.CLAIMED, OfferResult.MISSED)
+        words.append(RESULT_WORDS[result] + (f" {at(recipient.ended_at)}" if timed else ""))
+    method = f"{recipient.channel_label} {masked_address(recipient.address)}".strip()
+    if recipient.contact_index:
+        method += f" (their {ordinal(recipient.contact_index + 1)} method)"
+    detail = " · ".join(part for part in (names.target(recipient.target), f"asked {ordinal(recipient.turn + 1)}", method) if part)
+    holds = holder is not None and holder.id == recipient.id
+    return RecipientLine(names.person(recipient.person_id or ""), recipient.step + 1, state, " · ".join(words), holds,
+                         person_id=recipient.person_id, result=result, detail=detail)
 
 
 def _via_words(via: str | None, recipients: Sequence[HandoffRecipient]) -> str:

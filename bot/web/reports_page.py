@@ -2,7 +2,7 @@
 the aggregates of `bot/domain/reports.py` over a range (the last 24 hours, 7 or 30 days, or
 custom dates) and one channel or route, drawn as inline SVG (`bot/web/charts.py`) with the
 numbers of every chart in a table beside it, per person too (handled, time to claim,
-satisfaction). Any role may read it (viewer and up); GET only, nothing changes. A malformed
+satisfaction, and a route's offers made to them), and per team and on-call schedule. Any role may read it (viewer and up); GET only, nothing changes. A malformed
 parameter is answered 400 naming it, never replaced."""
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from bot.config.people import Role
-from bot.domain.reports import Distribution, PersonFigures, Reports, ReportSummary
+from bot.domain.reports import Distribution, OfferFigures, PersonFigures, Reports, ReportSummary, TargetFigures
 from bot.errors import DeskError
 from bot.web.charts import Bar, columns, rows
 from bot.web.deps import ChannelsDep, ClockDep, ConfigDep, RendererDep, app_desk
 from bot.web.inbox import SignedIn, needs, page
+from bot.web.inbox_routes import OfferNames, target_labels
 
 reports_page = APIRouter()
 
@@ -122,15 +123,33 @@ class PersonLine:
     figures: PersonFigures
     p50: str
     p90: str
+    offer_p50: str  # from an offer made to them to their claim
+    offer_p90: str
+
+
+@dataclass(frozen=True)
+class TargetLine:
+    """One row of the page's table of teams and on-call schedules: its label, time in words."""
+
+    figures: TargetFigures
+    name: str  # "team Support", "on call: Night on-call"
+    p50: str
 
 
 def _people_view(people: tuple[PersonFigures, ...]) -> dict[str, Any]:
-    lines = [PersonLine(row, _minutes(row.p50), _minutes(row.p90)) for row in people]
+    lines = [PersonLine(row, _minutes(row.p50), _minutes(row.p90), _minutes(row.offered.p50), _minutes(row.offered.p90))
+             for row in people]
     bars = [Bar(row.name, row.handled) for row in people]
-    return {"people": lines, "people_chart": rows(bars, label="handoffs handled, by person")}
+    return {"people": lines, "people_chart": rows(bars, label="handoffs handled, by person"),
+            "offers_made": any(row.offered.offers for row in people)}
 
 
-def _view(summary: ReportSummary) -> dict[str, Any]:
+def _targets_view(targets: tuple[TargetFigures, ...], labels: dict[str, str]) -> list[TargetLine]:
+    names = OfferNames(targets=labels)
+    return [TargetLine(row, names.target(row.target), _minutes(row.offered.p50)) for row in targets]
+
+
+def _view(summary: ReportSummary, labels: dict[str, str]) -> dict[str, Any]:
     per_day: dict[date, int] = {day: 0 for day in summary.days}
     by_channel: dict[str, int] = {}
     for count in summary.per_day:
@@ -153,7 +172,7 @@ def _view(summary: ReportSummary) -> dict[str, Any]:
         "containment": contained,
         "contained_share": f"{100 * contained.contained / contained.conversations:.0f}%" if contained.conversations else "—",
         "satisfaction": summary.satisfaction,
-        **_people_view(summary.people),
+        **_people_view(summary.people), "targets": _targets_view(summary.targets, labels),
     }
 
 
@@ -173,7 +192,7 @@ async def reports(
     return page(
         renderer, "inbox/reports.html", owner, asked=asked, channels=known, routes=routes,
         query=str(request.query_params), from_day=request.query_params.get("from", "")[:10],
-        to_day=request.query_params.get("to", "")[:10], **_view(summary),
+        to_day=request.query_params.get("to", "")[:10], **_view(summary, target_labels(config.teams, config.oncall)),
     )
 
 
@@ -183,7 +202,8 @@ async def reports_csv(
     owner: SignedIn = Depends(needs(Role.VIEWER)), found: Reports = Depends(reports_of),
 ) -> Response:
     """The rows behind the page: one line per local day and channel (or route), then the
-    summary's figures, then one line per person, as the page shows them."""
+    summary's figures, then one line per person, then one per team and on-call schedule that
+    offered any, as the page shows them."""
     asked = _asked(dict(request.query_params), clock.now(), {a.id for a in channels.adapters()},
                    {route.id for route in config.routes})
     summary = await found.summary(asked.start, asked.end, channel_id=asked.channel_id, route_id=asked.route_id,
@@ -200,10 +220,18 @@ async def reports_csv(
         writer.writerow([name, value])
     writer.writerow([])
     writer.writerow(["person_id", "person", "handled", "timed", "time_to_claim_p50_seconds", "time_to_claim_p90_seconds",
-                     "satisfaction_solved", "satisfaction_not_solved", "satisfaction_unanswered"])
+                     "satisfaction_solved", "satisfaction_not_solved", "satisfaction_unanswered",
+                     *(f"offers{column}" for column in OFFER_COLUMNS)])
     for row in summary.people:
         writer.writerow([row.person_id or "", _cell(row.name), row.handled, row.timed, _blank(row.p50), _blank(row.p90),
-                         row.positive, row.negative, row.unanswered])
+                         row.positive, row.negative, row.unanswered, *_offer_cells(row.offered)])
+    if summary.targets:
+        labels = target_labels(config.teams, config.oncall)
+        writer.writerow([])
+        writer.writerow(["target", "label", "handoffs", "unclaimed_by_target", *(f"offers{column}" for column in OFFER_COLUMNS)])
+        for target in summary.targets:
+            writer.writerow([target.target, _cell(labels.get(target.target, target.id)), target.handoffs, target.unclaimed,
+                             *_offer_cells(target.offered)])
     if summary.satisfaction is not None and summary.satisfaction.comments:
         writer.writerow([])
         writer.writerow(["answered_at", "handoff_session_id", "answer", "comment"])
@@ -229,6 +257,15 @@ def _figures(summary: ReportSummary) -> list[tuple[str, object]]:
                     ("satisfaction_not_solved", summary.satisfaction.negative),
                     ("satisfaction_unanswered", summary.satisfaction.unanswered)]
     return figures
+
+
+OFFER_COLUMNS = ("", "_claimed", "_missed", "_claimed_timed", "_to_claim_p50_seconds", "_to_claim_p90_seconds")
+"""The CSV's columns of a route's offers (after the ones it had before: a spreadsheet reading
+those by position still finds them)."""
+
+
+def _offer_cells(found: OfferFigures) -> list[object]:
+    return [found.offers, found.claims, found.missed, found.timed, _blank(found.p50), _blank(found.p90)]
 
 
 def _blank(value: float | None) -> object:

@@ -197,7 +197,7 @@ class Escalation:
         moved_handoff = rows.handoff_of(moved)
         if moved_handoff is None:
             return None
-        await recipients.end_offers(session, sid, OfferResult.MISSED, now, step=from_step, turn=from_turn)
+        self.ctx.metrics.offers_ended(await recipients.end_offers(session, sid, OfferResult.MISSED, now, step=from_step, turn=from_turn))
         new_step = plan.index != from_step
         if new_step:  # reminded: the step before, when it asks, and whoever this step names again
             again = {a.id for a in plan.adapters}

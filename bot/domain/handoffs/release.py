@@ -134,7 +134,7 @@ class Releases:
             handoff = await self.claims.by_release(session, handoff, actor, reason, now, change.person_id)
         if handoff.route_id is not None:  # offers still open end with it: missed when nobody came
             ended = OfferResult.MISSED if reason == ReleaseReason.UNCLAIMED else OfferResult.ENDED
-            await recipients.end_offers(session, handoff.id, ended, now)
+            self.ctx.metrics.offers_ended(await recipients.end_offers(session, handoff.id, ended, now))
         await self.notices.tell_subscriber(session, handoff, "messages/subscriber_handoff_ended.txt", now, reason=reason)
         text = resume_message(
             reason=reason, outcome=outcome, note=note, returned=coerced.values,

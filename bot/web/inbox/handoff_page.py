@@ -54,7 +54,7 @@ async def handoff_page(
     events = await view.queries.events(sid)
     return page(
         renderer, "inbox/handoff.html", owner,
-        card=view.card(handoff, route=await view.route_of(handoff)), outcomes=list(Outcome),
+        card=view.card(handoff, route=await view.route_of(handoff, events)), outcomes=list(Outcome),
         form_link=await view.form_link_state(handoff),
         **_returned_view(handoff),
         conversation=conversation,
@@ -80,7 +80,7 @@ async def handoff_updates(
     messages = await conversations.wait_for_messages(handoff.conversation_id, after, 200, wait)
     handoff = await handoffs.get(sid)  # its state may have changed while we waited
     conversation = await conversations.get(handoff.conversation_id)
-    route = await view.route_of(handoff)
+    route = await view.route_of(handoff, await view.queries.events(sid) if handoff.route_id is not None else ())
     card = view.card(handoff, route=route)
     response = JSONResponse({
         "messages": [{**message_view(m), "speaker": speaker(m, conversation)} for m in messages],

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -20,10 +21,10 @@ from bot.domain.handoffs import Handoffs, stored_fields
 from bot.domain.queries import ConversationPreview, Queries
 from bot.runtime.bus import ConversationBus
 from bot.runtime.clock import Clock
-from bot.store.models import Approval, HandoffRecipient, HandoffSession
+from bot.store.models import Approval, HandoffEvent, HandoffRecipient, HandoffSession
 from bot.store.vocabulary import ENDED_STATES, OPEN_STATES, HandoffState
 from bot.web.deps import app_desk
-from bot.web.inbox_routes import NoInboxLine, RouteStatus, inbox_line, route_status, span
+from bot.web.inbox_routes import NoInboxLine, OfferNames, RouteStatus, inbox_line, route_status, span, target_labels
 from channels.base import pretty_arguments
 from channels.text import clip
 from forms.fields import preview_line
@@ -73,6 +74,7 @@ class InboxView:
     clock: Clock
     bus: ConversationBus
     handoffs: Handoffs
+    targets: Mapping[str, str] = field(default_factory=dict)  # teams' and on-call schedules' labels (`target_labels`)
 
     def time_left(self, deadline: datetime | None, *, when_past: str = "releasing now") -> str:
         """"12 min left", "40 s left", or `when_past` once the deadline has passed (a handoff is
@@ -142,21 +144,33 @@ class InboxView:
         ladder = self.handoffs.ladders.get(handoff.route_id)
         return ladder.route.label if ladder is not None else f"route {handoff.route_id}"
 
-    async def route_of(self, handoff: HandoffSession) -> RouteStatus | None:
-        """The route's state of a handoff on one (its recipients read now); None otherwise."""
+    async def route_of(self, handoff: HandoffSession, events: Sequence[HandoffEvent] = ()) -> RouteStatus | None:
+        """The route's state of a handoff on one (its recipients read now); None otherwise.
+        `events`, its audit trail when the page has read it, names who was passed over."""
         if handoff.route_id is None:
             return None
-        return self._route_status(handoff, await self.handoffs.recipients_of(handoff.id))
+        recipients = await self.handoffs.recipients_of(handoff.id)
+        names = await self._names(recipients, events)
+        return self._route_status(handoff, recipients, names, events)
 
     async def routes_of(self, handoffs: list[HandoffSession]) -> dict[str, RouteStatus | None]:
-        """`route_of` for a listing: the recipients of all its routed handoffs in one read."""
+        """`route_of` for a listing: the recipients of all its routed handoffs, and the names
+        of the people offered them, in one read each."""
         routed = [h.id for h in handoffs if h.route_id is not None]
         found = await self.handoffs.recipients_of_many(routed) if routed else {}
-        return {h.id: self._route_status(h, found[h.id]) if h.id in found else None for h in handoffs}
+        names = await self._names([r for rows in found.values() for r in rows], ())
+        return {h.id: self._route_status(h, found[h.id], names) if h.id in found else None for h in handoffs}
 
-    def _route_status(self, handoff: HandoffSession, recipients: list[HandoffRecipient]) -> RouteStatus | None:
+    async def _names(self, recipients: Sequence[HandoffRecipient], events: Sequence[HandoffEvent]) -> OfferNames:
+        """The directory's names of the people offered a handoff or passed over."""
+        ids = {r.person_id for r in recipients if r.person_id is not None}
+        ids |= {e.person_id for e in events if e.kind == "offer_passed_over" and e.person_id is not None}
+        return OfferNames(await self.queries.person_names(ids), self.targets)
+
+    def _route_status(self, handoff: HandoffSession, recipients: list[HandoffRecipient], names: OfferNames,
+                      events: Sequence[HandoffEvent] = ()) -> RouteStatus | None:
         ladder = self.handoffs.ladders.get(handoff.route_id) if handoff.route_id is not None else None
-        return route_status(handoff, recipients, ladder, self.clock.now(), self.ago)
+        return route_status(handoff, recipients, ladder, self.clock.now(), self.ago, names, events)
 
     async def form_link_state(self, handoff: HandoffSession) -> FormLinkState | None:
         """The link's state as forms/links.py decides it (expiry, single use, superseded), so
@@ -261,9 +275,10 @@ class InboxView:
 
 async def inbox_view(request: Request) -> InboxView:
     """The inbox's services, taken from the desk in one lookup (one dependency solved per
-    request instead of six)."""
+    request instead of six), and the config's labels of its teams and on-call schedules."""
     desk = app_desk(request)
-    return InboxView(desk.queries, desk.approvals, desk.channels, desk.forms, desk.clock, desk.bus, desk.handoffs)
+    return InboxView(desk.queries, desk.approvals, desk.channels, desk.forms, desk.clock, desk.bus, desk.handoffs,
+                     target_labels(desk.config.teams, desk.config.oncall))
 
 
 InboxViewDep = Annotated[InboxView, Depends(inbox_view)]
