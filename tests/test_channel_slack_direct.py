@@ -32,7 +32,7 @@ from tests.conftest import Harness, StartDesk
 from tests.fake_slack import BOT, FakeSlack, Fault, block_actions, message_event, signed_headers
 from tests.fakes import standalone_context
 from tests.route_dispatches import FORM_URL, route_dispatch
-from tests.test_channel_slack import inbound_count, slack_entry
+from tests.test_channel_slack import inbound_count, slack_entry, standalone
 
 TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
@@ -53,15 +53,9 @@ async def fake() -> AsyncIterator[FakeSlack]:
     await slack.stop()
 
 
-async def standalone(fake: FakeSlack) -> SlackChannel:
-    adapter = SlackChannel(SlackConfig(id=2, label="Sales", bot_token=TOKEN, signing_secret=SIGNING_SECRET, channel=CHANNEL,
-                                       api_base_url=fake.url))
-    await adapter.start(standalone_context())
-    return adapter
-
-
 @pytest.fixture
 async def adapter(fake: FakeSlack) -> AsyncIterator[SlackChannel]:
+    """The adapter alone, started against the fake (tests/test_channel_slack.py's `standalone`)."""
     channel = await standalone(fake)
     yield channel
     await channel.stop()

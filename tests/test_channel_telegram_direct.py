@@ -6,7 +6,6 @@ core)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,13 +27,12 @@ from channels.base import (
     ReleasePress,
     SubscriberText,
     TransientChannelError,
-    WebhookReply,
-    WebhookRequest,
 )
 from channels.telegram import TelegramChannel, TelegramConfig
 from tests.fake_telegram import ANA, KIM, SAM, STAFF_CHAT_ID, FakeTelegram
 from tests.fakes import standalone_context
 from tests.route_dispatches import FORM_URL, route_dispatch
+from tests.test_channel_telegram import webhook_call
 
 TOKEN = "123456:TEST-token_abcdefghijklmnop"
 SECRET = "test_webhook-secret-1"
@@ -66,11 +64,6 @@ async def adapter(fake: FakeTelegram) -> AsyncIterator[TelegramChannel]:
     channel = await standalone(fake)
     yield channel
     await channel.stop()
-
-
-async def webhook_call(adapter: TelegramChannel, update: dict[str, Any]) -> WebhookReply:
-    return await adapter.handle_webhook(WebhookRequest(body=json.dumps(update).encode(), query={}, url="",
-                                                       headers={"x-telegram-bot-api-secret-token": SECRET}))
 
 
 async def one_event(adapter: TelegramChannel, update: dict[str, Any]) -> Any:
