@@ -13,10 +13,9 @@ handoffs it is the person's line: `#CODE text` goes to handoff CODE (and focuses
 alone only focuses), anything else to the one focused last (the newest, unless they
 addressed or answered another since). Which chats are a person's, and their open handoffs,
 this process learns from what it sends there: every dispatch, relay and notice carries its
-thread (a "released" or "taken" notice ends it). After a restart that knowledge comes back
-with the next message the desk sends into the chat; until then a plain message there is
-what it was before (a subscriber's on a front, else ignored), while replies and presses
-keep working.
+thread (a "released" or "taken" notice ends it). On start the desk hands the adapter the
+direct handoffs still open (`ChannelContext.open_lines`), so after a restart a plain message
+goes where it went before, from the first one.
 """
 
 from __future__ import annotations
