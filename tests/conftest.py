@@ -275,12 +275,13 @@ def served_config() -> dict[str, Any]:
 @asynccontextmanager
 async def desk_served(
     database_url: str, port: int | None = None, *, adapters: dict[int, Callable[[Any], ChannelAdapter]] | None = None,
-    **overrides: Any,
+    clock: Clock | None = None, **overrides: Any,
 ) -> AsyncIterator[tuple[Desk, str]]:
     """A desk (config `overrides`) behind a real uvicorn server on a free loopback port (real
     clock), for the browser tests: yields the desk and its base URL. `port`: a port the test
     chose (and told another server about) beforehand; `adapters`: channels built by these
-    factories instead of their kind's adapter (scripted ones, as `start_desk` takes them)."""
+    factories instead of their kind's adapter (scripted ones, as `start_desk` takes them);
+    `clock`: a `ManualClock` for a test that moves time itself."""
     if port is None:
         with socket.socket() as probe:  # a free port, known before the config (links carry it)
             probe.bind(("127.0.0.1", 0))
@@ -288,7 +289,7 @@ async def desk_served(
     base = f"http://127.0.0.1:{port}"
     config = make_config(database_url, server={"public_url": base}, **overrides)
     built = {cid: factory(config.channel(cid)) for cid, factory in (adapters or {}).items()}
-    desk = Desk(config, clock=Clock(), channel_overrides=built, run_timers=False)
+    desk = Desk(config, clock=clock or Clock(), channel_overrides=built, run_timers=False)
     await desk.start()
     # The product's server class, so open long-polls end at shutdown as under `handoff serve`.
     server = DeskServer(uvicorn.Config(create_app(desk, manage_desk=False), host="127.0.0.1", port=port,

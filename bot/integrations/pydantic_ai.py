@@ -1,0 +1,280 @@
+"""PydanticAI: the desk's people as deferred tools, and a runner that survives restarts.
+
+    runner = DeskRunner(agent, desk, RunFiles("runs"), actions=[refund_order])
+    result = await runner.run(conversation_id, "Where is my parcel?")   # waits for people on the way
+    result = await runner.resume(conversation_id)                      # after a restart
+
+PydanticAI pauses a run on deferred tools: the run ends with `DeferredToolRequests`, and the
+next run, given the message history and `DeferredToolResults`, carries on. `desk_toolset`
+maps the desk onto that primitive:
+
+- `handoff_request` and `request_user_action` (schemas from the desk, so `channel_id` is the
+  enum of the channels that can deliver now) make the desk request inside the tool, keyed by
+  the call's `tool_call_id`, and raise `CallDeferred` with the desk's id: the model never
+  waits inside a tool, and a tool-level error (a summary too short) goes back to the model at
+  once to correct;
+- each of your gated actions (an `actions:` entry of the desk config run by the agent) is a
+  tool with `requires_approval=True`: PydanticAI never calls it before an approval.
+
+`DeskRunner` drives the pauses. After each run that ends deferred it stores the message
+history, the pending requests and the desk's ids (`RunFiles`, one file per desk conversation),
+asks the desk for each pending approval (keyed by `tool_call_id` too), waits for every
+outcome at once, and runs again with `DeferredToolResults(calls=…, approvals=…)`: a handoff's
+or user action's outcome (returned data, resume text) as the call's result; an approval as
+`ToolApproved`, or `ToolDenied` whose message says `denied` with the person's reason or
+`timed_out` (nobody decided; not a refusal by anyone). Two pending calls answered in any
+order each get their own answer, by `tool_call_id`.
+
+What it guards against:
+- a restart while people work: `resume()` reads the stored history and waits on the same
+  desk ids; a request made but not yet stored is made again with the same key, which the
+  desk answers with the first request's answer, so a call never gets a second request;
+- a gated tool running twice: the runner notes that an approved call started before running
+  it; a call found started after a restart is not run again, and the model is told it may or
+  may not have finished;
+- a timeout read as a human decision, and a gated tool running without an approval: the only
+  path to the tool is `ToolApproved`, given for an `approved` outcome alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+from pydantic_ai import Agent, CallDeferred, DeferredToolRequests, DeferredToolResults, FunctionToolset, RunContext, Tool
+from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai.tools import ToolApproved, ToolDenied
+
+from bot.clients import DeskClient
+from bot.integrations.desk_requests import (
+    ApprovalNotPending,
+    RunFiles,
+    approval_refusal,
+    ask_approval,
+    not_pending_refusal,
+    outcome_result,
+    request_key,
+)
+
+__all__ = ["DeskRequest", "DeskRunner", "NothingToResume", "RunFiles", "RunWaiting", "StoredRun", "desk_toolset", "stored_run"]
+
+FRAMEWORK = "pydantic-ai"
+DeskRequestKind = Literal["handoff", "user_action", "approval"]
+# The desk tools a person answers later, and the field of their answer naming the desk's request.
+DEFERRED_TOOLS: dict[str, tuple[DeskRequestKind, str]] = {
+    "handoff_request": ("handoff", "handoff_session_id"),
+    "request_user_action": ("user_action", "user_action_id"),
+}
+_METADATA_KEY = "handoff_desk"
+
+
+@dataclass
+class DeskRequest:
+    """The desk's request made for one tool call: what kind, and its id at the desk."""
+
+    kind: DeskRequestKind
+    desk_id: str
+
+
+@dataclass
+class StoredRun:
+    """A desk conversation's agent run as kept between pauses: the message history, the
+    calls the last run ended on (None when it finished), the desk's request for each call,
+    each answered call's outcome (`released`, `approved`, `denied`, `timed_out`, …) and the
+    approved calls whose tool has started."""
+
+    messages: list[ModelMessage] = field(default_factory=list)
+    waiting: DeferredToolRequests | None = None
+    requests: dict[str, DeskRequest] = field(default_factory=dict)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
+
+
+_STORED = TypeAdapter(StoredRun)
+
+
+def stored_run(runs: RunFiles, conversation_id: str) -> StoredRun | None:
+    """A conversation's stored run in `runs`, or None when it has none."""
+    data = runs.read(conversation_id)
+    return None if data is None else _STORED.validate_json(data)
+
+
+class NothingToResume(Exception):
+    """`resume()` on a conversation with no run waiting for the desk."""
+
+
+class RunWaiting(Exception):
+    """`run()` on a conversation whose last run still waits for the desk: call `resume()`."""
+
+
+def desk_toolset(
+    desk: DeskClient, conversation_id: str, desk_tools: Sequence[dict[str, Any]],
+    actions: Sequence[Callable[..., Any]] = (), *, on_start: Callable[[str], bool] | None = None,
+) -> FunctionToolset[Any]:
+    """The desk's tools for one conversation, from the desk's listing (`desk.tools(cid)`):
+    `handoff_request` and `request_user_action` deferred, and each of `actions` (named by its
+    function's name after a desk action) requiring approval. `on_start(tool_call_id)` is
+    asked before an approved action runs and returns False when that call already started
+    once (the runner keeps that across restarts)."""
+    listed = {tool["name"]: tool for tool in desk_tools}
+    tools: list[Tool[Any]] = []
+    for name, (kind, id_field) in DEFERRED_TOOLS.items():
+        if name in listed:
+            tools.append(Tool.from_schema(_deferring(desk, conversation_id, name, kind, id_field), name,
+                                          listed[name]["description"], listed[name]["input_schema"], takes_ctx=True))
+    for action in actions:
+        name = action.__name__
+        if name not in listed:
+            raise ValueError(f"actions: {name!r} is no action of the desk for this conversation "
+                             f"(it lists {sorted(listed)}); declare it under actions: with run: {{by: agent}}")
+        tool = Tool.from_schema(_gated(action, on_start), name, listed[name]["description"], listed[name]["input_schema"],
+                                takes_ctx=True)
+        tool.requires_approval = True
+        tools.append(tool)
+    return FunctionToolset(tools)
+
+
+def _deferring(desk: DeskClient, conversation_id: str, name: str, kind: DeskRequestKind, id_field: str) -> Callable[..., Any]:
+    async def request(ctx: RunContext[Any], **arguments: Any) -> dict[str, Any]:
+        key = request_key(FRAMEWORK, conversation_id, ctx.tool_call_id or "")
+        answer = await desk.call_tool(conversation_id, name, arguments, idempotency_key=key)
+        if answer.get(id_field) and "error" not in answer:
+            raise CallDeferred(metadata={_METADATA_KEY: {"kind": kind, "desk_id": str(answer[id_field])}})
+        return answer  # a tool-level error: the model reads it and may correct the call
+
+    return request
+
+
+def _gated(action: Callable[..., Any], on_start: Callable[[str], bool] | None) -> Callable[..., Any]:
+    async def run(ctx: RunContext[Any], **arguments: Any) -> Any:
+        if on_start is not None and not on_start(ctx.tool_call_id or ""):
+            return {"status": "unknown", "detail": f"{action.__name__} started before a restart and may or may not have "
+                    "finished; check its effect before trying again"}
+        result = action(**arguments)
+        return await result if inspect.isawaitable(result) else result
+
+    return run
+
+
+class DeskRunner:
+    """Runs `agent` on a desk conversation until it answers, waiting for the desk's people
+    whenever the run ends on deferred calls, with the run's state in `runs` between pauses."""
+
+    def __init__(
+        self, agent: Agent[Any, Any], desk: DeskClient, runs: RunFiles, *, actions: Sequence[Callable[..., Any]] = (),
+        wait_timeout: float | None = None,
+    ) -> None:
+        self.agent, self.desk, self.runs, self.actions = agent, desk, runs, tuple(actions)
+        self.wait_timeout = wait_timeout
+
+    def stored(self, conversation_id: str) -> StoredRun | None:
+        """The conversation's stored run, as the last pause or answer left it."""
+        return stored_run(self.runs, conversation_id)
+
+    async def run_or_resume(self, conversation_id: str, prompt: str, **run_options: Any) -> AgentRunResult[Any]:
+        """`resume()` when a run of the conversation waits for the desk (this process
+        restarted), else `run()`: what a process that may have been restarted calls."""
+        state = self.stored(conversation_id)
+        if state is not None and state.waiting is not None:
+            return await self.resume(conversation_id, **run_options)
+        return await self.run(conversation_id, prompt, **run_options)
+
+    async def run(self, conversation_id: str, prompt: str, **run_options: Any) -> AgentRunResult[Any]:
+        """One user turn: runs the agent on the stored history plus `prompt`, waits for people
+        as often as the run asks for them, and returns the run that answered."""
+        state = self.stored(conversation_id) or StoredRun()
+        if state.waiting is not None:
+            raise RunWaiting(f"conversation {conversation_id}: the last run waits for the desk "
+                             f"({len(state.waiting.calls) + len(state.waiting.approvals)} calls): resume() it first")
+        result = await self._run_agent(conversation_id, state, prompt, None, run_options)
+        return await self._until_answered(conversation_id, state, result, run_options)
+
+    async def resume(self, conversation_id: str, **run_options: Any) -> AgentRunResult[Any]:
+        """Carry on a run that was waiting for the desk when this process stopped."""
+        state = self.stored(conversation_id)
+        if state is None or state.waiting is None:
+            raise NothingToResume(f"conversation {conversation_id}: no run waits for the desk")
+        return await self._until_answered(conversation_id, state, None, run_options)
+
+    async def _until_answered(
+        self, conversation_id: str, state: StoredRun, result: AgentRunResult[Any] | None, run_options: dict[str, Any],
+    ) -> AgentRunResult[Any]:
+        while True:
+            if result is not None:
+                self._keep(conversation_id, state, result)
+                if state.waiting is None:
+                    return result
+            answers = await self._answers(conversation_id, state)
+            result = await self._run_agent(conversation_id, state, None, answers, run_options)
+
+    def _keep(self, conversation_id: str, state: StoredRun, result: AgentRunResult[Any]) -> None:
+        state.messages = result.all_messages()
+        state.waiting = result.output if isinstance(result.output, DeferredToolRequests) else None
+        for call_id, metadata in (state.waiting.metadata if state.waiting else {}).items():
+            if _METADATA_KEY in metadata:
+                state.requests[call_id] = DeskRequest(**metadata[_METADATA_KEY])
+        self._save(conversation_id, state)
+
+    def _save(self, conversation_id: str, state: StoredRun) -> None:
+        self.runs.write(conversation_id, _STORED.dump_json(state))
+
+    async def _run_agent(
+        self, conversation_id: str, state: StoredRun, prompt: str | None, answers: DeferredToolResults | None,
+        run_options: dict[str, Any],
+    ) -> AgentRunResult[Any]:
+        def first_start(tool_call_id: str) -> bool:
+            if tool_call_id in state.started:
+                return False
+            state.started.append(tool_call_id)
+            self._save(conversation_id, state)  # before the tool runs: a restart never runs it again
+            return True
+
+        toolset = desk_toolset(self.desk, conversation_id, await self.desk.tools(conversation_id), self.actions,
+                               on_start=first_start)
+        return await self.agent.run(
+            prompt, message_history=state.messages, deferred_tool_results=answers, toolsets=[toolset],
+            output_type=[self.agent.output_type, DeferredToolRequests], **run_options,
+        )
+
+    async def _answers(self, conversation_id: str, state: StoredRun) -> DeferredToolResults:
+        """The desk's outcome of every call the run waits for, waited for at once."""
+        waiting = state.waiting
+        assert waiting is not None
+        calls = await asyncio.gather(*(self._call_result(conversation_id, state, call) for call in waiting.calls))
+        approvals = await asyncio.gather(*(self._approval(conversation_id, state, call) for call in waiting.approvals))
+        self._save(conversation_id, state)  # the outcomes, recorded before the next run reads them
+        return DeferredToolResults(calls={call.tool_call_id: result for call, result in zip(waiting.calls, calls, strict=True)},
+                                   approvals={c.tool_call_id: a for c, a in zip(waiting.approvals, approvals, strict=True)})
+
+    async def _call_result(self, conversation_id: str, state: StoredRun, call: ToolCallPart) -> Any:
+        request = state.requests.get(call.tool_call_id)
+        if request is None:  # deferred by another toolset: not the desk's to answer
+            raise ValueError(f"{call.tool_name} (call {call.tool_call_id}) was deferred by something other than the desk")
+        if request.kind == "handoff":
+            outcome: Any = await self.desk.wait_handoff(request.desk_id, timeout=self.wait_timeout)
+        else:
+            outcome = await self.desk.wait_user_action(request.desk_id, timeout=self.wait_timeout)
+        state.outcomes[call.tool_call_id] = outcome.status
+        return outcome_result(outcome)
+
+    async def _approval(self, conversation_id: str, state: StoredRun, call: ToolCallPart) -> ToolApproved | ToolDenied:
+        request = state.requests.get(call.tool_call_id)
+        if request is None:
+            arguments = state.waiting.validated_args.get(call.tool_call_id) if state.waiting else None
+            try:
+                approval_id = await ask_approval(self.desk, conversation_id, call.tool_name,
+                                                 arguments if arguments is not None else call.args_as_dict(),
+                                                 key=request_key(FRAMEWORK, conversation_id, call.tool_call_id))
+            except ApprovalNotPending as refused:
+                state.outcomes[call.tool_call_id] = "refused"
+                return ToolDenied(not_pending_refusal(refused))
+            request = state.requests[call.tool_call_id] = DeskRequest("approval", approval_id)
+            self._save(conversation_id, state)
+        outcome = await self.desk.wait_approval(request.desk_id, timeout=self.wait_timeout)
+        state.outcomes[call.tool_call_id] = outcome.status
+        return ToolApproved() if outcome.status == "approved" else ToolDenied(approval_refusal(outcome))
