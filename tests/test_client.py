@@ -43,8 +43,8 @@ async def test_tools_in_each_framework_format_and_a_call(start_desk: StartDesk) 
         started = await desk.call_tool(cid, "handoff_request", {
             "channel_id": 1, "summary": "Ana wants a refund for order 1234.", "expected_action": "Decide on the refund.",
         })
-        assert (await desk.handoff(started["handoff_session_id"]))["state"] == "active"
-        assert (await desk.say(cid, "hello?"))["routed_to"] == "human"
+        assert (await desk.handoff(started["handoff_session_id"])).state == "active"
+        assert (await desk.say(cid, "hello?")).routed_to == "human"
 
 
 async def test_http_problems_raise_with_the_servers_hint(start_desk: StartDesk) -> None:
@@ -124,7 +124,7 @@ async def test_a_lost_answer_is_retried_with_the_same_key_and_stores_nothing_twi
     network = network_to(harness, drop=1)
     async with client_over(network) as desk:
         said = await desk.say(cid, "Where is my order?")
-    assert said["routed_to"] == "agent"
+    assert said.routed_to == "agent"
     assert len(network.keys) == 2 and network.keys[0] == network.keys[1] is not None
     texts = [(m["role"], m["text"]) for m in await harness.messages(cid)]
     assert texts[0] == ("subscriber", "Where is my order?")
@@ -173,7 +173,7 @@ async def test_a_request_still_running_is_waited_for(harness: Harness) -> None:
     network.before_send = an_earlier_copy_runs
     async with client_over(network) as desk:
         said = await desk.say(cid, "hi")
-    assert said["routed_to"] == "agent"
+    assert said.routed_to == "agent"
     assert len(network.keys) == 2
     assert [m["text"] for m in await harness.messages(cid) if m["role"] == "subscriber"] == ["hi"]
 

@@ -336,7 +336,7 @@ async def test_retries_after_a_sigkill_store_every_message_once(tmp_path: Any) -
                 while queue and not killed.is_set():
                     text = queue.pop(0)
                     try:
-                        answered[text] = (await desk.say(cid, text, idempotency_key=text))["message_id"]
+                        answered[text] = (await desk.say(cid, text, idempotency_key=text)).message_id
                     except (httpx.HTTPError, OSError):
                         return  # the server is gone; this message is retried below
                     if len(answered) >= kill_after and not killed.is_set():
@@ -353,8 +353,8 @@ async def test_retries_after_a_sigkill_store_every_message_once(tmp_path: Any) -
                     assert text not in answered and lost.ids == {"conversation_id": cid}, text
                     continue
                 if text in answered:
-                    assert said["message_id"] == answered[text], text  # the first answer, replayed
-            stored = [m["text"] for m in await desk.messages(cid) if m["role"] == "subscriber"]
+                    assert said.message_id == answered[text], text  # the first answer, replayed
+            stored = [m.text for m in await desk.messages(cid) if m.role == "subscriber"]
     assert sorted(stored) == sorted(texts), f"killed after {kill_after} answers"
 
 

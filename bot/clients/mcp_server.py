@@ -190,7 +190,7 @@ class McpBridge:
         except ValidationError as exc:
             return _result(errors_result(exc.errors(include_url=False, include_input=False)))
         if isinstance(args, HandoffStatusInput):
-            view = await self.desk.handoff(args.handoff_session_id)
+            view = (await self.desk.handoff(args.handoff_session_id)).model_dump(mode="json")
             return _result({key: view.get(key) for key in STATUS_FIELDS})
         assert isinstance(args, ConversationMessagesInput)
         if args.conversation_id is None and self._session_key(ctx) == STATELESS:
@@ -198,8 +198,9 @@ class McpBridge:
             return _result(error_body("invalid_input", hint, fields={"conversation_id": "is required without an MCP session"}))
         cid = args.conversation_id or await self._conversation(ctx)
         messages = await self.desk.messages(cid, after=args.after, wait=args.wait or None)
-        last_id = messages[-1]["id"] if messages else args.after
-        return _result({"conversation_id": cid, "messages": messages, "last_id": last_id})
+        last_id = messages[-1].id if messages else args.after
+        return _result({"conversation_id": cid, "messages": [m.model_dump(mode="json") for m in messages],
+                        "last_id": last_id})
 
     def _desk_problem(self, exc: DeskApiError | httpx.HTTPError) -> str:
         if isinstance(exc, httpx.HTTPError):
