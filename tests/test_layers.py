@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("wiring", ("bot.desk",)),
     ("web", ("bot.web",)),
     ("clients", ("bot.clients",)),
+    ("integrations", ("bot.integrations",)),
     ("entry", ("bot.cli", "bot.demo")),
 ]
 HIGHEST_BESIDE_BOT = 5  # channels/ and forms/ may import errors … domain

@@ -22,11 +22,20 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bot.clients import DeskClient
 from bot.clients.models import ApprovalOutcome, HandoffOutcome, UserActionOutcome
+
+DeskRequestKind = Literal["handoff", "user_action", "approval"]
+# The desk tools a person answers later, and the field of their answer naming the desk's request.
+DEFERRED_TOOLS: dict[str, tuple[DeskRequestKind, str]] = {
+    "handoff_request": ("handoff", "handoff_session_id"),
+    "request_user_action": ("user_action", "user_action_id"),
+}
 
 # The header's rule (bot/web/idempotency.py): 1–255 printable ASCII characters.
 _KEY_LIMIT = 255
@@ -75,23 +84,79 @@ class RunFiles:
             raise
 
 
-class ApprovalNotPending(Exception):
-    """The desk answered a gated call with something other than a pending approval (no
-    approval channel, arguments it refused, …): the call is refused, fail closed, with the
-    desk's answer for the model."""
+@dataclass
+class DeskRequest:
+    """The desk's request made for one framework call: what kind, and its id at the desk."""
 
-    def __init__(self, answer: dict[str, Any]) -> None:
-        super().__init__(json.dumps(answer))
-        self.answer = answer
+    kind: DeskRequestKind
+    desk_id: str
 
 
-async def ask_approval(desk: DeskClient, conversation_id: str, action: str, arguments: dict[str, Any], *, key: str) -> str:
-    """Ask the desk to approve one call of an agent-run action; the approval's id. The desk
-    runs nothing: the framework runs its own tool on approval."""
-    answer = await desk.call_tool(conversation_id, action, arguments, idempotency_key=key)
-    if answer.get("status") == "APPROVAL_PENDING" and answer.get("approval_id"):
-        return str(answer["approval_id"])
-    raise ApprovalNotPending(answer)
+class NothingToResume(Exception):
+    """`resume()` on a conversation with no run waiting for the desk."""
+
+
+class DeskCalls:
+    """The desk's side of one conversation's paused run: makes each call's request once
+    (keyed by the call's id), notes the desk's id in `requests` and saves it before waiting,
+    waits for the outcome and notes its status in `outcomes`."""
+
+    def __init__(
+        self, desk: DeskClient, framework: str, conversation_id: str, requests: dict[str, DeskRequest],
+        outcomes: dict[str, str], save: Callable[[], None], wait_timeout: float | None = None,
+    ) -> None:
+        self.desk, self.framework, self.conversation_id = desk, framework, conversation_id
+        self.requests, self.outcomes, self.save, self.wait_timeout = requests, outcomes, save, wait_timeout
+
+    def key(self, call_id: str) -> str:
+        return request_key(self.framework, self.conversation_id, call_id)
+
+    async def request(self, call_id: str, tool: str, arguments: dict[str, Any]) -> DeskRequest | dict[str, Any]:
+        """Ask for a handoff or user action (`tool`): the desk's request, or its tool-level
+        error for the model to read (a summary too short, …)."""
+        kind, id_field = DEFERRED_TOOLS[tool]
+        answer = await self.desk.call_tool(self.conversation_id, tool, arguments, idempotency_key=self.key(call_id))
+        if not answer.get(id_field) or "error" in answer:
+            return answer
+        return DeskRequest(kind, str(answer[id_field]))
+
+    async def result(self, call_id: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A handoff's or user action's outcome for the model, the request made first if it was not."""
+        request = self.requests.get(call_id)
+        if request is None:
+            made = await self.request(call_id, tool, arguments)
+            if not isinstance(made, DeskRequest):
+                self.outcomes[call_id] = "refused"
+                return made
+            request = self.requests[call_id] = made
+            self.save()
+        if request.kind == "handoff":
+            outcome: HandoffOutcome | UserActionOutcome = await self.desk.wait_handoff(request.desk_id, timeout=self.wait_timeout)
+        else:
+            outcome = await self.desk.wait_user_action(request.desk_id, timeout=self.wait_timeout)
+        self.outcomes[call_id] = outcome.status
+        return outcome_result(outcome)
+
+    async def refusal(self, call_id: str, action: str, arguments: dict[str, Any]) -> str | None:
+        """Ask the desk to approve one call of an agent-run action (`run: {by: agent}`) and wait
+        for the decision: None when the framework may run it (approved, or the desk needs no
+        approval for it: policy none, "always allow"), else what the model reads instead (a
+        person's denial and reason, a timeout, or the desk's refusal to ask: fail closed)."""
+        request = self.requests.get(call_id)
+        if request is None:
+            answer = await self.desk.call_tool(self.conversation_id, action, arguments, idempotency_key=self.key(call_id))
+            if answer.get("status") == "APPROVED" and "error" not in answer:
+                self.outcomes[call_id] = "approved"
+                return None
+            if answer.get("status") != "APPROVAL_PENDING" or not answer.get("approval_id"):
+                self.outcomes[call_id] = "refused"
+                return json.dumps({"status": "refused", "desk": answer, "detail": "The desk could not ask anyone to "
+                                   "approve this call, so the action did not run."})
+            request = self.requests[call_id] = DeskRequest("approval", str(answer["approval_id"]))
+            self.save()
+        outcome = await self.desk.wait_approval(request.desk_id, timeout=self.wait_timeout)
+        self.outcomes[call_id] = outcome.status
+        return None if outcome.status == "approved" else approval_refusal(outcome)
 
 
 def outcome_result(outcome: HandoffOutcome | UserActionOutcome) -> dict[str, Any]:
@@ -108,9 +173,3 @@ def approval_refusal(outcome: ApprovalOutcome) -> str:
     return json.dumps({"status": "denied", "reason": outcome.reason, "decided_by": outcome.decided_by,
                        "detail": "A person denied this call, so the action did not run; do not try to reach the same "
                                  "result another way."})
-
-
-def not_pending_refusal(refused: ApprovalNotPending) -> str:
-    """What the model reads when the desk would not even ask (fail closed)."""
-    return json.dumps({"status": "refused", "desk": refused.answer, "detail": "The desk could not ask anyone to approve "
-                       "this call, so the action did not run."})

@@ -42,7 +42,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests, DeferredToolResults, FunctionToolset, RunContext, Tool
@@ -51,34 +51,12 @@ from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.tools import ToolApproved, ToolDenied
 
 from bot.clients import DeskClient
-from bot.integrations.desk_requests import (
-    ApprovalNotPending,
-    RunFiles,
-    approval_refusal,
-    ask_approval,
-    not_pending_refusal,
-    outcome_result,
-    request_key,
-)
+from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles
 
 __all__ = ["DeskRequest", "DeskRunner", "NothingToResume", "RunFiles", "RunWaiting", "StoredRun", "desk_toolset", "stored_run"]
 
 FRAMEWORK = "pydantic-ai"
-DeskRequestKind = Literal["handoff", "user_action", "approval"]
-# The desk tools a person answers later, and the field of their answer naming the desk's request.
-DEFERRED_TOOLS: dict[str, tuple[DeskRequestKind, str]] = {
-    "handoff_request": ("handoff", "handoff_session_id"),
-    "request_user_action": ("user_action", "user_action_id"),
-}
 _METADATA_KEY = "handoff_desk"
-
-
-@dataclass
-class DeskRequest:
-    """The desk's request made for one tool call: what kind, and its id at the desk."""
-
-    kind: DeskRequestKind
-    desk_id: str
 
 
 @dataclass
@@ -104,10 +82,6 @@ def stored_run(runs: RunFiles, conversation_id: str) -> StoredRun | None:
     return None if data is None else _STORED.validate_json(data)
 
 
-class NothingToResume(Exception):
-    """`resume()` on a conversation with no run waiting for the desk."""
-
-
 class RunWaiting(Exception):
     """`run()` on a conversation whose last run still waits for the desk: call `resume()`."""
 
@@ -122,11 +96,12 @@ def desk_toolset(
     asked before an approved action runs and returns False when that call already started
     once (the runner keeps that across restarts)."""
     listed = {tool["name"]: tool for tool in desk_tools}
+    calls = DeskCalls(desk, FRAMEWORK, conversation_id, {}, {}, save=lambda: None)
     tools: list[Tool[Any]] = []
-    for name, (kind, id_field) in DEFERRED_TOOLS.items():
+    for name in DEFERRED_TOOLS:
         if name in listed:
-            tools.append(Tool.from_schema(_deferring(desk, conversation_id, name, kind, id_field), name,
-                                          listed[name]["description"], listed[name]["input_schema"], takes_ctx=True))
+            tools.append(Tool.from_schema(_deferring(calls, name), name, listed[name]["description"],
+                                          listed[name]["input_schema"], takes_ctx=True))
     for action in actions:
         name = action.__name__
         if name not in listed:
@@ -139,13 +114,12 @@ def desk_toolset(
     return FunctionToolset(tools)
 
 
-def _deferring(desk: DeskClient, conversation_id: str, name: str, kind: DeskRequestKind, id_field: str) -> Callable[..., Any]:
+def _deferring(calls: DeskCalls, name: str) -> Callable[..., Any]:
     async def request(ctx: RunContext[Any], **arguments: Any) -> dict[str, Any]:
-        key = request_key(FRAMEWORK, conversation_id, ctx.tool_call_id or "")
-        answer = await desk.call_tool(conversation_id, name, arguments, idempotency_key=key)
-        if answer.get(id_field) and "error" not in answer:
-            raise CallDeferred(metadata={_METADATA_KEY: {"kind": kind, "desk_id": str(answer[id_field])}})
-        return answer  # a tool-level error: the model reads it and may correct the call
+        made = await calls.request(ctx.tool_call_id or "", name, arguments)
+        if isinstance(made, DeskRequest):
+            raise CallDeferred(metadata={_METADATA_KEY: {"kind": made.kind, "desk_id": made.desk_id}})
+        return made  # a tool-level error: the model reads it and may correct the call
 
     return request
 
@@ -245,36 +219,22 @@ class DeskRunner:
         """The desk's outcome of every call the run waits for, waited for at once."""
         waiting = state.waiting
         assert waiting is not None
-        calls = await asyncio.gather(*(self._call_result(conversation_id, state, call) for call in waiting.calls))
-        approvals = await asyncio.gather(*(self._approval(conversation_id, state, call) for call in waiting.approvals))
+        desk = DeskCalls(self.desk, FRAMEWORK, conversation_id, state.requests, state.outcomes,
+                         save=lambda: self._save(conversation_id, state), wait_timeout=self.wait_timeout)
+
+        async def result(call: ToolCallPart) -> dict[str, Any]:
+            if call.tool_call_id not in state.requests:  # deferred by another toolset: not the desk's to answer
+                raise ValueError(f"{call.tool_name} (call {call.tool_call_id}) was deferred by something other than the desk")
+            return await desk.result(call.tool_call_id, call.tool_name, call.args_as_dict())
+
+        async def decision(call: ToolCallPart) -> ToolApproved | ToolDenied:
+            arguments = waiting.validated_args.get(call.tool_call_id)
+            refusal = await desk.refusal(call.tool_call_id, call.tool_name,
+                                         arguments if arguments is not None else call.args_as_dict())
+            return ToolApproved() if refusal is None else ToolDenied(refusal)
+
+        results = await asyncio.gather(*(result(call) for call in waiting.calls))
+        decisions = await asyncio.gather(*(decision(call) for call in waiting.approvals))
         self._save(conversation_id, state)  # the outcomes, recorded before the next run reads them
-        return DeferredToolResults(calls={call.tool_call_id: result for call, result in zip(waiting.calls, calls, strict=True)},
-                                   approvals={c.tool_call_id: a for c, a in zip(waiting.approvals, approvals, strict=True)})
-
-    async def _call_result(self, conversation_id: str, state: StoredRun, call: ToolCallPart) -> Any:
-        request = state.requests.get(call.tool_call_id)
-        if request is None:  # deferred by another toolset: not the desk's to answer
-            raise ValueError(f"{call.tool_name} (call {call.tool_call_id}) was deferred by something other than the desk")
-        if request.kind == "handoff":
-            outcome: Any = await self.desk.wait_handoff(request.desk_id, timeout=self.wait_timeout)
-        else:
-            outcome = await self.desk.wait_user_action(request.desk_id, timeout=self.wait_timeout)
-        state.outcomes[call.tool_call_id] = outcome.status
-        return outcome_result(outcome)
-
-    async def _approval(self, conversation_id: str, state: StoredRun, call: ToolCallPart) -> ToolApproved | ToolDenied:
-        request = state.requests.get(call.tool_call_id)
-        if request is None:
-            arguments = state.waiting.validated_args.get(call.tool_call_id) if state.waiting else None
-            try:
-                approval_id = await ask_approval(self.desk, conversation_id, call.tool_name,
-                                                 arguments if arguments is not None else call.args_as_dict(),
-                                                 key=request_key(FRAMEWORK, conversation_id, call.tool_call_id))
-            except ApprovalNotPending as refused:
-                state.outcomes[call.tool_call_id] = "refused"
-                return ToolDenied(not_pending_refusal(refused))
-            request = state.requests[call.tool_call_id] = DeskRequest("approval", approval_id)
-            self._save(conversation_id, state)
-        outcome = await self.desk.wait_approval(request.desk_id, timeout=self.wait_timeout)
-        state.outcomes[call.tool_call_id] = outcome.status
-        return ToolApproved() if outcome.status == "approved" else ToolDenied(approval_refusal(outcome))
+        return DeferredToolResults(calls={c.tool_call_id: r for c, r in zip(waiting.calls, results, strict=True)},
+                                   approvals={c.tool_call_id: d for c, d in zip(waiting.approvals, decisions, strict=True)})
