@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -28,6 +31,8 @@ from tests.crash_harness import DeskProcess, free_port
 
 T = TypeVar("T")
 
+ROOT = Path(__file__).resolve().parent.parent
+
 AGENT_KEY = "agent-key-0123456789"
 OWNER_TOKEN = "owner-token-0123456789"
 CHANNEL_ID = 1
@@ -42,7 +47,7 @@ SECTIONS: dict[str, Any] = {
     "api": {"key": AGENT_KEY}, "owner": {"token": OWNER_TOKEN},
     "handoff": {"idle_timeout": "2h"},  # no release in the middle of a test
     "channels": [{"id": CHANNEL_ID, "kind": "owner_inbox", "label": "Owner inbox", "estimated_response": "today"}],
-    "actions": [],  # TEMP
+    "actions": [REFUND],
 }
 WAIT = 60.0  # a shared, slow CI machine; a test waits this long only when it is failing
 
@@ -157,3 +162,25 @@ class People:
             answer = await client.get(f"/api/approvals/{approval_id}")
         assert answer.status_code == 200, answer.text
         return dict(answer.json())
+
+
+async def start_example(example: str, base_url: str, cwd: Path, *extra: str) -> asyncio.subprocess.Process:
+    """examples/`example` as its own process (the agent), in `cwd`, against the desk at `base_url`."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "examples" / example), "--desk", base_url, "--api-key", AGENT_KEY, *extra, cwd=cwd,
+        stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+async def printed(process: asyncio.subprocess.Process, prefix: str) -> str:
+    """The rest of the first line the process prints starting with `prefix` (what it printed
+    before is shown when it ends without one)."""
+    assert process.stdout is not None
+    before = []
+    while True:
+        raw = await asyncio.wait_for(process.stdout.readline(), WAIT)
+        assert raw, f"the example ended without printing {prefix!r}:\n" + "".join(before)
+        line = raw.decode()
+        if line.startswith(prefix):
+            return line.removeprefix(prefix).strip()
+        before.append(line)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -26,10 +23,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.clients import DeskClient
 from bot.integrations.pydantic_ai import DeskRunner, RunFiles, StoredRun, stored_run
-from tests.agent_desks import AGENT_KEY, CHANNEL_ID, People, ServedDesk, clocked_desk, eventually
+from tests.agent_desks import AGENT_KEY, CHANNEL_ID, People, ServedDesk, clocked_desk, eventually, printed, start_example
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "pydantic_ai_agent.py"
+EXAMPLE = "pydantic_ai_agent.py"
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
 ACTION = "Look up order #1234 and tell Ana when it will arrive."
 
@@ -190,23 +186,6 @@ async def paused_run(runs: RunFiles, cid: str) -> StoredRun:
     return await eventually(paused, f"conversation {cid}'s paused run on disk")
 
 
-async def _line(process: asyncio.subprocess.Process, prefix: str) -> str:
-    assert process.stdout is not None
-    while True:
-        raw = await asyncio.wait_for(process.stdout.readline(), 60)
-        assert raw, f"the example ended without printing {prefix!r}"
-        line = raw.decode().strip()
-        if line.startswith(prefix):
-            return line.removeprefix(prefix).strip()
-
-
-async def _example(base_url: str, cwd: Path, *extra: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, str(EXAMPLE), "--desk", base_url, "--api-key", AGENT_KEY, *extra, cwd=cwd,
-        stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-
-
 async def test_the_agent_and_the_desk_killed_mid_handoff_resume_once_with_one_desk_request(tmp_path: Path) -> None:
     """The example, a real agent process: killed with the desk while the person works, both
     started again from their files, it carries on that run, once, on the same handoff."""
@@ -214,8 +193,8 @@ async def test_the_agent_and_the_desk_killed_mid_handoff_resume_once_with_one_de
     served = ServedDesk(tmp_path / "desk").start()
     people = People(served.base_url)
     try:
-        agent = await _example(served.base_url, tmp_path)
-        cid = await _line(agent, "conversation:")
+        agent = await start_example(EXAMPLE, served.base_url, tmp_path)
+        cid = await printed(agent, "conversation:")
         handoff = await people.open_handoff(cid)
         runs = RunFiles(tmp_path / "agent-runs")
         await paused_run(runs, cid)
@@ -224,9 +203,9 @@ async def test_the_agent_and_the_desk_killed_mid_handoff_resume_once_with_one_de
         served.kill()
 
         await asyncio.to_thread(served.start)
-        again = await _example(served.base_url, tmp_path, "--conversation", cid)
+        again = await start_example(EXAMPLE, served.base_url, tmp_path, "--conversation", cid)
         await people.fill_form(handoff, note="Re-shipped express.", eta="Thursday")
-        answer = await _line(again, "answer:")
+        answer = await printed(again, "answer:")
         assert await again.wait() == 0
         held = await people.handoffs_of(cid)
     finally:
