@@ -233,8 +233,9 @@ class DeskRunner:
                                          arguments if arguments is not None else call.args_as_dict())
             return ToolApproved() if refusal is None else ToolDenied(refusal)
 
-        results = await asyncio.gather(*(result(call) for call in waiting.calls))
-        decisions = await asyncio.gather(*(decision(call) for call in waiting.approvals))
+        answers = await asyncio.gather(*(result(call) for call in waiting.calls),
+                                       *(decision(call) for call in waiting.approvals))
+        results, decisions = answers[:len(waiting.calls)], answers[len(waiting.calls):]
         self._save(conversation_id, state)  # the outcomes, recorded before the next run reads them
         return DeferredToolResults(calls={c.tool_call_id: r for c, r in zip(waiting.calls, results, strict=True)},
                                    approvals={c.tool_call_id: d for c, d in zip(waiting.approvals, decisions, strict=True)})
