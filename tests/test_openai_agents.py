@@ -210,3 +210,34 @@ async def test_the_agent_and_the_desk_killed_mid_handoff_resume_once_with_one_de
     assert [h["handoff_session_id"] for h in held] == [handoff["handoff_session_id"]], "one desk request for the call"
     stored = stored_run(runs, cid)
     assert stored is not None and stored.state is None and stored.outcomes == {"call-handoff-1": "released"}
+
+
+class Crash(BaseException):
+    """The agent's process dying while its tool runs (a BaseException: nothing catches it)."""
+
+
+async def test_an_approved_call_that_started_before_a_crash_is_never_run_again(
+    desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    script, ran, people = Script(refund_call("call-c", "E-5", 9)), [], People(served.base_url)
+
+    @function_tool(needs_approval=True)
+    def refund_order(order_id: str, amount: float) -> str:
+        """Refund an order to the original payment method."""
+        ran.append(order_id)
+        raise Crash
+
+    cid = await desk.create_conversation(name="Ana")
+    crashing = DeskRunner(Agent(name="Support", model=script.model, tools=[refund_order]), desk, RunFiles(tmp_path))
+    running = asyncio.create_task(crashing.run(cid, "Refund E-5"))
+    [approval] = await people.approvals_of(cid, 1)
+    await people.decide(approval["approval_id"], approve=True)
+    with pytest.raises(BaseException) as crashed:
+        await asyncio.wait_for(running, 60)
+    assert crashed.group_contains(Crash) if isinstance(crashed.value, BaseExceptionGroup) else crashed.type is Crash
+
+    refunds = Refunds()
+    await runner(script, desk, tmp_path, refunds).resume(cid)
+    assert ran == ["E-5"] and refunds.ran == [], "started once, never again"
+    told = json.loads(script.results(1)["call-c"])
+    assert told["status"] == "unknown" and "may or may not have finished" in told["detail"]
