@@ -25,7 +25,9 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from pydantic import TypeAdapter
 
 from bot.clients import DeskClient
 from bot.clients.models import ApprovalOutcome, HandoffOutcome, UserActionOutcome
@@ -36,6 +38,8 @@ DEFERRED_TOOLS: dict[str, tuple[DeskRequestKind, str]] = {
     "handoff_request": ("handoff", "handoff_session_id"),
     "request_user_action": ("user_action", "user_action_id"),
 }
+
+Stored = TypeVar("Stored")
 
 # The header's rule (bot/web/idempotency.py): 1–255 printable ASCII characters.
 _KEY_LIMIT = 255
@@ -63,6 +67,14 @@ class RunFiles:
         digest = hashlib.sha256(conversation_id.encode()).hexdigest()[:12]
         return self.directory / f"{readable}-{digest}.json"
 
+    def load(self, conversation_id: str, kind: type[Stored]) -> Stored | None:
+        """The conversation's stored run (a dataclass of the integration), None when it has none."""
+        data = self.read(conversation_id)
+        return None if data is None else _adapter(kind).validate_json(data)
+
+    def save(self, conversation_id: str, kind: type[Stored], run: Stored) -> None:
+        self.write(conversation_id, _adapter(kind).dump_json(run))
+
     def read(self, conversation_id: str) -> bytes | None:
         try:
             return self.path(conversation_id).read_bytes()
@@ -82,6 +94,17 @@ class RunFiles:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
+
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: type[Stored]) -> TypeAdapter[Stored]:
+    """One validator per stored kind, built on first use (building one costs milliseconds)."""
+    adapter: TypeAdapter[Stored] | None = _ADAPTERS.get(kind)
+    if adapter is None:
+        adapter = _ADAPTERS[kind] = TypeAdapter(kind)
+    return adapter
 
 
 @dataclass

@@ -47,7 +47,6 @@ from typing import Any
 
 from agents import Agent, FunctionTool, Runner, RunResult, RunState, ToolApprovalItem
 from agents.tool_context import ToolContext
-from pydantic import TypeAdapter
 
 from bot.clients import DeskClient
 from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles
@@ -71,13 +70,9 @@ class StoredRun:
     started: list[str] = field(default_factory=list)
 
 
-_STORED = TypeAdapter(StoredRun)
-
-
 def stored_run(runs: RunFiles, conversation_id: str) -> StoredRun | None:
     """A conversation's stored run in `runs`, or None when it has none."""
-    data = runs.read(conversation_id)
-    return None if data is None else _STORED.validate_json(data)
+    return runs.load(conversation_id, StoredRun)
 
 
 def desk_tools(desk_listing: list[dict[str, Any]], results: Callable[[str], Any]) -> list[FunctionTool]:
@@ -165,7 +160,7 @@ class DeskRunner:
         return self.agent.clone(tools=[*own, *deferred]), actions
 
     def _save(self, conversation_id: str, stored: StoredRun) -> None:
-        self.runs.write(conversation_id, _STORED.dump_json(stored))
+        self.runs.save(conversation_id, StoredRun, stored)
 
     async def _until_answered(
         self, conversation_id: str, stored: StoredRun, agent: Agent[Any], actions: set[str], result: RunResult,

@@ -44,7 +44,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import TypeAdapter
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests, DeferredToolResults, FunctionToolset, RunContext, Tool
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.messages import ModelMessage, ToolCallPart
@@ -73,13 +72,9 @@ class StoredRun:
     started: list[str] = field(default_factory=list)
 
 
-_STORED = TypeAdapter(StoredRun)
-
-
 def stored_run(runs: RunFiles, conversation_id: str) -> StoredRun | None:
     """A conversation's stored run in `runs`, or None when it has none."""
-    data = runs.read(conversation_id)
-    return None if data is None else _STORED.validate_json(data)
+    return runs.load(conversation_id, StoredRun)
 
 
 class RunWaiting(Exception):
@@ -195,7 +190,7 @@ class DeskRunner:
         self._save(conversation_id, state)
 
     def _save(self, conversation_id: str, state: StoredRun) -> None:
-        self.runs.write(conversation_id, _STORED.dump_json(state))
+        self.runs.save(conversation_id, StoredRun, state)
 
     async def _run_agent(
         self, conversation_id: str, state: StoredRun, prompt: str | None, answers: DeferredToolResults | None,

@@ -1,0 +1,235 @@
+"""What every framework integration must do with the desk, written once and run for each
+framework by tests/test_integrations.py through a small `Framework` adapter
+(tests/agent_frameworks.py): the framework's scripted model, its runner, its stored run.
+
+Each scenario is the issue's list, judged from outside: what the model read (its recorded
+inputs), what ran (the agent's own gated tool records each run), and what the desk holds
+(its HTTP API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from bot.clients import DeskClient
+from bot.integrations.desk_requests import RunFiles
+from tests.agent_desks import AGENT_KEY, CHANNEL_ID, People, ServedDesk, clocked_desk, eventually, printed, start_example
+
+SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
+ACTION = "Look up order #1234 and tell Ana when it will arrive."
+HANDOFF_ARGUMENTS = {"channel_id": CHANNEL_ID, "summary": SUMMARY, "expected_action": ACTION,
+                     "expected_return": [{"name": "eta", "type": "string"}]}
+
+
+class Script(Protocol):
+    """A framework's scripted model: the given tool calls in its first turn, then "done"."""
+
+    model: Any
+
+    def results(self, turn: int) -> dict[str, Any]:
+        """What turn `turn` (0: the first) read back of each tool call, by call id, as sent."""
+
+
+class Runner(Protocol):
+    async def run(self, conversation_id: str, prompt: str) -> Any: ...
+    async def resume(self, conversation_id: str) -> Any: ...
+
+
+class Framework(Protocol):
+    """One framework as the scenarios drive it."""
+
+    name: str
+    example: str  # examples/… that runs offline on the framework's scripted model
+
+    def handoff_call(self, call_id: str) -> Any: ...
+    def refund_call(self, call_id: str, order_id: str, amount: float) -> Any: ...
+    def script(self, *calls: Any) -> Script: ...
+    def gated(self, refund_order: Callable[..., str]) -> Any:
+        """The agent's own tool `refund_order`, needing an approval (the desk's action)."""
+    def runner(self, script: Script, desk: DeskClient, runs: Path, tools: list[Any]) -> Runner: ...
+    def stored(self, runs: RunFiles, conversation_id: str) -> Any: ...
+    def paused(self, stored: Any) -> bool:
+        """Whether a stored run waits for the desk."""
+    def answered(self, stored: Any) -> list[str]:
+        """The calls whose desk answer went into the stored run, in order, then "N answer(s)"
+        for the answers the model gave after them."""
+
+
+def decoded(result: Any) -> Any:
+    """A tool result as the model read it: a JSON text decoded, anything else as it is."""
+    return json.loads(result) if isinstance(result, str) else result
+
+
+class Refunds:
+    """The agent's own gated tool, `refund_order`: records every time it really runs."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, float]] = []
+
+        def refund_order(order_id: str, amount: float) -> str:
+            """Refund an order to the original payment method."""
+            self.ran.append((order_id, amount))
+            return json.dumps({"refunded": order_id, "amount": amount})
+
+        self.refund_order = refund_order
+
+
+class Crash(BaseException):
+    """The agent's process dying while its tool runs (a BaseException: nothing catches it)."""
+
+
+async def paused_run(framework: Framework, runs: RunFiles, conversation_id: str) -> Any:
+    """The conversation's run once it is stored waiting for the desk."""
+    async def paused() -> Any:
+        stored = framework.stored(runs, conversation_id)
+        return stored if stored is not None and framework.paused(stored) else None
+
+    return await eventually(paused, f"conversation {conversation_id}'s paused run on disk")
+
+
+async def a_person_returns_data_through_the_form(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
+    """The model's next input holds what the person returned."""
+    script, people = framework.script(framework.handoff_call("call-1")), People(base_url)
+    cid = await desk.create_conversation(name="Ana", email="ana@example.com")
+    running = asyncio.create_task(framework.runner(script, desk, runs, []).run(cid, "My order is late, can a person check it?"))
+
+    handoff = await people.open_handoff(cid)
+    stored = await paused_run(framework, RunFiles(runs), cid)
+    assert stored.requests["call-1"].desk_id == handoff["handoff_session_id"], "the paused run holds the desk's id"
+    await people.fill_form(handoff, note="Re-shipped express.", eta="Thursday")
+    await asyncio.wait_for(running, 60)
+
+    returned = decoded(script.results(1)["call-1"])
+    assert returned["status"] == "released" and returned["reason"] == "form"
+    assert returned["returned"] == {"eta": "Thursday"} and returned["note"] == "Re-shipped express."
+    assert "[Bot resumed" in returned["resume_text"] and "Thursday" in returned["resume_text"]
+    finished = framework.stored(RunFiles(runs), cid)
+    assert not framework.paused(finished) and finished.outcomes == {"call-1": "released"}
+    assert framework.answered(finished) == ["call-1", "1 answer(s)"]
+
+
+async def two_approvals_answered_in_reverse_order(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
+    """Each decision reaches its own call: the approved one runs once, the denied one never,
+    and the model reads the person's reason."""
+    refunds, people = Refunds(), People(base_url)
+    script = framework.script(framework.refund_call("call-a", "A-1", 20), framework.refund_call("call-b", "B-2", 35))
+    cid = await desk.create_conversation(name="Ana")
+    running = asyncio.create_task(framework.runner(script, desk, runs, [framework.gated(refunds.refund_order)])
+                                  .run(cid, "Refund both orders"))
+
+    first, second = await people.approvals_of(cid, 2)
+    assert (first["arguments"]["order_id"], second["arguments"]["order_id"]) == ("A-1", "B-2")
+    await people.decide(second["approval_id"], approve=True)
+    await people.decide(first["approval_id"], approve=False, reason="Order A-1 was already refunded")
+    await asyncio.wait_for(running, 60)
+
+    assert refunds.ran == [("B-2", 35)], "the approved call ran once, the denied one never"
+    results = script.results(1)
+    assert decoded(results["call-b"]) == {"refunded": "B-2", "amount": 35}
+    denial = decoded(results["call-a"])
+    assert denial["status"] == "denied" and denial["reason"] == "Order A-1 was already refunded"
+
+
+async def a_handoff_and_an_approval_answered_in_reverse_order(
+    framework: Framework, desk: DeskClient, base_url: str, runs: Path,
+) -> None:
+    refunds, people = Refunds(), People(base_url)
+    script = framework.script(framework.handoff_call("call-h"), framework.refund_call("call-r", "C-3", 12))
+    cid = await desk.create_conversation(name="Ana")
+    running = asyncio.create_task(framework.runner(script, desk, runs, [framework.gated(refunds.refund_order)])
+                                  .run(cid, "Refund C-3 and find my parcel"))
+
+    [approval] = await people.approvals_of(cid, 1)
+    handoff = await people.open_handoff(cid)
+    await people.decide(approval["approval_id"], approve=True)
+    await people.fill_form(handoff, note="Found it.", eta="Friday")
+    await asyncio.wait_for(running, 60)
+
+    results = script.results(1)
+    assert decoded(results["call-r"]) == {"refunded": "C-3", "amount": 12} and refunds.ran == [("C-3", 12)]
+    assert decoded(results["call-h"])["returned"] == {"eta": "Friday"}
+
+
+async def an_approval_nobody_decides_in_time(framework: Framework, database_url: str, runs: Path) -> None:
+    """A timeout, on the desk's clock moved past the deadline: the tool never runs, the model
+    reads `timed_out` (not a person's denial), and the stored run records it as a timeout."""
+    refunds = Refunds()
+    script = framework.script(framework.refund_call("call-t", "D-4", 80))
+    async with clocked_desk(database_url) as (served_desk, base_url, clock), DeskClient(base_url, api_key=AGENT_KEY) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        running = asyncio.create_task(framework.runner(script, desk, runs, [framework.gated(refunds.refund_order)])
+                                      .run(cid, "Refund D-4"))
+        [approval] = await People(base_url).approvals_of(cid, 1)
+        clock.advance(timedelta(minutes=6))  # past the action's 5m timeout
+        assert await served_desk.approvals.expire_due() == 1
+        await asyncio.wait_for(running, 60)
+        assert (await People(base_url).approval(approval["approval_id"]))["state"] == "expired"
+
+    assert refunds.ran == []
+    told = decoded(script.results(1)["call-t"])
+    assert told["status"] == "timed_out" and "No person refused it" in told["detail"]
+    assert framework.stored(RunFiles(runs), cid).outcomes == {"call-t": "timed_out"}
+
+
+async def a_call_started_before_a_crash(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
+    """An approved call whose tool started before the process died is never run again."""
+    script, ran, people = framework.script(framework.refund_call("call-c", "E-5", 9)), [], People(base_url)
+
+    def refund_order(order_id: str, amount: float) -> str:
+        """Refund an order to the original payment method."""
+        ran.append(order_id)
+        raise Crash
+
+    cid = await desk.create_conversation(name="Ana")
+    running = asyncio.create_task(framework.runner(script, desk, runs, [framework.gated(refund_order)]).run(cid, "Refund E-5"))
+    [approval] = await people.approvals_of(cid, 1)
+    await people.decide(approval["approval_id"], approve=True)
+    with pytest.raises(BaseException) as crashed:
+        await asyncio.wait_for(running, 60)
+    assert crashed.group_contains(Crash) if isinstance(crashed.value, BaseExceptionGroup) else crashed.type is Crash
+
+    refunds = Refunds()
+    await framework.runner(script, desk, runs, [framework.gated(refunds.refund_order)]).resume(cid)
+    assert ran == ["E-5"] and refunds.ran == [], "started once, never again"
+    told = decoded(script.results(1)["call-c"])
+    assert told["status"] == "unknown" and "may or may not have finished" in told["detail"]
+
+
+async def agent_and_desk_killed_mid_handoff(framework: Framework, directory: Path) -> None:
+    """The framework's example, a real agent process, killed with the desk while the person
+    works; both started again from their files, it carries on that run on the same handoff
+    and answers once."""
+    (directory / "desk").mkdir()
+    served = ServedDesk(directory / "desk").start()
+    people, runs = People(served.base_url), RunFiles(directory / "agent-runs")
+    try:
+        agent = await start_example(framework.example, served.base_url, directory)
+        cid = await printed(agent, "conversation:")
+        handoff = await people.open_handoff(cid)
+        await paused_run(framework, runs, cid)
+        agent.send_signal(signal.SIGKILL)
+        await agent.wait()
+        served.kill()
+
+        await asyncio.to_thread(served.start)
+        again = await start_example(framework.example, served.base_url, directory, "--conversation", cid)
+        await people.fill_form(handoff, note="Re-shipped express.", eta="Thursday")
+        answer = await printed(again, "answer:")
+        assert await again.wait() == 0
+        held = await people.handoffs_of(cid)
+    finally:
+        served.close()
+
+    assert json.loads(answer.removeprefix("A person answered:"))["returned"] == {"eta": "Thursday"}
+    assert [h["handoff_session_id"] for h in held] == [handoff["handoff_session_id"]], "one desk request for the call"
+    stored = framework.stored(runs, cid)
+    assert not framework.paused(stored) and stored.outcomes == {"call-handoff-1": "released"}
+    assert framework.answered(stored) == ["call-handoff-1", "1 answer(s)"], "the run resumed once"

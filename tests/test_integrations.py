@@ -1,0 +1,86 @@
+"""The agent-framework integrations (bot/integrations/) against a real desk, offline.
+
+Each scenario of tests/agent_scenarios.py runs for each framework of tests/agent_frameworks.py:
+PydanticAI on its `FunctionModel` with `ALLOW_MODEL_REQUESTS = False`, the OpenAI Agents SDK on
+its `ScriptedModel` with tracing off, so no test reaches a model provider. The desk is a real
+`handoff serve` process (one per module, each test on its own conversation; the restart test
+starts its own), or the same desk in-process on a `ManualClock` where a test moves time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from agents import set_tracing_disabled
+from pydantic_ai import models
+
+from bot.clients import DeskClient
+from tests import agent_scenarios as scenarios
+from tests.agent_desks import AGENT_KEY, ServedDesk
+from tests.agent_frameworks import FRAMEWORKS
+from tests.agent_scenarios import Framework
+
+pytestmark = pytest.mark.parametrize("framework", FRAMEWORKS, ids=[f.name for f in FRAMEWORKS])
+
+
+@pytest.fixture(autouse=True)
+def offline() -> Iterator[None]:
+    """No model request can leave (PydanticAI refuses them), and no trace is exported."""
+    allowed, models.ALLOW_MODEL_REQUESTS = models.ALLOW_MODEL_REQUESTS, False
+    set_tracing_disabled(True)
+    yield
+    models.ALLOW_MODEL_REQUESTS = allowed
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedDesk]:
+    """One `handoff serve` for the tests that do not restart it; each test has its own conversation."""
+    desk = ServedDesk(tmp_path_factory.mktemp("desk"))
+    try:
+        yield desk.start()
+    finally:
+        desk.close()
+
+
+@pytest.fixture
+async def desk(served: ServedDesk) -> AsyncIterator[DeskClient]:
+    async with DeskClient(served.base_url, api_key=AGENT_KEY) as client:
+        yield client
+
+
+async def test_a_person_returns_data_through_the_form_and_the_model_reads_it(
+    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    await scenarios.a_person_returns_data_through_the_form(framework, desk, served.base_url, tmp_path)
+
+
+async def test_two_approvals_in_one_turn_answered_in_reverse_order_each_reach_their_call(
+    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    await scenarios.two_approvals_answered_in_reverse_order(framework, desk, served.base_url, tmp_path)
+
+
+async def test_a_handoff_and_an_approval_in_one_turn_answered_in_reverse_order(
+    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    await scenarios.a_handoff_and_an_approval_answered_in_reverse_order(framework, desk, served.base_url, tmp_path)
+
+
+async def test_an_approval_nobody_decides_in_time_is_a_timeout_and_the_tool_never_runs(
+    framework: Framework, sqlite_url: str, tmp_path: Path,
+) -> None:
+    await scenarios.an_approval_nobody_decides_in_time(framework, sqlite_url, tmp_path)
+
+
+async def test_an_approved_call_that_started_before_a_crash_is_never_run_again(
+    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    await scenarios.a_call_started_before_a_crash(framework, desk, served.base_url, tmp_path)
+
+
+async def test_the_agent_and_the_desk_killed_mid_handoff_resume_once_with_one_desk_request(
+    framework: Framework, tmp_path: Path,
+) -> None:
+    await scenarios.agent_and_desk_killed_mid_handoff(framework, tmp_path)
