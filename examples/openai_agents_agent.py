@@ -13,13 +13,13 @@ own tools that a person must approve first (declared in the desk config with `ru
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 from typing import Any
 
 from agents import Agent, FunctionTool, Model, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from desk_args import arguments  # examples/desk_args.py, beside this file
 
 from bot.clients import DeskClient
 from bot.integrations.openai_agents import DeskRunner, RunFiles
@@ -60,13 +60,7 @@ def scripted(call: ModelCall) -> list[Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("prompt", nargs="?", default="My order #1234 is a week late, can a person check it?")
-    parser.add_argument("--desk", default="http://127.0.0.1:8000", help="the desk's base URL")
-    parser.add_argument("--api-key", default="", help="the desk's api.key")
-    parser.add_argument("--model", help="a model name (gpt-5.2, …); default: the offline scripted model")
-    parser.add_argument("--conversation", help="carry on this desk conversation (after a restart)")
-    args = parser.parse_args()
+    args = arguments(__doc__ or "")
     if args.model is None:
         set_tracing_disabled(True)  # offline: nothing is sent to OpenAI's trace exporter
     model: Model | str = args.model or ScriptedModel([ModelStep.respond(scripted) for _ in range(8)])

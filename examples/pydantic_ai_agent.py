@@ -13,11 +13,11 @@ must approve first (declared in the desk config with `run: {by: agent}`).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 from typing import Any
 
+from desk_args import arguments  # examples/desk_args.py, beside this file
 from pydantic_ai import Agent, models
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import Model
@@ -60,13 +60,7 @@ def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("prompt", nargs="?", default="My order #1234 is a week late, can a person check it?")
-    parser.add_argument("--desk", default="http://127.0.0.1:8000", help="the desk's base URL")
-    parser.add_argument("--api-key", default="", help="the desk's api.key")
-    parser.add_argument("--model", help="a PydanticAI model name (openai:gpt-5.2, …); default: the offline scripted model")
-    parser.add_argument("--conversation", help="carry on this desk conversation (after a restart)")
-    args = parser.parse_args()
+    args = arguments(__doc__ or "")
     if args.model is None:
         models.ALLOW_MODEL_REQUESTS = False  # offline: any real model request would fail loudly
     model: Model | str = args.model or FunctionModel(scripted)

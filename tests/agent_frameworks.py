@@ -18,7 +18,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from bot.clients import DeskClient
 from bot.integrations import openai_agents, pydantic_ai
 from bot.integrations.desk_requests import RunFiles
-from tests.agent_scenarios import HANDOFF_ARGUMENTS
 
 
 class FunctionScript:
@@ -44,23 +43,17 @@ class PydanticAI:
     name = "pydantic-ai"
     example = "pydantic_ai_agent.py"
 
-    def handoff_call(self, call_id: str) -> ToolCallPart:
-        return ToolCallPart("handoff_request", HANDOFF_ARGUMENTS, tool_call_id=call_id)
+    script = FunctionScript
+    stored = staticmethod(pydantic_ai.stored_run)
 
-    def refund_call(self, call_id: str, order_id: str, amount: float) -> ToolCallPart:
-        return ToolCallPart("refund_order", {"order_id": order_id, "amount": amount}, tool_call_id=call_id)
-
-    def script(self, *calls: ToolCallPart) -> FunctionScript:
-        return FunctionScript(*calls)
+    def call(self, tool: str, arguments: dict[str, Any], call_id: str) -> ToolCallPart:
+        return ToolCallPart(tool, arguments, tool_call_id=call_id)
 
     def gated(self, refund_order: Callable[..., str]) -> Callable[..., str]:
         return refund_order  # DeskRunner's actions= make it require approval
 
     def runner(self, script: FunctionScript, desk: DeskClient, runs: Path, tools: list[Any]) -> pydantic_ai.DeskRunner:
         return pydantic_ai.DeskRunner(Agent(script.model), desk, RunFiles(runs), actions=tools)
-
-    def stored(self, runs: RunFiles, conversation_id: str) -> pydantic_ai.StoredRun | None:
-        return pydantic_ai.stored_run(runs, conversation_id)
 
     def paused(self, stored: pydantic_ai.StoredRun) -> bool:
         return stored.waiting is not None
@@ -70,7 +63,6 @@ class PydanticAI:
         returns = [p.tool_call_id for m in stored.messages for p in m.parts if isinstance(p, ToolReturnPart)]
         texts = [p for m in stored.messages if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, TextPart)]
         return [*returns, f"{len(texts)} answer(s)"]
-
 
 
 class AgentsScript:
@@ -91,23 +83,17 @@ class OpenAIAgents:
     name = "openai-agents"
     example = "openai_agents_agent.py"
 
-    def handoff_call(self, call_id: str) -> Any:
-        return function_call("handoff_request", HANDOFF_ARGUMENTS, call_id=call_id)
+    script = AgentsScript
+    stored = staticmethod(openai_agents.stored_run)
 
-    def refund_call(self, call_id: str, order_id: str, amount: float) -> Any:
-        return function_call("refund_order", {"order_id": order_id, "amount": amount}, call_id=call_id)
-
-    def script(self, *calls: Any) -> AgentsScript:
-        return AgentsScript(*calls)
+    def call(self, tool: str, arguments: dict[str, Any], call_id: str) -> Any:
+        return function_call(tool, arguments, call_id=call_id)
 
     def gated(self, refund_order: Callable[..., str]) -> FunctionTool:
         return function_tool(refund_order, needs_approval=True)
 
     def runner(self, script: AgentsScript, desk: DeskClient, runs: Path, tools: list[Any]) -> openai_agents.DeskRunner:
         return openai_agents.DeskRunner(AgentsAgent(name="Support", model=script.model, tools=tools), desk, RunFiles(runs))
-
-    def stored(self, runs: RunFiles, conversation_id: str) -> openai_agents.StoredRun | None:
-        return openai_agents.stored_run(runs, conversation_id)
 
     def paused(self, stored: openai_agents.StoredRun) -> bool:
         return stored.state is not None

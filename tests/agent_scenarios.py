@@ -49,8 +49,8 @@ class Framework(Protocol):
     name: str
     example: str  # examples/… that runs offline on the framework's scripted model
 
-    def handoff_call(self, call_id: str) -> Any: ...
-    def refund_call(self, call_id: str, order_id: str, amount: float) -> Any: ...
+    def call(self, tool: str, arguments: dict[str, Any], call_id: str) -> Any:
+        """One tool call as the framework's model makes it."""
     def script(self, *calls: Any) -> Script: ...
     def gated(self, refund_order: Callable[..., str]) -> Any:
         """The agent's own tool `refund_order`, needing an approval (the desk's action)."""
@@ -61,6 +61,14 @@ class Framework(Protocol):
     def answered(self, stored: Any) -> list[str]:
         """The calls whose desk answer went into the stored run, in order, then "N answer(s)"
         for the answers the model gave after them."""
+
+
+def handoff_call(framework: Framework, call_id: str) -> Any:
+    return framework.call("handoff_request", HANDOFF_ARGUMENTS, call_id)
+
+
+def refund_call(framework: Framework, call_id: str, order_id: str, amount: float) -> Any:
+    return framework.call("refund_order", {"order_id": order_id, "amount": amount}, call_id)
 
 
 def decoded(result: Any) -> Any:
@@ -97,7 +105,7 @@ async def paused_run(framework: Framework, runs: RunFiles, conversation_id: str)
 
 async def a_person_returns_data_through_the_form(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
     """The model's next input holds what the person returned."""
-    script, people = framework.script(framework.handoff_call("call-1")), People(base_url)
+    script, people = framework.script(handoff_call(framework, "call-1")), People(base_url)
     cid = await desk.create_conversation(name="Ana", email="ana@example.com")
     running = asyncio.create_task(framework.runner(script, desk, runs, []).run(cid, "My order is late, can a person check it?"))
 
@@ -120,7 +128,7 @@ async def two_approvals_answered_in_reverse_order(framework: Framework, desk: De
     """Each decision reaches its own call: the approved one runs once, the denied one never,
     and the model reads the person's reason."""
     refunds, people = Refunds(), People(base_url)
-    script = framework.script(framework.refund_call("call-a", "A-1", 20), framework.refund_call("call-b", "B-2", 35))
+    script = framework.script(refund_call(framework, "call-a", "A-1", 20), refund_call(framework, "call-b", "B-2", 35))
     cid = await desk.create_conversation(name="Ana")
     running = asyncio.create_task(framework.runner(script, desk, runs, [framework.gated(refunds.refund_order)])
                                   .run(cid, "Refund both orders"))
@@ -142,7 +150,7 @@ async def a_handoff_and_an_approval_answered_in_reverse_order(
     framework: Framework, desk: DeskClient, base_url: str, runs: Path,
 ) -> None:
     refunds, people = Refunds(), People(base_url)
-    script = framework.script(framework.handoff_call("call-h"), framework.refund_call("call-r", "C-3", 12))
+    script = framework.script(handoff_call(framework, "call-h"), refund_call(framework, "call-r", "C-3", 12))
     cid = await desk.create_conversation(name="Ana")
     running = asyncio.create_task(framework.runner(script, desk, runs, [framework.gated(refunds.refund_order)])
                                   .run(cid, "Refund C-3 and find my parcel"))
@@ -162,7 +170,7 @@ async def an_approval_nobody_decides_in_time(framework: Framework, database_url:
     """A timeout, on the desk's clock moved past the deadline: the tool never runs, the model
     reads `timed_out` (not a person's denial), and the stored run records it as a timeout."""
     refunds = Refunds()
-    script = framework.script(framework.refund_call("call-t", "D-4", 80))
+    script = framework.script(refund_call(framework, "call-t", "D-4", 80))
     async with clocked_desk(database_url) as (served_desk, base_url, clock), DeskClient(base_url, api_key=AGENT_KEY) as desk:
         cid = await desk.create_conversation(name="Ana")
         running = asyncio.create_task(framework.runner(script, desk, runs, [framework.gated(refunds.refund_order)])
@@ -181,7 +189,7 @@ async def an_approval_nobody_decides_in_time(framework: Framework, database_url:
 
 async def a_call_started_before_a_crash(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
     """An approved call whose tool started before the process died is never run again."""
-    script, ran, people = framework.script(framework.refund_call("call-c", "E-5", 9)), [], People(base_url)
+    script, ran, people = framework.script(refund_call(framework, "call-c", "E-5", 9)), [], People(base_url)
 
     def refund_order(order_id: str, amount: float) -> str:
         """Refund an order to the original payment method."""

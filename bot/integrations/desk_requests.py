@@ -182,6 +182,25 @@ class DeskCalls:
         return None if outcome.status == "approved" else approval_refusal(outcome)
 
 
+def once_per_call(started: list[str], save: Callable[[], None]) -> Callable[[str], bool]:
+    """`first_start(call_id)` for a paused run's `started` list: True the first time a call's
+    tool is about to run (noted and saved before it runs), False ever after, restarts included."""
+    def first_start(call_id: str) -> bool:
+        if call_id in started:
+            return False
+        started.append(call_id)
+        save()
+        return True
+
+    return first_start
+
+
+def started_before(tool: str) -> dict[str, str]:
+    """What the model reads instead of a second run of a tool that started before a restart."""
+    return {"status": "unknown", "detail": f"{tool} started before a restart and may or may not have finished; "
+            "check its effect before trying again"}
+
+
 def outcome_result(outcome: HandoffOutcome | UserActionOutcome) -> dict[str, Any]:
     """A handoff's or user action's outcome as the tool result the model reads."""
     return outcome.model_dump(mode="json", exclude_none=True)

@@ -49,6 +49,7 @@ from agents import Agent, FunctionTool, Runner, RunResult, RunState, ToolApprova
 from agents.tool_context import ToolContext
 
 from bot.clients import DeskClient
+from bot.integrations import desk_requests
 from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles
 
 __all__ = ["DeskRunner", "NothingToResume", "RunFiles", "StoredRun", "desk_tools", "stored_run"]
@@ -97,8 +98,7 @@ def _once(tool: FunctionTool, first_start: Callable[[str], bool]) -> FunctionToo
 
     async def guarded(context: ToolContext[Any], arguments: str) -> Any:
         if not first_start(context.tool_call_id):
-            return json.dumps({"status": "unknown", "detail": f"{tool.name} started before a restart and may or may not "
-                               "have finished; check its effect before trying again"})
+            return json.dumps(desk_requests.started_before(tool.name))
         return await invoke(context, arguments)
 
     return dataclasses.replace(tool, on_invoke_tool=guarded)
@@ -146,13 +146,7 @@ class DeskRunner:
         listing = await self.desk.tools(conversation_id)
         listed = {entry["name"] for entry in listing}
 
-        def first_start(call_id: str) -> bool:
-            if call_id in stored.started:
-                return False
-            stored.started.append(call_id)
-            self._save(conversation_id, stored)  # before the tool runs: a restart never runs it again
-            return True
-
+        first_start = desk_requests.once_per_call(stored.started, lambda: self._save(conversation_id, stored))
         own = [_once(tool, first_start) if isinstance(tool, FunctionTool) and tool.name in listed else tool
                for tool in self.agent.tools]
         actions = {tool.name for tool in self.agent.tools if isinstance(tool, FunctionTool) and tool.name in listed}

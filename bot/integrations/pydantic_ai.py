@@ -50,6 +50,7 @@ from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.tools import ToolApproved, ToolDenied
 
 from bot.clients import DeskClient
+from bot.integrations import desk_requests
 from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles
 
 __all__ = ["DeskRequest", "DeskRunner", "NothingToResume", "RunFiles", "RunWaiting", "StoredRun", "desk_toolset", "stored_run"]
@@ -122,8 +123,7 @@ def _deferring(calls: DeskCalls, name: str) -> Callable[..., Any]:
 def _gated(action: Callable[..., Any], on_start: Callable[[str], bool] | None) -> Callable[..., Any]:
     async def run(ctx: RunContext[Any], **arguments: Any) -> Any:
         if on_start is not None and not on_start(ctx.tool_call_id or ""):
-            return {"status": "unknown", "detail": f"{action.__name__} started before a restart and may or may not have "
-                    "finished; check its effect before trying again"}
+            return desk_requests.started_before(action.__name__)
         result = action(**arguments)
         return await result if inspect.isawaitable(result) else result
 
@@ -196,15 +196,8 @@ class DeskRunner:
         self, conversation_id: str, state: StoredRun, prompt: str | None, answers: DeferredToolResults | None,
         run_options: dict[str, Any],
     ) -> AgentRunResult[Any]:
-        def first_start(tool_call_id: str) -> bool:
-            if tool_call_id in state.started:
-                return False
-            state.started.append(tool_call_id)
-            self._save(conversation_id, state)  # before the tool runs: a restart never runs it again
-            return True
-
         toolset = desk_toolset(self.desk, conversation_id, await self.desk.tools(conversation_id), self.actions,
-                               on_start=first_start)
+                               on_start=desk_requests.once_per_call(state.started, lambda: self._save(conversation_id, state)))
         return await self.agent.run(
             prompt, message_history=state.messages, deferred_tool_results=answers, toolsets=[toolset],
             output_type=[self.agent.output_type, DeferredToolRequests], **run_options,
