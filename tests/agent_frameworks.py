@@ -42,6 +42,7 @@ class FunctionScript:
 class PydanticAI:
     name = "pydantic-ai"
     example = "pydantic_ai_agent.py"
+    page = "pydantic-ai.md"
 
     script = FunctionScript
     stored = staticmethod(pydantic_ai.stored_run)
@@ -82,6 +83,7 @@ class AgentsScript:
 class OpenAIAgents:
     name = "openai-agents"
     example = "openai_agents_agent.py"
+    page = "openai-agents.md"
 
     script = AgentsScript
     stored = staticmethod(openai_agents.stored_run)

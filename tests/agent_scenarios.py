@@ -48,6 +48,7 @@ class Framework(Protocol):
 
     name: str
     example: str  # examples/… that runs offline on the framework's scripted model
+    page: str  # docs/integrations/…, showing how to add the desk
 
     def call(self, tool: str, arguments: dict[str, Any], call_id: str) -> Any:
         """One tool call as the framework's model makes it."""

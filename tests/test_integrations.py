@@ -9,6 +9,7 @@ starts its own), or the same desk in-process on a `ManualClock` where a test mov
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from tests import agent_scenarios as scenarios
 from tests.agent_desks import AGENT_KEY, ServedDesk
 from tests.agent_frameworks import FRAMEWORKS
 from tests.agent_scenarios import Framework
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+EXAMPLE_REGION = re.compile(r"^# --8<-- \[start:desk\]\n(.*?)^# --8<-- \[end:desk\]$", re.MULTILINE | re.DOTALL)
 
 pytestmark = pytest.mark.parametrize("framework", FRAMEWORKS, ids=[f.name for f in FRAMEWORKS])
 
@@ -84,3 +89,18 @@ async def test_the_agent_and_the_desk_killed_mid_handoff_resume_once_with_one_de
     framework: Framework, tmp_path: Path,
 ) -> None:
     await scenarios.agent_and_desk_killed_mid_handoff(framework, tmp_path)
+
+
+def test_the_docs_page_adds_the_desk_in_under_twenty_lines_that_the_example_runs(framework: Framework) -> None:
+    """The page's first Python block is its imports (which import) and then, line for line,
+    the marked part of the example the restart test runs."""
+    page = (ROOT / "docs" / "integrations" / framework.page).read_text()
+    shown = PYTHON_BLOCK.search(page)
+    assert shown is not None, f"docs/integrations/{framework.page} shows no Python block"
+    imports, start, rest = shown.group(1).rstrip("\n").partition("async def answer(")
+    exec(compile(imports, framework.page, "exec"), {})  # the page's own import lines import
+    body = start + rest
+    example = EXAMPLE_REGION.search((ROOT / "examples" / framework.example).read_text())
+    assert example is not None, f"examples/{framework.example} marks no desk part"
+    assert body == example.group(1).rstrip("\n"), "the page shows the example's desk part as it is"
+    assert len(shown.group(1).rstrip("\n").splitlines()) < 20
