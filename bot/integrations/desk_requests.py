@@ -43,7 +43,7 @@ Stored = TypeVar("Stored")
 
 # The header's rule (bot/web/idempotency.py): 1–255 printable ASCII characters.
 _KEY_LIMIT = 255
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")  # no dots: never a hidden file or ".."
 
 
 def request_key(framework: str, conversation_id: str, call_id: str) -> str:
