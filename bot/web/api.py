@@ -45,6 +45,21 @@ from bot.store.audit import event_view
 from bot.store.models import HandoffRecipient, HandoffSession
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
 from bot.tools.user_actions import outcome_result
+from bot.web.answers import (
+    ApprovalAnswer,
+    ApprovalList,
+    ConversationCreated,
+    EventList,
+    HandoffAnswer,
+    HandoffList,
+    HandoffReleased,
+    MessageList,
+    MessagePosted,
+    ToolList,
+    UserActionAnswer,
+    UserActionResponded,
+    answer,
+)
 from bot.web.deps import (
     ApprovalsDep,
     ChannelsDep,
@@ -282,6 +297,13 @@ def invalid_json(reason: str) -> ApiError:
     return ApiError(400, "invalid_json", f"the body is not valid JSON ({reason})")
 
 
+def long_poll(until: str) -> Any:
+    """The `wait` query parameter of a GET that can long-poll: it answers as soon as what it
+    waits for happens, or after `wait` seconds with the state as it is (0: at once)."""
+    return Query(default=0, ge=0, le=MAX_WAIT_SECONDS,
+                 description=f"Long-poll: wait up to this many seconds {until}; it answers as soon as that happens.")
+
+
 def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
     """A handoff as the API shows it; the form link only while the handoff is active."""
     return {
@@ -354,7 +376,7 @@ def recipient_view(recipient: HandoffRecipient, names: Mapping[str, str] | None 
 api = api_router()
 
 
-@api.post("/conversations", status_code=201, dependencies=[Depends(AGENTS)])
+@api.post("/conversations", status_code=201, dependencies=[Depends(AGENTS)], responses=answer(ConversationCreated, 201))
 async def create_conversation(
     conversations: ConversationsDep, handoffs: HandoffsDep, body: CreateConversation | None = None,
 ) -> dict[str, Any]:
@@ -370,7 +392,7 @@ async def create_conversation(
     return {"conversation_id": cid}
 
 
-@api.post("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)])
+@api.post("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)], responses=answer(MessagePosted))
 async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[str, Any]:
     result = await router.subscriber_message(cid, body.text)
     return {
@@ -381,19 +403,19 @@ async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[s
     }
 
 
-@api.get("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)])
+@api.get("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)], responses=answer(MessageList))
 async def list_messages(
     cid: str,
     conversations: ConversationsDep,
     after: int = Query(default=0, ge=0, le=MAX_ID, description="Only messages with a larger id."),
     limit: int = Query(default=200, ge=1, le=500),
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds for a new message."),
+    wait: float = long_poll("for a new message"),
 ) -> dict[str, Any]:
     messages = await conversations.wait_for_messages(cid, after, limit, wait)
     return {"messages": [message_view(m) for m in messages]}
 
 
-@api.get("/conversations/{cid}/tools", dependencies=[Depends(AGENTS)])
+@api.get("/conversations/{cid}/tools", dependencies=[Depends(AGENTS)], responses=answer(ToolList))
 async def list_tools(
     cid: str, router: RouterDep, format: Literal["plain", "openai", "anthropic"] = "plain"
 ) -> dict[str, Any]:
@@ -410,7 +432,7 @@ async def call_tool(cid: str, name: str, request: Request, router: RouterDep) ->
     return await router.call_tool(cid, name, args)
 
 
-@api.get("/handoffs", dependencies=[Depends(READS)])
+@api.get("/handoffs", dependencies=[Depends(READS)], responses=answer(HandoffList))
 async def list_handoffs(
     queries: QueriesDep,
     forms: FormLinksDep,
@@ -421,16 +443,13 @@ async def list_handoffs(
     return {"handoffs": [handoff_view(h, forms) for h in await queries.handoffs(states=states, limit=limit)]}
 
 
-@api.get("/handoffs/{sid}", dependencies=[Depends(READS)])
+@api.get("/handoffs/{sid}", dependencies=[Depends(READS)], responses=answer(HandoffAnswer))
 async def get_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep, queries: QueriesDep,
     conversations: ConversationsDep,
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
-                        "for the handoff to end (released or failed); it answers as soon as it does."),
+    wait: float = long_poll("for the handoff to end (released or failed)"),
 ) -> dict[str, Any]:
-    handoff = await handoffs.get(sid)
-    handoff = await conversations.wait_until(handoff.conversation_id, handoff, lambda: handoffs.get(sid),
-                                             lambda h: h.state not in OPEN_STATES, wait)
+    handoff = await conversations.wait_for(lambda: handoffs.get(sid), lambda h: h.state not in OPEN_STATES, wait)
     view = handoff_view(handoff, forms)
     view["satisfaction"] = satisfaction_view(await satisfaction.of(sid))
     if handoff.route_id is not None:
@@ -442,12 +461,12 @@ async def get_handoff(
     return view
 
 
-@api.get("/handoffs/{sid}/events", dependencies=[Depends(READS)])
+@api.get("/handoffs/{sid}/events", dependencies=[Depends(READS)], responses=answer(EventList))
 async def handoff_events(sid: str, queries: QueriesDep) -> dict[str, Any]:
     return {"events": [event_view(e) for e in await queries.events(sid)]}
 
 
-@api.post("/handoffs/{sid}/release")
+@api.post("/handoffs/{sid}/release", responses=answer(HandoffReleased))
 async def release_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, caller: Annotated[ApiCaller, Depends(RELEASES)],
     body: ReleaseBody | None = None,
@@ -475,7 +494,7 @@ class DecisionBody(_Body):
     decided_by: CleanStr | None = Field(default=None, min_length=1, max_length=200)
 
 
-@api.get("/approvals", dependencies=[Depends(READS)])
+@api.get("/approvals", dependencies=[Depends(READS)], responses=answer(ApprovalList))
 async def list_approvals(
     approvals: ApprovalsDep,
     state: Literal["pending", "approved", "denied", "expired", "unrouted", "cleared"] | None = None,
@@ -484,18 +503,16 @@ async def list_approvals(
     return {"approvals": [approval_view(a) for a in await approvals.listing(state=state, limit=limit)]}
 
 
-@api.get("/approvals/{aid}", dependencies=[Depends(READS)])
+@api.get("/approvals/{aid}", dependencies=[Depends(READS)], responses=answer(ApprovalAnswer))
 async def get_approval(
     aid: str, approvals: ApprovalsDep, conversations: ConversationsDep,
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
-                        "for the approval to settle (decided or closed, and when approved, run or handed to the agent)."),
+    wait: float = long_poll("for the approval to settle (decided or closed, and when approved, run or handed to the agent)"),
 ) -> dict[str, Any]:
-    approval = await approvals.get(aid)
-    approval = await conversations.wait_until(approval.conversation_id, approval, lambda: approvals.get(aid), settled, wait)
+    approval = await conversations.wait_for(lambda: approvals.get(aid), settled, wait)
     return approval_view(approval, await approvals.votes(aid))
 
 
-@api.post("/approvals/{aid}/decision")
+@api.post("/approvals/{aid}/decision", responses=answer(ApprovalAnswer))
 async def decide_approval(
     aid: str, body: DecisionBody, approvals: ApprovalsDep, caller: Annotated[ApiCaller, Depends(DECIDES)],
 ) -> dict[str, Any]:
@@ -531,24 +548,21 @@ class UserActionResponseBody(_Body):
     outcome: Literal["done", "cancelled"]
 
 
-@api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)])
+@api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
 async def get_user_action(
     uaid: str, user_actions: UserActionsDep, conversations: ConversationsDep,
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
-                        "for the user action to end (done, cancelled, timeout or failed)."),
+    wait: float = long_poll("for the user action to end (done, cancelled, timeout or failed)"),
 ) -> dict[str, Any]:
-    action = await user_actions.get(uaid)
-    action = await conversations.wait_until(action.conversation_id, action, lambda: user_actions.get(uaid),
-                                            lambda a: a.state != USER_ACTION_PENDING, wait)
-    return user_action_view(action)
+    return user_action_view(await conversations.wait_for(
+        lambda: user_actions.get(uaid), lambda a: a.state != USER_ACTION_PENDING, wait))
 
 
-@api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)])
+@api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
 async def move_user_action_step(uaid: str, body: StepBody, user_actions: UserActionsDep) -> dict[str, Any]:
     return user_action_view(await user_actions.move(uaid, body.move))
 
 
-@api.post("/user_actions/{uaid}/response", dependencies=[Depends(AGENTS)])
+@api.post("/user_actions/{uaid}/response", dependencies=[Depends(AGENTS)], responses=answer(UserActionResponded))
 async def respond_user_action(uaid: str, body: UserActionResponseBody, user_actions: UserActionsDep) -> dict[str, Any]:
     """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
     return outcome_result(await user_actions.respond(uaid, body.outcome, via="api"))
