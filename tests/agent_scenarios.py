@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import pytest
 
 from bot.clients import DeskClient
-from bot.integrations.desk_requests import RunFiles
+from bot.integrations.desk_requests import NothingToResume, RunFiles, RunWaiting
 from tests.agent_desks import AGENT_KEY, CHANNEL_ID, People, ServedDesk, clocked_desk, eventually, printed, start_example
 
 SUMMARY = "Ana's order #1234 is a week late and she wants a person to check it."
@@ -123,6 +123,24 @@ async def a_person_returns_data_through_the_form(framework: Framework, desk: Des
     finished = framework.stored(RunFiles(runs), cid)
     assert not framework.paused(finished) and finished.outcomes == {"call-1": "released"}
     assert framework.answered(finished) == ["call-1", "1 answer(s)"]
+
+
+async def a_second_run_while_one_waits(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
+    """Nothing to resume is an error, and so is a new run over one that waits: it would
+    forget the pending requests. `resume` carries on the waiting one."""
+    script, people = framework.script(handoff_call(framework, "call-1")), People(base_url)
+    cid = await desk.create_conversation(name="Ana")
+    with pytest.raises(NothingToResume, match=cid):
+        await framework.runner(script, desk, runs, []).resume(cid)
+    first = asyncio.create_task(framework.runner(script, desk, runs, []).run(cid, "Can a person check my order?"))
+    await paused_run(framework, RunFiles(runs), cid)
+    with pytest.raises(RunWaiting, match=cid):
+        await framework.runner(script, desk, runs, []).run(cid, "Hello?")
+    first.cancel()  # this process "stops"; another one resumes
+    resuming = asyncio.create_task(framework.runner(script, desk, runs, []).resume(cid))
+    await people.fill_form(await people.open_handoff(cid), note="Done.", eta="Monday")
+    await asyncio.wait_for(resuming, 60)
+    assert decoded(script.results(1)["call-1"])["returned"] == {"eta": "Monday"}
 
 
 async def two_approvals_answered_in_reverse_order(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:

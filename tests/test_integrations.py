@@ -61,6 +61,12 @@ async def test_a_person_returns_data_through_the_form_and_the_model_reads_it(
     await scenarios.a_person_returns_data_through_the_form(framework, desk, served.base_url, tmp_path)
 
 
+async def test_a_new_run_over_a_waiting_one_is_refused_and_resume_carries_it_on(
+    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    await scenarios.a_second_run_while_one_waits(framework, desk, served.base_url, tmp_path)
+
+
 async def test_two_approvals_in_one_turn_answered_in_reverse_order_each_reach_their_call(
     framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
 ) -> None:

@@ -119,6 +119,11 @@ class NothingToResume(Exception):
     """`resume()` on a conversation with no run waiting for the desk."""
 
 
+class RunWaiting(Exception):
+    """`run()` on a conversation whose last run still waits for the desk: `resume()` it (or
+    call `run_or_resume()`), or its pending requests would be forgotten."""
+
+
 class DeskCalls:
     """The desk's side of one conversation's paused run: makes each call's request once
     (keyed by the call's id), notes the desk's id in `requests` and saves it before waiting,

@@ -50,9 +50,9 @@ from agents.tool_context import ToolContext
 
 from bot.clients import DeskClient
 from bot.integrations import desk_requests
-from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles
+from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles, RunWaiting
 
-__all__ = ["DeskRunner", "NothingToResume", "RunFiles", "StoredRun", "desk_tools", "stored_run"]
+__all__ = ["DeskRunner", "NothingToResume", "RunFiles", "RunWaiting", "StoredRun", "desk_tools", "stored_run"]
 
 FRAMEWORK = "openai-agents"
 
@@ -116,7 +116,11 @@ class DeskRunner:
 
     async def run(self, conversation_id: str, prompt: str, **run_options: Any) -> RunResult:
         """One user turn: runs the agent on `prompt`, waits for people as often as the run
-        stops for them, and returns the run that answered."""
+        stops for them, and returns the run that answered. Each turn is a new SDK run: give it
+        the conversation's memory as the SDK does (`session=…` among `run_options`)."""
+        waiting = self.stored(conversation_id)
+        if waiting is not None and waiting.state is not None:
+            raise RunWaiting(f"conversation {conversation_id}: the last run waits for the desk: resume() it first")
         stored = StoredRun()
         agent, actions = await self._agent(conversation_id, stored)
         result = await Runner.run(agent, prompt, **run_options)

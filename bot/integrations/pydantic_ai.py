@@ -51,7 +51,7 @@ from pydantic_ai.tools import ToolApproved, ToolDenied
 
 from bot.clients import DeskClient
 from bot.integrations import desk_requests
-from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles
+from bot.integrations.desk_requests import DEFERRED_TOOLS, DeskCalls, DeskRequest, NothingToResume, RunFiles, RunWaiting
 
 __all__ = ["DeskRequest", "DeskRunner", "NothingToResume", "RunFiles", "RunWaiting", "StoredRun", "desk_toolset", "stored_run"]
 
@@ -76,10 +76,6 @@ class StoredRun:
 def stored_run(runs: RunFiles, conversation_id: str) -> StoredRun | None:
     """A conversation's stored run in `runs`, or None when it has none."""
     return runs.load(conversation_id, StoredRun)
-
-
-class RunWaiting(Exception):
-    """`run()` on a conversation whose last run still waits for the desk: call `resume()`."""
 
 
 def desk_toolset(
