@@ -10,8 +10,9 @@ from pathlib import Path
 
 from bot.clients import DeskClient
 from bot.clients.models import ApprovalOutcome
-from bot.integrations.desk_requests import DeskCalls, RunFiles, approval_refusal, once_per_call, request_key
-from tests.agent_desks import AGENT_KEY, REFUND, SECTIONS
+from bot.integrations.desk_requests import DeskCalls, DeskRequest, RunFiles, approval_refusal, once_per_call, request_key
+from tests.agent_desks import AGENT_KEY, REFUND, SECTIONS, People
+from tests.agent_scenarios import HANDOFF_ARGUMENTS
 from tests.conftest import desk_served
 
 
@@ -75,3 +76,16 @@ async def test_the_desks_answers_to_an_agent_run_action(sqlite_url: str) -> None
             refused = json.loads(await calls.refusal("call-2", "refund_order", {"order_id": "A-1"}) or "{}")
     assert outcomes == {"call-1": "approved", "call-2": "refused"} and calls.requests == {}
     assert refused["status"] == "refused" and "amount" in json.dumps(refused["desk"])
+
+
+async def test_a_request_made_again_for_the_same_call_is_the_same_desk_request(sqlite_url: str) -> None:
+    """A process that stopped after asking but before storing the desk's id asks again with
+    the call's key: the desk answers with the first request, and holds one."""
+    async with desk_served(sqlite_url, **SECTIONS) as (_, base_url), DeskClient(base_url, api_key=AGENT_KEY) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        calls = DeskCalls(desk, "test", cid, {}, {}, save=lambda: None)
+        first = await calls.request("call-1", "handoff_request", HANDOFF_ARGUMENTS)
+        again = await calls.request("call-1", "handoff_request", HANDOFF_ARGUMENTS)
+        held = await People(base_url).handoffs_of(cid)
+    assert isinstance(first, DeskRequest) and again == first
+    assert [h["handoff_session_id"] for h in held] == [first.desk_id]
