@@ -10,7 +10,15 @@ from pathlib import Path
 
 from bot.clients import DeskClient
 from bot.clients.models import ApprovalOutcome
-from bot.integrations.desk_requests import DeskCalls, DeskRequest, RunFiles, approval_refusal, once_per_call, request_key
+from bot.integrations.desk_requests import (
+    DeskCalls,
+    DeskRequest,
+    RunFiles,
+    approval_refusal,
+    ask_for_a_person,
+    once_per_call,
+    request_key,
+)
 from tests.agent_desks import AGENT_KEY, REFUND, SECTIONS, People
 from tests.agent_scenarios import HANDOFF_ARGUMENTS
 from tests.conftest import desk_served
@@ -83,9 +91,9 @@ async def test_a_request_made_again_for_the_same_call_is_the_same_desk_request(s
     the call's key: the desk answers with the first request, and holds one."""
     async with desk_served(sqlite_url, **SECTIONS) as (_, base_url), DeskClient(base_url, api_key=AGENT_KEY) as desk:
         cid = await desk.create_conversation(name="Ana")
-        calls = DeskCalls(desk, "test", cid, {}, {}, save=lambda: None)
-        first = await calls.request("call-1", "handoff_request", HANDOFF_ARGUMENTS)
-        again = await calls.request("call-1", "handoff_request", HANDOFF_ARGUMENTS)
+        key = request_key("test", cid, "call-1")
+        first = await ask_for_a_person(desk, cid, "handoff_request", HANDOFF_ARGUMENTS, key=key)
+        again = await ask_for_a_person(desk, cid, "handoff_request", HANDOFF_ARGUMENTS, key=key)
         held = await People(base_url).handoffs_of(cid)
     assert isinstance(first, DeskRequest) and again == first
     assert [h["handoff_session_id"] for h in held] == [first.desk_id]

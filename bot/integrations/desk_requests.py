@@ -124,6 +124,19 @@ class RunWaiting(Exception):
     call `run_or_resume()`), or its pending requests would be forgotten."""
 
 
+async def ask_for_a_person(
+    desk: DeskClient, conversation_id: str, tool: str, arguments: dict[str, Any], *, key: str,
+) -> DeskRequest | dict[str, Any]:
+    """Ask for a handoff or a user action (`tool`, one of DEFERRED_TOOLS) under the call's
+    key: the desk's request, or its tool-level error for the model to read and correct (a
+    summary too short, a channel that cannot deliver)."""
+    kind, id_field = DEFERRED_TOOLS[tool]
+    answer = await desk.call_tool(conversation_id, tool, arguments, idempotency_key=key)
+    if not answer.get(id_field) or "error" in answer:
+        return answer
+    return DeskRequest(kind, str(answer[id_field]))
+
+
 class DeskCalls:
     """The desk's side of one conversation's paused run: makes each call's request once
     (keyed by the call's id), notes the desk's id in `requests` and saves it before waiting,
@@ -139,20 +152,11 @@ class DeskCalls:
     def key(self, call_id: str) -> str:
         return request_key(self.framework, self.conversation_id, call_id)
 
-    async def request(self, call_id: str, tool: str, arguments: dict[str, Any]) -> DeskRequest | dict[str, Any]:
-        """Ask for a handoff or user action (`tool`): the desk's request, or its tool-level
-        error for the model to read (a summary too short, …)."""
-        kind, id_field = DEFERRED_TOOLS[tool]
-        answer = await self.desk.call_tool(self.conversation_id, tool, arguments, idempotency_key=self.key(call_id))
-        if not answer.get(id_field) or "error" in answer:
-            return answer
-        return DeskRequest(kind, str(answer[id_field]))
-
     async def result(self, call_id: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A handoff's or user action's outcome for the model, the request made first if it was not."""
         request = self.requests.get(call_id)
         if request is None:
-            made = await self.request(call_id, tool, arguments)
+            made = await ask_for_a_person(self.desk, self.conversation_id, tool, arguments, key=self.key(call_id))
             if not isinstance(made, DeskRequest):
                 self.outcomes[call_id] = "refused"
                 return made

@@ -88,11 +88,10 @@ def desk_toolset(
     asked before an approved action runs and returns False when that call already started
     once (the runner keeps that across restarts)."""
     listed = {tool["name"]: tool for tool in desk_tools}
-    calls = DeskCalls(desk, FRAMEWORK, conversation_id, {}, {}, save=lambda: None)
     tools: list[Tool[Any]] = []
     for name in DEFERRED_TOOLS:
         if name in listed:
-            tools.append(Tool.from_schema(_deferring(calls, name), name, listed[name]["description"],
+            tools.append(Tool.from_schema(_deferring(desk, conversation_id, name), name, listed[name]["description"],
                                           listed[name]["input_schema"], takes_ctx=True))
     for action in actions:
         name = action.__name__
@@ -106,9 +105,10 @@ def desk_toolset(
     return FunctionToolset(tools)
 
 
-def _deferring(calls: DeskCalls, name: str) -> Callable[..., Any]:
+def _deferring(desk: DeskClient, conversation_id: str, name: str) -> Callable[..., Any]:
     async def request(ctx: RunContext[Any], **arguments: Any) -> dict[str, Any]:
-        made = await calls.request(ctx.tool_call_id or "", name, arguments)
+        key = desk_requests.request_key(FRAMEWORK, conversation_id, ctx.tool_call_id or "")
+        made = await desk_requests.ask_for_a_person(desk, conversation_id, name, arguments, key=key)
         if isinstance(made, DeskRequest):
             raise CallDeferred(metadata={_METADATA_KEY: {"kind": made.kind, "desk_id": made.desk_id}})
         return made  # a tool-level error: the model reads it and may correct the call
