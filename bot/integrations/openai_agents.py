@@ -196,7 +196,6 @@ class DeskRunner:
             return lambda state: state.reject(item, rejection_message=refusal)
 
         decisions = await asyncio.gather(*(decision(item) for item in state.get_interruptions()))
-        self._save(conversation_id, stored)  # the outcomes, recorded before the run goes on
         for decide in decisions:
             decide(state)
         return await Runner.run(agent, state, **run_options)

@@ -220,6 +220,5 @@ class DeskRunner:
         answers = await asyncio.gather(*(result(call) for call in waiting.calls),
                                        *(decision(call) for call in waiting.approvals))
         results, decisions = answers[:len(waiting.calls)], answers[len(waiting.calls):]
-        self._save(conversation_id, state)  # the outcomes, recorded before the next run reads them
         return DeferredToolResults(calls={c.tool_call_id: r for c, r in zip(waiting.calls, results, strict=True)},
                                    approvals={c.tool_call_id: d for c, d in zip(waiting.approvals, decisions, strict=True)})
