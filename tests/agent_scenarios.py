@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import pytest
 
 from bot.clients import DeskClient
@@ -123,6 +124,23 @@ async def a_person_returns_data_through_the_form(framework: Framework, desk: Des
     finished = framework.stored(RunFiles(runs), cid)
     assert not framework.paused(finished) and finished.outcomes == {"call-1": "released"}
     assert framework.answered(finished) == ["call-1", "1 answer(s)"]
+
+
+async def the_subscriber_does_a_user_action(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
+    """`request_user_action` waits too: the subscriber's Done reaches the model as `done`."""
+    script = framework.script(framework.call("request_user_action", {
+        "reason": "verification_code", "details": "Type the code your bank sent you on the bank's page."}, "call-u"))
+    cid = await desk.create_conversation(name="Ana")
+    running = asyncio.create_task(framework.runner(script, desk, runs, []).run(cid, "Pay my order"))
+    stored = await paused_run(framework, RunFiles(runs), cid)
+    request = stored.requests["call-u"]
+    assert request.kind == "user_action"
+    async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {AGENT_KEY}"}) as subscriber_app:
+        answered = await subscriber_app.post(f"/api/user_actions/{request.desk_id}/response", json={"outcome": "done"})
+    assert answered.status_code == 200, answered.text
+    await asyncio.wait_for(running, 60)
+    told = decoded(script.results(1)["call-u"])
+    assert (told["status"], told["user_action_id"]) == ("done", request.desk_id)
 
 
 async def a_second_run_while_one_waits(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:

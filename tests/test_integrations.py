@@ -61,6 +61,12 @@ async def test_a_person_returns_data_through_the_form_and_the_model_reads_it(
     await scenarios.a_person_returns_data_through_the_form(framework, desk, served.base_url, tmp_path)
 
 
+async def test_a_user_action_the_subscriber_does_reaches_the_model_as_done(
+    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    await scenarios.the_subscriber_does_a_user_action(framework, desk, served.base_url, tmp_path)
+
+
 async def test_a_new_run_over_a_waiting_one_is_refused_and_resume_carries_it_on(
     framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
 ) -> None:
