@@ -121,6 +121,22 @@ class Network(httpx.AsyncBaseTransport):
         return response
 
 
+class Refusing(httpx.BaseTransport):
+    """The blocking client's wire: refuses the first `refuse` connections, then forwards
+    to the real server; it records the key of every request."""
+
+    def __init__(self, wire: httpx.BaseTransport, *, refuse: int) -> None:
+        self.wire, self.refuse = wire, refuse
+        self.keys: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.keys.append(request.headers.get("idempotency-key"))
+        if self.refuse:
+            self.refuse -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return self.wire.handle_request(request)
+
+
 def client_over(network: Network, **options: Any) -> DeskClient:
     return DeskClient("http://desk.test", transport=network, backoff=0, **options)
 
@@ -363,11 +379,13 @@ async def test_errors_are_typed_by_what_went_wrong(start_desk: StartDesk) -> Non
 
 
 async def test_the_sync_client_tells_the_same_story_against_a_served_desk(served: tuple[Desk, str]) -> None:
-    """SyncDeskClient against a real uvicorn server (from a thread: the server runs on this loop)."""
+    """SyncDeskClient against a real uvicorn server (from a thread: the server runs on this
+    loop), over a wire that refuses its first two connections: retried as the async one is."""
     _, base = served
+    wire = Refusing(httpx.HTTPTransport(), refuse=2)
 
     def story() -> tuple[HandoffOutcome, list[str]]:
-        with SyncDeskClient(base, backoff=0) as desk:
+        with SyncDeskClient(base, backoff=0, transport=wire) as desk:
             cid = desk.create_conversation(name="Ana", idempotency_key="ana-1")
             assert desk.create_conversation(name="Ana", idempotency_key="ana-1") == cid  # replayed, not created twice
             assert "handoff_request" in [t["name"] for t in desk.tools(cid)]
@@ -381,6 +399,7 @@ async def test_the_sync_client_tells_the_same_story_against_a_served_desk(served
             return outcome, [m.role for m in desk.messages(cid, after=0, wait=1)]
 
     outcome, roles = await asyncio.to_thread(story)
+    assert wire.keys[:3] == [wire.keys[0]] * 3 and wire.keys[0] is not None  # one key, sent three times
     assert (outcome.status, outcome.returned) == ("released", {"decision": "refund"})
     assert {"subscriber", "system"} <= set(roles)
 

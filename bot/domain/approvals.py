@@ -554,6 +554,17 @@ class Approvals:
         except IntegrityError:
             pass  # already allowed (two prompts of one shape decided "always")
 
+    @staticmethod
+    async def _claim_run(session: Any, approval_id: str, run_state: str) -> bool:
+        """Take the run of an approved approval nobody has taken yet (a compare-and-set on
+        `run_state`), so it runs, or is handed to the agent, once across every instance."""
+        claimed = await execute_dml(
+            session,
+            update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
+            .values(run_state=run_state).execution_options(synchronize_session=False)
+        )
+        return bool(claimed.rowcount == 1)
+
     async def _hand_to_agent(self, session: Any, approval: Approval, now: datetime) -> bool:
         """In the decision's transaction: an approved action whose run is the agent's own is
         handed to it (run_state `agent`, audited, its `[Approval — …]` message written), and
@@ -562,12 +573,7 @@ class Approvals:
         action = self.actions.get(approval.action_id)
         if action is None or not isinstance(action.run, AgentActionRun) or self._cannot_run(action, approval):
             return False
-        handed = await execute_dml(
-            session,
-            update(Approval).where(col(Approval.id) == approval.id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
-            .values(run_state=AGENT).execution_options(synchronize_session=False)
-        )
-        if handed.rowcount == 1:
+        if await self._claim_run(session, approval.id, AGENT):
             await session.refresh(approval)
             await audit.record(session, "action_run_by_agent", at=now, actor="desk", approval_id=approval.id,
                                conversation_id=approval.conversation_id, action=approval.action_id,
@@ -583,12 +589,7 @@ class Approvals:
         action = self.actions.get(approval.action_id)
         if action is None or not isinstance(action.run, HttpActionRun) or self._cannot_run(action, approval):
             return False
-        claimed = await execute_dml(
-            session,
-            update(Approval).where(col(Approval.id) == approval.id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
-            .values(run_state=RUNNING).execution_options(synchronize_session=False)
-        )
-        if claimed.rowcount == 1:
+        if await self._claim_run(session, approval.id, RUNNING):
             await self.outbox.queue(session, channel_id=CALLBACKS, now=now, outbound=Callback(
                 text=f"run {action.id} as approved in {approval.id}", endpoint=action_endpoint(action.id), event="action_run",
                 body=run_body(action.id, approval.id, approval.conversation_id, dict(approval.arguments)),
@@ -614,12 +615,8 @@ class Approvals:
             now = self.clock.now()
             if approval is None or await self._hand_to_agent(session, approval, now) or await self._queue_call(session, approval, now):
                 return None
-            claimed = await execute_dml(
-                session,
-                update(Approval).where(col(Approval.id) == approval_id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
-                .values(run_state=RUNNING).execution_options(synchronize_session=False)
-            )
-        if claimed.rowcount != 1:
+            claimed = await self._claim_run(session, approval_id, RUNNING)
+        if not claimed:
             return None
         action = self.actions.get(approval.action_id)
         problem = self._cannot_run(action, approval)
