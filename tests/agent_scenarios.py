@@ -224,6 +224,23 @@ async def an_approval_nobody_decides_in_time(framework: Framework, database_url:
     assert framework.stored(RunFiles(runs), cid).outcomes == {"call-t": "timed_out"}
 
 
+async def a_handoff_nobody_answers_in_time(framework: Framework, database_url: str, runs: Path) -> None:
+    """A handoff released by the idle timer (the clock moved past it) reaches the model as
+    `timed_out`, with its reason: not as a person's answer."""
+    script = framework.script(handoff_call(framework, "call-i"))
+    async with clocked_desk(database_url) as (served_desk, base_url, clock), DeskClient(base_url, api_key=AGENT_KEY) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        running = asyncio.create_task(framework.runner(script, desk, runs, []).run(cid, "Can a person check my order?"))
+        await People(base_url).open_handoff(cid)
+        clock.advance(timedelta(hours=3))  # past the 2h idle timeout
+        assert await served_desk.timers.sweep() == 1
+        await asyncio.wait_for(running, 60)
+
+    told = decoded(script.results(1)["call-i"])
+    assert (told["status"], told["reason"], told["returned"]) == ("timed_out", "idle_timeout", {})
+    assert framework.stored(RunFiles(runs), cid).outcomes == {"call-i": "timed_out"}
+
+
 async def a_call_started_before_a_crash(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
     """An approved call whose tool started before the process died is never run again."""
     script, ran, people = framework.script(refund_call(framework, "call-c", "E-5", 9)), [], People(base_url)

@@ -91,6 +91,12 @@ async def test_an_approval_nobody_decides_in_time_is_a_timeout_and_the_tool_neve
     await scenarios.an_approval_nobody_decides_in_time(framework, sqlite_url, tmp_path)
 
 
+async def test_a_handoff_nobody_answers_in_time_reaches_the_model_as_timed_out(
+    framework: Framework, sqlite_url: str, tmp_path: Path,
+) -> None:
+    await scenarios.a_handoff_nobody_answers_in_time(framework, sqlite_url, tmp_path)
+
+
 async def test_an_approved_call_that_started_before_a_crash_is_never_run_again(
     framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
 ) -> None:
