@@ -126,6 +126,18 @@ async def a_person_returns_data_through_the_form(framework: Framework, desk: Des
     assert framework.answered(finished) == ["call-1", "1 answer(s)"]
 
 
+async def a_handoff_the_desk_refuses(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
+    """A request the desk refuses (a summary too short) goes back to the model at once, as the
+    desk's error naming the field, and nobody waits for anything."""
+    script = framework.script(framework.call("handoff_request", {**HANDOFF_ARGUMENTS, "summary": "Late."}, "call-x"))
+    cid = await desk.create_conversation(name="Ana")
+    await asyncio.wait_for(framework.runner(script, desk, runs, []).run(cid, "A person, please"), 60)
+    told = decoded(script.results(1)["call-x"])
+    assert told["error"] and "summary" in json.dumps(told), told
+    assert await People(base_url).handoffs_of(cid) == []
+    assert framework.stored(RunFiles(runs), cid).requests == {}
+
+
 async def the_subscriber_does_a_user_action(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
     """`request_user_action` waits too: the subscriber's Done reaches the model as `done`."""
     script = framework.script(framework.call("request_user_action", {

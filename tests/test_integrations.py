@@ -61,6 +61,12 @@ async def test_a_person_returns_data_through_the_form_and_the_model_reads_it(
     await scenarios.a_person_returns_data_through_the_form(framework, desk, served.base_url, tmp_path)
 
 
+async def test_a_handoff_the_desk_refuses_goes_back_to_the_model_at_once(
+    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+) -> None:
+    await scenarios.a_handoff_the_desk_refuses(framework, desk, served.base_url, tmp_path)
+
+
 async def test_a_user_action_the_subscriber_does_reaches_the_model_as_done(
     framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
 ) -> None:
