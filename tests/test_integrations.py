@@ -10,7 +10,7 @@ starts its own), or the same desk in-process on a `ManualClock` where a test mov
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,58 +55,36 @@ async def desk(served: ServedDesk) -> AsyncIterator[DeskClient]:
         yield client
 
 
-async def test_a_person_returns_data_through_the_form_and_the_model_reads_it(
-    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+# Each against the served desk, on a conversation of its own.
+ON_THE_SERVED_DESK = [
+    scenarios.a_person_returns_data_through_the_form,  # the model's next input holds the returned data
+    scenarios.a_handoff_the_desk_refuses,
+    scenarios.the_subscriber_does_a_user_action,
+    scenarios.a_second_run_while_one_waits,
+    scenarios.two_approvals_answered_in_reverse_order,  # approved runs once, denied never, with its reason
+    scenarios.a_handoff_and_an_approval_answered_in_reverse_order,
+    scenarios.a_call_started_before_a_crash,
+]
+# Each on a desk in this process whose clock the scenario moves past a deadline.
+ON_A_CLOCKED_DESK = [
+    scenarios.an_approval_nobody_decides_in_time,  # never run, recorded as a timeout
+    scenarios.a_handoff_nobody_answers_in_time,
+]
+
+
+@pytest.mark.parametrize("scenario", ON_THE_SERVED_DESK, ids=lambda scenario: scenario.__name__)
+async def test_on_the_served_desk(
+    framework: Framework, scenario: Callable[[Framework, DeskClient, str, Path], Awaitable[None]], desk: DeskClient,
+    served: ServedDesk, tmp_path: Path,
 ) -> None:
-    await scenarios.a_person_returns_data_through_the_form(framework, desk, served.base_url, tmp_path)
+    await scenario(framework, desk, served.base_url, tmp_path)
 
 
-async def test_a_handoff_the_desk_refuses_goes_back_to_the_model_at_once(
-    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
+@pytest.mark.parametrize("scenario", ON_A_CLOCKED_DESK, ids=lambda scenario: scenario.__name__)
+async def test_on_a_clocked_desk(
+    framework: Framework, scenario: Callable[[Framework, str, Path], Awaitable[None]], sqlite_url: str, tmp_path: Path,
 ) -> None:
-    await scenarios.a_handoff_the_desk_refuses(framework, desk, served.base_url, tmp_path)
-
-
-async def test_a_user_action_the_subscriber_does_reaches_the_model_as_done(
-    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
-) -> None:
-    await scenarios.the_subscriber_does_a_user_action(framework, desk, served.base_url, tmp_path)
-
-
-async def test_a_new_run_over_a_waiting_one_is_refused_and_resume_carries_it_on(
-    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
-) -> None:
-    await scenarios.a_second_run_while_one_waits(framework, desk, served.base_url, tmp_path)
-
-
-async def test_two_approvals_in_one_turn_answered_in_reverse_order_each_reach_their_call(
-    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
-) -> None:
-    await scenarios.two_approvals_answered_in_reverse_order(framework, desk, served.base_url, tmp_path)
-
-
-async def test_a_handoff_and_an_approval_in_one_turn_answered_in_reverse_order(
-    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
-) -> None:
-    await scenarios.a_handoff_and_an_approval_answered_in_reverse_order(framework, desk, served.base_url, tmp_path)
-
-
-async def test_an_approval_nobody_decides_in_time_is_a_timeout_and_the_tool_never_runs(
-    framework: Framework, sqlite_url: str, tmp_path: Path,
-) -> None:
-    await scenarios.an_approval_nobody_decides_in_time(framework, sqlite_url, tmp_path)
-
-
-async def test_a_handoff_nobody_answers_in_time_reaches_the_model_as_timed_out(
-    framework: Framework, sqlite_url: str, tmp_path: Path,
-) -> None:
-    await scenarios.a_handoff_nobody_answers_in_time(framework, sqlite_url, tmp_path)
-
-
-async def test_an_approved_call_that_started_before_a_crash_is_never_run_again(
-    framework: Framework, desk: DeskClient, served: ServedDesk, tmp_path: Path,
-) -> None:
-    await scenarios.a_call_started_before_a_crash(framework, desk, served.base_url, tmp_path)
+    await scenario(framework, sqlite_url, tmp_path)
 
 
 async def test_the_agent_and_the_desk_killed_mid_handoff_resume_once_with_one_desk_request(
