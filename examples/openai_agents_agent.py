@@ -5,7 +5,7 @@
 
 Without `--model` it runs offline, tracing off, on the SDK's own `ScriptedModel` answering
 from what it reads: it asks for a person once, then answers with what the person returned
-(tests/test_openai_agents.py runs it that way against a real `handoff serve`). It prints the
+(tests/test_integrations.py runs it that way against a real `handoff serve`). It prints the
 desk conversation's id first; started again with `--conversation ID` after being stopped, it
 resumes the stored run instead of starting a new one. `refund_order` stands for one of your
 own tools that a person must approve first (declared in the desk config with `run: {by: agent}`).

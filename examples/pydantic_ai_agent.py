@@ -4,7 +4,7 @@
         --model openai:gpt-5.2 "My order #1234 is a week late, can a person check it?"
 
 Without `--model` it runs offline on a scripted PydanticAI `FunctionModel` that asks for a
-person once and then answers with what the person returned (tests/test_pydantic_ai.py runs
+person once and then answers with what the person returned (tests/test_integrations.py runs
 it that way against a real `handoff serve`). It prints the desk conversation's id first;
 started again with `--conversation ID` after being stopped, it carries on the waiting run
 instead of starting a new one. `refund_order` stands for one of your own tools that a person
