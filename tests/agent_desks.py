@@ -141,13 +141,13 @@ class People:
             assert sent.status_code == 200, sent.text
 
     async def approvals_of(self, conversation_id: str, count: int) -> list[dict[str, Any]]:
-        """The conversation's `count` pending approvals, oldest first, once the desk has them all."""
+        """The conversation's `count` pending approvals, once the desk has them all."""
         async def pending() -> list[dict[str, Any]] | None:
             async with self._client() as client:
                 answer = await client.get("/api/approvals", params={"state": "pending", "limit": 500})
             assert answer.status_code == 200, answer.text
             mine = [a for a in answer.json()["approvals"] if a["conversation_id"] == conversation_id]
-            return sorted(mine, key=lambda a: a["created_at"]) if len(mine) >= count else None
+            return mine if len(mine) >= count else None
 
         return await eventually(pending, f"{count} pending approval(s) in conversation {conversation_id}")
 
