@@ -60,10 +60,12 @@ class PydanticAI:
         return stored.waiting is not None
 
     def answered(self, stored: pydantic_ai.StoredRun) -> list[str]:
-        """The calls whose desk answer the stored history holds, and then how many answers it gave."""
-        returns = [p.tool_call_id for m in stored.messages for p in m.parts if isinstance(p, ToolReturnPart)]
-        texts = [p for m in stored.messages if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, TextPart)]
-        return [*returns, f"{len(texts)} answer(s)"]
+        """The calls whose result the stored history holds, in order."""
+        return [p.tool_call_id for m in stored.messages for p in m.parts if isinstance(p, ToolReturnPart)]
+
+    def answers(self, stored: pydantic_ai.StoredRun) -> int | None:
+        """How many times the model answered the user in the stored history."""
+        return sum(isinstance(p, TextPart) for m in stored.messages if isinstance(m, ModelResponse) for p in m.parts)
 
 
 class AgentsScript:
@@ -101,8 +103,11 @@ class OpenAIAgents:
         return stored.state is not None
 
     def answered(self, stored: openai_agents.StoredRun) -> list[str]:
-        """The calls whose desk answer the stored run handed its tools, and then its answer."""
-        return [*stored.results, "1 answer(s)"]
+        """The calls whose desk outcome the stored run handed its stop-and-resume tools."""
+        return list(stored.results)
+
+    def answers(self, stored: openai_agents.StoredRun) -> int | None:
+        return None  # a finished run keeps no history here: the SDK's own session holds it
 
 
 FRAMEWORKS = [PydanticAI(), OpenAIAgents()]
