@@ -106,6 +106,15 @@ async def paused_run(framework: Framework, runs: RunFiles, conversation_id: str)
     return await eventually(paused, f"conversation {conversation_id}'s paused run on disk")
 
 
+async def stored_request(framework: Framework, runs: RunFiles, conversation_id: str, call_id: str) -> Any:
+    """The desk's request for `call_id` once the paused run has stored it."""
+    async def stored() -> Any:
+        run = framework.stored(runs, conversation_id)
+        return run.requests.get(call_id) if run is not None and framework.paused(run) else None
+
+    return await eventually(stored, f"conversation {conversation_id}'s desk request for {call_id} on disk")
+
+
 async def a_person_returns_data_through_the_form(framework: Framework, desk: DeskClient, base_url: str, runs: Path) -> None:
     """The model's next input holds what the person returned."""
     script, people = framework.script(handoff_call(framework, "call-1")), People(base_url)
@@ -113,8 +122,8 @@ async def a_person_returns_data_through_the_form(framework: Framework, desk: Des
     running = asyncio.create_task(framework.runner(script, desk, runs, []).run(cid, "My order is late, can a person check it?"))
 
     handoff = await people.open_handoff(cid)
-    stored = await paused_run(framework, RunFiles(runs), cid)
-    assert stored.requests["call-1"].desk_id == handoff["handoff_session_id"], "the paused run holds the desk's id"
+    request = await stored_request(framework, RunFiles(runs), cid, "call-1")
+    assert request.desk_id == handoff["handoff_session_id"], "the paused run holds the desk's id"
     await people.fill_form(handoff, note="Re-shipped express.", eta="Thursday")
     await asyncio.wait_for(running, 60)
 
@@ -145,8 +154,7 @@ async def the_subscriber_does_a_user_action(framework: Framework, desk: DeskClie
         "reason": "verification_code", "details": "Type the code your bank sent you on the bank's page."}, "call-u"))
     cid = await desk.create_conversation(name="Ana")
     running = asyncio.create_task(framework.runner(script, desk, runs, []).run(cid, "Pay my order"))
-    stored = await paused_run(framework, RunFiles(runs), cid)
-    request = stored.requests["call-u"]
+    request = await stored_request(framework, RunFiles(runs), cid, "call-u")
     assert request.kind == "user_action"
     async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {AGENT_KEY}"}) as subscriber_app:
         answered = await subscriber_app.post(f"/api/user_actions/{request.desk_id}/response", json={"outcome": "done"})

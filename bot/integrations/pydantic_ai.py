@@ -9,26 +9,27 @@ next run, given the message history and `DeferredToolResults`, carries on. `desk
 maps the desk onto that primitive:
 
 - `handoff_request` and `request_user_action` (schemas from the desk, so `channel_id` is the
-  enum of the channels that can deliver now) make the desk request inside the tool, keyed by
-  the call's `tool_call_id`, and raise `CallDeferred` with the desk's id: the model never
-  waits inside a tool, and a tool-level error (a summary too short) goes back to the model at
-  once to correct;
+  enum of the channels that can deliver now) raise `CallDeferred`: the run stops on them, and
+  the model never waits inside a tool;
 - each of your gated actions (an `actions:` entry of the desk config run by the agent) is a
   tool with `requires_approval=True`: PydanticAI never calls it before an approval.
 
 `DeskRunner` drives the pauses. After each run that ends deferred it stores the message
-history, the pending requests and the desk's ids (`RunFiles`, one file per desk conversation),
-asks the desk for each pending approval (keyed by `tool_call_id` too), waits for every
-outcome at once, and runs again with `DeferredToolResults(calls=…, approvals=…)`: a handoff's
-or user action's outcome (returned data, resume text) as the call's result; an approval as
+history and the pending calls (`RunFiles`, one file per desk conversation), then makes each
+call's desk request (a handoff, a user action, an approval) keyed by its `tool_call_id`,
+stores the desk's id, waits for every outcome at once, and runs again with
+`DeferredToolResults(calls=…, approvals=…)`: a handoff's or user action's outcome (returned
+data, resume text) as the call's result, or the desk's tool-level error for the model to
+correct (a summary too short); an approval as
 `ToolApproved`, or `ToolDenied` whose message says `denied` with the person's reason or
 `timed_out` (nobody decided; not a refusal by anyone). Two pending calls answered in any
 order each get their own answer, by `tool_call_id`.
 
 What it guards against:
 - a restart while people work: `resume()` reads the stored history and waits on the same
-  desk ids; a request made but not yet stored is made again with the same key, which the
-  desk answers with the first request's answer, so a call never gets a second request;
+  desk ids; a request made but whose id was not yet stored is made again with the same key,
+  which the desk answers with the first request's answer, so a call never gets a second
+  request (the pause is stored before any request is made);
 - a gated tool running twice: the runner notes that an approved call started before running
   it; a call found started after a restart is not run again, and the model is told it may or
   may not have finished;
@@ -79,20 +80,19 @@ def stored_run(runs: RunFiles, conversation_id: str) -> StoredRun | None:
 
 
 def desk_toolset(
-    desk: DeskClient, conversation_id: str, desk_tools: Sequence[dict[str, Any]],
-    actions: Sequence[Callable[..., Any]] = (), *, on_start: Callable[[str], bool] | None = None,
+    desk_tools: Sequence[dict[str, Any]], actions: Sequence[Callable[..., Any]] = (), *,
+    on_start: Callable[[str], bool] | None = None,
 ) -> FunctionToolset[Any]:
     """The desk's tools for one conversation, from the desk's listing (`desk.tools(cid)`):
-    `handoff_request` and `request_user_action` deferred, and each of `actions` (named by its
-    function's name after a desk action) requiring approval. `on_start(tool_call_id)` is
-    asked before an approved action runs and returns False when that call already started
-    once (the runner keeps that across restarts)."""
+    `handoff_request` and `request_user_action` deferred (`CallDeferred`, marked as the
+    desk's), and each of `actions` (named by its function's name after a desk action)
+    requiring approval. `on_start(tool_call_id)` is asked before an approved action runs and
+    returns False when that call already started once (the runner keeps that across restarts)."""
     listed = {tool["name"]: tool for tool in desk_tools}
     tools: list[Tool[Any]] = []
     for name in DEFERRED_TOOLS:
         if name in listed:
-            tools.append(Tool.from_schema(_deferring(desk, conversation_id, name), name, listed[name]["description"],
-                                          listed[name]["input_schema"], takes_ctx=True))
+            tools.append(Tool.from_schema(_deferred, name, listed[name]["description"], listed[name]["input_schema"]))
     for action in actions:
         name = action.__name__
         if name not in listed:
@@ -105,15 +105,10 @@ def desk_toolset(
     return FunctionToolset(tools)
 
 
-def _deferring(desk: DeskClient, conversation_id: str, name: str) -> Callable[..., Any]:
-    async def request(ctx: RunContext[Any], **arguments: Any) -> dict[str, Any]:
-        key = desk_requests.request_key(FRAMEWORK, conversation_id, ctx.tool_call_id or "")
-        made = await desk_requests.ask_for_a_person(desk, conversation_id, name, arguments, key=key)
-        if isinstance(made, DeskRequest):
-            raise CallDeferred(metadata={_METADATA_KEY: {"kind": made.kind, "desk_id": made.desk_id}})
-        return made  # a tool-level error: the model reads it and may correct the call
-
-    return request
+def _deferred(**arguments: Any) -> None:
+    """A person answers this call later: the run stops here, and the runner asks the desk
+    once the stopped run is stored (so a restart asks again under the same key, never anew)."""
+    raise CallDeferred(metadata={_METADATA_KEY: True})
 
 
 def _gated(action: Callable[..., Any], on_start: Callable[[str], bool] | None) -> Callable[..., Any]:
@@ -180,9 +175,6 @@ class DeskRunner:
     def _keep(self, conversation_id: str, state: StoredRun, result: AgentRunResult[Any]) -> None:
         state.messages = result.all_messages()
         state.waiting = result.output if isinstance(result.output, DeferredToolRequests) else None
-        for call_id, metadata in (state.waiting.metadata if state.waiting else {}).items():
-            if _METADATA_KEY in metadata:
-                state.requests[call_id] = DeskRequest(**metadata[_METADATA_KEY])
         self._save(conversation_id, state)
 
     def _save(self, conversation_id: str, state: StoredRun) -> None:
@@ -192,7 +184,7 @@ class DeskRunner:
         self, conversation_id: str, state: StoredRun, prompt: str | None, answers: DeferredToolResults | None,
         run_options: dict[str, Any],
     ) -> AgentRunResult[Any]:
-        toolset = desk_toolset(self.desk, conversation_id, await self.desk.tools(conversation_id), self.actions,
+        toolset = desk_toolset(await self.desk.tools(conversation_id), self.actions,
                                on_start=desk_requests.once_per_call(state.started, lambda: self._save(conversation_id, state)))
         return await self.agent.run(
             prompt, message_history=state.messages, deferred_tool_results=answers, toolsets=[toolset],
@@ -207,7 +199,7 @@ class DeskRunner:
                          save=lambda: self._save(conversation_id, state), wait_timeout=self.wait_timeout)
 
         async def result(call: ToolCallPart) -> dict[str, Any]:
-            if call.tool_call_id not in state.requests:  # deferred by another toolset: not the desk's to answer
+            if _METADATA_KEY not in waiting.metadata.get(call.tool_call_id, {}):  # not the desk's to answer
                 raise ValueError(f"{call.tool_name} (call {call.tool_call_id}) was deferred by something other than the desk")
             return await desk.result(call.tool_call_id, call.tool_name, call.args_as_dict())
 
