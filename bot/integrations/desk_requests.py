@@ -10,6 +10,11 @@ Why each exists:
   `api.idempotency_ttl`; the integrations also keep the desk's id in the run's own state).
 - `RunFiles`: one JSON file per desk conversation, replaced atomically (written beside it,
   flushed, renamed), so a process killed mid-write leaves the previous state, never half of one.
+- `DeskCalls`: one paused call's way through the desk, the same for every framework: the
+  request made once (`ask_for_a_person` for a handoff or user action, the action's own tool
+  for an approval), its id noted and saved before the wait, the outcome waited for.
+- `once_per_call`: an approved tool of the agent's own runs at most once per call, restarts
+  included (its start is saved before it runs; `started_before` is what the model reads).
 - `outcome_result` / `approval_refusal`: the model reads a typed result. A handoff or user
   action that timed out says `timed_out`; an approval nobody decided in time is refused as
   `timed_out`, never as a person's denial, and a denial carries the person's reason.
