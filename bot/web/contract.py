@@ -33,10 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from bot.runtime.text import CleanStr
 
 
+# The web layer's own refusals, and the codes of the core's typed errors (DeskError and its
+# subclasses), which the app's error handler answers with as they are; tests/test_contract.py
+# checks that none is missing. The docstring is the schema's description in the document.
 class ErrorCode(StrEnum):
-    """Every `error` the desk answers with: the web layer's own refusals, and the codes of the
-    core's typed errors (bot/errors.py's `DeskError` and its subclasses), which the app's
-    error handler answers with as they are."""
+    """Every `error` code the desk answers with: branch on it, and show `details.hint`."""
 
     # Who is calling (bot/web/api.py)
     UNAUTHORIZED = "unauthorized"
