@@ -379,7 +379,9 @@ def recipient_view(recipient: HandoffRecipient, names: Mapping[str, str] | None 
 api = api_router()
 
 
-# Where a client (and Schemathesis's stateful phase) goes from what a POST created.
+# Where a client (and Schemathesis's stateful phase) goes from what a POST created. A tool
+# call's result names what it started (`handoff_session_id`, …), but it is the tool's own JSON,
+# which the document does not describe, so no link starts there.
 _IN_THE_CONVERSATION = {"cid": "$response.body#/conversation_id"}
 CONVERSATION_LINKS = {
     "messages": link("GET", "/api/conversations/{cid}/messages", "Read its messages.", **_IN_THE_CONVERSATION),
