@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 import bot.desk  # noqa: F401  (imports every layer, so every DeskError subclass is defined)
 import channels
 from bot.errors import DeskError
@@ -106,12 +108,29 @@ async def test_a_405_says_which_methods_the_path_takes(harness: Harness) -> None
         assert refused.headers["allow"] == allowed, (method, path)
 
 
+def started_work(desk: str) -> dict[str, str]:
+    """A handoff and a user action, started through the API as an agent starts them: their ids,
+    for tests/schemathesis.toml's parameters."""
+    with httpx.Client(base_url=desk, headers={"Authorization": f"Bearer {CREDENTIALS['HANDOFF_API_KEY']}"}) as api:
+        def tool(name: str, arguments: dict[str, object]) -> dict[str, str]:
+            cid = api.post("/api/conversations", json={}).json()["conversation_id"]
+            answer = api.post(f"/api/conversations/{cid}/tools/{name}", json=arguments)
+            assert answer.status_code == 200 and "error" not in answer.json(), answer.text
+            return dict(answer.json())
+
+        handoff = tool("handoff_request", {"channel_id": 1, "summary": "Ana's order #1234 is a week late; she wants a person.",
+                                           "expected_action": "Look up order #1234 and tell Ana when it arrives."})
+        action = tool("request_user_action", {"reason": "captcha", "details": "Solve the captcha on the checkout page"})
+    return {"CONTRACT_HANDOFF": handoff["handoff_session_id"], "CONTRACT_USER_ACTION": action["user_action_id"]}
+
+
 def test_schemathesis_finds_nothing_against_a_served_desk(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("HANDOFF_")}
     env.update(CREDENTIALS, HANDOFF_DATABASE_URL=f"sqlite:///{tmp_path / 'handoff.db'}", PYTHONPATH=str(ROOT),
                NO_COLOR="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
     har = tmp_path / "requests.har"
     with served_desk(ROOT, env) as desk:
+        env.update(started_work(desk))
         run = subprocess.run(
             [str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(SCHEMATHESIS_CONFIG), "run",
              f"{desk}/api/openapi.json", "--checks", "all", "--seed", str(SEED), "--max-examples", str(EXAMPLES),
