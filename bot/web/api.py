@@ -458,6 +458,9 @@ async def call_tool(cid: str, name: str, request: Request, router: RouterDep) ->
     """Call a tool as the agent. The answer is the tool's result, a tool error included (200
     `{"error", "details"}`), as the model would read it."""
     raw = await request.body()
+    if not raw.strip():  # as a route whose body is a model answers a missing one
+        raise ApiError(422, "invalid_request", "body: is required; send the tool input as a JSON object, {} for none",
+                       fields={"body": "is required"})
     try:
         args = json.loads(raw)
     except ValueError as exc:  # UnicodeDecodeError included
