@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 import bot.desk  # noqa: F401  (imports every layer, so every DeskError subclass is defined)
 import channels
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "docs" / "openapi.json"
 SCHEMATHESIS_CONFIG = ROOT / "tests" / "schemathesis.toml"
 SEED = 20261207
-EXAMPLES = 20  # per operation and phase: about 1,100 requests, half a minute on a quiet machine
+EXAMPLES = 20  # per operation and phase: about 1,200 requests, 20–30 s
 CREDENTIALS = {
     "HANDOFF_API_KEY": "contract-agent-key-0123456789",
     "HANDOFF_OWNER_TOKEN": "contract-owner-token-0123456789",
@@ -124,6 +125,7 @@ def started_work(desk: str) -> dict[str, str]:
     return {"CONTRACT_HANDOFF": handoff["handoff_session_id"], "CONTRACT_USER_ACTION": action["user_action_id"]}
 
 
+@pytest.mark.timeout(300)  # about half a minute alone; room for a loaded CI machine
 def test_schemathesis_finds_nothing_against_a_served_desk(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("HANDOFF_")}
     env.update(CREDENTIALS, HANDOFF_DATABASE_URL=f"sqlite:///{tmp_path / 'handoff.db'}", PYTHONPATH=str(ROOT),
