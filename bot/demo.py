@@ -36,13 +36,13 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from bot.config import Config, format_duration
-from bot.config.people import Role
 from bot.desk import Desk
 from bot.runtime.clock import ManualClock
 from bot.runtime.logs import configure_logging
 from bot.store.models import OutboxItem
 from bot.web.app import create_app
 from bot.web.inbox.owner import COOKIE
+from channels.email.mailbox import LoopbackMailbox
 
 ROLE_STYLE = {"subscriber": "bold cyan", "agent": "bold green", "human": "bold magenta", "system": "bold yellow"}
 
@@ -85,7 +85,8 @@ class SignedInAs:
 
 @dataclass
 class Stage:
-    """What the beats play on: the running desk, its API, the clock, and what earlier beats kept.
+    """What the beats play on: the running desk, its API, the clock, the mailbox the desk's
+    e-mail lands in, and what earlier beats kept.
 
     `facts` holds the named values templates refer to (`{ana}`, `{sid}`, `{team}`…); `seen`
     holds, per conversation, the last message id already on screen, so a beat that catches up
@@ -97,6 +98,7 @@ class Stage:
     client: httpx.AsyncClient
     clock: ManualClock
     began: datetime
+    mailbox: LoopbackMailbox
     facts: dict[str, Any] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)
     people: dict[str, SignedInAs] = field(default_factory=dict)
@@ -151,6 +153,12 @@ def _ladder(answer: dict[str, Any]) -> Any:
     """Which step of its route a handoff is on, and every channel it notified so far."""
     return {"step": answer["step"] + 1, "notified": [
         f"{r['channel_label']} (step {r['step'] + 1})" for r in answer["recipients"]]}
+
+
+def _offers(answer: dict[str, Any]) -> Any:
+    """Whom a route offered the handoff to directly: each person, on which contact method, how it ended."""
+    return [f"{r['person_name']} ({r['target']}, turn {r['turn'] + 1}) by {r['contact']}: {r['state']}, {r['result'] or 'open'}"
+            for r in answer["recipients"] if r["person_id"]]
 
 
 @dataclass(frozen=True)
@@ -318,20 +326,32 @@ class Outbox:
 
 
 @dataclass(frozen=True)
+class Mail:
+    """The newest message the desk mailed to `to`, as that person's mail app shows it."""
+
+    to: str
+    title: str
+
+    async def play(self, stage: Stage) -> None:
+        await stage.desk.settle()
+        delivered = stage.mailbox.to(self.to)
+        assert delivered, f"no mail to {self.to}"
+        newest = delivered[-1]
+        stage.story.panel(stage.fill(self.title), f"Subject: {newest.message['subject']}\n\n{newest.text.strip()}")
+
+
+@dataclass(frozen=True)
 class Teammate:
-    """A person joins the directory (as `handoff people add` or the admin page adds them) and
-    signs in to the inbox: a server-side session of their own, kept for the beats that act
-    as them (`pid`)."""
+    """A person of the directory (the config's `people:`, applied when the desk starts) signs
+    in to the inbox: a server-side session of their own, kept for the beats that act as them
+    (`pid`)."""
 
     pid: str
-    name: str
-    role: Role
     note: str
 
     async def play(self, stage: Stage) -> None:
         desk = stage.desk
-        person = await desk.people.add(pid=self.pid, name=self.name, email=f"{self.pid}@example.com", role=self.role,
-                                       source="cli", actor="demo")
+        person = await desk.people.get(self.pid)
         token, session = await desk.sessions.open(person, via="password")
         stage.people[self.pid] = SignedInAs(person.name, token, session.csrf(desk.config.secret_key.get_secret_value()))
         stage.story.note(stage.fill(self.note, {"name": person.name, "role": person.role}))
@@ -362,15 +382,21 @@ class Inbox:
 
 @dataclass(frozen=True)
 class Audit:
-    """A handoff's audit trail: each event's time, kind and actor."""
+    """A handoff's audit trail: each event's time, kind and actor (of the kinds in `only`, when given)."""
 
     handoff: str
+    only: tuple[str, ...] = ()
 
     async def play(self, stage: Stage) -> None:
         answer = await stage.client.get(f"/api/handoffs/{stage.fill(self.handoff)}/events")
         for event in answer.json()["events"]:
+            if self.only and event["kind"] not in self.only:
+                continue
+            detail = event.get("detail") or {}
+            offered = f" → the {detail.get('layer')} layer's person, by {detail.get('contact')}" if (
+                event["kind"] == "handoff_offered") else ""
             stage.story.console.print(Text.assemble(
-                f"  {event['created_at'][11:23]}  ", (f"{event['kind']:<24}", "bold"), f" {event['actor']}"))
+                f"  {event['created_at'][11:23]}  ", (f"{event['kind']:<24}", "bold"), f" {event['actor']}{offered}"))
 
 
 @dataclass(frozen=True)
@@ -415,9 +441,9 @@ OUTRO = "\nNext: [bold]handoff serve --config config.example.yaml[/bold], then o
 
 SCENES: tuple[Scene, ...] = (
     Scene("1. The team: two people of the directory sign in to the inbox", (
-        Teammate("olga", "Olga Petrova", Role.ADMIN, "{name} (role: {role}) is added to the directory and signs in "
-                                                     "to the inbox, a session of her own"),
-        Teammate("sam", "Sam Okafor", Role.AGENT, "{name} (role: {role}) too: what each does there is theirs, by name"),
+        Teammate("olga", "{name} (role: {role}) is in the directory (the config's people:) and signs in "
+                         "to the inbox, a session of her own"),
+        Teammate("sam", "{name} (role: {role}) too: what each does there is theirs, by name"),
     )),
     Scene("2. Ana opens the chat", (
         Open("ana", {"name": "Ana", "email": "ana@example.com"}, note="POST /api/conversations → {ana}"),
@@ -507,10 +533,30 @@ SCENES: tuple[Scene, ...] = (
         SETTLE,
         Catch("ana"),
     )),
-    Scene("10. The audit trail of Ana's handoff", (
+    Scene("10. At night: the person on call, then the next when she sleeps through it", (
+        Note("Route 21 (Night support) offers a handoff to whoever is on call on the 'nights' schedule, one layer "
+             "at a time: Olga Petrova (primary), then Sam Okafor (secondary), 10 minutes each, by e-mail."),
+        Open("carl", {"name": "Carl"}),
+        Line("subscriber", "Carl", "My card was charged twice tonight and my account is locked. Is anyone there?"),
+        Api("/api/conversations/{carl}/tools/handoff_request", {
+            "channel_id": 21, "summary": "Carl was charged twice tonight and his account is locked.",
+            "expected_action": "Unlock Carl's account and refund the double charge.", "urgency": "high",
+        }, answer="handoff_request on the on-call route", view=pick("people_offered", "channels_notified", "human_notified"),
+            keep={"carl_sid": "handoff_session_id"}),
+        Mail("olga@example.com", "the mail on Olga's phone (her first contact method)"),
+        Wait("… 10 minutes pass: Olga sleeps through it, so the ladder offers it to the next layer …",
+             by=timedelta(minutes=10)),
+        Mail("sam@example.com", "the mail on Sam's phone"),
+        Inbox("sam", "/inbox/handoffs/{carl_sid}/claim", note="{name} opens it from his mail and claims it: \"{notice}\""),
+        SETTLE,
+        Catch("carl"),
+        Api("/api/handoffs/{carl_sid}", answer="who was offered it, on what, and how each offer ended", view=_offers),
+        Audit("{carl_sid}", only=("handoff_offered", "recipient_notified", "handoff_escalated", "handoff_claimed")),
+    )),
+    Scene("11. The audit trail of Ana's handoff", (
         Audit("{sid}"),
     )),
-    Scene("11. The report: time to a person, how handoffs ended, who handled them", (
+    Scene("12. The report: time to a person, how handoffs ended, who handled them", (
         Report(),
     )),
 )
@@ -520,6 +566,15 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
     configure_logging(level="warning", fmt="console")
     console = console or Console()
     story = Story(console, pause)
+    mailbox = await LoopbackMailbox().start()
+    try:
+        await _run(story, mailbox)
+    finally:
+        await mailbox.stop()
+
+
+async def _run(story: Story, mailbox: LoopbackMailbox) -> None:
+    """The desk the story plays on: a SQLite file in a temporary folder, e-mail to `mailbox`."""
     with tempfile.TemporaryDirectory(prefix="handoff-demo-") as folder:
         config = Config.from_mapping({
             "database_url": f"sqlite:///{Path(folder) / 'demo.db'}",
@@ -528,12 +583,27 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
                 {"id": 1, "kind": "owner_inbox", "label": "Support team", "estimated_response": "within a few minutes"},
                 {"id": 2, "kind": "owner_inbox", "label": "Billing team", "estimated_response": "within a few minutes"},
                 {"id": 3, "kind": "owner_inbox", "label": "On-call", "estimated_response": "within 15 minutes"},
+                # People's own e-mail, delivered to a mailbox on loopback that the story reads
+                {"id": 4, "kind": "email", "label": "E-mail", "to": ["support@example.com"], "from_address": "desk@example.com",
+                 "smtp": {"host": "127.0.0.1", "port": mailbox.port, "security": "none"}},
             ],
             # A ladder: Support and Billing at once, then the on-call person if nobody claims it in 5 minutes
             "routes": [{
                 "id": 20, "label": "Invoices", "public_name": "our billing team", "estimated_response": "within 10 minutes",
                 "steps": [{"notify": [1, 2], "claim_within": "5m"}, {"notify": [3], "claim_within": "10m"}],
+            }, {
+                # At night: the people on call, each by their own e-mail, layer after layer
+                "id": 21, "label": "Night support", "public_name": "our on-call team", "estimated_response": "within 20 minutes",
+                "steps": [{"notify": ["oncall:nights"], "claim_within": "10m"}],
             }],
+            "people": [
+                {"id": "olga", "name": "Olga Petrova", "email": "olga@example.com", "role": "admin", "contact": ["email"]},
+                {"id": "sam", "name": "Sam Okafor", "email": "sam@example.com", "role": "agent", "contact": ["email"]},
+            ],
+            "oncall": [{"id": "nights", "label": "Nights", "timezone": "UTC", "layers": [
+                {"name": "primary", "people": ["olga"], "shift": "7d", "handover": "09:00", "start": "2026-01-05"},
+                {"name": "secondary", "people": ["sam"], "shift": "7d", "handover": "09:00", "start": "2026-01-05"},
+            ]}],
             "actions": [{
                 "id": "refund_order", "description": "Refund an order to the original payment method", "risk": "high",
                 "policy": "ask_always", "approvals_required": 2, "approval_channels": [1],
@@ -548,12 +618,12 @@ async def run_demo(pause: float = 0.4, console: Console | None = None) -> None:
         async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
         ) as client:
-            await _story(story, desk, client, clock)
+            await _story(story, desk, client, clock, mailbox)
 
 
-async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: ManualClock) -> None:
+async def _story(story: Story, desk: Desk, client: httpx.AsyncClient, clock: ManualClock, mailbox: LoopbackMailbox) -> None:
     """Play `SCENES` in order, between the opening panel and the closing hint."""
-    stage = Stage(story, desk, client, clock, began=clock.now())
+    stage = Stage(story, desk, client, clock, began=clock.now(), mailbox=mailbox)
     stage.facts["idle"] = format_duration(desk.config.handoff.idle_timeout)
     story.console.print(Panel.fit(INTRO, title="handoff demo"))
     for scene in SCENES:

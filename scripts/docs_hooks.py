@@ -61,6 +61,12 @@ def _schema_type(schema: dict[str, Any]) -> str:
     return str(schema.get("type", "any"))
 
 
+def _answer_body(answer: dict[str, Any]) -> str:
+    """An answer's body: its schema by media type (`application/json` left unsaid)."""
+    bodies = [(media, _schema_type(content.get("schema", {}))) for media, content in answer.get("content", {}).items()]
+    return ", ".join(shown if media == "application/json" else f"{media}: {shown}" for media, shown in bodies)
+
+
 def api_markdown(schema: dict[str, Any]) -> str:
     """The API reference page: each operation with its parameters, body and answers."""
     out = [
@@ -80,6 +86,9 @@ def api_markdown(schema: dict[str, Any]) -> str:
                 out += [f"**{operation['summary']}**", ""]
             if operation.get("description"):
                 out += [operation["description"].strip(), ""]
+            if operation.get("security"):
+                schemes = " or ".join(f"`{name}`" for requirement in operation["security"] for name in requirement)
+                out += [f"Credentials: {schemes} ([below](#credentials)).", ""]
             parameters = operation.get("parameters", [])
             if parameters:
                 out += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
@@ -94,9 +103,17 @@ def api_markdown(schema: dict[str, Any]) -> str:
                 out += [f"Request body ({media}): {_schema_type(content.get('schema', {}))}", ""]
             answers = operation.get("responses", {})
             if answers:
-                out += ["| status | description |", "|---|---|"]
-                out += [f"| {status} | {_cell(answer.get('description', ''))} |" for status, answer in answers.items()]
+                out += ["| status | description | body | headers |", "|---|---|---|---|"]
+                out += [f"| {status} | {_cell(answer.get('description', ''))} | {_answer_body(answer)} "
+                        f"| {', '.join(f'`{name}`' for name in answer.get('headers', {}))} |"
+                        for status, answer in answers.items()]
                 out.append("")
+    schemes = schema.get("components", {}).get("securitySchemes", {})
+    if schemes:
+        out += ["## Credentials", "", "Each is sent as `Authorization: Bearer <…>`.", "",
+                "| scheme | what it is |", "|---|---|"]
+        out += [f"| `{name}` | {_cell(scheme.get('description', ''))} |" for name, scheme in schemes.items()]
+        out.append("")
     components = schema.get("components", {}).get("schemas", {})
     if components:
         out += ["## Schemas", ""]
@@ -104,6 +121,8 @@ def api_markdown(schema: dict[str, Any]) -> str:
             out += [f"### {name}", ""]
             if component.get("description"):
                 out += [_cell(component["description"]), ""]
+            if component.get("enum"):
+                out += ["One of " + ", ".join(f"`{value}`" for value in component["enum"]) + ".", ""]
             properties = component.get("properties", {})
             if properties:
                 required = set(component.get("required", []))

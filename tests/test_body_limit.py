@@ -64,7 +64,10 @@ async def test_form_posts_have_their_own_smaller_limit(start_desk: StartDesk) ->
 
 async def test_a_request_without_a_body_goes_through_untouched(harness: Harness) -> None:
     assert (await harness.client.get("/healthz")).status_code == 200
-    assert (await harness.client.post("/api/conversations", headers={"content-type": "application/json"})).status_code == 201
+    cid = await harness.conversation()
+    for path in ("/api/conversations", f"/api/conversations/{cid}/tools/handoff_request"):
+        empty = await harness.client.post(path, headers={"content-type": "application/json"})
+        assert (empty.status_code, empty.json()["details"]["fields"]) == (422, {"body": "is required"}), path  # the route's answer
 
 
 async def test_the_route_reads_exactly_the_bytes_sent_within_the_limit() -> None:

@@ -126,7 +126,7 @@ def test_demo_tells_the_whole_story() -> None:
     result = handoff("demo", "--pause", "0")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    steps = ["Olga Petrova (role: admin) is added to the directory", "Sam Okafor (role: agent) too",
+    steps = ["Olga Petrova (role: admin) is in the directory", "Sam Okafor (role: agent) too",
              "Ana opens the chat", "tool call: handoff_request", "What the support team receives", "routed_to: human",
              "Sam Okafor: Hi Ana", "[Bot resumed — the owner released the conversation. Outcome: resolved.",
              "Returned data:", "handoff_request on a route", "Still looking for someone", '"On-call (step 2)"',
@@ -137,8 +137,16 @@ def test_demo_tells_the_whole_story() -> None:
              "already counted and counts once", "Sam Okafor approves too, a second person", "[Approval — refund_order was approved and ran",
              "person:olga", "person:sam",
              "HUMAN_HANDOFF_REQUESTED", "I've hidden what looked like a code", "It's [hidden]",
-             "[User action — verification_code: the user says it is done", "relayed_to_subscriber    Sam Okafor",
-             "handoff_released", "Reports (the figures of /inbox/reports)", "(2 reached, 0 not)", "idle timeout 1, owner 1",
+             "[User action — verification_code: the user says it is done",
+             "handoff_request on the on-call route", "the mail on Olga's phone",
+             "Subject: [URGENT] [Handoff", "Olga sleeps through it", "the mail on Sam's phone",
+             "Sam Okafor opens it from his mail and claims it", "Sam Okafor from our on-call team has joined",
+             "Olga Petrova (oncall:nights, turn 1) by email: notified, missed",
+             "Sam Okafor (oncall:nights, turn 2) by email: notified, claimed",
+             "the primary layer's person, by", "the secondary layer's person, by", "handoff_escalated",
+             "handoff_claimed          Sam Okafor",
+             "relayed_to_subscriber    Sam Okafor",
+             "handoff_released", "Reports (the figures of /inbox/reports)", "(3 reached, 0 not)", "idle timeout 1, owner 1",
              "not linked to a person"]
     positions = [out.find(step) for step in steps]
     assert all(p >= 0 for p in positions), [s for s, p in zip(steps, positions, strict=True) if p < 0]

@@ -20,6 +20,7 @@ from bot.desk import Desk
 from bot.domain.idempotency import Claimed, KeyedRequest
 from bot.web.app import create_app
 from bot.web.idempotency import caller_scope, fingerprint
+from channels.base import PermanentChannelError
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
 from tests.fakes import ScriptedChannel
@@ -280,6 +281,19 @@ async def test_a_handoff_nobody_answered_is_timed_out_and_a_client_timeout_chang
     assert (still_open.value.what, still_open.value.ident) == ("handoff", sid)
     assert (outcome.status, outcome.reason, outcome.outcome) == ("timed_out", "idle_timeout", "unresolved")
     assert outcome.resume_text.startswith("[Bot resumed —")
+
+
+async def test_a_handoff_that_reached_nobody_is_failed_at_once(start_desk: StartDesk) -> None:
+    harness = await start_desk(adapters={1: ScriptedChannel})
+    harness.desk.channels.get(1).fail_next(PermanentChannelError("chat not found", hint="the bot is not in chat -100"))  # type: ignore[union-attr]  # ScriptedChannel
+    async with client_for(harness) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        refused = await desk.call_tool(cid, "handoff_request", {
+            "channel_id": 1, "summary": "Ana wants a refund for order 1234.", "expected_action": "Decide on the refund."})
+        outcome = await desk.wait_handoff(refused["details"]["handoff_session_id"], timeout=10)
+    assert refused["error"] == "dispatch_failed"
+    assert (outcome.status, outcome.reason, outcome.failure, outcome.resume_text) == (
+        "failed", None, "the bot is not in chat -100", "")
 
 
 async def test_an_agent_run_action_approved_by_a_person_runs_nothing_on_the_desk(start_desk: StartDesk, calls: list[Any]) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 import types
 import typing
+from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, FormatChecker
 from pydantic import BaseModel
 
 from bot.clients import DeskClient, operations
@@ -77,6 +78,15 @@ ANSWERS: dict[str, tuple[type[BaseModel], str | None]] = {
     "wait_user_action": (UserAction, None), "people": (Person, "people"), "person": (Person, None),
     "set_availability": (Person, None),
 }
+# `format: date-time` as RFC 3339 means it: ISO 8601 with an offset (a naive time would not do).
+DATE_TIMES = FormatChecker(formats=())
+
+
+@DATE_TIMES.checks("date-time", raises=ValueError)
+def _with_offset(value: object) -> bool:
+    return not isinstance(value, str) or datetime.fromisoformat(value).tzinfo is not None
+
+
 NOT_MODELLED = {"create_conversation": "conversation_id", "tools": "tools", "call_tool": None}  # plain values
 
 
@@ -242,7 +252,8 @@ async def test_the_desk_answers_as_its_document_declares(start_desk: StartDesk) 
     for method, path, body in wire.answers:
         template, operation = route_of(document, method, path)
         schema = success_schema(document, operation)
-        problems = [e.message for e in Draft202012Validator({**schema, "components": document["components"]}).iter_errors(body)]
+        validator = Draft202012Validator({**schema, "components": document["components"]}, format_checker=DATE_TIMES)
+        problems = [e.message for e in validator.iter_errors(body)]
         assert problems == [], f"{method} {template}: {problems}"
         answered.add((method, template))
     declared = {(method.upper(), path) for path, ops in document["paths"].items() for method, op in ops.items()

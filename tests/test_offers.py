@@ -247,6 +247,19 @@ async def test_a_broadcast_team_offers_everyone_available_at_once_and_the_first_
     assert sorted(await offers(harness, sid)) == [("ben", "slack", "notified", "claimed"), ("olga", "slack", "notified", "taken")]
 
 
+async def test_a_person_who_claims_outside_their_offer_s_thread_still_counts_as_its_claim(start_desk: StartDesk) -> None:
+    harness = await people_desk(
+        start_desk, {"notify": ["team:support"], "claim_within": "5m"},
+        teams=[{"id": "support", "label": "Support", "members": ["olga", "ben"]}],
+    )
+    _, started = await request(harness)
+    sid = started["handoff_session_id"]
+    # Ben opens the handoff in the inbox (the link in his message) and claims it there
+    claimed = await harness.desk.handoffs.claim(sid, by="Ben Okoye", via="inbox", person_id="ben")
+    assert claimed.claimed
+    assert sorted(await offers(harness, sid)) == [("ben", "slack", "notified", "claimed"), ("olga", "slack", "notified", "taken")]
+
+
 async def test_nobody_available_refuses_like_closed_hours(start_desk: StartDesk) -> None:
     people = [{**p, "working_hours": "office"} for p in PEOPLE[:2]]
     harness = await people_desk(

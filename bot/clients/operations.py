@@ -92,7 +92,7 @@ def call_tool(conversation_id: str, name: str, arguments: dict[str, Any], *,
 
 def handoff(handoff_session_id: str, *, wait: float | None = None) -> Operation[Handoff]:
     """A handoff as it stands; `wait`: long-poll up to that many seconds (at most 30) for it to end."""
-    answer = yield _read_handoff(handoff_session_id, wait)
+    answer = yield _long_poll(_handoff_path(handoff_session_id), wait)
     return Handoff.model_validate(answer)
 
 
@@ -120,20 +120,20 @@ def release(handoff_session_id: str, *, outcome: Literal["resolved", "unresolved
 def wait_handoff(handoff_session_id: str, *, timeout: float | None = None) -> Operation[HandoffOutcome]:
     """Return once the handoff ended (released, failed, timed out); `timeout` (seconds,
     None: as long as it takes) raises `WaitTimedOut` while it is still open."""
-    ended = yield from _await(lambda wait: _read_handoff(handoff_session_id, wait), Handoff, lambda h: h.ended,
+    ended = yield from _await(_handoff_path(handoff_session_id), Handoff, lambda h: h.ended,
                               ("handoff", handoff_session_id), timeout)
     return HandoffOutcome.of(ended)
 
 
-def _read_handoff(handoff_session_id: str, wait: float | None) -> Call:
-    return get(f"/api/handoffs/{seg(handoff_session_id)}", {"wait": wait}, hold=wait or 0.0)
+def _handoff_path(handoff_session_id: str) -> str:
+    return f"/api/handoffs/{seg(handoff_session_id)}"
 
 
 # --------------------------------------------------------------------------- approvals
 
 def approval(approval_id: str, *, wait: float | None = None) -> Operation[Approval]:
     """An approval as it stands; `wait`: long-poll up to that many seconds for it to settle."""
-    answer = yield _read_approval(approval_id, wait)
+    answer = yield _long_poll(_approval_path(approval_id), wait)
     return Approval.model_validate(answer)
 
 
@@ -160,20 +160,19 @@ def decide_approval(
 def wait_approval(approval_id: str, *, timeout: float | None = None) -> Operation[ApprovalOutcome]:
     """Return once the approval is settled: approved (and run, or handed to the agent to
     run), denied, or timed out; `timeout` raises `WaitTimedOut` while it is still pending."""
-    settled = yield from _await(lambda wait: _read_approval(approval_id, wait), Approval, lambda a: a.settled,
-                                ("approval", approval_id), timeout)
+    settled = yield from _await(_approval_path(approval_id), Approval, lambda a: a.settled, ("approval", approval_id), timeout)
     return ApprovalOutcome.of(settled)
 
 
-def _read_approval(approval_id: str, wait: float | None) -> Call:
-    return get(f"/api/approvals/{seg(approval_id)}", {"wait": wait}, hold=wait or 0.0)
+def _approval_path(approval_id: str) -> str:
+    return f"/api/approvals/{seg(approval_id)}"
 
 
 # --------------------------------------------------------------------------- user actions
 
 def user_action(user_action_id: str, *, wait: float | None = None) -> Operation[UserAction]:
     """A user action as it stands; `wait`: long-poll up to that many seconds for it to end."""
-    answer = yield _read_user_action(user_action_id, wait)
+    answer = yield _long_poll(_user_action_path(user_action_id), wait)
     return UserAction.model_validate(answer)
 
 
@@ -194,13 +193,13 @@ def respond_user_action(user_action_id: str, outcome: Literal["done", "cancelled
 def wait_user_action(user_action_id: str, *, timeout: float | None = None) -> Operation[UserActionOutcome]:
     """Return once the user action ended (done, cancelled, timed out, failed); `timeout`
     raises `WaitTimedOut` while it is still pending."""
-    ended = yield from _await(lambda wait: _read_user_action(user_action_id, wait), UserAction,
-                              lambda a: a.state != "pending", ("user action", user_action_id), timeout)
+    ended = yield from _await(_user_action_path(user_action_id), UserAction, lambda a: a.state != "pending",
+                              ("user action", user_action_id), timeout)
     return UserActionOutcome.of(ended)
 
 
-def _read_user_action(user_action_id: str, wait: float | None) -> Call:
-    return get(f"/api/user_actions/{seg(user_action_id)}", {"wait": wait}, hold=wait or 0.0)
+def _user_action_path(user_action_id: str) -> str:
+    return f"/api/user_actions/{seg(user_action_id)}"
 
 
 # --------------------------------------------------------------------------- people
@@ -227,9 +226,14 @@ def set_availability(person_id: str, *, away: bool, note: str | None = None, unt
 
 # --------------------------------------------------------------------------- waiting
 
-def _await(read: Callable[[float], Call], model: type[M], done: Callable[[M], bool], what: tuple[str, str],
+def _long_poll(path: str, wait: float | None) -> Call:
+    """GET `path`, held by the desk up to `wait` seconds until what it shows ends."""
+    return get(path, {"wait": wait}, hold=wait or 0.0)
+
+
+def _await(path: str, model: type[M], done: Callable[[M], bool], what: tuple[str, str],
            timeout: float | None) -> Operation[M]:
-    """Long-poll `read(wait)` until `done`, at most `timeout` seconds (None: no limit). Each
+    """Long-poll `path` until `done`, at most `timeout` seconds (None: no limit). Each
     poll is held by the desk up to LONGEST_POLL seconds and ends early when the thing ends, so
     an outcome arrives at once and a wait of hours costs one request every 25 s. While the
     desk is down or restarting (its state is in its database, so nothing is lost), the wait
@@ -240,7 +244,7 @@ def _await(read: Callable[[float], Call], model: type[M], done: Callable[[M], bo
     while True:
         left = LONGEST_POLL if deadline is None else max(0.0, min(LONGEST_POLL, deadline - time.monotonic()))
         try:
-            current = model.model_validate((yield read(left)))
+            current = model.model_validate((yield _long_poll(path, left)))
         except (httpx.TransportError, DeskApiError) as error:
             if not desk_unreachable(error) or (deadline is not None and time.monotonic() >= deadline):
                 raise

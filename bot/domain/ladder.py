@@ -313,14 +313,20 @@ async def step_has_hope(session: AsyncSession, sid: str, step: int, turn: int = 
 
 async def end_offers(
     session: AsyncSession, sid: str, result: OfferResult, now: datetime, *, step: int | None = None,
-    turn: int | None = None, winner: int | None = None,
+    turn: int | None = None, winner: int | None = None, winner_person: str | None = None,
 ) -> dict[OfferResult, int]:
     """How a handoff's open offers to people ended: the winner's `claimed` and the others'
     `taken` on a claim; `missed` when their turn passed (only that step and turn's) or nobody
     claimed; `ended` when the handoff ended otherwise. Returns how many offers ended how (for
-    the caller's `handoff_offers_total`): only the rows this call changed, so a race counts once."""
+    the caller's `handoff_offers_total`): only the rows this call changed, so a race counts once.
+
+    `winner_person`: a person who claimed it elsewhere (the inbox, the return form) rather
+    than in an offer's thread: their newest open offer, if they have one, is the winner's."""
     open_offers = [_RECIPIENTS.c.handoff_session_id == sid, _RECIPIENTS.c.person_id.is_not(None), _RECIPIENTS.c.result.is_(None),
                    _RECIPIENTS.c.state != RecipientState.FAILED]
+    if winner is None and winner_person is not None:
+        winner = await session.scalar(select(_RECIPIENTS.c.id).where(*open_offers, _RECIPIENTS.c.person_id == winner_person)
+                                      .order_by(_RECIPIENTS.c.id.desc()).limit(1))
     if step is not None:
         open_offers.append(_RECIPIENTS.c.step == step)
     if turn is not None:

@@ -19,9 +19,11 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 
-def answer(model: type[BaseModel], status: int = 200) -> dict[int | str, dict[str, Any]]:
-    """A route's `responses=` entry naming the model of its success answer."""
-    return {status: {"model": model, "description": model.__doc__.strip().split("\n\n")[0] if model.__doc__ else ""}}
+def answer(model: type[BaseModel], status: int = 200, *, links: dict[str, Any] | None = None) -> dict[int | str, dict[str, Any]]:
+    """A route's `responses=` entry naming the model of its success answer (and the OpenAPI
+    links from it, bot/web/contract.py's `link`); spread it beside the route's `refusals`."""
+    description = model.__doc__.strip().split("\n\n")[0] if model.__doc__ else ""
+    return {status: {"model": model, "description": description, **({"links": links} if links else {})}}
 
 
 # --------------------------------------------------------------------------- conversations

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr, StrictBool
 
 from bot.config.people import Role
 from bot.domain.approval_votes import ANSWERS, DecisionOutcome
@@ -40,7 +40,7 @@ from bot.domain.user_actions import PENDING as USER_ACTION_PENDING
 from bot.domain.user_actions import view as user_action_view
 from bot.errors import error_body
 from bot.runtime.metrics import CONTENT_TYPE
-from bot.runtime.text import CleanStr, iso
+from bot.runtime.text import iso
 from bot.store.audit import event_view
 from bot.store.models import HandoffRecipient, HandoffSession
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
@@ -59,6 +59,24 @@ from bot.web.answers import (
     UserActionAnswer,
     UserActionResponded,
     answer,
+)
+from bot.web.contract import (
+    APPROVAL_ALREADY_COUNTED,
+    APPROVAL_NEEDS_A_PERSON,
+    APPROVAL_NEEDS_IDENTITY,
+    APPROVAL_NOT_PENDING,
+    HANDOFF_NOT_ACTIVE,
+    INVALID_RETURN_VALUES,
+    NOT_FOUND,
+    SHUTTING_DOWN,
+    UNAUTHORIZED,
+    USER_ACTION_NOT_PENDING,
+    ApiText,
+    Scheme,
+    SecuredBy,
+    json_refusals,
+    link,
+    refusals,
 )
 from bot.web.deps import (
     ApprovalsDep,
@@ -154,7 +172,7 @@ async def _token_caller(request: Request, secret: str) -> ApiCaller:
 
 
 @dataclass(frozen=True)
-class ApiNeeds:
+class ApiNeeds(SecuredBy):
     """What an /api route allows, declared on the route (`api_needs`) and checked here alone:
     a person or service whose role allows `role` (None: no person at all), the agent's key
     when `agent`, and, with `agent_alone`, the agent's key while the desk has neither
@@ -176,6 +194,13 @@ class ApiNeeds:
                 raise self.refusal(caller)
         await require_json(request)
         return caller
+
+    def security(self) -> list[dict[str, list[str]]]:
+        """The credentials it takes, as the OpenAPI document names them (bot/web/contract.py).
+        `agent_alone` is left out: it is a fallback of a one-operator desk, not a credential."""
+        schemes = ([Scheme.AGENT_KEY] if self.agent else []) + (
+            [Scheme.OWNER_TOKEN, Scheme.PERSONAL_TOKEN] if self.role is not None else [])
+        return [{str(scheme): []} for scheme in schemes]
 
     def allows(self, caller: ApiCaller, *, open_api: bool) -> bool:
         if caller.role is None:
@@ -220,7 +245,8 @@ def declared_needs(route: APIRoute) -> ApiNeeds:
 
 def api_router() -> APIRouter:
     """A router under /api: its POSTs take Idempotency-Key, checked against each route's
-    declared `api_needs` (bot/web/people_api.py and others make theirs here too)."""
+    declared `api_needs`, and every route declares the answers it can give (bot/web/contract.py)
+    (bot/web/people_api.py and others make theirs here too)."""
     return APIRouter(prefix="/api", route_class=keyed_routes(declared_needs))
 
 
@@ -255,9 +281,9 @@ class _Body(BaseModel):
 
 
 class Subscriber(_Body):
-    name: CleanStr | None = Field(default=None, max_length=200)
+    name: ApiText | None = Field(default=None, max_length=200)
     email: EmailStr | None = None
-    external_id: CleanStr | None = Field(default=None, max_length=200)
+    external_id: ApiText | None = Field(default=None, max_length=200)
 
 
 class CreateConversation(_Body):
@@ -266,16 +292,16 @@ class CreateConversation(_Body):
     # bound to it; there it may call handoff_release for exactly that session.
     serves_handoff_session_id: str | None = Field(default=None, max_length=40)
     # Run as a background task: user actions go to the orchestrator's webhook (USER_ACTION_REQUESTED).
-    background: bool = False
+    background: StrictBool = False
 
 
 class PostMessage(_Body):
-    text: CleanStr = Field(min_length=1, max_length=10_000)
+    text: ApiText = Field(min_length=1, max_length=10_000)
 
 
 class ReleaseBody(_Body):
     outcome: OutcomeInput | None = Field(default=None, title="Outcome")
-    note: CleanStr | None = Field(default=None, max_length=2000)
+    note: ApiText | None = Field(default=None, max_length=2000)
     return_values: dict[str, Any] | None = None
 
 
@@ -376,11 +402,27 @@ def recipient_view(recipient: HandoffRecipient, names: Mapping[str, str] | None 
 api = api_router()
 
 
-@api.post("/conversations", status_code=201, dependencies=[Depends(AGENTS)], responses=answer(ConversationCreated, 201))
+# Where a client (and Schemathesis's stateful phase) goes from what a POST created. A tool
+# call's result names what it started (`handoff_session_id`, …), but it is the tool's own JSON,
+# which the document does not describe, so no link starts there.
+_IN_THE_CONVERSATION = {"cid": "$response.body#/conversation_id"}
+CONVERSATION_LINKS = {
+    "messages": link("GET", "/api/conversations/{cid}/messages", "Read its messages.", **_IN_THE_CONVERSATION),
+    "say": link("POST", "/api/conversations/{cid}/messages", "Send a subscriber message.", **_IN_THE_CONVERSATION),
+    "tools": link("GET", "/api/conversations/{cid}/tools", "The tools its model sees.", **_IN_THE_CONVERSATION),
+    "call_tool": link("POST", "/api/conversations/{cid}/tools/{name}", "Call one of them.", **_IN_THE_CONVERSATION),
+}
+
+
+@api.post("/conversations", status_code=201, dependencies=[Depends(AGENTS)],
+          responses={**answer(ConversationCreated, 201, links=CONVERSATION_LINKS), **refusals(NOT_FOUND)})
 async def create_conversation(
-    conversations: ConversationsDep, handoffs: HandoffsDep, body: CreateConversation | None = None,
+    conversations: ConversationsDep, handoffs: HandoffsDep, body: CreateConversation,
 ) -> dict[str, Any]:
-    body = body or CreateConversation()
+    """A new conversation. The body is a JSON object, `{}` for an anonymous subscriber: every
+    POST of the API is sent as JSON, which a page of another site cannot do without a CORS
+    preflight (never granted), so none can start conversations in a visitor's name. 404 when
+    `serves_handoff_session_id` names no handoff."""
     if body.serves_handoff_session_id:
         await handoffs.get(body.serves_handoff_session_id)  # 404 when unknown
     subscriber = body.subscriber or Subscriber()
@@ -403,7 +445,8 @@ async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[s
     }
 
 
-@api.get("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)], responses=answer(MessageList))
+@api.get("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)],
+         responses={**answer(MessageList), **refusals(SHUTTING_DOWN)})
 async def list_messages(
     cid: str,
     conversations: ConversationsDep,
@@ -415,18 +458,35 @@ async def list_messages(
     return {"messages": [message_view(m) for m in messages]}
 
 
-@api.get("/conversations/{cid}/tools", dependencies=[Depends(AGENTS)], responses=answer(ToolList))
+TOOLS_LINKS = {
+    "call_first": link("POST", "/api/conversations/{cid}/tools/{name}", "Call the first tool offered.",
+                       cid="$request.path.cid", name="$response.body#/tools/0/name"),
+}
+
+
+@api.get("/conversations/{cid}/tools", dependencies=[Depends(AGENTS)], responses=answer(ToolList, links=TOOLS_LINKS))
 async def list_tools(
     cid: str, router: RouterDep, format: Literal["plain", "openai", "anthropic"] = "plain"
 ) -> dict[str, Any]:
     return {"tools": [spec.render(format) for spec in await router.tool_specs(cid)]}
 
 
-@api.post("/conversations/{cid}/tools/{name}", dependencies=[Depends(AGENTS)])
+_TOOL_INPUT = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "description": "The tool's input, a JSON object as its input_schema says (GET …/tools); `{}` for none. Read as "
+                   "the model's would be: anything else is answered 200 with the tool error `invalid_input`.",
+}}}}}
+
+
+@api.post("/conversations/{cid}/tools/{name}", dependencies=[Depends(AGENTS)], openapi_extra=_TOOL_INPUT)
 async def call_tool(cid: str, name: str, request: Request, router: RouterDep) -> dict[str, Any]:
+    """Call a tool as the agent. The answer is the tool's result, a tool error included (200
+    `{"error", "details"}`), as the model would read it."""
     raw = await request.body()
+    if not raw.strip():  # as a route whose body is a model answers a missing one
+        raise ApiError(422, "invalid_request", "body: is required; send the tool input as a JSON object, {} for none",
+                       fields={"body": "is required"})
     try:
-        args = json.loads(raw) if raw.strip() else {}
+        args = json.loads(raw)
     except ValueError as exc:  # UnicodeDecodeError included
         raise invalid_json(f"{exc}; send the tool input as a JSON object") from None
     return await router.call_tool(cid, name, args)
@@ -443,7 +503,7 @@ async def list_handoffs(
     return {"handoffs": [handoff_view(h, forms) for h in await queries.handoffs(states=states, limit=limit)]}
 
 
-@api.get("/handoffs/{sid}", dependencies=[Depends(READS)], responses=answer(HandoffAnswer))
+@api.get("/handoffs/{sid}", dependencies=[Depends(READS)], responses={**answer(HandoffAnswer), **refusals(SHUTTING_DOWN)})
 async def get_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep, queries: QueriesDep,
     conversations: ConversationsDep,
@@ -466,12 +526,11 @@ async def handoff_events(sid: str, queries: QueriesDep) -> dict[str, Any]:
     return {"events": [event_view(e) for e in await queries.events(sid)]}
 
 
-@api.post("/handoffs/{sid}/release", responses=answer(HandoffReleased))
+@api.post("/handoffs/{sid}/release", responses={**answer(HandoffReleased), **refusals(HANDOFF_NOT_ACTIVE, INVALID_RETURN_VALUES)})
 async def release_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, caller: Annotated[ApiCaller, Depends(RELEASES)],
-    body: ReleaseBody | None = None,
+    body: ReleaseBody,
 ) -> Any:
-    body = body or ReleaseBody()
     result = await handoffs.release(
         sid, reason=ReleaseReason.OWNER, actor=caller.actor.label, person_id=caller.actor.person_id, outcome=body.outcome, note=body.note,
         return_values=body.return_values,
@@ -487,11 +546,11 @@ async def release_handoff(
 
 class DecisionBody(_Body):
     decision: Literal["approve", "deny"]
-    reason: CleanStr | None = Field(default=None, max_length=2000)
-    always_allow: bool = False
+    reason: ApiText | None = Field(default=None, max_length=2000)
+    always_allow: StrictBool = False
     # Only for the owner token's service identity (which human behind the shared token); a
     # person's token always decides as that person.
-    decided_by: CleanStr | None = Field(default=None, min_length=1, max_length=200)
+    decided_by: ApiText | None = Field(default=None, min_length=1, max_length=200)
 
 
 @api.get("/approvals", dependencies=[Depends(READS)], responses=answer(ApprovalList))
@@ -503,7 +562,7 @@ async def list_approvals(
     return {"approvals": [approval_view(a) for a in await approvals.listing(state=state, limit=limit)]}
 
 
-@api.get("/approvals/{aid}", dependencies=[Depends(READS)], responses=answer(ApprovalAnswer))
+@api.get("/approvals/{aid}", dependencies=[Depends(READS)], responses={**answer(ApprovalAnswer), **refusals(SHUTTING_DOWN)})
 async def get_approval(
     aid: str, approvals: ApprovalsDep, conversations: ConversationsDep,
     wait: float = long_poll("for the approval to settle (decided or closed, and when approved, run or handed to the agent)"),
@@ -512,7 +571,8 @@ async def get_approval(
     return approval_view(approval, await approvals.votes(aid))
 
 
-@api.post("/approvals/{aid}/decision", responses=answer(ApprovalAnswer))
+@api.post("/approvals/{aid}/decision", responses={**answer(ApprovalAnswer), **refusals(
+    APPROVAL_NOT_PENDING, APPROVAL_ALREADY_COUNTED, APPROVAL_NEEDS_IDENTITY, APPROVAL_NEEDS_A_PERSON)})
 async def decide_approval(
     aid: str, body: DecisionBody, approvals: ApprovalsDep, caller: Annotated[ApiCaller, Depends(DECIDES)],
 ) -> dict[str, Any]:
@@ -548,7 +608,7 @@ class UserActionResponseBody(_Body):
     outcome: Literal["done", "cancelled"]
 
 
-@api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
+@api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)], responses={**answer(UserActionAnswer), **refusals(SHUTTING_DOWN)})
 async def get_user_action(
     uaid: str, user_actions: UserActionsDep, conversations: ConversationsDep,
     wait: float = long_poll("for the user action to end (done, cancelled, timeout or failed)"),
@@ -557,7 +617,8 @@ async def get_user_action(
         lambda: user_actions.get(uaid), lambda a: a.state != USER_ACTION_PENDING, wait))
 
 
-@api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
+@api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)],
+          responses={**answer(UserActionAnswer), **refusals(USER_ACTION_NOT_PENDING)})
 async def move_user_action_step(uaid: str, body: StepBody, user_actions: UserActionsDep) -> dict[str, Any]:
     return user_action_view(await user_actions.move(uaid, body.move))
 
@@ -573,14 +634,16 @@ async def respond_user_action(uaid: str, body: UserActionResponseBody, user_acti
 public = APIRouter()
 
 
-@public.post("/webhooks/{channel_id}")
+@public.post("/webhooks/{channel_id}", include_in_schema=False)
 async def webhook(
     channel_id: int, request: Request, channels: ChannelsDep, inbound: InboundDep, config: ConfigDep,
 ) -> Response:
     """Provider callbacks: the adapter verifies the signature on the raw body, then parses it
     (a body that does not parse is a 400 `invalid_json`, MalformedWebhook); messages are
     stored (deduplicated) before the answer, relayed after it. A body of a type the provider
-    never sends is a 415 before the adapter sees it."""
+    never sends is a 415 before the adapter sees it. Left out of the OpenAPI document on
+    purpose: providers call it in their own formats, signed, and no client of the desk does
+    (docs/api.md, "The contract")."""
     adapter = channels.get(channel_id)
     if adapter is None or not adapter.capabilities.webhook or not channels.is_available(channel_id):
         raise ApiError(404, "not_found", f"channel {channel_id} takes no webhooks")
@@ -598,7 +661,14 @@ async def webhook(
     return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
 
 
-@public.get("/healthz")
+HEALTH_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {"description": "`status: ok`: the database answers; `channels` says how each channel is."},
+    503: {"description": "`status: degraded`: the database does not answer (`database` says why).",
+          "content": {"application/json": {"schema": {"type": "object"}}}},
+}
+
+
+@public.get("/healthz", responses=HEALTH_ANSWERS)
 async def healthz(queries: QueriesDep, channels: ChannelsDep) -> JSONResponse:
     try:
         await queries.ping()
@@ -609,7 +679,8 @@ async def healthz(queries: QueriesDep, channels: ChannelsDep) -> JSONResponse:
     return JSONResponse(body, status_code=200 if database == "ok" else 503)
 
 
-@public.get("/metrics")
+@public.get("/metrics", response_class=PlainTextResponse, openapi_extra={"security": [{Scheme.METRICS_TOKEN: []}]},
+            responses={200: {"description": "The Prometheus text exposition format."}, **json_refusals(UNAUTHORIZED)})
 async def metrics(request: Request, metrics: MetricsDep, config: ConfigDep, oncall: OnCallDep) -> Response:
     """Prometheus metrics; behind `Authorization: Bearer <metrics.token>` when one is set (the
     counts say how busy the desk is and which channels are down). The on-call gaps are

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.routing import Match
 
 from bot.desk import Desk
 from bot.errors import DeskError, error_body
@@ -19,6 +20,7 @@ from bot.web.approval_pages import router as approval_pages
 from bot.web.body_limit import BodyLimit
 from bot.web.chat import chat_api
 from bot.web.chat import router as chat_page_routes
+from bot.web.contract import DeskApi
 from bot.web.inbox import inbox, install_inbox_errors
 from bot.web.people_api import people_api
 from bot.web.reports_page import reports_page
@@ -39,7 +41,7 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
             if manage_desk:
                 await desk.stop()
 
-    app = FastAPI(
+    app = DeskApi(
         title="Handoff Desk",
         version="0.1.0",
         description="Hand a conversation from an AI agent to a person and back.",
@@ -88,10 +90,26 @@ def create_app(desk: Desk, *, manage_desk: bool = True) -> FastAPI:
         return JSONResponse(errors_result(errors, code="invalid_request"), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's 400 for a JSON body that is not UTF-8
             return invalid_json(str(exc.__cause__)).response()
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+        headers = {"Allow": allowed_methods(request)} if exc.status_code == 405 else exc.headers
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
 
     return app
+
+
+METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> str:
+    """The `Allow` of a 405 (RFC 9110 asks for it): every method some route takes at this path.
+    Starlette's own names only the first route whose path matched, and one path often has a
+    route per method (GET and POST …/messages). Each method is asked of the app's router as a
+    request would be (through included routers too); only a 405 pays for it."""
+    def taken(method: str) -> bool:
+        scope = {**request.scope, "method": method}
+        return any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes)
+
+    return ", ".join(method for method in METHODS if taken(method))

@@ -44,6 +44,7 @@ from bot.domain.idempotency import (
 )
 from bot.errors import error_body
 from bot.runtime.effects import committed_with
+from bot.web.contract import HEADERS, KEYED, DocumentedRoute, merged, refusals
 from bot.web.deps import idempotency_of
 
 HEADER = "Idempotency-Key"
@@ -55,7 +56,7 @@ _ID_NAMES = {"cid": "conversation_id", "sid": "handoff_session_id", "aid": "appr
 
 _HEADER_PARAMETER = {
     "name": HEADER, "in": "header", "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH, "pattern": "^[ -~]+$"},
     "description": "A new value per request (a UUID); a retry with the same key and body gets the first answer again.",
 }
 
@@ -65,14 +66,19 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 def keyed_routes(guard_of: Callable[[APIRoute], Guard]) -> type[APIRoute]:
     """The route class of a router whose routes are each guarded by `guard_of(route)`: its POST
-    routes take `Idempotency-Key`."""
+    routes take `Idempotency-Key`, and their documents say so (the header, the refusals above,
+    `Idempotent-Replayed` on a replayed answer)."""
 
-    class KeyedRoute(APIRoute):
+    class KeyedRoute(DocumentedRoute):
         def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
             if "POST" in (options.get("methods") or ()):  # shown on the OpenAPI page (/api/docs)
                 extra = dict(options.get("openapi_extra") or {})
                 extra["parameters"] = [*extra.get("parameters", []), _HEADER_PARAMETER]
                 options["openapi_extra"] = extra
+                success = options.get("status_code") or 200
+                own = options.get("responses") or {}
+                replayed = {success: {**own.get(success, {}), "headers": {REPLAYED: HEADERS[REPLAYED]}}}
+                options["responses"] = merged(refusals(*KEYED), {**own, **replayed})
             super().__init__(path, endpoint, **options)
 
         def get_route_handler(self) -> Handler:

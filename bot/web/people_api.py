@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from pydantic import AwareDatetime, Field
+from pydantic import AwareDatetime, Field, StrictBool
 
 from bot.config.roles import Role
 from bot.domain.people.contact import contact_view
@@ -30,6 +30,7 @@ from bot.domain.people.roster import RosterEntry
 from bot.runtime.text import iso
 from bot.web.answers import PeopleList, PersonAnswer, answer
 from bot.web.api import ApiCaller, ApiError, _Body, api_needs, api_router
+from bot.web.contract import ApiText
 from bot.web.deps import RosterDep, app_desk, desk_direct_channels
 from bot.web.inbox.reach_page import order_from_file
 
@@ -96,8 +97,8 @@ async def get_person(pid: str, request: Request, roster: RosterDep,
 
 
 class AvailabilityBody(_Body):
-    away: bool
-    note: str | None = Field(default=None, max_length=200)
+    away: StrictBool
+    note: ApiText | None = Field(default=None, max_length=200)
     until: AwareDatetime | None = Field(default=None, description="Away until (ISO 8601 with a timezone); only with away.")
 
 

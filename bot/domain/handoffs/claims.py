@@ -83,7 +83,8 @@ class Claims:
                 self.ctx.metrics.claims.labels("noop").inc()
                 return ClaimResult(claimed=False, handoff=current)
             waited = (now - handoff.activated_at).total_seconds() if handoff.activated_at else None
-            self.ctx.metrics.offers_ended(await recipients.end_offers(session, sid, OfferResult.TAKEN, now, winner=recipient_id))
+            self.ctx.metrics.offers_ended(await recipients.end_offers(
+                session, sid, OfferResult.TAKEN, now, winner=recipient_id, winner_person=person_id))
             await audit.note(
                 session, "handoff_claimed", at=now, actor=by, person_id=person_id, handoff_session_id=sid,
                 conversation_id=handoff.conversation_id, via=via, channel_id=recipient.channel_id if recipient else None,
@@ -113,7 +114,7 @@ class Claims:
         claimed = rows.handoff_of(row)
         if claimed is None:
             return handoff
-        self.ctx.metrics.offers_ended(await recipients.end_offers(session, handoff.id, OfferResult.TAKEN, now))
+        self.ctx.metrics.offers_ended(await recipients.end_offers(session, handoff.id, OfferResult.TAKEN, now, winner_person=person_id))
         await audit.note(
             session, "handoff_claimed", at=now, actor=actor, person_id=person_id, handoff_session_id=handoff.id,
             conversation_id=handoff.conversation_id, via=str(reason), step=handoff.step,
