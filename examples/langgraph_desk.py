@@ -34,7 +34,7 @@ from langgraph.prebuilt import ToolNode
 from pydantic import Field
 
 from bot.clients import DeskClient
-from bot.integrations.langgraph import DeskDriver, approval_gated, desk_tools, send_tool_calls
+from bot.integrations.langgraph import DeskDriver, RunResult, approval_gated, desk_tools, send_tool_calls
 
 REFUNDS: list[dict[str, Any]] = []  # what refund_order did, in this process
 
@@ -56,6 +56,14 @@ def build_graph(model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any]) ->
     graph.add_conditional_edges("model", send_tool_calls, ["tools", END])  # one task per call
     graph.add_edge("tools", "model")
     return graph.compile(checkpointer=checkpointer)
+
+
+async def talk(graph: Any, desk_url: str, thread_id: str, message: str | None) -> RunResult:
+    """One user message on a thread (None: resume the thread where it stopped), to the end."""
+    async with DeskClient(desk_url, api_key=os.environ.get("HANDOFF_API_KEY")) as desk:
+        driver = DeskDriver(graph, desk, subscriber={"name": "Ana", "email": "ana@example.com"})
+        start = None if message is None else {"messages": [HumanMessage(message)]}
+        return await driver.run(start, thread_id=thread_id)
 
 
 class ScriptedModel(FakeMessagesListChatModel):
@@ -96,10 +104,7 @@ async def main() -> None:
     model = ScriptedModel(responses=SCRIPT)
     with SqliteSaver.from_conn_string(options.checkpoints) as checkpointer:
         graph = build_graph(model, checkpointer)
-        async with DeskClient(options.desk, api_key=os.environ.get("HANDOFF_API_KEY")) as desk:
-            driver = DeskDriver(graph, desk, subscriber={"name": "Ana", "email": "ana@example.com"})
-            start = None if options.resume else {"messages": [HumanMessage(options.message)]}
-            result = await driver.run(start, thread_id=options.thread)
+        result = await talk(graph, options.desk, options.thread, None if options.resume else options.message)
     for message in model.inputs[-1] if model.inputs else []:
         if isinstance(message, ToolMessage):
             print(f"model read: {message.content}")
