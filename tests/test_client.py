@@ -1,19 +1,27 @@
-"""The Python API client against the real app (in-process ASGI transport)."""
+"""The Python API client against the real app (in-process ASGI transport, or a real uvicorn
+server for the blocking client): every call, the retries, and awaiting each kind of outcome."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import text
 
+from bot.clients import Conflict, Forbidden, InvalidRequest, NotFound, SyncDeskClient, WaitTimedOut
 from bot.clients.client import DeskApiError, DeskClient, RequestAppliedAnswerLost
+from bot.clients.models import ApprovalOutcome, HandoffOutcome
+from bot.desk import Desk
 from bot.domain.idempotency import Claimed, KeyedRequest
 from bot.web.app import create_app
 from bot.web.idempotency import caller_scope, fingerprint
+from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
+from tests.fakes import ScriptedChannel
 
 
 @pytest.fixture
@@ -197,3 +205,179 @@ async def test_a_request_that_took_effect_without_an_answer_raises_a_typed_error
     assert lost.value.status == 409
     assert lost.value.ids == {"conversation_id": cid}
     assert [m["text"] for m in await harness.messages(cid) if m["role"] == "subscriber"] == ["hi"]
+
+
+# --------------------------------------------------------------------------- awaiting outcomes
+
+OWNER = "owner-token-0123456789abcdef"
+KEY = "k-123456789012345678901234"
+APPROVERS = [{"id": 1, "kind": "owner_inbox", "label": "Owner inbox"}, {"id": 2, "kind": "owner_inbox", "label": "Approvers"}]
+
+
+def agent_run_refund(**overrides: Any) -> dict[str, Any]:
+    """`refund_order` run by the agent itself (a framework's tool): the desk only decides."""
+    return {**refund_action(2, policy="ask_always"), "run": {"by": "agent"}, **overrides}
+
+
+async def approvals_desk(start_desk: StartDesk, **action: Any) -> Harness:
+    return await start_desk(channels=APPROVERS, actions=[agent_run_refund(**action)], adapters={2: ScriptedChannel},
+                            owner={"token": OWNER}, api={"key": KEY})
+
+
+async def test_waiting_for_a_handoff_returns_how_it_ended_with_the_resume_text(harness: Harness) -> None:
+    async with client_for(harness) as desk:
+        cid = await desk.create_conversation(name="Ana", email="ana@example.com")
+        started = await desk.call_tool(cid, "handoff_request", {
+            "channel_id": 1, "summary": "Ana wants a refund for order 1234.", "expected_action": "Decide on the refund.",
+            "expected_return": [{"name": "decision", "type": "string", "required": True},
+                                {"name": "eta_date", "type": "date", "required": True}],
+        }, idempotency_key="thread-7:interrupt-1")
+        sid = started["handoff_session_id"]
+        waiting = asyncio.create_task(desk.wait_handoff(sid, timeout=10))
+        released = await desk.release(sid, outcome="resolved", note="Refunded.", return_values={"decision": "refund"})
+        outcome = await waiting
+        handoff = await desk.handoff(sid)
+        events = await desk.handoff_events(sid)
+    assert (released.released, released.handoff.state) == (True, "released")
+    assert outcome == HandoffOutcome(
+        handoff_session_id=sid, status="released", reason="owner", outcome="resolved", returned={"decision": "refund"},
+        missing_required=["eta_date"], note="Refunded.", resume_text=outcome.resume_text)
+    assert outcome.resume_text.startswith("[Bot resumed — the owner released the conversation. Outcome: resolved. Refunded.]")
+    assert "  • decision: refund" in outcome.resume_text and "Missing required: eta_date" in outcome.resume_text
+    assert handoff.resume_message is not None and handoff.resume_message.id == released.resume_message_id
+    assert [e.kind for e in events][-1] == "handoff_released"
+
+
+async def test_a_handoff_nobody_answered_is_timed_out_and_a_client_timeout_changes_nothing(harness: Harness) -> None:
+    async with client_for(harness) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        sid = (await harness.start_handoff(cid))["handoff_session_id"]
+        with pytest.raises(WaitTimedOut) as still_open:
+            await desk.wait_handoff(sid, timeout=0.05)
+        assert (await desk.handoff(sid)).state == "active"
+        waiting = asyncio.create_task(desk.wait_handoff(sid))
+        harness.desk.clock.advance(timedelta(minutes=31))  # type: ignore[attr-defined]
+        await harness.desk.timers.sweep()
+        outcome = await waiting
+    assert (still_open.value.what, still_open.value.ident) == ("handoff", sid)
+    assert (outcome.status, outcome.reason, outcome.outcome) == ("timed_out", "idle_timeout", "unresolved")
+    assert outcome.resume_text.startswith("[Bot resumed —")
+
+
+async def test_an_agent_run_action_approved_by_a_person_runs_nothing_on_the_desk(start_desk: StartDesk, calls: list[Any]) -> None:
+    harness = await approvals_desk(start_desk)
+    async with client_for(harness, KEY) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        pending = await desk.call_tool(cid, "refund_order", {"order_id": "1234", "amount": 20}, idempotency_key="call-1")
+        again = await desk.call_tool(cid, "refund_order", {"order_id": "1234", "amount": 20}, idempotency_key="call-1")
+        assert pending["status"] == "APPROVAL_PENDING" and again == pending  # a re-run asks nobody twice
+        aid = pending["approval_id"]
+        assert [a.approval_id for a in await desk.approvals(state="pending")] == [aid]
+        waiting = asyncio.create_task(desk.wait_approval(aid, timeout=10))
+        with pytest.raises(Forbidden):  # the agent never approves its own call
+            await desk.decide_approval(aid, "approve")
+        decided = await desk.decide_approval(aid, "approve", token=OWNER, decided_by="Kim")
+        outcome = await waiting
+        approval = await desk.approval(aid)
+    assert (decided.state, decided.run_state) == ("approved", "agent")
+    assert outcome == ApprovalOutcome(approval_id=aid, status="approved", state="approved", decided_by="Kim", run_state="agent")
+    assert approval.settled and approval.receipt.decided_by == "Kim"
+    assert calls == []  # the desk ran nothing: the agent runs its own tool
+    harness.client.headers["Authorization"] = f"Bearer {KEY}"
+    assert (await harness.system_texts(cid))[-1].startswith("[Approval — refund_order was approved. Run it yourself now")
+
+
+async def test_a_denial_carries_the_person_s_reason_and_a_timeout_is_never_a_denial(start_desk: StartDesk) -> None:
+    harness = await approvals_desk(start_desk)
+    async with client_for(harness, KEY) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        denied_id = (await desk.call_tool(cid, "refund_order", {"order_id": "1", "amount": 5}))["approval_id"]
+        expired_id = (await desk.call_tool(cid, "refund_order", {"order_id": "2", "amount": 5}))["approval_id"]
+        await desk.decide_approval(denied_id, "deny", reason="Already refunded last week.", token=OWNER, decided_by="Kim")
+        waiting = asyncio.create_task(desk.wait_approval(expired_id))
+        harness.desk.clock.advance(timedelta(minutes=5, seconds=1))  # type: ignore[attr-defined]
+        assert await harness.desk.approvals.expire_due() == 1
+        timed_out = await waiting
+        denied = await desk.wait_approval(denied_id, timeout=1)
+    assert (denied.status, denied.reason, denied.decided_by) == ("denied", "Already refunded last week.", "Kim")
+    assert (timed_out.status, timed_out.state, timed_out.reason, timed_out.decided_by) == ("timed_out", "expired", None, None)
+
+
+async def test_an_agent_run_action_without_a_gate_is_answered_approved_for_the_agent_to_run(start_desk: StartDesk) -> None:
+    harness = await approvals_desk(start_desk, policy="none")
+    async with client_for(harness, KEY) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        allowed = await desk.call_tool(cid, "refund_order", {"order_id": "1", "amount": 5})
+    assert {k: allowed[k] for k in ("status", "action", "run_by", "why")} == {
+        "status": "APPROVED", "action": "refund_order", "run_by": "agent", "why": "policy none"}
+
+
+async def test_a_user_action_is_awaited_until_the_subscriber_answers_or_its_deadline(harness: Harness) -> None:
+    async with client_for(harness) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        code = {"reason": "verification_code", "details": "We sent a 6-digit code to your phone ending in 42."}
+        first = (await desk.call_tool(cid, "request_user_action", code))["user_action_id"]
+        waiting = asyncio.create_task(desk.wait_user_action(first, timeout=10))
+        answer = await desk.respond_user_action(first, "done")
+        done = await waiting
+        second = (await desk.call_tool(cid, "request_user_action", code))["user_action_id"]
+        assert (await desk.user_action(second)).state == "pending"
+        waiting = asyncio.create_task(desk.wait_user_action(second))
+        harness.desk.clock.advance(timedelta(minutes=5, seconds=1))  # type: ignore[attr-defined]
+        assert await harness.desk.user_actions.expire_due() == 1
+        timed_out = await waiting
+    assert answer.status == "done"
+    assert (done.status, done.resolved_via) == ("done", "api")
+    assert timed_out.status == "timed_out"
+
+
+async def test_a_wait_rides_out_a_desk_that_is_down_and_raises_what_is_not(harness: Harness) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.client.post(f"/api/handoffs/{sid}/release", json={})
+    network = network_to(harness, refuse=4, gateway=3)
+    async with client_over(network, retries=1) as desk:
+        outcome = await desk.wait_handoff(sid, timeout=10)
+        with pytest.raises(NotFound):
+            await desk.wait_handoff("hs_nope", timeout=10)
+    assert outcome.status == "released"
+    assert len(network.keys) == 4 + 3 + 1 + 1  # every refusal and bad gateway tried again, then the answer
+
+
+async def test_errors_are_typed_by_what_went_wrong(start_desk: StartDesk) -> None:
+    harness = await start_desk()
+    async with client_for(harness) as desk:
+        cid = await desk.create_conversation(name="Ana")
+        sid = (await harness.start_handoff(cid))["handoff_session_id"]
+        await desk.release(sid)
+        with pytest.raises(Conflict) as not_active:
+            await desk.release(sid)
+        with pytest.raises(NotFound):
+            await desk.approval("ap_nope")
+        with pytest.raises(InvalidRequest) as invalid:
+            await desk.say(cid, "")
+    assert not_active.value.code == "handoff_not_active"
+    assert invalid.value.status == 422
+
+
+async def test_the_sync_client_tells_the_same_story_against_a_served_desk(served: tuple[Desk, str]) -> None:
+    """SyncDeskClient against a real uvicorn server (from a thread: the server runs on this loop)."""
+    _, base = served
+
+    def story() -> tuple[HandoffOutcome, list[str]]:
+        with SyncDeskClient(base, backoff=0) as desk:
+            cid = desk.create_conversation(name="Ana", idempotency_key="ana-1")
+            assert desk.create_conversation(name="Ana", idempotency_key="ana-1") == cid  # replayed, not created twice
+            assert "handoff_request" in [t["name"] for t in desk.tools(cid)]
+            sid = desk.call_tool(cid, "handoff_request", {
+                "channel_id": 1, "summary": "Ana wants a refund for order 1234.", "expected_action": "Decide on it.",
+                "expected_return": [{"name": "decision", "type": "string"}],
+            })["handoff_session_id"]
+            assert desk.say(cid, "Are you there?").routed_to == "human"
+            desk.release(sid, return_values={"decision": "refund"})
+            outcome = desk.wait_handoff(sid, timeout=10)
+            return outcome, [m.role for m in desk.messages(cid, after=0, wait=1)]
+
+    outcome, roles = await asyncio.to_thread(story)
+    assert (outcome.status, outcome.returned) == ("released", {"decision": "refund"})
+    assert {"subscriber", "system"} <= set(roles)

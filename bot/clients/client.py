@@ -40,7 +40,7 @@ import httpx
 from bot.clients import operations
 from bot.clients.errors import DeskApiError, RequestAppliedAnswerLost
 from bot.clients.operations import ToolFormat
-from bot.clients.protocol import Call, Operation, Outcome, RetryPolicy, Sleep, Steps, drive
+from bot.clients.protocol import Call, Done, Operation, Outcome, RetryPolicy, Sleep, Steps, advance, drive
 
 __all__ = ["DeskApiError", "DeskClient", "RequestAppliedAnswerLost", "SyncDeskClient", "ToolFormat"]
 
@@ -139,20 +139,19 @@ class DeskClient(_Base):
 
     async def _perform(self, steps: Steps[T]) -> T:
         outcome: Outcome = None
-        while True:
-            try:
-                step = steps.send(outcome)
-            except StopIteration as done:
-                result: T = done.value
-                return result
-            if isinstance(step, Sleep):
-                await asyncio.sleep(step.seconds)
-                outcome = None
-                continue
-            try:
-                outcome = await self._http.request(step.method, step.path, **self._request_options(step))
-            except httpx.TransportError as exc:
-                outcome = exc
+        while not isinstance(step := advance(steps, outcome), Done):
+            outcome = await self._do(step)
+        result: T = step.value
+        return result
+
+    async def _do(self, step: Call | Sleep) -> Outcome:
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        try:
+            return await self._http.request(step.method, step.path, **self._request_options(step))
+        except httpx.TransportError as exc:
+            return exc
 
 
 class SyncDeskClient(_Base):
@@ -178,17 +177,16 @@ class SyncDeskClient(_Base):
 
     def _perform(self, steps: Steps[T]) -> T:
         outcome: Outcome = None
-        while True:
-            try:
-                step = steps.send(outcome)
-            except StopIteration as done:
-                result: T = done.value
-                return result
-            if isinstance(step, Sleep):
-                time.sleep(step.seconds)
-                outcome = None
-                continue
-            try:
-                outcome = self._http.request(step.method, step.path, **self._request_options(step))
-            except httpx.TransportError as exc:
-                outcome = exc
+        while not isinstance(step := advance(steps, outcome), Done):
+            outcome = self._do(step)
+        result: T = step.value
+        return result
+
+    def _do(self, step: Call | Sleep) -> Outcome:
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
+        try:
+            return self._http.request(step.method, step.path, **self._request_options(step))
+        except httpx.TransportError as exc:
+            return exc

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+import httpx
 from pydantic import BaseModel
 
-from bot.clients.errors import WaitTimedOut
+from bot.clients.errors import DeskApiError, WaitTimedOut
 from bot.clients.models import (
     Approval,
     ApprovalOutcome,
@@ -30,7 +31,7 @@ from bot.clients.models import (
     UserActionAnswer,
     UserActionOutcome,
 )
-from bot.clients.protocol import Call, Operation, change, get, seg
+from bot.clients.protocol import Call, Operation, Pause, change, desk_unreachable, get, seg
 
 M = TypeVar("M", bound=BaseModel)
 ToolFormat = Literal["plain", "openai", "anthropic"]
@@ -230,11 +231,23 @@ def _await(read: Callable[[float], Call], model: type[M], done: Callable[[M], bo
            timeout: float | None) -> Operation[M]:
     """Long-poll `read(wait)` until `done`, at most `timeout` seconds (None: no limit). Each
     poll is held by the desk up to LONGEST_POLL seconds and ends early when the thing ends, so
-    an outcome arrives at once and a wait of hours costs one request every 25 s."""
+    an outcome arrives at once and a wait of hours costs one request every 25 s. While the
+    desk is down or restarting (its state is in its database, so nothing is lost), the wait
+    goes on, trying again after the pauses of the client's retry policy (growing to
+    `max_backoff`)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    failures = 0
     while True:
         left = LONGEST_POLL if deadline is None else max(0.0, min(LONGEST_POLL, deadline - time.monotonic()))
-        current = model.model_validate((yield read(left)))
+        try:
+            current = model.model_validate((yield read(left)))
+        except (httpx.TransportError, DeskApiError) as error:
+            if not desk_unreachable(error) or (deadline is not None and time.monotonic() >= deadline):
+                raise
+            yield Pause(failures)
+            failures += 1
+            continue
+        failures = 0
         if done(current):
             return current
         if deadline is not None and time.monotonic() >= deadline:

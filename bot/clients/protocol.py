@@ -81,9 +81,17 @@ class Sleep:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Pause:
+    """An operation's own pause before trying again (a wait while the desk restarts): as
+    long as the client's retry policy waits before its `attempt`-th retry."""
+
+    attempt: int
+
+
 Answer = dict[str, Any]
-# An operation: yields the calls it needs, receives each one's JSON answer, returns its result.
-Operation = Generator[Call, Answer, T]
+# An operation: yields the calls it needs (and pauses), receives each call's JSON answer, returns its result.
+Operation = Generator[Call | Pause, Answer, T]
 Outcome = httpx.Response | httpx.TransportError | None
 # What a client performs: send a Call (and send back its response or transport error), or sleep.
 Steps = Generator[Call | Sleep, Outcome, T]
@@ -105,16 +113,42 @@ class RetryPolicy:
         return min(wait, self.max_backoff)
 
 
+@dataclass(frozen=True)
+class Done:
+    """The operation's result: nothing more to perform."""
+
+    value: Any
+
+
+def advance(steps: Steps[Any], outcome: Outcome) -> Call | Sleep | Done:
+    """The next step, given what the last one gave (None to start, or after a sleep)."""
+    try:
+        return steps.send(outcome)
+    except StopIteration as done:
+        return Done(done.value)
+
+
 def drive(operation: Operation[T], policy: RetryPolicy) -> Steps[T]:
-    """The operation as steps to perform, each of its calls retried per `policy`."""
+    """The operation as steps to perform, each of its calls retried per `policy`. A call that
+    fails for good is raised inside the operation, which may handle it (a wait rides out a
+    desk restart) or let it go."""
     answer: Answer | None = None
+    error: Exception | None = None
     while True:
         try:
-            call = operation.send(answer)  # type: ignore[arg-type]  # None starts the generator
+            # None starts the generator; an error is raised at the operation's `yield`
+            step = operation.throw(error) if error is not None else operation.send(answer)  # type: ignore[arg-type]
         except StopIteration as done:
             result: T = done.value
             return result
-        answer = yield from exchange(call, policy)
+        answer, error = None, None
+        if isinstance(step, Pause):
+            yield Sleep(policy.wait(step.attempt, None))
+            continue
+        try:
+            answer = yield from exchange(step, policy)
+        except (httpx.TransportError, DeskApiError) as exc:
+            error = exc
 
 
 def exchange(call: Call, policy: RetryPolicy) -> Steps[Answer]:
@@ -133,6 +167,13 @@ def exchange(call: Call, policy: RetryPolicy) -> Steps[Answer]:
             wait = policy.wait(attempt, outcome.headers.get("retry-after"))
         yield Sleep(wait)
         attempt += 1
+
+
+def desk_unreachable(error: Exception) -> bool:
+    """The desk (or the way to it) is down or restarting, not refusing: worth waiting out."""
+    if isinstance(error, httpx.TransportError):
+        return isinstance(error, RETRIED_ERRORS)
+    return isinstance(error, DeskApiError) and error.status in RETRIED_STATUSES
 
 
 def worth_retrying(response: httpx.Response) -> bool:

@@ -20,8 +20,10 @@ from bot.config.actions import (
     RESERVED_TOOL_NAMES,
     ActionConfig,
     ActionRun,
+    AgentActionRun,
     CallableActionRun,
     ExpectationConfig,
+    GatedActionRun,
     HttpActionRun,
     UserActionsConfig,
 )
@@ -126,8 +128,10 @@ __all__ = [
     "RESERVED_TOOL_NAMES",
     "ActionConfig",
     "ActionRun",
+    "AgentActionRun",
     "CallableActionRun",
     "ExpectationConfig",
+    "GatedActionRun",
     "HttpActionRun",
     "UserActionsConfig",
     # csat

@@ -1,6 +1,7 @@
 """Declared actions (`actions:`, tools gated by a person's approval) and `user_actions:`,
-with how each runs: a signed POST to the owner's endpoint or a Python callable, imported while
-the config is validated so a typo is reported with its key path, not at the first call."""
+with how each runs: a signed POST to the owner's endpoint, a Python callable (imported while
+the config is validated so a typo is reported with its key path, not at the first call), or,
+for an action only, by the agent itself (`run: {by: agent}`: the desk decides, runs nothing)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,30 @@ ActionRun = Annotated[
 ]
 
 
+class AgentActionRun(_Section):
+    """The agent runs the action itself, in its own process, once a person approved it (a
+    tool of the agent's framework: LangGraph, the OpenAI Agents SDK, PydanticAI). The desk
+    asks, decides and records, and runs nothing: the approval's outcome (`run_state: agent`)
+    tells the agent to run it, exactly the approved arguments, once."""
+
+    by: Literal["agent"] = Field(description='"agent": the agent runs it after approval; the desk runs nothing.')
+
+
+def _gated_run_form(value: Any) -> str:
+    """Which form of an action's `run:` an entry means: the agent's own (`by`), or else one
+    the desk runs (`_run_form`)."""
+    if isinstance(value, AgentActionRun) or (isinstance(value, dict) and "by" in value):
+        return "agent"
+    return _run_form(value)
+
+
+GatedActionRun = Annotated[
+    Annotated[HttpActionRun, Tag("url")] | Annotated[CallableActionRun, Tag("callable")]
+    | Annotated[AgentActionRun, Tag("agent")],
+    Discriminator(_gated_run_form),
+]
+
+
 class ActionConfig(_Section):
     """An action the agent may call as a tool, gated by a person's approval per `policy`."""
 
@@ -126,7 +151,8 @@ class ActionConfig(_Section):
         default_factory=lambda: {"type": "object", "properties": {}},
         description="JSON Schema of the arguments (an object); calls are validated against it.",
     )
-    run: ActionRun
+    run: GatedActionRun = Field(description="How it runs once allowed: {url, secret} (the desk POSTs it, signed), "
+                                "{callable} (the desk calls it), or {by: agent} (the agent runs it; the desk runs nothing).")
 
     @field_validator("id")
     @classmethod

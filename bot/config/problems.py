@@ -103,7 +103,7 @@ def _kind_tags(model: type[BaseModel]) -> tuple[Any, ...]:
 
 # Discriminated unions put the tag into an error's location (`agent.rules.name`); people
 # think of the key path without it (`agent.name`).
-_UNION_TAGGED_KEYS = {"agent": {"rules", "openai", "webhook"}, "run": {"url", "callable"}}
+_UNION_TAGGED_KEYS = {"agent": {"rules", "openai", "webhook"}, "run": {"url", "callable", "agent"}}
 
 
 def _without_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -65,7 +65,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from bot.config import ActionConfig, HttpActionRun, Ladder
+from bot.config import ActionConfig, AgentActionRun, HttpActionRun, Ladder
 from bot.delivery.callbacks import CALLBACKS, CallbackSettled, action_endpoint
 from bot.delivery.channel_set import ChannelSet
 from bot.delivery.outbox import Outbox
@@ -91,8 +91,9 @@ from channels.base import ApprovalBrief, ApprovalClosed, ApprovalPrompt, Callbac
 log = structlog.get_logger(__name__)
 
 PENDING, APPROVED, DENIED, EXPIRED, UNROUTED, CLEARED = "pending", "approved", "denied", "expired", "unrouted", "cleared"
-# run_state: the call is under way (inline, or in the outbox), or how it ended
-RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
+# run_state: the call is under way (inline, or in the outbox), or how it ended; AGENT: the
+# action's run is the agent's own (`run: {by: agent}`), handed to it with the approval
+RUNNING, SUCCEEDED, FAILED, AGENT = "running", "succeeded", "failed", "agent"
 # Longer than any inline run may take (the HTTP runner's timeout is at most minutes): an inline
 # run still "running" after this was cut short by a crash or a stop.
 RUN_GRACE = timedelta(minutes=10)
@@ -108,6 +109,12 @@ def run_stream(approval_id: str) -> str:
     """The outbox stream of an approved action's call: its own, so it waits for nothing (not
     for the approval's prompts and closing notices, which have the approval id)."""
     return f"{approval_id}:run"
+
+
+def settled(approval: Approval) -> bool:
+    """Nothing more will happen to it: decided (or closed by the desk), and when approved,
+    run to an end or handed to the agent to run. What a long-poll on it waits for."""
+    return approval.state != PENDING and not (approval.state == APPROVED and approval.run_state in (None, RUNNING))
 
 
 def arguments_hash(arguments: dict[str, Any]) -> str:
@@ -169,6 +176,15 @@ class ActionRan:
     result: Any
 
 
+@dataclass(frozen=True)
+class RunByAgent:
+    """The action needed no approval (policy `none`, or always allowed here), and its run is
+    the agent's own (`run: {by: agent}`): the agent runs it now; the desk ran nothing."""
+
+    action_id: str
+    why: str
+
+
 class ApprovalUnrouted(DeskError):
     """No approval channel is available to ask a person: denied at once (fail closed), the
     action did not run. The approval is stored as `unrouted`."""
@@ -225,7 +241,7 @@ class Approvals:
     # ------------------------------------------------------------------ the agent's call
 
     async def request(self, conversation: Conversation, action: ActionConfig, arguments: dict[str, Any],
-                      *, actor: str) -> ApprovalPending | ActionRan:
+                      *, actor: str) -> ApprovalPending | ActionRan | RunByAgent:
         """The tool call of a declared action, its input already valid. Raises
         ApprovalUnrouted (nobody can be asked) or ActionRunFailed (it ran without a gate and failed)."""
         if action.policy == "none":
@@ -346,8 +362,13 @@ class Approvals:
         return found is not None
 
     async def _run_now(self, conversation: Conversation, action: ActionConfig, arguments: dict[str, Any], *,
-                       actor: str, why: str) -> ActionRan:
+                       actor: str, why: str) -> ActionRan | RunByAgent:
         now = self.clock.now()
+        if isinstance(action.run, AgentActionRun):
+            async with self.db.transaction(effect=True) as session:
+                await audit.record(session, "action_run_by_agent", at=now, actor=actor, conversation_id=conversation.id,
+                                   action=action.id, arguments_hash=arguments_hash(arguments), why=why)
+            return RunByAgent(action_id=action.id, why=why)
         try:
             result = await run_action(action.run, action_id=action.id, approval_id=None, conversation_id=conversation.id,
                                       arguments=arguments)
@@ -445,7 +466,8 @@ class Approvals:
             await self._close_prompts(session, approval, now)
             if not approve:
                 await self._tell_agent(session, approval, "denied", now)
-            queued = approve and await self._queue_call(session, approval, now)
+            queued = approve and (await self._hand_to_agent(session, approval, now)
+                                  or await self._queue_call(session, approval, now))
         if approve and not queued:  # in the background: not inside the caller's request or a channel's inbound order
             self.background.spawn(self._run_approved(approval.id), name=f"approved:{approval.id}")
         return DecisionResult(DecisionOutcome.DECIDED, approval)
@@ -532,6 +554,27 @@ class Approvals:
         except IntegrityError:
             pass  # already allowed (two prompts of one shape decided "always")
 
+    async def _hand_to_agent(self, session: Any, approval: Approval, now: datetime) -> bool:
+        """In the decision's transaction: an approved action whose run is the agent's own is
+        handed to it (run_state `agent`, audited, its `[Approval — …]` message written), and
+        the desk runs nothing. False for an action the desk runs, or one that can no longer
+        run (`_run_approved` reports it)."""
+        action = self.actions.get(approval.action_id)
+        if action is None or not isinstance(action.run, AgentActionRun) or self._cannot_run(action, approval):
+            return False
+        handed = await execute_dml(
+            session,
+            update(Approval).where(col(Approval.id) == approval.id, col(Approval.state) == APPROVED, col(Approval.run_state).is_(None))
+            .values(run_state=AGENT).execution_options(synchronize_session=False)
+        )
+        if handed.rowcount == 1:
+            await session.refresh(approval)
+            await audit.record(session, "action_run_by_agent", at=now, actor="desk", approval_id=approval.id,
+                               conversation_id=approval.conversation_id, action=approval.action_id,
+                               arguments_hash=approval.arguments_hash, why="approved")
+            await self._tell_agent(session, approval, AGENT, now)
+        return True
+
     async def _queue_call(self, session: Any, approval: Approval, now: datetime) -> bool:
         """In the caller's transaction (the decision's): claim an approved HTTP action's run
         and queue its call in the outbox. True when the call is the outbox's to make (queued
@@ -564,10 +607,12 @@ class Approvals:
 
     async def _run_approved(self, approval_id: str) -> Approval | None:
         """Run exactly the stored arguments of this approval, once (a conditional claim), or
-        queue its call when it is an HTTP action; None when it was not ours to run here."""
+        queue its call when it is an HTTP action, or hand it to the agent when its run is the
+        agent's; None when it was not ours to run here."""
         async with self.db.transaction() as session:
             approval = await session.get(Approval, approval_id)
-            if approval is None or await self._queue_call(session, approval, self.clock.now()):
+            now = self.clock.now()
+            if approval is None or await self._hand_to_agent(session, approval, now) or await self._queue_call(session, approval, now):
                 return None
             claimed = await execute_dml(
                 session,
@@ -583,6 +628,7 @@ class Approvals:
         if action is None or problem is not None:
             values = {"run_state": FAILED, "error": problem}
         else:
+            assert not isinstance(action.run, AgentActionRun), "handed to the agent above"
             try:
                 result = await run_action(action.run, action_id=action.id, approval_id=approval.id,
                                           conversation_id=approval.conversation_id, arguments=dict(approval.arguments))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,6 +21,8 @@ from bot.store.models import Conversation, Message, new_id
 from bot.store.rows import Rows
 from bot.store.vocabulary import Role
 from channels.base import SatisfactionPrompt, TranscriptLine, UserActionPrompt
+
+T = TypeVar("T")
 
 # session.info key: the `last_message_at` each conversation was given in this session, so a
 # transaction storing several messages at one moment (a release: the subscriber's notice and
@@ -248,16 +251,24 @@ class Conversations:
         return _MESSAGES.all(rows)
 
     async def wait_for_messages(self, conversation_id: str, after: int, limit: int, wait: float) -> list[Message]:
-        """Messages after `after`, waiting up to `wait` seconds for one to arrive: woken at
-        once by this process, re-checked every 2 s for messages other instances wrote. The
-        first check settles that the conversation exists; the re-checks after a wake-up are
-        the one indexed message query (conversations are never deleted while polled), a
-        statement on its own with no transaction around it."""
-        messages = await self.messages(conversation_id, after, limit)
+        """Messages after `after`, waiting up to `wait` seconds for one to arrive. The first
+        check settles that the conversation exists; the re-checks are the one indexed message
+        query (conversations are never deleted while polled), a statement on its own with no
+        transaction around it."""
+        return await self.wait_until(conversation_id, await self.messages(conversation_id, after, limit),
+                                     lambda: self._messages_after(conversation_id, after, limit), bool, wait)
+
+    async def wait_until(self, conversation_id: str, current: T, read: Callable[[], Awaitable[T]],
+                         settled: Callable[[T], bool], wait: float) -> T:
+        """`current` (a first read), or `read()` again until `settled(…)` holds or `wait`
+        seconds pass; the last read. Every write to the conversation (a message; a handoff's,
+        approval's or user action's end writes one) wakes the wait at once in this process;
+        it re-reads every 2 s anyway, for what other instances wrote. Every long-poll of the
+        API (GET …?wait=) waits this way."""
         remaining = wait
-        while not messages and remaining > 0:
+        while not settled(current) and remaining > 0:
             step = min(2.0, remaining)
             await self.bus.wait(conversation_id, timeout=step)
             remaining -= step
-            messages = await self._messages_after(conversation_id, after, limit)
-        return messages
+            current = await read()
+        return current

@@ -69,6 +69,16 @@ class Queries:
                 found.extend(await handoff_rows.newest_in_state(session, state, limit))
         return sorted(found, key=lambda h: h.created_at, reverse=True)[:limit]
 
+    async def resume_message(self, handoff: HandoffSession) -> Message | None:
+        """The `[Bot resumed — …]` message a released handoff wrote: the one system message
+        that carries the handoff's id (None before the release, or for a failed dispatch)."""
+        async with self.db.read() as session:
+            query = (select(Message).where(col(Message.conversation_id) == handoff.conversation_id,
+                                           col(Message.handoff_session_id) == handoff.id, col(Message.role) == "system")
+                     .order_by(col(Message.id).desc()).limit(1))
+            found: Message | None = await session.scalar(query)
+            return found
+
     async def events(self, handoff_session_id: str) -> list[HandoffEvent]:
         """A handoff's audit trail, oldest first; NotFound when there is no such handoff."""
         async with self.db.read() as session:

@@ -1,7 +1,7 @@
 """Declared actions (config `actions:`) as tools: the owner's JSON Schema is what the model
 sees and what every call is validated against; gated ones go through approvals, whose
-answers (`ApprovalPending`, `ActionRan`, `ApprovalUnrouted`, `ActionRunFailed`) are worded
-for the model here."""
+answers (`ApprovalPending`, `ActionRan`, `RunByAgent`, `ApprovalUnrouted`, `ActionRunFailed`)
+are worded for the model here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from bot.config import ActionConfig
-from bot.domain.approvals import ActionRan, ActionRunFailed, ApprovalPending, Approvals, ApprovalUnrouted
+from bot.domain.approvals import ActionRan, ActionRunFailed, ApprovalPending, Approvals, ApprovalUnrouted, RunByAgent
 from bot.errors import error_body
 from bot.tools import InvalidToolInput, Tool, ToolContext, errors_result
 
@@ -63,11 +63,23 @@ class ActionTool(Tool):
             )
         except ActionRunFailed as failed:
             return error_body("action_failed", failed.reason)
-        return ran_result(outcome) if isinstance(outcome, ActionRan) else pending_result(outcome)
+        if isinstance(outcome, ActionRan):
+            return ran_result(outcome)
+        if isinstance(outcome, RunByAgent):
+            return run_by_agent_result(outcome)
+        return pending_result(outcome)
 
 
 def ran_result(ran: ActionRan) -> dict[str, Any]:
     return {"ok": True, "status": "done", "action": ran.action_id, "result": ran.result}
+
+
+def run_by_agent_result(allowed: RunByAgent) -> dict[str, Any]:
+    """No approval was needed and the run is the agent's own: it runs the action now."""
+    return {
+        "ok": True, "status": "APPROVED", "action": allowed.action_id, "run_by": "agent", "why": allowed.why,
+        "hint": "Allowed without asking anyone: run the action yourself now, once, with these arguments. The desk ran nothing.",
+    }
 
 
 def pending_result(pending: ApprovalPending) -> dict[str, Any]:

@@ -30,12 +30,13 @@ from pydantic import BaseModel, ConfigDict, EmailStr, Field, SecretStr
 
 from bot.config.people import Role
 from bot.domain.approval_votes import ANSWERS, DecisionOutcome
-from bot.domain.approvals import approval_view
+from bot.domain.approvals import approval_view, settled
 from bot.domain.conversations import message_view
 from bot.domain.handoffs import OutcomeInput
 from bot.domain.people import Actor
 from bot.domain.people.tokens import PREFIX as TOKEN_PREFIX
 from bot.domain.satisfaction import satisfaction_view
+from bot.domain.user_actions import PENDING as USER_ACTION_PENDING
 from bot.domain.user_actions import view as user_action_view
 from bot.errors import error_body
 from bot.runtime.metrics import CONTENT_TYPE
@@ -423,14 +424,21 @@ async def list_handoffs(
 @api.get("/handoffs/{sid}", dependencies=[Depends(READS)])
 async def get_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep, queries: QueriesDep,
+    conversations: ConversationsDep,
+    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
+                        "for the handoff to end (released or failed); it answers as soon as it does."),
 ) -> dict[str, Any]:
     handoff = await handoffs.get(sid)
+    handoff = await conversations.wait_until(handoff.conversation_id, handoff, lambda: handoffs.get(sid),
+                                             lambda h: h.state not in OPEN_STATES, wait)
     view = handoff_view(handoff, forms)
     view["satisfaction"] = satisfaction_view(await satisfaction.of(sid))
     if handoff.route_id is not None:
         recipients = await handoffs.recipients_of(sid)
         names = await queries.person_names({r.person_id for r in recipients if r.person_id is not None})
         view["recipients"] = [recipient_view(r, names) for r in recipients]
+    resume = await queries.resume_message(handoff) if handoff.state == HandoffState.RELEASED else None
+    view["resume_message"] = {"id": resume.id, "text": resume.text} if resume is not None else None
     return view
 
 
@@ -477,8 +485,14 @@ async def list_approvals(
 
 
 @api.get("/approvals/{aid}", dependencies=[Depends(READS)])
-async def get_approval(aid: str, approvals: ApprovalsDep) -> dict[str, Any]:
-    return await approvals.view(aid)
+async def get_approval(
+    aid: str, approvals: ApprovalsDep, conversations: ConversationsDep,
+    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
+                        "for the approval to settle (decided or closed, and when approved, run or handed to the agent)."),
+) -> dict[str, Any]:
+    approval = await approvals.get(aid)
+    approval = await conversations.wait_until(approval.conversation_id, approval, lambda: approvals.get(aid), settled, wait)
+    return approval_view(approval, await approvals.votes(aid))
 
 
 @api.post("/approvals/{aid}/decision")
@@ -518,8 +532,15 @@ class UserActionResponseBody(_Body):
 
 
 @api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)])
-async def get_user_action(uaid: str, user_actions: UserActionsDep) -> dict[str, Any]:
-    return user_action_view(await user_actions.get(uaid))
+async def get_user_action(
+    uaid: str, user_actions: UserActionsDep, conversations: ConversationsDep,
+    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
+                        "for the user action to end (done, cancelled, timeout or failed)."),
+) -> dict[str, Any]:
+    action = await user_actions.get(uaid)
+    action = await conversations.wait_until(action.conversation_id, action, lambda: user_actions.get(uaid),
+                                            lambda a: a.state != USER_ACTION_PENDING, wait)
+    return user_action_view(action)
 
 
 @api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)])

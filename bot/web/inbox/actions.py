@@ -147,6 +147,8 @@ async def decide_approval(
         notice = f"Approved: {approval.action_id} ran."
     elif approval.run_state == "failed":
         notice = f"Approved, but {approval.action_id} failed: {approval.error or 'no detail'}"
+    elif approval.run_state == "agent":
+        notice = f"Approved: the agent runs {approval.action_id} itself."
     else:
         notice = f"Approved: {approval.action_id} is running."
     return redirect(f"/inbox?notice={quote(notice[:300])}#approvals")

@@ -42,6 +42,8 @@ def _decided_json(card: dict[str, Any]) -> dict[str, Any]:
         result, failed = f"ran: {card['result']}", False
     elif a.run_state == "failed":
         result, failed = f"failed: {a.error}", True
+    elif a.run_state == "agent":
+        result, failed = "handed to the agent to run", False
     else:
         result, failed = a.run_state or "did not run", False
     return {"id": a.id, "action_id": a.action_id, "risk": a.risk, "state": a.state, "subscriber": card["subscriber"] or "—",
