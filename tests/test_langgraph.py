@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from bot.clients import DeskClient
-from bot.integrations.langgraph import DeskDriver, OpenRequest, descriptor_of, idempotency_key
+from bot.integrations.langgraph import AwaitOutcome, DeskDriver, OpenRequest, descriptor_of, idempotency_key
 from bot.runtime.clock import ManualClock
 from bot.web.app import create_app
 from tests.conftest import StartDesk
@@ -340,6 +340,7 @@ async def test_the_agent_and_the_desk_both_killed_while_the_handoff_is_open_resu
     try:
         async with Person(desk.url) as sam:
             sid = await sam.handoff_in_any()
+        await until_found(lambda: asyncio.to_thread(awaiting_in, checkpoints, "ana-crash"))  # the id is checkpointed
         agent.kill()
         agent.wait(timeout=30)
         desk.restart_after_kill()
@@ -364,6 +365,33 @@ async def test_the_agent_and_the_desk_both_killed_while_the_handoff_is_open_resu
     kinds = [type(m).__name__ for m in state.values["messages"]]
     assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"], kinds  # resumed once, answered once
     assert state.next == () and state.interrupts == ()
+
+
+def awaiting_in(checkpoints: Path, thread_id: str) -> str | None:
+    """The desk request id the thread's checkpoint waits on (its second interrupt), if any yet."""
+    example = load_example()
+    with SqliteSaver.from_conn_string(str(checkpoints)) as checkpointer:
+        graph = example.build_graph(example.ScriptedModel(responses=example.SCRIPT), checkpointer)
+        waiting = [d for i in graph.get_state({"configurable": {"thread_id": thread_id}}).interrupts
+                   if isinstance(d := descriptor_of(i.value), AwaitOutcome)]
+    return waiting[0].request_id if waiting else None
+
+
+async def test_a_user_action_the_user_did_reaches_the_model_as_done(desk: Desk, tmp_path: Path) -> None:
+    details = "Open the link we sent by SMS and confirm the new address."
+    agent = Agent(tmp_path, [AIMessage("", tool_calls=[call("request_user_action", "call_u", reason="permission_confirmation",
+                                                            details=details)]), DONE])
+    cid = await conversation(desk)
+
+    async def the_user_confirms() -> str:
+        async with DeskClient(desk.url, api_key=API_KEY) as app:  # the app the user talks to reports their Done
+            uaid = await until_found(lambda: asyncio.to_thread(awaiting_in, Path(agent.checkpoints), "ana-steps"))
+            await app.respond_user_action(uaid, "done")
+            return uaid
+
+    uaid = await agent.run(desk, "ana-steps", cid, the_user_confirms)
+    read = agent.tool_results()["call_u"]
+    assert (read["status"], read["user_action_id"]) == ("done", uaid)
 
 
 # --------------------------------------------------------------------------- approvals
@@ -454,3 +482,27 @@ async def test_an_approval_nobody_decided_in_time_is_a_timeout_and_the_tool_neve
     assert "reason" not in read and "decided_by" not in read  # nobody refused it
     assert refunds == []
     assert (await harness.approval(aid))["state"] == "expired"  # the desk recorded a timeout, not a denial
+
+
+async def test_a_handoff_nobody_answered_is_a_timeout_for_the_model(start_desk: StartDesk, tmp_path: Path) -> None:
+    """The idle timer on a manual clock releases the handoff; the model reads timed_out (with
+    the desk's reason), not a person's answer."""
+    clock = ManualClock()
+    harness = await start_desk(clock=clock, handoff={"idle_timeout": "30m"})
+    agent = Agent(tmp_path, load_example().SCRIPT)
+    client = DeskClient("http://desk.test", transport=httpx.ASGITransport(app=create_app(harness.desk, manage_desk=False)))
+    cid = await harness.conversation()
+
+    async def nobody_answers() -> str:
+        async def opened() -> str | None:
+            listed = (await harness.client.get("/api/handoffs", params={"state": "open"})).json()["handoffs"]
+            return str(listed[0]["handoff_session_id"]) if listed else None
+        sid = await until_found(opened)
+        clock.advance(timedelta(minutes=31))
+        await harness.desk.timers.sweep()
+        return sid
+
+    sid = await agent.run_with(client, "ana-idle", cid, nobody_answers)
+    read = agent.tool_results()["call_handoff"]
+    assert (read["status"], read["reason"], read["handoff_session_id"]) == ("timed_out", "idle_timeout", sid)
+    assert read["returned"] == {} and read["said"] == []
