@@ -33,7 +33,7 @@ from bot.clients import DeskClient
 from bot.integrations.langgraph import AwaitOutcome, DeskDriver, OpenRequest, descriptor_of, idempotency_key
 from bot.runtime.clock import ManualClock
 from bot.web.app import create_app
-from tests.conftest import StartDesk
+from tests.conftest import Harness, StartDesk
 from tests.crash_harness import DeskProcess, free_port
 from tests.test_inbox import csrf_of, nonce_of
 
@@ -123,6 +123,24 @@ async def until_found(look: Callable[[], Awaitable[T | None]]) -> T:
         return found
 
 
+LISTED_IDS = {"handoffs": "handoff_session_id", "approvals": "approval_id"}
+
+
+async def first_listed(api: httpx.AsyncClient, listing: str, state: str,
+                       matches: Callable[[dict[str, Any]], bool] = lambda item: True) -> str:
+    """The id of the first of the desk's `listing` (handoffs, approvals) in `state` that
+    `matches`, once there is one."""
+    async def look() -> str | None:
+        listed = (await api.get(f"/api/{listing}", params={"state": state})).json()[listing]
+        return next((str(item[LISTED_IDS[listing]]) for item in listed if matches(item)), None)
+    return await until_found(look)
+
+
+def in_process_client(harness: Harness) -> DeskClient:
+    """A client of the desk running in this process (its clock is the test's)."""
+    return DeskClient("http://desk.test", transport=httpx.ASGITransport(app=create_app(harness.desk, manage_desk=False)))
+
+
 class Person:
     """Someone at the desk: signed in to the owner inbox, and holding the owner token for the API."""
 
@@ -143,17 +161,11 @@ class Person:
 
     async def handoff_in(self, cid: str) -> str:
         """The handoff the agent opened in conversation `cid`, once it is open."""
-        async def opened() -> str | None:
-            listed = (await self.api.get("/api/handoffs", params={"state": "open"})).json()["handoffs"]
-            return next((str(h["handoff_session_id"]) for h in listed if h["conversation_id"] == cid), None)
-        return await until_found(opened)
+        return await first_listed(self.api, "handoffs", "open", lambda h: h["conversation_id"] == cid)
 
     async def handoff_in_any(self) -> str:
         """The first open handoff on the desk, once there is one."""
-        async def opened() -> str | None:
-            listed = (await self.api.get("/api/handoffs", params={"state": "open"})).json()["handoffs"]
-            return str(listed[0]["handoff_session_id"]) if listed else None
-        return await until_found(opened)
+        return await first_listed(self.api, "handoffs", "open")
 
     async def every_handoff(self) -> list[dict[str, Any]]:
         every = []
@@ -174,10 +186,7 @@ class Person:
 
     async def pending_approval(self, action: str, **arguments: Any) -> str:
         """The id of the pending approval of `action` with these arguments, once the agent asked."""
-        async def asked() -> str | None:
-            listed = (await self.api.get("/api/approvals", params={"state": "pending"})).json()["approvals"]
-            return next((str(a["approval_id"]) for a in listed if a["action"] == action and a["arguments"] == arguments), None)
-        return await until_found(asked)
+        return await first_listed(self.api, "approvals", "pending", lambda a: (a["action"], a["arguments"]) == (action, arguments))
 
     async def decide(self, aid: str, decision: str, reason: str | None = None) -> None:
         decided = await self.api.post(f"/api/approvals/{aid}/decision",
@@ -464,19 +473,15 @@ async def test_an_approval_nobody_decided_in_time_is_a_timeout_and_the_tool_neve
     clock = ManualClock()
     harness = await start_desk(clock=clock, actions=[{**REFUND_ACTION, "timeout": "10m"}])
     agent = Agent(tmp_path, [AIMessage("", tool_calls=[call("refund_order", "call_t", order_id="T-3", amount=12.0)]), DONE])
-    client = DeskClient("http://desk.test", transport=httpx.ASGITransport(app=create_app(harness.desk, manage_desk=False)))
     cid = await harness.conversation()
 
     async def nobody_decides() -> str:
-        async def asked() -> str | None:
-            pending = (await harness.client.get("/api/approvals", params={"state": "pending"})).json()["approvals"]
-            return str(pending[0]["approval_id"]) if pending else None
-        aid = await until_found(asked)
+        aid = await first_listed(harness.client, "approvals", "pending")
         clock.advance(timedelta(minutes=11))
         assert await harness.desk.approvals.expire_due() == 1
         return aid
 
-    aid = await agent.run_with(client, "ana-late", cid, nobody_decides)
+    aid = await agent.run_with(in_process_client(harness), "ana-late", cid, nobody_decides)
     read = agent.tool_results()["call_t"]
     assert (read["status"], read["approval_id"]) == ("timed_out", aid)
     assert "reason" not in read and "decided_by" not in read  # nobody refused it
@@ -490,19 +495,15 @@ async def test_a_handoff_nobody_answered_is_a_timeout_for_the_model(start_desk: 
     clock = ManualClock()
     harness = await start_desk(clock=clock, handoff={"idle_timeout": "30m"})
     agent = Agent(tmp_path, load_example().SCRIPT)
-    client = DeskClient("http://desk.test", transport=httpx.ASGITransport(app=create_app(harness.desk, manage_desk=False)))
     cid = await harness.conversation()
 
     async def nobody_answers() -> str:
-        async def opened() -> str | None:
-            listed = (await harness.client.get("/api/handoffs", params={"state": "open"})).json()["handoffs"]
-            return str(listed[0]["handoff_session_id"]) if listed else None
-        sid = await until_found(opened)
+        sid = await first_listed(harness.client, "handoffs", "open")
         clock.advance(timedelta(minutes=31))
         await harness.desk.timers.sweep()
         return sid
 
-    sid = await agent.run_with(client, "ana-idle", cid, nobody_answers)
+    sid = await agent.run_with(in_process_client(harness), "ana-idle", cid, nobody_answers)
     read = agent.tool_results()["call_handoff"]
     assert (read["status"], read["reason"], read["handoff_session_id"]) == ("timed_out", "idle_timeout", sid)
     assert read["returned"] == {} and read["said"] == []
