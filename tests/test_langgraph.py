@@ -30,7 +30,14 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from bot.clients import DeskClient
-from bot.integrations.langgraph import AwaitOutcome, DeskDriver, OpenRequest, descriptor_of, idempotency_key
+from bot.integrations.langgraph import (
+    AwaitOutcome,
+    DeskDriver,
+    OpenRequest,
+    ThreadAwaitingDesk,
+    descriptor_of,
+    idempotency_key,
+)
 from bot.runtime.clock import ManualClock
 from bot.web.app import create_app
 from tests.conftest import Harness, StartDesk
@@ -289,6 +296,10 @@ async def test_a_driver_that_died_after_the_desk_made_the_request_finds_that_req
     assert isinstance(request, OpenRequest) and request.tool == "handoff_request"
     async with DeskClient(desk.url, api_key=API_KEY) as client:  # the first driver's call, its answer lost with it
         first = await client.call_tool(cid, request.tool, request.arguments, idempotency_key=idempotency_key("ana-lost", pending.id))
+        with SqliteSaver.from_conn_string(agent.checkpoints) as checkpointer:  # new input would leave the request behind
+            with pytest.raises(ThreadAwaitingDesk, match="resume it with run"):
+                await DeskDriver(agent.example.build_graph(agent.model, checkpointer), client).run(
+                    {"messages": [HumanMessage("Anyone there?")]}, thread_id="ana-lost", conversation_id=cid)
 
     async def person_at_the_desk() -> list[dict[str, Any]]:
         async with Person(desk.url) as sam:
@@ -314,11 +325,12 @@ def test_the_docs_page_shows_the_examples_own_code_in_under_twenty_lines() -> No
     assert len([line for line in shown if line.strip()]) < 20
 
 
-def test_a_graph_without_a_checkpointer_is_refused_with_why() -> None:
+async def test_a_graph_without_a_checkpointer_is_refused_with_why() -> None:
     example = load_example()
     graph = example.build_graph(example.ScriptedModel(responses=[DONE]), None)
-    with pytest.raises(ValueError, match="needs a checkpointer"):
-        DeskDriver(graph, DeskClient("http://127.0.0.1:9"))
+    async with DeskClient("http://127.0.0.1:9") as client:
+        with pytest.raises(ValueError, match="needs a checkpointer"):
+            DeskDriver(graph, client)
 
 
 

@@ -393,10 +393,18 @@ class DeskDriver:
     async def _outcome(self, waiting: AwaitOutcome) -> dict[str, Any]:
         outcome: Outcome = await _WAITS[waiting.kind](self.desk, waiting.request_id)
         if isinstance(outcome, HandoffOutcome):
-            said = [Said(author=m.author or "", text=m.text) for m in await self.desk.messages(waiting.conversation_id)
-                    if m.role == "human" and m.handoff_session_id == waiting.request_id]
-            outcome = HandoffResult(**outcome.model_dump(), said=said)
+            outcome = HandoffResult(**outcome.model_dump(), said=await self._said(waiting))
         return outcome.model_dump(mode="json")
+
+    async def _said(self, waiting: AwaitOutcome) -> list[Said]:
+        """What the people on the handoff wrote to the user, read page by page."""
+        said: list[Said] = []
+        after = 0
+        while page := await self.desk.messages(waiting.conversation_id, after=after):
+            said += [Said(author=m.author or "", text=m.text) for m in page
+                     if m.role == "human" and m.handoff_session_id == waiting.request_id]
+            after = page[-1].id
+        return said
 
     async def _conversation(self, thread: _Thread) -> str:
         if thread.conversation_id is None:
