@@ -442,6 +442,30 @@ async def test_two_approvals_in_one_turn_answered_in_reverse_order_each_reach_th
     assert len(agent.model.inputs) == 2
 
 
+async def test_a_handoff_and_an_approval_in_one_turn_answered_in_reverse_order_each_reach_their_call(
+    desk: Desk, tmp_path: Path,
+) -> None:
+    refunds = load_example().REFUNDS
+    refunds.clear()
+    handoff = {**load_example().HANDOFF_CALL, "id": "call_h"}
+    agent = Agent(tmp_path, [AIMessage("", tool_calls=[handoff, call("refund_order", "call_r", order_id="M-5", amount=5.0)]), DONE])
+    cid = await conversation(desk)
+
+    async def person_at_the_desk() -> str:
+        async with Person(desk.url) as sam:
+            sid = await sam.handoff_in(cid)
+            await sam.decide(await sam.pending_approval("refund_order", order_id="M-5", amount=5.0), "approve")
+            await until_found(lambda: asyncio.sleep(0, refunds or None))  # the refund ran; the handoff still waits
+            await sam.release(sid, "Refund sent; parcel found.", eta_date="2026-12-15")
+            return sid
+
+    sid = await agent.run(desk, "ana-mixed", cid, person_at_the_desk)
+    read = agent.tool_results()
+    assert read["call_r"] == "refunded 5.00 on order M-5"
+    assert (read["call_h"]["handoff_session_id"], read["call_h"]["returned"]) == (sid, {"eta_date": "2026-12-15"})
+    assert refunds == [{"order_id": "M-5", "amount": 5.0}]
+
+
 @pytest.mark.parametrize(("decision", "reason"), [("approve", None), ("deny", "Not without the receipt.")])
 async def test_an_approved_tool_runs_once_and_a_denied_one_never_with_the_reason_for_the_model(
     desk: Desk, tmp_path: Path, decision: str, reason: str | None,
