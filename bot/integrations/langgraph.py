@@ -47,7 +47,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias
 
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
@@ -55,7 +55,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph import END
 from langgraph.pregel import Pregel
 from langgraph.types import Command, Interrupt, Send, interrupt
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from bot.clients import DeskClient, RequestAppliedAnswerLost
@@ -99,44 +99,41 @@ _OUTCOME_MODELS: dict[RequestKind, type[Outcome]] = {
 # --------------------------------------------------------------------------- what crosses the interrupt
 
 
-class OpenRequest(BaseModel):
-    """The first interrupt of a desk tool: "make this request". Stored in the checkpoint as a
-    plain dict (`as_value`), so any serialiser keeps it."""
+class _Descriptor(BaseModel):
+    """What a desk tool's interrupt carries. Stored in the checkpoint as a plain dict
+    (`as_value`), so any serialiser keeps it, and marked as the desk's by its one key."""
 
-    stage: Literal["open"] = "open"
     kind: RequestKind
     tool: str  # the desk tool that makes it: handoff_request, request_user_action, or the action's id
-    arguments: dict[str, Any]
 
     def as_value(self) -> dict[str, Any]:
         return {DESCRIPTOR: self.model_dump(mode="json")}
 
 
-class AwaitOutcome(BaseModel):
+class OpenRequest(_Descriptor):
+    """The first interrupt of a desk tool: "make this request"."""
+
+    stage: Literal["open"] = "open"
+    arguments: dict[str, Any]
+
+
+class AwaitOutcome(_Descriptor):
     """The second interrupt: "resume me with the outcome of this request"."""
 
     stage: Literal["await"] = "await"
-    kind: RequestKind
-    tool: str
     conversation_id: str
     request_id: str  # handoff_session_id, user_action_id or approval_id
 
-    def as_value(self) -> dict[str, Any]:
-        return {DESCRIPTOR: self.model_dump(mode="json")}
-
 
 Descriptor: TypeAlias = OpenRequest | AwaitOutcome
-
-
-class _DescriptorValue(BaseModel):
-    descriptor: Descriptor = Field(discriminator="stage")
+_DESCRIPTORS: TypeAdapter[Descriptor] = TypeAdapter(Annotated[Descriptor, Field(discriminator="stage")])
 
 
 def descriptor_of(value: Any) -> Descriptor | None:
     """The desk descriptor an interrupt carries, or None for an interrupt of the graph's own."""
     if not isinstance(value, Mapping) or DESCRIPTOR not in value:
         return None
-    return _DescriptorValue.model_validate({"descriptor": value[DESCRIPTOR]}).descriptor
+    return _DESCRIPTORS.validate_python(value[DESCRIPTOR])
 
 
 class Opened(BaseModel):
@@ -159,8 +156,7 @@ class Granted(BaseModel):
     granted: dict[str, Any]
 
 
-class _OpenAnswer(BaseModel):
-    answer: Opened | Refused | Granted
+_OPEN_ANSWERS: TypeAdapter[Opened | Refused | Granted] = TypeAdapter(Opened | Refused | Granted)
 
 
 # --------------------------------------------------------------------------- the tools
@@ -169,7 +165,7 @@ class _OpenAnswer(BaseModel):
 def _ask_desk(request: OpenRequest) -> Refused | Granted | Outcome:
     """Interrupt until the desk has answered: the request's outcome, or the desk's refusal
     (or grant). Runs inside a tool, so on every re-run the answers already given come back at once."""
-    answer = _OpenAnswer.model_validate({"answer": interrupt(request.as_value())}).answer
+    answer = _OPEN_ANSWERS.validate_python(interrupt(request.as_value()))
     if isinstance(answer, Refused | Granted):
         return answer
     waiting = AwaitOutcome(kind=request.kind, tool=request.tool, conversation_id=answer.conversation_id,
