@@ -324,12 +324,16 @@ _USER_ACTION_STATUS: dict[str, Literal["done", "cancelled", "timed_out", "failed
 
 
 class UserActionAnswer(_Answer):
-    """The answer to a user action's Done / Cancel: `status` done, or the `error` code
-    (HANDOFF_CANCELLED, HANDOFF_TIMEOUT, HANDOFF_FAILED) with its `details`."""
+    """The answer to a user action's Done / Cancel: `status` done (`verified` when an
+    expectation was checked), or the `error` code (HANDOFF_CANCELLED, HANDOFF_TIMEOUT,
+    HANDOFF_FAILED) with its `details`; `already` when it came after the end."""
 
-    status: str | None = None
+    status: Literal["done"] | None = None
+    user_action_id: str | None = None
+    verified: bool | None = None
     error: str | None = None
     details: dict[str, Any] | None = None
+    already: bool | None = None
 
 
 # --------------------------------------------------------------------------- people

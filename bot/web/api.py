@@ -45,6 +45,21 @@ from bot.store.audit import event_view
 from bot.store.models import HandoffRecipient, HandoffSession
 from bot.store.vocabulary import OPEN_STATES, HandoffState, ReleaseReason
 from bot.tools.user_actions import outcome_result
+from bot.web.answers import (
+    ApprovalAnswer,
+    ApprovalList,
+    ConversationCreated,
+    EventList,
+    HandoffAnswer,
+    HandoffList,
+    HandoffReleased,
+    MessageList,
+    MessagePosted,
+    ToolList,
+    UserActionAnswer,
+    UserActionResponded,
+    answer,
+)
 from bot.web.deps import (
     ApprovalsDep,
     ChannelsDep,
@@ -354,7 +369,7 @@ def recipient_view(recipient: HandoffRecipient, names: Mapping[str, str] | None 
 api = api_router()
 
 
-@api.post("/conversations", status_code=201, dependencies=[Depends(AGENTS)])
+@api.post("/conversations", status_code=201, dependencies=[Depends(AGENTS)], responses=answer(ConversationCreated, 201))
 async def create_conversation(
     conversations: ConversationsDep, handoffs: HandoffsDep, body: CreateConversation | None = None,
 ) -> dict[str, Any]:
@@ -370,7 +385,7 @@ async def create_conversation(
     return {"conversation_id": cid}
 
 
-@api.post("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)])
+@api.post("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)], responses=answer(MessagePosted))
 async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[str, Any]:
     result = await router.subscriber_message(cid, body.text)
     return {
@@ -381,7 +396,7 @@ async def post_message(cid: str, body: PostMessage, router: RouterDep) -> dict[s
     }
 
 
-@api.get("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)])
+@api.get("/conversations/{cid}/messages", dependencies=[Depends(AGENTS)], responses=answer(MessageList))
 async def list_messages(
     cid: str,
     conversations: ConversationsDep,
@@ -393,7 +408,7 @@ async def list_messages(
     return {"messages": [message_view(m) for m in messages]}
 
 
-@api.get("/conversations/{cid}/tools", dependencies=[Depends(AGENTS)])
+@api.get("/conversations/{cid}/tools", dependencies=[Depends(AGENTS)], responses=answer(ToolList))
 async def list_tools(
     cid: str, router: RouterDep, format: Literal["plain", "openai", "anthropic"] = "plain"
 ) -> dict[str, Any]:
@@ -410,7 +425,7 @@ async def call_tool(cid: str, name: str, request: Request, router: RouterDep) ->
     return await router.call_tool(cid, name, args)
 
 
-@api.get("/handoffs", dependencies=[Depends(READS)])
+@api.get("/handoffs", dependencies=[Depends(READS)], responses=answer(HandoffList))
 async def list_handoffs(
     queries: QueriesDep,
     forms: FormLinksDep,
@@ -421,7 +436,7 @@ async def list_handoffs(
     return {"handoffs": [handoff_view(h, forms) for h in await queries.handoffs(states=states, limit=limit)]}
 
 
-@api.get("/handoffs/{sid}", dependencies=[Depends(READS)])
+@api.get("/handoffs/{sid}", dependencies=[Depends(READS)], responses=answer(HandoffAnswer))
 async def get_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep, queries: QueriesDep,
     conversations: ConversationsDep,
@@ -442,12 +457,12 @@ async def get_handoff(
     return view
 
 
-@api.get("/handoffs/{sid}/events", dependencies=[Depends(READS)])
+@api.get("/handoffs/{sid}/events", dependencies=[Depends(READS)], responses=answer(EventList))
 async def handoff_events(sid: str, queries: QueriesDep) -> dict[str, Any]:
     return {"events": [event_view(e) for e in await queries.events(sid)]}
 
 
-@api.post("/handoffs/{sid}/release")
+@api.post("/handoffs/{sid}/release", responses=answer(HandoffReleased))
 async def release_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, caller: Annotated[ApiCaller, Depends(RELEASES)],
     body: ReleaseBody | None = None,
@@ -475,7 +490,7 @@ class DecisionBody(_Body):
     decided_by: CleanStr | None = Field(default=None, min_length=1, max_length=200)
 
 
-@api.get("/approvals", dependencies=[Depends(READS)])
+@api.get("/approvals", dependencies=[Depends(READS)], responses=answer(ApprovalList))
 async def list_approvals(
     approvals: ApprovalsDep,
     state: Literal["pending", "approved", "denied", "expired", "unrouted", "cleared"] | None = None,
@@ -484,7 +499,7 @@ async def list_approvals(
     return {"approvals": [approval_view(a) for a in await approvals.listing(state=state, limit=limit)]}
 
 
-@api.get("/approvals/{aid}", dependencies=[Depends(READS)])
+@api.get("/approvals/{aid}", dependencies=[Depends(READS)], responses=answer(ApprovalAnswer))
 async def get_approval(
     aid: str, approvals: ApprovalsDep, conversations: ConversationsDep,
     wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
@@ -495,7 +510,7 @@ async def get_approval(
     return approval_view(approval, await approvals.votes(aid))
 
 
-@api.post("/approvals/{aid}/decision")
+@api.post("/approvals/{aid}/decision", responses=answer(ApprovalAnswer))
 async def decide_approval(
     aid: str, body: DecisionBody, approvals: ApprovalsDep, caller: Annotated[ApiCaller, Depends(DECIDES)],
 ) -> dict[str, Any]:
@@ -531,7 +546,7 @@ class UserActionResponseBody(_Body):
     outcome: Literal["done", "cancelled"]
 
 
-@api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)])
+@api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
 async def get_user_action(
     uaid: str, user_actions: UserActionsDep, conversations: ConversationsDep,
     wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
@@ -543,12 +558,12 @@ async def get_user_action(
     return user_action_view(action)
 
 
-@api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)])
+@api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
 async def move_user_action_step(uaid: str, body: StepBody, user_actions: UserActionsDep) -> dict[str, Any]:
     return user_action_view(await user_actions.move(uaid, body.move))
 
 
-@api.post("/user_actions/{uaid}/response", dependencies=[Depends(AGENTS)])
+@api.post("/user_actions/{uaid}/response", dependencies=[Depends(AGENTS)], responses=answer(UserActionResponded))
 async def respond_user_action(uaid: str, body: UserActionResponseBody, user_actions: UserActionsDep) -> dict[str, Any]:
     """The subscriber's Done / Cancel, through the subscriber's front (or the owner's API)."""
     return outcome_result(await user_actions.respond(uaid, body.outcome, via="api"))

@@ -28,6 +28,7 @@ from bot.config.roles import Role
 from bot.domain.people.contact import contact_view
 from bot.domain.people.roster import RosterEntry
 from bot.runtime.text import iso
+from bot.web.answers import PeopleList, PersonAnswer, answer
 from bot.web.api import ApiCaller, ApiError, _Body, api_needs, api_router
 from bot.web.deps import RosterDep, app_desk, desk_direct_channels
 from bot.web.inbox.reach_page import order_from_file
@@ -79,13 +80,13 @@ def _only_oneself(caller: ApiCaller, pid: str) -> None:
                                          "someone else's needs the admin role", needed=Role.ADMIN)
 
 
-@people_api.get("/people", dependencies=[Depends(ADMINS)])
+@people_api.get("/people", dependencies=[Depends(ADMINS)], responses=answer(PeopleList))
 async def list_people(request: Request, roster: RosterDep) -> dict[str, Any]:
     """Everyone in the directory, by name, disabled people too (`state`)."""
     return {"people": [_full_view(request, entry, admin=True) for entry in await roster.entries()]}
 
 
-@people_api.get("/people/{pid}")
+@people_api.get("/people/{pid}", responses=answer(PersonAnswer))
 async def get_person(pid: str, request: Request, roster: RosterDep,
                      caller: Annotated[ApiCaller, Depends(READS_ONESELF)]) -> dict[str, Any]:
     """One person: for admins anyone, for a person themselves (contact addresses left out)."""
@@ -100,7 +101,7 @@ class AvailabilityBody(_Body):
     until: AwareDatetime | None = Field(default=None, description="Away until (ISO 8601 with a timezone); only with away.")
 
 
-@people_api.post("/people/{pid}/availability")
+@people_api.post("/people/{pid}/availability", responses=answer(PersonAnswer))
 async def set_availability(pid: str, body: AvailabilityBody, request: Request, roster: RosterDep,
                            caller: Annotated[ApiCaller, Depends(ONESELF)]) -> dict[str, Any]:
     """Away (with an optional note, until an optional moment ahead) or available; audited
