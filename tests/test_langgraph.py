@@ -282,6 +282,28 @@ async def test_a_person_replies_and_releases_and_the_model_reads_what_they_retur
     assert len(agent.model.inputs) == 2  # the call, then once more with the outcome
 
 
+async def test_a_desk_restarted_while_the_driver_waits_is_waited_out(desk: Desk, tmp_path: Path) -> None:
+    """Only the desk goes down (SIGKILL) and comes back from its file: the waiting driver's
+    long-poll breaks, the client tries again until the desk answers, and the outcome arrives."""
+    agent = Agent(tmp_path, load_example().SCRIPT)
+    cid = await conversation(desk)
+
+    async def desk_restarts() -> str:
+        async with Person(desk.url) as sam:
+            sid = await sam.handoff_in(cid)
+        await until_found(lambda: asyncio.to_thread(awaiting_in, Path(agent.checkpoints), "ana-desk-down"))
+        await asyncio.to_thread(desk.restart_after_kill)
+        async with Person(desk.url) as sam:
+            await sam.release(sid, "Back online: it ships Monday.", eta_date="2026-12-14")
+        return sid
+
+    client = DeskClient(desk.url, api_key=API_KEY, backoff=0.05, max_backoff=0.2)
+    sid = await agent.run_with(client, "ana-desk-down", cid, desk_restarts)
+    read = agent.tool_results()["call_handoff"]
+    assert (read["handoff_session_id"], read["returned"]) == (sid, {"eta_date": "2026-12-14"})
+    assert len(agent.model.inputs) == 2
+
+
 async def test_a_driver_that_died_after_the_desk_made_the_request_finds_that_request_again(desk: Desk, tmp_path: Path) -> None:
     """The window the key covers: the desk made the handoff, but the driver died before the
     checkpoint held its id. The next driver asks again under the same key and gets that handoff."""
