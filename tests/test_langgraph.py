@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -26,10 +27,12 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+import yaml
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from bot.clients import DeskClient
+from bot.config import AgentActionRun
 from bot.integrations.langgraph import (
     AwaitOutcome,
     DeskDriver,
@@ -40,7 +43,7 @@ from bot.integrations.langgraph import (
 )
 from bot.runtime.clock import ManualClock
 from bot.web.app import create_app
-from tests.conftest import Harness, StartDesk
+from tests.conftest import Harness, StartDesk, make_config
 from tests.crash_harness import DeskProcess, free_port
 from tests.test_inbox import csrf_of, nonce_of
 
@@ -65,7 +68,7 @@ def load_example() -> ModuleType:
 
 
 REFUND_ACTION = {
-    "id": "refund_order", "description": "Refund an order", "risk": "high", "policy": "ask_always",
+    "id": "refund_order", "description": "Refund an order", "risk": "high", "policy": "ask",  # ask: "always allow" may be given
     "approval_channels": [1], "timeout": "1h", "run": {"by": "agent"},  # the desk decides; the agent's tool runs
     "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
                      "required": ["order_id", "amount"]},
@@ -195,9 +198,9 @@ class Person:
         """The id of the pending approval of `action` with these arguments, once the agent asked."""
         return await first_listed(self.api, "approvals", "pending", lambda a: (a["action"], a["arguments"]) == (action, arguments))
 
-    async def decide(self, aid: str, decision: str, reason: str | None = None) -> None:
-        decided = await self.api.post(f"/api/approvals/{aid}/decision",
-                                      json={"decision": decision, **({"reason": reason} if reason else {})})
+    async def decide(self, aid: str, decision: str, reason: str | None = None, *, always_allow: bool = False) -> None:
+        decided = await self.api.post(f"/api/approvals/{aid}/decision", json={
+            "decision": decision, "always_allow": always_allow, **({"reason": reason} if reason else {})})
         assert decided.status_code == 200, decided.text
 
     async def approval(self, aid: str) -> dict[str, Any]:
@@ -347,6 +350,14 @@ def test_the_docs_page_shows_the_examples_own_code_in_under_twenty_lines() -> No
     assert len([line for line in shown if line.strip()]) < 20
 
 
+def test_the_docs_pages_action_is_a_valid_config_run_by_the_agent() -> None:
+    page = (ROOT / "docs" / "integrations" / "langgraph.md").read_text()
+    shown = textwrap.dedent(page.split("```yaml\n", 1)[1].split("```", 1)[0])
+    config = make_config("sqlite:///unused.db", **yaml.safe_load(shown))
+    [action] = config.actions
+    assert (action.id, type(action.run)) == ("refund_order", AgentActionRun)
+
+
 async def test_a_graph_without_a_checkpointer_is_refused_with_why() -> None:
     example = load_example()
     graph = example.build_graph(example.ScriptedModel(responses=[DONE]), None)
@@ -486,6 +497,28 @@ async def test_a_handoff_and_an_approval_in_one_turn_answered_in_reverse_order_e
     assert read["call_r"] == "refunded 5.00 on order M-5"
     assert (read["call_h"]["handoff_session_id"], read["call_h"]["returned"]) == (sid, {"eta_date": "2026-12-15"})
     assert refunds == [{"order_id": "M-5", "amount": 5.0}]
+
+
+async def test_once_always_allowed_the_next_call_runs_without_asking(desk: Desk, tmp_path: Path) -> None:
+    """"Always allow" on the first refund: the desk answers the second one APPROVED at once,
+    and the gated tool runs it without a second approval."""
+    refunds = load_example().REFUNDS
+    refunds.clear()
+    agent = Agent(tmp_path, [AIMessage("", tool_calls=[call("refund_order", "call_1", order_id="G-1", amount=1.0)]),
+                             AIMessage("", tool_calls=[call("refund_order", "call_2", order_id="G-2", amount=2.0)]), DONE])
+    cid = await conversation(desk)
+
+    async def always_allowed() -> list[str]:
+        async with Person(desk.url) as sam:
+            await sam.decide(await sam.pending_approval("refund_order", order_id="G-1", amount=1.0), "approve", always_allow=True)
+            await until_found(lambda: asyncio.sleep(0, refunds[1:] or None))
+            listed = (await sam.api.get("/api/approvals")).json()["approvals"]
+            return [a["approval_id"] for a in listed if a["conversation_id"] == cid]
+
+    approvals = await agent.run(desk, "ana-always", cid, always_allowed)
+    assert refunds == [{"order_id": "G-1", "amount": 1.0}, {"order_id": "G-2", "amount": 2.0}]
+    assert len(approvals) == 1  # the second refund was never put to a person
+    assert agent.tool_results()["call_2"] == "refunded 2.00 on order G-2"
 
 
 @pytest.mark.parametrize(("decision", "reason"), [("approve", None), ("deny", "Not without the receipt.")])
