@@ -32,6 +32,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from bot.clients import DeskClient
+from bot.clients.models import ApprovalOutcome
 from bot.config import AgentActionRun
 from bot.integrations.langgraph import (
     AwaitOutcome,
@@ -40,6 +41,7 @@ from bot.integrations.langgraph import (
     ThreadAwaitingDesk,
     descriptor_of,
     idempotency_key,
+    not_run_hint,
 )
 from bot.runtime.clock import ManualClock
 from bot.web.app import create_app
@@ -348,6 +350,15 @@ def test_the_docs_page_shows_the_examples_own_code_in_under_twenty_lines() -> No
         assert line in example[at:], f"docs/integrations/langgraph.md shows a line examples/langgraph_desk.py lacks: {line!r}"
         at = example.index(line, at) + 1
     assert len([line for line in shown if line.strip()]) < 20
+
+
+def test_a_desk_that_could_ask_nobody_is_not_told_to_the_model_as_a_persons_no() -> None:
+    unasked = ApprovalOutcome(approval_id="ap_1", status="denied", state="unrouted", reason="no approval channel")
+    refused = ApprovalOutcome(approval_id="ap_2", status="denied", state="denied", reason="no receipt")
+    late = ApprovalOutcome(approval_id="ap_3", status="timed_out", state="expired")
+    assert "could not put this action to anyone" in not_run_hint(unasked) and "Nobody refused" in not_run_hint(unasked)
+    assert "A person refused" in not_run_hint(refused)
+    assert "Nobody refused" in not_run_hint(late)
 
 
 def test_the_docs_pages_action_is_a_valid_config_run_by_the_agent() -> None:

@@ -240,9 +240,19 @@ class ActionNotRun(BaseModel):
 
 _NOT_RUN_HINTS = {
     "denied": "A person refused this action, so it did not run. Tell the user why; do not retry it unchanged.",
+    "unasked": "The desk could not put this action to anyone, so it did not run (it fails closed). Nobody refused "
+               "it: tell the user it needs a person and cannot be done now.",
     "timed_out": "Nobody decided on this action in time, so it did not run. Nobody refused it: you may tell the user "
                  "it is still unapproved and ask again later.",
 }
+
+
+def not_run_hint(outcome: ApprovalOutcome) -> str:
+    """Why the tool did not run, in words that never turn the desk's fail-closed refusal or a
+    timeout into a person's "no"."""
+    if outcome.status == "denied" and outcome.state in ("unrouted", "cleared"):
+        return _NOT_RUN_HINTS["unasked"]
+    return _NOT_RUN_HINTS[outcome.status]
 
 
 def approval_gated(tool: BaseTool, *, action_id: str | None = None) -> BaseTool:
@@ -262,7 +272,7 @@ def approval_gated(tool: BaseTool, *, action_id: str | None = None) -> BaseTool:
             return tool.invoke(arguments)
         return _for_the_model(ActionNotRun(status=answer.status, action=action, approval_id=answer.approval_id,
                                            reason=answer.reason, decided_by=answer.decided_by,
-                                           hint=_NOT_RUN_HINTS[answer.status]))
+                                           hint=not_run_hint(answer)))
 
     return StructuredTool.from_function(func=gated, name=tool.name, description=tool.description, args_schema=tool.args_schema)
 
