@@ -217,9 +217,10 @@ class Agent:
         self.model = self.example.ScriptedModel(responses=script)
         self.checkpoints = str(folder / "agent.db")
 
-    async def run(self, desk: Desk, thread_id: str, conversation_id: str, during: Callable[[], Awaitable[T]]) -> T:
+    async def run(self, desk: Desk, thread_id: str, conversation_id: str, during: Callable[[], Awaitable[T]], *,
+                  resume: bool = False) -> T:
         """Run one user message on `thread_id` while `during` plays the person; `during`'s result."""
-        return await self.run_with(DeskClient(desk.url, api_key=API_KEY), thread_id, conversation_id, during)
+        return await self.run_with(DeskClient(desk.url, api_key=API_KEY), thread_id, conversation_id, during, resume=resume)
 
     async def run_with(self, client: DeskClient, thread_id: str, conversation_id: str,
                        during: Callable[[], Awaitable[T]], *, resume: bool = False) -> T:
@@ -307,6 +308,28 @@ async def test_a_desk_restarted_while_the_driver_waits_is_waited_out(desk: Desk,
     read = agent.tool_results()["call_handoff"]
     assert (read["handoff_session_id"], read["returned"]) == (sid, {"eta_date": "2026-12-14"})
     assert len(agent.model.inputs) == 2
+
+
+async def test_a_thread_cut_short_between_steps_is_carried_on_by_a_resume(desk: Desk, tmp_path: Path) -> None:
+    """A process that died between two steps (here: stopped after the model's step, before
+    the tool node) leaves nothing waiting on the desk; `run(None, …)` carries the graph on."""
+    agent = Agent(tmp_path, load_example().SCRIPT)
+    cid = await conversation(desk)
+    thread = {"configurable": {"thread_id": "ana-cut"}}
+    with SqliteSaver.from_conn_string(agent.checkpoints) as checkpointer:
+        graph = agent.example.build_graph(agent.model, checkpointer)
+        await asyncio.to_thread(graph.invoke, {"messages": [HumanMessage("Hello")]}, thread, interrupt_after=["model"])
+        cut = graph.get_state(thread)
+    assert cut.next == ("tools",) and cut.interrupts == ()
+
+    async def person_at_the_desk() -> str:
+        async with Person(desk.url) as sam:
+            sid = await sam.handoff_in(cid)
+            await sam.release(sid, "Sorted.", eta_date="2026-12-13")
+            return sid
+
+    sid = await agent.run(desk, "ana-cut", cid, person_at_the_desk, resume=True)
+    assert agent.tool_results()["call_handoff"]["handoff_session_id"] == sid
 
 
 async def test_a_driver_that_died_after_the_desk_made_the_request_finds_that_request_again(desk: Desk, tmp_path: Path) -> None:

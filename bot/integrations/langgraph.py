@@ -54,7 +54,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph import END
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Interrupt, Send, interrupt
+from langgraph.types import Command, Interrupt, Send, StateSnapshot, interrupt
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import to_jsonable_python
 
@@ -350,18 +350,23 @@ class DeskDriver:
         `conversation_id`: the desk conversation to make requests in; by default one per thread,
         made on the first request under the key `langgraph:<thread id>:conversation`."""
         thread = _Thread(thread_id, {"configurable": {"thread_id": thread_id}}, conversation_id)
+        before = await self._state(thread)
         if input is not None:
-            waiting = [i for i in await self._interrupts(thread) if descriptor_of(i.value) is not None]
+            waiting = [i for i in before.interrupts if descriptor_of(i.value) is not None]
             if waiting:
                 raise ThreadAwaitingDesk(thread_id, waiting)
             await self._invoke(input, thread)
+        elif before.next and not before.interrupts:
+            # Cut short between steps (a crash while a tool ran, before LangGraph saved its
+            # result): nothing waits on the desk, so carry on from the last checkpoint.
+            await self._invoke(None, thread)
         try:
             while resume := await self._answers(thread):
                 await self._invoke(Command(resume=resume), thread)
         finally:
             for task in thread.awaiting.values():
                 task.cancel()
-        state = await asyncio.to_thread(self.graph.get_state, thread.config)
+        state = await self._state(thread)
         return RunResult(dict(state.values), [i for i in state.interrupts if descriptor_of(i.value) is None])
 
     async def _answers(self, thread: _Thread) -> dict[str, Any]:
@@ -420,8 +425,10 @@ class DeskDriver:
         return thread.conversation_id
 
     async def _interrupts(self, thread: _Thread) -> Sequence[Interrupt]:
-        state = await asyncio.to_thread(self.graph.get_state, thread.config)
-        return state.interrupts
+        return (await self._state(thread)).interrupts
+
+    async def _state(self, thread: _Thread) -> StateSnapshot:
+        return await asyncio.to_thread(self.graph.get_state, thread.config)
 
     async def _invoke(self, input: Any, thread: _Thread) -> None:
         await asyncio.to_thread(self.graph.invoke, input, thread.config)
