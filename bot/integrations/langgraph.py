@@ -1,7 +1,8 @@
 """The desk as LangGraph's human in the loop: tools that `interrupt()`, and a driver that asks the desk.
 
-    tools = [*desk_tools(channel_id=1), approval_gated(refund_order)]
-    graph = create_react_agent(model, tools, checkpointer=SqliteSaver(...))   # or your own graph
+    tools = [*desk_tools(channel_id=1), approval_gated(refund_order)]    # into the graph's ToolNode,
+    graph.add_conditional_edges("model", send_tool_calls, ["tools", END])  # one task per tool call
+    graph = graph.compile(checkpointer=SqliteSaver(...))                   # (examples/langgraph_desk.py)
     async with DeskClient(url, api_key=...) as desk:
         result = await DeskDriver(graph, desk).run({"messages": [...]}, thread_id="t-42")
 
