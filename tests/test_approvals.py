@@ -486,6 +486,21 @@ async def test_invisible_characters_in_arguments_are_shown_not_hidden(start_desk
     assert aid is not None
 
 
+def test_an_action_the_agent_runs_is_declared_by_agent_and_nothing_else() -> None:
+    """`run: {by: agent}` (the desk decides, the agent runs it): checked like the other two
+    forms, each problem named with its key path; it has no place in an expectation."""
+    from tests.conftest import config_problem, make_config
+
+    config = make_config("sqlite:///x.db", channels=CHANNELS, actions=[refund(run={"by": "agent"})])
+    assert config.actions[0].run.model_dump() == {"by": "agent"}
+    assert config_problem(channels=CHANNELS, actions=[refund(run={"by": "desk"})]) == (
+        "actions[0].run.by: Input should be 'agent'")
+    assert config_problem(channels=CHANNELS, actions=[refund(run={"by": "agent", "url": "https://shop.example/refund"})]) == (
+        "actions[0].run.url: unknown key (allowed: by)")
+    assert "user_actions.expectations[0].run.by: unknown key" in config_problem(user_actions={"expectations": [
+        {"id": "code_entered", "description": "The code was entered", "run": {"by": "agent"}}]})
+
+
 def test_config_names_what_is_wrong_with_an_action() -> None:
     from bot.config import Config, ConfigError
     from tests.conftest import SECRET

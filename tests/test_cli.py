@@ -194,10 +194,13 @@ class Served:
 
 
 @contextmanager
-def serving(tmp_path: Path) -> Iterator[Served]:
-    with socket.socket() as probe:  # a free port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def serving(tmp_path: Path, port: int | None = None) -> Iterator[Served]:
+    """`handoff serve` on the database in `tmp_path`, on `port` (a restart keeps its address)
+    or a free one."""
+    if port is None:
+        with socket.socket() as probe:  # a free port
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     config = tmp_path / "desk.yaml"
     config.write_text(f"server: {{host: 127.0.0.1, port: {port}}}\n"
                       f"database_url: sqlite:///{tmp_path / 'desk.db'}\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from bot.web.idempotency import caller_scope, fingerprint
 from tests.approval_actions import refund_action
 from tests.conftest import Harness, StartDesk
 from tests.fakes import ScriptedChannel
+from tests.test_cli import serving
 
 
 @pytest.fixture
@@ -381,3 +383,29 @@ async def test_the_sync_client_tells_the_same_story_against_a_served_desk(served
     outcome, roles = await asyncio.to_thread(story)
     assert (outcome.status, outcome.returned) == ("released", {"decision": "refund"})
     assert {"subscriber", "system"} <= set(roles)
+
+
+async def test_a_wait_outlives_a_killed_desk_and_gets_the_outcome_from_the_restarted_one(tmp_path: Path) -> None:
+    """`handoff serve` as a real process, SIGKILLed while the client long-polls a handoff, then
+    started again on its files and address: the same wait_handoff call returns the release."""
+    with serving(tmp_path) as served:
+        port = int(served.base_url.rsplit(":", 1)[1])
+        desk = DeskClient(served.base_url, backoff=0.05, max_backoff=0.2)
+        cid = await desk.create_conversation(name="Ana")
+        sid = (await desk.call_tool(cid, "handoff_request", {
+            "channel_id": 1, "summary": "Ana wants a refund for order 1234.", "expected_action": "Decide on the refund.",
+            "expected_return": [{"name": "decision", "type": "string"}]}))["handoff_session_id"]
+        waiting = asyncio.create_task(desk.wait_handoff(sid, timeout=120))
+        async with httpx.AsyncClient(base_url=served.base_url) as probe, asyncio.timeout(20):
+            while "handoff_long_polls_waiting 1.0" not in (await probe.get("/metrics")).text:
+                await asyncio.sleep(0.05)  # until the wait is parked on the desk
+        served.process.kill()
+        served.process.wait(10)
+    with serving(tmp_path, port) as restarted:
+        async with DeskClient(restarted.base_url) as person:
+            await person.release(sid, return_values={"decision": "refund"})
+        async with asyncio.timeout(30):
+            outcome = await waiting
+    await desk.aclose()
+    assert not waiting.cancelled()
+    assert (outcome.status, outcome.reason, outcome.returned) == ("released", "owner", {"decision": "refund"})

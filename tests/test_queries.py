@@ -50,6 +50,19 @@ async def test_events_are_the_audit_trail_in_order_and_an_unknown_handoff_is_not
         await queries.events("hs_nope")
 
 
+async def test_the_resume_message_of_a_released_handoff_and_none_before(harness: Harness, queries: Queries) -> None:
+    cid = await harness.conversation()
+    sid = (await harness.start_handoff(cid))["handoff_session_id"]
+    await harness.say(cid, "Any news?")
+    handoff = await harness.desk.handoffs.get(sid)
+    assert await queries.resume_message(handoff) is None
+    released = (await harness.client.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})).json()
+    await harness.say(cid, "Thanks!")  # later messages of the conversation are not it
+    resume = await queries.resume_message(await harness.desk.handoffs.get(sid))
+    assert resume is not None and resume.id == released["resume_message_id"]
+    assert resume.text.startswith("[Bot resumed — the owner released the conversation.")
+
+
 async def test_previews_hold_the_newest_message_and_the_subscribers_newest(harness: Harness, queries: Queries) -> None:
     cid = await harness.conversation("Ana")
     quiet = await harness.conversation("Ben")

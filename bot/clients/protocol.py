@@ -136,8 +136,10 @@ def drive(operation: Operation[T], policy: RetryPolicy) -> Steps[T]:
     error: Exception | None = None
     while True:
         try:
-            # None starts the generator; an error is raised at the operation's `yield`
-            step = operation.throw(error) if error is not None else operation.send(answer)  # type: ignore[arg-type]
+            if error is not None:  # raised at the operation's `yield`
+                step = operation.throw(error)
+            else:
+                step = operation.send(answer)  # type: ignore[arg-type]  # None starts the generator
         except StopIteration as done:
             result: T = done.value
             return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,6 +23,16 @@ from bot.store.vocabulary import Role
 from channels.base import SatisfactionPrompt, TranscriptLine, UserActionPrompt
 
 T = TypeVar("T")
+
+
+class InConversation(Protocol):
+    """A row that belongs to one conversation."""
+
+    @property
+    def conversation_id(self) -> str: ...
+
+
+R = TypeVar("R", bound=InConversation)
 
 # session.info key: the `last_message_at` each conversation was given in this session, so a
 # transaction storing several messages at one moment (a release: the subscriber's notice and
@@ -257,6 +267,12 @@ class Conversations:
         transaction around it."""
         return await self.wait_until(conversation_id, await self.messages(conversation_id, after, limit),
                                      lambda: self._messages_after(conversation_id, after, limit), bool, wait)
+
+    async def wait_for(self, read: Callable[[], Awaitable[R]], settled: Callable[[R], bool], wait: float) -> R:
+        """`read()` a thing of one conversation (a handoff, an approval, a user action) until
+        `settled`, waiting up to `wait` seconds on its conversation (`wait_until`)."""
+        current = await read()
+        return await self.wait_until(current.conversation_id, current, read, settled, wait)
 
     async def wait_until(self, conversation_id: str, current: T, read: Callable[[], Awaitable[T]],
                          settled: Callable[[T], bool], wait: float) -> T:

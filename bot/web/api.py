@@ -297,6 +297,13 @@ def invalid_json(reason: str) -> ApiError:
     return ApiError(400, "invalid_json", f"the body is not valid JSON ({reason})")
 
 
+def long_poll(until: str) -> Any:
+    """The `wait` query parameter of a GET that can long-poll: it answers as soon as what it
+    waits for happens, or after `wait` seconds with the state as it is (0: at once)."""
+    return Query(default=0, ge=0, le=MAX_WAIT_SECONDS,
+                 description=f"Long-poll: wait up to this many seconds {until}; it answers as soon as that happens.")
+
+
 def handoff_view(handoff: HandoffSession, forms: FormLinks) -> dict[str, Any]:
     """A handoff as the API shows it; the form link only while the handoff is active."""
     return {
@@ -402,7 +409,7 @@ async def list_messages(
     conversations: ConversationsDep,
     after: int = Query(default=0, ge=0, le=MAX_ID, description="Only messages with a larger id."),
     limit: int = Query(default=200, ge=1, le=500),
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds for a new message."),
+    wait: float = long_poll("for a new message"),
 ) -> dict[str, Any]:
     messages = await conversations.wait_for_messages(cid, after, limit, wait)
     return {"messages": [message_view(m) for m in messages]}
@@ -440,12 +447,9 @@ async def list_handoffs(
 async def get_handoff(
     sid: str, handoffs: HandoffsDep, forms: FormLinksDep, satisfaction: SatisfactionDep, queries: QueriesDep,
     conversations: ConversationsDep,
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
-                        "for the handoff to end (released or failed); it answers as soon as it does."),
+    wait: float = long_poll("for the handoff to end (released or failed)"),
 ) -> dict[str, Any]:
-    handoff = await handoffs.get(sid)
-    handoff = await conversations.wait_until(handoff.conversation_id, handoff, lambda: handoffs.get(sid),
-                                             lambda h: h.state not in OPEN_STATES, wait)
+    handoff = await conversations.wait_for(lambda: handoffs.get(sid), lambda h: h.state not in OPEN_STATES, wait)
     view = handoff_view(handoff, forms)
     view["satisfaction"] = satisfaction_view(await satisfaction.of(sid))
     if handoff.route_id is not None:
@@ -502,11 +506,9 @@ async def list_approvals(
 @api.get("/approvals/{aid}", dependencies=[Depends(READS)], responses=answer(ApprovalAnswer))
 async def get_approval(
     aid: str, approvals: ApprovalsDep, conversations: ConversationsDep,
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
-                        "for the approval to settle (decided or closed, and when approved, run or handed to the agent)."),
+    wait: float = long_poll("for the approval to settle (decided or closed, and when approved, run or handed to the agent)"),
 ) -> dict[str, Any]:
-    approval = await approvals.get(aid)
-    approval = await conversations.wait_until(approval.conversation_id, approval, lambda: approvals.get(aid), settled, wait)
+    approval = await conversations.wait_for(lambda: approvals.get(aid), settled, wait)
     return approval_view(approval, await approvals.votes(aid))
 
 
@@ -549,13 +551,10 @@ class UserActionResponseBody(_Body):
 @api.get("/user_actions/{uaid}", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
 async def get_user_action(
     uaid: str, user_actions: UserActionsDep, conversations: ConversationsDep,
-    wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds "
-                        "for the user action to end (done, cancelled, timeout or failed)."),
+    wait: float = long_poll("for the user action to end (done, cancelled, timeout or failed)"),
 ) -> dict[str, Any]:
-    action = await user_actions.get(uaid)
-    action = await conversations.wait_until(action.conversation_id, action, lambda: user_actions.get(uaid),
-                                            lambda a: a.state != USER_ACTION_PENDING, wait)
-    return user_action_view(action)
+    return user_action_view(await conversations.wait_for(
+        lambda: user_actions.get(uaid), lambda a: a.state != USER_ACTION_PENDING, wait))
 
 
 @api.post("/user_actions/{uaid}/step", dependencies=[Depends(AGENTS)], responses=answer(UserActionAnswer))
