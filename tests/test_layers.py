@@ -244,3 +244,22 @@ def test_import_module_of_a_higher_layer_is_an_arrow() -> None:
 def test_strings_that_only_look_dotted_are_not_arrows() -> None:
     source = 'LOGGER = "bot.nothing_here"\nTEXT = "see bot.web.app for the routes"\nFILE = "bot/web/app.py"\n'
     assert arrows_of("bot.store.models", source, "bot/store/models.py", {"bot.web.app"}) == []
+
+
+# Agent frameworks, optional extras: only bot/integrations/ may import them, so the desk itself
+# (and every other client) runs without them installed.
+FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "agents")
+
+
+def test_only_the_integrations_import_an_agent_framework() -> None:
+    found = []
+    for module, path in project_modules().items():
+        if module.startswith("bot.integrations"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names
+                      if name.split(".")[0] in FRAMEWORKS]
+    assert found == [], "an agent framework imported outside bot/integrations/:\n" + "\n".join(found)
+

@@ -1,6 +1,8 @@
-"""Layer 12, integrations: the desk's people inside agent frameworks, through the typed client.
+"""Integrations: the desk inside the agent frameworks people build with (LangGraph,
+PydanticAI, the OpenAI Agents SDK).
 
-Each module adapts one framework's own human-in-the-loop primitive to the desk and imports
-that framework, so each is an optional extra (`pip install 'handoff-desk[pydantic-ai]'`, …)
-and nothing else in bot/ imports them. Imports layers 0–11.
+A layer above `bot/clients/`: each module turns one framework's human-in-the-loop primitive
+into desk requests through the typed client, as any agent running elsewhere would, over
+HTTP. Nothing below imports them, and each imports its framework only when it is imported
+itself, so the framework stays an optional extra (`pip install handoff-desk[langgraph]`).
 """
