@@ -226,20 +226,31 @@ class Database:
             await self._connections.give_back(connection)
 
     async def fetch_all(self, statement: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
-        """One prepared SELECT, read on its own. A single statement is its own snapshot, so on
-        a SQLite file it runs on an idle reader connection with no BEGIN or COMMIT around it
-        (a read transaction's fixed cost is several times a short SELECT's); elsewhere it
-        runs in `read()`."""
-        if self._connections is None:
+        """One prepared SELECT, read on its own. A single statement is its own snapshot, so it
+        runs with no BEGIN or COMMIT around it (a read transaction's fixed cost is several
+        times a short SELECT's): on a SQLite file on an idle reader connection, on PostgreSQL
+        on a pooled connection, straight on asyncpg. An in-memory SQLite database runs it in
+        `read()`."""
+        if self._connections is not None:
+            connection = await self._connections.reader()
+            try:
+                inline = prepared.inline_of(connection)
+                assert inline is not None, "held connections are inline ones (bot/store/sqlite_driver.py)"
+                return await prepared.fetch_all_raw(inline, statement, params)
+            finally:
+                await self._connections.give_back(connection)
+        if self.is_sqlite:
             async with self.read() as session:
                 return await prepared.fetch_all(session, statement, params)
-        connection = await self._connections.reader()
-        try:
-            inline = prepared.inline_of(connection)
-            assert inline is not None, "held connections are inline ones (bot/store/sqlite_driver.py)"
-            return await prepared.fetch_all_inline(inline, statement, params)
-        finally:
-            await self._connections.give_back(connection)
+        async with self.engine.connect() as connection:  # checked out as any transaction's: pinged after idle
+            direct = prepared.direct_of(connection)
+            assert direct is not None, "PostgreSQL runs on asyncpg (async_url)"
+            try:
+                return await prepared.fetch_all_raw(direct, statement, params)
+            except BaseException:
+                if direct.connection.is_closed():  # what SQLAlchemy's asyncpg dialect takes for a disconnect
+                    await connection.invalidate()
+                raise
 
     async def fetch_one(self, statement: Prepared, params: Mapping[str, Any] | None = None) -> Row | None:
         """The first row of `fetch_all`, or None."""
