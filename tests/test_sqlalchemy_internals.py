@@ -171,18 +171,17 @@ async def pg_engine() -> AsyncIterator[AsyncEngine]:
 @pytest.mark.postgres
 async def test_the_asyncpg_adapter_begins_at_the_first_statement_on_its_connection(pg_engine: AsyncEngine) -> None:
     async with AsyncSession(pg_engine) as session, session.begin():
-        connection = await session.connection()
-        direct = prepared.direct_of(connection)
+        direct = prepared.direct_of(await session.connection(), in_transaction=True)
         assert direct is not None, changed("`driver_connection` of a pooled asyncpg connection", "it is not asyncpg's")
         assert not direct.connection.is_in_transaction(), changed(
             "the asyncpg adapter's lazy BEGIN", "it begins before the first statement; prepared statements need not "
-            "send their first through SQLAlchemy (bot/store/prepared.py, `_begins`)")
-        (ours,) = (await connection.exec_driver_sql("SELECT txid_current()")).one()
+            "send their first through its cursor (bot/store/prepared.py, `Direct._begins`)")
+        ((ours,),) = await direct.fetch("SELECT txid_current()", [])  # the first: through the adapter's cursor
         assert direct.connection.is_in_transaction(), changed(
-            "the asyncpg adapter's lazy BEGIN", "a statement sent through SQLAlchemy did not begin the transaction")
-        assert await direct.connection.fetchval("SELECT txid_current()") == ours, changed(
-            "the asyncpg adapter's transaction", "statements on its asyncpg connection run outside it")
-        await direct.connection.execute("SELECT set_config('handoff.probe', 'set', true)")  # undone with the transaction
+            "the asyncpg adapter's lazy BEGIN", "a statement run on its DB-API cursor did not begin the transaction")
+        ((again,),) = await direct.fetch("SELECT txid_current()", [])  # on asyncpg itself
+        assert again == ours, changed("the asyncpg adapter's transaction", "statements on its asyncpg connection run outside it")
+        await direct.execute("SELECT set_config('handoff.probe', 'set', true)", [])  # undone with the transaction
         await session.rollback()
     async with AsyncSession(pg_engine) as session:
         (probe,) = (await session.execute(text("SELECT current_setting('handoff.probe', true)"))).one()
@@ -194,7 +193,7 @@ async def test_asyncpg_connections_decode_json_as_sqlalchemy_does(pg_engine: Asy
     # The JSON codecs SQLAlchemy's asyncpg dialect installs on every connection (`on_connect`):
     # prepared statements read JSON on asyncpg directly and apply no processor of their own.
     async with pg_engine.connect() as connection:
-        direct = prepared.direct_of(connection)
+        direct = prepared.direct_of(connection, in_transaction=False)
         assert direct is not None
         for kind in ("json", "jsonb"):
             value = await direct.connection.fetchval(f"SELECT $1::{kind}", '{"a": [1, "é"]}')

@@ -243,14 +243,9 @@ class Database:
             async with self.read() as session:
                 return await prepared.fetch_all(session, statement, params)
         async with self.engine.connect() as connection:  # checked out as any transaction's: pinged after idle
-            direct = prepared.direct_of(connection)
+            direct = prepared.direct_of(connection, in_transaction=False)
             assert direct is not None, "PostgreSQL runs on asyncpg (async_url)"
-            try:
-                return await prepared.fetch_all_raw(direct, statement, params)
-            except BaseException:
-                if direct.connection.is_closed():  # what SQLAlchemy's asyncpg dialect takes for a disconnect
-                    await connection.invalidate()
-                raise
+            return await prepared.fetch_all_raw(direct, statement, params)
 
     async def fetch_one(self, statement: Prepared, params: Mapping[str, Any] | None = None) -> Row | None:
         """The first row of `fetch_all`, or None."""

@@ -15,11 +15,10 @@ connection, and the type codecs SQLAlchemy installed on it), ~15 µs of CPU wher
 On PostgreSQL SQLAlchemy's asyncpg adapter sends BEGIN with the first statement it runs in a
 transaction, not when the session's transaction begins. So a prepared statement that finds
 the asyncpg connection outside a transaction (asyncpg's public `is_in_transaction()`) is the
-transaction's first: it goes through `exec_driver_sql` on the session's connection (public:
-the same SQL and values, through the adapter, which begins first); every later one runs on
-asyncpg directly. Commit, rollback, the pool, its ping and the invalidation of a connection
-that broke stay SQLAlchemy's: a statement that fails on asyncpg leaves the connection as the
-adapter would find it, and the session's rollback then sees the broken connection.
+transaction's first: it goes through the adapter's DB-API cursor (PEP 249, reached through
+the public `AsyncConnection.run_sync`; the adapter begins, then runs it), and every later one
+runs on asyncpg directly. Commit, rollback, the pool and its ping stay SQLAlchemy's; a
+statement that finds its connection closed invalidates it, as SQLAlchemy does for its own.
 
 Rules a caller keeps:
 - Parameters are given by name. A column an INSERT or UPDATE leaves out is treated as
@@ -39,12 +38,12 @@ Rules a caller keeps:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import asyncpg
-from sqlalchemy.engine import CursorResult, Dialect
+from sqlalchemy.engine import Connection, CursorResult, Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import UpdateBase
@@ -59,6 +58,7 @@ _RAW_CONNECTION = "handoff_desk_raw_connection"
 
 Processor = internals.Processor
 Row = tuple[Any, ...]
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -200,40 +200,80 @@ class Inline:
 
 @dataclass(frozen=True, slots=True)
 class Direct:
-    """Where a session's prepared statements run on PostgreSQL: the asyncpg connection under
-    its SQLAlchemy connection (`driver_connection`, public), and the dialect."""
+    """Where prepared statements run on PostgreSQL: the asyncpg connection under a SQLAlchemy
+    connection (`driver_connection`, public), and whether they belong to that connection's
+    transaction (a session's) or are each their own (`Database.fetch_all`)."""
 
+    sqlalchemy: AsyncConnection
     connection: asyncpg.Connection
     dialect: Dialect
+    in_transaction: bool
 
     async def column_type_codes(self, sql: str, _count: int) -> tuple[Any, ...]:
         """The type OID of each result column, as the adapter's cursor description reports them
         (one round trip, once per statement and process)."""
-        try:
-            statement = await self.connection.prepare(sql)
-        except _ASYNCPG_ERRORS as error:
-            raise internals.asyncpg_error(sql, (), error, self.dialect) from error
+        statement = await self._run(sql, (), self.connection.prepare, sql)
         return tuple(attribute.type.oid for attribute in statement.get_attributes())
 
     async def fetch(self, sql: str, values: list[Any]) -> Sequence[Row]:
-        try:
-            return [tuple(record) for record in await self.connection.fetch(sql, *values)]
-        except _ASYNCPG_ERRORS as error:
-            raise internals.asyncpg_error(sql, values, error, self.dialect) from error
+        if self._begins():
+            return (await self._through_the_adapter(sql, values, many=False))[0]
+        return [tuple(record) for record in await self._run(sql, values, self.connection.fetch, sql, *values)]
 
     async def execute(self, sql: str, values: list[Any]) -> int:
-        try:
-            status = await self.connection.execute(sql, *values)
-        except _ASYNCPG_ERRORS as error:
-            raise internals.asyncpg_error(sql, values, error, self.dialect) from error
+        if self._begins():
+            return (await self._through_the_adapter(sql, values, many=False))[1]
+        status = await self._run(sql, values, self.connection.execute, sql, *values)
         # The command tag's last word is the rows the command matched ("UPDATE 2", "INSERT 0 1").
         return int(status.rpartition(" ")[2])
 
     async def execute_many(self, sql: str, values: list[list[Any]]) -> None:
+        if self._begins():
+            await self._through_the_adapter(sql, values, many=True)
+        else:
+            await self._run(sql, values, self.connection.executemany, sql, values)
+
+    def _begins(self) -> bool:
+        """Whether this statement is its transaction's first, which SQLAlchemy's asyncpg adapter
+        must run: it sends BEGIN with the first statement it runs, not when the session's
+        transaction begins."""
+        return self.in_transaction and not self.connection.is_in_transaction()
+
+    async def _run(self, sql: str, values: Any, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """One asyncpg call. Its errors are raised as the SQLAlchemy exceptions a session would
+        raise, and a connection it found closed is invalidated, as SQLAlchemy invalidates one
+        a statement of its own found closed (the pool then replaces it)."""
         try:
-            await self.connection.executemany(sql, values)
+            return await call(*args)
         except _ASYNCPG_ERRORS as error:
+            await self._invalidate_if_closed()
             raise internals.asyncpg_error(sql, values, error, self.dialect) from error
+
+    async def _through_the_adapter(self, sql: str, values: Any, *, many: bool) -> tuple[list[Row], int]:
+        """The statement through the adapter's DB-API cursor (PEP 249, in SQLAlchemy's sync
+        layer through the public `run_sync`): the adapter begins its transaction, then runs it."""
+        dbapi_error: type[Exception] = self.dialect.loaded_dbapi.Error
+        try:
+            return await self.sqlalchemy.run_sync(_on_the_cursor, sql, values, many)
+        except dbapi_error as error:
+            await self._invalidate_if_closed()
+            raise internals.driver_error(sql, values, error, dbapi_error, self.dialect) from error
+
+    async def _invalidate_if_closed(self) -> None:
+        if self.connection.is_closed():  # what SQLAlchemy's asyncpg dialect takes for a disconnect
+            await self.sqlalchemy.invalidate()
+
+
+def _on_the_cursor(connection: Connection, sql: str, values: Any, many: bool) -> tuple[list[Row], int]:
+    cursor = connection.connection.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, values)
+        else:
+            cursor.execute(sql, values)
+        return ([tuple(row) for row in cursor.fetchall()] if cursor.description else []), cursor.rowcount
+    finally:
+        cursor.close()
 
 
 # What asyncpg raises for a statement: the server's errors, and its own (a closed connection,
@@ -260,24 +300,13 @@ async def _raw_connection(session: AsyncSession) -> Raw | None:
         elif bind.dialect.name == "sqlite":
             attach_inline(session, await session.connection())
         else:
-            info[_RAW_CONNECTION] = direct_of(await session.connection())
+            info[_RAW_CONNECTION] = direct_of(await session.connection(), in_transaction=True)
     return cast(Raw | None, info[_RAW_CONNECTION])
 
 
 async def _flush_pending(session: AsyncSession) -> None:
     if session.new or session.dirty or session.deleted:
         await session.flush()
-
-
-def _begins(raw: Raw) -> bool:
-    """Whether the next statement is the first of the transaction on a PostgreSQL connection
-    (see the module's docstring): SQLAlchemy must send it, to begin first."""
-    return isinstance(raw, Direct) and not raw.connection.is_in_transaction()
-
-
-async def _through_sqlalchemy(session: AsyncSession, compiled: _Compiled, values: Any) -> CursorResult[Any]:
-    connection = await session.connection()
-    return await connection.exec_driver_sql(compiled.sql, values)
 
 
 async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
@@ -288,12 +317,6 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     if raw is None:
         prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
-    if _begins(raw):
-        prepared.check(params)
-        compiled = prepared.compiled(raw.dialect, frozenset(params))
-        await _learn_results(raw, compiled)
-        result = await _through_sqlalchemy(session, compiled, tuple(compiled.values(params)))
-        return compiled.rows([tuple(row) for row in result])
     return await fetch_all_raw(raw, prepared, params)  # checks the parameters itself
 
 
@@ -303,10 +326,11 @@ def inline_of(connection: AsyncConnection) -> Inline | None:
     return Inline(driver, connection.dialect) if isinstance(driver, InlineConnection) else None
 
 
-def direct_of(connection: AsyncConnection) -> Direct | None:
-    """Where prepared statements run on `connection`, when it is an asyncpg one."""
+def direct_of(connection: AsyncConnection, *, in_transaction: bool) -> Direct | None:
+    """Where prepared statements run on `connection`, when it is an asyncpg one: in its
+    transaction, or each on its own (then the connection must not be in one)."""
     driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
-    return Direct(driver, connection.dialect) if isinstance(driver, asyncpg.Connection) else None
+    return Direct(connection, driver, connection.dialect, in_transaction) if isinstance(driver, asyncpg.Connection) else None
 
 
 async def fetch_all_raw(raw: Raw, prepared: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
@@ -336,8 +360,6 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
     compiled = prepared.compiled(raw.dialect, frozenset(params))
-    if _begins(raw):
-        return (await _through_sqlalchemy(session, compiled, tuple(compiled.values(params)))).rowcount
     return await raw.execute(compiled.sql, compiled.values(params))
 
 
@@ -354,7 +376,4 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
         return
     compiled = prepared.compiled(raw.dialect, frozenset(rows[0]))
     values = [compiled.values(r) for r in rows]
-    if _begins(raw):
-        await _through_sqlalchemy(session, compiled, [tuple(v) for v in values])
-        return
     await raw.execute_many(compiled.sql, values)
