@@ -171,8 +171,8 @@ async def pg_engine() -> AsyncIterator[AsyncEngine]:
 @pytest.mark.postgres
 async def test_the_asyncpg_adapter_begins_at_the_first_statement_on_its_connection(pg_engine: AsyncEngine) -> None:
     async with AsyncSession(pg_engine) as session, session.begin():
-        direct = prepared.direct_of(await session.connection(), in_transaction=True)
-        assert direct is not None, changed("`driver_connection` of a pooled asyncpg connection", "it is not asyncpg's")
+        direct = prepared.raw_of((await session.connection()).sync_connection, in_transaction=True)  # type: ignore[arg-type]  # connected
+        assert isinstance(direct, prepared.Direct), changed("`driver_connection` of a pooled asyncpg connection", "it is not asyncpg's")
         assert not direct.connection.is_in_transaction(), changed(
             "the asyncpg adapter's lazy BEGIN", "it begins before the first statement; prepared statements need not "
             "send their first through its cursor (bot/store/prepared.py, `Direct._begins`)")
@@ -193,8 +193,8 @@ async def test_asyncpg_connections_decode_json_as_sqlalchemy_does(pg_engine: Asy
     # The JSON codecs SQLAlchemy's asyncpg dialect installs on every connection (`on_connect`):
     # prepared statements read JSON on asyncpg directly and apply no processor of their own.
     async with pg_engine.connect() as connection:
-        direct = prepared.direct_of(connection, in_transaction=False)
-        assert direct is not None
+        direct = prepared.raw_of(connection.sync_connection, in_transaction=False)  # type: ignore[arg-type]  # connected
+        assert isinstance(direct, prepared.Direct)
         for kind in ("json", "jsonb"):
             value = await direct.connection.fetchval(f"SELECT $1::{kind}", '{"a": [1, "é"]}')
             assert value == {"a": [1, "é"]}, changed(

@@ -15,9 +15,9 @@ connection, and the type codecs SQLAlchemy installed on it), ~15 µs of CPU wher
 On PostgreSQL SQLAlchemy's asyncpg adapter sends BEGIN with the first statement it runs in a
 transaction, not when the session's transaction begins. So a prepared statement that finds
 the asyncpg connection outside a transaction (asyncpg's public `is_in_transaction()`) is the
-transaction's first: it goes through the adapter's DB-API cursor (PEP 249, reached through
-the public `AsyncConnection.run_sync`; the adapter begins, then runs it), and every later one
-runs on asyncpg directly. Commit, rollback, the pool and its ping stay SQLAlchemy's; a
+transaction's first: it goes through the adapter's DB-API cursor (PEP 249, run in
+SQLAlchemy's sync layer as `AsyncConnection.run_sync` runs code; the adapter begins, then runs
+it), and every later one runs on asyncpg directly. Commit, rollback, the pool and its ping stay SQLAlchemy's; a
 statement that finds its connection closed invalidates it, as SQLAlchemy does for its own.
 
 Rules a caller keeps:
@@ -44,7 +44,8 @@ from typing import Any, TypeVar, cast
 
 import asyncpg
 from sqlalchemy.engine import Connection, CursorResult, Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
@@ -204,7 +205,7 @@ class Direct:
     connection (`driver_connection`, public), and whether they belong to that connection's
     transaction (a session's) or are each their own (`Database.fetch_all`)."""
 
-    sqlalchemy: AsyncConnection
+    sqlalchemy: Connection
     connection: asyncpg.Connection
     dialect: Dialect
     in_transaction: bool
@@ -251,17 +252,17 @@ class Direct:
 
     async def _through_the_adapter(self, sql: str, values: Any, *, many: bool) -> tuple[list[Row], int]:
         """The statement through the adapter's DB-API cursor (PEP 249, in SQLAlchemy's sync
-        layer through the public `run_sync`): the adapter begins its transaction, then runs it."""
+        layer, as `AsyncConnection.run_sync` runs it): the adapter begins, then runs it."""
         dbapi_error: type[Exception] = self.dialect.loaded_dbapi.Error
         try:
-            return await self.sqlalchemy.run_sync(_on_the_cursor, sql, values, many)
+            return await internals.run_sync(_on_the_cursor, self.sqlalchemy, sql, values, many)
         except dbapi_error as error:
             await self._invalidate_if_closed()
             raise internals.driver_error(sql, values, error, dbapi_error, self.dialect) from error
 
     async def _invalidate_if_closed(self) -> None:
         if self.connection.is_closed():  # what SQLAlchemy's asyncpg dialect takes for a disconnect
-            await self.sqlalchemy.invalidate()
+            await internals.run_sync(self.sqlalchemy.invalidate)
 
 
 def _on_the_cursor(connection: Connection, sql: str, values: Any, many: bool) -> tuple[list[Row], int]:
@@ -283,10 +284,11 @@ _ASYNCPG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)
 Raw = Inline | Direct
 
 
-def attach_inline(session: AsyncSession, connection: AsyncConnection) -> None:
-    """Tell the prepared statements which inline connection `session`'s transaction (already
-    begun) runs on, so they need not ask the session for it."""
-    session.info[_RAW_CONNECTION] = inline_of(connection)
+def attach(session: AsyncSession | Session, connection: Connection) -> None:
+    """Tell the prepared statements which connection `session`'s transaction (already begun)
+    runs on, so they need not ask the session for it: SQLAlchemy's sync `connection`, which
+    code running in SQLAlchemy's sync layer (`bot/store/db.py`'s begin) holds already."""
+    session.info[_RAW_CONNECTION] = raw_of(connection, in_transaction=True)
 
 
 async def _raw_connection(session: AsyncSession) -> Raw | None:
@@ -294,13 +296,9 @@ async def _raw_connection(session: AsyncSession) -> Raw | None:
     Taking the connection begins the session's transaction, as its first statement would."""
     info = session.info
     if _RAW_CONNECTION not in info:
-        bind = session.bind
-        if bind is None or bind.dialect.name not in ("sqlite", "postgresql"):
-            info[_RAW_CONNECTION] = None
-        elif bind.dialect.name == "sqlite":
-            attach_inline(session, await session.connection())
-        else:
-            info[_RAW_CONNECTION] = direct_of(await session.connection(), in_transaction=True)
+        connection = (await session.connection()).sync_connection
+        assert connection is not None, "a session's connection is connected"
+        attach(session, connection)
     return cast(Raw | None, info[_RAW_CONNECTION])
 
 
@@ -320,17 +318,16 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     return await fetch_all_raw(raw, prepared, params)  # checks the parameters itself
 
 
-def inline_of(connection: AsyncConnection) -> Inline | None:
-    """Where prepared statements run on `connection`, when it is an inline SQLite one."""
-    driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
-    return Inline(driver, connection.dialect) if isinstance(driver, InlineConnection) else None
-
-
-def direct_of(connection: AsyncConnection, *, in_transaction: bool) -> Direct | None:
-    """Where prepared statements run on `connection`, when it is an asyncpg one: in its
-    transaction, or each on its own (then the connection must not be in one)."""
-    driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
-    return Direct(connection, driver, connection.dialect, in_transaction) if isinstance(driver, asyncpg.Connection) else None
+def raw_of(connection: Connection, *, in_transaction: bool) -> Raw | None:
+    """Where prepared statements run on `connection`: an inline SQLite connection, or an
+    asyncpg one, in its transaction or (`in_transaction` false: the connection must not be in
+    one) each statement on its own; None for any other driver."""
+    driver = connection.connection.driver_connection
+    if isinstance(driver, InlineConnection):
+        return Inline(driver, connection.dialect)
+    if isinstance(driver, asyncpg.Connection):
+        return Direct(connection, driver, connection.dialect, in_transaction)
+    return None
 
 
 async def fetch_all_raw(raw: Raw, prepared: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
