@@ -17,8 +17,9 @@ transaction, not when the session's transaction begins. So a prepared statement 
 the asyncpg connection outside a transaction (asyncpg's public `is_in_transaction()`) is the
 transaction's first: it goes through the adapter's DB-API cursor (PEP 249, run in
 SQLAlchemy's sync layer as `AsyncConnection.run_sync` runs code; the adapter begins, then runs
-it), and every later one runs on asyncpg directly. Commit, rollback, the pool and its ping stay SQLAlchemy's; a
-statement that finds its connection closed invalidates it, as SQLAlchemy does for its own.
+it), and every later one runs on asyncpg directly. Commit, rollback, the pool and its ping
+stay SQLAlchemy's; a statement that finds its connection closed invalidates it, as
+SQLAlchemy does for a statement of its own.
 
 Rules a caller keeps:
 - Parameters are given by name. A column an INSERT or UPDATE leaves out is treated as
