@@ -142,7 +142,6 @@ class Database:
             _configure_sqlite(self.engine)
         else:
             _ping_after_idle(self.engine, ping_after_idle)
-        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._read_engine = self.engine.execution_options(**{_READ_ONLY: True})
         self._read_sessions = async_sessionmaker(self._read_engine, expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
@@ -336,8 +335,8 @@ async def _one_transaction(bind: AsyncConnection | AsyncEngine, *, shield_end: b
     lands at the end can not keep the connection from the pool (`AsyncSession` shields its
     close the same way), for a connection that awaits the network at its commit."""
     session = AsyncSession(bind=bind, expire_on_commit=False)
-    await run_sync(_begin, session.sync_session)
     try:
+        await run_sync(_begin, session.sync_session)  # a failed checkout or BEGIN is rolled back and closed too
         yield session
     except BaseException:
         await _finish(session, False, shield_end)
