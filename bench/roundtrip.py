@@ -4,6 +4,7 @@ processes over real HTTP on loopback, next to awaithumans doing the same shape.
 Run:  python bench/roundtrip.py [--sequential 150] [--concurrent 300] [--clients 20] [--parked 200]
                                 [--no-postgres] [--no-sqlite-pair] [--no-awaithumans] [--awaithumans-python PATH]
                                 [--count-sql [--count-n 100]] [--profile DIR] [--cprofile FILE]
+                                [--profile-on {sqlite,postgres}]
 
 One round trip is what an agent and a person do for one handoff:
 
@@ -43,6 +44,9 @@ are timed (listeners installed by this file in the served process, `serve-counte
 holding the GIL, so waits are left out) and prints the top of the profile by own and by
 cumulative samples for the whole process and for the `handoff_request`, form POST and
 long-poll routes; `--cprofile FILE` does the same pass under cProfile (`serve-profiled`).
+`--profile-on postgres` profiles the first PostgreSQL instance instead, through both of its
+passes (the sequential one, which it serves alone, and the concurrent one), and runs the
+SQLite passes unprofiled.
 Figures are wall-clock on whatever machine runs this; nothing here asserts a threshold.
 """
 
@@ -600,6 +604,23 @@ class Counters:
 # --------------------------------------------------------------------------- profiles (py-spy raw output)
 
 
+PROFILED_ROUTES = {"handoff_request (POST /api/conversations/{cid}/tools/{name})": "call_tool (bot/web/api.py",
+                   "form POST (POST /f/{token})": "submit_form (forms/routes.py",
+                   "long-poll (GET /api/conversations/{cid}/messages)": "list_messages (bot/web/api.py"}
+
+
+def pyspy_output(folder: str) -> Path:
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    return out / "roundtrip-concurrent.txt"
+
+
+def pyspy_wrap(raw: Path) -> list[str]:
+    """The command line that starts a server under py-spy, writing raw samples to `raw`."""
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return [pyspy, "record", "--nonblocking", "--gil", "--function", "--rate", "200", "--format", "raw", "-o", str(raw), "--"]
+
+
 def profile_tops(raw: Path, routes: dict[str, str], lines: int) -> None:
     """Print the top frames by own and by cumulative samples: for the whole process, and for
     the samples whose stack runs through each route's function."""
@@ -739,20 +760,21 @@ def main(args: argparse.Namespace) -> None:
             poller.close()
 
     results: dict[str, Pass] = {}
+    profiling_sqlite, profiling_postgres = args.profile_on == "sqlite", args.profile_on == "postgres"
     desk = start_desk("sqlite", folder, f"sqlite:///{folder / 'desk.db'}", log_level=args.log_level)
     try:
         run_pass("warm-up", [desk], DESK_PHASES, 10, 1, desk_trip)
         results["seq"] = run_pass("SQLite, 1 instance, sequential", [desk], DESK_PHASES, args.sequential, 1, desk_trip,
                                   per_step_cpu=True)
         print_pass(results["seq"])
-        if not args.profile and args.concurrent:
+        if not (args.profile and profiling_sqlite) and args.concurrent:
             results["conc"] = run_pass(f"SQLite, 1 instance, {args.clients} clients", [desk], DESK_PHASES, args.concurrent,
                                        args.clients, desk_trip)
             print_pass(results["conc"])
         if args.parked:
             results["parked"] = run_pass("SQLite, 1 instance, parked long-poll", [desk], DESK_PHASES, args.parked, 1, parked_trip)
             print_pass(results["parked"])
-        if args.sqlite_pair and not args.profile and args.concurrent:
+        if args.sqlite_pair and not (args.profile and profiling_sqlite) and args.concurrent:
             # A second server on the same file: what the second core does for SQLite. Writers
             # of two processes meet at SQLite's lock (BEGIN IMMEDIATE, retried inline).
             twin = start_desk("sqlite-b", folder, f"sqlite:///{folder / 'desk.db'}", log_level=args.log_level)
@@ -766,13 +788,10 @@ def main(args: argparse.Namespace) -> None:
     finally:
         desk.stop()
 
-    if args.profile:
-        out = Path(args.profile)
-        out.mkdir(parents=True, exist_ok=True)
-        raw = out / "roundtrip-concurrent.txt"
-        pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if args.profile and profiling_sqlite:
+        raw = pyspy_output(args.profile)
         profiled = start_desk("sqlite-profiled", folder, f"sqlite:///{folder / 'desk-profiled.db'}", log_level=args.log_level,
-                              wrap=[pyspy, "record", "--nonblocking", "--gil", "--function", "--rate", "200", "--format", "raw", "-o", str(raw), "--"])
+                              wrap=pyspy_wrap(raw))
         try:
             run_pass("warm-up", [profiled], DESK_PHASES, 10, 1, desk_trip)
             results["conc"] = run_pass(f"SQLite, 1 instance, {args.clients} clients (under py-spy)", [profiled], DESK_PHASES,
@@ -782,11 +801,9 @@ def main(args: argparse.Namespace) -> None:
             profiled.stop()
             profiled.proc.wait(timeout=60)
         print(f"\nprofile of the concurrent pass ({raw}):")
-        profile_tops(raw, {"handoff_request (POST /api/conversations/{cid}/tools/{name})": "call_tool (bot/web/api.py",
-                           "form POST (POST /f/{token})": "submit_form (forms/routes.py",
-                           "long-poll (GET /api/conversations/{cid}/messages)": "list_messages (bot/web/api.py"}, args.lines)
+        profile_tops(raw, PROFILED_ROUTES, args.lines)
 
-    if args.cprofile:
+    if args.cprofile and profiling_sqlite:
         stats_file = Path(args.cprofile)
         stats_file.parent.mkdir(parents=True, exist_ok=True)
         profiled = start_desk("sqlite-cprofile", folder, f"sqlite:///{folder / 'desk-cprofile.db'}", log_level=args.log_level,
@@ -815,7 +832,14 @@ def main(args: argparse.Namespace) -> None:
     if args.postgres:
         with postgres() as cluster:
             if cluster:
-                a = start_desk("pg-a", folder, cluster.url, log_level=args.log_level)
+                raw = pyspy_output(args.profile) if args.profile and profiling_postgres else None
+                stats = Path(args.cprofile) if args.cprofile and profiling_postgres else None
+                if stats is not None:
+                    stats.parent.mkdir(parents=True, exist_ok=True)
+                a = start_desk("pg-a", folder, cluster.url, log_level=args.log_level,
+                               wrap=pyspy_wrap(raw) if raw is not None else None,
+                               command=[sys.executable, str(Path(__file__).resolve()), "serve-profiled", str(stats)]
+                               if stats is not None else None)
                 b = start_desk("pg-b", folder, cluster.url, log_level=args.log_level)
                 try:
                     run_pass("warm-up", [a, b], DESK_PHASES, 10, 2, desk_trip)
@@ -828,6 +852,12 @@ def main(args: argparse.Namespace) -> None:
                 finally:
                     a.stop()
                     b.stop()
+                    a.proc.wait(timeout=60)
+                if raw is not None:
+                    print(f"\nprofile of the first PostgreSQL instance, both passes ({raw}):")
+                    profile_tops(raw, PROFILED_ROUTES, args.lines)
+                if stats is not None:
+                    print_cprofile(stats, args.lines)
 
     ah: dict[str, Pass] = {}
     python = awaithumans_python(folder, args.awaithumans_python) if args.awaithumans else None
@@ -900,6 +930,8 @@ if __name__ == "__main__":
     parser.add_argument("--profile", metavar="DIR", help="run the concurrent SQLite pass under py-spy, write the raw profile to DIR")
     parser.add_argument("--count-n", type=int, default=100, help="round trips of the --count-sql pass (default 100)")
     parser.add_argument("--cprofile", metavar="FILE", help="run a concurrent SQLite pass under cProfile, write its stats to FILE")
+    parser.add_argument("--profile-on", choices=("sqlite", "postgres"), default="sqlite",
+                        help="which database's server --profile and --cprofile profile (default sqlite)")
     parser.add_argument("--lines", type=int, default=25, help="lines per profile top (default 25)")
     parser.add_argument("--log-level", default="warning", help="the servers' log level (default warning)")
     main(parser.parse_args())

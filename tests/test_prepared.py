@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlmodel import col
 
 from bot.domain import conversations
@@ -102,8 +102,34 @@ async def test_a_broken_constraint_is_sqlalchemys_integrity_error_on_every_datab
     async with db.transaction() as session:
         await prepared.execute(session, add, row)
     with pytest.raises(IntegrityError):
-        async with db.transaction() as session:
+        async with db.transaction() as session:  # the transaction's first statement (on PostgreSQL: the adapter's)
             await prepared.execute(session, add, row)
+    with pytest.raises(IntegrityError):
+        async with db.transaction() as session:  # a later one (on PostgreSQL: asyncpg's own)
+            await prepared.execute(session, add, {**row, "id": "c_other"})
+            await prepared.execute(session, add, row)
+
+
+@pytest.mark.postgres
+async def test_a_connection_the_server_dropped_mid_transaction_is_refused_and_replaced(db: Database) -> None:
+    import asyncpg
+    from sqlalchemy.exc import DBAPIError
+
+    if db.is_sqlite:
+        pytest.skip("PostgreSQL's pooled connections")
+    pid = prepared.Prepared(select(func.pg_backend_pid()))
+    with pytest.raises(DBAPIError):  # SQLAlchemy's, as a statement of its own would raise: not asyncpg's
+        async with db.transaction() as session:
+            (before,) = await prepared.fetch_one(session, pid) or ()
+            admin = await asyncpg.connect(db.url.replace("postgresql+asyncpg://", "postgresql://"))
+            try:
+                assert await admin.fetchval("SELECT pg_terminate_backend($1)", before)
+            finally:
+                await admin.close()
+            await prepared.fetch_one(session, pid)  # on asyncpg itself, on the closed connection
+    async with db.transaction() as session:  # the pool replaced it: no ping needed
+        (after,) = await prepared.fetch_one(session, pid) or ()
+    assert after != before
 
 
 async def test_a_literal_none_in_the_statement_is_a_value_not_a_missing_parameter(db: Database) -> None:

@@ -9,18 +9,26 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
+from collections.abc import AsyncIterator
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import sqlalchemy
-from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, bindparam, insert, select, update
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, bindparam, insert, select, text, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.sqlite import aiosqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
+from bot.store import prepared
 from bot.store import sqlalchemy_internals as internals
+
+POSTGRES_URL = os.environ.get("HANDOFF_TEST_POSTGRES_URL")
 
 ROOT = Path(__file__).resolve().parent.parent
 HOW = "see docs/architecture.md, 'Lifting the SQLAlchemy pin'"
@@ -61,7 +69,7 @@ def test_result_processors() -> None:
     compiled = internals.compile_positional(select(things.c.id, things.c.seen), sqlite.dialect(), [])
     assert hasattr(compiled, "_result_columns"), changed("`SQLCompiler._result_columns`", "it is gone")
     assert hasattr(things.c.seen.type, "_cached_result_processor"), changed("`TypeEngine._cached_result_processor`", "it is gone")
-    ident, seen = internals.result_processors(compiled, sqlite.dialect())
+    ident, seen = (internals.result_processor(t, sqlite.dialect(), None) for t in internals.result_types(compiled))
     assert ident is None and seen is not None and seen("2026-01-02 00:00:00.000000") == datetime(2026, 1, 2), changed(
         "`SQLCompiler._result_columns` / `TypeEngine._cached_result_processor`", "the result processors differ")
 
@@ -119,10 +127,84 @@ def test_the_aiosqlite_adapter_reads_the_attributes_inline_connections_have() ->
     inline.stop()
 
 
+# --------------------------------------------------------------------------- PostgreSQL: prepared statements on asyncpg
+
+
+def asyncpg_dialect() -> Dialect:
+    return create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none").dialect  # never connects
+
+
+def test_asyncpg_errors_become_the_exceptions_a_session_raises() -> None:
+    import asyncpg
+
+    assert hasattr(asyncpg_dialect().loaded_dbapi, "_asyncpg_error_translate"), changed(
+        "the asyncpg adapter's `_asyncpg_error_translate`", "it is gone")
+    unique = internals.asyncpg_error("INSERT", (), asyncpg.exceptions.UniqueViolationError("duplicate key"), asyncpg_dialect())
+    assert isinstance(unique, IntegrityError), changed(
+        "the asyncpg adapter's `_asyncpg_error_translate`", "asyncpg's UniqueViolationError is no longer an IntegrityError")
+    not_translated = ValueError("not asyncpg's")
+    assert internals.asyncpg_error("SELECT", (), not_translated, asyncpg_dialect()) is not_translated
+
+
+def test_asyncpg_result_processors_depend_on_the_reported_type() -> None:
+    # Why prepared statements learn each column's type OID before converting (bot/store/prepared.py)
+    dialect = asyncpg_dialect()
+    float8, numeric = 701, 1700
+    assert internals.result_processor(Float(), dialect, float8) is None, changed(
+        "`TypeEngine._cached_result_processor` on asyncpg", "a float column's floats are converted")
+    process = internals.result_processor(Float(), dialect, numeric)
+    assert process is not None and process(Decimal("1.5")) == 1.5, changed(
+        "`TypeEngine._cached_result_processor` on asyncpg", "the reported type code no longer chooses the processor")
+
+
+@pytest.fixture
+async def pg_engine() -> AsyncIterator[AsyncEngine]:
+    if not POSTGRES_URL:
+        pytest.skip("HANDOFF_TEST_POSTGRES_URL is not set (.ci/run starts a PostgreSQL cluster)")
+    engine = create_async_engine(POSTGRES_URL)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_asyncpg_adapter_begins_at_the_first_statement_on_its_connection(pg_engine: AsyncEngine) -> None:
+    async with AsyncSession(pg_engine) as session, session.begin():
+        direct = prepared.raw_of((await session.connection()).sync_connection, in_transaction=True)  # type: ignore[arg-type]  # connected
+        assert isinstance(direct, prepared.Direct), changed("`driver_connection` of a pooled asyncpg connection", "it is not asyncpg's")
+        assert not direct.connection.is_in_transaction(), changed(
+            "the asyncpg adapter's lazy BEGIN", "it begins before the first statement; prepared statements need not "
+            "send their first through its cursor (bot/store/prepared.py, `Direct._begins`)")
+        ((ours,),) = await direct.fetch("SELECT txid_current()", [])  # the first: through the adapter's cursor
+        assert direct.connection.is_in_transaction(), changed(
+            "the asyncpg adapter's lazy BEGIN", "a statement run on its DB-API cursor did not begin the transaction")
+        ((again,),) = await direct.fetch("SELECT txid_current()", [])  # on asyncpg itself
+        assert again == ours, changed("the asyncpg adapter's transaction", "statements on its asyncpg connection run outside it")
+        await direct.execute("SELECT set_config('handoff.probe', 'set', true)", [])  # undone with the transaction
+        await session.rollback()
+    async with AsyncSession(pg_engine) as session:
+        (probe,) = (await session.execute(text("SELECT current_setting('handoff.probe', true)"))).one()
+    assert probe in (None, ""), changed("the asyncpg adapter's rollback", "it did not roll back what ran on its connection")
+
+
+@pytest.mark.postgres
+async def test_asyncpg_connections_decode_json_as_sqlalchemy_does(pg_engine: AsyncEngine) -> None:
+    # The JSON codecs SQLAlchemy's asyncpg dialect installs on every connection (`on_connect`):
+    # prepared statements read JSON on asyncpg directly and apply no processor of their own.
+    async with pg_engine.connect() as connection:
+        direct = prepared.raw_of(connection.sync_connection, in_transaction=False)  # type: ignore[arg-type]  # connected
+        assert isinstance(direct, prepared.Direct)
+        for kind in ("json", "jsonb"):
+            value = await direct.connection.fetchval(f"SELECT $1::{kind}", '{"a": [1, "é"]}')
+            assert value == {"a": [1, "é"]}, changed(
+                f"the {kind} codec SQLAlchemy's asyncpg dialect installs", "asyncpg no longer decodes it to Python values")
+
+
 # --------------------------------------------------------------------------- nobody else
 
 INTERNAL_ATTRIBUTES = {"positiontup", "insert_prefetch", "update_prefetch", "_bind_processors", "_result_columns",
-                       "_cached_result_processor"}
+                       "_cached_result_processor", "_asyncpg_error_translate"}
 ALLOWED = {"bot/store/sqlalchemy_internals.py"}
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-from sqlalchemy import exists, select, update
+from sqlalchemy import bindparam, exists, select, update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import col
 
@@ -37,6 +37,8 @@ from bot.runtime.text import iso
 from bot.store import audit
 from bot.store.db import Database, execute_dml
 from bot.store.models import HandoffSatisfaction, HandoffSession, Message
+from bot.store.prepared import Prepared
+from bot.store.rows import Rows
 from bot.store.vocabulary import Role
 from channels.base import SatisfactionPrompt
 
@@ -215,9 +217,15 @@ class Satisfaction:
         return None
 
     async def of(self, handoff_id: str) -> HandoffSatisfaction | None:
-        """What was asked after this handoff and how it was answered (None: never asked)."""
-        async with self.db.read() as session:
-            return await session.get(HandoffSatisfaction, handoff_id)
+        """What was asked after this handoff and how it was answered (None: never asked). Every
+        read of a handoff asks: one prepared SELECT on its own, no read transaction."""
+        row = await self.db.fetch_one(_SATISFACTION_OF, {"sid": handoff_id})
+        return None if row is None else _SATISFACTION_ROWS.one(row)
+
+
+_SATISFACTION_ROWS = Rows(HandoffSatisfaction)
+_SATISFACTION_OF = Prepared(select(*_SATISFACTION_ROWS.columns)
+                            .where(_SATISFACTION_ROWS.table.c.handoff_session_id == bindparam("sid")))
 
 
 def _not_moved_on() -> ColumnElement[bool]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, cast
 
 from alembic import command
@@ -34,7 +34,7 @@ from bot.runtime import effects
 from bot.runtime.paths import MIGRATIONS_DIR
 from bot.runtime.signals import Signals, take
 from bot.store import prepared
-from bot.store.prepared import Prepared, Row, attach_inline
+from bot.store.prepared import Prepared, Row
 from bot.store.sqlalchemy_internals import await_in_sync, run_sync
 from bot.store.sqlite_driver import InlineConnection, create_inline_engine
 
@@ -142,8 +142,8 @@ class Database:
             _configure_sqlite(self.engine)
         else:
             _ping_after_idle(self.engine, ping_after_idle)
-        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
-        self._read_sessions = async_sessionmaker(self.engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
+        self._read_engine = self.engine.execution_options(**{_READ_ONLY: True})
+        self._read_sessions = async_sessionmaker(self._read_engine, expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
         file_backed = self._inline is not None and not self._inline.in_memory
         self._connections = _HeldConnections(self.engine) if file_backed else None
@@ -190,13 +190,14 @@ class Database:
 
     @asynccontextmanager
     async def _pooled_transaction(self, carried: effects.Effect | None) -> AsyncIterator[AsyncSession]:
-        async with self._sessions() as session:
-            async with session.begin():
-                session.info[MESSAGE_HOOKS] = self.message_hooks
-                yield session
-                if carried is not None:
-                    await carried.mark(session)
-            self._publish(session)
+        """A transaction on a connection of the pool: PostgreSQL's, or an in-memory SQLite
+        database's one connection."""
+        async with _one_transaction(self.engine, shield_end=True) as session:
+            session.info[MESSAGE_HOOKS] = self.message_hooks
+            yield session
+            if carried is not None:
+                await carried.mark(session)
+        self._publish(session)
 
     def _publish(self, session: AsyncSession) -> None:
         """Only reached once the transaction has committed: an error or a cancel inside it
@@ -212,10 +213,13 @@ class Database:
         build on each other (a report's counts, then the ranks they locate). A SQLite read
         transaction always does; on PostgreSQL it is REPEATABLE READ instead of each
         statement seeing what committed before it."""
-        if self._connections is None:
+        if self._connections is None and snapshot and not self.is_sqlite:
             async with self._read_sessions() as session, session.begin():
-                if snapshot and not self.is_sqlite:  # an in-memory SQLite database is read here too
-                    await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+                await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+                yield session
+            return
+        if self._connections is None:  # PostgreSQL, or an in-memory SQLite database
+            async with _one_transaction(self._read_engine, shield_end=True) as session:
                 yield session
             return
         connection = await self._connections.reader()
@@ -226,20 +230,28 @@ class Database:
             await self._connections.give_back(connection)
 
     async def fetch_all(self, statement: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
-        """One prepared SELECT, read on its own. A single statement is its own snapshot, so on
-        a SQLite file it runs on an idle reader connection with no BEGIN or COMMIT around it
-        (a read transaction's fixed cost is several times a short SELECT's); elsewhere it
-        runs in `read()`."""
-        if self._connections is None:
+        """One prepared SELECT, read on its own. A single statement is its own snapshot, so it
+        runs with no BEGIN or COMMIT around it (a read transaction's fixed cost is several
+        times a short SELECT's): on a SQLite file on an idle reader connection, on PostgreSQL
+        on a pooled connection, straight on asyncpg. An in-memory SQLite database runs it in
+        `read()`."""
+        if self._connections is not None:
+            connection = await self._connections.reader()
+            try:
+                assert connection.sync_connection is not None
+                inline = prepared.raw_of(connection.sync_connection, in_transaction=False)
+                assert inline is not None, "held connections are inline ones (bot/store/sqlite_driver.py)"
+                return await prepared.fetch_all_raw(inline, statement, params)
+            finally:
+                await self._connections.give_back(connection)
+        if self.is_sqlite:
             async with self.read() as session:
                 return await prepared.fetch_all(session, statement, params)
-        connection = await self._connections.reader()
-        try:
-            inline = prepared.inline_of(connection)
-            assert inline is not None, "held connections are inline ones (bot/store/sqlite_driver.py)"
-            return await prepared.fetch_all_inline(inline, statement, params)
-        finally:
-            await self._connections.give_back(connection)
+        async with self.engine.connect() as connection:  # checked out as any transaction's: pinged after idle
+            assert connection.sync_connection is not None
+            direct = prepared.raw_of(connection.sync_connection, in_transaction=False)
+            assert direct is not None, "PostgreSQL runs on asyncpg (async_url)"
+            return await prepared.fetch_all_raw(direct, statement, params)
 
     async def fetch_one(self, statement: Prepared, params: Mapping[str, Any] | None = None) -> Row | None:
         """The first row of `fetch_all`, or None."""
@@ -300,22 +312,10 @@ class _HeldConnections:
         else:
             self._idle_readers.append(connection)
 
-    @asynccontextmanager
-    async def session(self, connection: AsyncConnection) -> AsyncIterator[AsyncSession]:
-        """A session in a transaction on `connection`, begun at once (so prepared statements
-        find it under way), committed on success, rolled back on error, and closed in place.
-        Begin-and-connect and end-and-close are one trip into SQLAlchemy's sync core each
-        (`async with session.begin()` and `await session.close()` take five); inline, they
-        await nothing but the driver, so no cancellation can land between commit and close."""
-        session = AsyncSession(bind=connection, expire_on_commit=False)
-        await run_sync(_begin, session.sync_session)
-        attach_inline(session, connection)
-        try:
-            yield session
-        except BaseException:
-            await run_sync(_end, session.sync_session, False)
-            raise
-        await run_sync(_end, session.sync_session, True)
+    def session(self, connection: AsyncConnection) -> AbstractAsyncContextManager[AsyncSession]:
+        """A session in a transaction on `connection` (see `_one_transaction`); inline, begin and
+        end await nothing but the driver, so no cancellation can land between commit and close."""
+        return _one_transaction(connection, shield_end=False)
 
     async def close(self) -> None:
         self._closed = True
@@ -325,13 +325,43 @@ class _HeldConnections:
             await connection.close()
 
 
+@asynccontextmanager
+async def _one_transaction(bind: AsyncConnection | AsyncEngine, *, shield_end: bool) -> AsyncIterator[AsyncSession]:
+    """A session in a transaction on `bind` (a connection, or one the engine's pool lends),
+    begun at once (so prepared statements find it under way), committed on success, rolled
+    back on error, and closed in place. Begin-and-connect and end-and-close are one trip into
+    SQLAlchemy's sync core each (`async with session.begin()`, its first statement and
+    `await session.close()` take five, and a task for the close). `shield_end`: a cancel that
+    lands at the end can not keep the connection from the pool (`AsyncSession` shields its
+    close the same way), for a connection that awaits the network at its commit."""
+    session = AsyncSession(bind=bind, expire_on_commit=False)
+    try:
+        await run_sync(_begin, session.sync_session)  # a failed checkout or BEGIN is rolled back and closed too
+        yield session
+    except BaseException:
+        await _finish(session, False, shield_end)
+        raise
+    await _finish(session, True, shield_end)
+
+
+async def _finish(session: AsyncSession, commit: bool, shield: bool) -> None:
+    try:
+        await run_sync(_end, session.sync_session, commit)
+    except asyncio.CancelledError:
+        # A cancel at the commit still runs the close (`_end`'s finally) in the same trip, unless
+        # a second cancel lands there: then close again, shielded (closing twice is harmless).
+        if shield:
+            await asyncio.shield(run_sync(session.sync_session.close))
+        raise
+
+
 def _reusable(connection: AsyncConnection) -> bool:
     return not connection.invalidated and not connection.in_transaction()
 
 
 def _begin(session: Session) -> None:
     session.begin()
-    session.connection()
+    prepared.attach(session, session.connection())
 
 
 def _end(session: Session, commit: bool) -> None:

@@ -6,10 +6,20 @@ and a unit of work. Measured on a SQLite file, an INSERT costs ~130 µs of CPU t
 ~10 µs as the sqlite3 call it ends in. A `Prepared` statement is a Core construct (so the
 tables stay defined once, in `bot/store/models.py`) that is compiled once per dialect and set
 of parameter names into SQL text, the order of its parameters and the type processors
-SQLAlchemy itself would apply to each parameter and each result column. On SQLite it runs
-as one sqlite3 call on the session's connection, inside the session's transaction; elsewhere
-(PostgreSQL) the same construct goes through `session.execute`, where the pool, the network
-and the server cost far more than the Python around them.
+SQLAlchemy itself would apply to each parameter and each result column. It then runs as one
+driver call on the session's own connection, inside the session's transaction: on SQLite one
+sqlite3 call, on PostgreSQL one asyncpg call (asyncpg's own prepared statements, cached per
+connection, and the type codecs SQLAlchemy installed on it), ~15 µs of CPU where
+`session.execute` cost ~100-300 µs.
+
+On PostgreSQL SQLAlchemy's asyncpg adapter sends BEGIN with the first statement it runs in a
+transaction, not when the session's transaction begins. So a prepared statement that finds
+the asyncpg connection outside a transaction (asyncpg's public `is_in_transaction()`) is the
+transaction's first: it goes through the adapter's DB-API cursor (PEP 249, run in
+SQLAlchemy's sync layer as `AsyncConnection.run_sync` runs code; the adapter begins, then runs
+it), and every later one runs on asyncpg directly. Commit, rollback, the pool and its ping
+stay SQLAlchemy's; a statement that finds its connection closed invalidates it, as
+SQLAlchemy does for a statement of its own.
 
 Rules a caller keeps:
 - Parameters are given by name. A column an INSERT or UPDATE leaves out is treated as
@@ -18,6 +28,8 @@ Rules a caller keeps:
   give is an error naming it.
 - Results are plain tuples in the statement's column order, already converted to Python
   values (datetimes, JSON) exactly as SQLAlchemy returns them.
+- A session is one transaction on one connection (`bot/store/db.py` opens one per
+  transaction): the connection is looked up once per session.
 - ORM objects the session holds do not see these statements: the session's pending
   changes are flushed before one runs, but an object loaded earlier in the same
   transaction is not refreshed by a prepared UPDATE of its row. Use prepared statements for
@@ -27,15 +39,18 @@ Rules a caller keeps:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from sqlalchemy.engine import CursorResult, Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+import asyncpg
+from sqlalchemy.engine import Connection, CursorResult, Dialect
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
+from sqlalchemy.sql.type_api import TypeEngine
 from sqlalchemy.sql.visitors import iterate
 
 from bot.store import sqlalchemy_internals as internals
@@ -45,9 +60,10 @@ _RAW_CONNECTION = "handoff_desk_raw_connection"
 
 Processor = internals.Processor
 Row = tuple[Any, ...]
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Compiled:
     sql: str
     # For each positional parameter: its name, the value bound into the statement itself
@@ -58,8 +74,12 @@ class _Compiled:
     # The column's Python-side default (or `onupdate`) where the caller gave no value.
     defaults: tuple[Callable[[], Any] | None, ...]
     binds: tuple[Processor, ...]
-    results: tuple[Processor, ...]
-    converts_results: bool
+    # The type of each result column, and the result processor of each once the driver has
+    # said what the database returns (`_learn_results`): a type's processor may depend on it
+    # (asyncpg's Numeric and Float convert only what PostgreSQL returns as the other kind).
+    result_types: tuple[TypeEngine[Any], ...]
+    results: tuple[Processor, ...] | None = None
+    converts_results: bool = False
 
     def values(self, params: Mapping[str, Any]) -> list[Any]:
         values = []
@@ -80,6 +100,7 @@ class _Compiled:
         if not self.converts_results:
             return list(raw)
         results = self.results
+        assert results is not None, "a statement's results are learnt before its first run"
         return [tuple(v if p is None or v is None else p(v) for v, p in zip(row, results, strict=True)) for row in raw]
 
 
@@ -128,7 +149,6 @@ def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> 
         raise ValueError(f"prepared statement: give {computed[0]!r} a value (a bindparam computed at execution is not run)")
     if internals.expands_in_lists(compiled):
         raise ValueError("prepared statements can not expand IN lists; give each value its own parameter")
-    results = internals.result_processors(compiled, dialect)
     return _Compiled(
         sql=compiled.string,
         names=order,
@@ -136,9 +156,18 @@ def _compile(statement: Executable, dialect: Dialect, names: frozenset[str]) -> 
         has_bound=tuple(not binds[n].required for n in order),  # a literal None is bound too
         defaults=tuple(defaults.get(n) for n in order),
         binds=tuple(processors.get(n) for n in order),  # a sequence only for tuple types, unused here
-        results=results,
-        converts_results=any(p is not None for p in results),
+        result_types=internals.result_types(compiled),
     )
+
+
+async def _learn_results(raw: Raw, compiled: _Compiled) -> None:
+    """Find each result column's processor the first time `compiled` runs on a database, as
+    SQLAlchemy does from a cursor's description: with the type code the driver reports."""
+    if compiled.results is None:
+        types = compiled.result_types
+        codes = await raw.column_type_codes(compiled.sql, len(types)) if types else ()
+        results = tuple(internals.result_processor(t, raw.dialect, code) for t, code in zip(types, codes, strict=True))
+        compiled.results, compiled.converts_results = results, any(p is not None for p in results)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,34 +177,130 @@ class Inline:
     connection: InlineConnection
     dialect: Dialect
 
+    async def column_type_codes(self, _sql: str, count: int) -> tuple[Any, ...]:
+        """sqlite3 reports no column types (its cursor's description has None for each)."""
+        return (None,) * count
 
-def attach_inline(session: AsyncSession, connection: AsyncConnection) -> None:
-    """Tell the prepared statements which inline connection `session`'s transaction (already
-    begun) runs on, so they need not ask the session for it."""
-    session.info[_RAW_CONNECTION] = inline_of(connection)
+    async def fetch(self, sql: str, values: list[Any]) -> Sequence[Row]:
+        return (await self._run(self.connection.sqlite.execute, sql, values)).fetchall()
+
+    async def execute(self, sql: str, values: list[Any]) -> int:
+        return (await self._run(self.connection.sqlite.execute, sql, values)).rowcount
+
+    async def execute_many(self, sql: str, values: list[list[Any]]) -> None:
+        await self._run(self.connection.sqlite.executemany, sql, values)
+
+    async def _run(self, call: Callable[[str, Any], sqlite3.Cursor], sql: str, values: Any) -> sqlite3.Cursor:
+        """One sqlite3 call; its errors are raised as the SQLAlchemy exceptions a session would
+        raise (`IntegrityError` for a unique index, `OperationalError`, ...), so callers catch
+        the same thing on every database and never name the driver."""
+        try:
+            return await self.connection.run_retrying_busy(call, sql, values)
+        except sqlite3.Error as error:
+            raise internals.driver_error(sql, values, error, sqlite3.Error, self.dialect) from error
 
 
-async def _raw_connection(session: AsyncSession) -> Inline | None:
-    """The transaction's inline SQLite connection, or None on any other database. Taking the
-    connection begins the session's transaction, as its first statement would."""
+@dataclass(frozen=True, slots=True)
+class Direct:
+    """Where prepared statements run on PostgreSQL: the asyncpg connection under a SQLAlchemy
+    connection (`driver_connection`, public), and whether they belong to that connection's
+    transaction (a session's) or are each their own (`Database.fetch_all`)."""
+
+    sqlalchemy: Connection
+    connection: asyncpg.Connection
+    dialect: Dialect
+    in_transaction: bool
+
+    async def column_type_codes(self, sql: str, _count: int) -> tuple[Any, ...]:
+        """The type OID of each result column, as the adapter's cursor description reports them
+        (one round trip, once per statement and process)."""
+        statement = await self._run(sql, (), self.connection.prepare, sql)
+        return tuple(attribute.type.oid for attribute in statement.get_attributes())
+
+    async def fetch(self, sql: str, values: list[Any]) -> Sequence[Row]:
+        if self._begins():
+            return (await self._through_the_adapter(sql, values, many=False))[0]
+        return [tuple(record) for record in await self._run(sql, values, self.connection.fetch, sql, *values)]
+
+    async def execute(self, sql: str, values: list[Any]) -> int:
+        if self._begins():
+            return (await self._through_the_adapter(sql, values, many=False))[1]
+        status = await self._run(sql, values, self.connection.execute, sql, *values)
+        # The command tag's last word is the rows the command matched ("UPDATE 2", "INSERT 0 1").
+        return int(status.rpartition(" ")[2])
+
+    async def execute_many(self, sql: str, values: list[list[Any]]) -> None:
+        if self._begins():
+            await self._through_the_adapter(sql, values, many=True)
+        else:
+            await self._run(sql, values, self.connection.executemany, sql, values)
+
+    def _begins(self) -> bool:
+        """Whether this statement is its transaction's first, which SQLAlchemy's asyncpg adapter
+        must run: it sends BEGIN with the first statement it runs, not when the session's
+        transaction begins."""
+        return self.in_transaction and not self.connection.is_in_transaction()
+
+    async def _run(self, sql: str, values: Any, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """One asyncpg call. Its errors are raised as the SQLAlchemy exceptions a session would
+        raise, and a connection it found closed is invalidated, as SQLAlchemy invalidates one
+        a statement of its own found closed (the pool then replaces it)."""
+        try:
+            return await call(*args)
+        except _ASYNCPG_ERRORS as error:
+            await self._invalidate_if_closed()
+            raise internals.asyncpg_error(sql, values, error, self.dialect) from error
+
+    async def _through_the_adapter(self, sql: str, values: Any, *, many: bool) -> tuple[list[Row], int]:
+        """The statement through the adapter's DB-API cursor (PEP 249, in SQLAlchemy's sync
+        layer, as `AsyncConnection.run_sync` runs it): the adapter begins, then runs it."""
+        dbapi_error: type[Exception] = self.dialect.loaded_dbapi.Error
+        try:
+            return await internals.run_sync(_on_the_cursor, self.sqlalchemy, sql, values, many)
+        except dbapi_error as error:
+            await self._invalidate_if_closed()
+            raise internals.driver_error(sql, values, error, dbapi_error, self.dialect) from error
+
+    async def _invalidate_if_closed(self) -> None:
+        if self.connection.is_closed():  # what SQLAlchemy's asyncpg dialect takes for a disconnect
+            await internals.run_sync(self.sqlalchemy.invalidate)
+
+
+def _on_the_cursor(connection: Connection, sql: str, values: Any, many: bool) -> tuple[list[Row], int]:
+    cursor = connection.connection.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, values)
+        else:
+            cursor.execute(sql, values)
+        return ([tuple(row) for row in cursor.fetchall()] if cursor.description else []), cursor.rowcount
+    finally:
+        cursor.close()
+
+
+# What asyncpg raises for a statement: the server's errors, and its own (a closed connection,
+# a value its codec refuses). Anything else (a cancel) passes through untouched.
+_ASYNCPG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)
+
+Raw = Inline | Direct
+
+
+def attach(session: AsyncSession | Session, connection: Connection) -> None:
+    """Tell the prepared statements which connection `session`'s transaction (already begun)
+    runs on, so they need not ask the session for it: SQLAlchemy's sync `connection`, which
+    code running in SQLAlchemy's sync layer (`bot/store/db.py`'s begin) holds already."""
+    session.info[_RAW_CONNECTION] = raw_of(connection, in_transaction=True)
+
+
+async def _raw_connection(session: AsyncSession) -> Raw | None:
+    """The transaction's inline SQLite or asyncpg connection, or None on any other database.
+    Taking the connection begins the session's transaction, as its first statement would."""
     info = session.info
     if _RAW_CONNECTION not in info:
-        bind = session.bind
-        if bind is None or bind.dialect.name != "sqlite":
-            info[_RAW_CONNECTION] = None
-        else:
-            attach_inline(session, await session.connection())
-    return cast(Inline | None, info[_RAW_CONNECTION])
-
-
-async def _run(raw: Inline, call: Callable[[str, Any], sqlite3.Cursor], sql: str, values: Any) -> sqlite3.Cursor:
-    """One sqlite3 call; its errors are raised as the SQLAlchemy exceptions a session would
-    raise (`IntegrityError` for a unique index, `OperationalError`, ...), so callers catch
-    the same thing on every database and never name the driver."""
-    try:
-        return await raw.connection.run_retrying_busy(call, sql, values)
-    except sqlite3.Error as error:
-        raise internals.driver_error(sql, values, error, sqlite3.Error, raw.dialect) from error
+        connection = (await session.connection()).sync_connection
+        assert connection is not None, "a session's connection is connected"
+        attach(session, connection)
+    return cast(Raw | None, info[_RAW_CONNECTION])
 
 
 async def _flush_pending(session: AsyncSession) -> None:
@@ -191,23 +316,29 @@ async def fetch_all(session: AsyncSession, prepared: Prepared, params: Mapping[s
     if raw is None:
         prepared.check(params)
         return [tuple(row) for row in await session.execute(prepared.statement, dict(params))]
-    return await fetch_all_inline(raw, prepared, params)  # checks the parameters itself
+    return await fetch_all_raw(raw, prepared, params)  # checks the parameters itself
 
 
-def inline_of(connection: AsyncConnection) -> Inline | None:
-    """Where prepared statements run on `connection`, when it is an inline SQLite one."""
-    driver = connection.sync_connection.connection.driver_connection if connection.sync_connection else None
-    return Inline(driver, connection.dialect) if isinstance(driver, InlineConnection) else None
+def raw_of(connection: Connection, *, in_transaction: bool) -> Raw | None:
+    """Where prepared statements run on `connection`: an inline SQLite connection, or an
+    asyncpg one, in its transaction or (`in_transaction` false: the connection must not be in
+    one) each statement on its own; None for any other driver."""
+    driver = connection.connection.driver_connection
+    if isinstance(driver, InlineConnection):
+        return Inline(driver, connection.dialect)
+    if isinstance(driver, asyncpg.Connection):
+        return Direct(connection, driver, connection.dialect, in_transaction)
+    return None
 
 
-async def fetch_all_inline(inline: Inline, prepared: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
-    """`fetch_all` straight on an inline connection, in whatever transaction it is in (none:
+async def fetch_all_raw(raw: Raw, prepared: Prepared, params: Mapping[str, Any] | None = None) -> list[Row]:
+    """`fetch_all` straight on a driver's connection, in whatever transaction it is in (none:
     then the statement is its own)."""
     params = params or {}
     prepared.check(params)
-    compiled = prepared.compiled(inline.dialect, frozenset(params))
-    cursor = await _run(inline, inline.connection.sqlite.execute, compiled.sql, compiled.values(params))
-    return compiled.rows(cursor.fetchall())
+    compiled = prepared.compiled(raw.dialect, frozenset(params))
+    await _learn_results(raw, compiled)
+    return compiled.rows(await raw.fetch(compiled.sql, compiled.values(params)))
 
 
 async def fetch_one(session: AsyncSession, prepared: Prepared, params: Mapping[str, Any] | None = None) -> Row | None:
@@ -227,8 +358,7 @@ async def execute(session: AsyncSession, prepared: Prepared, params: Mapping[str
         result = cast(CursorResult[Any], await session.execute(prepared.statement, dict(params)))
         return result.rowcount
     compiled = prepared.compiled(raw.dialect, frozenset(params))
-    cursor = await _run(raw, raw.connection.sqlite.execute, compiled.sql, compiled.values(params))
-    return cursor.rowcount
+    return await raw.execute(compiled.sql, compiled.values(params))
 
 
 async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -244,4 +374,4 @@ async def execute_many(session: AsyncSession, prepared: Prepared, rows: Sequence
         return
     compiled = prepared.compiled(raw.dialect, frozenset(rows[0]))
     values = [compiled.values(r) for r in rows]
-    await _run(raw, raw.connection.sqlite.executemany, compiled.sql, values)
+    await raw.execute_many(compiled.sql, values)

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
+from sqlalchemy.sql.type_api import TypeEngine
 from sqlalchemy.util import await_only, greenlet_spawn
 
 Processor = Callable[[Any], Any] | None
@@ -64,10 +65,15 @@ def bind_processors(compiled: SQLCompiler) -> Mapping[str, Processor]:
     return cast(Mapping[str, Processor], compiled._bind_processors)
 
 
-def result_processors(compiled: SQLCompiler, dialect: Dialect) -> tuple[Processor, ...]:
-    """The type's result processor of each result column, in column order
-    (`SQLCompiler._result_columns`, `TypeEngine._cached_result_processor`)."""
-    return tuple(entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns)
+def result_types(compiled: SQLCompiler) -> tuple[TypeEngine[Any], ...]:
+    """The type of each result column, in column order (`SQLCompiler._result_columns`)."""
+    return tuple(entry.type for entry in compiled._result_columns)
+
+
+def result_processor(type_: TypeEngine[Any], dialect: Dialect, type_code: Any) -> Processor:
+    """What SQLAlchemy applies to a value of a result column of `type_` that the driver reported
+    as `type_code` (`TypeEngine._cached_result_processor`, as the cursor's description gives it)."""
+    return cast(Processor, type_._cached_result_processor(dialect, type_code))
 
 
 def prefetched_defaults(compiled: SQLCompiler) -> dict[str, Callable[[], Any]]:
@@ -97,6 +103,20 @@ def _default_of(column: Any, default: Any) -> Callable[[], Any]:
 def expands_in_lists(compiled: SQLCompiler) -> bool:
     """Whether the SQL renders an expanding IN list at execution (a post-compile parameter)."""
     return _POSTCOMPILE in compiled.string
+
+
+def asyncpg_error(sql: str, values: Any, error: Exception, dialect: Dialect) -> Exception:
+    """The SQLAlchemy exception a session would raise for an error asyncpg raised (a unique
+    index: `IntegrityError`; ...): asyncpg's exception is first given the DB-API class SQLAlchemy's
+    asyncpg adapter gives it (its `_asyncpg_error_translate`, read through the dialect's DB-API
+    module), then wrapped as `driver_error` wraps any driver's. An error the adapter does not
+    translate is returned as it is, as the adapter raises it."""
+    dbapi = cast(Any, dialect.loaded_dbapi)
+    for kind in type(error).__mro__:
+        translated = dbapi._asyncpg_error_translate.get(kind)
+        if translated is not None:
+            return driver_error(sql, values, translated(error.args[0] if error.args else str(error), error), dbapi.Error, dialect)
+    return error
 
 
 def driver_error(sql: str, values: Any, error: Exception, driver_error_class: type[Exception], dialect: Dialect) -> DBAPIError:
