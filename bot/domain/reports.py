@@ -54,20 +54,47 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import CTE, ColumnElement, RowMapping, Subquery, and_, case, exists, func, literal, or_, select, text, union_all
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    RowMapping,
+    Subquery,
+    Table,
+    and_,
+    case,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.domain.handoff_rows import HANDOFFS, MESSAGES
 from bot.store.db import Database
 from bot.store.dialects import seconds_between, unindexed
-from bot.store.models import Conversation, HandoffRecipient, HandoffSatisfaction, Person
+from bot.store.models import (
+    Conversation,
+    HandoffRecipient,
+    HandoffSatisfaction,
+    Person,
+    ReportConversations,
+    ReportEnding,
+    ReportHour,
+    ReportMeasure,
+)
+from bot.store.rollups import DAY, DURATION, FINE_EDGES, HOUR, NO_ROUTE, TIME_TO_PERSON
 from bot.store.rows import Rows
 from bot.store.vocabulary import OPEN_STATES, HandoffState, OfferResult, ReleaseReason, Role
 
 SATISFACTION = Rows(HandoffSatisfaction).table
 PEOPLE = Rows(Person).table
 RECIPIENTS = Rows(HandoffRecipient).table
+ROLLED_HOURS, ROLLED_ENDINGS = Rows(ReportHour).table, Rows(ReportEnding).table
+ROLLED_MEASURES, ROLLED_CONVERSATIONS = Rows(ReportMeasure).table, Rows(ReportConversations).table
 
 NOT_LINKED = "not linked to a person"
 """The name of the per-person row of acts nobody known did."""
@@ -269,11 +296,13 @@ class ReportSummary:
 class Reports:
     """The aggregates behind the reports. Each summary runs in one read session on one
     snapshot (its queries build on each other), which never waits for (or holds up) a
-    writer. `route_labels` names the config's routes."""
+    writer. `route_labels` names the config's routes. `rollups` False: count every figure
+    from the rows of the range (the way the rollups are checked against)."""
 
-    def __init__(self, db: Database, *, route_labels: Mapping[int, str] | None = None) -> None:
+    def __init__(self, db: Database, *, route_labels: Mapping[int, str] | None = None, rollups: bool = True) -> None:
         self.db = db
         self.route_labels = dict(route_labels or {})
+        self.rollups = rollups
 
     async def summary(self, start: datetime, end: datetime, *, channel_id: int | None = None,
                       route_id: int | None = None, timezone: str = "UTC") -> ReportSummary:
@@ -289,14 +318,26 @@ class Reports:
         if route_id is not None:
             through.append(unindexed(HANDOFFS.c.route_id) == route_id)
         chosen = [HANDOFFS.c.created_at >= start, HANDOFFS.c.created_at < end, *through]
+        # With rollups: the whole UTC days inside the range from them, its ragged ends from the rows
+        rolled = _Rolled.within(start, end, channel_id, route_id) if self.rollups else None
+        pieces = rolled.ends if rolled is not None else ((start, end),)
         async with self.db.read(snapshot=True) as session:  # the ranks are located from the counts
-            per_day = await self._per_day(session, start, end, through, days, zone)
-            endings = await _endings(session, chosen, self.db.is_sqlite)
-            total = endings.handoffs
-            time_to_person, duration = await _distributions(
-                session, (HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.duration_seconds), chosen, total,
-            )
-            containment = await _containment(session, start, end)
+            per_day = await self._per_day(session, start, end, through, days, zone, rolled)
+            ends = [[HANDOFFS.c.created_at >= lo, HANDOFFS.c.created_at < hi, *through] for lo, hi in pieces]
+            endings = _endings_of(*[await _ending_counts(session, piece, self.db.is_sqlite) for piece in ends],
+                                  *([await rolled.endings(session)] if rolled else []))
+            measures = (HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.duration_seconds)
+            if rolled is None:
+                time_to_person, duration = await _distributions(session, measures, chosen, endings.handoffs)
+            else:
+                by_value = [unindexed(HANDOFFS.c.created_at) >= start, unindexed(HANDOFFS.c.created_at) < end, *through]
+                time_to_person, duration = [
+                    await _distribution_from_counts(
+                        session, seconds, by_value, endings.handoffs,
+                        _merged(await rolled.fine(session, measure), *[await _fine_counts(session, seconds, piece) for piece in ends]))
+                    for measure, seconds in ((TIME_TO_PERSON, measures[0]), (DURATION, measures[1]))]
+            containment = _sum_containments(*[await _containment(session, lo, hi) for lo, hi in pieces],
+                                            *([await rolled.containment(session)] if rolled else []))
             satisfaction = await _satisfaction(session, chosen, start)
             offered = _offers(chosen)
             people = await _per_person(session, chosen, await _offers_per_person(session, offered))
@@ -310,35 +351,158 @@ class Reports:
 
     async def _per_day(self, session: AsyncSession, start: datetime, end: datetime,
                        through: Sequence[ColumnElement[bool]], days: tuple[date, ...],
-                       zone: ZoneInfo) -> tuple[DayCount, ...]:
-        """Counts per (local day, channel, route). A local day's handoffs are one stretch of
-        the report index, from the UTC instant of its midnight to the next: each day is its
-        own GROUP BY over that stretch, all of them one statement (UNION ALL, at most
-        `DAYS_A_STATEMENT`), so the database needs no timezone rules and sorts a day's rows
-        at a time. A channel is shown under its label (the greatest, should it have been
-        renamed within a day)."""
+                       zone: ZoneInfo, rolled: _Rolled | None) -> tuple[DayCount, ...]:
+        """Counts per (local day, channel, route). A local day is the stretch of UTC instants
+        from its midnight to the next. With rollups, its whole UTC hours are summed from
+        `report_hours` (one statement: each hour numbered with its day by a binary search
+        over the days' first hours) and only the pieces of hours it shares with the day
+        before or after, or with the range's ends, are counted from the rows: none in a zone
+        of whole-hour offsets over a range of whole hours; a sliver at each midnight in a
+        half-hour zone. The rows' pieces are each their own GROUP BY over a stretch of the
+        report index, all of them one statement (UNION ALL, at most `DAYS_A_STATEMENT`), so
+        the database needs no timezone rules and sorts a piece's rows at a time. A channel
+        is shown under its label (the greatest, should it have been renamed within a day)."""
         if not days:
             return ()
-        created = HANDOFFS.c.created_at
-        channel, route, label = HANDOFFS.c.channel_id, HANDOFFS.c.route_id, HANDOFFS.c.channel_label
         # Each day's stretch: from its local midnight (the range's start on the first day)
         # to the next (the range's end on the last)
         bounds = [start, *(_local_midnight(day, zone) for day in days[1:]), end]
-        found: list[Any] = []
-        for first in range(0, len(days), DAYS_A_STATEMENT):
-            parts = [
-                select(literal(index).label("day"), channel, route, func.max(label), func.count())
-                .where(created >= bounds[index], created < bounds[index + 1], *through)
-                .group_by(channel, route)
-                for index in range(first, min(first + DAYS_A_STATEMENT, len(days)))
-            ]
-            found += (await session.execute(union_all(*parts) if len(parts) > 1 else parts[0])).all()
+        stretches = [(index, bounds[index], bounds[index + 1]) for index in range(len(days))]
+        counted: dict[tuple[int, int, int | None], tuple[int, str]] = {}
+        if rolled is not None:
+            hours = [(index, _hour_at_or_after(lo), _hour_at_or_before(hi)) for index, lo, hi in stretches]
+            whole = [(index, first, stop) for index, first, stop in hours if first < stop]
+            stretches = [piece for (index, lo, hi), (_, first, stop) in zip(stretches, hours, strict=True) for piece in (
+                ((index, lo, _instant(first)), (index, _instant(stop), hi)) if first < stop else ((index, lo, hi),))
+                if piece[1] < piece[2]]
+            for row in await rolled.hours(session, whole):
+                _add_day_count(counted, *row)
+        for row in await _count_stretches(session, stretches, through):
+            _add_day_count(counted, *row)
         return tuple(
-            DayCount(day=days[index], channel_id=channel_id, channel_label=channel_label, route_id=route_id,
+            DayCount(day=days[index], channel_id=channel_id, channel_label=label, route_id=route_id,
                      route_label=self.route_labels.get(route_id) if route_id is not None else None, handoffs=count)
-            for index, channel_id, route_id, channel_label, count in sorted(
-                found, key=lambda row: (row[0], row[1], -1 if row[2] is None else row[2]))
+            for (index, channel_id, route_id), (count, label) in sorted(
+                counted.items(), key=lambda item: (item[0][0], item[0][1], -1 if item[0][2] is None else item[0][2]))
+            if count
         )
+
+
+def _add_day_count(counted: dict[tuple[int, int, int | None], tuple[int, str]], index: int, channel_id: int,
+                   route_id: int | None, label: str, count: int) -> None:
+    key = (int(index), int(channel_id), route_id)
+    before, known = counted.get(key, (0, label))
+    counted[key] = (before + int(count), max(known, label))
+
+
+async def _count_stretches(session: AsyncSession, stretches: Sequence[tuple[int, datetime, datetime]],
+                           through: Sequence[ColumnElement[bool]]) -> list[Any]:
+    """(day index, channel, route, label, handoffs) of the handoffs created in each stretch,
+    from the rows: one GROUP BY a stretch, `DAYS_A_STATEMENT` of them a statement."""
+    created = HANDOFFS.c.created_at
+    channel, route, label = HANDOFFS.c.channel_id, HANDOFFS.c.route_id, HANDOFFS.c.channel_label
+    found: list[Any] = []
+    for first in range(0, len(stretches), DAYS_A_STATEMENT):
+        parts = [
+            select(literal(index).label("day"), channel, route, func.max(label), func.count())
+            .where(created >= lo, created < hi, *through)
+            .group_by(channel, route)
+            for index, lo, hi in stretches[first:first + DAYS_A_STATEMENT]
+        ]
+        found += (await session.execute(union_all(*parts) if len(parts) > 1 else parts[0])).all()
+    return found
+
+
+def _hour_at_or_after(at: datetime) -> int:
+    return -int(-at.timestamp() // HOUR)
+
+
+def _hour_at_or_before(at: datetime) -> int:
+    return int(at.timestamp() // HOUR)
+
+
+def _instant(hour: int) -> datetime:
+    return datetime.fromtimestamp(hour * HOUR, UTC)
+
+
+@dataclass(frozen=True)
+class _Rolled:
+    """The part of a range the rollups answer: its whole UTC days [`first_day`, `stop_day`)
+    (none when it holds no whole day), and the `ends` before and after them that the rows
+    answer. Every figure it reads is filtered by channel and route as the summary is."""
+
+    first_day: int
+    stop_day: int
+    ends: tuple[tuple[datetime, datetime], ...]
+    channel_id: int | None
+    route_id: int | None
+
+    @staticmethod
+    def within(start: datetime, end: datetime, channel_id: int | None, route_id: int | None) -> _Rolled:
+        first, stop = -int(-start.timestamp() // DAY), int(end.timestamp() // DAY)
+        if first >= stop:
+            return _Rolled(first, first, ((start, end),), channel_id, route_id)
+        lo, hi = (datetime.fromtimestamp(day * DAY, UTC) for day in (first, stop))
+        return _Rolled(first, stop, tuple((a, b) for a, b in ((start, lo), (hi, end)) if a < b), channel_id, route_id)
+
+    def _through(self, table: Table) -> list[ColumnElement[bool]]:
+        terms: list[ColumnElement[bool]] = []
+        if self.channel_id is not None:
+            terms.append(table.c.channel_id == self.channel_id)
+        if self.route_id is not None:
+            terms.append(table.c.route == self.route_id)
+        return terms
+
+    def _days(self, table: Table) -> list[ColumnElement[bool]]:
+        return [table.c.day >= self.first_day, table.c.day < self.stop_day, *self._through(table)]
+
+    async def hours(self, session: AsyncSession, whole: Sequence[tuple[int, int, int]]) -> list[Any]:
+        """(day index, channel, route, label, handoffs) over each day's whole UTC hours
+        [first, stop): one GROUP BY, each hour numbered with its day by `_interval_of` over
+        the days' first hours (hours between two days' stretches are left out)."""
+        if not whole:
+            return []
+        table = ROLLED_HOURS
+        hour = table.c.hour
+        gaps = [h for (_, _, stop), (_, first, _) in zip(whole, whole[1:], strict=False) for h in range(stop, first)]
+        day = _interval_of(hour, [first for _, first, _ in whole[1:]]).label("day")
+        rows = (await session.execute(
+            select(day, table.c.channel_id, table.c.route, func.max(table.c.channel_label), func.sum(table.c.handoffs))
+            .where(hour >= whole[0][1], hour < whole[-1][2], table.c.handoffs > 0, *self._through(table),
+                   *([hour.not_in(gaps)] if gaps else []))
+            .group_by(day, table.c.channel_id, table.c.route)
+        )).all()
+        return [(whole[index][0], channel, None if route == NO_ROUTE else route, label, count)
+                for index, channel, route, label, count in rows]
+
+    async def endings(self, session: AsyncSession) -> tuple[dict[tuple[str, str | None], int], int]:
+        if self.first_day >= self.stop_day:
+            return {}, 0
+        table = ROLLED_ENDINGS
+        rows = (await session.execute(
+            select(table.c.ending, table.c.outcome, func.sum(table.c.handoffs), func.sum(table.c.missing_required))
+            .where(*self._days(table)).group_by(table.c.ending, table.c.outcome)
+        )).all()
+        return ({(ending, outcome or None): int(count) for ending, outcome, count, _ in rows},
+                sum(int(missing) for *_, missing in rows))
+
+    async def fine(self, session: AsyncSession, measure: int) -> dict[int, int]:
+        if self.first_day >= self.stop_day:
+            return {}
+        table = ROLLED_MEASURES
+        rows = (await session.execute(
+            select(table.c.fine, func.sum(table.c.handoffs)).where(table.c.measure == measure, *self._days(table))
+            .group_by(table.c.fine)
+        )).all()
+        return {int(fine): int(count) for fine, count in rows}
+
+    async def containment(self, session: AsyncSession) -> Containment:
+        table = ROLLED_CONVERSATIONS
+        conversations, escalated = (await session.execute(
+            select(func.coalesce(func.sum(table.c.conversations), 0), func.coalesce(func.sum(table.c.escalated), 0))
+            .where(table.c.day >= self.first_day, table.c.day < self.stop_day)
+        )).one()
+        return Containment(int(conversations), int(conversations) - int(escalated), int(escalated))
 
 
 def _local_days(start: datetime, end: datetime, zone: ZoneInfo) -> tuple[date, ...]:
@@ -375,11 +539,7 @@ COMMENTS_SHOWN = 20
 DAYS_A_STATEMENT = 200
 """Local days per statement of `_per_day` (SQLite allows 500 parts in one UNION)."""
 
-FINE_EDGES: tuple[float, ...] = tuple(sorted(
-    {round(1.25 ** power) for power in range(61)} | {bucket.lower for bucket in BUCKETS[1:]}
-))
-"""Where a percentile is looked for: every bucket edge, and a step of a quarter between
-1 s and a week, so the sort that finds the exact value holds a few percent of the range."""
+assert {bucket.lower for bucket in BUCKETS[1:]} <= set(FINE_EDGES), "every display bucket edge is a fine edge"
 
 
 @dataclass(frozen=True)
@@ -453,6 +613,54 @@ async def _nearest_ranks(session: AsyncSession, seconds: ColumnElement[Any], cho
     return {rank: found[n] for rank, n in number_of.items()}
 
 
+async def _fine_counts(session: AsyncSession, seconds: ColumnElement[Any],
+                       chosen: Sequence[ColumnElement[bool]]) -> dict[int, int]:
+    """How many of the chosen handoffs have `seconds` in each fine bucket, from the rows."""
+    fine = _interval_of(seconds, FINE_EDGES).label("fine")
+    rows = (await session.execute(select(fine, func.count()).where(*chosen, seconds.is_not(None)).group_by(fine))).all()
+    return {int(index): int(count) for index, count in rows}
+
+
+def _merged(*parts: Mapping[int, int]) -> dict[int, int]:
+    merged: dict[int, int] = {}
+    for part in parts:
+        for index, count in part.items():
+            merged[index] = merged.get(index, 0) + count
+    return {index: count for index, count in merged.items() if count}
+
+
+async def _distribution_from_counts(session: AsyncSession, seconds: ColumnElement[Any], chosen: Sequence[ColumnElement[bool]],
+                                    total: int, per_fine: dict[int, int]) -> Distribution:
+    """A measure's figures from its fine-bucket counts over the chosen handoffs (the
+    rollups' and the rows' together): the counts locate each rank's bucket (the max is the
+    last rank), and each value is read in order from that bucket's rows alone, through
+    the measure's own index (`_value_at`)."""
+    spread = _Counted(per_fine, None)
+    if not spread.count:
+        return Distribution(count=0, missing=total, p50=None, p90=None, max=None,
+                            histogram=tuple(BucketCount(bucket, 0) for bucket in BUCKETS))
+    median, ninetieth = _nearest(spread.count)
+    values = {rank: await _value_at(session, seconds, chosen, rank, *spread.holding(rank))
+              for rank in {median, ninetieth, spread.count}}
+    return Distribution(
+        count=spread.count, missing=total - spread.count, p50=_float(values[median]), p90=_float(values[ninetieth]),
+        max=_float(values[spread.count]),
+        histogram=tuple(BucketCount(bucket, _in_bucket(bucket, per_fine)) for bucket in BUCKETS),
+    )
+
+
+async def _value_at(session: AsyncSession, seconds: ColumnElement[Any], chosen: Sequence[ColumnElement[bool]],
+                    rank: int, fine: int, below: int) -> Any:
+    """The value of `rank` (from 1), which falls in fine bucket `fine` with `below` values
+    in the buckets under it: the bucket's chosen rows in order, skipping to the rank. The
+    `chosen` terms are `unindexed`, so SQLite reads them through the measure's own index
+    (ix_handoff_sessions_time_to_person, ix_handoff_sessions_duration: its order is the
+    answer's, its columns the filters'), the one fine bucket of it and nothing else."""
+    return (await session.execute(
+        select(seconds).where(_within_fine(seconds, fine), *chosen).order_by(seconds).limit(1).offset(rank - below - 1)
+    )).scalar_one()
+
+
 def _nearest(count: int) -> tuple[int, int]:
     """The nearest ranks (from 1) of the p50 and p90 of `count` values."""
     median, ninetieth = ((percent * count + 99) // 100 for percent in (50, 90))
@@ -483,9 +691,10 @@ def _in_bucket(bucket: Bucket, per_fine: Mapping[int, int]) -> int:
                and (bucket.upper is None or _fine_bounds(index)[0] < bucket.upper))
 
 
-async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]], is_sqlite: bool) -> Endings:
-    """One GROUP BY over (reason or state, outcome): a handful of rows, summed per word; and
-    the count of releases with required fields missing, from their own small index."""
+async def _ending_counts(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
+                        is_sqlite: bool) -> tuple[dict[tuple[str, str | None], int], int]:
+    """One GROUP BY over (reason or state, outcome): a handful of rows; and the count of
+    releases with required fields missing, from their own small index."""
     # A handoff has a release reason exactly when it was released: the reason, else the
     # state, is one key (SQLite sorts the range's rows by the keys; one fewer is a third less)
     ending = func.coalesce(HANDOFFS.c.release_reason, HANDOFFS.c.state).label("ending")
@@ -494,23 +703,36 @@ async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
     )).all()
     lacking = text("missing_required != '[]'" if is_sqlite else "missing_required::text <> '[]'")
     missing_required = int((await session.execute(select(func.count()).where(*chosen, lacking))).scalar_one())
+    return {(ended, outcome): int(count) for ended, outcome, count in rows}, missing_required
+
+
+def _endings_of(*counted: tuple[Mapping[tuple[str, str | None], int], int]) -> Endings:
+    """How the handoffs counted (per ending and outcome, and with required fields missing,
+    in one or more parts of a range) ended, summed per word."""
     reasons: dict[str, int] = {}
     outcomes: dict[str, int] = {}
     failed = still_open = total = 0
-    for ended, outcome, count in rows:
-        total += count
-        if outcome is not None:
-            outcomes[outcome] = outcomes.get(outcome, 0) + count
-        if ended == HandoffState.FAILED:
-            failed += count
-        elif ended in (HandoffState.DISPATCHING, HandoffState.ACTIVE):
-            still_open += count
-        else:
-            reasons[ended] = reasons.get(ended, 0) + count
+    for per_ending, _ in counted:
+        for (ended, outcome), count in per_ending.items():
+            total += count
+            if outcome is not None:
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+            if ended == HandoffState.FAILED:
+                failed += count
+            elif ended in (HandoffState.DISPATCHING, HandoffState.ACTIVE):
+                still_open += count
+            else:
+                reasons[ended] = reasons.get(ended, 0) + count
     return Endings(
-        handoffs=total, by_reason=_tallies(reasons), by_outcome=_tallies(outcomes), missing_required=missing_required,
+        handoffs=total, by_reason=_tallies({word: n for word, n in reasons.items() if n}),
+        by_outcome=_tallies({word: n for word, n in outcomes.items() if n}),
+        missing_required=sum(missing for _, missing in counted),
         unclaimed=reasons.get(ReleaseReason.UNCLAIMED, 0), failed_dispatches=failed, open=still_open,
     )
+
+
+def _sum_containments(*parts: Containment) -> Containment:
+    return Containment(*(sum(getattr(part, name) for part in parts) for name in ("conversations", "contained", "escalated")))
 
 
 async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],

@@ -109,6 +109,10 @@ class HandoffSession(SQLModel, table=True):
             "ix_handoff_sessions_missing_required", "created_at", "channel_id", "route_id",
             sqlite_where=text("missing_required != '[]'"), postgresql_where=text("missing_required::text <> '[]'"),
         ),
+        # A percentile's value: the rows of the one fine bucket its rank falls in, in order,
+        # read from the index alone (the rollups located the bucket)
+        Index("ix_handoff_sessions_time_to_person", "time_to_person_seconds", "created_at", "channel_id", "route_id"),
+        Index("ix_handoff_sessions_duration", "duration_seconds", "created_at", "channel_id", "route_id"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -617,3 +621,59 @@ class HandoffSatisfaction(SQLModel, table=True):
     answered_at: datetime | None = None
     answered_by: str | None = Field(default=None, max_length=200)
     answered_via: str | None = Field(default=None, max_length=40)
+
+
+# The reports' rollups (bot/store/rollups.py): counts kept by triggers in the transaction
+# that writes a fact, keyed by the UTC hour or day since the epoch (integers), channel and
+# route (0: none). Read by bot/domain/reports.py; `handoff reports rebuild` counts them afresh.
+
+
+class ReportHour(SQLModel, table=True):
+    """Handoffs created in one UTC hour through one channel and route."""
+
+    __tablename__ = "report_hours"
+
+    hour: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    handoffs: int
+    channel_label: str = Field(max_length=80)  # the greatest label counted here (a channel renamed within the hour)
+
+
+class ReportEnding(SQLModel, table=True):
+    """Handoffs created on one UTC day through one channel and route that ended (or stand)
+    one way: `ending` the release reason, else the state; `outcome` '' for none."""
+
+    __tablename__ = "report_endings"
+
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    ending: str = Field(primary_key=True, max_length=20)
+    outcome: str = Field(primary_key=True, max_length=20)
+    handoffs: int
+    missing_required: int  # of them, released with required return fields missing
+
+
+class ReportMeasure(SQLModel, table=True):
+    """Handoffs created on one UTC day through one channel and route whose time to a person
+    (measure 0) or duration (1) falls in one fine bucket (bot/store/rollups.py FINE_EDGES)."""
+
+    __tablename__ = "report_measures"
+
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    measure: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    handoffs: int
+
+
+class ReportConversations(SQLModel, table=True):
+    """Subscribers' conversations started on one UTC day, and how many of them had a handoff."""
+
+    __tablename__ = "report_conversations"
+
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    conversations: int
+    escalated: int
