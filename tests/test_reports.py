@@ -94,7 +94,7 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             time_to_person_seconds=None if reached is None else reached - started,
             duration_seconds=None if plan.released is None or plan.activated is None else plan.released - started,
             first_human_reply_at=_after(at, min(plan.human_replies)) if plan.human_replies and plan.route_id is None else None,
-            claimed_person_id=plan.claimed_person, released_person_id=plan.released_person,
+            claimed_person_id=plan.claimed_person, released_person_id=plan.released_person, handled_by=_handler(plan),
         ))
         people = plan.reply_people + (None,) * (len(plan.human_replies) - len(plan.reply_people))
         messages += [new_row(Message, conversation_id=f"c{n}", role=Role.HUMAN, text="hi", handoff_session_id=f"h{n}",
@@ -110,6 +110,7 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             del row["time_to_person_seconds"], row["duration_seconds"]
             del row["claimed_person_id"], row["released_person_id"]  # 0021's, later still
             del row["turn"], row["offer_until"]  # 0023's
+            del row["handled_by"]  # 0024's
         for row in messages:
             del row["person_id"]
     for row in messages:
@@ -119,6 +120,19 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             if rows:  # an INSERT of the columns the rows name, the rest left to the database
                 await session.execute(insert(table), rows)
     return [row["id"] for row in sessions]
+
+
+def _handler(plan: Planned) -> str | None:
+    """Who handled it, as the desk writes it down: the claim's person, else (straight to a
+    channel) the first reply's, else a person's release's; '' for nobody linked."""
+    if plan.claimed is not None:
+        return plan.claimed_person or ""
+    if plan.human_replies and plan.route_id is None:
+        people = plan.reply_people + (None,) * (len(plan.human_replies) - len(plan.reply_people))
+        return min(zip(plan.human_replies, range(len(people)), people, strict=True))[2] or ""
+    if plan.reason is not None and plan.reason.by_a_person:
+        return plan.released_person or ""
+    return None
 
 
 def _after(at: datetime, seconds: float | None) -> datetime | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import func, select, text, update
 
 from bot.domain.handoff_rows import HANDOFFS
 from bot.domain.reports import Reports
@@ -62,7 +62,8 @@ async def later_in_their_lives(db: Database, ids: list[str], rng: random.Random)
         change: dict[str, Any] = rng.choice((
             {"channel_id": BILLING[0], "channel_label": BILLING[1], "time_to_person_seconds": round(rng.uniform(1, 9000), 3)},
             {"state": HandoffState.RELEASED, "release_reason": ReleaseReason.OWNER, "outcome": Outcome.NEEDS_FOLLOWUP,
-             "duration_seconds": round(rng.uniform(10, 90000), 3), "missing_required": ["eta"]},
+             "duration_seconds": round(rng.uniform(10, 90000), 3), "missing_required": ["eta"],
+             "handled_by": func.coalesce(HANDOFFS.c.handled_by, "")},  # as the desk's release writes it
             {"time_to_person_seconds": None, "duration_seconds": round(rng.uniform(0, 3), 3)},
             {"route_id": None},
         ))

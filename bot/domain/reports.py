@@ -85,8 +85,9 @@ from bot.store.models import (
     ReportEnding,
     ReportHour,
     ReportMeasure,
+    ReportPerson,
 )
-from bot.store.rollups import DAY, DURATION, FINE_EDGES, HOUR, NO_ROUTE, TIME_TO_PERSON
+from bot.store.rollups import DAY, DURATION, FINE_EDGES, HOUR, NO_ROUTE, TIME_TO_PERSON, UNTIMED
 from bot.store.rows import Rows
 from bot.store.vocabulary import OPEN_STATES, HandoffState, OfferResult, ReleaseReason, Role
 
@@ -95,6 +96,7 @@ PEOPLE = Rows(Person).table
 RECIPIENTS = Rows(HandoffRecipient).table
 ROLLED_HOURS, ROLLED_ENDINGS = Rows(ReportHour).table, Rows(ReportEnding).table
 ROLLED_MEASURES, ROLLED_CONVERSATIONS = Rows(ReportMeasure).table, Rows(ReportConversations).table
+ROLLED_PEOPLE = Rows(ReportPerson).table
 
 NOT_LINKED = "not linked to a person"
 """The name of the per-person row of acts nobody known did."""
@@ -340,7 +342,11 @@ class Reports:
                                             *([await rolled.containment(session)] if rolled else []))
             satisfaction = await _satisfaction(session, chosen, start)
             offered = _offers(chosen)
-            people = await _per_person(session, chosen, await _offers_per_person(session, offered))
+            offers = await _offers_per_person(session, offered)
+            if rolled is not None and channel_id is None and route_id is None:
+                people = await _per_person_rolled(session, rolled, start, end, offers)
+            else:
+                people = await _per_person(session, chosen, offers)
             targets = await _per_target(session, offered)
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
@@ -495,6 +501,16 @@ class _Rolled:
             .group_by(table.c.fine)
         )).all()
         return {int(fine): int(count) for fine, count in rows}
+
+    async def people(self, session: AsyncSession) -> list[tuple[str, int, int]]:
+        """(handler, fine bucket, handoffs) over the whole days (any channel or route)."""
+        if self.first_day >= self.stop_day:
+            return []
+        table = ROLLED_PEOPLE
+        return [(person, int(fine), int(count)) for person, fine, count in (await session.execute(
+            select(table.c.person, table.c.fine, func.sum(table.c.handoffs))
+            .where(table.c.day >= self.first_day, table.c.day < self.stop_day).group_by(table.c.person, table.c.fine)
+        )).all() if count]
 
     async def containment(self, session: AsyncSession) -> Containment:
         table = ROLLED_CONVERSATIONS
@@ -763,7 +779,7 @@ async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bo
     )
 
 
-PERSON_RELEASES = (ReleaseReason.FORM, ReleaseReason.RELEASE_TOKEN, ReleaseReason.OWNER)
+PERSON_RELEASES = tuple(reason for reason in ReleaseReason if reason.by_a_person)
 """The release doors a person goes through; the idle timer, the ladder and the agent are nobody."""
 
 
@@ -812,33 +828,107 @@ async def _per_person(session: AsyncSession, chosen: Sequence[ColumnElement[bool
     rows = (await session.execute(
         select(ranked).where(or_(ranked.c.n == 1, ranked.c.n == median, ranked.c.n == ninetieth))
     )).mappings().all()
-    directory = (await session.execute(
-        select(PEOPLE.c.id, PEOPLE.c.name, PEOPLE.c.disabled_at).order_by(PEOPLE.c.name, PEOPLE.c.id)
-    )).all()
-    return _person_rows(rows, [(pid, name, disabled_at is not None) for pid, name, disabled_at in directory], offers)
+    return _people_figures(_handled_of(rows), await _directory(session), offers)
 
 
-def _person_rows(rows: Sequence[RowMapping], directory: Sequence[tuple[str, str, bool]],
-                 offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
-    """The figures per person from `_per_person`'s rows: each handler's counts (on every
-    row of theirs) and the values at their ranks, with the offers made to them. A handler
-    the directory does not know (people are never deleted, so only a hand-edited database
-    has one) keeps their id as name."""
+@dataclass
+class _Handled:
+    """One handler's figures before they meet the directory."""
+
+    handled: int = 0
+    timed: int = 0
+    p50: float | None = None
+    p90: float | None = None
+    positive: int = 0
+    negative: int = 0
+    unanswered: int = 0
+
+
+def _handled_of(rows: Sequence[RowMapping]) -> dict[str | None, _Handled]:
+    """Each handler's counts (on every row of theirs in `_per_person`'s rows) and the values
+    at their ranks."""
     counted: dict[str | None, RowMapping] = {}
     at_rank: dict[tuple[str | None, int], Any] = {}
     for row in rows:
         counted[row["person"]] = row
         at_rank[(row["person"], int(row["n"]))] = row["seconds"]
-
-    def figures(pid: str | None, name: str, disabled: bool) -> PersonFigures:
-        row = counted.get(pid)
-        offered = offers.get(pid, OfferFigures()) if pid is not None else OfferFigures()
-        if row is None:
-            return PersonFigures(pid, name, disabled, 0, 0, None, None, 0, 0, 0, offered)
+    found = {}
+    for pid, row in counted.items():
         timed = int(row["timed"])
         p50, p90 = (at_rank.get((pid, rank)) for rank in _nearest(timed)) if timed else (None, None)
-        return PersonFigures(pid, name, disabled, int(row["handled"]), timed, _float(p50), _float(p90),
-                             int(row["positive"]), int(row["negative"]), int(row["unanswered"]), offered)
+        found[pid] = _Handled(int(row["handled"]), timed, _float(p50), _float(p90),
+                              int(row["positive"]), int(row["negative"]), int(row["unanswered"]))
+    return found
+
+
+async def _per_person_rolled(session: AsyncSession, rolled: _Rolled, start: datetime, end: datetime,
+                             offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
+    """Every person's figures over all the handoffs of the range, as `_per_person` counts
+    them, from the rollups: per handler the fine-bucket counts of their times (whole UTC days
+    from `report_people`, the ragged ends from the rows' `handled_by`) locate their ranks,
+    and each value is read from that one bucket of theirs through the handler's index
+    (ix_handoff_sessions_handled_by); the satisfaction answers are counted from the answers'
+    side, as the summary's are."""
+    handler, seconds, created = HANDOFFS.c.handled_by, HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.created_at
+    per_fine: dict[str, dict[int, int]] = {}
+
+    def add(person: str, fine: int, count: int) -> None:
+        per_fine.setdefault(person, {})
+        per_fine[person][fine] = per_fine[person].get(fine, 0) + count
+
+    for row in await rolled.people(session):
+        add(*row)
+    fine = case((seconds.is_(None), UNTIMED), else_=_interval_of(seconds, FINE_EDGES)).label("fine")
+    for lo, hi in rolled.ends:
+        for person, index, count in (await session.execute(
+            select(handler, fine, func.count()).where(created >= lo, created < hi, handler.is_not(None)).group_by(handler, fine)
+        )).all():
+            add(person, int(index), int(count))
+    by_value = [unindexed(created) >= start, unindexed(created) < end]
+    found: dict[str | None, _Handled] = {}
+    for person, counts in per_fine.items():
+        timed = _Counted({index: n for index, n in counts.items() if index != UNTIMED and n}, None)
+        figures = found[person or None] = _Handled(handled=sum(counts.values()), timed=timed.count)
+        if timed.count:
+            median, ninetieth = _nearest(timed.count)
+            values = [_float(await _value_at(session, seconds, [*by_value, handler == person], rank, *timed.holding(rank)))
+                      for rank in (median, ninetieth)]
+            figures.p50, figures.p90 = values
+    answered = SATISFACTION.c
+    for person, answer, count in (await session.execute(
+        select(handler, answered.answer, func.count())
+        .select_from(SATISFACTION.join(HANDOFFS, HANDOFFS.c.id == answered.handoff_session_id))
+        .where(answered.asked_at >= start, created >= start, created < end, handler.is_not(None))
+        .group_by(handler, answered.answer)
+    )).all():
+        figures = found.setdefault(person or None, _Handled())
+        if answer == "yes":
+            figures.positive += int(count)
+        elif answer == "no":
+            figures.negative += int(count)
+        else:
+            figures.unanswered += int(count)
+    return _people_figures(found, await _directory(session), offers)
+
+
+async def _directory(session: AsyncSession) -> list[tuple[str, str, bool]]:
+    """Everyone of the directory, by name: id, name, disabled."""
+    return [(pid, name, disabled_at is not None) for pid, name, disabled_at in (await session.execute(
+        select(PEOPLE.c.id, PEOPLE.c.name, PEOPLE.c.disabled_at).order_by(PEOPLE.c.name, PEOPLE.c.id)
+    )).all()]
+
+
+def _people_figures(counted: Mapping[str | None, _Handled], directory: Sequence[tuple[str, str, bool]],
+                    offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
+    """A row per person of the directory, then the handlers it does not know (people are
+    never deleted, so only a hand-edited database has one: their id is their name), then
+    the acts linked to nobody; each with the offers made to them."""
+
+    def figures(pid: str | None, name: str, disabled: bool) -> PersonFigures:
+        row = counted.get(pid, _Handled())
+        offered = offers.get(pid, OfferFigures()) if pid is not None else OfferFigures()
+        return PersonFigures(pid, name, disabled, row.handled, row.timed, row.p50, row.p90,
+                             row.positive, row.negative, row.unanswered, offered)
 
     known = {pid for pid, _, _ in directory}
     strangers = sorted(pid for pid in {*counted, *offers} if pid is not None and pid not in known)

@@ -113,6 +113,7 @@ class HandoffSession(SQLModel, table=True):
         # read from the index alone (the rollups located the bucket)
         Index("ix_handoff_sessions_time_to_person", "time_to_person_seconds", "created_at", "channel_id", "route_id"),
         Index("ix_handoff_sessions_duration", "duration_seconds", "created_at", "channel_id", "route_id"),
+        Index("ix_handoff_sessions_handled_by", "handled_by", "time_to_person_seconds", "created_at"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -169,6 +170,10 @@ class HandoffSession(SQLModel, table=True):
     claimed_person_id: str | None = Field(default=None, max_length=40)  # the person who claimed, when the desk knows them
     released_person_id: str | None = Field(default=None, max_length=40)  # the person who released, when a person did
     claimed_recipient_id: int | None = None  # the `HandoffRecipient` whose thread took it
+    # Who handled it, for the reports: the claim's person on a route, else the first human
+    # reply's straight to a channel, else a person's release's; '' when that act carried no
+    # person of the directory, None while nobody has acted (or nobody ever did).
+    handled_by: str | None = Field(default=None, max_length=40)
     # Straight to a channel (no route): when a person first replied, the moment they were reached.
     first_human_reply_at: datetime | None = None
     # The reports' facts, written once where they happen: from the activation to a person
@@ -665,6 +670,19 @@ class ReportMeasure(SQLModel, table=True):
     channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     measure: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    handoffs: int
+
+
+class ReportPerson(SQLModel, table=True):
+    """Handoffs created on one UTC day (any channel or route) that one person handled
+    (`person`: their id, '' for an act linked to nobody) whose time to a person falls in one
+    fine bucket (-1: they have none)."""
+
+    __tablename__ = "report_people"
+
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    person: str = Field(primary_key=True, max_length=40)
     fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     handoffs: int
 

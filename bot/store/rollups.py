@@ -30,6 +30,10 @@ The rollups (one definition each, which both the triggers and the rebuild are wr
 - `report_measures`: per (UTC day, channel, route, measure, fine bucket), how many handoffs
   have their time to a person (measure 0) or duration (measure 1) in that bucket
   (`FINE_EDGES`): the counts that locate a percentile's rank;
+- `report_people`: per (UTC day, person who handled them: `handled_by`, '' for nobody
+  linked, fine bucket of their time to a person or `UNTIMED`), the handoffs they handled;
+  without the channel and route (with them it would hold about a row per handoff: a summary
+  filtered by channel or route counts its per-person figures from the rows);
 - `report_conversations`: subscribers' conversations per UTC day, and how many had a handoff.
 
 Route 0 stands for "no route" (a key column cannot be NULL); route ids are positive.
@@ -55,6 +59,10 @@ NO_ROUTE = 0
 
 TIME_TO_PERSON, DURATION = 0, 1
 """The measures of `report_measures`."""
+
+UNTIMED = -1
+"""The fine bucket of `report_people` for handoffs handled without a time to a person (a
+release alone)."""
 
 HOUR, DAY = 3600, 86400
 
@@ -179,6 +187,12 @@ ROLLUPS: tuple[Rollup, ...] = (
            reads=("created_at", "channel_id", "route_id", "state", "release_reason", "outcome", "missing_required")),
     _measure(TIME_TO_PERSON, "time_to_person_seconds"),
     _measure(DURATION, "duration_seconds"),
+    Rollup("report_people", "handoff_sessions",
+           keys=(("day", "{day}"), ("person", "{r}.handled_by"),
+                 ("fine", f"CASE WHEN {{r}}.time_to_person_seconds IS NULL THEN {UNTIMED}"
+                          f" ELSE {fine_bucket_sql('{r}.time_to_person_seconds')} END")),
+           counts=(("handoffs", "1"),), reads=("created_at", "handled_by", "time_to_person_seconds"),
+           when="{r}.handled_by IS NOT NULL"),
     Rollup("report_conversations", "conversations", keys=(("day", "{day}"),),
            counts=(("conversations", "1"), ("escalated", "CASE WHEN {r}.first_handoff_at IS NULL THEN 0 ELSE 1 END")),
            reads=("created_at", "serves_handoff_session_id", "first_handoff_at"),

@@ -28,6 +28,17 @@ depends_on: str | Sequence[str] | None = None
 
 _TEXT = sqlmodel.sql.sqltypes.AutoString
 
+# Who handled each stored handoff, by the rule the reports applied row by row before: the
+# claim's person, else the first human reply's, else a person's release's ('' for an act
+# linked to nobody; NULL when nobody acted)
+_HANDLED_BY = """UPDATE handoff_sessions SET handled_by = CASE
+    WHEN claimed_at IS NOT NULL THEN coalesce(claimed_person_id, '')
+    WHEN first_human_reply_at IS NOT NULL THEN coalesce((
+        SELECT m.person_id FROM messages m WHERE m.handoff_session_id = handoff_sessions.id AND m.role = 'human'
+        AND m.created_at = handoff_sessions.first_human_reply_at ORDER BY m.id LIMIT 1), '')
+    WHEN release_reason IN ('form', 'release_token', 'owner') THEN coalesce(released_person_id, '')
+END"""
+
 
 def _key(name: str) -> sa.Column[int]:
     return sa.Column(name, sa.Integer(), autoincrement=False, nullable=False)
@@ -47,10 +58,19 @@ def upgrade() -> None:
     op.create_table('report_measures', _key('day'), _key('channel_id'), _key('route'), _key('measure'), _key('fine'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
                     sa.PrimaryKeyConstraint('day', 'channel_id', 'route', 'measure', 'fine'))
+    op.create_table('report_people', _key('day'),
+                    sa.Column('person', _TEXT(length=40), nullable=False), _key('fine'),
+                    sa.Column('handoffs', sa.Integer(), nullable=False),
+                    sa.PrimaryKeyConstraint('day', 'person', 'fine'))
     op.create_table('report_conversations', _key('day'),
                     sa.Column('conversations', sa.Integer(), nullable=False),
                     sa.Column('escalated', sa.Integer(), nullable=False),
                     sa.PrimaryKeyConstraint('day'))
+    with op.batch_alter_table('handoff_sessions', schema=None, recreate='never') as batch_op:
+        batch_op.add_column(sa.Column('handled_by', _TEXT(length=40), nullable=True))
+    op.execute(_HANDLED_BY)
+    op.create_index('ix_handoff_sessions_handled_by', 'handoff_sessions',
+                    ['handled_by', 'time_to_person_seconds', 'created_at'], unique=False)
     op.create_index('ix_handoff_sessions_time_to_person', 'handoff_sessions',
                     ['time_to_person_seconds', 'created_at', 'channel_id', 'route_id'], unique=False)
     op.create_index('ix_handoff_sessions_duration', 'handoff_sessions',
@@ -61,7 +81,11 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     run_sync(op.get_bind(), drop_triggers(dialect_named(op.get_bind().dialect.name)))
+    op.drop_index('ix_handoff_sessions_handled_by', table_name='handoff_sessions')
+    with op.batch_alter_table('handoff_sessions', schema=None, recreate='never') as batch_op:
+        batch_op.drop_column('handled_by')
     op.drop_index('ix_handoff_sessions_duration', table_name='handoff_sessions')
     op.drop_index('ix_handoff_sessions_time_to_person', table_name='handoff_sessions')
-    for table in ('report_conversations', 'report_measures', 'report_endings', 'report_hours'):
+    for table in ('report_conversations', 'report_people', 'report_measures', 'report_endings',
+                  'report_hours'):
         op.drop_table(table)
