@@ -135,6 +135,7 @@ def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, An
         "claimed_person_id": who if claimed else None,
         "released_person_id": who if ended and reason in ("form", "release_token", "owner") else None,
         "first_human_reply_at": first_reply if route_id is None else None,
+        "handled_by": (who or "") if reached else None,  # the claim's or first reply's person ('' linked to nobody)
         # The facts the desk writes at the claim or first reply, and at the release
         "time_to_person_seconds": round(to_person.total_seconds(), 3) if reached else None,
         "duration_seconds": round((released - activated).total_seconds(), 3) if released is not None else None,

@@ -48,6 +48,7 @@ handoffs are per handler. One statement per table; the rows lie beside their han
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -58,9 +59,11 @@ from sqlalchemy import (
     CTE,
     ColumnElement,
     RowMapping,
+    Select,
     Subquery,
     Table,
     and_,
+    bindparam,
     case,
     exists,
     func,
@@ -332,22 +335,23 @@ class Reports:
             if rolled is None:
                 time_to_person, duration = await _distributions(session, measures, chosen, endings.handoffs)
             else:
-                by_value = [unindexed(HANDOFFS.c.created_at) >= start, unindexed(HANDOFFS.c.created_at) < end, *through]
+                within = {"start": start, "end": end, **({"channel_id": channel_id} if channel_id is not None else {}),
+                          **({"route_id": route_id} if route_id is not None else {})}
                 time_to_person, duration = [
                     await _distribution_from_counts(
-                        session, seconds, by_value, endings.handoffs,
+                        session, seconds, within, endings.handoffs,
                         _merged(await rolled.fine(session, measure), *[await _fine_counts(session, seconds, piece) for piece in ends]))
                     for measure, seconds in ((TIME_TO_PERSON, measures[0]), (DURATION, measures[1]))]
             containment = _sum_containments(*[await _containment(session, lo, hi) for lo, hi in pieces],
                                             *([await rolled.containment(session)] if rolled else []))
             satisfaction = await _satisfaction(session, chosen, start)
-            offered = _offers(chosen)
-            offers = await _offers_per_person(session, offered)
+            offered = _offers(chosen) if await _offered_to_people_since(session, start) else None
+            offers = await _offers_per_person(session, offered) if offered is not None else {}
             if rolled is not None and channel_id is None and route_id is None:
                 people = await _per_person_rolled(session, rolled, start, end, offers)
             else:
                 people = await _per_person(session, chosen, offers)
-            targets = await _per_target(session, offered)
+            targets = await _per_target(session, offered) if offered is not None else ()
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
             days=days, per_day=per_day, handoffs=endings.handoffs,
@@ -589,7 +593,7 @@ async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement
     the rows of just those buckets in order (`_nearest_ranks`)."""
     counted: list[_Counted] = []
     for seconds in measures:
-        fine = _interval_of(seconds, FINE_EDGES).label("fine")
+        fine = _fine_of(seconds.name).label("fine")
         rows = (await session.execute(
             select(fine, func.count(), func.max(seconds)).where(*chosen, seconds.is_not(None)).group_by(fine)
         )).all()
@@ -632,7 +636,7 @@ async def _nearest_ranks(session: AsyncSession, seconds: ColumnElement[Any], cho
 async def _fine_counts(session: AsyncSession, seconds: ColumnElement[Any],
                        chosen: Sequence[ColumnElement[bool]]) -> dict[int, int]:
     """How many of the chosen handoffs have `seconds` in each fine bucket, from the rows."""
-    fine = _interval_of(seconds, FINE_EDGES).label("fine")
+    fine = _fine_of(seconds.name).label("fine")
     rows = (await session.execute(select(fine, func.count()).where(*chosen, seconds.is_not(None)).group_by(fine))).all()
     return {int(index): int(count) for index, count in rows}
 
@@ -645,7 +649,7 @@ def _merged(*parts: Mapping[int, int]) -> dict[int, int]:
     return {index: count for index, count in merged.items() if count}
 
 
-async def _distribution_from_counts(session: AsyncSession, seconds: ColumnElement[Any], chosen: Sequence[ColumnElement[bool]],
+async def _distribution_from_counts(session: AsyncSession, seconds: ColumnElement[Any], within: Mapping[str, Any],
                                     total: int, per_fine: dict[int, int]) -> Distribution:
     """A measure's figures from its fine-bucket counts over the chosen handoffs (the
     rollups' and the rows' together): the counts locate each rank's bucket (the max is the
@@ -656,7 +660,7 @@ async def _distribution_from_counts(session: AsyncSession, seconds: ColumnElemen
         return Distribution(count=0, missing=total, p50=None, p90=None, max=None,
                             histogram=tuple(BucketCount(bucket, 0) for bucket in BUCKETS))
     median, ninetieth = _nearest(spread.count)
-    values = {rank: await _value_at(session, seconds, chosen, rank, *spread.holding(rank))
+    values = {rank: await _value_at(session, seconds.name, within, rank, *spread.holding(rank))
               for rank in {median, ninetieth, spread.count}}
     return Distribution(
         count=spread.count, missing=total - spread.count, p50=_float(values[median]), p90=_float(values[ninetieth]),
@@ -665,16 +669,42 @@ async def _distribution_from_counts(session: AsyncSession, seconds: ColumnElemen
     )
 
 
-async def _value_at(session: AsyncSession, seconds: ColumnElement[Any], chosen: Sequence[ColumnElement[bool]],
-                    rank: int, fine: int, below: int) -> Any:
-    """The value of `rank` (from 1), which falls in fine bucket `fine` with `below` values
-    in the buckets under it: the bucket's chosen rows in order, skipping to the rank. The
-    `chosen` terms are `unindexed`, so SQLite reads them through the measure's own index
-    (ix_handoff_sessions_time_to_person, ix_handoff_sessions_duration: its order is the
-    answer's, its columns the filters'), the one fine bucket of it and nothing else."""
-    return (await session.execute(
-        select(seconds).where(_within_fine(seconds, fine), *chosen).order_by(seconds).limit(1).offset(rank - below - 1)
-    )).scalar_one()
+async def _value_at(session: AsyncSession, measure: str, within: Mapping[str, Any], rank: int, fine: int, below: int) -> Any:
+    """The value of `rank` (from 1) of `measure` over the handoffs `within` chooses (see
+    `_value_statement`), which falls in fine bucket `fine` with `below` values in the buckets
+    under it: the bucket's chosen rows in order, skipping to the rank."""
+    low, high = _fine_bounds(fine)
+    return (await session.execute(_value_statement(measure, tuple(sorted(within))), {
+        **within, "low": max(low, -BEYOND), "high": min(high, BEYOND), "skip": rank - below - 1,
+    })).scalar_one()
+
+
+BEYOND = 1e300
+"""Stands for the open end of the first and last fine buckets (a bound parameter is a number)."""
+
+
+@functools.cache
+def _value_statement(measure: str, chosen_by: tuple[str, ...]) -> Select[Any]:
+    """The statement behind `_value_at`, built once per measure and choice of filters (its
+    parameters: `start`, `end` and the filters named, `low`, `high`, `skip`). The range and
+    the channel and route are `unindexed`, so SQLite reads them through the measure's own
+    index (ix_handoff_sessions_time_to_person, ix_handoff_sessions_duration: its order is
+    the answer's, its columns the filters'), or the handler's (ix_handoff_sessions_handled_by)
+    when one is named: the one fine bucket of it and nothing else."""
+    seconds, created = HANDOFFS.c[measure], unindexed(HANDOFFS.c.created_at)
+    terms = [seconds >= bindparam("low"), seconds < bindparam("high"),
+             created >= bindparam("start"), created < bindparam("end")]
+    for name in chosen_by:
+        if name not in ("start", "end"):
+            column = HANDOFFS.c[name]
+            terms.append((column if name == "handled_by" else unindexed(column)) == bindparam(name))
+    return select(seconds).where(*terms).order_by(seconds).limit(1).offset(bindparam("skip"))
+
+
+@functools.cache
+def _fine_of(measure: str) -> ColumnElement[Any]:
+    """The fine bucket of a measure's value, as SQL (built once: it has a hundred nodes)."""
+    return _interval_of(HANDOFFS.c[measure], FINE_EDGES)
 
 
 def _nearest(count: int) -> tuple[int, int]:
@@ -878,20 +908,20 @@ async def _per_person_rolled(session: AsyncSession, rolled: _Rolled, start: date
 
     for row in await rolled.people(session):
         add(*row)
-    fine = case((seconds.is_(None), UNTIMED), else_=_interval_of(seconds, FINE_EDGES)).label("fine")
+    fine = case((seconds.is_(None), UNTIMED), else_=_fine_of(seconds.name)).label("fine")
     for lo, hi in rolled.ends:
         for person, index, count in (await session.execute(
             select(handler, fine, func.count()).where(created >= lo, created < hi, handler.is_not(None)).group_by(handler, fine)
         )).all():
             add(person, int(index), int(count))
-    by_value = [unindexed(created) >= start, unindexed(created) < end]
     found: dict[str | None, _Handled] = {}
     for person, counts in per_fine.items():
         timed = _Counted({index: n for index, n in counts.items() if index != UNTIMED and n}, None)
         figures = found[person or None] = _Handled(handled=sum(counts.values()), timed=timed.count)
         if timed.count:
             median, ninetieth = _nearest(timed.count)
-            values = [_float(await _value_at(session, seconds, [*by_value, handler == person], rank, *timed.holding(rank)))
+            within = {"start": start, "end": end, "handled_by": person}
+            values = [_float(await _value_at(session, seconds.name, within, rank, *timed.holding(rank)))
                       for rank in (median, ninetieth)]
             figures.p50, figures.p90 = values
     answered = SATISFACTION.c
@@ -988,6 +1018,16 @@ def _offer_figures(rows: Sequence[RowMapping]) -> dict[str, OfferFigures]:
         p50, p90 = (at_rank.get((key, rank)) for rank in _nearest(timed)) if timed else (None, None)
         found[key] = OfferFigures(int(row["offers"]), int(row["claims"]), int(row["missed"]), timed, _float(p50), _float(p90))
     return found
+
+
+async def _offered_to_people_since(session: AsyncSession, start: datetime) -> bool:
+    """Whether any handoff was offered to a person directly since `start` (an offer comes
+    after its handoff): a desk whose routes only notify rooms skips the offers' statements,
+    which read the range's handoffs."""
+    offer = RECIPIENTS.c
+    return (await session.execute(
+        select(offer.id).where(offer.person_id.is_not(None), offer.created_at >= start).limit(1)
+    )).first() is not None
 
 
 async def _offers_per_person(session: AsyncSession, offered: CTE) -> dict[str, OfferFigures]:
