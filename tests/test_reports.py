@@ -470,6 +470,7 @@ async def test_on_a_route_the_claim_is_the_time_to_a_person_the_reports_read(sta
     await reply(harness, 3, "On it.", "Kim")
     handoff = await harness.desk.handoffs.get(started["handoff_session_id"])
     assert (handoff.claimed_by, handoff.time_to_person_seconds, handoff.duration_seconds) == ("Kim", 420, None)
+    assert handoff.handled_by == ""  # Kim is linked to nobody of the directory
     summary = await Reports(harness.desk.db).summary(asked_at, clock.now(), route_id=20)
     assert (summary.time_to_person.p50, summary.endings.open, summary.duration.missing) == (420, 1, 1)
 

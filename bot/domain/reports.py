@@ -3,23 +3,22 @@ lasted, how they ended, and how many conversations never needed a person.
 
 Every number is a SQL aggregate over facts the desk writes once, where they happen: a
 handoff's `time_to_person_seconds` (at the claim on a route, at the first human reply
-straight to a channel) and `duration_seconds` (at the release), a conversation's
-`first_handoff_at` (at its first request). No row is loaded into Python, and SQLite answers
-each query but the per-person one from an index alone (migration 0020):
-`ix_handoff_sessions_report` holds every column a summary reads of a handoff,
-`ix_handoff_sessions_missing_required` the few released with required fields missing,
-`ix_conversations_report` the range's conversations. A
-channel or route filter is a term no index is chosen for (`unindexed`), so the range keeps
-to the covering index instead of a channel's thread index.
+straight to a channel), `duration_seconds` (at the release) and `handled_by` (who handled
+it), a conversation's `first_handoff_at` (at its first request). No row is loaded into
+Python, and a summary's cost does not grow with its range: triggers keep rollups of those
+facts per UTC hour or day (`bot/store/rollups.py`), and a summary (`_Rolled`) reads the
+range's whole UTC days (its whole UTC hours for the counts per local day) from them, and
+only the ragged ends from the rows. `Reports(rollups=False)` counts everything from the
+rows, the way the rollups are checked against (tests/test_rollups.py).
 
-What costs is SQLite sorting: a GROUP BY sorts the rows it groups. So the counts per local
-day group one day's stretch of the index at a time (its rows lie between two midnights),
-group keys are few and integers where they can be, and the bucket of a duration is a
-binary search written as nested CASEs (`_interval_of`). A percentile is nearest-rank and
-exact, found in two steps: a GROUP BY over fine buckets counts where every rank falls,
-then the rows of only the buckets holding the ranks are numbered in order (a window). The same queries
-run on PostgreSQL. The cost grows with the handoffs in the range, not with the history
-(bench/reports.py; the figures are in the README).
+From the rows, what costs is SQLite sorting: a GROUP BY sorts the rows it groups. So the
+counts per local day group one stretch of the report index at a time (a day's, or a piece
+of an hour), group keys are few and integers where they can be, and the bucket of a duration
+is a binary search written as nested CASEs (`_interval_of`). A percentile is nearest-rank and
+exact, found in two steps: fine-bucket counts (the rollups' and the ragged ends' together)
+say where every rank falls, then the value is read from the rows of only the bucket holding
+it, in order, through an index on the measure (`_value_at`). The same queries run on
+PostgreSQL (bench/reports.py; the figures are in docs/reports.md).
 
 A handoff belongs to the range its `created_at` falls in, and to the local day (in the
 summary's timezone, from local midnight to local midnight, so a day of a DST change has 23
@@ -30,12 +29,12 @@ so the rows add up to the handoffs people handled: on a route the person who cla
 straight to a channel the author of its first human reply (the moment its time to a person
 is measured at, so a person is never credited with a colleague's speed); failing both, the
 person who released it through a person's door (the form, a release link, the inbox or the
-API). A handoff nobody acted on (released by the idle timer, the ladder or the agent) is in
-no row; one whose act carries no person (an unlinked provider user, a form link opened by
-anyone, the owner token) is in the row "not linked to a person". These columns are read
-from the rows, not an index: one statement over the range's handoffs, one sort of those a
-person handled (`_per_person`). Covering indexes for it were measured (docs/reports.md) and
-saved under a tenth of a summary: SQLite's numbering, not the reading, is what it costs.
+API), as the desk writes it down in `handled_by`. A handoff nobody acted on (released by the
+idle timer, the ladder or the agent) is in no row; one whose act carries no person (an
+unlinked provider user, a form link opened by anyone, the owner token) is in the row "not
+linked to a person". Over a whole range they come from the rollups (`_per_person_rolled`);
+with a channel or route filter from the rows, one statement over the range's handoffs and
+one sort of those a person handled (`_per_person`).
 
 A route's offers to people (`OfferFigures`, per person and per team or on-call schedule)
 are read from the offers' rows of the chosen handoffs (`_offers`), one per handoff and
