@@ -1,6 +1,6 @@
 """Reports benchmark: what one summary of the owner's reports costs on a long history.
 
-Run:  python bench/reports.py [--handoffs N] [--days D] [--calls N] [--row-calls N] [--keep PATH]
+Run:  python bench/reports.py [--handoffs N] [--days D] [--calls N] [--row-calls N] [--keep PATH [--reuse]]
 
 Builds a SQLite file (migrated, the desk's pragmas) holding N handoffs (100,000 by default)
 spread over D days (90 by default) with a daily rhythm, over four channels and two routes, each in its own
@@ -211,7 +211,7 @@ def print_table(rows: list[Timed]) -> None:
         print(f"{r.name:<{width}}  {len(r.wall):>5}  {p(r.wall, 50):8.1f}  {p(r.wall, 99):8.1f}  {p(r.cpu, 50):10.1f}")
 
 
-async def main(handoffs: int, days: int, calls: int, row_calls: int, keep: Path | None) -> None:
+async def main(handoffs: int, days: int, calls: int, row_calls: int, keep: Path | None, reuse: bool) -> None:
     history = timedelta(days=days)
     with tempfile.TemporaryDirectory(prefix="handoff-bench-") as tmp:
         path = keep or Path(tmp) / "reports.db"
@@ -222,10 +222,13 @@ async def main(handoffs: int, days: int, calls: int, row_calls: int, keep: Path 
               f" | {platform.platform()}")
         rss_before = rss_mib()
         started, cpu_started = time.perf_counter(), time.process_time()
-        load(path, handoffs, history)
-        print(f"loaded {handoffs:,} handoffs, {handoffs * 5 // 2:,} conversations over {days} days in"
-              f" {time.perf_counter() - started:.1f} s ({time.process_time() - cpu_started:.1f} s CPU;"
-              f" {path.stat().st_size / 2**20:.0f} MiB)\n", flush=True)
+        if reuse:
+            print(f"reusing the history in {path} (built with the same --handoffs and --days)\n", flush=True)
+        else:
+            load(path, handoffs, history)
+            print(f"loaded {handoffs:,} handoffs, {handoffs * 5 // 2:,} conversations over {days} days in"
+                  f" {time.perf_counter() - started:.1f} s ({time.process_time() - cpu_started:.1f} s CPU;"
+                  f" {path.stat().st_size / 2**20:.0f} MiB)\n", flush=True)
         spans = (("24 h", timedelta(days=1)), ("7 d", timedelta(days=7)), ("30 d", timedelta(days=30)),
                  (f"{days} d", history))
         rows: list[Timed] = []
@@ -268,5 +271,8 @@ if __name__ == "__main__":
     parser.add_argument("--row-calls", type=int, default=10,
                         help="timed summaries per query counted from the rows alone (0: none)")
     parser.add_argument("--keep", type=Path, help="build the database here and leave it")
+    parser.add_argument("--reuse", action="store_true", help="time the history already in --keep (no load)")
     args = parser.parse_args()
-    asyncio.run(main(args.handoffs, args.days, args.calls, args.row_calls, args.keep))
+    if args.reuse and (args.keep is None or not args.keep.exists()):
+        parser.error("--reuse: give --keep PATH of a database an earlier run built")
+    asyncio.run(main(args.handoffs, args.days, args.calls, args.row_calls, args.keep, args.reuse))

@@ -422,6 +422,23 @@ async def _count_stretches(session: AsyncSession, stretches: Sequence[tuple[int,
     return found
 
 
+def _day_of_hour(hour: ColumnElement[int], whole: Sequence[tuple[int, int, int]]) -> ColumnElement[int]:
+    """The position in `whole` (each day's whole hours [first, stop)) of the day an hour
+    belongs to, as SQL arithmetic: the days fall into runs whose first hours are 24 apart
+    (a DST change or a zone's new offset starts a new run; a 25-hour day is a run of its
+    own), and within a run the day is (hour - the run's first hour) / 24, so a year takes a
+    CASE of a few terms instead of a search over 365 bounds."""
+    runs: list[tuple[int, int, int, bool]] = []  # (position of its first day, its first hour, its stop, one day only)
+    for position, (_, first, stop) in enumerate(whole):
+        if runs and not runs[-1][3] and first == whole[position - 1][1] + 24 and stop - first <= 24:
+            runs[-1] = (runs[-1][0], runs[-1][1], stop, False)
+        else:
+            runs.append((position, first, stop, stop - first > 24))
+    terms = [(hour < stop, literal(position) if alone else literal(position) + (hour - first) // 24)
+             for position, first, stop, alone in runs]
+    return case(*terms[:-1], else_=terms[-1][1]) if len(terms) > 1 else terms[0][1]
+
+
 def _hour_at_or_after(at: datetime) -> int:
     return -int(-at.timestamp() // HOUR)
 
@@ -467,14 +484,14 @@ class _Rolled:
 
     async def hours(self, session: AsyncSession, whole: Sequence[tuple[int, int, int]]) -> list[Any]:
         """(day index, channel, route, label, handoffs) over each day's whole UTC hours
-        [first, stop): one GROUP BY, each hour numbered with its day by `_interval_of` over
-        the days' first hours (hours between two days' stretches are left out)."""
+        [first, stop): one GROUP BY, each hour numbered with its day by `_day_of_hour` (hours
+        between two days' stretches are left out)."""
         if not whole:
             return []
         table = ROLLED_HOURS
         hour = table.c.hour
         gaps = [h for (_, _, stop), (_, first, _) in zip(whole, whole[1:], strict=False) for h in range(stop, first)]
-        day = _interval_of(hour, [first for _, first, _ in whole[1:]]).label("day")
+        day = _day_of_hour(hour, whole).label("day")
         rows = (await session.execute(
             select(day, table.c.channel_id, table.c.route, func.max(table.c.channel_label), func.sum(table.c.handoffs))
             .where(hour >= whole[0][1], hour < whole[-1][2], table.c.handoffs > 0, *self._through(table),
@@ -927,7 +944,8 @@ async def _per_person_rolled(session: AsyncSession, rolled: _Rolled, start: date
     for person, answer, count in (await session.execute(
         select(handler, answered.answer, func.count())
         .select_from(SATISFACTION.join(HANDOFFS, HANDOFFS.c.id == answered.handoff_session_id))
-        .where(answered.asked_at >= start, created >= start, created < end, handler.is_not(None))
+        .where(answered.asked_at >= start, unindexed(created) >= start, unindexed(created) < end,
+               unindexed(handler).is_not(None))  # from the answers' side: their index, each handoff by key
         .group_by(handler, answered.answer)
     )).all():
         figures = found.setdefault(person or None, _Handled())

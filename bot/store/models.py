@@ -666,10 +666,10 @@ class ReportMeasure(SQLModel, table=True):
 
     __tablename__ = "report_measures"
 
+    measure: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})  # first: a summary reads one
     day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
-    measure: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     handoffs: int
 

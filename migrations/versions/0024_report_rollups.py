@@ -55,9 +55,9 @@ def upgrade() -> None:
                     sa.Column('handoffs', sa.Integer(), nullable=False),
                     sa.Column('missing_required', sa.Integer(), nullable=False),
                     sa.PrimaryKeyConstraint('day', 'channel_id', 'route', 'ending', 'outcome'))
-    op.create_table('report_measures', _key('day'), _key('channel_id'), _key('route'), _key('measure'), _key('fine'),
+    op.create_table('report_measures', _key('measure'), _key('day'), _key('channel_id'), _key('route'), _key('fine'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
-                    sa.PrimaryKeyConstraint('day', 'channel_id', 'route', 'measure', 'fine'))
+                    sa.PrimaryKeyConstraint('measure', 'day', 'channel_id', 'route', 'fine'))
     op.create_table('report_people', _key('day'),
                     sa.Column('person', _TEXT(length=40), nullable=False), _key('fine'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
