@@ -290,8 +290,9 @@ async def test_a_summary_reads_one_snapshot_while_another_instance_writes(
 ) -> None:
     """The percentiles are located from the counts of an earlier query: a claim committed by
     another instance between the two must not move the ranks (on PostgreSQL each statement
-    of a READ COMMITTED transaction would see it). The write is made to land exactly there."""
-    start = NOW - timedelta(days=1)
+    of a READ COMMITTED transaction would see it). The write is made to land exactly there.
+    The range holds a whole UTC day: its counts come from the rollups."""
+    start = NOW - timedelta(days=2)
     await store(db, *(Planned(start, claimed=10 * i) for i in range(1, 11)))  # 10 … 100
     locate = reports_module._value_at  # reads a rank's value once the counts have located it
     claims = []
