@@ -37,8 +37,10 @@ The rollups (one definition each, which both the triggers and the rebuild are wr
 - `report_conversations`: subscribers' conversations per UTC day, and how many had a handoff.
 
 Route 0 stands for "no route" (a key column cannot be NULL); route ids are positive.
-`FINE_EDGES` is written into the triggers: changing it takes a migration that recreates
-them and rebuilds.
+Migration 0024 creates the tables and, from the definitions here, the triggers. A change to
+`ROLLUPS` or to `FINE_EDGES` (written into the triggers) comes with a migration that alters
+the tables, runs `drop_triggers` and `create_triggers` and rebuilds; the definitions must
+keep working on the tables 0024 made, since a fresh database runs 0024 with them.
 """
 
 from __future__ import annotations
