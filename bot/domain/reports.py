@@ -88,6 +88,7 @@ from bot.store.models import (
     ReportHour,
     ReportMeasure,
     ReportPerson,
+    ReportPersonThrough,
 )
 from bot.store.rollups import DAY, DURATION, FINE_EDGES, HOUR, NO_ROUTE, TIME_TO_PERSON, UNTIMED
 from bot.store.rows import Rows
@@ -98,7 +99,7 @@ PEOPLE = Rows(Person).table
 RECIPIENTS = Rows(HandoffRecipient).table
 ROLLED_HOURS, ROLLED_ENDINGS = Rows(ReportHour).table, Rows(ReportEnding).table
 ROLLED_MEASURES, ROLLED_CONVERSATIONS = Rows(ReportMeasure).table, Rows(ReportConversations).table
-ROLLED_PEOPLE = Rows(ReportPerson).table
+ROLLED_PEOPLE, ROLLED_PEOPLE_THROUGH = Rows(ReportPerson).table, Rows(ReportPersonThrough).table
 
 NOT_LINKED = "not linked to a person"
 """The name of the per-person row of acts nobody known did."""
@@ -322,6 +323,8 @@ class Reports:
         if route_id is not None:
             through.append(unindexed(HANDOFFS.c.route_id) == route_id)
         chosen = [HANDOFFS.c.created_at >= start, HANDOFFS.c.created_at < end, *through]
+        within = {"start": start, "end": end, **({"channel_id": channel_id} if channel_id is not None else {}),
+                  **({"route_id": route_id} if route_id is not None else {})}  # the same, as `_value_at` takes it
         # With rollups: the whole UTC days inside the range from them, its ragged ends from the
         # rows. A range without a whole UTC day is all ragged: the rows' single statements
         # answer it in fewer steps
@@ -338,8 +341,6 @@ class Reports:
             if rolled is None:
                 time_to_person, duration = await _distributions(session, measures, chosen, endings.handoffs)
             else:
-                within = {"start": start, "end": end, **({"channel_id": channel_id} if channel_id is not None else {}),
-                          **({"route_id": route_id} if route_id is not None else {})}
                 time_to_person, duration = [
                     await _distribution_from_counts(
                         session, seconds, within, endings.handoffs,
@@ -350,8 +351,8 @@ class Reports:
             satisfaction = await _satisfaction(session, chosen, start)
             offered = _offers(chosen) if await _offered_to_people_since(session, start) else None
             offers = await _offers_per_person(session, offered) if offered is not None else {}
-            if rolled is not None and channel_id is None and route_id is None:
-                people = await _per_person_rolled(session, rolled, start, end, offers)
+            if rolled is not None:
+                people = await _per_person_rolled(session, rolled, start, end, through, within, offers)
             else:
                 people = await _per_person(session, chosen, offers)
             targets = await _per_target(session, offered) if offered is not None else ()
@@ -527,13 +528,16 @@ class _Rolled:
         return {int(fine): int(count) for fine, count in rows}
 
     async def people(self, session: AsyncSession) -> list[tuple[str, int, int]]:
-        """(handler, fine bucket, handoffs) over the whole days (any channel or route)."""
+        """(handler, fine bucket, handoffs) over the whole days: from `report_people`, or
+        through one channel or route from `report_people_through`."""
         if self.first_day >= self.stop_day:
             return []
-        table = ROLLED_PEOPLE
+        filtered = self.channel_id is not None or self.route_id is not None
+        table = ROLLED_PEOPLE_THROUGH if filtered else ROLLED_PEOPLE
         return [(person, int(fine), int(count)) for person, fine, count in (await session.execute(
             select(table.c.person, table.c.fine, func.sum(table.c.handoffs))
-            .where(table.c.day >= self.first_day, table.c.day < self.stop_day).group_by(table.c.person, table.c.fine)
+            .where(*(self._days(table) if filtered else (table.c.day >= self.first_day, table.c.day < self.stop_day)))
+            .group_by(table.c.person, table.c.fine)
         )).all() if count]
 
     async def containment(self, session: AsyncSession) -> Containment:
@@ -912,13 +916,14 @@ def _handled_of(rows: Sequence[RowMapping]) -> dict[str | None, _Handled]:
 
 
 async def _per_person_rolled(session: AsyncSession, rolled: _Rolled, start: datetime, end: datetime,
+                             through: Sequence[ColumnElement[bool]], within: Mapping[str, Any],
                              offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
-    """Every person's figures over all the handoffs of the range, as `_per_person` counts
-    them, from the rollups: per handler the fine-bucket counts of their times (whole UTC days
-    from `report_people`, the ragged ends from the rows' `handled_by`) locate their ranks,
-    and each value is read from that one bucket of theirs through the handler's index
-    (ix_handoff_sessions_handled_by); the satisfaction answers are counted from the answers'
-    side, as the summary's are."""
+    """Every person's figures over the chosen handoffs (`through` a channel or route, and
+    `within` as `_value_at` takes it), as `_per_person` counts them, from the rollups: per
+    handler the fine-bucket counts of their times (whole UTC days from `report_people`, the
+    ragged ends from the rows' `handled_by`) locate their ranks, and each value is read from
+    that one bucket of theirs through the handler's index (ix_handoff_sessions_handled_by);
+    the satisfaction answers are counted from the answers' side, as the summary's are."""
     handler, seconds, created = HANDOFFS.c.handled_by, HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.created_at
     per_fine: dict[str, dict[int, int]] = {}
 
@@ -931,7 +936,8 @@ async def _per_person_rolled(session: AsyncSession, rolled: _Rolled, start: date
     fine = case((seconds.is_(None), UNTIMED), else_=_fine_of(seconds.name)).label("fine")
     for lo, hi in rolled.ends:
         for person, index, count in (await session.execute(
-            select(handler, fine, func.count()).where(created >= lo, created < hi, handler.is_not(None)).group_by(handler, fine)
+            select(handler, fine, func.count()).where(created >= lo, created < hi, *through, handler.is_not(None))
+            .group_by(handler, fine)
         )).all():
             add(person, int(index), int(count))
     found: dict[str | None, _Handled] = {}
@@ -940,15 +946,15 @@ async def _per_person_rolled(session: AsyncSession, rolled: _Rolled, start: date
         figures = found[person or None] = _Handled(handled=sum(counts.values()), timed=timed.count)
         if timed.count:
             median, ninetieth = _nearest(timed.count)
-            within = {"start": start, "end": end, "handled_by": person}
-            values = [_float(await _value_at(session, seconds.name, within, rank, *timed.holding(rank)))
+            theirs = {**within, "handled_by": person}
+            values = [_float(await _value_at(session, seconds.name, theirs, rank, *timed.holding(rank)))
                       for rank in (median, ninetieth)]
             figures.p50, figures.p90 = values
     answered = SATISFACTION.c
     for person, answer, count in (await session.execute(
         select(handler, answered.answer, func.count())
         .select_from(SATISFACTION.join(HANDOFFS, HANDOFFS.c.id == answered.handoff_session_id))
-        .where(answered.asked_at >= start, unindexed(created) >= start, unindexed(created) < end,
+        .where(answered.asked_at >= start, unindexed(created) >= start, unindexed(created) < end, *through,
                unindexed(handler).is_not(None))  # from the answers' side: their index, each handoff by key
         .group_by(handler, answered.answer)
     )).all():

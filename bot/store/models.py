@@ -113,7 +113,7 @@ class HandoffSession(SQLModel, table=True):
         # read from the index alone (the rollups located the bucket)
         Index("ix_handoff_sessions_time_to_person", "time_to_person_seconds", "created_at", "channel_id", "route_id"),
         Index("ix_handoff_sessions_duration", "duration_seconds", "created_at", "channel_id", "route_id"),
-        Index("ix_handoff_sessions_handled_by", "handled_by", "time_to_person_seconds", "created_at"),
+        Index("ix_handoff_sessions_handled_by", "handled_by", "time_to_person_seconds", "created_at", "channel_id", "route_id"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -681,6 +681,19 @@ class ReportPerson(SQLModel, table=True):
 
     __tablename__ = "report_people"
 
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    person: str = Field(primary_key=True, max_length=40)
+    fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    handoffs: int
+
+
+class ReportPersonThrough(SQLModel, table=True):
+    """`ReportPerson` per channel and route too (a summary filtered by one reads it)."""
+
+    __tablename__ = "report_people_through"
+
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     person: str = Field(primary_key=True, max_length=40)
     fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})

@@ -32,8 +32,8 @@ The rollups (one definition each, which both the triggers and the rebuild are wr
   (`FINE_EDGES`): the counts that locate a percentile's rank;
 - `report_people`: per (UTC day, person who handled them: `handled_by`, '' for nobody
   linked, fine bucket of their time to a person or `UNTIMED`), the handoffs they handled;
-  without the channel and route (with them it would hold about a row per handoff: a summary
-  filtered by channel or route counts its per-person figures from the rows);
+- `report_people_through`: the same per channel and route too, for a summary filtered by
+  one (several times the rows of `report_people`, which an unfiltered summary reads);
 - `report_conversations`: subscribers' conversations per UTC day, and how many had a handoff.
 
 Route 0 stands for "no route" (a key column cannot be NULL); route ids are positive.
@@ -178,6 +178,16 @@ def _measure(number: int, column: str) -> Rollup:
     )
 
 
+def _people(table: str, through: tuple[tuple[str, str], ...]) -> Rollup:
+    fine = f"CASE WHEN {{r}}.time_to_person_seconds IS NULL THEN {UNTIMED} ELSE {fine_bucket_sql('{r}.time_to_person_seconds')} END"
+    return Rollup(
+        table, "handoff_sessions", keys=(*through, ("day", "{day}"), ("person", "{r}.handled_by"), ("fine", fine)),
+        counts=(("handoffs", "1"),),
+        reads=("created_at", "handled_by", "time_to_person_seconds", *(("channel_id", "route_id") if through else ())),
+        when="{r}.handled_by IS NOT NULL",
+    )
+
+
 ROLLUPS: tuple[Rollup, ...] = (
     Rollup("report_hours", "handoff_sessions", keys=(("hour", "{hour}"), *_WHERE),
            counts=(("handoffs", "1"),), reads=("created_at", "channel_id", "route_id", "channel_label"),
@@ -189,12 +199,8 @@ ROLLUPS: tuple[Rollup, ...] = (
            reads=("created_at", "channel_id", "route_id", "state", "release_reason", "outcome", "missing_required")),
     _measure(TIME_TO_PERSON, "time_to_person_seconds"),
     _measure(DURATION, "duration_seconds"),
-    Rollup("report_people", "handoff_sessions",
-           keys=(("day", "{day}"), ("person", "{r}.handled_by"),
-                 ("fine", f"CASE WHEN {{r}}.time_to_person_seconds IS NULL THEN {UNTIMED}"
-                          f" ELSE {fine_bucket_sql('{r}.time_to_person_seconds')} END")),
-           counts=(("handoffs", "1"),), reads=("created_at", "handled_by", "time_to_person_seconds"),
-           when="{r}.handled_by IS NOT NULL"),
+    _people("report_people", ()),
+    _people("report_people_through", _WHERE),
     Rollup("report_conversations", "conversations", keys=(("day", "{day}"),),
            counts=(("conversations", "1"), ("escalated", "CASE WHEN {r}.first_handoff_at IS NULL THEN 0 ELSE 1 END")),
            reads=("created_at", "serves_handoff_session_id", "first_handoff_at"),

@@ -62,6 +62,10 @@ def upgrade() -> None:
                     sa.Column('person', _TEXT(length=40), nullable=False), _key('fine'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
                     sa.PrimaryKeyConstraint('day', 'person', 'fine'))
+    op.create_table('report_people_through', _key('channel_id'), _key('route'), _key('day'),
+                    sa.Column('person', _TEXT(length=40), nullable=False), _key('fine'),
+                    sa.Column('handoffs', sa.Integer(), nullable=False),
+                    sa.PrimaryKeyConstraint('channel_id', 'route', 'day', 'person', 'fine'))
     op.create_table('report_conversations', _key('day'),
                     sa.Column('conversations', sa.Integer(), nullable=False),
                     sa.Column('escalated', sa.Integer(), nullable=False),
@@ -70,7 +74,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('handled_by', _TEXT(length=40), nullable=True))
     op.execute(_HANDLED_BY)
     op.create_index('ix_handoff_sessions_handled_by', 'handoff_sessions',
-                    ['handled_by', 'time_to_person_seconds', 'created_at'], unique=False)
+                    ['handled_by', 'time_to_person_seconds', 'created_at', 'channel_id', 'route_id'], unique=False)
     op.create_index('ix_handoff_sessions_time_to_person', 'handoff_sessions',
                     ['time_to_person_seconds', 'created_at', 'channel_id', 'route_id'], unique=False)
     op.create_index('ix_handoff_sessions_duration', 'handoff_sessions',
@@ -86,6 +90,6 @@ def downgrade() -> None:
         batch_op.drop_column('handled_by')
     op.drop_index('ix_handoff_sessions_duration', table_name='handoff_sessions')
     op.drop_index('ix_handoff_sessions_time_to_person', table_name='handoff_sessions')
-    for table in ('report_conversations', 'report_people', 'report_measures', 'report_endings',
+    for table in ('report_conversations', 'report_people_through', 'report_people', 'report_measures', 'report_endings',
                   'report_hours'):
         op.drop_table(table)
