@@ -32,9 +32,10 @@ person who released it through a person's door (the form, a release link, the in
 API), as the desk writes it down in `handled_by`. A handoff nobody acted on (released by the
 idle timer, the ladder or the agent) is in no row; one whose act carries no person (an
 unlinked provider user, a form link opened by anyone, the owner token) is in the row "not
-linked to a person". Over a whole range they come from the rollups (`_per_person_rolled`);
-with a channel or route filter from the rows, one statement over the range's handoffs and
-one sort of those a person handled (`_per_person`).
+linked to a person". With rollups they come from `report_people` (`report_people_through`
+with a channel or route filter) and the ragged ends' rows (`_per_person_rolled`); from the
+rows alone, one statement over the range's handoffs and one sort of those a person handled
+(`_per_person`).
 
 A route's offers to people (`OfferFigures`, per person and per team or on-call schedule)
 are read from the offers' rows of the chosen handoffs (`_offers`), one per handoff and
@@ -42,7 +43,8 @@ person however many contact methods it took: offered, claimed by them (the hando
 names them), missed (their turn passed, or nobody claimed, without their claim), and the
 seconds from their first offer to their claim, numbered per person or target as the
 handoffs are per handler. One statement per table; the rows lie beside their handoff
-(`ix_handoff_recipients_handoff_session_id`).
+(`ix_handoff_recipients_handoff_session_id`). Both are skipped when nobody was offered a
+handoff directly since the range began (`_offered_to_people_since`).
 """
 
 from __future__ import annotations
