@@ -674,12 +674,9 @@ class ReportMeasure(SQLModel, table=True):
     handoffs: int
 
 
-class ReportPerson(SQLModel, table=True):
-    """Handoffs created on one UTC day (any channel or route) that one person handled
-    (`person`: their id, '' for an act linked to nobody) whose time to a person falls in one
-    fine bucket (-1: they have none)."""
-
-    __tablename__ = "report_people"
+class _HandledTimes(SQLModel):
+    """Handoffs created on one UTC day that one person handled (`person`: their id, '' for an
+    act linked to nobody) whose time to a person falls in one fine bucket (-1: they have none)."""
 
     day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     person: str = Field(primary_key=True, max_length=40)
@@ -687,17 +684,19 @@ class ReportPerson(SQLModel, table=True):
     handoffs: int
 
 
-class ReportPersonThrough(SQLModel, table=True):
-    """`ReportPerson` per channel and route too (a summary filtered by one reads it)."""
+class ReportPerson(_HandledTimes, table=True):
+    """`_HandledTimes` through any channel or route."""
+
+    __tablename__ = "report_people"
+
+
+class ReportPersonThrough(_HandledTimes, table=True):
+    """`_HandledTimes` per channel and route too (a summary filtered by one reads it)."""
 
     __tablename__ = "report_people_through"
 
     channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
-    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
-    person: str = Field(primary_key=True, max_length=40)
-    fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
-    handoffs: int
 
 
 class ReportConversations(SQLModel, table=True):
