@@ -1,22 +1,25 @@
 """Reports benchmark: what one summary of the owner's reports costs on a long history.
 
-Run:  python bench/reports.py [--handoffs N] [--calls N] [--keep PATH]
+Run:  python bench/reports.py [--handoffs N] [--days D] [--calls N] [--row-calls N] [--keep PATH [--reuse]]
 
 Builds a SQLite file (migrated, the desk's pragmas) holding N handoffs (100,000 by default)
-spread over 90 days with a daily rhythm, over four channels and two routes, each in its own
+spread over D days (90 by default) with a daily rhythm, over four channels and two routes, each in its own
 conversation with the subscriber's, the agent's and the people's messages; beside them 1.5
 conversations per handoff that never needed a person. Ends are mixed the way a desk sees
 them: releases by form, token, agent, owner, idle timeout and unclaimed; failed dispatches;
 a few still open; required fields missing on some form releases. Twelve people of the
 directory claim, reply and release (one act in ten by someone linked to nobody), which the
-per-person figures read. Rows go in by bulk inserts (executemany in batches).
+per-person figures read. Rows go in by bulk inserts (executemany in batches); the database's
+triggers keep the reports' rollups as they go in, as they do for a desk.
 
 Then it times `Reports.summary` (bot/domain/reports.py), the one call behind the reports
-page, for the last 24 h, 7 days and 30 days (the page's ranges) and the whole 90 days (a
+page, for the last 24 h, 7 days and 30 days (the page's ranges) and the whole history (a
 custom range), each without a filter and with a channel filter (in Europe/Berlin): p50 /
 p99 wall time and CPU time per call, per query and over all of them, and the process RSS.
-The goal is a p50 of at most 200 ms for a whole summary over the page's ranges. Figures
-are wall-clock on whatever machine runs this; nothing here asserts a threshold.
+With --row-calls N (0 skips it) the same summaries are also counted from the rows alone
+(`Reports(rollups=False)`, the reports before the rollups) in the same run, and their ratio
+printed. Figures are wall-clock on whatever machine runs this; nothing here asserts a
+threshold.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ from bot.store.db import Database  # noqa: E402
 from bot.store.models import Conversation, HandoffSession, Message, Person  # noqa: E402
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)  # the end of the generated history
-HISTORY = timedelta(days=90)
 CHANNELS = ((1, "owner_inbox", "Owner inbox"), (2, "slack", "Slack #support"), (3, "telegram", "Telegram on-call"),
             (4, "email", "Billing email"))
 CHANNEL_WEIGHTS = (20, 45, 25, 10)
@@ -80,9 +82,9 @@ def batches(count: int, size: int) -> Iterator[range]:
         yield range(first, min(first + size, count))
 
 
-def created_at(rng: random.Random) -> datetime:
-    """A moment in the last 90 days, busier in the afternoon."""
-    day = NOW - HISTORY + timedelta(days=rng.randrange(HISTORY.days))
+def created_at(rng: random.Random, history: timedelta) -> datetime:
+    """A moment in the history, busier in the afternoon."""
+    day = NOW - history + timedelta(days=rng.randrange(history.days))
     hour = rng.choices(range(24), HOURLY)[0]
     moment = day.replace(hour=hour, minute=0, second=0) + timedelta(seconds=rng.uniform(0, 3600))
     return min(moment, NOW - timedelta(seconds=1))
@@ -133,6 +135,7 @@ def handoff_rows(i: int, at: datetime, rng: random.Random) -> tuple[dict[str, An
         "claimed_person_id": who if claimed else None,
         "released_person_id": who if ended and reason in ("form", "release_token", "owner") else None,
         "first_human_reply_at": first_reply if route_id is None else None,
+        "handled_by": (who or "") if reached else None,  # the claim's or first reply's person ('' linked to nobody)
         # The facts the desk writes at the claim or first reply, and at the release
         "time_to_person_seconds": round(to_person.total_seconds(), 3) if reached else None,
         "duration_seconds": round((released - activated).total_seconds(), 3) if released is not None else None,
@@ -152,16 +155,16 @@ def plain_rows(i: int, at: datetime) -> tuple[dict[str, Any], list[dict[str, Any
     ]
 
 
-def load(path: Path, handoffs: int) -> None:
+def load(path: Path, handoffs: int, history: timedelta) -> None:
     """Bulk-insert the history into the migrated file at `path`, oldest first as a desk writes it."""
     rng = random.Random(18)
-    handoff_times = sorted(created_at(rng) for _ in range(handoffs))
-    plain_times = sorted(created_at(rng) for _ in range(handoffs * 3 // 2))
+    handoff_times = sorted(created_at(rng, history) for _ in range(handoffs))
+    plain_times = sorted(created_at(rng, history) for _ in range(handoffs * 3 // 2))
     engine = create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
         conn.execute(insert(Person.__table__), [
             {"id": pid, "name": f"Person {pid[-2:]}", "email": f"{pid}@example.com", "email_key": f"{pid}@example.com",
-             "role": "agent", "timezone": "UTC", "source": "cli", "created_at": NOW - HISTORY, "updated_at": NOW - HISTORY}
+             "role": "agent", "timezone": "UTC", "source": "cli", "created_at": NOW - history, "updated_at": NOW - history}
             for pid in PEOPLE])
         for ids in batches(handoffs, BATCH):
             rows = [handoff_rows(i, handoff_times[i], rng) for i in ids]
@@ -208,7 +211,8 @@ def print_table(rows: list[Timed]) -> None:
         print(f"{r.name:<{width}}  {len(r.wall):>5}  {p(r.wall, 50):8.1f}  {p(r.wall, 99):8.1f}  {p(r.cpu, 50):10.1f}")
 
 
-async def main(handoffs: int, calls: int, keep: Path | None) -> None:
+async def main(handoffs: int, days: int, calls: int, row_calls: int, keep: Path | None, reuse: bool) -> None:
+    history = timedelta(days=days)
     with tempfile.TemporaryDirectory(prefix="handoff-bench-") as tmp:
         path = keep or Path(tmp) / "reports.db"
         db = Database(f"sqlite:///{path}")
@@ -217,34 +221,58 @@ async def main(handoffs: int, calls: int, keep: Path | None) -> None:
         print(f"Python {platform.python_version()} | SQLite {sqlite3.sqlite_version} | SQLAlchemy {sqlalchemy.__version__}"
               f" | {platform.platform()}")
         rss_before = rss_mib()
-        started = time.perf_counter()
-        load(path, handoffs)
-        print(f"loaded {handoffs:,} handoffs, {handoffs * 5 // 2:,} conversations in {time.perf_counter() - started:.1f} s"
-              f" ({path.stat().st_size / 2**20:.0f} MiB)\n", flush=True)
-        reports = Reports(db)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        if reuse:
+            print(f"reusing the history in {path} (built with the same --handoffs and --days)\n", flush=True)
+        else:
+            load(path, handoffs, history)
+            print(f"loaded {handoffs:,} handoffs, {handoffs * 5 // 2:,} conversations over {days} days in"
+                  f" {time.perf_counter() - started:.1f} s ({time.process_time() - cpu_started:.1f} s CPU;"
+                  f" {path.stat().st_size / 2**20:.0f} MiB)\n", flush=True)
+        spans = (("24 h", timedelta(days=1)), ("7 d", timedelta(days=7)), ("30 d", timedelta(days=30)),
+                 (f"{days} d", history))
         rows: list[Timed] = []
+        reference: list[Timed] = []
         try:
-            for label, span in (("24 h", timedelta(days=1)), ("7 d", timedelta(days=7)), ("30 d", timedelta(days=30)),
-                                ("90 d", HISTORY)):
+            for label, span in spans:
                 for channel_id in (None, 2):
                     name = f"summary {label}" + (f", channel {channel_id}" if channel_id else "")
-                    rows.append(await time_query(reports, name, span, channel_id, calls))
-            sample = await reports.summary(NOW - timedelta(days=30), NOW, timezone="Europe/Berlin")
+                    rows.append(await time_query(Reports(db), name, span, channel_id, calls))
+            sample = await Reports(db).summary(NOW - timedelta(days=30), NOW, timezone="Europe/Berlin")
+            rss_after = rss_mib()
+            if row_calls:
+                for label, span in spans:
+                    for channel_id in (None, 2):
+                        name = f"from the rows {label}" + (f", channel {channel_id}" if channel_id else "")
+                        reference.append(await time_query(Reports(db, rollups=False), name, span, channel_id, row_calls))
         finally:
             await db.dispose()
         everything = Timed("all summaries", [w for r in rows for w in r.wall], [c for r in rows for c in r.cpu])
         print_table([*rows, everything])
+        if reference:
+            print()
+            print_table(reference)
+            print("\nrollups / rows (p50 wall, p50 CPU): " + "; ".join(
+                f"{r.name.removeprefix('summary ')} {p(r.wall, 50) / p(o.wall, 50):.2f}, {p(r.cpu, 50) / p(o.cpu, 50):.2f}"
+                for r, o in zip(rows, reference, strict=True)))
         reached = sample.time_to_person
         print(f"\n30 d: {sample.handoffs:,} handoffs; time to a person p50 {reached.p50:.0f} s, p90 {reached.p90:.0f} s,"
               f" not reached {reached.missing:,}; containment {sample.containment.contained:,} of"
               f" {sample.containment.conversations:,}")
-        print(f"process RSS {rss_mib():.0f} MiB (before loading {rss_before:.0f} MiB)")
+        print(f"process RSS {rss_after:.0f} MiB after the summaries from rollups, {rss_mib():.0f} MiB at the end"
+              f" (before loading {rss_before:.0f} MiB)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--handoffs", type=int, default=100_000)
+    parser.add_argument("--days", type=int, default=90, help="the history's length")
     parser.add_argument("--calls", type=int, default=30, help="timed summaries per query")
+    parser.add_argument("--row-calls", type=int, default=10,
+                        help="timed summaries per query counted from the rows alone (0: none)")
     parser.add_argument("--keep", type=Path, help="build the database here and leave it")
+    parser.add_argument("--reuse", action="store_true", help="time the history already in --keep (no load)")
     args = parser.parse_args()
-    asyncio.run(main(args.handoffs, args.calls, args.keep))
+    if args.reuse and (args.keep is None or not args.keep.exists()):
+        parser.error("--reuse: give --keep PATH of a database an earlier run built")
+    asyncio.run(main(args.handoffs, args.days, args.calls, args.row_calls, args.keep, args.reuse))

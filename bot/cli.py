@@ -26,6 +26,8 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+reports_app = typer.Typer(help="The reports' rollups.", no_args_is_help=True)
+app.add_typer(reports_app, name="reports")
 people_app = typer.Typer(
     help="The people of the desk: add, list, link an identity, disable, enable, change a role. "
          "Each command opens the config's database (upgrading its schema, as serve does) and records "
@@ -165,13 +167,7 @@ def db_upgrade(
     """Apply the database migrations (alembic) up to the newest."""
     from bot.store.db import Database
 
-    if database_url:
-        url = database_url
-    elif config is not None:
-        url = _load_or_exit(config).database_url
-    else:
-        typer.echo("give --config FILE or --database-url URL", err=True)
-        raise typer.Exit(code=2)
+    url = _database_url(config, database_url)
 
     async def run() -> None:
         db = Database(url)
@@ -182,6 +178,48 @@ def db_upgrade(
 
     asyncio.run(run())
     typer.echo(f"database at {url.split('@')[-1]} is up to date")
+
+
+def _database_url(config: Path | None, database_url: str | None) -> str:
+    """The URL given, else the config's; neither: say what to give and exit 2."""
+    if database_url:
+        return database_url
+    if config is not None:
+        return _load_or_exit(config).database_url
+    typer.echo("give --config FILE or --database-url URL", err=True)
+    raise typer.Exit(code=2)
+
+
+@reports_app.command("rebuild")
+def reports_rebuild(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Take database_url from this config."),
+    database_url: str | None = typer.Option(None, "--database-url", envvar="HANDOFF_DATABASE_URL", help="Or give the URL."),
+) -> None:
+    """Count the reports' rollups afresh from the stored handoffs and conversations (upgrading
+    the schema first), in one transaction; a running desk keeps writing (on PostgreSQL its
+    writes wait for the count)."""
+    from sqlalchemy import func, select
+
+    from bot.domain.handoff_rows import CONVERSATIONS, HANDOFFS
+    from bot.store.db import Database
+    from bot.store.rollups import rebuild
+
+    url = _database_url(config, database_url)
+
+    async def run() -> tuple[int, int]:
+        db = Database(url)
+        try:
+            await db.upgrade()
+            async with db.transaction() as session:
+                await rebuild(session, "sqlite" if db.is_sqlite else "postgresql")
+                handoffs = (await session.execute(select(func.count()).select_from(HANDOFFS))).scalar_one()
+                conversations = (await session.execute(select(func.count()).select_from(CONVERSATIONS))).scalar_one()
+            return int(handoffs), int(conversations)
+        finally:
+            await db.dispose()
+
+    handoffs, conversations = asyncio.run(run())
+    typer.echo(f"reports' rollups rebuilt from {handoffs:,} handoffs and {conversations:,} conversations")
 
 
 @app.command()

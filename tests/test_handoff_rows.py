@@ -100,8 +100,8 @@ async def test_the_idle_release_applies_only_while_the_deadline_has_passed_and_e
                                state=OutboxState.SENT, not_before=AT, created_at=AT))
     deadline = AT + timedelta(minutes=30)
     released = {"state": HandoffState.RELEASED, "released_at": deadline, "release_reason": "idle_timeout",
-                "released_by": "idle timer", "released_person_id": None, "outcome": "unresolved", "note": None, "returned": {"n": 2},
-                "missing_required": ["eta"], "duration_seconds": 1800.0}
+                "released_by": "idle timer", "released_person_id": None, "releaser": None, "outcome": "unresolved", "note": None,
+                "returned": {"n": 2}, "missing_required": ["eta"], "duration_seconds": 1800.0}
     async with db.transaction() as session:
         await handoff_rows.transition(
             session, handoff_rows.ACTIVATE, stored.id, state=HandoffState.ACTIVE, channel_message_id=None, thread_key="t1",
@@ -113,6 +113,7 @@ async def test_the_idle_release_applies_only_while_the_deadline_has_passed_and_e
         assert await handoff_rows.active_in_thread(session, 2, "t1") is None
         done = await handoff_rows.transition(session, handoff_rows.RELEASE_IDLE, stored.id, cutoff=deadline, **released)
         assert done is not None and (done.returned, done.missing_required, done.duration_seconds) == ({"n": 2}, ["eta"], 1800)
+        assert done.handled_by is None  # the idle timer is nobody
         assert await handoff_rows.transition(session, handoff_rows.RELEASE, stored.id, **released) is None
         assert await handoff_rows.active_in_thread(session, 1, "t1") is None  # released: replies find nothing
 

@@ -420,6 +420,12 @@ async def test_time_to_a_person_is_the_first_reply_and_the_duration_is_observed_
     assert registry.get_sample_value("handoff_duration_seconds_sum", labels) == 720
     handoff = await harness.desk.handoffs.get(sid)
     assert (handoff.time_to_person_seconds, handoff.duration_seconds) == (240, 720)
+    assert handoff.handled_by == ""  # Sam's reply handled it (he is nobody of the directory), not the owner's release
     async with harness.desk.db.read() as session:
         conversation = await session.get(Conversation, cid)
     assert conversation is not None and conversation.first_handoff_at == asked_at
+    # Released by the owner before anyone wrote: the release is who handled it
+    unanswered = (await harness.start_handoff(await harness.conversation()))["handoff_session_id"]
+    assert (await harness.desk.handoffs.get(unanswered)).handled_by is None
+    await harness.client.post(f"/api/handoffs/{unanswered}/release", json={})
+    assert (await harness.desk.handoffs.get(unanswered)).handled_by == ""

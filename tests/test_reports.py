@@ -94,7 +94,7 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             time_to_person_seconds=None if reached is None else reached - started,
             duration_seconds=None if plan.released is None or plan.activated is None else plan.released - started,
             first_human_reply_at=_after(at, min(plan.human_replies)) if plan.human_replies and plan.route_id is None else None,
-            claimed_person_id=plan.claimed_person, released_person_id=plan.released_person,
+            claimed_person_id=plan.claimed_person, released_person_id=plan.released_person, handled_by=_handler(plan),
         ))
         people = plan.reply_people + (None,) * (len(plan.human_replies) - len(plan.reply_people))
         messages += [new_row(Message, conversation_id=f"c{n}", role=Role.HUMAN, text="hi", handoff_session_id=f"h{n}",
@@ -110,6 +110,7 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             del row["time_to_person_seconds"], row["duration_seconds"]
             del row["claimed_person_id"], row["released_person_id"]  # 0021's, later still
             del row["turn"], row["offer_until"]  # 0023's
+            del row["handled_by"]  # 0024's
         for row in messages:
             del row["person_id"]
     for row in messages:
@@ -119,6 +120,19 @@ async def store(db: Database, *handoffs: Planned, plain_conversations: tuple[dat
             if rows:  # an INSERT of the columns the rows name, the rest left to the database
                 await session.execute(insert(table), rows)
     return [row["id"] for row in sessions]
+
+
+def _handler(plan: Planned) -> str | None:
+    """Who handled it, as the desk writes it down: the claim's person, else (straight to a
+    channel) the first reply's, else a person's release's; '' for nobody linked."""
+    if plan.claimed is not None:
+        return plan.claimed_person or ""
+    if plan.human_replies and plan.route_id is None:
+        people = plan.reply_people + (None,) * (len(plan.human_replies) - len(plan.reply_people))
+        return min(zip(plan.human_replies, range(len(people)), people, strict=True))[2] or ""
+    if plan.reason is not None and plan.reason.by_a_person:
+        return plan.released_person or ""
+    return None
 
 
 def _after(at: datetime, seconds: float | None) -> datetime | None:
@@ -276,17 +290,21 @@ async def test_a_summary_reads_one_snapshot_while_another_instance_writes(
 ) -> None:
     """The percentiles are located from the counts of an earlier query: a claim committed by
     another instance between the two must not move the ranks (on PostgreSQL each statement
-    of a READ COMMITTED transaction would see it). The write is made to land exactly there."""
-    start = NOW - timedelta(days=1)
+    of a READ COMMITTED transaction would see it). The write is made to land exactly there.
+    The range holds a whole UTC day: its counts come from the rollups."""
+    start = NOW - timedelta(days=2)
     await store(db, *(Planned(start, claimed=10 * i) for i in range(1, 11)))  # 10 … 100
-    locate = reports_module._nearest_ranks
+    locate = reports_module._value_at  # reads a rank's value once the counts have located it
+    claims = []
 
     async def after_a_claim_elsewhere(*args: Any, **kwargs: Any) -> Any:
-        await store(db, Planned(start + timedelta(minutes=1), claimed=45))  # committed on its own connection
+        if not claims:
+            claims.append(await store(db, Planned(start + timedelta(minutes=1), claimed=45)))  # committed on its own connection
         return await locate(*args, **kwargs)
 
-    monkeypatch.setattr(reports_module, "_nearest_ranks", after_a_claim_elsewhere)
+    monkeypatch.setattr(reports_module, "_value_at", after_a_claim_elsewhere)
     reached = (await Reports(db).summary(start, NOW)).time_to_person
+    assert claims
     assert (reached.count, reached.p50, reached.p90, reached.max) == (10, 50, 90, 100)
 
 
@@ -453,6 +471,7 @@ async def test_on_a_route_the_claim_is_the_time_to_a_person_the_reports_read(sta
     await reply(harness, 3, "On it.", "Kim")
     handoff = await harness.desk.handoffs.get(started["handoff_session_id"])
     assert (handoff.claimed_by, handoff.time_to_person_seconds, handoff.duration_seconds) == ("Kim", 420, None)
+    assert handoff.handled_by == ""  # Kim is linked to nobody of the directory
     summary = await Reports(harness.desk.db).summary(asked_at, clock.now(), route_id=20)
     assert (summary.time_to_person.p50, summary.endings.open, summary.duration.missing) == (420, 1, 1)
 

@@ -286,11 +286,13 @@ async def test_the_reports_page_fits_a_desktop_and_a_phone(sqlite_url: str, page
                     await api.post(f"/api/handoffs/{sid}/release", json={"outcome": "resolved"})
             await api.post("/api/conversations", json={"subscriber": {"name": "Dee"}})
         await desk.settle()
-        # The two people of the directory, and their replies marked theirs as the desk marks a linked person's
+        # The two people of the directory, their replies and the handoffs they handled marked theirs as the desk marks a linked person's
         for pid, person, role in (("olga", "Olga Petrova", Role.ADMIN), ("sam", "Sam Okafor", Role.AGENT)):
             await desk.people.add(pid=pid, name=person, email=f"{pid}@example.com", role=role, source="cli", actor="test")
             async with desk.db.transaction() as session:
                 await session.execute(update(Message).where(col(Message.author) == person).values(person_id=pid))
+                await session.execute(update(HandoffSession).where(col(HandoffSession.id).in_(
+                    select(col(Message.handoff_session_id)).where(col(Message.author) == person))).values(handled_by=pid))
         await answered(desk.db, [("yes", "Sam found the parcel at the depot and it came the next morning — thank you!"),
                                  ("no", None)])
         await page.goto(f"{base}/inbox/reports?range=7d")

@@ -23,7 +23,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, exists, insert, or_, select, update
+from sqlalchemy import String, Table, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import SQLModel
 
@@ -84,12 +84,13 @@ def _sent_dispatch() -> Any:
     )
 
 
-def _compare_and_set(guard: Sequence[Any], columns: Sequence[str]) -> Prepared:
-    """An UPDATE of `columns` (each its own parameter) on one handoff (`sid`), only where
-    `guard` holds, returning the changed row whole."""
+def _compare_and_set(guard: Sequence[Any], columns: Sequence[str], **computed: Any) -> Prepared:
+    """An UPDATE of `columns` (each its own parameter) and of the `computed` ones (SQL over
+    the row as it is then) on one handoff (`sid`), only where `guard` holds, returning the
+    changed row whole."""
     return Prepared(
         update(HANDOFFS).where(HANDOFFS.c.id == bindparam("sid"), *guard)
-        .values(**{name: bindparam(name) for name in columns})
+        .values(**{name: bindparam(name) for name in columns}, **computed)
         .returning(*HANDOFFS.columns)
     )
 
@@ -150,15 +151,18 @@ ACTIVATE_ROUTED = _compare_and_set(
 FAIL = _compare_and_set([HANDOFFS.c.state == HandoffState.DISPATCHING, ~_sent_dispatch()], ["state", "failure"])
 _RELEASED = ["state", "released_at", "release_reason", "released_by", "released_person_id", "outcome", "note", "returned",
              "missing_required", "duration_seconds"]
-RELEASE = _compare_and_set([HANDOFFS.c.state == HandoffState.ACTIVE], _RELEASED)
+# A person's release is who handled it only when nobody had before (a claim or first reply
+# committed by then wins, whichever the release read)
+_HANDLED = {"handled_by": func.coalesce(HANDOFFS.c.handled_by, bindparam("releaser", type_=String))}
+RELEASE = _compare_and_set([HANDOFFS.c.state == HandoffState.ACTIVE], _RELEASED, **_HANDLED)
 # The idle timer's release applies only while the deadline is at or before its cutoff.
 RELEASE_IDLE = _compare_and_set(
-    [HANDOFFS.c.state == HandoffState.ACTIVE, HANDOFFS.c.idle_deadline <= bindparam("cutoff")], _RELEASED
+    [HANDOFFS.c.state == HandoffState.ACTIVE, HANDOFFS.c.idle_deadline <= bindparam("cutoff")], _RELEASED, **_HANDLED
 )
 # The ladder's last deadline passed with nobody claiming: only while still unclaimed and due.
 RELEASE_UNCLAIMED = _compare_and_set(
     [HANDOFFS.c.state == HandoffState.ACTIVE, HANDOFFS.c.claimed_at.is_(None), HANDOFFS.c.escalate_at <= bindparam("cutoff")],
-    _RELEASED,
+    _RELEASED, **_HANDLED,
 )
 
 

@@ -3,23 +3,22 @@ lasted, how they ended, and how many conversations never needed a person.
 
 Every number is a SQL aggregate over facts the desk writes once, where they happen: a
 handoff's `time_to_person_seconds` (at the claim on a route, at the first human reply
-straight to a channel) and `duration_seconds` (at the release), a conversation's
-`first_handoff_at` (at its first request). No row is loaded into Python, and SQLite answers
-each query but the per-person one from an index alone (migration 0020):
-`ix_handoff_sessions_report` holds every column a summary reads of a handoff,
-`ix_handoff_sessions_missing_required` the few released with required fields missing,
-`ix_conversations_report` the range's conversations. A
-channel or route filter is a term no index is chosen for (`unindexed`), so the range keeps
-to the covering index instead of a channel's thread index.
+straight to a channel), `duration_seconds` (at the release) and `handled_by` (who handled
+it), a conversation's `first_handoff_at` (at its first request). No row is loaded into
+Python, and a summary's cost does not grow with its range: triggers keep rollups of those
+facts per UTC hour or day (`bot/store/rollups.py`), and a summary (`_Rolled`) reads the
+range's whole UTC days (its whole UTC hours for the counts per local day) from them, and
+only the ragged ends from the rows. `Reports(rollups=False)` counts everything from the
+rows, the way the rollups are checked against (tests/test_rollups.py).
 
-What costs is SQLite sorting: a GROUP BY sorts the rows it groups. So the counts per local
-day group one day's stretch of the index at a time (its rows lie between two midnights),
-group keys are few and integers where they can be, and the bucket of a duration is a
-binary search written as nested CASEs (`_interval_of`). A percentile is nearest-rank and
-exact, found in two steps: a GROUP BY over fine buckets counts where every rank falls,
-then the rows of only the buckets holding the ranks are numbered in order (a window). The same queries
-run on PostgreSQL. The cost grows with the handoffs in the range, not with the history
-(bench/reports.py; the figures are in the README).
+From the rows, what costs is SQLite sorting: a GROUP BY sorts the rows it groups. So the
+counts per local day group one stretch of the report index at a time (a day's, or a piece
+of an hour), group keys are few and integers where they can be, and the bucket of a duration
+is a binary search written as nested CASEs (`_interval_of`). A percentile is nearest-rank and
+exact, found in two steps: fine-bucket counts (the rollups' and the ragged ends' together)
+say where every rank falls, then the value is read from the rows of only the bucket holding
+it, in order, through an index on the measure (`_value_at`). The same queries run on
+PostgreSQL (bench/reports.py; the figures are in docs/reports.md).
 
 A handoff belongs to the range its `created_at` falls in, and to the local day (in the
 summary's timezone, from local midnight to local midnight, so a day of a DST change has 23
@@ -30,12 +29,13 @@ so the rows add up to the handoffs people handled: on a route the person who cla
 straight to a channel the author of its first human reply (the moment its time to a person
 is measured at, so a person is never credited with a colleague's speed); failing both, the
 person who released it through a person's door (the form, a release link, the inbox or the
-API). A handoff nobody acted on (released by the idle timer, the ladder or the agent) is in
-no row; one whose act carries no person (an unlinked provider user, a form link opened by
-anyone, the owner token) is in the row "not linked to a person". These columns are read
-from the rows, not an index: one statement over the range's handoffs, one sort of those a
-person handled (`_per_person`). Covering indexes for it were measured (docs/reports.md) and
-saved under a tenth of a summary: SQLite's numbering, not the reading, is what it costs.
+API), as the desk writes it down in `handled_by`. A handoff nobody acted on (released by the
+idle timer, the ladder or the agent) is in no row; one whose act carries no person (an
+unlinked provider user, a form link opened by anyone, the owner token) is in the row "not
+linked to a person". With rollups they come from `report_people` (`report_people_through`
+with a channel or route filter) and the ragged ends' rows (`_per_person_rolled`); from the
+rows alone, one statement over the range's handoffs and one sort of those a person handled
+(`_per_person`).
 
 A route's offers to people (`OfferFigures`, per person and per team or on-call schedule)
 are read from the offers' rows of the chosen handoffs (`_offers`), one per handoff and
@@ -43,31 +43,65 @@ person however many contact methods it took: offered, claimed by them (the hando
 names them), missed (their turn passed, or nobody claimed, without their claim), and the
 seconds from their first offer to their claim, numbered per person or target as the
 handoffs are per handler. One statement per table; the rows lie beside their handoff
-(`ix_handoff_recipients_handoff_session_id`).
+(`ix_handoff_recipients_handoff_session_id`). Both are skipped when nobody was offered a
+handoff directly since the range began (`_offered_to_people_since`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import CTE, ColumnElement, RowMapping, Subquery, and_, case, exists, func, literal, or_, select, text, union_all
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    RowMapping,
+    Select,
+    Subquery,
+    Table,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from bot.domain.handoff_rows import HANDOFFS, MESSAGES
 from bot.store.db import Database
 from bot.store.dialects import seconds_between, unindexed
-from bot.store.models import Conversation, HandoffRecipient, HandoffSatisfaction, Person
+from bot.store.models import (
+    Conversation,
+    HandoffRecipient,
+    HandoffSatisfaction,
+    Person,
+    ReportConversations,
+    ReportEnding,
+    ReportHour,
+    ReportMeasure,
+    ReportPerson,
+    ReportPersonThrough,
+)
+from bot.store.rollups import DAY, DURATION, FINE_EDGES, HOUR, NO_ROUTE, TIME_TO_PERSON, UNTIMED
 from bot.store.rows import Rows
 from bot.store.vocabulary import OPEN_STATES, HandoffState, OfferResult, ReleaseReason, Role
 
 SATISFACTION = Rows(HandoffSatisfaction).table
 PEOPLE = Rows(Person).table
 RECIPIENTS = Rows(HandoffRecipient).table
+ROLLED_HOURS, ROLLED_ENDINGS = Rows(ReportHour).table, Rows(ReportEnding).table
+ROLLED_MEASURES, ROLLED_CONVERSATIONS = Rows(ReportMeasure).table, Rows(ReportConversations).table
+ROLLED_PEOPLE, ROLLED_PEOPLE_THROUGH = Rows(ReportPerson).table, Rows(ReportPersonThrough).table
 
 NOT_LINKED = "not linked to a person"
 """The name of the per-person row of acts nobody known did."""
@@ -269,11 +303,13 @@ class ReportSummary:
 class Reports:
     """The aggregates behind the reports. Each summary runs in one read session on one
     snapshot (its queries build on each other), which never waits for (or holds up) a
-    writer. `route_labels` names the config's routes."""
+    writer. `route_labels` names the config's routes. `rollups` False: count every figure
+    from the rows of the range (the way the rollups are checked against)."""
 
-    def __init__(self, db: Database, *, route_labels: Mapping[int, str] | None = None) -> None:
+    def __init__(self, db: Database, *, route_labels: Mapping[int, str] | None = None, rollups: bool = True) -> None:
         self.db = db
         self.route_labels = dict(route_labels or {})
+        self.rollups = rollups
 
     async def summary(self, start: datetime, end: datetime, *, channel_id: int | None = None,
                       route_id: int | None = None, timezone: str = "UTC") -> ReportSummary:
@@ -289,18 +325,39 @@ class Reports:
         if route_id is not None:
             through.append(unindexed(HANDOFFS.c.route_id) == route_id)
         chosen = [HANDOFFS.c.created_at >= start, HANDOFFS.c.created_at < end, *through]
+        within = {"start": start, "end": end, **({"channel_id": channel_id} if channel_id is not None else {}),
+                  **({"route_id": route_id} if route_id is not None else {})}  # the same, as `_value_at` takes it
+        # With rollups: the whole UTC days inside the range from them, its ragged ends from the
+        # rows. A range without a whole UTC day is all ragged: the rows' single statements
+        # answer it in fewer steps
+        rolled = _Rolled.within(start, end, channel_id, route_id) if self.rollups else None
+        if rolled is not None and rolled.first_day >= rolled.stop_day:
+            rolled = None
+        pieces = rolled.ends if rolled is not None else ((start, end),)
         async with self.db.read(snapshot=True) as session:  # the ranks are located from the counts
-            per_day = await self._per_day(session, start, end, through, days, zone)
-            endings = await _endings(session, chosen, self.db.is_sqlite)
-            total = endings.handoffs
-            time_to_person, duration = await _distributions(
-                session, (HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.duration_seconds), chosen, total,
-            )
-            containment = await _containment(session, start, end)
+            per_day = await self._per_day(session, start, end, through, days, zone, rolled)
+            ends = [[HANDOFFS.c.created_at >= lo, HANDOFFS.c.created_at < hi, *through] for lo, hi in pieces]
+            endings = _endings_of(*[await _ending_counts(session, piece, self.db.is_sqlite) for piece in ends],
+                                  *([await rolled.endings(session)] if rolled else []))
+            measures = (HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.duration_seconds)
+            if rolled is None:
+                time_to_person, duration = await _distributions(session, measures, chosen, endings.handoffs)
+            else:
+                time_to_person, duration = [
+                    await _distribution_from_counts(
+                        session, seconds, within, endings.handoffs,
+                        _merged(await rolled.fine(session, measure), *[await _fine_counts(session, seconds, piece) for piece in ends]))
+                    for measure, seconds in ((TIME_TO_PERSON, measures[0]), (DURATION, measures[1]))]
+            containment = _sum_containments(*[await _containment(session, lo, hi) for lo, hi in pieces],
+                                            *([await rolled.containment(session)] if rolled else []))
             satisfaction = await _satisfaction(session, chosen, start)
-            offered = _offers(chosen)
-            people = await _per_person(session, chosen, await _offers_per_person(session, offered))
-            targets = await _per_target(session, offered)
+            offered = _offers(chosen) if await _offered_to_people_since(session, start) else None
+            offers = await _offers_per_person(session, offered) if offered is not None else {}
+            if rolled is not None:
+                people = await _per_person_rolled(session, rolled, start, end, through, within, offers)
+            else:
+                people = await _per_person(session, chosen, offers)
+            targets = await _per_target(session, offered) if offered is not None else ()
         return ReportSummary(
             start=start, end=end, timezone=timezone, channel_id=channel_id, route_id=route_id,
             days=days, per_day=per_day, handoffs=endings.handoffs,
@@ -310,35 +367,188 @@ class Reports:
 
     async def _per_day(self, session: AsyncSession, start: datetime, end: datetime,
                        through: Sequence[ColumnElement[bool]], days: tuple[date, ...],
-                       zone: ZoneInfo) -> tuple[DayCount, ...]:
-        """Counts per (local day, channel, route). A local day's handoffs are one stretch of
-        the report index, from the UTC instant of its midnight to the next: each day is its
-        own GROUP BY over that stretch, all of them one statement (UNION ALL, at most
-        `DAYS_A_STATEMENT`), so the database needs no timezone rules and sorts a day's rows
-        at a time. A channel is shown under its label (the greatest, should it have been
-        renamed within a day)."""
+                       zone: ZoneInfo, rolled: _Rolled | None) -> tuple[DayCount, ...]:
+        """Counts per (local day, channel, route). A local day is the stretch of UTC instants
+        from its midnight to the next. With rollups, its whole UTC hours are summed from
+        `report_hours` (one statement: each hour numbered with its day by a binary search
+        over the days' first hours) and only the pieces of hours it shares with the day
+        before or after, or with the range's ends, are counted from the rows: none in a zone
+        of whole-hour offsets over a range of whole hours; a sliver at each midnight in a
+        half-hour zone. The rows' pieces are each their own GROUP BY over a stretch of the
+        report index, all of them one statement (UNION ALL, at most `DAYS_A_STATEMENT`), so
+        the database needs no timezone rules and sorts a piece's rows at a time. A channel
+        is shown under its label (the greatest, should it have been renamed within a day)."""
         if not days:
             return ()
-        created = HANDOFFS.c.created_at
-        channel, route, label = HANDOFFS.c.channel_id, HANDOFFS.c.route_id, HANDOFFS.c.channel_label
         # Each day's stretch: from its local midnight (the range's start on the first day)
         # to the next (the range's end on the last)
         bounds = [start, *(_local_midnight(day, zone) for day in days[1:]), end]
-        found: list[Any] = []
-        for first in range(0, len(days), DAYS_A_STATEMENT):
-            parts = [
-                select(literal(index).label("day"), channel, route, func.max(label), func.count())
-                .where(created >= bounds[index], created < bounds[index + 1], *through)
-                .group_by(channel, route)
-                for index in range(first, min(first + DAYS_A_STATEMENT, len(days)))
-            ]
-            found += (await session.execute(union_all(*parts) if len(parts) > 1 else parts[0])).all()
+        stretches = [(index, bounds[index], bounds[index + 1]) for index in range(len(days))]
+        counted: dict[tuple[int, int, int | None], tuple[int, str]] = {}
+        if rolled is not None:
+            hours = [(index, _hour_at_or_after(lo), _hour_at_or_before(hi)) for index, lo, hi in stretches]
+            whole = [(index, first, stop) for index, first, stop in hours if first < stop]
+            stretches = [piece for (index, lo, hi), (_, first, stop) in zip(stretches, hours, strict=True) for piece in (
+                ((index, lo, _instant(first)), (index, _instant(stop), hi)) if first < stop else ((index, lo, hi),))
+                if piece[1] < piece[2]]
+            for row in await rolled.hours(session, whole):
+                _add_day_count(counted, *row)
+        for row in await _count_stretches(session, stretches, through):
+            _add_day_count(counted, *row)
         return tuple(
-            DayCount(day=days[index], channel_id=channel_id, channel_label=channel_label, route_id=route_id,
+            DayCount(day=days[index], channel_id=channel_id, channel_label=label, route_id=route_id,
                      route_label=self.route_labels.get(route_id) if route_id is not None else None, handoffs=count)
-            for index, channel_id, route_id, channel_label, count in sorted(
-                found, key=lambda row: (row[0], row[1], -1 if row[2] is None else row[2]))
+            for (index, channel_id, route_id), (count, label) in sorted(
+                counted.items(), key=lambda item: (item[0][0], item[0][1], -1 if item[0][2] is None else item[0][2]))
+            if count
         )
+
+
+def _add_day_count(counted: dict[tuple[int, int, int | None], tuple[int, str]], index: int, channel_id: int,
+                   route_id: int | None, label: str, count: int) -> None:
+    key = (int(index), int(channel_id), route_id)
+    before, known = counted.get(key, (0, label))
+    counted[key] = (before + int(count), max(known, label))
+
+
+async def _count_stretches(session: AsyncSession, stretches: Sequence[tuple[int, datetime, datetime]],
+                           through: Sequence[ColumnElement[bool]]) -> list[Any]:
+    """(day index, channel, route, label, handoffs) of the handoffs created in each stretch,
+    from the rows: one GROUP BY a stretch, `DAYS_A_STATEMENT` of them a statement."""
+    created = HANDOFFS.c.created_at
+    channel, route, label = HANDOFFS.c.channel_id, HANDOFFS.c.route_id, HANDOFFS.c.channel_label
+    found: list[Any] = []
+    for first in range(0, len(stretches), DAYS_A_STATEMENT):
+        parts = [
+            select(literal(index).label("day"), channel, route, func.max(label), func.count())
+            .where(created >= lo, created < hi, *through)
+            .group_by(channel, route)
+            for index, lo, hi in stretches[first:first + DAYS_A_STATEMENT]
+        ]
+        found += (await session.execute(union_all(*parts) if len(parts) > 1 else parts[0])).all()
+    return found
+
+
+def _day_of_hour(hour: ColumnElement[int], whole: Sequence[tuple[int, int, int]]) -> ColumnElement[int]:
+    """The position in `whole` (each day's whole hours [first, stop)) of the day an hour
+    belongs to, as SQL arithmetic: the days fall into runs whose first hours are 24 apart
+    (a DST change or a zone's new offset starts a new run; a 25-hour day is a run of its
+    own), and within a run the day is (hour - the run's first hour) / 24, so a year takes a
+    CASE of a few terms instead of a search over 365 bounds."""
+    runs: list[tuple[int, int, int, bool]] = []  # (position of its first day, its first hour, its stop, one day only)
+    for position, (_, first, stop) in enumerate(whole):
+        if runs and not runs[-1][3] and first == whole[position - 1][1] + 24 and stop - first <= 24:
+            runs[-1] = (runs[-1][0], runs[-1][1], stop, False)
+        else:
+            runs.append((position, first, stop, stop - first > 24))
+    terms = [(hour < stop, literal(position) if alone else literal(position) + (hour - first) // 24)
+             for position, first, stop, alone in runs]
+    return case(*terms[:-1], else_=terms[-1][1]) if len(terms) > 1 else terms[0][1]
+
+
+def _hour_at_or_after(at: datetime) -> int:
+    return -int(-at.timestamp() // HOUR)
+
+
+def _hour_at_or_before(at: datetime) -> int:
+    return int(at.timestamp() // HOUR)
+
+
+def _instant(hour: int) -> datetime:
+    return datetime.fromtimestamp(hour * HOUR, UTC)
+
+
+@dataclass(frozen=True)
+class _Rolled:
+    """The part of a range the rollups answer: its whole UTC days [`first_day`, `stop_day`)
+    (none when it holds no whole day), and the `ends` before and after them that the rows
+    answer. Every figure it reads is filtered by channel and route as the summary is."""
+
+    first_day: int
+    stop_day: int
+    ends: tuple[tuple[datetime, datetime], ...]
+    channel_id: int | None
+    route_id: int | None
+
+    @staticmethod
+    def within(start: datetime, end: datetime, channel_id: int | None, route_id: int | None) -> _Rolled:
+        first, stop = -int(-start.timestamp() // DAY), int(end.timestamp() // DAY)
+        if first >= stop:
+            return _Rolled(first, first, ((start, end),), channel_id, route_id)
+        lo, hi = (datetime.fromtimestamp(day * DAY, UTC) for day in (first, stop))
+        return _Rolled(first, stop, tuple((a, b) for a, b in ((start, lo), (hi, end)) if a < b), channel_id, route_id)
+
+    def _through(self, table: Table) -> list[ColumnElement[bool]]:
+        terms: list[ColumnElement[bool]] = []
+        if self.channel_id is not None:
+            terms.append(table.c.channel_id == self.channel_id)
+        if self.route_id is not None:
+            terms.append(table.c.route == self.route_id)
+        return terms
+
+    def _days(self, table: Table) -> list[ColumnElement[bool]]:
+        return [table.c.day >= self.first_day, table.c.day < self.stop_day, *self._through(table)]
+
+    async def hours(self, session: AsyncSession, whole: Sequence[tuple[int, int, int]]) -> list[Any]:
+        """(day index, channel, route, label, handoffs) over each day's whole UTC hours
+        [first, stop): one GROUP BY, each hour numbered with its day by `_day_of_hour` (hours
+        between two days' stretches are left out)."""
+        if not whole:
+            return []
+        table = ROLLED_HOURS
+        hour = table.c.hour
+        gaps = [h for (_, _, stop), (_, first, _) in zip(whole, whole[1:], strict=False) for h in range(stop, first)]
+        day = _day_of_hour(hour, whole).label("day")
+        rows = (await session.execute(
+            select(day, table.c.channel_id, table.c.route, func.max(table.c.channel_label), func.sum(table.c.handoffs))
+            .where(hour >= whole[0][1], hour < whole[-1][2], table.c.handoffs > 0, *self._through(table),
+                   *([hour.not_in(gaps)] if gaps else []))
+            .group_by(day, table.c.channel_id, table.c.route)
+        )).all()
+        return [(whole[index][0], channel, None if route == NO_ROUTE else route, label, count)
+                for index, channel, route, label, count in rows]
+
+    async def endings(self, session: AsyncSession) -> tuple[dict[tuple[str, str | None], int], int]:
+        if self.first_day >= self.stop_day:
+            return {}, 0
+        table = ROLLED_ENDINGS
+        rows = (await session.execute(
+            select(table.c.ending, table.c.outcome, func.sum(table.c.handoffs), func.sum(table.c.missing_required))
+            .where(*self._days(table)).group_by(table.c.ending, table.c.outcome)
+        )).all()
+        return ({(ending, outcome or None): int(count) for ending, outcome, count, _ in rows},
+                sum(int(missing) for *_, missing in rows))
+
+    async def fine(self, session: AsyncSession, measure: int) -> dict[int, int]:
+        if self.first_day >= self.stop_day:
+            return {}
+        table = ROLLED_MEASURES
+        rows = (await session.execute(
+            select(table.c.fine, func.sum(table.c.handoffs)).where(table.c.measure == measure, *self._days(table))
+            .group_by(table.c.fine)
+        )).all()
+        return {int(fine): int(count) for fine, count in rows}
+
+    async def people(self, session: AsyncSession) -> list[tuple[str, int, int]]:
+        """(handler, fine bucket, handoffs) over the whole days: from `report_people`, or
+        through one channel or route from `report_people_through`."""
+        if self.first_day >= self.stop_day:
+            return []
+        filtered = self.channel_id is not None or self.route_id is not None
+        table = ROLLED_PEOPLE_THROUGH if filtered else ROLLED_PEOPLE
+        return [(person, int(fine), int(count)) for person, fine, count in (await session.execute(
+            select(table.c.person, table.c.fine, func.sum(table.c.handoffs))
+            .where(*(self._days(table) if filtered else (table.c.day >= self.first_day, table.c.day < self.stop_day)))
+            .group_by(table.c.person, table.c.fine)
+        )).all() if count]
+
+    async def containment(self, session: AsyncSession) -> Containment:
+        table = ROLLED_CONVERSATIONS
+        conversations, escalated = (await session.execute(
+            select(func.coalesce(func.sum(table.c.conversations), 0), func.coalesce(func.sum(table.c.escalated), 0))
+            .where(table.c.day >= self.first_day, table.c.day < self.stop_day)
+        )).one()
+        return Containment(int(conversations), int(conversations) - int(escalated), int(escalated))
 
 
 def _local_days(start: datetime, end: datetime, zone: ZoneInfo) -> tuple[date, ...]:
@@ -375,11 +585,7 @@ COMMENTS_SHOWN = 20
 DAYS_A_STATEMENT = 200
 """Local days per statement of `_per_day` (SQLite allows 500 parts in one UNION)."""
 
-FINE_EDGES: tuple[float, ...] = tuple(sorted(
-    {round(1.25 ** power) for power in range(61)} | {bucket.lower for bucket in BUCKETS[1:]}
-))
-"""Where a percentile is looked for: every bucket edge, and a step of a quarter between
-1 s and a week, so the sort that finds the exact value holds a few percent of the range."""
+assert {bucket.lower for bucket in BUCKETS[1:]} <= set(FINE_EDGES), "every display bucket edge is a fine edge"
 
 
 @dataclass(frozen=True)
@@ -413,7 +619,7 @@ async def _distributions(session: AsyncSession, measures: Sequence[ColumnElement
     the rows of just those buckets in order (`_nearest_ranks`)."""
     counted: list[_Counted] = []
     for seconds in measures:
-        fine = _interval_of(seconds, FINE_EDGES).label("fine")
+        fine = _fine_of(seconds.name).label("fine")
         rows = (await session.execute(
             select(fine, func.count(), func.max(seconds)).where(*chosen, seconds.is_not(None)).group_by(fine)
         )).all()
@@ -453,6 +659,80 @@ async def _nearest_ranks(session: AsyncSession, seconds: ColumnElement[Any], cho
     return {rank: found[n] for rank, n in number_of.items()}
 
 
+async def _fine_counts(session: AsyncSession, seconds: ColumnElement[Any],
+                       chosen: Sequence[ColumnElement[bool]]) -> dict[int, int]:
+    """How many of the chosen handoffs have `seconds` in each fine bucket, from the rows."""
+    fine = _fine_of(seconds.name).label("fine")
+    rows = (await session.execute(select(fine, func.count()).where(*chosen, seconds.is_not(None)).group_by(fine))).all()
+    return {int(index): int(count) for index, count in rows}
+
+
+def _merged(*parts: Mapping[int, int]) -> dict[int, int]:
+    merged: dict[int, int] = {}
+    for part in parts:
+        for index, count in part.items():
+            merged[index] = merged.get(index, 0) + count
+    return {index: count for index, count in merged.items() if count}
+
+
+async def _distribution_from_counts(session: AsyncSession, seconds: ColumnElement[Any], within: Mapping[str, Any],
+                                    total: int, per_fine: dict[int, int]) -> Distribution:
+    """A measure's figures from its fine-bucket counts over the chosen handoffs (the
+    rollups' and the rows' together): the counts locate each rank's bucket (the max is the
+    last rank), and each value is read in order from that bucket's rows alone, through
+    the measure's own index (`_value_at`)."""
+    spread = _Counted(per_fine, None)
+    if not spread.count:
+        return Distribution(count=0, missing=total, p50=None, p90=None, max=None,
+                            histogram=tuple(BucketCount(bucket, 0) for bucket in BUCKETS))
+    median, ninetieth = _nearest(spread.count)
+    values = {rank: await _value_at(session, seconds.name, within, rank, *spread.holding(rank))
+              for rank in {median, ninetieth, spread.count}}
+    return Distribution(
+        count=spread.count, missing=total - spread.count, p50=_float(values[median]), p90=_float(values[ninetieth]),
+        max=_float(values[spread.count]),
+        histogram=tuple(BucketCount(bucket, _in_bucket(bucket, per_fine)) for bucket in BUCKETS),
+    )
+
+
+async def _value_at(session: AsyncSession, measure: str, within: Mapping[str, Any], rank: int, fine: int, below: int) -> Any:
+    """The value of `rank` (from 1) of `measure` over the handoffs `within` chooses (see
+    `_value_statement`), which falls in fine bucket `fine` with `below` values in the buckets
+    under it: the bucket's chosen rows in order, skipping to the rank."""
+    low, high = _fine_bounds(fine)
+    return (await session.execute(_value_statement(measure, tuple(sorted(within))), {
+        **within, "low": max(low, -BEYOND), "high": min(high, BEYOND), "skip": rank - below - 1,
+    })).scalar_one()
+
+
+BEYOND = 1e300
+"""Stands for the open end of the first and last fine buckets (a bound parameter is a number)."""
+
+
+@functools.cache
+def _value_statement(measure: str, chosen_by: tuple[str, ...]) -> Select[Any]:
+    """The statement behind `_value_at`, built once per measure and choice of filters (its
+    parameters: `start`, `end` and the filters named, `low`, `high`, `skip`). The range and
+    the channel and route are `unindexed`, so SQLite reads them through the measure's own
+    index (ix_handoff_sessions_time_to_person, ix_handoff_sessions_duration: its order is
+    the answer's, its columns the filters'), or the handler's (ix_handoff_sessions_handled_by)
+    when one is named: the one fine bucket of it and nothing else."""
+    seconds, created = HANDOFFS.c[measure], unindexed(HANDOFFS.c.created_at)
+    terms = [seconds >= bindparam("low"), seconds < bindparam("high"),
+             created >= bindparam("start"), created < bindparam("end")]
+    for name in chosen_by:
+        if name not in ("start", "end"):
+            column = HANDOFFS.c[name]
+            terms.append((column if name == "handled_by" else unindexed(column)) == bindparam(name))
+    return select(seconds).where(*terms).order_by(seconds).limit(1).offset(bindparam("skip"))
+
+
+@functools.cache
+def _fine_of(measure: str) -> ColumnElement[Any]:
+    """The fine bucket of a measure's value, as SQL (built once: it has a hundred nodes)."""
+    return _interval_of(HANDOFFS.c[measure], FINE_EDGES)
+
+
 def _nearest(count: int) -> tuple[int, int]:
     """The nearest ranks (from 1) of the p50 and p90 of `count` values."""
     median, ninetieth = ((percent * count + 99) // 100 for percent in (50, 90))
@@ -483,9 +763,10 @@ def _in_bucket(bucket: Bucket, per_fine: Mapping[int, int]) -> int:
                and (bucket.upper is None or _fine_bounds(index)[0] < bucket.upper))
 
 
-async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]], is_sqlite: bool) -> Endings:
-    """One GROUP BY over (reason or state, outcome): a handful of rows, summed per word; and
-    the count of releases with required fields missing, from their own small index."""
+async def _ending_counts(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
+                        is_sqlite: bool) -> tuple[dict[tuple[str, str | None], int], int]:
+    """One GROUP BY over (reason or state, outcome): a handful of rows; and the count of
+    releases with required fields missing, from their own small index."""
     # A handoff has a release reason exactly when it was released: the reason, else the
     # state, is one key (SQLite sorts the range's rows by the keys; one fewer is a third less)
     ending = func.coalesce(HANDOFFS.c.release_reason, HANDOFFS.c.state).label("ending")
@@ -494,23 +775,36 @@ async def _endings(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
     )).all()
     lacking = text("missing_required != '[]'" if is_sqlite else "missing_required::text <> '[]'")
     missing_required = int((await session.execute(select(func.count()).where(*chosen, lacking))).scalar_one())
+    return {(ended, outcome): int(count) for ended, outcome, count in rows}, missing_required
+
+
+def _endings_of(*counted: tuple[Mapping[tuple[str, str | None], int], int]) -> Endings:
+    """How the handoffs counted (per ending and outcome, and with required fields missing,
+    in one or more parts of a range) ended, summed per word."""
     reasons: dict[str, int] = {}
     outcomes: dict[str, int] = {}
     failed = still_open = total = 0
-    for ended, outcome, count in rows:
-        total += count
-        if outcome is not None:
-            outcomes[outcome] = outcomes.get(outcome, 0) + count
-        if ended == HandoffState.FAILED:
-            failed += count
-        elif ended in (HandoffState.DISPATCHING, HandoffState.ACTIVE):
-            still_open += count
-        else:
-            reasons[ended] = reasons.get(ended, 0) + count
+    for per_ending, _ in counted:
+        for (ended, outcome), count in per_ending.items():
+            total += count
+            if outcome is not None:
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+            if ended == HandoffState.FAILED:
+                failed += count
+            elif ended in (HandoffState.DISPATCHING, HandoffState.ACTIVE):
+                still_open += count
+            else:
+                reasons[ended] = reasons.get(ended, 0) + count
     return Endings(
-        handoffs=total, by_reason=_tallies(reasons), by_outcome=_tallies(outcomes), missing_required=missing_required,
+        handoffs=total, by_reason=_tallies({word: n for word, n in reasons.items() if n}),
+        by_outcome=_tallies({word: n for word, n in outcomes.items() if n}),
+        missing_required=sum(missing for _, missing in counted),
         unclaimed=reasons.get(ReleaseReason.UNCLAIMED, 0), failed_dispatches=failed, open=still_open,
     )
+
+
+def _sum_containments(*parts: Containment) -> Containment:
+    return Containment(*(sum(getattr(part, name) for part in parts) for name in ("conversations", "contained", "escalated")))
 
 
 async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bool]],
@@ -541,7 +835,7 @@ async def _satisfaction(session: AsyncSession, chosen: Sequence[ColumnElement[bo
     )
 
 
-PERSON_RELEASES = (ReleaseReason.FORM, ReleaseReason.RELEASE_TOKEN, ReleaseReason.OWNER)
+PERSON_RELEASES = tuple(reason for reason in ReleaseReason if reason.by_a_person)
 """The release doors a person goes through; the idle timer, the ladder and the agent are nobody."""
 
 
@@ -590,33 +884,110 @@ async def _per_person(session: AsyncSession, chosen: Sequence[ColumnElement[bool
     rows = (await session.execute(
         select(ranked).where(or_(ranked.c.n == 1, ranked.c.n == median, ranked.c.n == ninetieth))
     )).mappings().all()
-    directory = (await session.execute(
-        select(PEOPLE.c.id, PEOPLE.c.name, PEOPLE.c.disabled_at).order_by(PEOPLE.c.name, PEOPLE.c.id)
-    )).all()
-    return _person_rows(rows, [(pid, name, disabled_at is not None) for pid, name, disabled_at in directory], offers)
+    return _people_figures(_handled_of(rows), await _directory(session), offers)
 
 
-def _person_rows(rows: Sequence[RowMapping], directory: Sequence[tuple[str, str, bool]],
-                 offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
-    """The figures per person from `_per_person`'s rows: each handler's counts (on every
-    row of theirs) and the values at their ranks, with the offers made to them. A handler
-    the directory does not know (people are never deleted, so only a hand-edited database
-    has one) keeps their id as name."""
+@dataclass
+class _Handled:
+    """One handler's figures before they meet the directory."""
+
+    handled: int = 0
+    timed: int = 0
+    p50: float | None = None
+    p90: float | None = None
+    positive: int = 0
+    negative: int = 0
+    unanswered: int = 0
+
+
+def _handled_of(rows: Sequence[RowMapping]) -> dict[str | None, _Handled]:
+    """Each handler's counts (on every row of theirs in `_per_person`'s rows) and the values
+    at their ranks."""
     counted: dict[str | None, RowMapping] = {}
     at_rank: dict[tuple[str | None, int], Any] = {}
     for row in rows:
         counted[row["person"]] = row
         at_rank[(row["person"], int(row["n"]))] = row["seconds"]
-
-    def figures(pid: str | None, name: str, disabled: bool) -> PersonFigures:
-        row = counted.get(pid)
-        offered = offers.get(pid, OfferFigures()) if pid is not None else OfferFigures()
-        if row is None:
-            return PersonFigures(pid, name, disabled, 0, 0, None, None, 0, 0, 0, offered)
+    found = {}
+    for pid, row in counted.items():
         timed = int(row["timed"])
         p50, p90 = (at_rank.get((pid, rank)) for rank in _nearest(timed)) if timed else (None, None)
-        return PersonFigures(pid, name, disabled, int(row["handled"]), timed, _float(p50), _float(p90),
-                             int(row["positive"]), int(row["negative"]), int(row["unanswered"]), offered)
+        found[pid] = _Handled(int(row["handled"]), timed, _float(p50), _float(p90),
+                              int(row["positive"]), int(row["negative"]), int(row["unanswered"]))
+    return found
+
+
+async def _per_person_rolled(session: AsyncSession, rolled: _Rolled, start: datetime, end: datetime,
+                             through: Sequence[ColumnElement[bool]], within: Mapping[str, Any],
+                             offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
+    """Every person's figures over the chosen handoffs (`through` a channel or route, and
+    `within` as `_value_at` takes it), as `_per_person` counts them, from the rollups: per
+    handler the fine-bucket counts of their times (whole UTC days from `report_people`, the
+    ragged ends from the rows' `handled_by`) locate their ranks, and each value is read from
+    that one bucket of theirs through the handler's index (ix_handoff_sessions_handled_by);
+    the satisfaction answers are counted from the answers' side, as the summary's are."""
+    handler, seconds, created = HANDOFFS.c.handled_by, HANDOFFS.c.time_to_person_seconds, HANDOFFS.c.created_at
+    per_fine: dict[str, dict[int, int]] = {}
+
+    def add(person: str, fine: int, count: int) -> None:
+        per_fine.setdefault(person, {})
+        per_fine[person][fine] = per_fine[person].get(fine, 0) + count
+
+    for row in await rolled.people(session):
+        add(*row)
+    fine = case((seconds.is_(None), UNTIMED), else_=_fine_of(seconds.name)).label("fine")
+    for lo, hi in rolled.ends:
+        for person, index, count in (await session.execute(
+            select(handler, fine, func.count()).where(created >= lo, created < hi, *through, handler.is_not(None))
+            .group_by(handler, fine)
+        )).all():
+            add(person, int(index), int(count))
+    found: dict[str | None, _Handled] = {}
+    for person, counts in per_fine.items():
+        timed = _Counted({index: n for index, n in counts.items() if index != UNTIMED and n}, None)
+        figures = found[person or None] = _Handled(handled=sum(counts.values()), timed=timed.count)
+        if timed.count:
+            median, ninetieth = _nearest(timed.count)
+            theirs = {**within, "handled_by": person}
+            values = [_float(await _value_at(session, seconds.name, theirs, rank, *timed.holding(rank)))
+                      for rank in (median, ninetieth)]
+            figures.p50, figures.p90 = values
+    answered = SATISFACTION.c
+    for person, answer, count in (await session.execute(
+        select(handler, answered.answer, func.count())
+        .select_from(SATISFACTION.join(HANDOFFS, HANDOFFS.c.id == answered.handoff_session_id))
+        .where(answered.asked_at >= start, unindexed(created) >= start, unindexed(created) < end, *through,
+               unindexed(handler).is_not(None))  # from the answers' side: their index, each handoff by key
+        .group_by(handler, answered.answer)
+    )).all():
+        figures = found.setdefault(person or None, _Handled())
+        if answer == "yes":
+            figures.positive += int(count)
+        elif answer == "no":
+            figures.negative += int(count)
+        else:
+            figures.unanswered += int(count)
+    return _people_figures(found, await _directory(session), offers)
+
+
+async def _directory(session: AsyncSession) -> list[tuple[str, str, bool]]:
+    """Everyone of the directory, by name: id, name, disabled."""
+    return [(pid, name, disabled_at is not None) for pid, name, disabled_at in (await session.execute(
+        select(PEOPLE.c.id, PEOPLE.c.name, PEOPLE.c.disabled_at).order_by(PEOPLE.c.name, PEOPLE.c.id)
+    )).all()]
+
+
+def _people_figures(counted: Mapping[str | None, _Handled], directory: Sequence[tuple[str, str, bool]],
+                    offers: Mapping[str, OfferFigures]) -> tuple[PersonFigures, ...]:
+    """A row per person of the directory, then the handlers it does not know (people are
+    never deleted, so only a hand-edited database has one: their id is their name), then
+    the acts linked to nobody; each with the offers made to them."""
+
+    def figures(pid: str | None, name: str, disabled: bool) -> PersonFigures:
+        row = counted.get(pid, _Handled())
+        offered = offers.get(pid, OfferFigures()) if pid is not None else OfferFigures()
+        return PersonFigures(pid, name, disabled, row.handled, row.timed, row.p50, row.p90,
+                             row.positive, row.negative, row.unanswered, offered)
 
     known = {pid for pid, _, _ in directory}
     strangers = sorted(pid for pid in {*counted, *offers} if pid is not None and pid not in known)
@@ -676,6 +1047,16 @@ def _offer_figures(rows: Sequence[RowMapping]) -> dict[str, OfferFigures]:
         p50, p90 = (at_rank.get((key, rank)) for rank in _nearest(timed)) if timed else (None, None)
         found[key] = OfferFigures(int(row["offers"]), int(row["claims"]), int(row["missed"]), timed, _float(p50), _float(p90))
     return found
+
+
+async def _offered_to_people_since(session: AsyncSession, start: datetime) -> bool:
+    """Whether any handoff was offered to a person directly since `start` (an offer comes
+    after its handoff): a desk whose routes only notify rooms skips the offers' statements,
+    which read the range's handoffs."""
+    offer = RECIPIENTS.c
+    return (await session.execute(
+        select(offer.id).where(offer.person_id.is_not(None), offer.created_at >= start).limit(1)
+    )).first() is not None
 
 
 async def _offers_per_person(session: AsyncSession, offered: CTE) -> dict[str, OfferFigures]:

@@ -109,6 +109,11 @@ class HandoffSession(SQLModel, table=True):
             "ix_handoff_sessions_missing_required", "created_at", "channel_id", "route_id",
             sqlite_where=text("missing_required != '[]'"), postgresql_where=text("missing_required::text <> '[]'"),
         ),
+        # A percentile's value: the rows of the one fine bucket its rank falls in, in order,
+        # read from the index alone (the rollups located the bucket)
+        Index("ix_handoff_sessions_time_to_person", "time_to_person_seconds", "created_at", "channel_id", "route_id"),
+        Index("ix_handoff_sessions_duration", "duration_seconds", "created_at", "channel_id", "route_id"),
+        Index("ix_handoff_sessions_handled_by", "handled_by", "time_to_person_seconds", "created_at", "channel_id", "route_id"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -165,6 +170,10 @@ class HandoffSession(SQLModel, table=True):
     claimed_person_id: str | None = Field(default=None, max_length=40)  # the person who claimed, when the desk knows them
     released_person_id: str | None = Field(default=None, max_length=40)  # the person who released, when a person did
     claimed_recipient_id: int | None = None  # the `HandoffRecipient` whose thread took it
+    # Who handled it, for the reports: the claim's person on a route, else the first human
+    # reply's straight to a channel, else a person's release's; '' when that act carried no
+    # person of the directory, None while nobody has acted (or nobody ever did).
+    handled_by: str | None = Field(default=None, max_length=40)
     # Straight to a channel (no route): when a person first replied, the moment they were reached.
     first_human_reply_at: datetime | None = None
     # The reports' facts, written once where they happen: from the activation to a person
@@ -617,3 +626,84 @@ class HandoffSatisfaction(SQLModel, table=True):
     answered_at: datetime | None = None
     answered_by: str | None = Field(default=None, max_length=200)
     answered_via: str | None = Field(default=None, max_length=40)
+
+
+# The reports' rollups (bot/store/rollups.py): counts kept by triggers in the transaction
+# that writes a fact, keyed by the UTC hour or day since the epoch (integers), channel and
+# route (0: none). Read by bot/domain/reports.py; `handoff reports rebuild` counts them afresh.
+
+
+class ReportHour(SQLModel, table=True):
+    """Handoffs created in one UTC hour through one channel and route."""
+
+    __tablename__ = "report_hours"
+
+    hour: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    handoffs: int
+    channel_label: str = Field(max_length=80)  # the greatest label counted here (a channel renamed within the hour)
+
+
+class ReportEnding(SQLModel, table=True):
+    """Handoffs created on one UTC day through one channel and route that ended (or stand)
+    one way: `ending` the release reason, else the state; `outcome` '' for none."""
+
+    __tablename__ = "report_endings"
+
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    ending: str = Field(primary_key=True, max_length=20)
+    outcome: str = Field(primary_key=True, max_length=20)
+    handoffs: int
+    missing_required: int  # of them, released with required return fields missing
+
+
+class ReportMeasure(SQLModel, table=True):
+    """Handoffs created on one UTC day through one channel and route whose time to a person
+    (measure 0) or duration (1) falls in one fine bucket (bot/store/rollups.py FINE_EDGES)."""
+
+    __tablename__ = "report_measures"
+
+    measure: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})  # first: a summary reads one
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    handoffs: int
+
+
+class _HandledTimes(SQLModel):
+    """Handoffs created on one UTC day that one person handled (`person`: their id, '' for an
+    act linked to nobody) whose time to a person falls in one fine bucket (-1: they have none)."""
+
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    person: str = Field(primary_key=True, max_length=40)
+    fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    handoffs: int
+
+
+class ReportPerson(_HandledTimes, table=True):
+    """`_HandledTimes` through any channel or route."""
+
+    __tablename__ = "report_people"
+
+
+class ReportPersonThrough(_HandledTimes, table=True):
+    """`_HandledTimes` per channel and route too (a summary filtered by one reads it)."""
+
+    __tablename__ = "report_people_through"
+
+    channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+
+
+class ReportConversations(SQLModel, table=True):
+    """Subscribers' conversations started on one UTC day, and how many of them had a handoff."""
+
+    __tablename__ = "report_conversations"
+
+    day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    conversations: int
+    escalated: int

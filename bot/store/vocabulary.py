@@ -124,6 +124,12 @@ class ReleaseReason(StrEnum):
         """The outcome recorded when the release names none: a timeout resolved nothing."""
         return Outcome.UNRESOLVED if self in (ReleaseReason.IDLE_TIMEOUT, ReleaseReason.UNCLAIMED) else Outcome.RESOLVED
 
+    @property
+    def by_a_person(self) -> bool:
+        """A door a person goes through (the form, /release, the inbox or API); the idle
+        timer, the ladder and a sibling agent are nobody."""
+        return self in (ReleaseReason.FORM, ReleaseReason.RELEASE_TOKEN, ReleaseReason.OWNER)
+
     def resume_phrase(self, idle_span: str = "a while") -> str:
         """Why the agent has the conversation again, in the `[Bot resumed — …]` line; the idle
         timeout's phrase names how long nothing happened (`idle_span`, e.g. "30 minutes")."""

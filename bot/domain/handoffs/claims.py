@@ -56,7 +56,7 @@ class Claims:
             recipient = await recipients.get(session, recipient_id) if recipient_id is not None else None
             values: dict[str, Any] = {
                 "claimed_at": now, "claimed_by": by, "claimed_via": via[:40], "claimed_recipient_id": recipient_id,
-                "claimed_person_id": person_id,
+                "claimed_person_id": person_id, "handled_by": person_id or "",
                 "escalate_at": None, "idle_deadline": now + self.ctx.idle_timeout, "last_activity_at": now,
                 "time_to_person_seconds": _seconds_to_person_sql(now),
             }
@@ -108,7 +108,7 @@ class Claims:
         row = (await session.execute(
             update(rows.HANDOFFS).where(rows.HANDOFFS.c.id == handoff.id, rows.HANDOFFS.c.claimed_at.is_(None))
             .values(claimed_at=now, claimed_by=actor[:200], claimed_via=str(reason), claimed_person_id=person_id,
-                    escalate_at=None, time_to_person_seconds=seconds_to_person(handoff, now))
+                    handled_by=person_id or "", escalate_at=None, time_to_person_seconds=seconds_to_person(handoff, now))
             .returning(*rows.HANDOFFS.columns)
         )).first()
         claimed = rows.handoff_of(row)

@@ -108,7 +108,7 @@ class Relaying:
                 handoff = found(await session.get(HandoffSession, sid), "handoff session", sid)
                 raise NotActive(f"handoff {sid} is {handoff.state}; the message was not relayed", state=handoff.state)
             handoff = await handoff_in(session, sid)
-            first_reply = await self._first_reply(session, handoff, now)
+            first_reply = await self._first_reply(session, handoff, now, person_id)
             message = await conversations.add_message(
                 session, handoff.conversation_id, role=Role.HUMAN, text=text, now=now, author=author, person_id=person_id,
                 handoff_session_id=sid,
@@ -123,7 +123,7 @@ class Relaying:
         return message
 
     @staticmethod
-    async def _first_reply(session: AsyncSession, handoff: HandoffSession, now: datetime) -> bool:
+    async def _first_reply(session: AsyncSession, handoff: HandoffSession, now: datetime, person_id: str | None) -> bool:
         """Whether this is the first person's reply to a handoff straight to a channel (the
         moment a person was reached; on a route the claim is), marked on the row once. The
         column comes with the row the caller read, so later replies cost no statement."""
@@ -132,6 +132,7 @@ class Relaying:
         marked = await execute_dml(
             session, update(HandoffSession)
             .where(col(HandoffSession.id) == handoff.id, col(HandoffSession.first_human_reply_at).is_(None))
-            .values(first_human_reply_at=now, time_to_person_seconds=seconds_to_person(handoff, now))
+            .values(first_human_reply_at=now, time_to_person_seconds=seconds_to_person(handoff, now),
+                    handled_by=person_id or "")
         )
         return marked.rowcount == 1

@@ -227,6 +227,8 @@ class _Release:
             statement, guard = rows.RELEASE_UNCLAIMED, {"cutoff": unclaimed_cutoff}
         return await rows.transition(
             session, statement, sid, **guard, state=HandoffState.RELEASED, released_at=now, release_reason=self.reason,
-            released_by=self.actor, released_person_id=self.person_id, outcome=self.outcome, note=self.note, returned=self.coerced.values,
+            released_by=self.actor, released_person_id=self.person_id,
+            releaser=(self.person_id or "") if self.reason.by_a_person else None,
+            outcome=self.outcome, note=self.note, returned=self.coerced.values,
             missing_required=self.coerced.missing_required, duration_seconds=self.lasted,
         )
