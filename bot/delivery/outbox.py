@@ -399,14 +399,14 @@ class Outbox:
         When everything ahead of it is in the hands of the chain carrying its stream here, it
         is stored claimed too and handed to that chain, which sends it right after the item
         before it. Otherwise it is stored pending and taken in order from the database."""
-        # A stopped outbox (shutting down, or paused by a test) or a full one only stores: the
-        # worker sends later. Ordering: every caller updates the handoff's row before this
+        # A stopped outbox (shutting down, or paused by a test), a full one or one whose instance
+        # may have been taken for dead only stores: the worker sends later. Ordering: every caller updates the handoff's row before this
         # check in the same transaction, which serialises the checks of one handoff, so the
         # items a chain is handed always come before anything stored pending behind them.
         stream = outbound.stream
         carrier = self._carried.get(stream)
         claimed = follower = False
-        if self._worker is not None and (carrier is not None or len(self._in_flight) < self.concurrency):
+        if self._worker is not None and (carrier is not None or len(self._in_flight) < self.concurrency) and self.claims_held():
             unsent, not_ours = await prepared.fetch_one(session, _AHEAD, {"stream": stream, "owner": self.owner}) or (True, True)
             follower = carrier is not None and not not_ours
             claimed = follower or not unsent
@@ -504,7 +504,7 @@ class Outbox:
         hold up the others."""
         room = self.concurrency - len(self._in_flight)
         self._backlog = room <= 0
-        if room <= 0:
+        if room <= 0 or not self.claims_held():  # an instance that may be taken for dead claims nothing
             return 0
         async with self.db.read() as session:
             ids = [item_id for (item_id,) in await prepared.fetch_all(session, _DUE, {"now": self.clock.now()})]
