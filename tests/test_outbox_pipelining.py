@@ -121,3 +121,34 @@ async def test_another_instance_takes_over_followers_whose_lease_ran_out_and_the
     assert [(r.state, r.attempts) for r in await relay_rows(second)] == [("sent", 2)] * 3
     kinds = await second.kinds(sid)
     assert (kinds.count("relayed_to_recipient"), kinds.count("delivery_claim_lost")) == (3, 1)
+
+
+
+async def test_a_follower_that_waited_most_of_its_lease_is_renewed_so_no_one_takes_it_while_it_is_sent(
+    start_desk: StartDesk, scripted: Any, database_url: str,
+) -> None:
+    """m1 waited behind m0 for 55 of its 60 seconds: too little is left to cover a send, so the
+    chain renews its claim first (the same claim, one attempt). While m1 is at the provider
+    its first lease runs out, and another instance still takes nothing."""
+    first = await start_desk(adapters={1: scripted})
+    channel = first.desk.channels.get(1)
+    cid = await first.conversation()
+    sid = (await first.start_handoff(cid))["handoff_session_id"]
+    held = await one_held_and_followers(first, cid, 1)
+    first.desk.clock.advance(timedelta(seconds=55))
+    channel.entered.clear()
+    second_held = channel.gate = asyncio.Event()  # m1 will wait at the provider
+    held.set()
+    await channel.entered.wait()
+    first.desk.clock.advance(timedelta(seconds=10))  # 65 s after m1 was claimed
+    second = await start_desk(adapters={1: scripted}, url=database_url, clock=first.desk.clock)
+    await second.desk.outbox.stop()
+    await second.desk.outbox.drain()
+    assert second.desk.channels.get(1).texts("relay") == [], "m1's renewed claim holds"
+
+    second_held.set()
+    await first.desk.outbox.wait_in_flight()
+    assert channel.texts("relay") == ["Ana: m0", "Ana: m1"]
+    assert [(r.state, r.attempts) for r in await relay_rows(first)] == [("sent", 1), ("sent", 1)]
+    kinds = await first.kinds(sid)
+    assert kinds.count("relayed_to_recipient") == 2 and "delivery_claim_lost" not in kinds
