@@ -577,18 +577,18 @@ class Outbox:
             while True:
                 turn += 1
                 if carrier.record_failed or not self.claims_held():
-                    await self._hand_back(carrier, [item])
+                    await self._give_back(carrier, [item], recording)
                     return
                 renewed = await self._with_lease(item)
                 if renewed is None:  # another instance took it: what this chain holds is not its to send
-                    await self._hand_back(carrier, [])
+                    await self._give_back(carrier, [], recording)
                     return
                 item = renewed
                 try:
                     receipt = await self._send(item, timeout=self.send_timeout)
                 except ChannelError as error:
                     await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
-                    await self._hand_back(carrier, [])
+                    await self._give_back(carrier, [], recording)
                     return
                 # After CHAIN_LIMIT sends, while other streams wait for a place, this chain gives
                 # its place up: it claims nothing more and hands back what it holds
@@ -603,15 +603,22 @@ class Outbox:
                 if following is not None:
                     carrier.take(following)
                 if over:
-                    await self._hand_back(carrier, [])
-                    self.kick()  # the worker gives the others their turn, then this stream's rest
+                    await self._give_back(carrier, [], None)  # the worker gives the others their turn, then this stream's rest
                     return
                 if not carrier.followers:
                     return
                 item = carrier.next()
         finally:
-            if recording is not None and not recording.done():  # its record is part of this delivery
+            if recording is not None and not recording.done():  # cancelled or failed: its record is part of this delivery
                 await asyncio.wait([recording])
+
+    async def _give_back(self, carrier: _Carrier, items: list[OutboxItem], recording: asyncio.Future[Any] | None) -> None:
+        """The chain stops sending: once the success it has not waited for is recorded, hand
+        back `items` and what it holds. Nothing is awaited after that before the chain lets
+        go of its stream, so no follower handed to it meanwhile is left claimed."""
+        if recording is not None and not recording.done():
+            await asyncio.wait([recording])
+        await self._hand_back(carrier, items)
 
     async def _with_lease(self, item: OutboxItem) -> OutboxItem | None:
         """The item, with enough of its lease left to cover a whole send: one that waited in
