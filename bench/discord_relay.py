@@ -32,7 +32,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 
-from bench.relay_harness import ACTION, SUMMARY, at_each_latency, desk_with_handoffs, post_all, relay_arguments  # noqa: E402
+from bench.relay_harness import (  # noqa: E402
+    ACTION,
+    SUMMARY,
+    Stopwatch,
+    Timed,
+    at_each_latency,
+    desk_with_handoffs,
+    post_all,
+    relay_arguments,
+)
 from bot.runtime.logs import configure_logging  # noqa: E402
 from tests.fake_discord import BOT_USER, STAFF_CHANNEL, FakeDiscord  # noqa: E402
 
@@ -49,18 +58,21 @@ def quantiles(samples: list[float]) -> tuple[float, float]:
     return cuts[49] * 1000, cuts[98] * 1000
 
 
-async def bench_desk(fake: FakeDiscord, tmp: Path, conversations: int, messages: int) -> float:
+async def bench_desk(fake: FakeDiscord, tmp: Path, conversations: int, messages: int) -> Timed:
     channel = {"id": 1, "kind": "discord", "label": "Discord", "bot_token": TOKEN, "channel_id": STAFF_CHANNEL,
                "api_base_url": fake.api_url, "gateway_url": fake.gateway_url}
     async with desk_with_handoffs(tmp, channel, conversations) as (_, client, cids):
         per_conversation = messages // conversations
         before, total = relays(fake), per_conversation * conversations
-        started = time.perf_counter()
+        posts_before = len(fake.calls)  # the wait counts calls: re-counting every thread at each one would cost more than the desk
+        watch = Stopwatch()
+        watch.start()
         await post_all(client, cids, per_conversation, TEXT)
+        await fake.wait_for(lambda: len(fake.calls) - posts_before >= total, timeout=600)
         await fake.wait_for(lambda: relays(fake) - before >= total, timeout=600)
-        elapsed = time.perf_counter() - started
+        timed = watch.stop(total)
         assert relays(fake) - before == total  # nothing sent twice
-        return total / elapsed
+        return timed
 
 
 async def bench_adapter(fake: FakeDiscord, conversations: int, messages: int) -> tuple[float, list[float]]:
@@ -100,7 +112,7 @@ async def bench_adapter(fake: FakeDiscord, conversations: int, messages: int) ->
         await adapter.stop()
 
 
-async def bench_bare(fake: FakeDiscord, conversations: int, messages: int) -> tuple[float, list[float]]:
+async def bench_bare(fake: FakeDiscord, conversations: int, messages: int) -> tuple[Timed, list[float]]:
     """discord.py's HTTP client alone: Route.BASE pointed at the fake for this run only."""
     import discord
     from discord.http import Route
@@ -127,9 +139,10 @@ async def bench_bare(fake: FakeDiscord, conversations: int, messages: int) -> tu
                     "allowed_mentions": {"parse": []}, "flags": 4})
                 latencies.append(time.perf_counter() - began)
 
-        started = time.perf_counter()
+        watch = Stopwatch()
+        watch.start()
         await asyncio.gather(*(sender(t) for t in threads))
-        return per_conversation * conversations / (time.perf_counter() - started), latencies
+        return watch.stop(per_conversation * conversations), latencies
     finally:
         await client.close()
         Route.BASE = old_base
@@ -141,8 +154,9 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
     print(f"Python {platform.python_version()} | {os.cpu_count()} CPUs | {platform.platform()}")
     print(f"{messages} messages over {conversations} conversations with an active handoff each\n", flush=True)
     print(f"{'fake latency':>12} | {'desk msg/s':>10} | {'adapter msg/s':>13} | {'adapter p50/p99 ms':>18} | "
-          f"{'bare msg/s':>10} | {'bare p50/p99 ms':>15} | {'desk/bare':>9} | {'adapter/bare':>12}")
-    async def all_three(fake: FakeDiscord, tmp: Path) -> tuple[float, tuple[float, list[float]], tuple[float, list[float]]]:
+          f"{'bare msg/s':>10} | {'bare p50/p99 ms':>15} | {'desk/bare':>9} | {'adapter/bare':>12} | "
+          f"{'CPU per message':>15} | {'desk share':>10}")
+    async def all_three(fake: FakeDiscord, tmp: Path) -> tuple[Timed, tuple[float, list[float]], tuple[Timed, list[float]]]:
         bare = await bench_bare(fake, conversations, messages)
         adapter = await bench_adapter(fake, conversations, messages)
         return await bench_desk(fake, tmp, conversations, messages), adapter, bare
@@ -152,8 +166,11 @@ async def main(latencies: list[float], conversations: int, messages: int) -> Non
             prefix="handoff-bench-discord-"):
         a50, a99 = quantiles(adapter_lat)
         b50, b99 = quantiles(bare_lat)
-        print(f"{latency_ms:>9g} ms | {desk:>10.1f} | {adapter:>13.1f} | {a50:>8.1f} / {a99:>7.1f} | {bare:>10.1f} | "
-              f"{b50:>6.1f} / {b99:>6.1f} | {desk / bare:>9.2f} | {adapter / bare:>12.2f}", flush=True)
+        print(f"{latency_ms:>9g} ms | {desk.rate:>10.1f} | {adapter:>13.1f} | {a50:>8.1f} / {a99:>7.1f} | {bare.rate:>10.1f} | "
+              f"{b50:>6.1f} / {b99:>6.1f} | {desk.rate / bare.rate:>9.2f} | {adapter / bare.rate:>12.2f} | "
+              f"{desk.cpu_ms_per_message:>12.2f} ms | {desk.desk_cpu_ms_per_message(bare):>7.2f} ms", flush=True)
+    print("\nCPU per message: the whole process's (desk, client and fake) during the desk's pass; the desk's share is"
+          "\nthat minus the bare pass's (the same fake and SDK sending the same messages without the desk)")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,7 @@ class Desk:
             self.db, self.channels, self.clock, self.metrics, max_attempts=delivery.max_attempts,
             base_backoff=delivery.base_backoff.total_seconds(), max_backoff=delivery.max_backoff.total_seconds(),
             lease=delivery.lease, owner=self.instances.id, callbacks=CallbackSender.from_config(config),
+            claims_held=self.instances.holds_claims,
         )
         self.retention = Retention(self.db, self.clock, config.retention, idempotency_ttl=config.api.idempotency_ttl)
 

@@ -299,3 +299,4 @@ async def test_a_stopped_desk_leaves_so_its_claims_are_taken_over_at_once(start_
     assert second.desk.channels.get(1).texts("relay") == ["Ana: hello"]
     channel_a.gate.set()
     await stuck
+

@@ -9,6 +9,12 @@ Rules the worker keeps:
   chat on a front, or the approval a prompt asks about), messages go out in the order they
   were stored (an item waits while an earlier one of the same stream is pending), so a
   retry never reorders a conversation;
+- a stream's sends are pipelined: the chain carrying it starts the next send as soon as the
+  provider has answered the previous one, while that success is still being recorded. Items
+  stored behind a chain of this instance are claimed at insert and handed to it in memory;
+  each send is bounded by its item's own lease and made only while this instance's claims
+  hold (its heartbeat is current), and on a failure what the chain holds is handed back, so
+  the worker sends it in order after the failed item;
 - an item is claimed by a conditional UPDATE for this instance, so several instances never
   send the same item at once; what an instance that died was sending is taken over as soon
   as its heartbeat stops (bot/store/instances.py), with the lease as a backstop;
@@ -23,10 +29,11 @@ the worker.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -61,7 +68,7 @@ from channels.base import (
 
 log = structlog.get_logger(__name__)
 
-CHAIN_LIMIT = 50  # items of one handoff delivered back to back before others get a turn
+CHAIN_LIMIT = 50  # items of one stream delivered back to back before others waiting for a place get a turn
 
 
 # The table itself: Core statements over it, prepared once (bot/store/prepared.py), run as one
@@ -144,8 +151,20 @@ def _still_ours() -> Any:
                 _OUTBOX.c.attempts == bindparam("claim_attempts"))
 
 
+def _ahead_statement() -> Any:
+    """What is unsent in a stream: anything at all, and anything this instance's chain is not
+    sending (pending: another instance's, one waiting for a retry, one handed back; or being
+    sent by another instance)."""
+    unsent = and_(_OUTBOX.c.handoff_session_id == bindparam("stream"), _OUTBOX.c.state.in_(_UNSENT))
+    not_ours = or_(_OUTBOX.c.state == OutboxState.PENDING, _OUTBOX.c.claimed_by.is_(None), _OUTBOX.c.claimed_by != bindparam("owner"))
+    return select(exists().where(unsent), exists().where(unsent, not_ours))
+
+
 _INSERT_ITEM = prepared.Prepared(insert(_OUTBOX).returning(_OUTBOX.c.id))
-_AHEAD = prepared.Prepared(select(exists().where(_OUTBOX.c.handoff_session_id == bindparam("stream"), _OUTBOX.c.state.in_(_UNSENT))))
+_AHEAD = prepared.Prepared(_ahead_statement())
+_EARLIER = prepared.Prepared(select(exists().where(
+    _OUTBOX.c.handoff_session_id == bindparam("stream"), _OUTBOX.c.state.in_(_UNSENT), _OUTBOX.c.id < bindparam("item_id"),
+)))
 _DUE = prepared.Prepared(_due_statement())
 _CLAIM = prepared.Prepared(_claim_statement())
 _CLAIM_NEXT = prepared.Prepared(_claim_next_statement())
@@ -159,6 +178,12 @@ _RECORD_FAILED = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
     state=bindparam("new_state"), not_before=bindparam("retry_at"), lease_until=null(), last_error=bindparam("error"),
     uncertain=bindparam("still_uncertain"), claimed_by=null(),
 ))
+# An item claimed and never sent goes back to pending as it was (its attempt stays counted,
+# so a stale copy of this claim can never match a later one).
+_HAND_BACK = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(
+    state=OutboxState.PENDING, lease_until=null(), claimed_by=null(),
+))
+_RENEW = prepared.Prepared(update(_OUTBOX).where(_still_ours()).values(lease_until=bindparam("lease_end")))
 
 
 _DELIVERED = {"relay": "relayed_to_recipient", "notice": "notice_delivered", "subscriber": "delivered_to_subscriber",
@@ -192,11 +217,38 @@ class _Delivered:
 @dataclass(frozen=True)
 class _Queued:
     """After-commit signal (bot/runtime/signals.py): an item was queued, either claimed at
-    insert (its chain starts now) or behind an earlier unsent item of its stream."""
+    insert (its chain starts now, or with `follower` the chain carrying its stream here
+    takes it) or behind an earlier unsent item of its stream."""
 
     item: OutboxItem
     stream: str
     claimed: bool
+    follower: bool = False
+
+
+@dataclass(eq=False)
+class _Carrier:
+    """The chain carrying one stream in this instance. Items stored behind the one it sends
+    are claimed at insert and handed to it here, in id order: its next send starts as soon
+    as the provider answered the last one, without a claim or a record in between. Whatever
+    it still holds when it stops sending (a failure, its turn is over, a lost claim) is
+    handed back to pending, followers that arrive meanwhile too."""
+
+    stream: str | None  # None: a chain whose stream another chain here carries; it gets no followers
+    followers: list[OutboxItem] = field(default_factory=list)
+    # Items stored unclaimed behind it (another instance's, or one stored while it was
+    # starting) and how many of those there were when it last looked for them in the database
+    stored_behind: int = 0
+    seen: int = 0
+    # A success of this stream could not be recorded: send nothing more (the item stays
+    # claimed, and is sent again, first, once its lease runs out)
+    record_failed: bool = False
+
+    def take(self, item: OutboxItem) -> None:
+        bisect.insort(self.followers, item, key=lambda follower: follower.id or 0)
+
+    def next(self) -> OutboxItem:
+        return self.followers.pop(0)
 
 
 @dataclass(frozen=True)
@@ -221,6 +273,19 @@ DispatchSettled = Callable[[AsyncSession, OutboxItem, Receipt | None, str | None
 """How a claimable dispatch (one of several recipients of a route's step) ended, told inside
 the transaction that records it: its receipt, or the error that failed it (given up, or
 reported lost by the provider after acceptance)."""
+
+
+def _with_lease_end(item: OutboxItem, lease_end: datetime) -> OutboxItem:
+    """A claimed item with its lease as this instance's clock computed it (the stored value
+    comes back without its time zone on SQLite)."""
+    item.lease_until = lease_end
+    return item
+
+
+def _note_record(carrier: _Carrier, recorded: asyncio.Future[OutboxItem | None]) -> None:
+    """A success recorded behind its chain's next sends: if it failed, that chain stops."""
+    if recorded.cancelled() or recorded.exception() is not None:
+        carrier.record_failed = True
 
 
 def _claimable_dispatch(item: OutboxItem) -> bool:
@@ -248,10 +313,14 @@ class Outbox:
         concurrency: int = 16,
         owner: str | None = None,
         callbacks: CallbackSender | None = None,
+        claims_held: Callable[[], bool] | None = None,
     ) -> None:
         self.db, self.channels, self.clock, self.metrics = db, channels, clock, metrics
         # The instance whose claims this outbox makes (bot/store/instances.py)
         self.owner = owner or new_id("in")
+        # Whether this instance's claims still hold (its heartbeat is current): checked before
+        # each send a chain takes from memory (bot/store/instances.py `Instances.holds_claims`)
+        self.claims_held = claims_held or (lambda: True)
         # Delivers the items of the reserved channel id CALLBACKS (bot/delivery/callbacks.py)
         self.callbacks = callbacks
         self.max_attempts, self.base_backoff, self.max_backoff = max_attempts, base_backoff, max_backoff
@@ -273,9 +342,11 @@ class Outbox:
         # Successes of concurrent chains, recorded together (one transaction for a batch)
         self._delivered: list[_Delivered] = []
         self._recorder: asyncio.Task[None] | None = None
-        # The streams a chain of this instance is carrying, each with a count of the items
-        # stored behind it since: the chain claims those itself, so they need no worker pass.
-        self._carried: dict[str, int] = {}
+        # The streams a chain of this instance is carrying: items stored behind one are handed
+        # to its chain (claimed at insert) or counted (stored pending), never left to a worker pass.
+        self._carried: dict[str, _Carrier] = {}
+        # Followers a cancelled chain still held: handed back when the outbox stops
+        self._abandoned: list[OutboxItem] = []
         # The handoff service's hook (it records where a route's dispatch landed, or that it failed)
         self.on_dispatch_settled: DispatchSettled | None = None
 
@@ -324,49 +395,66 @@ class Outbox:
     ) -> OutboxItem:
         """Queue a relay or notice in the caller's transaction and have it sent as soon as
         that commits. When nothing of its handoff is ahead of it, it is stored already
-        claimed and sent straight after commit (no worker round trip, no claim transaction);
-        otherwise the chain delivering the earlier items takes it in order."""
-        # A stopped outbox (shutting down, or paused by a test) or a full one only stores: the
-        # worker sends later. Ordering: every caller updates the handoff's row before this
-        # check in the same transaction, which serialises the checks of one handoff. A stream
-        # one of our chains carries has an item ahead (or had one a moment ago: storing this
-        # one unclaimed is then only cautious), so that needs no query.
+        claimed and sent straight after commit (no worker round trip, no claim transaction).
+        When everything ahead of it is in the hands of the chain carrying its stream here, it
+        is stored claimed too and handed to that chain, which sends it right after the item
+        before it. Otherwise it is stored pending and taken in order from the database."""
+        # A stopped outbox (shutting down, or paused by a test), a full one or one whose instance
+        # may have been taken for dead only stores: the worker sends later. Ordering: every caller updates the handoff's row before this
+        # check in the same transaction, which serialises the checks of one handoff, so the
+        # items a chain is handed always come before anything stored pending behind them.
         stream = outbound.stream
-        ahead = (
-            self._worker is None
-            or len(self._in_flight) >= self.concurrency
-            or stream in self._carried
-            or await prepared.fetch_one(session, _AHEAD, {"stream": stream}) == (True,)
-        )
-        item = await self._insert(session, self._new_row(channel_id, outbound, now, message_id, claimed=not ahead))
+        carrier = self._carried.get(stream)
+        claimed = follower = False
+        if self._worker is not None and (carrier is not None or len(self._in_flight) < self.concurrency) and self.claims_held():
+            unsent, not_ours = await prepared.fetch_one(session, _AHEAD, {"stream": stream, "owner": self.owner}) or (True, True)
+            follower = carrier is not None and not not_ours
+            claimed = follower or not unsent
+        item = await self._insert(session, self._new_row(channel_id, outbound, now, message_id, claimed=claimed))
         # Heard once the transaction commits, before its writer goes on (`_after_queued`), so
         # `drain` never finds a committed, claimed item that is in nobody's hands yet.
-        record(session.info, _Queued(item, stream, claimed=not ahead))
+        record(session.info, _Queued(item, stream, claimed=claimed, follower=follower))
         return item
 
     def _after_queued(self, queued: _Queued) -> None:
         """A queued item's transaction committed: start its chain (the task starts on the
-        loop's next turn) or tell the chain carrying its stream."""
-        if queued.claimed:
-            self._start_chain(queued.item)
-        else:
+        loop's next turn), hand it to the chain carrying its stream, or tell that chain."""
+        if not queued.claimed:
             self._queued_behind(queued.stream)
+            return
+        carrier = self._carried.get(queued.stream) if queued.follower else None
+        if carrier is not None:
+            carrier.take(queued.item)  # sent after what the chain holds, or handed back with it
+        else:
+            # A follower whose chain ended between the check and the commit checks first that
+            # nothing is unsent before it (the chain may have stopped on a failure)
+            self._start_chain(queued.item, check_first=queued.follower)
 
-    def _start_chain(self, claimed: OutboxItem) -> None:
-        """Start sending an item claimed at enqueue. When the outbox is stopping the claim
-        is left to the takeover (once this instance leaves, another, or its next run, takes
-        the item and checks before sending)."""
+    def _start_chain(self, claimed: OutboxItem, *, check_first: bool = False) -> None:
+        """Start sending an item claimed at enqueue; its stream is carried from now on, so
+        the items queued behind it are handed to this chain. When the outbox is stopping the
+        claim is left to the takeover (once this instance leaves, another, or its next run,
+        takes the item and checks before sending)."""
         item_id = int(claimed.id or 0)
         if self._stopping or item_id in self._in_flight:
             return
-        self._track(item_id, self._deliver_chain(item_id, claimed=claimed))
+        carrier = self._carrier_for(claimed.handoff_session_id)
+        self._track(item_id, self._deliver_chain(item_id, claimed=claimed, carrier=carrier, check_first=check_first))
+
+    def _carrier_for(self, stream: str | None) -> _Carrier:
+        """A new chain's carrier, registered for its stream unless another chain here carries it."""
+        if stream is None or stream in self._carried:
+            return _Carrier(stream=None)
+        carrier = self._carried[stream] = _Carrier(stream=stream)
+        return carrier
 
     def _queued_behind(self, stream: str) -> None:
         """An item was stored behind an earlier one of its stream. The chain carrying that
         stream here claims it next, or looks again when it ends; only a stream no chain of
         ours carries (another instance's, a retry that waits) needs the worker now."""
-        if stream in self._carried:
-            self._carried[stream] += 1
+        carrier = self._carried.get(stream)
+        if carrier is not None:
+            carrier.stored_behind += 1
         else:
             self.kick()
 
@@ -416,7 +504,7 @@ class Outbox:
         hold up the others."""
         room = self.concurrency - len(self._in_flight)
         self._backlog = room <= 0
-        if room <= 0:
+        if room <= 0 or not self.claims_held():  # an instance that may be taken for dead claims nothing
             return 0
         async with self.db.read() as session:
             ids = [item_id for (item_id,) in await prepared.fetch_all(session, _DUE, {"now": self.clock.now()})]
@@ -446,40 +534,126 @@ class Outbox:
         while await self.deliver_due() or self._in_flight:
             await self.wait_in_flight()
 
-    async def _deliver_chain(self, item_id: int, claimed: OutboxItem | None = None) -> None:
-        """Deliver an item, then the handoff's following items while they are due, in order,
-        so a backlog of one conversation drains at provider speed rather than one per pass.
-        Recording a success and claiming the next item share one transaction, which also
-        records what the other chains delivered meanwhile."""
+    async def _deliver_chain(self, item_id: int, claimed: OutboxItem | None = None, carrier: _Carrier | None = None, *,
+                             check_first: bool = False) -> None:
+        """Deliver an item, then the following items of its stream while they are due, in
+        order, so a backlog of one conversation drains at provider speed rather than one per
+        pass (`_carry`). `check_first`: the item was claimed as the follower of a chain that
+        has ended since, so it is sent only if nothing of its stream is unsent before it."""
         # None: another instance (or an earlier pass) has it
         item = claimed if claimed is not None else await self._claim(item_id)
         if item is None:
             return
-        # While this chain carries its stream, items queued behind it are counted instead of
-        # kicking the worker; `seen` is the count when the chain last looked for its next item.
-        stream = item.handoff_session_id if item.handoff_session_id not in self._carried else None
-        if stream is not None:
-            self._carried[stream] = 0
-        seen = 0
+        if carrier is None:
+            carrier = self._carrier_for(item.handoff_session_id)
         try:
-            for turn in range(CHAIN_LIMIT):
+            if check_first and await self._earlier_unsent(item):
+                await self._hand_back(carrier, [item])
+                return
+            await self._carry(carrier, item)
+        except Exception:
+            if carrier.followers:  # e.g. the database failed a record: they wait for the worker
+                await self._hand_back(carrier, [])
+            raise
+        finally:
+            if carrier.stream is not None and self._carried.get(carrier.stream) is carrier:
+                del self._carried[carrier.stream]
+            # a cancelled chain's followers stay claimed: the outbox hands them back as it stops
+            self._abandoned.extend(carrier.followers)
+            carrier.followers.clear()
+            if carrier.stored_behind > carrier.seen:
+                self.kick()  # stored after the chain last looked for its next item: it may have missed it
+
+    async def _carry(self, carrier: _Carrier, item: OutboxItem) -> None:
+        """Send `item`, then the stream's next items: the followers handed over in memory
+        straight after each answer (their successes recorded behind, a batch per
+        transaction), and when none is left, the next pending item, claimed in the
+        transaction that records the last success. A send that fails is recorded for a retry
+        and what the chain holds is handed back; so is everything when this instance's claims
+        may have ended or a success could not be recorded."""
+        recording: asyncio.Future[OutboxItem | None] | None = None  # the last success not waited for
+        turn = 0
+        try:
+            while True:
+                turn += 1
+                if carrier.record_failed or not self.claims_held():
+                    await self._give_back(carrier, [item], recording)
+                    return
+                renewed = await self._with_lease(item)
+                if renewed is None:  # another instance took it: what this chain holds is not its to send
+                    await self._give_back(carrier, [], recording)
+                    return
+                item = renewed
                 try:
                     receipt = await self._send(item, timeout=self.send_timeout)
                 except ChannelError as error:
                     await self._record_failure(item, error, retry_in=self._retry_delay(error, item.attempts))
+                    await self._give_back(carrier, [], recording)
                     return
-                # the last turn claims nothing: a claimed item left behind would wait out its lease
-                last = turn == CHAIN_LIMIT - 1
-                if stream is not None and not last:
-                    seen = self._carried[stream]
-                following = await self._record_with_others(item, receipt, claim_next=not last)
-                if following is None:
+                # After CHAIN_LIMIT sends, while other streams wait for a place, this chain gives
+                # its place up: it claims nothing more and hands back what it holds
+                over = turn >= CHAIN_LIMIT and self._backlog
+                if carrier.followers and not over:
+                    recording = self._recording(item, receipt, claim_next=False, carrier=carrier)
+                    item = carrier.next()
+                    continue
+                carrier.seen = carrier.stored_behind
+                recording = None
+                following = await self._recording(item, receipt, claim_next=not over)
+                if following is not None:
+                    carrier.take(following)
+                if over:
+                    await self._give_back(carrier, [], None)  # the worker gives the others their turn, then this stream's rest
                     return
-                item = following
-            self.kick()  # the chain gave others a turn; the worker picks the rest up
+                if not carrier.followers:
+                    return
+                item = carrier.next()
         finally:
-            if stream is not None and self._carried.pop(stream) > seen:
-                self.kick()  # stored after the chain last looked for its next item: it may have missed it
+            if recording is not None and not recording.done():  # cancelled or failed: its record is part of this delivery
+                await asyncio.wait([recording])
+
+    async def _give_back(self, carrier: _Carrier, items: list[OutboxItem], recording: asyncio.Future[Any] | None) -> None:
+        """The chain stops sending: once the success it has not waited for is recorded, hand
+        back `items` and what it holds. Nothing is awaited after that before the chain lets
+        go of its stream, so no follower handed to it meanwhile is left claimed."""
+        if recording is not None and not recording.done():
+            await asyncio.wait([recording])
+        await self._hand_back(carrier, items)
+
+    async def _with_lease(self, item: OutboxItem) -> OutboxItem | None:
+        """The item, with enough of its lease left to cover a whole send: one that waited in
+        memory longer than the lease's margin is renewed first (None: the claim was lost)."""
+        now = self.clock.now()
+        if item.lease_until is not None and (item.lease_until - now).total_seconds() > self.send_timeout:
+            return item
+        lease_end = now + self.lease
+        async with self.db.transaction() as session:
+            renewed = await prepared.execute(session, _RENEW, {
+                "item_id": item.id, "claim_attempts": item.attempts, "lease_end": lease_end,
+            })
+        if renewed != 1:
+            log.warning("outbox_claim_lost", outbox_id=item.id, attempts=item.attempts)
+            return None
+        item.lease_until = lease_end
+        return item
+
+    async def _earlier_unsent(self, item: OutboxItem) -> bool:
+        async with self.db.read() as session:
+            return await prepared.fetch_one(session, _EARLIER, {"stream": item.handoff_session_id, "item_id": item.id}) != (False,)
+
+    async def _hand_back(self, carrier: _Carrier, items: list[OutboxItem]) -> None:
+        """Give `items` and every follower the carrier holds (those handed to it meanwhile
+        too) back to pending, so the worker sends them in order behind whatever stopped the
+        chain. Nothing is handed back that another claim has taken since (fenced)."""
+        while batch := items + carrier.followers:
+            items, carrier.followers = [], []
+            await self._hand_back_items(batch)
+
+    async def _hand_back_items(self, items: list[OutboxItem]) -> None:
+        async with self.db.transaction() as session:
+            for item in items:
+                await prepared.execute(session, _HAND_BACK, {"item_id": item.id, "claim_attempts": item.attempts})
+        self.kick()
 
     async def _send(self, item: OutboxItem, *, timeout: float) -> Receipt:
         """One provider call, bounded by `timeout` (shorter than the lease, so no other
@@ -524,10 +698,9 @@ class Outbox:
 
     async def _claim_in(self, session: AsyncSession, item_id: int, now: datetime) -> OutboxItem | None:
         # UPDATE … RETURNING: the claim and the row in one statement (SQLite ≥ 3.35, PostgreSQL)
-        row = await prepared.fetch_one(session, _CLAIM, {
-            "item_id": item_id, "now": now, "lease_end": now + self.lease, "owner": self.owner,
-        })
-        return _ITEMS.one(row) if row is not None else None
+        lease_end = now + self.lease
+        row = await prepared.fetch_one(session, _CLAIM, {"item_id": item_id, "now": now, "lease_end": lease_end, "owner": self.owner})
+        return _with_lease_end(_ITEMS.one(row), lease_end) if row is not None else None
 
     def _sender(self, channel_id: int) -> ChannelAdapter | CallbackSender | None:
         """Who delivers an item: the callback sender for callbacks, else the channel's
@@ -546,15 +719,19 @@ class Outbox:
             record = await self._record_success_in(session, item, receipt, self.clock.now(), claim_next=False)
         self._count_sent(item, record)
 
-    async def _record_with_others(self, item: OutboxItem, receipt: Receipt, *, claim_next: bool) -> OutboxItem | None:
-        """Record a chain's delivered item together with whatever other chains delivered
-        meanwhile: one transaction for the lot (a group commit), not one per item. Returns,
-        with `claim_next`, the handoff's next due item, already claimed."""
+    def _recording(self, item: OutboxItem, receipt: Receipt, *, claim_next: bool,
+                   carrier: _Carrier | None = None) -> asyncio.Future[OutboxItem | None]:
+        """Have a chain's delivered item recorded together with whatever other chains (and
+        this one) delivered meanwhile: one transaction for the lot (a group commit), not one
+        per item. The future gives, with `claim_next`, the stream's next due item, already
+        claimed. With `carrier`, nobody waits for it: a record that fails stops that chain."""
         delivered = _Delivered(item, receipt, claim_next, asyncio.get_running_loop().create_future())
         self._delivered.append(delivered)
         if self._recorder is None:
             self._recorder = asyncio.create_task(self._record_batches(), name="outbox-recorder")
-        return await delivered.following
+        if carrier is not None:
+            delivered.following.add_done_callback(lambda recorded: _note_record(carrier, recorded))
+        return delivered.following
 
     async def _record_batches(self) -> None:
         """Record the waiting successes, a batch per transaction, until none is left: while
@@ -629,11 +806,11 @@ class Outbox:
             return _SuccessRecord(recorded=True)
         # This item was the handoff's earliest unsent one, so the next is simply the
         # following pending row; claim it in the same statement that finds it.
+        lease_end = now + self.lease
         following = await prepared.fetch_one(session, _CLAIM_NEXT, {
-            "session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_end": now + self.lease,
-            "owner": self.owner,
+            "session_id": item.handoff_session_id, "after": item.id, "now": now, "lease_end": lease_end, "owner": self.owner,
         })
-        return _SuccessRecord(recorded=True, following=_ITEMS.one(following) if following is not None else None)
+        return _SuccessRecord(recorded=True, following=_with_lease_end(_ITEMS.one(following), lease_end) if following else None)
 
     def _maybe_duplicated(self, item: OutboxItem) -> dict[str, Any]:
         """An earlier attempt may have reached the provider and this one could not check
@@ -751,6 +928,12 @@ class Outbox:
         self._in_flight.clear()
         if self._recorder is not None:  # the sends it records happened: let it finish
             await asyncio.gather(self._recorder, return_exceptions=True)
+        if self._abandoned:  # claimed at insert, never sent: pending again, not taken over as "may have arrived"
+            abandoned, self._abandoned = self._abandoned, []
+            try:
+                await self._hand_back_items(abandoned)
+            except Exception:
+                log.exception("outbox_hand_back_failed", items=len(abandoned))
 
     async def _run(self) -> None:
         while True:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -89,15 +90,28 @@ class Instances:
         self.take_overs: list[TakeOver] = []  # run after every beat: claims of the dead
         self._task: asyncio.Task[None] | None = None
         self._taking_over: asyncio.Task[None] | None = None
+        # When (monotonic) the last beat the database took was sent; None before joining
+        self._beat_sent: float | None = None
+        self._left = False
 
     @property
     def dead_after(self) -> float:
         """Seconds of silence after which an instance is dead (the `dead_after` bind)."""
         return self.heartbeat.total_seconds()
 
+    def holds_claims(self) -> bool:
+        """Whether this instance's claims still hold as far as it can tell: its last beat
+        was sent less than a heartbeat ago, so no other instance can have taken it for dead
+        (the database stamps a beat no earlier than it was sent). A desk that has not joined
+        yet holds its claims (nothing can take them); one that left holds none."""
+        if self._left:
+            return False
+        return self._beat_sent is None or time.monotonic() - self._beat_sent < self.dead_after
+
     async def register(self) -> None:
         """Join: write this instance's row, and forget previous runs of this process on
         this host (their claims are then ownerless, so the first takeover takes them)."""
+        sent = time.monotonic()
         async with self.db.transaction() as session:
             for instance_id, pid in await prepared.fetch_all(session, _ON_HOST, {"host": self.host}):
                 if pid != self.pid and not _running(pid):
@@ -106,11 +120,13 @@ class Instances:
             await prepared.execute(session, _REGISTER, {
                 "id": self.id, "host": self.host, "pid": self.pid, "started_at": self.clock.now(),
             })
+        self._beat_sent, self._left = sent, False
         log.info("instance_registered", instance_id=self.id, host=self.host, pid=self.pid)
 
     async def beat(self) -> None:
         """Say this instance is alive (and join again if another took it for dead and
         forgot it: its claims were taken over, its fenced records say so)."""
+        sent = time.monotonic()
         async with self.db.transaction() as session:
             beaten = await prepared.execute(session, _BEAT, {"instance_id": self.id})
             if beaten != 1:
@@ -118,6 +134,7 @@ class Instances:
                 await prepared.execute(session, _REGISTER, {
                     "id": self.id, "host": self.host, "pid": self.pid, "started_at": self.clock.now(),
                 })
+        self._beat_sent = sent
 
     async def take_over_dead(self) -> None:
         """Run every takeover once (each takes what dead instances held)."""
@@ -154,6 +171,7 @@ class Instances:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self._task = self._taking_over = None
+        self._left = True
         try:
             async with self.db.transaction() as session:
                 await prepared.execute(session, _LEAVE, {"instance_id": self.id})
