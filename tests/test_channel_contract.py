@@ -578,7 +578,7 @@ async def test_a_rate_limited_relay_waits_as_long_as_the_provider_asks_then_goes
 
 @providers(EXTERNAL)
 async def test_a_send_whose_answer_never_comes_is_reported_as_uncertain(start_desk: StartDesk, provider: Provider) -> None:
-    h = await start(start_desk, provider, **provider.timeout_override(1.0))  # long enough to reach a fake on a busy machine
+    h = await start(start_desk, provider, **provider.timeout_override(2.0))  # long enough to start and reach a fake on a busy machine
     cid, sid, _dispatch = await handoff_on(h, provider)
     sends = provider.sends()
     provider.lose_next_answer()

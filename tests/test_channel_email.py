@@ -923,10 +923,11 @@ EMAIL_PACKAGE = Path(__file__).resolve().parent.parent / "channels" / "email"
 
 def test_the_email_package_keeps_sending_receiving_and_parsing_apart() -> None:
     """channels/email/ is split by concern: only the SMTP client talks to the mail server
-    (aiosmtplib), only the receiver listens (aiosmtpd), and the reply parser is pure (the
-    standard library and the package's own text helpers), so each can be read alone."""
+    (aiosmtplib), only the receiver (and the demo's loopback mailbox, a server of its own)
+    listens (aiosmtpd), and the reply parser is pure (the standard library and the package's
+    own text helpers), so each can be read alone."""
     assert importers_of(EMAIL_PACKAGE, "aiosmtplib") == ["smtp"]
-    assert importers_of(EMAIL_PACKAGE, "aiosmtpd") == ["receiver"]
+    assert importers_of(EMAIL_PACKAGE, "aiosmtpd") == ["mailbox", "receiver"]
     parser_imports = imported_modules(EMAIL_PACKAGE / "replies.py")
     outside = {m for m in parser_imports if m.split(".")[0] not in sys.stdlib_module_names and m != "channels.email.text"}
     assert outside == set(), f"the reply parser imports {sorted(outside)}"
