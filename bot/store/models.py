@@ -630,7 +630,9 @@ class HandoffSatisfaction(SQLModel, table=True):
 
 # The reports' rollups (bot/store/rollups.py): counts kept by triggers in the transaction
 # that writes a fact, keyed by the UTC hour or day since the epoch (integers), channel and
-# route (0: none). Read by bot/domain/reports.py; `handoff reports rebuild` counts them afresh.
+# route (0: none), and a shard (on PostgreSQL, concurrent writers of one key land on
+# different rows; readers sum them). Read by bot/domain/reports.py; `handoff reports
+# rebuild` counts them afresh.
 
 
 class ReportHour(SQLModel, table=True):
@@ -641,6 +643,7 @@ class ReportHour(SQLModel, table=True):
     hour: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    shard: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})  # bot/store/rollups.py SHARDS
     handoffs: int
     channel_label: str = Field(max_length=80)  # the greatest label counted here (a channel renamed within the hour)
 
@@ -656,6 +659,7 @@ class ReportEnding(SQLModel, table=True):
     route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     ending: str = Field(primary_key=True, max_length=20)
     outcome: str = Field(primary_key=True, max_length=20)
+    shard: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})  # bot/store/rollups.py SHARDS
     handoffs: int
     missing_required: int  # of them, released with required return fields missing
 
@@ -671,6 +675,7 @@ class ReportMeasure(SQLModel, table=True):
     channel_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     route: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    shard: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})  # bot/store/rollups.py SHARDS
     handoffs: int
 
 
@@ -681,6 +686,7 @@ class _HandledTimes(SQLModel):
     day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     person: str = Field(primary_key=True, max_length=40)
     fine: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    shard: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})  # bot/store/rollups.py SHARDS
     handoffs: int
 
 
@@ -705,5 +711,6 @@ class ReportConversations(SQLModel, table=True):
     __tablename__ = "report_conversations"
 
     day: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    shard: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})  # bot/store/rollups.py SHARDS
     conversations: int
     escalated: int

@@ -48,28 +48,28 @@ def upgrade() -> None:
     op.create_table('report_hours', _key('hour'), _key('channel_id'), _key('route'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
                     sa.Column('channel_label', _TEXT(length=80), nullable=False),
-                    sa.PrimaryKeyConstraint('hour', 'channel_id', 'route'))
+                    _key('shard'), sa.PrimaryKeyConstraint('hour', 'channel_id', 'route', 'shard'))
     op.create_table('report_endings', _key('day'), _key('channel_id'), _key('route'),
                     sa.Column('ending', _TEXT(length=20), nullable=False),
                     sa.Column('outcome', _TEXT(length=20), nullable=False),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
                     sa.Column('missing_required', sa.Integer(), nullable=False),
-                    sa.PrimaryKeyConstraint('day', 'channel_id', 'route', 'ending', 'outcome'))
+                    _key('shard'), sa.PrimaryKeyConstraint('day', 'channel_id', 'route', 'ending', 'outcome', 'shard'))
     op.create_table('report_measures', _key('measure'), _key('day'), _key('channel_id'), _key('route'), _key('fine'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
-                    sa.PrimaryKeyConstraint('measure', 'day', 'channel_id', 'route', 'fine'))
+                    _key('shard'), sa.PrimaryKeyConstraint('measure', 'day', 'channel_id', 'route', 'fine', 'shard'))
     op.create_table('report_people', _key('day'),
                     sa.Column('person', _TEXT(length=40), nullable=False), _key('fine'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
-                    sa.PrimaryKeyConstraint('day', 'person', 'fine'))
+                    _key('shard'), sa.PrimaryKeyConstraint('day', 'person', 'fine', 'shard'))
     op.create_table('report_people_through', _key('channel_id'), _key('route'), _key('day'),
                     sa.Column('person', _TEXT(length=40), nullable=False), _key('fine'),
                     sa.Column('handoffs', sa.Integer(), nullable=False),
-                    sa.PrimaryKeyConstraint('channel_id', 'route', 'day', 'person', 'fine'))
+                    _key('shard'), sa.PrimaryKeyConstraint('channel_id', 'route', 'day', 'person', 'fine', 'shard'))
     op.create_table('report_conversations', _key('day'),
                     sa.Column('conversations', sa.Integer(), nullable=False),
                     sa.Column('escalated', sa.Integer(), nullable=False),
-                    sa.PrimaryKeyConstraint('day'))
+                    _key('shard'), sa.PrimaryKeyConstraint('day', 'shard'))
     with op.batch_alter_table('handoff_sessions', schema=None, recreate='never') as batch_op:
         batch_op.add_column(sa.Column('handled_by', _TEXT(length=40), nullable=True))
     op.execute(_HANDLED_BY)
