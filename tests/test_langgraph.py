@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -456,12 +457,21 @@ async def test_the_agent_and_the_desk_both_killed_while_the_handoff_is_open_resu
 
 
 def awaiting_in(checkpoints: Path, thread_id: str) -> str | None:
-    """The desk request id the thread's checkpoint waits on (its second interrupt), if any yet."""
+    """The desk request id the thread's checkpoint waits on (its second interrupt), if any yet.
+    None too while the agent has not made the file, or holds it locked (a SqliteSaver's first
+    use sets the file up, which waits for no one): the caller looks again."""
+    if not checkpoints.exists():
+        return None
     example = load_example()
-    with SqliteSaver.from_conn_string(str(checkpoints)) as checkpointer:
-        graph = example.build_graph(example.ScriptedModel(responses=example.SCRIPT), checkpointer)
-        waiting = [d for i in graph.get_state({"configurable": {"thread_id": thread_id}}).interrupts
-                   if isinstance(d := descriptor_of(i.value), AwaitOutcome)]
+    try:
+        with SqliteSaver.from_conn_string(str(checkpoints)) as checkpointer:
+            graph = example.build_graph(example.ScriptedModel(responses=example.SCRIPT), checkpointer)
+            waiting = [d for i in graph.get_state({"configurable": {"thread_id": thread_id}}).interrupts
+                       if isinstance(d := descriptor_of(i.value), AwaitOutcome)]
+    except sqlite3.OperationalError as error:
+        if "locked" not in str(error):
+            raise
+        return None
     return waiting[0].request_id if waiting else None
 
 
