@@ -18,19 +18,21 @@ import hashlib
 import json
 import unicodedata
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, final
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from bot.errors import DeskError
 from channels.errors import ChannelAuthError as ChannelAuthError  # the port's errors, where adapters import them
 from channels.errors import ChannelError as ChannelError
 from channels.errors import PermanentChannelError as PermanentChannelError
 from channels.errors import TransientChannelError as TransientChannelError
 from channels.errors import UncertainDeliveryError as UncertainDeliveryError
 from channels.text import TextLimit
+from channels.webhooks import MalformedWebhook as MalformedWebhook  # where adapters import them
+from channels.webhooks import WebhookRequest as WebhookRequest
+from channels.webhooks import json_object as json_object
 from forms.fields import ReturnField, preview_line
 
 # --------------------------------------------------------------------------- config
@@ -591,36 +593,6 @@ def stored_inbound(payload: dict[str, Any]) -> InboundMessage:
 
 
 # --------------------------------------------------------------------------- webhooks
-
-
-@dataclass(frozen=True)
-class WebhookRequest:
-    """A provider call, with the raw body kept intact for signature checks."""
-
-    body: bytes
-    headers: Mapping[str, str]
-    query: Mapping[str, str]
-    url: str
-
-
-class MalformedWebhook(DeskError):
-    """A provider call whose signature checked out but whose body is not what the provider
-    sends: 400, answered in the usual error shape like a malformed body on /api."""
-
-    code = "invalid_json"
-    status = 400
-
-
-def json_object(body: bytes | str, what: str = "the body") -> dict[str, Any]:
-    """The JSON object of a verified provider call. Parse only after the signature is checked
-    on the raw bytes; a body that is not a JSON object raises MalformedWebhook."""
-    try:
-        data = json.loads(body)
-    except ValueError:  # UnicodeDecodeError included
-        raise MalformedWebhook(f"{what} is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise MalformedWebhook(f"{what} is JSON but not an object")
-    return data
 
 
 @dataclass
